@@ -1,0 +1,3 @@
+from headrace.broker.cli import main
+
+main()
