@@ -1,0 +1,78 @@
+"""The flush stage: group commit off the event loop.
+
+How this works
+--------------
+Appends go to the page cache on the event loop; making them durable is this stage's job.
+``GroupCommit.flush(logs)`` returns a future that completes once each of ``logs`` has been
+flushed (``log.flush()``, an fsync) by a flush that *started after the call*, so it covers
+every append made before the call.
+
+One flush runs at a time, in a dedicated thread. Calls that arrive while it runs join the
+next group; when the running flush ends, the next group starts with every log asked for in
+the meantime. So however many requests wait, each log sees at most one fsync in flight and
+one queued: with N producers, or N requests pipelined on one connection, one fsync serves
+them all. A failed flush fails the futures of its whole group with the error raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterable, Protocol
+
+
+class Flushable(Protocol):
+    def flush(self) -> None: ...
+
+
+class GroupCommit:
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="headrace-flush")
+        self._next_logs: dict[int, Flushable] = {}
+        self._next_waiters: list[asyncio.Future] = []
+        self._running = False
+        self.flushes = 0  # flush groups started so far (each one fsync per log in it)
+
+    def flush(self, logs: Iterable[Flushable]) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        for log in logs:
+            self._next_logs[id(log)] = log
+        self._next_waiters.append(waiter)
+        if not self._running:
+            self._start(loop)
+        return waiter
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        logs, waiters = list(self._next_logs.values()), self._next_waiters
+        self._next_logs, self._next_waiters = {}, []
+        self._running = True
+        self.flushes += 1
+        done = loop.run_in_executor(self._executor, _flush_all, logs)
+        done.add_done_callback(lambda f: self._finished(loop, f, waiters))
+
+    def _finished(
+        self, loop: asyncio.AbstractEventLoop, done: asyncio.Future, waiters: list[asyncio.Future]
+    ) -> None:
+        self._running = False
+        exc = done.exception()
+        for waiter in waiters:
+            if waiter.done():
+                continue
+            if exc is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(exc)
+        if self._next_waiters:
+            self._start(loop)
+
+    async def close(self) -> None:
+        """Wait for queued flushes to finish, then stop the thread."""
+        while self._running or self._next_waiters:
+            await asyncio.sleep(0.001)
+        self._executor.shutdown(wait=True)
+
+
+def _flush_all(logs: list[Flushable]) -> None:
+    for log in logs:
+        log.flush()

@@ -1,0 +1,143 @@
+"""Handler queues: in-order processing per connection, without waiting for completion.
+
+How this works
+--------------
+Every request goes to queue ``connection.id % queues``; one task drains each queue. A
+connection therefore always lands in the same queue, so its requests are handled one after
+another in arrival order, while different connections spread over the queues.
+
+``Handler.handle(request)`` does the ordering-relevant work synchronously (decode, validate,
+assign offsets, append to the page cache) and returns one of:
+
+* a list of byte chunks: the complete response, written as soon as every earlier response
+  on the connection has been;
+* ``None``: the request has no response (an acks=0 produce);
+* an awaitable of either: the response completes later (after the flush stage made the data
+  durable, or when a long-polling fetch has data). The queue does not wait for it and moves
+  on to the next request at once: this is what keeps a connection pipelined.
+
+Raising ``CloseConnection`` closes the connection, as Kafka does for requests it cannot parse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Awaitable, Protocol, Union
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+log = logging.getLogger(__name__)
+
+Chunks = list  # list of bytes-like objects, written with transport.writelines
+Outcome = Union[Chunks, None, Awaitable[Union[Chunks, None]]]
+
+
+class CloseConnection(Exception):
+    """Raised by a handler to close the connection the request came from."""
+
+
+@dataclass(slots=True)
+class Request:
+    """A request frame (without its size prefix) and where it came from."""
+
+    connection: Connection
+    seq: int
+    frame: bytearray
+
+
+class Handler(Protocol):
+    def handle(self, request: Request) -> Outcome: ...
+
+    def connection_closed(self, connection: Connection) -> None: ...
+
+
+class Router:
+    """Routes requests to ``queues`` handler queues by connection id."""
+
+    def __init__(self, handler: Handler, queues: int = 4) -> None:
+        self._handler = handler
+        self._queues = [deque() for _ in range(queues)]
+        self._wakeups = [asyncio.Event() for _ in range(queues)]
+        self._tasks = [
+            asyncio.get_running_loop().create_task(self._drain(i), name=f"handler-queue-{i}")
+            for i in range(queues)
+        ]
+        self.connections: set[Connection] = set()
+        self._pending: set[asyncio.Future] = set()
+
+    def opened(self, conn: Connection) -> None:
+        self.connections.add(conn)
+
+    def closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        self._handler.connection_closed(conn)
+
+    def submit(self, conn: Connection, seq: int, frame: bytearray) -> None:
+        i = conn.id % len(self._queues)
+        self._queues[i].append(Request(conn, seq, frame))
+        self._wakeups[i].set()
+
+    @property
+    def queued(self) -> int:
+        return sum(len(q) for q in self._queues)
+
+    async def _drain(self, i: int) -> None:
+        queue, wakeup = self._queues[i], self._wakeups[i]
+        while True:
+            await wakeup.wait()
+            wakeup.clear()
+            while queue:
+                self._handle(queue.popleft())
+                if len(queue) > 64:
+                    await asyncio.sleep(0)  # let other queues and the network have a turn
+
+    def _handle(self, request: Request) -> None:
+        conn = request.connection
+        if conn.closed:
+            return
+        try:
+            outcome = self._handler.handle(request)
+        except CloseConnection as e:
+            log.info("closing %s: %s", conn.peer, e)
+            conn.close()
+            return
+        except Exception:
+            log.exception("closing %s: request handler failed", conn.peer)
+            conn.close()
+            return
+        if outcome is None or isinstance(outcome, list):
+            conn.complete(request.seq, outcome)
+            return
+        future = asyncio.ensure_future(outcome)
+        self._pending.add(future)
+        future.add_done_callback(lambda f: self._completed(request, f))
+
+    def _completed(self, request: Request, future: asyncio.Future) -> None:
+        self._pending.discard(future)
+        conn = request.connection
+        if future.cancelled():
+            conn.close()
+            return
+        exc = future.exception()
+        if exc is not None:
+            if not isinstance(exc, CloseConnection):
+                log.error("closing %s: request failed", conn.peer, exc_info=exc)
+            conn.close()
+            return
+        conn.complete(request.seq, future.result())
+
+    async def drain(self, timeout: float) -> None:
+        """Wait until queued requests are handled and pending responses complete."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (self.queued or self._pending) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
