@@ -17,8 +17,8 @@ asyncio ``BufferedProtocol``: the event loop reads straight into our buffers.
   means "no response" (acks=0 produce) and only advances the sequence.
 * Backpressure: requests in flight (read but not yet answered) and their bytes are counted
   per connection, the bytes also for the whole broker (``Limits``). Over a cap, or while the transport's
-  write buffer is above its high-water mark, the connection stops reading until responses
-  drain.
+  write buffer is above its high-water mark, the connection stops reading (and stops taking
+  frames out of what it has already read) until responses drain.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _parse(self) -> None:
         buf = self._buf
-        while not self.closed and self._end - self._start >= _SIZE:
+        while self._reading and not self.closed and self._end - self._start >= _SIZE:
             start = self._start
             size = int.from_bytes(buf[start : start + _SIZE], "big", signed=True)
             if size < MIN_FRAME or size > self._limits.max_frame:
@@ -227,6 +227,8 @@ class Connection(asyncio.BufferedProtocol):
         if want != self._reading:
             self._reading = want
             if want:
-                self._transport.resume_reading()
+                self._parse()  # frames that arrived before we stopped come first
+                if self._reading:
+                    self._transport.resume_reading()
             else:
                 self._transport.pause_reading()
