@@ -13,7 +13,7 @@ Public surface:
 - ``DecodeError`` (malformed input), ``EncodeError``, ``UnsupportedVersionError``
 """
 
-from . import messages
+from . import messages, records
 from .api import (
     ApiKey,
     UnsupportedVersionError,
@@ -45,6 +45,6 @@ __all__ = [
     "UnsupportedVersionError", "decode_message", "decode_request", "decode_request_header",
     "decode_response", "decode_response_header", "encode_message", "encode_request",
     "encode_request_header", "encode_response", "encode_response_header",
-    "has_unknown_tagged_fields", "is_flexible", "messages", "request_class", "response_class",
+    "has_unknown_tagged_fields", "is_flexible", "messages", "records", "request_class", "response_class",
     "response_header_is_flexible", "valid_versions",
 ]
