@@ -1,1 +1,15 @@
-"""headrace.storage"""
+"""headrace.storage: a partition's segmented log on disk, in Kafka's file layout.
+
+Public surface:
+
+    Log, LogConfig          open/append/read/flush/truncate one partition's log
+    OffsetOutOfRange        read or delete below the log start or above the log end offset
+    StorageError            an I/O failure or unusable files (Kafka's KAFKA_STORAGE_ERROR)
+
+Record batches are opaque bytes here: the caller assigns offsets and passes them in.
+"""
+
+from .errors import OffsetOutOfRange, StorageError
+from .log import Log, LogConfig
+
+__all__ = ["Log", "LogConfig", "OffsetOutOfRange", "StorageError"]

@@ -1,0 +1,85 @@
+"""Every file name the storage package uses, in one place.
+
+A partition directory holds, per segment, three files named by the segment's base offset in
+20 zero-padded digits (Kafka's convention):
+
+    00000000000000000000.log        record batches, stored exactly as appended
+    00000000000000000000.index      sparse offset index (see index.OffsetIndex)
+    00000000000000000000.timeindex  sparse time index (see index.TimeIndex)
+
+and one checkpoint file, ``log-offsets-checkpoint`` (see checkpoint.py). Files ending in
+``.tmp`` are half-written replacements; they are removed when a log is opened. Other files in
+the directory (producer snapshots, leader-epoch checkpoints written by the broker) are left
+alone.
+"""
+
+from __future__ import annotations
+
+import os
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TEMP_SUFFIX = ".tmp"
+CHECKPOINT_NAME = "log-offsets-checkpoint"
+
+_DIGITS = 20
+
+
+def segment_stem(base_offset: int) -> str:
+    return f"{base_offset:0{_DIGITS}d}"
+
+
+def log_path(directory: str, base_offset: int) -> str:
+    return os.path.join(directory, segment_stem(base_offset) + LOG_SUFFIX)
+
+
+def index_path(directory: str, base_offset: int) -> str:
+    return os.path.join(directory, segment_stem(base_offset) + INDEX_SUFFIX)
+
+
+def time_index_path(directory: str, base_offset: int) -> str:
+    return os.path.join(directory, segment_stem(base_offset) + TIME_INDEX_SUFFIX)
+
+
+def checkpoint_path(directory: str) -> str:
+    return os.path.join(directory, CHECKPOINT_NAME)
+
+
+def temp_path(path: str) -> str:
+    return path + TEMP_SUFFIX
+
+
+def parse_segment_base(name: str) -> int | None:
+    """The base offset of a ``.log`` file name, or None for any other name."""
+    if not name.endswith(LOG_SUFFIX):
+        return None
+    stem = name[: -len(LOG_SUFFIX)]
+    if len(stem) != _DIGITS or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+def list_segment_bases(directory: str) -> list[int]:
+    """Base offsets of the segments in a directory, ascending."""
+    bases = []
+    for name in os.listdir(directory):
+        base = parse_segment_base(name)
+        if base is not None:
+            bases.append(base)
+    bases.sort()
+    return bases
+
+
+def remove_temp_files(directory: str) -> None:
+    for name in os.listdir(directory):
+        if name.endswith(TEMP_SUFFIX):
+            os.unlink(os.path.join(directory, name))
+
+
+def fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,19 @@
+"""Exceptions raised by the storage package."""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """A file operation failed or the files on disk are unusable (Kafka's KAFKA_STORAGE_ERROR)."""
+
+
+class OffsetOutOfRange(Exception):
+    """The requested offset is below the log start offset or above the log end offset."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} is outside [{log_start_offset}, {log_end_offset}]"
+        )
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset

@@ -1,0 +1,269 @@
+"""One segment of a partition's log: a ``.log`` file of record batches plus its two indexes.
+
+How this works
+--------------
+A segment holds the batches whose offsets start at ``base_offset`` (its name) and end below
+the next segment's base offset. Batches are stored exactly as appended, back to back, so every
+file position the segment publishes (``size``, index entries) is a batch boundary.
+
+Only the newest segment is *active*: the log appends to it with one ``os.write`` per append
+and its indexes are mirrored in memory. Older segments are immutable until truncated or
+deleted; their indexes are memory-mapped and sanity-checked the first time they are searched,
+and rebuilt from the batches when missing or inconsistent.
+
+Index policy (Kafka's): an offset index entry is added for an append that starts more than
+``index_interval_bytes`` after the previous entry; a time index entry is added at the same
+moment when the segment's largest timestamp grew since the last time index entry. When the
+segment stops being active (roll, close) a final time index entry records its largest
+timestamp, so ``max_timestamp`` of an inactive segment is the last time index entry.
+
+Threads: the Log's lock guards every attribute here. File writes happen on the log's owner
+thread; readers take ``log_ref`` under the lock and ``pread`` after releasing it (see FileRef).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from . import _files
+from ._batch import BadBatch, iter_batches
+from ._fd import FileRef
+from .index import OffsetIndex, TimeIndex
+
+INT32_MAX = (1 << 31) - 1
+
+
+class LogSegment:
+    __slots__ = (
+        "directory",
+        "base_offset",
+        "log_ref",
+        "size",
+        "flushed_size",
+        "offset_index",
+        "time_index",
+        "index_interval_bytes",
+        "bytes_since_index",
+        "max_ts",
+        "max_ts_offset",
+        "last_time_entry_ts",
+        "rolled_at",
+        "indexes_checked",
+    )
+
+    def __init__(self, directory: str, base_offset: int, log_ref: FileRef, size: int,
+                 index_interval_bytes: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.log_ref = log_ref
+        self.size = size                 # published bytes: readers never look past this
+        self.flushed_size = 0            # bytes known fsynced
+        self.offset_index = OffsetIndex(_files.index_path(directory, base_offset), base_offset)
+        self.time_index = TimeIndex(_files.time_index_path(directory, base_offset), base_offset)
+        self.index_interval_bytes = index_interval_bytes
+        self.bytes_since_index = 0
+        self.max_ts: int | None = None   # None: not known yet (inactive, index not loaded)
+        self.max_ts_offset = -1
+        self.last_time_entry_ts: int | None = None
+        self.rolled_at = time.monotonic()  # start of the segment_ms clock
+        self.indexes_checked = False
+
+    # -- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: str, base_offset: int, index_interval_bytes: int) -> "LogSegment":
+        """A new, empty, active segment (existing files of that name are truncated)."""
+        fd = os.open(_files.log_path(directory, base_offset),
+                     os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        seg = cls(directory, base_offset, FileRef(fd), 0, index_interval_bytes)
+        seg.offset_index = OffsetIndex.create(seg.offset_index.path, base_offset)
+        seg.time_index = TimeIndex.create(seg.time_index.path, base_offset)
+        seg.max_ts = -1
+        seg.last_time_entry_ts = -1
+        seg.indexes_checked = True
+        return seg
+
+    @classmethod
+    def open_existing(cls, directory: str, base_offset: int,
+                      index_interval_bytes: int) -> "LogSegment":
+        """An inactive segment over existing files; no data is read."""
+        fd = os.open(_files.log_path(directory, base_offset), os.O_RDWR)
+        size = os.fstat(fd).st_size
+        seg = cls(directory, base_offset, FileRef(fd), size, index_interval_bytes)
+        seg.flushed_size = size
+        return seg
+
+    # -- indexes -------------------------------------------------------------------------------
+
+    def ensure_indexes(self, next_base: int | None) -> bool:
+        """Load and check the indexes once; rebuild them from the batches if they are unusable.
+
+        Returns True when they were rebuilt (the running index counters are then exact).
+        """
+        if self.indexes_checked:
+            return False
+        try:
+            ok = self.offset_index.check(self.size, next_base) and self.time_index.check(next_base)
+        except (OSError, ValueError):
+            ok = False
+        if not ok:
+            self.rebuild_indexes()
+            return True
+        self.indexes_checked = True
+        last = self.time_index.last_entry()
+        if self.max_ts is None:
+            if last is None:
+                self.max_ts, self.max_ts_offset = -1, -1
+            else:
+                self.max_ts, self.max_ts_offset = last[0], self.base_offset + last[1]
+        self.last_time_entry_ts = last[0] if last else -1
+        return False
+
+    def time_index_len(self) -> int:
+        return len(self.time_index)
+
+    def known_max_ts(self) -> tuple[int, int]:
+        """(largest maxTimestamp, last offset of its batch); (-1, -1) when none."""
+        if self.max_ts is None:
+            last = self.time_index.last_entry()
+            if last is None:
+                return -1, -1
+            return last[0], self.base_offset + last[1]
+        return self.max_ts, self.max_ts_offset
+
+    def restore_index_state_from_indexes(self) -> None:
+        """Running index counters of a cleanly closed active segment, without reading data."""
+        last = self.offset_index.last_entry()
+        self.bytes_since_index = self.size - (last[1] if last else 0)
+        t_last = self.time_index.last_entry()
+        if t_last is None:
+            self.max_ts, self.max_ts_offset, self.last_time_entry_ts = -1, -1, -1
+        else:
+            self.max_ts = self.last_time_entry_ts = t_last[0]
+            self.max_ts_offset = self.base_offset + t_last[1]
+
+    def index_entries_for(self, position: int, size: int, base: int, last: int,
+                          max_ts: int) -> tuple[bytes | None, bytes | None]:
+        """Apply the index policy to one append at ``position``; returns the entries to add.
+
+        Updates the running counters; the caller writes the entries and adds them to memory.
+        """
+        if max_ts > self.max_ts:
+            self.max_ts = max_ts
+            self.max_ts_offset = last
+        oi = ti = None
+        if self.bytes_since_index > self.index_interval_bytes:
+            oi = self.offset_index.pack(base - self.base_offset, position)
+            if self.max_ts > self.last_time_entry_ts:
+                ti = self.time_index.pack(self.max_ts, self.max_ts_offset - self.base_offset)
+                self.last_time_entry_ts = self.max_ts
+            self.bytes_since_index = 0
+        self.bytes_since_index += size
+        return oi, ti
+
+    def final_time_entry(self) -> bytes | None:
+        """The time index entry that records the segment's largest timestamp, if missing."""
+        if self.max_ts is not None and self.max_ts > (self.last_time_entry_ts or -1) \
+                and self.max_ts >= 0:
+            self.last_time_entry_ts = self.max_ts
+            return self.time_index.pack(self.max_ts, self.max_ts_offset - self.base_offset)
+        return None
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both index files from the batches (trusting sizes; no CRC checks)."""
+        self.write_indexes(_iter_until_bad(self.log_ref.fd, self.size))
+
+    def write_indexes(self, batches) -> None:
+        self.bytes_since_index = 0
+        self.max_ts, self.max_ts_offset = -1, -1
+        self.last_time_entry_ts = -1
+        oi_parts, ti_parts = [], []
+        for b in batches:
+            oi, ti = self.index_entries_for(b.position, b.size, b.base_offset, b.last_offset,
+                                            b.max_timestamp)
+            if oi:
+                oi_parts.append(oi)
+            if ti:
+                ti_parts.append(ti)
+        if not self.offset_index.active:
+            final = self.final_time_entry()
+            if final:
+                ti_parts.append(final)
+        self.offset_index.replace(b"".join(oi_parts))
+        self.time_index.replace(b"".join(ti_parts))
+        self.indexes_checked = True
+
+    def restore_index_state(self) -> None:
+        """Recompute the running index counters of a segment that becomes active again.
+
+        Reads the batches after the last offset index entry (at most about one index interval).
+        """
+        last = self.offset_index.last_entry()
+        start = last[1] if last else 0
+        t_last = self.time_index.last_entry()
+        if t_last is None:
+            self.max_ts, self.max_ts_offset, self.last_time_entry_ts = -1, -1, -1
+        else:
+            self.max_ts = self.last_time_entry_ts = t_last[0]
+            self.max_ts_offset = self.base_offset + t_last[1]
+        self.bytes_since_index = 0
+        for b in iter_batches(self.log_ref.fd, start, self.size):
+            if b.max_timestamp > self.max_ts:
+                self.max_ts, self.max_ts_offset = b.max_timestamp, b.last_offset
+            self.bytes_since_index += b.size
+
+    # -- state changes -----------------------------------------------------------------------
+
+    def activate(self) -> None:
+        self.offset_index.activate()
+        self.time_index.activate()
+
+    def deactivate(self) -> None:
+        self.offset_index.deactivate()
+        self.time_index.deactivate()
+
+    def truncate_at(self, position: int, offset: int) -> None:
+        """Drop every byte from ``position`` (a batch boundary holding ``offset``) on.
+
+        The segment must be active (its indexes in memory).
+        """
+        os.ftruncate(self.log_ref.fd, position)
+        self.size = position
+        self.flushed_size = min(self.flushed_size, position)
+        self.offset_index.truncate_entries(self.offset_index.entries_before_position(position))
+        keep = 0
+        for i in range(len(self.time_index)):
+            if self.base_offset + self.time_index.entry(i)[1] < offset:
+                keep = i + 1
+        self.time_index.truncate_entries(keep)
+        self.restore_index_state()
+
+    def fsync(self) -> None:
+        os.fsync(self.log_ref.fd)
+        self.offset_index.fsync()
+        self.time_index.fsync()
+
+    def delete(self) -> None:
+        """Remove the files. Open handles stay usable by whoever still holds them."""
+        try:
+            os.unlink(_files.log_path(self.directory, self.base_offset))
+        except FileNotFoundError:
+            pass
+        self.offset_index.delete()
+        self.time_index.delete()
+
+    def close(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        self.log_ref.close()
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
+
+
+def _iter_until_bad(fd: int, end: int):
+    try:
+        yield from iter_batches(fd, 0, end)
+    except BadBatch:
+        return
