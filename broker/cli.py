@@ -1,2 +1,93 @@
-def main() -> None:
-    print("headrace")
+"""The ``headrace`` command.
+
+    headrace serve [--host H] [--port P] [--data-dir DIR] [--config FILE] [--override k=v ...]
+
+Starts a broker (127.0.0.1:9092, data in ./headrace-data by default). SIGTERM and Ctrl-C
+stop it cleanly: in-flight requests are answered, every log is flushed and a clean-shutdown
+marker is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from .config import BROKER_SETTINGS, BrokerConfig, ConfigError
+
+EXIT_CONFIG = 2
+EXIT_STARTUP = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="headrace", description="A Kafka-compatible broker.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run a broker")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default 9092)")
+    serve.add_argument("--data-dir", help="data directory (default ./headrace-data)")
+    serve.add_argument("--config", help="Kafka-style properties file (key=value lines)")
+    serve.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="set one setting"
+    )
+    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    commands.add_parser("settings", help="list the settings and their defaults")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.command == "settings":
+        for s in BROKER_SETTINGS.values():
+            print(f"{s.name}={s.default}\n    {s.doc}")
+        return
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    overrides = list(args.override)
+    try:
+        config = BrokerConfig.load(args.config, overrides)
+        extra = []
+        if args.host or args.port is not None:
+            host, port = config.listener()
+            host, port = args.host or host, port if args.port is None else args.port
+            extra.append(f"listeners=PLAINTEXT://{host}:{port}")
+        if args.data_dir:
+            extra.append(f"log.dirs={args.data_dir}")
+        if extra:
+            config = BrokerConfig.load(args.config, overrides + extra)
+        config.listener()
+    except (ConfigError, OSError) as e:
+        print(f"headrace: {e}", file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
+    sys.exit(_run(config))
+
+
+def _run(config: BrokerConfig) -> int:
+    from .server import Broker, StartupError
+
+    try:
+        import uvloop
+    except ImportError:
+        runner = asyncio.run
+    else:
+        runner = uvloop.run
+
+    async def serve() -> int:
+        broker = Broker(config)
+        try:
+            await broker.start()
+        except StartupError as e:
+            print(f"headrace: {e}", file=sys.stderr)
+            return EXIT_STARTUP
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await broker.stop()
+        return 0
+
+    return runner(serve())

@@ -1,0 +1,205 @@
+"""Broker and topic settings, with Kafka's names, types and defaults.
+
+Broker settings come from a Kafka-style properties file (``--config``) and ``--override``
+pairs; an unknown name or a value of the wrong type is an error. Each topic setting takes its
+default from a broker setting (``segment.bytes`` from ``log.segment.bytes`` and so on) and can be
+set per topic through CreateTopics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+LONG_MAX = (1 << 63) - 1
+
+
+class ConfigError(ValueError):
+    """A setting that is unknown or has a value of the wrong type."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    name: str
+    type: str  # Kafka's config type: boolean, int, short, long, string, list
+    default: object
+    doc: str
+    topic: str | None = None  # the topic setting whose default this broker setting provides
+
+
+def _parse(setting: Setting, text: str) -> object:
+    text = text.strip()
+    try:
+        if setting.type == "boolean":
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        if setting.type in ("int", "short", "long"):
+            value = int(text)
+            bits = {"short": 16, "int": 32, "long": 64}[setting.type]
+            if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
+                raise ValueError(text)
+            return value
+        return text
+    except ValueError:
+        raise ConfigError(f"{setting.name}: {text!r} is not a valid {setting.type}") from None
+
+
+BROKER_SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in [
+        Setting("node.id", "int", 1, "The id this broker advertises."),
+        Setting("listeners", "string", "PLAINTEXT://127.0.0.1:9092", "Where to listen."),
+        Setting(
+            "advertised.listeners", "string", "", "Address given to clients (default: listeners)."
+        ),
+        Setting("log.dirs", "string", "./headrace-data", "The data directory."),
+        Setting("num.partitions", "int", 1, "Partitions of a topic created without a count."),
+        Setting("default.replication.factor", "short", 1, "Replication factor (one broker: 1)."),
+        Setting("auto.create.topics.enable", "boolean", True, "Create topics on first use."),
+        Setting("delete.topic.enable", "boolean", True, "Allow DeleteTopics."),
+        Setting(
+            "message.max.bytes", "int", 1048588, "Largest record batch accepted.",
+            topic="max.message.bytes",
+        ),
+        Setting("socket.request.max.bytes", "int", 104857600, "Largest request frame accepted."),
+        Setting("queued.max.requests", "int", 500, "Requests in flight per connection."),
+        Setting(
+            "queued.max.request.bytes", "long", 256 * 1024 * 1024,
+            "Request bytes in flight for the whole broker before reading stops.",
+        ),
+        Setting(
+            "connection.max.request.bytes", "long", 64 * 1024 * 1024,
+            "Request bytes in flight per connection before reading from it stops.",
+        ),
+        Setting("num.io.threads", "int", 4, "Handler queues; a connection always uses one."),
+        Setting(
+            "log.segment.bytes", "int", 1 << 30, "Roll a segment at this size.",
+            topic="segment.bytes",
+        ),
+        Setting(
+            "log.roll.ms", "long", 7 * 24 * 3600 * 1000, "Roll a segment at this age.",
+            topic="segment.ms",
+        ),
+        Setting(
+            "log.index.interval.bytes", "int", 4096, "Bytes between offset index entries.",
+            topic="index.interval.bytes",
+        ),
+        Setting(
+            "log.index.size.max.bytes", "int", 10 * 1024 * 1024, "Largest index file.",
+            topic="segment.index.bytes",
+        ),
+        Setting(
+            "log.flush.interval.messages", "long", LONG_MAX,
+            "Flush (fsync) once this many messages are unflushed; the ack waits for it.",
+            topic="flush.messages",
+        ),
+        Setting(
+            "log.flush.interval.ms", "long", LONG_MAX,
+            "Flush (fsync) unflushed data this often.",
+            topic="flush.ms",
+        ),
+        Setting(
+            "log.retention.ms", "long", 7 * 24 * 3600 * 1000, "Keep data this long.",
+            topic="retention.ms",
+        ),
+        Setting(
+            "log.retention.bytes", "long", -1, "Keep at most this much per partition.",
+            topic="retention.bytes",
+        ),
+        Setting(
+            "log.cleanup.policy", "list", "delete", "delete and/or compact.",
+            topic="cleanup.policy",
+        ),
+        Setting(
+            "log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.",
+            topic="message.timestamp.type",
+        ),
+        Setting(
+            "compression.type", "string", "producer", "Batches are kept as the producer sent them.",
+            topic="compression.type",
+        ),
+        Setting("min.insync.replicas", "int", 1, "One broker: 1.", topic="min.insync.replicas"),
+    ]
+}
+
+# topic setting name -> the broker setting that gives its default
+TOPIC_SETTINGS: dict[str, Setting] = {s.topic: s for s in BROKER_SETTINGS.values() if s.topic}
+_TOPIC_CHOICES = {
+    "cleanup.policy": {"delete", "compact"},
+    "message.timestamp.type": {"CreateTime", "LogAppendTime"},
+    "compression.type": {"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"},
+}
+
+
+def validate_topic_setting(name: str, value: str) -> object:
+    """Parse a per-topic setting; raises ConfigError for unknown names or bad values."""
+    setting = TOPIC_SETTINGS.get(name)
+    if setting is None:
+        raise ConfigError(f"unknown topic config {name!r}")
+    parsed = _parse(setting, value)
+    choices = _TOPIC_CHOICES.get(name)
+    if choices is not None:
+        words = {w.strip() for w in str(parsed).split(",")} if setting.type == "list" else {parsed}
+        if not words <= choices:
+            raise ConfigError(f"{name}: {value!r} is not one of {sorted(choices)}")
+    return parsed
+
+
+class BrokerConfig:
+    """Broker settings: defaults, then a properties file, then overrides."""
+
+    def __init__(self, values: dict[str, str] | None = None) -> None:
+        self.explicit: dict[str, object] = {}
+        for name, text in (values or {}).items():
+            setting = BROKER_SETTINGS.get(name)
+            if setting is None:
+                raise ConfigError(f"unknown setting {name!r}")
+            self.explicit[name] = _parse(setting, text)
+
+    def __getitem__(self, name: str) -> object:
+        if name in self.explicit:
+            return self.explicit[name]
+        return BROKER_SETTINGS[name].default
+
+    def source(self, name: str) -> str:
+        return "static" if name in self.explicit else "default"
+
+    @classmethod
+    def load(cls, path: str | Path | None, overrides: list[str]) -> BrokerConfig:
+        values: dict[str, str] = {}
+        if path is not None:
+            values.update(read_properties(Path(path).read_text()))
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"--override wants key=value, got {item!r}")
+            key, value = item.split("=", 1)
+            values[key.strip()] = value
+        return cls(values)
+
+    def listener(self, advertised: bool = False) -> tuple[str, int]:
+        text = str(self["advertised.listeners"] if advertised else "") or str(self["listeners"])
+        first = text.split(",")[0].strip()
+        if "://" in first:
+            first = first.split("://", 1)[1]
+        host, _, port = first.rpartition(":")
+        if not port.isdigit():
+            raise ConfigError(f"listener {text!r} wants host:port")
+        host = host.strip("[]")
+        if advertised and host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return host or "0.0.0.0", int(port)
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """Java-style properties: key=value or key: value lines, # and ! comments."""
+    values = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut <= 0:
+            raise ConfigError(f"line {number}: expected key=value, got {raw!r}")
+        values[line[:cut].strip()] = line[cut + 1 :].strip()
+    return values

@@ -1,0 +1,109 @@
+"""CreateTopics (key 19), versions 2-7.
+
+Checks, per topic: a legal name (INVALID_TOPIC_EXCEPTION), not already there
+(TOPIC_ALREADY_EXISTS), a partition count >= 1 or -1 for ``num.partitions``
+(INVALID_PARTITIONS), replication factor 1 or -1, as there is one broker
+(INVALID_REPLICATION_FACTOR), manual assignments only to this broker
+(INVALID_REPLICA_ASSIGNMENT), known topic settings with valid values (INVALID_CONFIG).
+``validate_only`` checks without creating.
+"""
+
+from __future__ import annotations
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .config import TOPIC_SETTINGS, ConfigError, validate_topic_setting
+from .describe_configs import config_entries
+from .topics import topic_name_error
+
+API_KEY = ApiKey.CREATE_TOPICS
+MIN_VERSION, MAX_VERSION = 2, 7
+
+R = messages.CreateTopicsResponse
+
+
+async def handle(broker, header, request):
+    results = []
+    names = [t.name for t in request.topics]
+    for t in request.topics:
+        result = R.CreatableTopicResult(name=t.name, error_code=ErrorCode.NONE, error_message=None)
+        results.append(result)
+        try:
+            partitions, configs = _check(broker, t, names)
+        except _Refused as e:
+            result.error_code, result.error_message = e.args
+            continue
+        if not request.validate_only:
+            try:
+                topic = await broker.topics.create(t.name, partitions, configs)
+            except FileExistsError:
+                result.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
+                result.error_message = f"Topic '{t.name}' already exists."
+                continue
+            except OSError as e:
+                result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                result.error_message = str(e)
+                continue
+            result.topic_id = topic.topic_id
+            topic_configs = config_entries(broker, topic)
+        else:
+            topic_configs = []
+        result.num_partitions = partitions
+        result.replication_factor = 1
+        result.configs = [
+            R.CreatableTopicConfigs(
+                name=e.name, value=e.value, read_only=False, config_source=e.source, is_sensitive=False
+            )
+            for e in topic_configs
+        ]
+    return R(throttle_time_ms=0, topics=results)
+
+
+class _Refused(Exception):
+    pass
+
+
+def _check(broker, t, names) -> tuple[int, dict]:
+    if names.count(t.name) > 1:
+        raise _Refused(ErrorCode.INVALID_REQUEST, f"Topic '{t.name}' appears more than once.")
+    problem = topic_name_error(t.name)
+    if problem:
+        raise _Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+    if broker.topics.get(t.name) is not None:
+        raise _Refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
+    if t.assignments:
+        if t.num_partitions != -1 or t.replication_factor != -1:
+            raise _Refused(
+                ErrorCode.INVALID_REQUEST,
+                "Both numPartitions or replicationFactor and replicasAssignments were set.",
+            )
+        indexes = sorted(a.partition_index for a in t.assignments)
+        if indexes != list(range(len(indexes))):
+            raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions must be 0..n-1.")
+        if any(a.broker_ids != [broker.node_id] for a in t.assignments):
+            raise _Refused(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Every replica must be on broker {broker.node_id}, the only one.",
+            )
+        partitions = len(indexes)
+    else:
+        partitions = int(broker.config["num.partitions"]) if t.num_partitions == -1 else t.num_partitions
+        if partitions < 1:
+            raise _Refused(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be at least 1.")
+        if t.replication_factor not in (-1, 1):
+            raise _Refused(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Replication factor: {t.replication_factor} larger than available brokers: 1.",
+            )
+    configs = {}
+    for c in t.configs:
+        if c.value is None:
+            continue
+        try:
+            configs[c.name] = validate_topic_setting(c.name, c.value)
+        except ConfigError as e:
+            raise _Refused(ErrorCode.INVALID_CONFIG, str(e)) from None
+    return partitions, configs
+
+
+__all__ = ["TOPIC_SETTINGS", "handle"]

@@ -1,0 +1,37 @@
+"""DeleteTopics (key 20), versions 1-6: by name, or from v6 by name or topic ID.
+
+A deleted topic disappears from metadata at once; its directories are renamed with a
+``-delete`` suffix and removed (leftovers are removed at the next start).
+"""
+
+from __future__ import annotations
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.DELETE_TOPICS
+MIN_VERSION, MAX_VERSION = 1, 6
+
+R = messages.DeleteTopicsResponse
+
+
+async def handle(broker, header, request):
+    if header.api_version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        topic = broker.topics.get(name) if name is not None else broker.topics.by_id.get(topic_id)
+        result = R.DeletableTopicResult(name=name, error_code=ErrorCode.NONE)
+        if topic_id is not None:
+            result.topic_id = topic_id
+        results.append(result)
+        if topic is None:
+            result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
+            continue
+        if not broker.config["delete.topic.enable"]:
+            result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+            continue
+        result.name, result.topic_id = topic.name, topic.topic_id
+        await broker.topics.delete(topic)
+    return R(throttle_time_ms=0, responses=results)

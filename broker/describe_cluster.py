@@ -1,0 +1,26 @@
+"""DescribeCluster (key 60), versions 0-2: the cluster id and its one broker."""
+
+from __future__ import annotations
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.DESCRIBE_CLUSTER
+MIN_VERSION, MAX_VERSION = 0, 2
+
+R = messages.DescribeClusterResponse
+CLUSTER_OPERATIONS = sum(1 << op for op in (4, 7, 8, 9, 10, 11, 12))  # all cluster operations
+
+
+def handle(broker, header, request):
+    host, port = broker.advertised
+    return R(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        endpoint_type=request.endpoint_type,
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        brokers=[R.DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port, rack=None)],
+        cluster_authorized_operations=(
+            CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else -(1 << 31)
+        ),
+    )

@@ -1,0 +1,99 @@
+"""Fetch (key 1), versions 4-18: the read path, with long polling.
+
+The stored batches are sent as they are on disk: a read returns bytes from the log, and the
+response encoder passes them through as their own chunk. Reads run in the broker's read
+thread pool, never on the event loop. When fewer than ``min_bytes`` are available the
+request waits, until ``max_wait_ms`` at the most, on the partitions' "log end advanced"
+signal (every append wakes the fetches waiting on that partition) and reads again.
+
+Limits: ``partition_max_bytes`` per partition and ``max_bytes`` for the response, except
+that the first partition with data always gets at least one whole batch, as in Kafka.
+From v13 topics are identified by topic ID. Fetch sessions are not kept: every response
+says session 0, so clients send full fetch requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.storage import OffsetOutOfRange, StorageError
+
+API_KEY = ApiKey.FETCH
+MIN_VERSION, MAX_VERSION = 4, 18
+
+R = messages.FetchResponse
+
+
+async def handle(broker, header, request):
+    version = header.api_version
+    by_id = version >= 13
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
+    wanted = []  # (topic response, partition response, partition or None, fetch offset, max bytes)
+    responses = []
+    for t in request.topics:
+        topic = broker.topics.by_id.get(t.topic_id) if by_id else broker.topics.get(t.topic)
+        out = R.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[])
+        responses.append(out)
+        for p in t.partitions:
+            resp = R.PartitionData(partition_index=p.partition, records=None)
+            out.partitions.append(resp)
+            if topic is None or not 0 <= p.partition < len(topic.partitions):
+                resp.error_code = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                resp.high_watermark = -1
+                continue
+            wanted.append((resp, topic.partitions[p.partition], p.fetch_offset, p.partition_max_bytes))
+    read_committed = request.isolation_level == 1
+    while True:
+        total = await loop.run_in_executor(broker.read_pool, _read_all, wanted, request.max_bytes)
+        errors = any(resp.error_code for resp, *_ in wanted)
+        remaining = deadline - loop.time()
+        if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
+            break
+        wakeup = loop.create_future()
+        parts = [part for _, part, _, _ in wanted]
+        for part in parts:
+            part.waiters.append(wakeup)
+        try:
+            await asyncio.wait_for(wakeup, remaining)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            for part in parts:
+                try:
+                    part.waiters.remove(wakeup)
+                except ValueError:
+                    pass
+    for resp, part, _, _ in wanted:
+        resp.aborted_transactions = [] if read_committed else None
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses)
+
+
+def _read_all(wanted, max_bytes: int) -> int:
+    """Fill in each partition's records and offsets (runs in a read thread)."""
+    total = 0
+    for resp, part, offset, partition_max in wanted:
+        log = part.log
+        resp.error_code = ErrorCode.NONE
+        resp.records = None
+        high_watermark = log.log_end_offset
+        resp.high_watermark = high_watermark
+        resp.last_stable_offset = high_watermark
+        resp.log_start_offset = log.log_start_offset
+        budget = min(partition_max, max_bytes - total)
+        if budget <= 0 and total:
+            continue
+        try:
+            data = log.read(offset, max(budget, 1), max_offset=high_watermark)
+        except OffsetOutOfRange:
+            resp.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+            continue
+        except StorageError:
+            resp.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            continue
+        if total and len(data) > budget:
+            continue  # only the first partition with data may go over the limits
+        resp.records = data
+        total += len(data)
+    return total

@@ -1,0 +1,57 @@
+"""InitProducerId (key 22), versions 0-5: producer ids for idempotent producers.
+
+Every call without a transactional id gets a new producer id, epoch 0. Ids are handed out
+from blocks of ``BLOCK`` reserved in ``producer-ids`` in the data directory (written and
+fsynced before the first id of a block is used), so no id is given twice, even across a
+crash. Transactional ids are refused until transactions exist (the client reports it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.INIT_PRODUCER_ID
+MIN_VERSION, MAX_VERSION = 0, 5
+
+R = messages.InitProducerIdResponse
+BLOCK = 1000
+FILE = "producer-ids"
+
+
+class ProducerIdManager:
+    def __init__(self, data_dir: Path) -> None:
+        self._path = data_dir / FILE
+        try:
+            self._reserved = int(self._path.read_text())
+        except (FileNotFoundError, ValueError):
+            self._reserved = 0
+        self._next = self._reserved
+        self._lock = asyncio.Lock()
+
+    async def next_id(self) -> int:
+        async with self._lock:
+            if self._next >= self._reserved:
+                await asyncio.to_thread(self._reserve, self._next + BLOCK)
+            pid = self._next
+            self._next += 1
+            return pid
+
+    def _reserve(self, upto: int) -> None:
+        tmp = self._path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            f.write(str(upto))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._path)
+        self._reserved = upto
+
+
+async def handle(broker, header, request):
+    if request.transactional_id is not None:
+        return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
+    pid = await broker.producer_ids.next_id()
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=0)

@@ -1,0 +1,67 @@
+"""ListOffsets (key 2), versions 1-11: offsets by time.
+
+Special timestamps: -1 latest (the high watermark), -2 earliest (the log start offset), -3
+the record with the largest timestamp (v7+), -4 earliest local (v8+, the log start), -5
+latest tiered (v9+, none: -1). A timestamp >= 0 finds the first record whose timestamp is at
+least that: the time index finds the batch, then the batch's records are read (this is the
+only place the broker looks inside a batch, and it is not on the produce or fetch path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol.records import decode_records
+
+API_KEY = ApiKey.LIST_OFFSETS
+MIN_VERSION, MAX_VERSION = 1, 11
+
+R = messages.ListOffsetsResponse
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+async def handle(broker, header, request):
+    loop = asyncio.get_running_loop()
+    topics = []
+    for t in request.topics:
+        topic = broker.topics.get(t.name)
+        partitions = []
+        for p in t.partitions:
+            if topic is None or not 0 <= p.partition_index < len(topic.partitions):
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                partitions.append(R.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code))
+                continue
+            log = topic.partitions[p.partition_index].log
+            timestamp, offset = await loop.run_in_executor(broker.read_pool, _lookup, log, p.timestamp)
+            partitions.append(
+                R.ListOffsetsPartitionResponse(
+                    partition_index=p.partition_index,
+                    error_code=ErrorCode.NONE,
+                    timestamp=timestamp,
+                    offset=offset,
+                    leader_epoch=0,
+                )
+            )
+        topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=partitions))
+    return R(throttle_time_ms=0, topics=topics)
+
+
+def _lookup(log, timestamp: int) -> tuple[int, int]:
+    """(timestamp, offset) for a ListOffsets target (runs in a read thread)."""
+    if timestamp == LATEST:
+        return -1, log.log_end_offset
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return -1, log.log_start_offset
+    if timestamp == LATEST_TIERED:
+        return -1, -1
+    if timestamp == MAX_TIMESTAMP:
+        return log.max_timestamp()
+    found = log.offset_for_timestamp(timestamp)
+    if found is None:
+        return -1, -1
+    base_offset, batch = found
+    for offset, record_timestamp, *_ in decode_records(memoryview(batch)):
+        if record_timestamp >= timestamp and offset >= log.log_start_offset:
+            return record_timestamp, offset
+    return -1, base_offset

@@ -1,0 +1,105 @@
+"""Metadata (key 3), versions 0-13: brokers, topics, partitions and leaders.
+
+One broker leads every partition. Topics are named (or, from v10, identified by topic ID).
+An unknown topic is created when ``auto.create.topics.enable`` is on and the request allows
+it (v4+); otherwise it gets UNKNOWN_TOPIC_OR_PARTITION.
+"""
+
+from __future__ import annotations
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .topics import topic_name_error
+
+API_KEY = ApiKey.METADATA
+MIN_VERSION, MAX_VERSION = 0, 13
+
+M = messages.MetadataResponse
+# every topic operation is allowed (no authorizer): READ 3 ... ALTER_CONFIGS 11
+TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+
+
+def handle(broker, header, request):
+    version = header.api_version
+    if request.topics is None or (version == 0 and not request.topics):
+        return _response(broker, header, list(broker.topics.topics.values()), [], request)
+    found, missing = [], []
+    for t in request.topics:
+        topic = broker.topics.by_id.get(t.topic_id) if t.name is None else broker.topics.get(t.name)
+        if topic is not None:
+            found.append(topic)
+        else:
+            missing.append(t)
+    creatable = [
+        t.name
+        for t in missing
+        if t.name is not None
+        and topic_name_error(t.name) is None
+        and broker.config["auto.create.topics.enable"]
+        and request.allow_auto_topic_creation
+    ]
+    if not creatable:
+        return _response(broker, header, found, missing, request)
+    return _create_then_respond(broker, header, request, found, missing, creatable)
+
+
+async def _create_then_respond(broker, header, request, found, missing, creatable):
+    partitions = int(broker.config["num.partitions"])
+    still_missing = []
+    for t in missing:
+        if t.name in creatable:
+            topic = broker.topics.get(t.name)
+            if topic is None:
+                try:
+                    topic = await broker.topics.create(t.name, partitions, {})
+                except FileExistsError:
+                    topic = broker.topics.get(t.name)
+            if topic is not None:
+                found.append(topic)
+                continue
+        still_missing.append(t)
+    return _response(broker, header, found, still_missing, request)
+
+
+def _response(broker, header, topics, missing, request):
+    node = broker.node_id
+    host, port = broker.advertised
+    include_ops = header.api_version >= 8 and request.include_topic_authorized_operations
+    out = []
+    for topic in topics:
+        out.append(
+            M.MetadataResponseTopic(
+                error_code=ErrorCode.NONE,
+                name=topic.name,
+                topic_id=topic.topic_id,
+                is_internal=False,
+                partitions=[
+                    M.MetadataResponsePartition(
+                        error_code=ErrorCode.NONE,
+                        partition_index=p.index,
+                        leader_id=node,
+                        leader_epoch=0,
+                        replica_nodes=[node],
+                        isr_nodes=[node],
+                        offline_replicas=[],
+                    )
+                    for p in topic.partitions
+                ],
+                **({"topic_authorized_operations": TOPIC_OPERATIONS} if include_ops else {}),
+            )
+        )
+    for t in missing:
+        if t.name is None:
+            code = ErrorCode.UNKNOWN_TOPIC_ID
+        elif topic_name_error(t.name):
+            code = ErrorCode.INVALID_TOPIC_EXCEPTION
+        else:
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        out.append(M.MetadataResponseTopic(error_code=code, name=t.name, topic_id=t.topic_id))
+    return M(
+        throttle_time_ms=0,
+        brokers=[M.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)],
+        cluster_id=broker.cluster_id,
+        controller_id=node,
+        topics=out,
+    )

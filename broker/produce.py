@@ -1,0 +1,89 @@
+"""Produce (key 0), versions 3-13 (listed from 0; v0-2 are refused): the write path.
+
+Each partition's payload is validated and appended on the spot (``Partition.append``: batch
+framing, size, CRC-32C, idempotent-producer sequence, offsets written in place) and the
+handler returns at once. When a partition's unflushed messages reach ``flush.messages`` the
+response waits for the flush stage, whose group commit covers every append made before it;
+otherwise the response is complete as soon as the data is in the page cache. acks=0 gets no
+response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.storage import StorageError
+
+API_KEY = ApiKey.PRODUCE
+MIN_VERSION, MAX_VERSION = 3, 13
+
+R = messages.ProduceResponse
+
+
+def handle(broker, header, request):
+    version = header.api_version
+    if request.acks not in (0, 1, -1):
+        code = ErrorCode.INVALID_REQUIRED_ACKS
+        return _all_failed(request, version, code)
+    topics = broker.topics
+    responses = []
+    to_flush = []
+    for t in request.topic_data:
+        topic = topics.by_id.get(t.topic_id) if version >= 13 else topics.get(t.name)
+        unknown = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        partitions = []
+        for p in t.partition_data:
+            if topic is None or not 0 <= p.index < len(topic.partitions):
+                partitions.append(R.PartitionProduceResponse(index=p.index, error_code=unknown))
+                continue
+            if request.transactional_id is not None:
+                code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                partitions.append(R.PartitionProduceResponse(index=p.index, error_code=code))
+                continue
+            partition = topic.partitions[p.index]
+            if p.records is None:
+                code, base = ErrorCode.CORRUPT_MESSAGE, -1
+            else:
+                code, base, count = partition.append(p.records, int(topic.setting("max.message.bytes")))
+                if count and partition.unflushed >= int(topic.setting("flush.messages")):
+                    partition.unflushed = 0
+                    to_flush.append(partition)
+            partitions.append(
+                R.PartitionProduceResponse(
+                    index=p.index,
+                    error_code=code,
+                    base_offset=base,
+                    log_start_offset=partition.log.log_start_offset,
+                )
+            )
+        responses.append(R.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=partitions))
+    response = R(responses=responses, throttle_time_ms=0)
+    if to_flush:
+        return _after_flush(broker.group_commit.flush(p.log for p in to_flush), response, request.acks)
+    return None if request.acks == 0 else response
+
+
+async def _after_flush(flushed: asyncio.Future, response, acks: int):
+    try:
+        await flushed
+    except StorageError:
+        for t in response.responses:
+            for p in t.partition_responses:
+                if p.error_code == ErrorCode.NONE:
+                    p.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                    p.base_offset = -1
+    return None if acks == 0 else response
+
+
+def _all_failed(request, version, code):
+    return R(
+        responses=[
+            R.TopicProduceResponse(
+                name=t.name,
+                topic_id=t.topic_id,
+                partition_responses=[R.PartitionProduceResponse(index=p.index, error_code=code) for p in t.partition_data],
+            )
+            for t in request.topic_data
+        ]
+    )

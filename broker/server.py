@@ -1,0 +1,248 @@
+"""The broker process: start-up, request dispatch to the API modules, clean shutdown.
+
+How this works
+--------------
+``Broker.handle`` is the pipeline's handler. It runs in a handler queue, in arrival order per
+connection: it decodes the request header, finds the API module (one per Kafka API, listed
+in ``APIS``), decodes the body and calls the module's ``handle(broker, header, request)``.
+A module returns the response message, ``None`` for no response (acks=0), or an awaitable of
+either when the answer comes later (a produce waiting for its flush, a long-polling fetch, an
+admin request doing disk work in a thread). Encoding the response header and body happens
+here, once, for every API.
+
+Requests the broker cannot parse close the connection, as Kafka does: an unknown API key, a
+version outside what we list (except ApiVersions, which answers UNSUPPORTED_VERSION with the
+list so the client can retry), or a malformed body.
+
+Start-up reads the clean-shutdown marker: without it, every log is recovered (torn tails cut).
+Shutdown stops accepting, answers what is in flight, flushes every log, writes the marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from headrace.pipeline import CloseConnection, GroupCommit, Limits, Request, serve
+from headrace.protocol import (
+    ApiKey,
+    DecodeError,
+    decode_request,
+    decode_request_header,
+    encode_response,
+    encode_response_header,
+    response_header_is_flexible,
+)
+
+from . import (
+    api_versions,
+    create_partitions,
+    create_topics,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
+    fetch,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    produce,
+)
+from .config import LONG_MAX, BrokerConfig
+from .init_producer_id import ProducerIdManager
+from .topics import TopicManager
+
+log = logging.getLogger("headrace")
+
+APIS = {
+    m.API_KEY: m
+    for m in (
+        produce,
+        fetch,
+        list_offsets,
+        metadata,
+        api_versions,
+        create_topics,
+        delete_topics,
+        init_producer_id,
+        describe_configs,
+        create_partitions,
+        describe_cluster,
+    )
+}
+
+CLEAN_SHUTDOWN = ".clean_shutdown"
+META = "meta.properties"
+
+
+class StartupError(Exception):
+    """The broker cannot start (data directory unusable, port taken...)."""
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id = int(config["node.id"])
+        self.host, self.port = config.listener()
+        self.data_dir = Path(str(config["log.dirs"])).absolute()
+        self.topics = TopicManager(self.data_dir, config)
+        self.cluster_id = ""
+        self.group_commit: GroupCommit | None = None
+        self.producer_ids: ProducerIdManager | None = None
+        self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
+        self._server: asyncio.base_events.Server | None = None
+        self._router = None
+        self._tasks: list[asyncio.Task] = []
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        host, port = self.config.listener(advertised=True)
+        return host, port if port else self.port
+
+    # lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        started = time.monotonic()
+        await asyncio.to_thread(self._open_data_dir)
+        self.group_commit = GroupCommit()
+        limits = Limits(
+            max_frame=int(self.config["socket.request.max.bytes"]),
+            per_connection=int(self.config["connection.max.request.bytes"]),
+            per_broker=int(self.config["queued.max.request.bytes"]),
+            requests_per_connection=int(self.config["queued.max.requests"]),
+        )
+        try:
+            self._server, self._router = await serve(
+                self, self.host, self.port, limits, queues=int(self.config["num.io.threads"])
+            )
+        except OSError as e:
+            raise StartupError(f"cannot listen on {self.host}:{self.port}: {e.strerror}") from e
+        if self.port == 0:
+            self.port = self._server.sockets[0].getsockname()[1]
+        flush_ms = int(self.config["log.flush.interval.ms"])
+        if flush_ms < LONG_MAX:
+            self._tasks.append(asyncio.create_task(self._flush_every(flush_ms / 1000)))
+        log.info(
+            "headrace listening on %s:%d, data in %s (%.0f ms)",
+            self.host, self.port, self.data_dir, (time.monotonic() - started) * 1000,
+        )
+
+    def _open_data_dir(self) -> None:
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.data_dir / ".probe"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise StartupError(f"data directory {self.data_dir} is not usable: {e}") from e
+        marker = self.data_dir / CLEAN_SHUTDOWN
+        clean = marker.exists() or not (self.data_dir / META).exists()  # a new directory is clean
+        self.cluster_id = self._cluster_id()
+        self.topics.load(recover=not clean)
+        self.producer_ids = ProducerIdManager(self.data_dir)
+        marker.unlink(missing_ok=True)
+        _fsync_dir(self.data_dir)
+        if not clean:
+            log.info("no clean-shutdown marker: logs were recovered")
+
+    def _cluster_id(self) -> str:
+        path = self.data_dir / META
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if line.startswith("cluster.id="):
+                    return line.split("=", 1)[1].strip()
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        path.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
+        return cluster_id
+
+    async def stop(self) -> None:
+        """Stop accepting, answer in-flight requests, flush everything, mark the stop clean."""
+        if self._server is None:
+            return
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await self._router.drain(timeout=5.0)
+        for conn in list(self._router.connections):
+            conn.close()
+        await self._router.close()
+        await self.group_commit.close()
+        await asyncio.to_thread(self._close_data_dir)
+        self.read_pool.shutdown(wait=True)
+        self._server = None
+        log.info("headrace stopped cleanly")
+
+    def _close_data_dir(self) -> None:
+        self.topics.close()
+        (self.data_dir / CLEAN_SHUTDOWN).write_bytes(b"")
+        _fsync_dir(self.data_dir)
+
+    async def _flush_every(self, seconds: float) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            dirty = [p for t in self.topics.topics.values() for p in t.partitions if p.unflushed]
+            for p in dirty:
+                p.unflushed = 0
+            if dirty:
+                try:
+                    await self.group_commit.flush(p.log for p in dirty)
+                except Exception:
+                    log.exception("periodic flush failed")
+
+    # the pipeline's handler --------------------------------------------------------------------
+
+    def handle(self, request: Request):
+        frame = memoryview(request.frame)
+        try:
+            header, offset = decode_request_header(frame)
+        except DecodeError as e:
+            raise CloseConnection(f"malformed request header: {e}") from None
+        api = APIS.get(header.api_key)
+        if api is None:
+            raise CloseConnection(f"unknown api key {header.api_key}")
+        version = header.api_version
+        if not api.MIN_VERSION <= version <= api.MAX_VERSION:
+            if api is api_versions:
+                return self._encode(header, api_versions.unsupported(), version=0)
+            raise CloseConnection(f"unsupported version {version} of api key {header.api_key}")
+        try:
+            body = decode_request(header.api_key, version, frame, offset)
+        except DecodeError as e:
+            raise CloseConnection(f"malformed {api.__name__} v{version} request: {e}") from None
+        outcome = api.handle(self, header, body)
+        if outcome is None:
+            return None
+        if hasattr(outcome, "__await__"):
+            return self._encode_later(header, outcome)
+        return self._encode(header, outcome)
+
+    def connection_closed(self, connection) -> None:
+        pass
+
+    def _encode(self, header, response, version: int | None = None) -> list:
+        version = header.api_version if version is None else version
+        flexible = response_header_is_flexible(header.api_key, version)
+        head = encode_response_header(header.correlation_id, flexible)
+        body = encode_response(header.api_key, version, response)
+        body[0] = head + body[0]  # one small write for header and the first part of the body
+        return body
+
+    async def _encode_later(self, header, awaitable) -> list | None:
+        response = await awaitable
+        return None if response is None else self._encode(header, response)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["APIS", "ApiKey", "Broker", "StartupError"]

@@ -1,0 +1,246 @@
+"""Topics and partitions: their metadata, their logs, and the append path of a produce.
+
+Topic metadata (id, partition count, per-topic settings) is kept in ``topics.json`` in the
+data directory, replaced atomically on every change; each partition's log lives in
+``<topic>-<partition>/``, as in Kafka. Opening, creating and deleting logs touch the disk, so
+those run in a worker thread; the maps below are changed on the event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from headrace.protocol.errors import ErrorCode
+from headrace.protocol.records import crc_matches, iter_batches, set_base_offset, CorruptRecordError
+from headrace.storage import Log, LogConfig, StorageError
+
+from .config import TOPIC_SETTINGS, BrokerConfig
+from .producer_state import ProducerStateManager, last_sequence
+
+TOPICS_FILE = "topics.json"
+DELETED_SUFFIX = "-delete"
+MAX_NAME = 249
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def topic_name_error(name: str) -> str | None:
+    if not name or name in (".", ".."):
+        return "topic name is empty, '.' or '..'"
+    if len(name) > MAX_NAME:
+        return f"topic name is longer than {MAX_NAME} characters"
+    if not _LEGAL_NAME.match(name):
+        return "topic name may contain only ASCII letters, digits, '.', '_' and '-'"
+    return None
+
+
+class Partition:
+    """One partition: its log, producer state and fetchers waiting for new data."""
+
+    __slots__ = ("topic", "index", "log", "producers", "waiters", "unflushed")
+
+    def __init__(self, topic: Topic, index: int, log: Log, producers: ProducerStateManager):
+        self.topic = topic
+        self.index = index
+        self.log = log
+        self.producers = producers
+        self.waiters: list[asyncio.Future] = []
+        self.unflushed = 0  # messages appended since the last flush was asked for
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.log_end_offset
+
+    def append(self, records: memoryview, max_batch: int) -> tuple[int, int, int]:
+        """Validate, assign offsets and append one produce payload.
+
+        Returns (error code, base offset, messages appended). Offsets are written into the
+        payload in place; the CRC does not cover them. Nothing is appended unless every batch
+        is valid.
+        """
+        try:
+            batches = list(iter_batches(records))
+        except CorruptRecordError:
+            return ErrorCode.CORRUPT_MESSAGE, -1, 0
+        if not batches:
+            return ErrorCode.CORRUPT_MESSAGE, -1, 0
+        count = 0
+        for pos, size, h in batches:
+            if size > max_batch:
+                return ErrorCode.MESSAGE_TOO_LARGE, -1, 0
+            if h.records_count != h.last_offset_delta + 1 or h.records_count <= 0:
+                return ErrorCode.CORRUPT_MESSAGE, -1, 0
+            if not crc_matches(records[pos : pos + size]):
+                return ErrorCode.CORRUPT_MESSAGE, -1, 0
+            count += h.records_count
+        first = batches[0][2]
+        pid = first.producer_id
+        if pid >= 0:
+            if len(batches) != 1:
+                return ErrorCode.INVALID_RECORD, -1, 0
+            if first.is_transactional:
+                return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, -1, 0
+            last_seq = last_sequence(first.base_sequence, first.last_offset_delta)
+            error, retry_offset = self.producers.check(
+                pid, first.producer_epoch, first.base_sequence, last_seq
+            )
+            if error:
+                return error, -1, 0
+            if retry_offset >= 0:
+                return ErrorCode.NONE, retry_offset, 0
+        log = self.log
+        base = offset = log.log_end_offset
+        max_timestamp = -1
+        for pos, size, h in batches:
+            set_base_offset(records, pos, offset)
+            offset += h.records_count
+            if h.max_timestamp > max_timestamp:
+                max_timestamp = h.max_timestamp
+        try:
+            log.append(records, base, offset - 1, max_timestamp)
+        except StorageError:
+            return ErrorCode.KAFKA_STORAGE_ERROR, -1, 0
+        if pid >= 0:
+            self.producers.record(pid, first.producer_epoch, first.base_sequence, last_seq, base)
+        self.unflushed += count
+        if self.waiters:
+            waiters, self.waiters = self.waiters, []
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+        return ErrorCode.NONE, base, count
+
+    def close(self) -> None:
+        self.log.close()
+        self.producers.write_snapshot(Path(self.log.path), self.log.log_end_offset)
+
+
+@dataclass(eq=False)
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    configs: dict[str, object]  # per-topic settings set explicitly
+    broker_config: BrokerConfig
+    partitions: list[Partition] = field(default_factory=list)
+
+    def setting(self, name: str) -> object:
+        if name in self.configs:
+            return self.configs[name]
+        return self.broker_config[TOPIC_SETTINGS[name].name]
+
+    def log_config(self) -> LogConfig:
+        return LogConfig(
+            segment_bytes=int(self.setting("segment.bytes")),
+            segment_ms=int(self.setting("segment.ms")),
+            index_interval_bytes=int(self.setting("index.interval.bytes")),
+            segment_index_bytes=int(self.setting("segment.index.bytes")),
+        )
+
+
+class TopicManager:
+    """All topics of this broker, by name and by id."""
+
+    def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
+        self.data_dir = data_dir
+        self.config = config
+        self.topics: dict[str, Topic] = {}
+        self.by_id: dict[uuid.UUID, Topic] = {}
+        self._lock = asyncio.Lock()
+
+    # start and stop (called in a worker thread before serving and after it) ---------------
+
+    def load(self, recover: bool) -> None:
+        """Open every topic's logs; ``recover`` after an unclean stop."""
+        for path in self.data_dir.glob(f"*{DELETED_SUFFIX}"):
+            shutil.rmtree(path, ignore_errors=True)
+        try:
+            saved = json.loads((self.data_dir / TOPICS_FILE).read_text())
+        except FileNotFoundError:
+            saved = {}
+        for name, meta in saved.items():
+            topic = Topic(name, uuid.UUID(meta["id"]), dict(meta["configs"]), self.config)
+            for i in range(meta["partitions"]):
+                topic.partitions.append(self._open_partition(topic, i, recover))
+            self.topics[name] = topic
+            self.by_id[topic.topic_id] = topic
+
+    def close(self) -> None:
+        for topic in self.topics.values():
+            for p in topic.partitions:
+                p.close()
+
+    def _open_partition(self, topic: Topic, index: int, recover: bool) -> Partition:
+        path = self.data_dir / f"{topic.name}-{index}"
+        log = Log.open(path, topic.log_config(), recover=recover)
+        return Partition(topic, index, log, ProducerStateManager.load(path, log))
+
+    def _save(self) -> None:
+        data = {
+            t.name: {"id": str(t.topic_id), "partitions": len(t.partitions), "configs": t.configs}
+            for t in self.topics.values()
+        }
+        tmp = self.data_dir / (TOPICS_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.data_dir / TOPICS_FILE)
+        fd = os.open(self.data_dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # changes (on the event loop; disk work in a thread) ---------------------------------------
+
+    def get(self, name: str) -> Topic | None:
+        return self.topics.get(name)
+
+    async def create(self, name: str, partitions: int, configs: dict[str, object]) -> Topic:
+        """Create a topic; the caller has validated the name, count and settings."""
+        async with self._lock:
+            if name in self.topics:
+                raise FileExistsError(name)
+            topic = Topic(name, uuid.uuid4(), configs, self.config)
+            self.topics[name] = topic
+            self.by_id[topic.topic_id] = topic
+            try:
+                await asyncio.to_thread(self._add_partitions, topic, partitions)
+            except BaseException:
+                del self.topics[name], self.by_id[topic.topic_id]
+                raise
+            return topic
+
+    async def add_partitions(self, topic: Topic, total: int) -> None:
+        async with self._lock:
+            await asyncio.to_thread(self._add_partitions, topic, total)
+
+    def _add_partitions(self, topic: Topic, total: int) -> None:
+        opened = [self._open_partition(topic, i, True) for i in range(len(topic.partitions), total)]
+        topic.partitions = topic.partitions + opened
+        self._save()
+
+    async def delete(self, topic: Topic) -> None:
+        async with self._lock:
+            self.topics.pop(topic.name, None)
+            self.by_id.pop(topic.topic_id, None)
+            for p in topic.partitions:
+                for w in p.waiters:
+                    if not w.done():
+                        w.set_result(None)
+            await asyncio.to_thread(self._delete_files, topic)
+
+    def _delete_files(self, topic: Topic) -> None:
+        self._save()
+        for p in topic.partitions:
+            p.log.close()
+            path = Path(p.log.path)
+            doomed = path.with_name(f"{path.name}.{topic.topic_id.hex}{DELETED_SUFFIX}")
+            os.replace(path, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
