@@ -123,11 +123,17 @@ def is_flexible(api_key: int, version: int) -> bool:
     Follows the schema's ``flexibleVersions`` even beyond the valid range (as Kafka does for
     headers of too-new requests). Unknown keys are not flexible.
     """
-    try:
-        cls = request_class(api_key)
-    except UnsupportedVersionError:
-        return False
-    return version in cls._spec.flexible
+    lo = _flexible_from.get(api_key)
+    if lo is None:
+        try:
+            flex = request_class(api_key)._spec.flexible
+        except UnsupportedVersionError:
+            return False
+        lo = _flexible_from[api_key] = flex.lo if not flex.empty else 1 << 16
+    return version >= lo
+
+
+_flexible_from: dict[int, int] = {}
 
 
 def _check_version(cls, version: int) -> None:
@@ -149,9 +155,10 @@ def decode_message(cls, version: int, buf, offset: int = 0, *, exact: bool = Tru
     if dec is None:
         _check_version(cls, version)
         dec = get_decoder(cls, version)
-    mv = buf if type(buf) is memoryview else memoryview(buf)
-    if mv.ndim != 1 or mv.itemsize != 1:
-        mv = mv.cast("B")
+    if type(buf) is memoryview:
+        mv = buf if buf.ndim == 1 and buf.itemsize == 1 else buf.cast("B")
+    else:
+        mv = memoryview(buf)
     try:
         msg, pos = dec(mv, offset)
     except DecodeError:
