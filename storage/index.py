@@ -28,13 +28,14 @@ class _SparseIndex:
     ENTRY: struct.Struct
     ENTRY_SIZE: int
 
-    __slots__ = ("path", "base_offset", "_buf", "_ref")
+    __slots__ = ("path", "base_offset", "_buf", "_ref", "torn")
 
     def __init__(self, path: str, base_offset: int) -> None:
         self.path = path
         self.base_offset = base_offset
         self._buf: bytearray | mmap.mmap | bytes | None = None  # None: not loaded
         self._ref: FileRef | None = None  # write handle while active
+        self.torn = False  # the file ended in a partial entry when loaded
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -55,7 +56,9 @@ class _SparseIndex:
         if self._buf is not None:
             return
         with open(self.path, "rb") as f:
-            n = os.fstat(f.fileno()).st_size // self.ENTRY_SIZE
+            size = os.fstat(f.fileno()).st_size
+            n = size // self.ENTRY_SIZE
+            self.torn = size % self.ENTRY_SIZE != 0
             if n == 0:
                 self._buf = b""
             else:
@@ -71,6 +74,7 @@ class _SparseIndex:
         ref = FileRef(fd)
         size = os.fstat(fd).st_size
         whole = size - size % self.ENTRY_SIZE
+        self.torn = whole != size
         data = bytearray(os.pread(fd, whole, 0)) if whole else bytearray()
         if whole != size:
             os.ftruncate(fd, whole)
@@ -163,6 +167,7 @@ class _SparseIndex:
         os.replace(tmp, self.path)
         self._ref = None
         self._buf = None
+        self.torn = False
         if was_active:
             self.activate()
 
@@ -225,6 +230,8 @@ class OffsetIndex(_SparseIndex):
     def check(self, segment_size: int, next_base: int | None) -> bool:
         """Cheap consistency test of an index against its segment."""
         n = len(self)
+        if self.torn:
+            return False
         if n == 0:
             return True
         first_rel, first_pos = self.entry(0)
@@ -273,6 +280,8 @@ class TimeIndex(_SparseIndex):
 
     def check(self, next_base: int | None) -> bool:
         n = len(self)
+        if self.torn:
+            return False
         if n == 0:
             return True
         if self.entry(0)[1] < 0:

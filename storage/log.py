@@ -147,8 +147,11 @@ class Log:
         if clean:
             leo = cp.end_offset
             recovery_point = min(cp.recovery_point, leo)
+            missing = not (active.offset_index.exists() and active.time_index.exists())
             active.activate()
-            if not active.ensure_indexes(None):
+            if missing:
+                active.rebuild_indexes()
+            elif not active.ensure_indexes(leo):
                 active.restore_index_state_from_indexes()
         else:
             if not recover:
@@ -402,7 +405,9 @@ class Log:
                 if generation != self._generation:
                     return None
                 jump = seg.offset_index.boundary_at_or_before(target, hw)
-            for b in iter_batches(fd, max(jump, end), limit):
+            if jump > end:
+                end = jump  # an indexed boundary within both limits
+            for b in iter_batches(fd, end, limit):
                 if b.base_offset >= hw or b.position + b.size > target:
                     break
                 end = b.position + b.size
@@ -424,8 +429,7 @@ class Log:
         offset = from_offset
         for seg in segments:
             with self._lock:
-                seg.ensure_indexes(None if seg is self._active else
-                                   self._next_base(seg))
+                seg.ensure_indexes(self._next_base(seg))
                 _, position = seg.offset_index.lookup(max(offset, seg.base_offset))
                 limit = seg.size
                 ref = seg.log_ref
@@ -455,7 +459,7 @@ class Log:
                 if seg.size == 0:
                     continue
                 try:
-                    seg.ensure_indexes(None if seg is self._active else self._next_base(seg))
+                    seg.ensure_indexes(self._next_base(seg))
                 except OSError:
                     continue  # deleted meanwhile
                 if seg.known_max_ts()[0] < timestamp:
