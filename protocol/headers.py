@@ -67,7 +67,10 @@ def decode_request_header(frame, offset: int = 0) -> tuple[RequestHeader, int]:
         pos = end
     header = RequestHeader(api_key, api_version, correlation_id, client_id)
     if is_flexible(api_key, api_version):
-        pos = _skip_tagged_fields(frame, pos)
+        if pos < len(frame) and frame[pos] == 0:  # the usual empty tagged section
+            pos += 1
+        else:
+            pos = _skip_tagged_fields(frame, pos)
     return header, pos
 
 
