@@ -118,7 +118,7 @@ class Partition:
 
     def close(self) -> None:
         self.log.close()
-        self.producers.write_snapshot(Path(self.log.path), self.log.log_end_offset)
+        self.producers.write_snapshot(Path(self.log.directory), self.log.log_end_offset)
 
 
 @dataclass(eq=False)
@@ -240,7 +240,7 @@ class TopicManager:
         self._save()
         for p in topic.partitions:
             p.log.close()
-            path = Path(p.log.path)
+            path = Path(p.log.directory)
             doomed = path.with_name(f"{path.name}.{topic.topic_id.hex}{DELETED_SUFFIX}")
             os.replace(path, doomed)
             shutil.rmtree(doomed, ignore_errors=True)
