@@ -23,6 +23,12 @@ class WireClient:
     def close(self) -> None:
         self.sock.close()
 
+    def __enter__(self) -> WireClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
 

@@ -327,3 +327,25 @@ def test_delete_removes_directory(open_log, log_dir):
     Writer(log).append_many(5)
     log.delete()
     assert not log_dir.exists()
+
+
+def test_flush_writes_checkpoint(open_log, log_dir, monkeypatch):
+    from headrace.storage import log as log_module
+    from headrace.storage.checkpoint import read_checkpoint
+
+    log = open_log()
+    w = Writer(log, seed=13)
+    w.append_many(30)
+    monkeypatch.setattr(log_module, "CHECKPOINT_INTERVAL_S", 3600.0)
+    log.flush()
+    assert log.recovery_point == log.log_end_offset
+    cp = read_checkpoint(str(log_dir))
+    assert cp.recovery_point < log.recovery_point  # rate-limited
+    monkeypatch.setattr(log_module, "CHECKPOINT_INTERVAL_S", 0.0)
+    w.append()
+    log.flush()
+    cp = read_checkpoint(str(log_dir))
+    assert cp.recovery_point == log.log_end_offset and cp.end_offset is None
+    log.close()
+    cp = read_checkpoint(str(log_dir))
+    assert (cp.recovery_point, cp.end_offset) == (log.log_end_offset, log.log_end_offset)
