@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 
 KAFKA_VERSION = "3.9.2"
+KAFKA4_VERSION = "4.0.2"  # also works: pass version=KAFKA4_VERSION (log4j2 instead of reload4j)
 HOST = "127.0.0.1"
 HERE = Path(__file__).resolve().parent
 POM_DIR = HERE / "kafka"
@@ -85,8 +86,21 @@ def classpath(version: str = KAFKA_VERSION, refresh: bool = False) -> str:
         cp = cp_file.read_text().strip()
         if cp and all(os.path.exists(p) for p in cp.split(os.pathsep)):
             return cp
-    _run_maven_classpath(POM_DIR, cp_file, [f"-Dkafka.version={version}"])
+    profile = "log4j2" if _major(version) >= 4 else "log4j1"
+    _run_maven_classpath(POM_DIR, cp_file, [f"-Dkafka.version={version}", f"-P{profile}"])
     return cp_file.read_text().strip()
+
+
+def _major(version: str) -> int:
+    return int(version.split(".", 1)[0])
+
+
+def log_flags(version: str, tool: bool) -> list[str]:
+    """JVM flags selecting the logging configuration (reload4j for 3.x, log4j2 for 4.x)."""
+    prefix = "tools-" if tool else ""
+    if _major(version) >= 4:
+        return [f"-Dlog4j2.configurationFile={POM_DIR / (prefix + 'log4j2.properties')}"]
+    return [f"-Dlog4j.configuration=file:{POM_DIR / (prefix + 'log4j.properties')}"]
 
 
 def _run_maven_classpath(project_dir: Path, out_file: Path, extra: list[str]) -> None:
@@ -226,7 +240,10 @@ class ApacheKafka:
         return self.properties_file
 
     def format_storage(self, cp: str) -> None:
-        java = ["java", *TOOL_JVM_FLAGS, f"-Dlog4j.configuration=file:{POM_DIR / 'tools-log4j.properties'}",
+        """Format the log directory with a fresh cluster id, unless it already is formatted."""
+        if (self.data_dir / "kraft-logs" / "meta.properties").exists():
+            return
+        java = ["java", *TOOL_JVM_FLAGS, *log_flags(self.version, tool=True),
                 "-cp", cp, "kafka.tools.StorageTool"]
         cluster_id = subprocess.run([*java, "random-uuid"], check=True, capture_output=True,
                                     text=True).stdout.strip().splitlines()[-1]
@@ -244,8 +261,7 @@ class ApacheKafka:
         self.format_storage(cp)
         logs = self.data_dir / "logs"
         logs.mkdir(exist_ok=True)
-        cmd = ["java", *self.jvm_flags,
-               f"-Dlog4j.configuration=file:{POM_DIR / 'log4j.properties'}",
+        cmd = ["java", *self.jvm_flags, *log_flags(self.version, tool=False),
                f"-Dkafka.logs.dir={logs}", "-cp", cp, "kafka.Kafka", str(self.properties_file)]
         self._out = open(self.data_dir / "kafka.out", "ab")
         self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT,
@@ -364,7 +380,7 @@ def run_tool(main_class: str, args: list[str], version: str = KAFKA_VERSION,
     """Run a Kafka tool main class (e.g. ``org.apache.kafka.tools.ProducerPerformance``) with
     the resolved class path; return its standard output (stderr is appended on failure)."""
     cmd = ["java", *(jvm_flags if jvm_flags is not None else TOOL_JVM_FLAGS),
-           f"-Dlog4j.configuration=file:{POM_DIR / 'tools-log4j.properties'}",
+           *log_flags(version, tool=True),
            "-cp", classpath(version), main_class, *args]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if check and res.returncode != 0:
@@ -414,8 +430,13 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--timeout", type=float, default=30)
     r = sub.add_parser("tool", help="run a Kafka tool main class")
     r.add_argument("main_class")
-    r.add_argument("args", nargs=argparse.REMAINDER)
+    r.add_argument("args", nargs="*", help="tool arguments, after --")
     r.add_argument("--version", default=KAFKA_VERSION)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    tool_args: list[str] = []
+    if "--" in argv:  # everything after "--" belongs to the tool
+        cut = argv.index("--")
+        argv, tool_args = argv[:cut], argv[cut + 1:]
     a = ap.parse_args(argv)
 
     if a.cmd == "classpath":
@@ -432,8 +453,8 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"no running broker recorded in {a.data_dir}")
             return 1
     elif a.cmd == "tool":
-        args = a.args[1:] if a.args[:1] == ["--"] else a.args
-        sys.stdout.write(run_tool(a.main_class, args, version=a.version, timeout=None))
+        sys.stdout.write(run_tool(a.main_class, a.args + tool_args, version=a.version,
+                                  timeout=None))
     return 0
 
 

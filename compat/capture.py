@@ -22,7 +22,9 @@ every client through the proxy, replaces the golden files; a couple of minutes):
     /tmp/venv/bin/python compat/capture.py all --clients librdkafka,aiokafka   # only some
 
 Clients: ``java39`` and ``java40`` (compat/java with kafka-clients 3.9.x / 4.0.x: admin,
-idempotent zstd producer with headers, group consumer, transactions), ``librdkafka``
+idempotent zstd producer with headers, group consumer, transactions; java40 runs against
+Apache Kafka 4.0 and twice, with the classic and the KIP-848 consumer group protocol; every
+other client runs against Apache Kafka 3.9), ``librdkafka``
 (confluent-kafka: the same scenario, lz4), ``kafka-python`` (gzip producer, group consumer,
 admin create/delete topic), ``aiokafka`` (producer, group consumer).
 
@@ -287,20 +289,25 @@ class Recorder:
 # Client drivers (each produces only a few tiny records)
 
 
-def drive_java(bootstrap: str, label: str, profile: str | None) -> None:
+def drive_java(bootstrap: str, label: str, profile: str | None,
+               group_protocols: tuple[str, ...] = ("classic",)) -> None:
     version_dir = _java_build(profile)
     cp = (version_dir / "classpath.txt").read_text().strip()
-    cmd = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-           "-cp", f"{version_dir / 'classes'}:{cp}", "dev.headrace.compat.Scenario",
-           bootstrap, label]
-    subprocess.run(cmd, check=True, timeout=300)
+    for protocol in group_protocols:
+        name = label if protocol == "classic" else f"{label}-{protocol}"
+        cmd = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+               "-cp", f"{version_dir / 'classes'}:{cp}", "dev.headrace.compat.Scenario",
+               bootstrap, name, protocol]
+        subprocess.run(cmd, check=True, timeout=300)
 
 
 def _java_build(profile: str | None) -> Path:
     before = set(JAVA_DIR.glob("target/kafka-clients-*"))
     cmd = ["mvn", "-q", "-B", "-Dstyle.color=never", "package"] + ([f"-P{profile}"] if profile else [])
     print(f"[capture] building compat/java: {' '.join(cmd)}", flush=True)
-    subprocess.run(cmd, cwd=JAVA_DIR, check=True, timeout=900)
+    res = subprocess.run(cmd, cwd=JAVA_DIR, capture_output=True, text=True, timeout=900)
+    if res.returncode != 0:
+        raise RuntimeError(f"Maven build failed:\n{res.stdout}\n{res.stderr}")
     # the folder name carries the kafka-clients version the profile selected
     wanted = "kafka-clients-4." if profile == "kafka40" else "kafka-clients-3."
     dirs = [d for d in JAVA_DIR.glob("target/kafka-clients-*") if d.name.startswith(wanted)]
@@ -437,9 +444,14 @@ def drive_aiokafka(bootstrap: str, label: str) -> None:
     asyncio.run(run())
 
 
+# Apache Kafka version each client is captured against (default: the 3.9 line). The 4.0 client
+# meets a 4.0 broker, so its frames show the versions 4.x pairs negotiate and KIP-848.
+BROKER_VERSION = {"java40": "4.0.2"}
+DEFAULT_BROKER = "3.9.2"
+
 DRIVERS = {
     "java39": lambda b, l: drive_java(b, l, None),
-    "java40": lambda b, l: drive_java(b, l, "kafka40"),
+    "java40": lambda b, l: drive_java(b, l, "kafka40", ("classic", "consumer")),
     "librdkafka": drive_librdkafka,
     "kafka-python": drive_kafka_python,
     "aiokafka": drive_aiokafka,
@@ -473,25 +485,44 @@ def free_ports(n: int) -> list[int]:
 
 def capture_all(clients: list[str], out_dir: Path, proxy_port: int = 0,
                 kafka_port: int = 0) -> int:
-    """Start Apache Kafka behind a recorder and run ``clients`` one after another. Ports
-    default to free ephemeral ones, so nothing else on the machine wanders into the capture."""
+    """Run ``clients`` one after another through a recorder in front of Apache Kafka (one
+    broker per Kafka version needed). Ports default to free ephemeral ones, so nothing else on
+    the machine wanders into the capture."""
+    failures: list[str] = []
+    summary: dict[str, dict] = {}
+    by_version: dict[str, list[str]] = {}
+    for name in clients:
+        by_version.setdefault(BROKER_VERSION.get(name, DEFAULT_BROKER), []).append(name)
+    for version, names in by_version.items():
+        summary.update(_capture_with(version, names, out_dir, proxy_port, kafka_port, failures))
+    _write_manifest(out_dir, summary)
+    for name in clients:
+        files = sorted(out_dir.glob(f"{name}__*.bin"))
+        size = sum(f.stat().st_size for f in files)
+        print(f"[capture] {name}: {len(files)} files, {size} bytes", flush=True)
+    if failures:
+        print(f"[capture] failed clients: {', '.join(failures)}", flush=True)
+    return 1 if failures else 0
+
+
+def _capture_with(version: str, clients: list[str], out_dir: Path, proxy_port: int,
+                  kafka_port: int, failures: list[str]) -> dict[str, dict]:
     ak = _load_apache_kafka()
     ports = free_ports(4)
     proxy_port = proxy_port or ports[0]
     kafka_port = kafka_port or ports[1]
     data_dir = Path(tempfile.mkdtemp(prefix="headrace-capture-"))
     kafka = ak.ApacheKafka(data_dir, port=kafka_port, controller_port=ports[2],
-                           internal_port=ports[3], advertised_port=proxy_port,
+                           internal_port=ports[3], advertised_port=proxy_port, version=version,
                            offsets_partitions=1, txn_partitions=1)
     recorder = Recorder(proxy_port, kafka_port, out_dir)
-    failures = []
     try:
         recorder.start()
         kafka.start()
         for name in clients:
             for old in out_dir.glob(f"{name}__*.bin"):
                 old.unlink()
-            print(f"[capture] {name}", flush=True)
+            print(f"[capture] {name} against Apache Kafka {version}", flush=True)
             recorder.client = name
             t0 = time.monotonic()
             try:
@@ -506,14 +537,10 @@ def capture_all(clients: list[str], out_dir: Path, proxy_port: int = 0,
         recorder.stop()
         kafka.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
-    _write_manifest(out_dir, recorder.summary())
-    for name in clients:
-        files = sorted(out_dir.glob(f"{name}__*.bin"))
-        size = sum(f.stat().st_size for f in files)
-        print(f"[capture] {name}: {len(files)} files, {size} bytes", flush=True)
-    if failures:
-        print(f"[capture] failed clients: {', '.join(failures)}", flush=True)
-    return 1 if failures else 0
+    summary = recorder.summary()
+    for entry in summary.values():
+        entry["broker"] = f"Apache Kafka {version}"
+    return summary
 
 
 def _write_manifest(out_dir: Path, summary: dict) -> None:

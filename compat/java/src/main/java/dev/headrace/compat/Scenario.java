@@ -34,7 +34,9 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * group consumer with commits, transactional producer (commit and abort, offsets in a
  * transaction), then admin inspection and topic deletion.
  *
- * Usage: Scenario BOOTSTRAP NAME   (NAME prefixes the topic, group and transactional id)
+ * Usage: Scenario BOOTSTRAP NAME [GROUP_PROTOCOL]
+ * NAME prefixes the topic, group and transactional id; GROUP_PROTOCOL is "classic" (default)
+ * or "consumer" (the consumer group protocol of KIP-848, clients and brokers 4.0+).
  */
 public final class Scenario {
     private static final long TIMEOUT_S = 30;
@@ -42,6 +44,7 @@ public final class Scenario {
     public static void main(String[] args) throws Exception {
         String bootstrap = args.length > 0 ? args[0] : "127.0.0.1:9092";
         String name = args.length > 1 ? args[1] : "java";
+        String groupProtocol = args.length > 2 ? args[2] : "classic";
         String topic = name + "-topic";
         String group = name + "-group";
         String txnId = name + "-txn";
@@ -84,6 +87,7 @@ public final class Scenario {
         cp.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         cp.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         cp.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        if (!groupProtocol.equals("classic")) cp.put("group.protocol", groupProtocol);
         Map<TopicPartition, OffsetAndMetadata> positions;
         try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(cp, new StringDeserializer(), new StringDeserializer())) {
             consumer.subscribe(List.of(topic));
