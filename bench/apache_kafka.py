@@ -44,7 +44,6 @@ import string
 import struct
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 

@@ -148,9 +148,13 @@ class Recorder:
                   response: bytes | None) -> None:
         self.seen[client][key][version] += 1
         if (client, key, version, "request") in self.saved:
-            # Fetch: an answer that carries records beats an empty long-poll answer
-            if (key != FETCH or response is None or (client, key, version) in self._fetch_data
-                    or not has_record_batch(response)):
+            # a complete exchange beats a request left unanswered (connection closed first);
+            # for Fetch, an answer that carries records beats an empty long-poll answer
+            unanswered = (client, key, version, "response") not in self.saved
+            better_fetch = (key == FETCH and response is not None
+                            and (client, key, version) not in self._fetch_data
+                            and has_record_batch(response))
+            if response is None or not (unanswered or better_fetch):
                 return
             self.saved.discard((client, key, version, "request"))
             self.saved.discard((client, key, version, "response"))
