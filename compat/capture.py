@@ -18,8 +18,8 @@ first exchange whose answer carries records wins over earlier empty answers), an
 Redo the whole capture (starts Apache Kafka 3.9 from Maven Central, builds compat/java, runs
 every client through the proxy, replaces the golden files; a couple of minutes)::
 
-    /tmp/venv/bin/python compat/capture.py all
-    /tmp/venv/bin/python compat/capture.py all --clients librdkafka,aiokafka   # only some
+    python compat/capture.py all
+    python compat/capture.py all --clients librdkafka,aiokafka   # only some
 
 Clients: ``java39`` and ``java40`` (compat/java with kafka-clients 3.9.x / 4.0.x: admin,
 idempotent zstd producer with headers, group consumer, transactions; java40 runs against
@@ -30,7 +30,7 @@ admin create/delete topic), ``aiokafka`` (producer, group consumer).
 
 A standalone proxy, e.g. to record any other client or to compare with another broker::
 
-    /tmp/venv/bin/python compat/capture.py proxy --listen 19092 --upstream 19192 \\
+    python compat/capture.py proxy --listen 19092 --upstream 19192 \\
         --client myclient --out /tmp/frames
 """
 
