@@ -404,7 +404,8 @@ class Log:
             with self._lock:
                 if generation != self._generation:
                     return None
-                jump = seg.offset_index.boundary_at_or_before(target, hw)
+                # a segment deleted meanwhile may have no index left to map: just scan
+                jump = 0 if seg.deleted else seg.offset_index.boundary_at_or_before(target, hw)
             if jump > end:
                 end = jump  # an indexed boundary within both limits
             for b in iter_batches(fd, end, limit):
@@ -429,6 +430,8 @@ class Log:
         offset = from_offset
         for seg in segments:
             with self._lock:
+                if seg.deleted:
+                    continue  # removed meanwhile (below the new log start, or truncated)
                 seg.ensure_indexes(self._next_base(seg))
                 _, position = seg.offset_index.lookup(max(offset, seg.base_offset))
                 limit = seg.size
@@ -456,12 +459,9 @@ class Log:
             segments = list(self._segments)
         for seg in segments:
             with self._lock:
-                if seg.size == 0:
+                if seg.size == 0 or seg.deleted:
                     continue
-                try:
-                    seg.ensure_indexes(self._next_base(seg))
-                except OSError:
-                    continue  # deleted meanwhile
+                seg.ensure_indexes(self._next_base(seg))
                 if seg.known_max_ts()[0] < timestamp:
                     continue
                 start_at = seg.time_index.offset_before(timestamp)
@@ -525,6 +525,8 @@ class Log:
                     return
                 self._generation += 1
                 doomed = self._segments[i + 1:]
+                for s in doomed:
+                    s.deleted = True
                 del self._segments[i + 1:]
                 del self._bases[i + 1:]
                 if seg is not self._active:
@@ -546,6 +548,7 @@ class Log:
         with self._lock:
             self._generation += 1
             for s in self._segments:
+                s.deleted = True
                 s.delete()
             new = LogSegment.create(self.directory, offset, self.config.index_interval_bytes)
             self._segments = [new]
@@ -605,6 +608,7 @@ class Log:
             seg = self._segments.pop(0)
             self._bases.pop(0)
             self._inactive_bytes -= seg.size
+            seg.deleted = True
             doomed.append(seg)
         if doomed:
             self._max_ts = None

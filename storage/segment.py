@@ -50,6 +50,7 @@ class LogSegment:
         "last_time_entry_ts",
         "rolled_at",
         "indexes_checked",
+        "deleted",
     )
 
     def __init__(self, directory: str, base_offset: int, log_ref: FileRef, size: int,
@@ -68,6 +69,7 @@ class LogSegment:
         self.last_time_entry_ts: int | None = None
         self.rolled_at = time.monotonic()  # start of the segment_ms clock
         self.indexes_checked = False
+        self.deleted = False             # removed from the log (set under the log's lock)
 
     # -- construction ------------------------------------------------------------------------
 

@@ -340,7 +340,7 @@ def test_flush_writes_checkpoint(open_log, log_dir, monkeypatch):
     log.flush()
     assert log.recovery_point == log.log_end_offset
     cp = read_checkpoint(str(log_dir))
-    assert cp.recovery_point < log.recovery_point  # rate-limited
+    assert cp is None or cp.recovery_point < log.recovery_point  # rate-limited
     monkeypatch.setattr(log_module, "CHECKPOINT_INTERVAL_S", 0.0)
     w.append()
     log.flush()
