@@ -228,11 +228,17 @@ class Log:
             if position + n > INT32_MAX:
                 raise ValueError("append larger than a segment can hold")
             _write_all(seg.log_ref.fd, batch, n, position)
-            oi, ti = seg.index_entries_for(position, n, base_offset, last_offset, max_timestamp)
-            if oi is not None:
-                seg.offset_index.write_entry(oi)
-            if ti is not None:
-                seg.time_index.write_entry(ti)
+            if (seg.bytes_since_index <= seg.index_interval_bytes
+                    and max_timestamp <= seg.max_ts):
+                seg.bytes_since_index += n  # the common case: no index entry, no new maximum
+                oi = ti = None
+            else:
+                oi, ti = seg.index_entries_for(position, n, base_offset, last_offset,
+                                               max_timestamp)
+                if oi is not None:
+                    seg.offset_index.write_entry(oi)
+                if ti is not None:
+                    seg.time_index.write_entry(ti)
         except OSError as e:
             raise StorageError(f"append to {self.directory} failed: {e}") from e
         with self._lock:
