@@ -21,6 +21,7 @@ import mmap
 import os
 import struct
 
+from . import _files
 from ._fd import FileRef
 
 
@@ -156,7 +157,7 @@ class _SparseIndex:
     def replace(self, data: bytes) -> None:
         """Replace the whole file with ``data`` (temp file + rename), keeping active/inactive."""
         was_active = self.active
-        tmp = self.path + ".tmp"
+        tmp = _files.temp_path(self.path)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             view = memoryview(data)

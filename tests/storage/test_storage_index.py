@@ -6,9 +6,8 @@ import random
 
 import pytest
 
-from headrace.storage import Log
 from headrace.storage.index import OffsetIndex, TimeIndex
-from storage_batches import Writer, last_offset
+from storage_batches import Writer
 
 
 def build_offset_index(path, base, n, rng):
@@ -106,20 +105,17 @@ def test_time_index_random_lookups(tmp_path, mapped):
 
 
 def test_index_entries_are_sparse(open_log):
+    """About one offset index entry per index_interval_bytes of appended data."""
     log = open_log()
     w = Writer(log, seed=3)
     w.append_many(300)
     interval = log.config.index_interval_bytes
-    for name in os.listdir(log.directory):
-        if name.endswith(".index"):
-            n = os.path.getsize(os.path.join(log.directory, name)) // 8
-            base = int(name[:20])
-            seg_bytes = sum(len(b) for b in w.batches
-                            if base <= int.from_bytes(b[:8], "big") and
-                            (base == log._bases[-1] or
-                             int.from_bytes(b[:8], "big") < log._bases[log._bases.index(base) + 1]))
-            assert n <= seg_bytes // interval + 1
-            assert n >= 1 or seg_bytes <= 2 * interval + 300
+    biggest = max(map(len, w.batches))
+    for seg in log._segments:
+        n = os.path.getsize(seg.offset_index.path) // 8
+        assert n == len(seg.offset_index)
+        assert n <= seg.size // interval + 1
+        assert n >= seg.size // (interval + biggest) - 1
 
 
 def test_every_indexed_position_is_a_batch_start(open_log):
