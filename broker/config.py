@@ -120,6 +120,25 @@ BROKER_SETTINGS: dict[str, Setting] = {
             topic="compression.type",
         ),
         Setting("min.insync.replicas", "int", 1, "One broker: 1.", topic="min.insync.replicas"),
+        Setting(
+            "group.initial.rebalance.delay.ms", "int", 3000,
+            "How long a new (empty) group waits for more members before its first rebalance.",
+        ),
+        Setting("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout allowed."),
+        Setting("group.max.session.timeout.ms", "int", 1800000, "Largest session timeout allowed."),
+        Setting("group.max.size", "int", 2147483647, "Most members in one consumer group."),
+        Setting(
+            "offsets.retention.minutes", "int", 10080,
+            "Keep a group's committed offsets this long after the group became empty.",
+        ),
+        Setting(
+            "offsets.retention.check.interval.ms", "long", 600000,
+            "How often expired committed offsets are looked for.",
+        ),
+        Setting(
+            "offsets.topic.num.partitions", "int", 50,
+            "Partitions of __consumer_offsets (fixed when the topic is created).",
+        ),
     ]
 }
 

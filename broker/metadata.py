@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .group_offsets import INTERNAL_TOPICS
 from .topics import topic_name_error
 
 API_KEY = ApiKey.METADATA
@@ -72,7 +73,7 @@ def _response(broker, header, topics, missing, request):
                 error_code=ErrorCode.NONE,
                 name=topic.name,
                 topic_id=topic.topic_id,
-                is_internal=False,
+                is_internal=topic.name in INTERNAL_TOPICS,
                 partitions=[
                     M.MetadataResponsePartition(
                         error_code=ErrorCode.NONE,

@@ -44,16 +44,28 @@ from . import (
     api_versions,
     create_partitions,
     create_topics,
+    delete_groups,
     delete_topics,
     describe_cluster,
     describe_configs,
+    describe_groups,
     fetch,
+    find_coordinator,
+    heartbeat,
     init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
     produce,
+    sync_group,
 )
 from .config import LONG_MAX, BrokerConfig
+from .group_coordinator import GroupCoordinator
 from .init_producer_id import ProducerIdManager
 from .topics import TopicManager
 
@@ -73,6 +85,17 @@ APIS = {
         describe_configs,
         create_partitions,
         describe_cluster,
+        find_coordinator,
+        join_group,
+        sync_group,
+        heartbeat,
+        leave_group,
+        offset_commit,
+        offset_fetch,
+        describe_groups,
+        list_groups,
+        delete_groups,
+        offset_delete,
     )
 }
 
@@ -94,6 +117,7 @@ class Broker:
         self.cluster_id = ""
         self.group_commit: GroupCommit | None = None
         self.producer_ids: ProducerIdManager | None = None
+        self.groups = GroupCoordinator(self)
         self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
         self._server: asyncio.base_events.Server | None = None
         self._router = None
@@ -110,6 +134,7 @@ class Broker:
         started = time.monotonic()
         await asyncio.to_thread(self._open_data_dir)
         self.group_commit = GroupCommit()
+        await self.groups.start()
         limits = Limits(
             max_frame=int(self.config["socket.request.max.bytes"]),
             per_connection=int(self.config["connection.max.request.bytes"]),
@@ -171,6 +196,7 @@ class Broker:
         for conn in list(self._router.connections):
             conn.close()
         await self._router.close()
+        self.groups.stop()
         await self.group_commit.close()
         await asyncio.to_thread(self._close_data_dir)
         self.read_pool.shutdown(wait=True)

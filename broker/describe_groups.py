@@ -1,0 +1,51 @@
+"""DescribeGroups (key 15), versions 0-6: a group's state, protocol and members.
+
+Member metadata and assignments are given only while the group is Stable, as in Kafka. An
+unknown group is described as Dead; from v6 it also gets GROUP_ID_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .group_state import STABLE
+
+API_KEY = ApiKey.DESCRIBE_GROUPS
+MIN_VERSION, MAX_VERSION = 0, 6
+
+R = messages.DescribeGroupsResponse
+# every group operation is allowed (no authorizer): READ 3, DESCRIBE 8, DELETE 6
+GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
+
+
+def handle(broker, header, request):
+    version = header.api_version
+    ops = GROUP_OPERATIONS if version >= 3 and request.include_authorized_operations else -(1 << 31)
+    out = []
+    for group_id in request.groups:
+        group = broker.groups.groups.get(group_id)
+        if group is None:
+            code = ErrorCode.GROUP_ID_NOT_FOUND if version >= 6 else ErrorCode.NONE
+            out.append(R.DescribedGroup(
+                error_code=code, error_message=None, group_id=group_id, group_state="Dead",
+                protocol_type="", protocol_data="", members=[], authorized_operations=ops))
+            continue
+        stable = group.state is STABLE
+        out.append(R.DescribedGroup(
+            error_code=ErrorCode.NONE,
+            group_id=group_id,
+            group_state=group.state.value,
+            protocol_type=group.protocol_type or "",
+            protocol_data=(group.protocol_name or "") if stable else "",
+            members=[
+                R.DescribedGroupMember(
+                    member_id=m.member_id, group_instance_id=m.instance_id,
+                    client_id=m.client_id, client_host=m.client_host,
+                    member_metadata=m.metadata(group.protocol_name) if stable else b"",
+                    member_assignment=m.assignment if stable else b"",
+                )
+                for m in group.members.values()
+            ],
+            authorized_operations=ops,
+        ))
+    return R(throttle_time_ms=0, groups=out)

@@ -1,0 +1,163 @@
+"""Committed offsets in the internal topic ``__consumer_offsets``, in Kafka's record layouts.
+
+A group's records go to partition ``abs(java_hash(group id)) % partitions`` of the topic, as
+in Kafka, so one partition holds a group's whole history. Each commit is one record batch of
+records keyed by (group, topic, partition); a deletion is a record with that key and no value
+(a tombstone). The latest record for a key wins, which is what compaction keeps.
+
+Offset commit key (version 1), big-endian:
+    int16 version=1, string group, string topic, int32 partition
+    (string = int16 length + UTF-8 bytes)
+Offset commit value (we write version 3; versions 0-3 are read):
+    v0: int16 0, int64 offset, string metadata, int64 commit timestamp
+    v1: int16 1, int64 offset, string metadata, int64 commit timestamp, int64 expire timestamp
+    v2: int16 2, int64 offset, string metadata, int64 commit timestamp
+    v3: int16 3, int64 offset, int32 leader epoch, string metadata, int64 commit timestamp
+Group metadata records (key version 2) are skipped when read: group membership is not kept
+across restarts, only offsets.
+
+``replay`` reads every partition from its start in a worker thread at start-up and returns the
+surviving offsets. ``append`` writes on the event loop (page cache); the caller then waits for
+the group commit before it acknowledges, so an acknowledged commit survives ``kill -9``.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass
+
+from headrace.protocol.records import Record, build_batch, decode_records, iter_batches
+from headrace.storage import StorageError
+
+log = logging.getLogger("headrace.groups")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_V3_HEAD = struct.Struct(">hqi")  # version, offset, leader epoch
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int = -1
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode (UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    h = java_string_hash(group_id)
+    return (h & 0x7FFFFFFF if h == -(1 << 31) else abs(h)) % partitions
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode()
+    return _I16.pack(len(raw)) + raw
+
+
+def offset_key(group_id: str, topic: str, partition: int) -> bytes:
+    return _I16.pack(1) + _string(group_id) + _string(topic) + _I32.pack(partition)
+
+
+def offset_value(c: CommittedOffset) -> bytes:
+    return (
+        _V3_HEAD.pack(3, c.offset, c.leader_epoch)
+        + _string(c.metadata or "")
+        + _I64.pack(c.commit_timestamp)
+    )
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf, self.pos = buf, 0
+
+    def take(self, s: struct.Struct) -> int:
+        (v,) = s.unpack_from(self.buf, self.pos)
+        self.pos += s.size
+        return v
+
+    def string(self) -> str:
+        n = self.take(_I16)
+        if n < 0:
+            return ""
+        raw = self.buf[self.pos : self.pos + n]
+        if len(raw) != n:
+            raise ValueError("string runs past the record")
+        self.pos += n
+        return raw.decode()
+
+
+def parse_key(key: bytes) -> tuple[str, str, int] | None:
+    """(group, topic, partition) of an offset commit key; None for other record kinds."""
+    r = _Reader(key)
+    version = r.take(_I16)
+    if version not in (0, 1):
+        return None
+    return r.string(), r.string(), r.take(_I32)
+
+
+def parse_value(value: bytes) -> CommittedOffset:
+    r = _Reader(value)
+    version = r.take(_I16)
+    offset = r.take(_I64)
+    epoch = r.take(_I32) if version >= 3 else -1
+    metadata = r.string()
+    commit_ts = r.take(_I64)
+    expire_ts = r.take(_I64) if version == 1 else -1
+    return CommittedOffset(offset, epoch, metadata, commit_ts, expire_ts)
+
+
+def build_commit_batch(entries: list[tuple[bytes, bytes | None]], now_ms: int) -> bytearray:
+    """One record batch of (key, value-or-None) records, writable so offsets can be set."""
+    return bytearray(build_batch([Record(key=k, value=v, timestamp=now_ms) for k, v in entries]))
+
+
+def replay(partition_logs) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
+    """Read every log from its start (in a worker thread): group -> {(topic, p): offset}."""
+    groups: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+    for plog in partition_logs:
+        offset = plog.log_start_offset
+        end = plog.log_end_offset
+        while offset < end:
+            try:
+                data = plog.read(offset, 1 << 20, max_offset=end)
+            except StorageError:
+                log.exception("cannot read %s at %d", plog, offset)
+                break
+            if not data:
+                break
+            for pos, size, h in iter_batches(data):
+                for _, _, key, value, _ in decode_records(memoryview(data)[pos : pos + size]):
+                    if key is None:
+                        continue
+                    try:
+                        parsed = parse_key(key)
+                        if parsed is None:
+                            continue
+                        group, topic, part = parsed
+                        if value is None:
+                            offsets = groups.get(group)
+                            if offsets is not None:
+                                offsets.pop((topic, part), None)
+                        else:
+                            groups.setdefault(group, {})[(topic, part)] = parse_value(value)
+                    except (ValueError, struct.error, UnicodeDecodeError):
+                        log.warning("skipping a malformed record in %s", OFFSETS_TOPIC)
+                offset = h.base_offset + h.last_offset_delta + 1
+    return {g: o for g, o in groups.items() if o}

@@ -1,0 +1,20 @@
+"""Heartbeat (key 12), versions 0-4: keep a member's session alive; learn of rebalances.
+
+A heartbeat during PreparingRebalance answers REBALANCE_IN_PROGRESS (the member must rejoin);
+an unknown member gets UNKNOWN_MEMBER_ID and a stale generation ILLEGAL_GENERATION.
+"""
+
+from __future__ import annotations
+
+from headrace.protocol import ApiKey, messages
+
+API_KEY = ApiKey.HEARTBEAT
+MIN_VERSION, MAX_VERSION = 0, 4
+
+
+def handle(broker, header, request):
+    error = broker.groups.heartbeat(
+        request.group_id, request.generation_id, request.member_id,
+        request.group_instance_id if header.api_version >= 3 else None,
+    )
+    return messages.HeartbeatResponse(throttle_time_ms=0, error_code=error)

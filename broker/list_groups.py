@@ -1,0 +1,34 @@
+"""ListGroups (key 16), versions 0-5: every group, filtered by state (v4+) and type (v5+).
+
+All groups here are classic groups (type "classic"). Groups that only hold committed offsets
+are listed Empty, with no protocol type.
+"""
+
+from __future__ import annotations
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .group_state import DEAD
+
+API_KEY = ApiKey.LIST_GROUPS
+MIN_VERSION, MAX_VERSION = 0, 5
+
+R = messages.ListGroupsResponse
+GROUP_TYPE = "classic"
+
+
+def handle(broker, header, request):
+    version = header.api_version
+    states = {s.lower() for s in request.states_filter} if version >= 4 else set()
+    types = {t.lower() for t in request.types_filter} if version >= 5 else set()
+    out = []
+    for group in broker.groups.groups.values():
+        if group.state is DEAD:
+            continue
+        if states and group.state.value.lower() not in states:
+            continue
+        if types and GROUP_TYPE not in types:
+            continue
+        out.append(R.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type or "",
+                                 group_state=group.state.value, group_type=GROUP_TYPE))
+    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=out)

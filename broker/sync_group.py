@@ -1,0 +1,45 @@
+"""SyncGroup (key 14), versions 0-5: the leader hands out the assignment; everyone gets theirs.
+
+While the group completes its rebalance a member's SyncGroup waits for the leader's; the
+leader's carries every member's assignment, which the broker stores without reading it.
+Once Stable, a SyncGroup is answered at once with the member's current assignment.
+"""
+
+from __future__ import annotations
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.SYNC_GROUP
+MIN_VERSION, MAX_VERSION = 0, 5
+
+R = messages.SyncGroupResponse
+
+
+def handle(broker, header, request):
+    version = header.api_version
+    outcome = broker.groups.sync(
+        request.group_id, request.generation_id, request.member_id,
+        request.group_instance_id if version >= 3 else None,
+        request.protocol_type if version >= 5 else None,
+        request.protocol_name if version >= 5 else None,
+        request.assignments,
+    )
+    if isinstance(outcome, tuple):
+        return _response(broker, request, *outcome)
+    return _later(broker, request, outcome)
+
+
+async def _later(broker, request, waiter):
+    return _response(broker, request, *(await waiter))
+
+
+def _response(broker, request, error, assignment):
+    group = broker.groups.groups.get(request.group_id)
+    ok = error == ErrorCode.NONE and group is not None
+    return R(
+        throttle_time_ms=0,
+        error_code=error,
+        protocol_type=group.protocol_type if ok else None,
+        protocol_name=group.protocol_name if ok else None,
+        assignment=assignment,
+    )
