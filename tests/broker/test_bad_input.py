@@ -10,6 +10,7 @@ import pytest
 from headrace.protocol import ApiKey, ErrorCode, RequestHeader, encode_request_header, messages
 from headrace.protocol.records import Record, build_batch
 
+from harness import BrokerProcess
 from kafkawire import WireClient
 
 MAX_FRAME = 1 << 20
@@ -18,8 +19,6 @@ MAX_BATCH = 10_000
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    from conftest import BrokerProcess
-
     b = BrokerProcess(tmp_path_factory.mktemp("bad-input"), {
         "socket.request.max.bytes": str(MAX_FRAME),
         "message.max.bytes": str(MAX_BATCH),
