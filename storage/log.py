@@ -94,7 +94,7 @@ class Log:
         self.recovery_point = recovery_point
         self._generation = 0
         self._dir_dirty = False
-        self._rolled_index_refs: list[FileRef] = []
+        self._rolled_index_paths: list[str] = []  # index files of rolled, unflushed segments
         self._max_ts: tuple[int, int] | None = None
         self._checkpointed = (recovery_point, log_start_offset)
         self._last_checkpoint = time.monotonic()
@@ -264,9 +264,7 @@ class Log:
         with self._lock:
             if final is not None:
                 old.time_index.add_entry(final)
-            for ref in (old.offset_index.write_ref, old.time_index.write_ref):
-                if ref is not None:
-                    self._rolled_index_refs.append(ref)
+            self._rolled_index_paths += (old.offset_index.path, old.time_index.path)
             old.deactivate()
             self._segments.append(new)
             self._bases.append(new.base_offset)
@@ -283,12 +281,14 @@ class Log:
         Safe to call from a flush thread while the owner keeps appending.
         """
         with self._flush_lock:
+            if self._closed:
+                return
             with self._lock:
                 leo = self.log_end_offset
                 generation = self._generation
                 todo = [(s, s.size, s.log_ref, s.offset_index.write_ref, s.time_index.write_ref)
                         for s in self._segments if s.flushed_size < s.size]
-                rolled, self._rolled_index_refs = self._rolled_index_refs, []
+                rolled, self._rolled_index_paths = self._rolled_index_paths, []
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
             try:
                 for _seg, _size, log_ref, oi_ref, ti_ref in todo:
@@ -297,14 +297,14 @@ class Log:
                         os.fsync(oi_ref.fd)
                     if ti_ref is not None:
                         os.fsync(ti_ref.fd)
-                for ref in rolled:
-                    os.fsync(ref.fd)
+                for path in rolled:
+                    _fsync_path(path)
                 if dir_dirty:
                     _files.fsync_directory(self.directory)
             except OSError as e:
                 with self._lock:
                     self._dir_dirty = self._dir_dirty or dir_dirty
-                    self._rolled_index_refs[:0] = rolled
+                    self._rolled_index_paths[:0] = rolled
                 raise StorageError(f"flush of {self.directory} failed: {e}") from e
             with self._lock:
                 if generation == self._generation:
@@ -644,12 +644,15 @@ class Log:
         except OSError as e:
             raise StorageError(f"close of {self.directory} failed: {e}") from e
         self.flush()
-        self._write_checkpoint(clean=True)
-        with self._lock:
-            self._closed = True
-            for s in self._segments:
-                s.close()
-            self._rolled_index_refs = []
+        with self._flush_lock:  # a concurrent flush must not fsync descriptors being closed
+            if self._closed:
+                return
+            self._write_checkpoint(clean=True)
+            with self._lock:
+                self._closed = True
+                for s in self._segments:
+                    s.close()
+                self._rolled_index_paths = []
 
     def delete(self) -> None:
         """Close the log and remove its directory."""
@@ -661,6 +664,18 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.directory!r}, start={self.log_start_offset}, "
                 f"end={self.log_end_offset}, segments={len(self._segments)})")
+
+
+def _fsync_path(path: str) -> None:
+    """Fsync a file by name; a file deleted meanwhile needs no fsync."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_all(fd: int, data, n: int, position: int) -> None:

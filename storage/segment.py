@@ -166,8 +166,8 @@ class LogSegment:
 
     def final_time_entry(self) -> bytes | None:
         """The time index entry that records the segment's largest timestamp, if missing."""
-        if self.max_ts is not None and self.max_ts > (self.last_time_entry_ts or -1) \
-                and self.max_ts >= 0:
+        last = -1 if self.last_time_entry_ts is None else self.last_time_entry_ts
+        if self.max_ts is not None and self.max_ts >= 0 and self.max_ts > last:
             self.last_time_entry_ts = self.max_ts
             return self.time_index.pack(self.max_ts, self.max_ts_offset - self.base_offset)
         return None

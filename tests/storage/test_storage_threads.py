@@ -163,3 +163,24 @@ def test_readers_while_segments_are_deleted_and_truncated(tmp_path):
     assert min(reads) > 10
     valid_batches(b"".join(read_all(log, start=log.log_start_offset)))
     log.close()
+
+
+def test_close_while_a_flush_thread_runs(tmp_path):
+    log = Log.open(tmp_path / "t-0", CFG, recover=False)
+    w = Writer(log, seed=5)
+    stop = threading.Event()
+
+    def flusher():
+        while not stop.is_set():
+            log.flush()
+
+    threads, errors = run_threads([flusher, flusher])
+    w.append_many(500)
+    log.close()
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    log = Log.open(tmp_path / "t-0", CFG, recover=False)
+    assert read_all(log) == w.batches
+    log.close()
