@@ -286,7 +286,9 @@ class GroupCoordinator:
         changed = not member.same_protocols(protocols)
         if group.state is PREPARING:
             self._update_member(member, *args)
-            return self._wait_join(group, member)
+            waiter = self._wait_join(group, member)
+            self._maybe_complete_join(group)
+            return waiter
         if group.state is COMPLETING and not changed:
             return self._join_result(group, member)
         if group.state is STABLE and not changed and member_id != group.leader:
