@@ -100,6 +100,10 @@ BROKER_SETTINGS: dict[str, Setting] = {
             topic="flush.ms",
         ),
         Setting(
+            "log.flush.offset.checkpoint.interval.ms", "int", 60000,
+            "Flush unflushed data at least this often, so recovery after a crash reads little.",
+        ),
+        Setting(
             "log.retention.ms", "long", 7 * 24 * 3600 * 1000, "Keep data this long.",
             topic="retention.ms",
         ),

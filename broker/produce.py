@@ -47,7 +47,7 @@ def handle(broker, header, request):
             else:
                 code, base, count = partition.append(p.records, int(topic.setting("max.message.bytes")))
                 if count and partition.unflushed >= int(topic.setting("flush.messages")):
-                    partition.unflushed = 0
+                    partition.mark_flushed(asyncio.get_running_loop().time())
                     to_flush.append(partition)
             partitions.append(
                 R.PartitionProduceResponse(

@@ -64,7 +64,7 @@ from . import (
     produce,
     sync_group,
 )
-from .config import LONG_MAX, BrokerConfig
+from .config import BrokerConfig
 from .group_coordinator import GroupCoordinator
 from .init_producer_id import ProducerIdManager
 from .topics import TopicManager
@@ -149,9 +149,7 @@ class Broker:
             raise StartupError(f"cannot listen on {self.host}:{self.port}: {e.strerror}") from e
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
-        flush_ms = int(self.config["log.flush.interval.ms"])
-        if flush_ms < LONG_MAX:
-            self._tasks.append(asyncio.create_task(self._flush_every(flush_ms / 1000)))
+        self._tasks.append(asyncio.create_task(self._flush_periodically()))
         log.info(
             "headrace listening on %s:%d, data in %s (%.0f ms)",
             self.host, self.port, self.data_dir, (time.monotonic() - started) * 1000,
@@ -208,15 +206,25 @@ class Broker:
         (self.data_dir / CLEAN_SHUTDOWN).write_bytes(b"")
         _fsync_dir(self.data_dir)
 
-    async def _flush_every(self, seconds: float) -> None:
+    async def _flush_periodically(self) -> None:
+        """Flush a partition's unflushed data once it is ``flush.ms`` old, and at the latest
+        after ``log.flush.offset.checkpoint.interval.ms``, so that recovery reads little."""
+        loop = asyncio.get_running_loop()
+        checkpoint = int(self.config["log.flush.offset.checkpoint.interval.ms"]) / 1000
         while True:
-            await asyncio.sleep(seconds)
-            dirty = [p for t in self.topics.topics.values() for p in t.partitions if p.unflushed]
-            for p in dirty:
-                p.unflushed = 0
-            if dirty:
+            topics = list(self.topics.topics.values())
+            limits = {t: min(int(t.setting("flush.ms")) / 1000, checkpoint) for t in topics}
+            await asyncio.sleep(min(limits.values(), default=checkpoint))
+            now = loop.time()
+            due = [
+                p for t in topics for p in t.partitions
+                if p.unflushed and now - p.flushed_at >= limits[t]
+            ]
+            for p in due:
+                p.mark_flushed(now)
+            if due:
                 try:
-                    await self.group_commit.flush(p.log for p in dirty)
+                    await self.group_commit.flush(p.log for p in due)
                 except Exception:
                     log.exception("periodic flush failed")
 

@@ -43,7 +43,7 @@ def topic_name_error(name: str) -> str | None:
 class Partition:
     """One partition: its log, producer state and fetchers waiting for new data."""
 
-    __slots__ = ("topic", "index", "log", "producers", "waiters", "unflushed")
+    __slots__ = ("topic", "index", "log", "producers", "waiters", "unflushed", "flushed_at")
 
     def __init__(self, topic: Topic, index: int, log: Log, producers: ProducerStateManager):
         self.topic = topic
@@ -52,6 +52,11 @@ class Partition:
         self.producers = producers
         self.waiters: list[asyncio.Future] = []
         self.unflushed = 0  # messages appended since the last flush was asked for
+        self.flushed_at = 0.0  # event-loop time of that flush
+
+    def mark_flushed(self, now: float) -> None:
+        self.unflushed = 0
+        self.flushed_at = now
 
     @property
     def high_watermark(self) -> int:
