@@ -187,7 +187,8 @@ class ApacheKafka:
                  internal_port: int | None = None, version: str = KAFKA_VERSION,
                  jvm_flags: list[str] | None = None,
                  properties: dict[str, object] | None = None,
-                 offsets_partitions: int = 50, txn_partitions: int = 50) -> None:
+                 offsets_partitions: int = 50, txn_partitions: int = 50,
+                 cpus: set[int] | None = None) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.controller_port = controller_port or port + 1
@@ -198,6 +199,8 @@ class ApacheKafka:
         self.properties = dict(properties or {})
         self.offsets_partitions = offsets_partitions
         self.txn_partitions = txn_partitions
+        self.cpus = set(cpus) if cpus else None  # CPU affinity of the broker (all its threads)
+        self.spawned_at: float | None = None  # time.monotonic() just before the JVM is spawned
         self.proc: subprocess.Popen | None = None
         self._out = None
 
@@ -263,8 +266,12 @@ class ApacheKafka:
         cmd = ["java", *self.jvm_flags, *log_flags(self.version, tool=False),
                f"-Dkafka.logs.dir={logs}", "-cp", cp, "kafka.Kafka", str(self.properties_file)]
         self._out = open(self.data_dir / "kafka.out", "ab")
+        cpus = self.cpus
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+        self.spawned_at = time.monotonic()
         self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=detach)
+                                     stdin=subprocess.DEVNULL, start_new_session=detach,
+                                     preexec_fn=pin)
         self.pid_file.write_text(str(self.proc.pid))
         _log(f"Apache Kafka {self.version} starting (pid {self.proc.pid}) on {HOST}:{self.port}, "
              f"advertised {self.bootstrap}, data in {self.data_dir}")

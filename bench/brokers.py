@@ -1,0 +1,242 @@
+"""The two brokers under test behind one small interface, and the Java tool runner.
+
+Both brokers are started the same way for every run: a fresh data directory under the same
+parent (so the same file system), the broker process pinned to ``BROKER_CPUS`` (every thread
+inherits the affinity set before exec), free ports on 127.0.0.1. Tools run pinned to
+``CLIENT_CPUS``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from bench import wire
+from bench.apache_kafka import (HOST, KAFKA_VERSION, TOOL_JVM_FLAGS, ApacheKafka, classpath,
+                                log_flags)
+
+BROKER_CPUS = {0}
+CLIENT_CPUS = {1}
+LISTENING = re.compile(r"headrace listening on ([\d.]+):(\d+)")
+
+
+def pin_self(cpus: set[int]) -> None:
+    """Pin the calling process (the harness, and so the tools it spawns) to ``cpus``."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
+
+
+def cpu_count_ok() -> bool:
+    return len(os.sched_getaffinity(0)) >= 2 if hasattr(os, "sched_getaffinity") else False
+
+
+def free_port_block(n: int = 3) -> int:
+    """A port p such that p .. p+n-1 are all free on 127.0.0.1 right now."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            base = s.getsockname()[1]
+        if base + n >= 65535:
+            continue
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind((HOST, p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free block of ports")
+
+
+class Broker:
+    """What a scenario needs from a broker."""
+
+    name = "?"
+    port = 0
+    pid = 0
+    spawned_at: float | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def prepare(self) -> None:
+        """Work done before the process is spawned (not part of cold-start time)."""
+
+    def start(self) -> "Broker":
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def cleanup(self) -> None:
+        """Remove the data directory."""
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+class HeadraceBroker(Broker):
+    name = "headrace"
+
+    def __init__(self, data_dir: Path, overrides: dict[str, object] | None = None,
+                 cpus: set[int] | None = None, log_file: Path | None = None,
+                 port: int = 0) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port  # 0: the broker picks one and logs it
+        self.overrides = dict(overrides or {})
+        self.cpus = cpus if cpus is not None else BROKER_CPUS
+        self.log_file = log_file or self.data_dir.with_suffix(".log")
+        self.proc: subprocess.Popen | None = None
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "headrace", "serve", "--host", HOST, "--port", str(self.port),
+               "--data-dir", str(self.data_dir)]
+        for k, v in self.overrides.items():
+            cmd += ["--override", f"{k}={v}"]
+        return cmd
+
+    def start(self, timeout: float = 60.0) -> "HeadraceBroker":
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        cpus = self.cpus
+        found = threading.Event()
+        log = open(self.log_file, "a")
+        self.spawned_at = time.monotonic()
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, text=True,
+                                     preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+        self.pid = self.proc.pid
+
+        def pump(proc=self.proc):
+            for line in proc.stderr:
+                log.write(line)
+                log.flush()
+                m = LISTENING.search(line)
+                if m and not found.is_set():
+                    self.port = int(m.group(2))
+                    found.set()
+            log.close()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not found.wait(0.002):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"headrace did not start; see {self.log_file}")
+        return self
+
+    def stop(self, timeout: float = 60.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+class KafkaBroker(Broker):
+    name = "kafka"
+
+    def __init__(self, data_dir: Path, properties: dict[str, object] | None = None,
+                 cpus: set[int] | None = None, version: str = KAFKA_VERSION) -> None:
+        self.data_dir = Path(data_dir)
+        self.properties = dict(properties or {})
+        self.cpus = cpus if cpus is not None else BROKER_CPUS
+        self.version = version
+        self.kafka: ApacheKafka | None = None
+
+    def _make(self) -> ApacheKafka:
+        if self.kafka is None:
+            base = free_port_block(3)
+            self.kafka = ApacheKafka(self.data_dir, port=base, controller_port=base + 1,
+                                     internal_port=base + 2, version=self.version,
+                                     properties=self.properties, cpus=self.cpus)
+            self.port = base
+        return self.kafka
+
+    def prepare(self) -> None:
+        k = self._make()
+        k.write_properties()
+        k.format_storage(classpath(self.version))
+
+    def start(self, timeout: float = 180.0) -> "KafkaBroker":
+        k = self._make()
+        k.start(timeout=timeout)
+        self.spawned_at = k.spawned_at
+        self.pid = k.proc.pid if k.proc else 0
+        return self
+
+    def stop(self) -> None:
+        if self.kafka is not None:
+            self.kafka.stop()
+            self.kafka = None
+
+
+def make_broker(kind: str, data_dir: Path, durable: bool = False, fixed_port: bool = False) -> Broker:
+    """A broker of ``kind`` ("kafka" or "headrace"), optionally in durable (fsync per
+    produce) mode: ``log.flush.interval.messages=1`` for both. ``fixed_port``: the port is
+    known before the process starts (Kafka's always is)."""
+    extra = {"log.flush.interval.messages": 1} if durable else {}
+    if kind == "kafka":
+        return KafkaBroker(data_dir, properties=extra)
+    if kind == "headrace":
+        return HeadraceBroker(data_dir, overrides=extra,
+                              port=free_port_block(1) if fixed_port else 0)
+    raise ValueError(kind)
+
+
+# --------------------------------------------------------------------------------------------
+# Tools
+
+
+def java_tool(main: str | Path, args: list[str], log_file: Path, timeout: float = 900,
+              cpus: set[int] | None = None, version: str = KAFKA_VERSION,
+              on_line=None) -> str:
+    """Run a Kafka tool main class (or a single-file Java program, given as a path) pinned to
+    ``cpus``; its output goes to ``log_file`` and ``on_line`` sees each stdout line as it
+    comes. Returns stdout. Raises on a non-zero exit or a timeout."""
+    cpus = cpus if cpus is not None else CLIENT_CPUS
+    cmd = ["java", *TOOL_JVM_FLAGS, *log_flags(version, tool=True), "-cp", classpath(version),
+           str(main), *args]
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    out: list[str] = []
+    with open(log_file, "a") as log:
+        log.write("$ " + " ".join(cmd[-len(args) - 1:]) + "\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
+                                stdin=subprocess.DEVNULL,
+                                preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                out.append(line)
+                log.write(line)
+                if on_line:
+                    on_line(line.rstrip("\n"))
+            rc = proc.wait()
+        finally:
+            timer.cancel()
+    text = "".join(out)
+    if rc != 0:
+        raise RuntimeError(f"{main} exited with {rc}; see {log_file}\n{text[-2000:]}")
+    return text
+
+
+def wait_metadata(broker: Broker, timeout: float = 60.0) -> None:
+    wire.wait_ready(HOST, broker.port, timeout)

@@ -1,0 +1,386 @@
+"""Results table (markdown + JSON), plots (PNG), the README section and profile summaries.
+
+    python -m bench.report bench/results/results.json           # re-render table and plots
+    python -m bench.report bench/results/results.json --readme  # ... and the README section
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import zlib
+from collections import defaultdict
+from pathlib import Path
+
+from bench.scenarios import LABELS, SCENARIOS, UNITS
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+PLOTS = ("throughput.png", "latency.png", "ratios.png")
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v >= 1000:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def ratio(entry: dict, metric: str) -> float | None:
+    med = entry.get("median", {})
+    k = med.get("kafka", {}).get(metric)
+    h = med.get("headrace", {}).get(metric)
+    if k is None or h is None or k == 0:
+        return None
+    return h / k
+
+
+def verdicts(results: dict) -> list[dict]:
+    """One row per scenario bar: metric, medians, ratio, bar text, met (True/False/None)."""
+    out = []
+    for sid, entry in results["scenarios"].items():
+        sc = SCENARIOS[sid]
+        for bar in sc.bars:
+            r = ratio(entry, bar.metric)
+            note = entry.get("error") or "; ".join(
+                s.get("reason", "") for ss in entry.get("samples", {}).values() for s in ss[:1]
+                if s.get("status"))
+            out.append({"scenario": sid, "metric": bar.metric, "bar": bar.text(),
+                        "ratio": r, "met": bar.met(r), "note": note or None})
+    return out
+
+
+def table(results: dict) -> str:
+    limit = results.get("loopback", {}).get("limit")
+    lines = [
+        "| scenario | metric | Kafka | Headrace | Headrace/Kafka | bar | met |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    for sid, entry in results["scenarios"].items():
+        sc = SCENARIOS[sid]
+        med = entry.get("median", {})
+        bars = {b.metric: b for b in sc.bars}
+        first = True
+        for m in sc.metrics:
+            k = med.get("kafka", {}).get(m)
+            h = med.get("headrace", {}).get(m)
+            if k is None and h is None and m not in bars:
+                continue
+            r = ratio(entry, m)
+            b = bars.get(m)
+            met = "" if b is None else {True: "yes", False: "**no**", None: "n/a"}[b.met(r)]
+            label = f"{LABELS.get(m, m)} ({UNITS.get(m, '')})"
+            name = f"{sid}: {sc.title}" if first else ""
+            lines.append(f"| {name} | {label} | {_fmt(k)} | {_fmt(h)} | "
+                         f"{'-' if r is None else f'{r:.2f}x'} | {b.text() if b else ''} | {met} |")
+            first = False
+        if entry.get("error"):
+            lines.append(f"| | failed: {entry['error'].splitlines()[0][:120]} | | | | | |")
+        for kind, ss in entry.get("samples", {}).items():
+            if ss and ss[0].get("status"):
+                lines.append(f"| | {kind}: {ss[0]['reason']} | | | | | |")
+        if limit and sid in ("S1", "S2", "S3", "S4", "S5"):
+            share = [med.get(kind, {}).get("bytes_per_sec") for kind in ("kafka", "headrace")]
+            if any(share):
+                cells = " | ".join("-" if not b else f"{b / limit:.0%}" for b in share)
+                lines.append(f"| | share of loopback limit (bytes/s) | {cells} | | | |")
+    return "\n".join(lines)
+
+
+def markdown(results: dict) -> str:
+    m = results.get("machine", {})
+    lb = results.get("loopback", {})
+    la = results.get("loadavg_start")
+    busy = la and la[0] > 0.7
+    head = [
+        f"Command: `{results['command']}` ({results['size']} size, {results['runs']} runs per "
+        f"broker, interleaved; medians). Apache Kafka {m.get('kafka_version')} (KRaft, one "
+        f"node) vs Headrace at {m.get('git_commit', '?')}; broker pinned to CPU "
+        f"{m.get('broker_cpus')}, perf client to CPU {m.get('client_cpus')}; "
+        f"{m.get('cpu_model', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib', '?')} GiB, "
+        f"{m.get('java', '')}.",
+        "",
+        f"Load average at start: {la}" + (" (**busy machine: numbers are noisy**)" if busy else "")
+        + f"; at end: {results.get('loadavg_end')}. Run took {results.get('elapsed_s', 0) / 60:.1f} min.",
+    ]
+    if lb:
+        head.append("")
+        head.append("Loopback limit (iperf3, same CPUs): "
+                    + ", ".join(f"{k} writes {v / 1e9:.2f} GB/s" for k, v in lb.items()
+                                if k != "limit") + ".")
+    return "\n".join(head) + "\n\n" + table(results) + "\n"
+
+
+def write(results: dict, out_dir: Path, plots: bool = True) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
+    (out_dir / "results.md").write_text("# Apache Kafka vs Headrace\n\n" + markdown(results))
+    if plots:
+        try:
+            write_plots(results, out_dir)
+        except ImportError:
+            print("matplotlib is not installed: no plots (pip install -e '.[bench]')",
+                  file=sys.stderr)
+
+
+# --------------------------------------------------------------------------------------------
+# Plots
+
+
+def write_plots(results: dict, out_dir: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"kafka": "#555555", "headrace": "#1f77b4"}
+    scen = results["scenarios"]
+
+    def samples(sid: str, kind: str, metric: str) -> list[float]:
+        return [s[metric] for s in scen.get(sid, {}).get("samples", {}).get(kind, [])
+                if metric in s]
+
+    # throughput: S1-S5, MiB/s (S4 in records/s on its own axis would hide; keep MiB/s)
+    tp = [(sid, "fetch_mb_per_sec" if sid == "S5" else "mb_per_sec")
+          for sid in ("S1", "S2", "S3", "S4", "S5") if sid in scen]
+    if tp:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for i, (sid, metric) in enumerate(tp):
+            for j, kind in enumerate(("kafka", "headrace")):
+                vals = samples(sid, kind, metric)
+                med = scen[sid].get("median", {}).get(kind, {}).get(metric)
+                x = i + (j - 0.5) * 0.38
+                if med is not None:
+                    ax.bar(x, med, 0.36, color=colors[kind], label=kind if i == 0 else None)
+                    ax.text(x, med, f"{med:.0f}", ha="center", va="bottom", fontsize=8)
+                ax.plot([x] * len(vals), vals, "k.", markersize=4)
+        ax.set_xticks(range(len(tp)), [s for s, _ in tp])
+        ax.set_ylabel("MiB/s (median, dots: runs)")
+        ax.set_title("Throughput (ProducerPerformance; S5: ConsumerPerformance fetch)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out_dir / "throughput.png", dpi=110)
+        plt.close(fig)
+
+    # latency: S2 and S6 percentiles, log scale
+    lat = [(sid, m) for sid, ms in (("S2", ("p50_ms", "p99_ms")),
+                                    ("S6", ("p50_ms", "p99_ms", "p999_ms")))
+           if sid in scen for m in ms]
+    if lat:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for i, (sid, metric) in enumerate(lat):
+            for j, kind in enumerate(("kafka", "headrace")):
+                med = scen[sid].get("median", {}).get(kind, {}).get(metric)
+                x = i + (j - 0.5) * 0.38
+                if med:
+                    ax.bar(x, med, 0.36, color=colors[kind], label=kind if i == 0 else None)
+                    ax.text(x, med, _fmt(med), ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(lat)), [f"{s}\n{LABELS[m].replace('latency ', '')}"
+                                        for s, m in lat])
+        ax.set_yscale("log")
+        ax.set_ylabel("ms (median of runs)")
+        ax.set_title("Latency: S2 produce ack (durable), S6 end to end at 50 MB/s")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out_dir / "latency.png", dpi=110)
+        plt.close(fig)
+
+    # ratios against the bars
+    rows = [v for v in verdicts(results) if v["ratio"] is not None]
+    if rows:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for i, v in enumerate(rows):
+            bar = next(b for b in SCENARIOS[v["scenario"]].bars if b.metric == v["metric"])
+            ax.bar(i, v["ratio"], 0.6, color="#2ca02c" if v["met"] else "#d62728")
+            ax.plot([i - 0.35, i + 0.35], [bar.ratio] * 2, "k--")
+            ax.text(i, v["ratio"], f"{v['ratio']:.2f}x", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(rows)), [f"{v['scenario']}\n{LABELS[v['metric']]}"
+                                         for v in rows], fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("Headrace / Kafka (dashed: bar)")
+        ax.set_title("Headrace vs Kafka against each bar (green: met)")
+        fig.tight_layout()
+        fig.savefig(out_dir / "ratios.png", dpi=110)
+        plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# README
+
+
+def readme_section(results: dict, out_dir: Path) -> str:
+    rel = out_dir.resolve().relative_to(ROOT) if out_dir.resolve().is_relative_to(ROOT) else out_dir
+    plots = "\n".join(f"![{p[:-4]}]({rel}/{p})" for p in PLOTS if (out_dir / p).exists())
+    profiles = sorted(out_dir.glob("profile-*.svg"))
+    prof = ""
+    if profiles:
+        prof = ("\n\nFlame graphs of Headrace (py-spy, `python -m bench.run --profile`): "
+                + ", ".join(f"[{p.stem[8:]}]({rel}/{p.name})" for p in profiles)
+                + f"; top functions in [{rel}/profiles.md]({rel}/profiles.md).")
+    return f"""## Benchmarks
+
+Apache Kafka and Headrace on the same machine, one after the other, driven by Kafka's own
+`ProducerPerformance` and `ConsumerPerformance` (and a fixed-rate end-to-end latency client,
+`bench/java/EndToEndRate.java`, for S6). One command runs everything and writes
+`{rel}/results.md`, `results.json` and the plots:
+
+```sh
+pip install -e '.[bench]' && python -m bench.run --readme   # Java 17 and Maven needed
+python -m bench.run --size tiny --runs 1                     # a quick check, seconds per scenario
+```
+
+Latest results:
+
+{markdown(results)}
+{plots}{prof}
+"""
+
+
+def update_readme(results: dict, out_dir: Path, readme: Path = README) -> None:
+    """Rewrite the text between the bench markers (appending them at the end if absent)."""
+    text = readme.read_text()
+    block = f"{START}\n{readme_section(results, out_dir)}{END}"
+    if START in text and END in text:
+        text = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda _: block, text,
+                      flags=re.S)
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    readme.write_text(text)
+
+
+# --------------------------------------------------------------------------------------------
+# Profiles (py-spy collapsed stacks)
+
+
+def _frame_key(frame: str) -> str:
+    """"func (path/to/file.py:123)" -> "file.py:func" (line numbers dropped)."""
+    m = re.match(r"(.*) \((.*?)(?::\d+)?\)$", frame)
+    if not m:
+        return frame
+    func, path = m.groups()
+    parts = Path(path).parts
+    short = "/".join(parts[-2:]) if len(parts) >= 2 else path
+    return f"{short}:{func}"
+
+
+def read_collapsed(path: Path) -> list[tuple[list[str], int]]:
+    stacks = []
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            stacks.append((stack.split(";"), int(count)))
+    return stacks
+
+
+def top_functions(stacks: list[tuple[list[str], int]], n: int = 15) -> tuple[int, list, list]:
+    """(total samples, [(function, self %)], [(function, inclusive %)])."""
+    total = sum(c for _, c in stacks) or 1
+    own: dict[str, int] = defaultdict(int)
+    incl: dict[str, int] = defaultdict(int)
+    for frames, c in stacks:
+        real = [_frame_key(f) for f in frames if not f.startswith(("process ", "thread "))]
+        if real:
+            own[real[-1]] += c
+        for k in set(real):
+            incl[k] += c
+    rank = lambda d: [(k, 100 * v / total) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:n]]
+    return total, rank(own), rank(incl)
+
+
+def flamegraph_svg(stacks: list[tuple[list[str], int]], title: str, width: int = 1200) -> str:
+    """A static icicle/flame graph (root at the bottom) with a tooltip per frame."""
+    tree: dict = {"n": 0, "c": {}}
+    for frames, c in stacks:
+        node = tree
+        node["n"] += c
+        for f in frames:
+            node = node["c"].setdefault(f, {"n": 0, "c": {}})
+            node["n"] += c
+    total = tree["n"] or 1
+    rows: list[tuple[int, float, float, str, int]] = []
+
+    def walk(node: dict, depth: int, x: float) -> None:
+        for name, child in sorted(node["c"].items()):
+            w = child["n"] / total * width
+            if w >= 0.3:
+                rows.append((depth, x, w, name, child["n"]))
+                walk(child, depth + 1, x)
+            x += w
+
+    walk(tree, 0, 0.0)
+    depth = max((r[0] for r in rows), default=0) + 1
+    h = 16
+    height = depth * h + 40
+
+    def esc(s: str) -> str:
+        return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="monospace" font-size="11">',
+           f'<text x="4" y="16" font-size="14">{esc(title)} ({total} samples)</text>']
+    for d, x, w, name, n in rows:
+        y = height - (d + 1) * h - 4
+        hue = (zlib.crc32(_frame_key(name).split(":")[0].encode()) % 60) + 10
+        label = _frame_key(name)
+        chars = int(w / 7)
+        text = label if len(label) <= chars else (label[:chars - 2] + ".." if chars > 3 else "")
+        out.append(f'<g><title>{esc(name)}: {n} samples ({100 * n / total:.1f}%)</title>'
+                   f'<rect x="{x:.1f}" y="{y}" width="{max(w - 0.5, 0.1):.1f}" height="{h - 1}" '
+                   f'fill="hsl({hue},80%,60%)"/>'
+                   + (f'<text x="{x + 2:.1f}" y="{y + 12}">{esc(text)}</text>' if text else "")
+                   + "</g>")
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def write_profiles(profile_dir: Path | None, out_dir: Path, results: dict) -> None:
+    """profile-<S>.svg per profiled scenario and profiles.md with the top functions."""
+    if profile_dir is None or not profile_dir.exists():
+        print("no profiles recorded", file=sys.stderr)
+        return
+    md = ["# Where Headrace spends its time", "",
+          f"`{results['command']}` at {results['machine'].get('git_commit')}, load average at "
+          f"start {results['loadavg_start']}. py-spy samples of the broker process (all "
+          "threads, on-CPU only) while Kafka's ProducerPerformance ran against it, broker on "
+          "CPU 0, client on CPU 1. *self*: the function itself was running; *inclusive*: it "
+          "was on the stack.", ""]
+    for f in sorted(profile_dir.glob("*.collapsed")):
+        sid = f.stem
+        stacks = read_collapsed(f)
+        if not stacks:
+            continue
+        (out_dir / f"profile-{sid}.svg").write_text(
+            flamegraph_svg(stacks, f"Headrace under {sid}: {SCENARIOS[sid].title}"))
+        total, own, incl = top_functions(stacks)
+        med = results["scenarios"].get(sid, {}).get("median", {}).get("headrace", {})
+        md += [f"## {sid}: {SCENARIOS[sid].title}", "",
+               f"{total} samples; this run: {_fmt(med.get('mb_per_sec'))} MiB/s, "
+               f"{_fmt(med.get('records_per_sec'))} records/s. "
+               f"Flame graph: [profile-{sid}.svg](profile-{sid}.svg).", "",
+               "| self % | function | | inclusive % | function |", "|---:|---|---|---:|---|"]
+        for (fo, po), (fi, pi) in zip(own, incl):
+            md.append(f"| {po:.1f} | `{fo}` | | {pi:.1f} | `{fi}` |")
+        md.append("")
+    (out_dir / "profiles.md").write_text("\n".join(md))
+    (out_dir / "profiles.json").write_text(json.dumps(results, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="re-render results")
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--readme", action="store_true")
+    a = ap.parse_args(argv)
+    results = json.loads(a.results.read_text())
+    write(results, a.results.parent)
+    if a.readme:
+        update_readme(results, a.results.parent)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The benchmark harness at tiny sizes, Headrace only, so that it cannot rot.
+
+Not a performance test: nothing here compares or asserts on numbers. It needs Java and Maven
+(Kafka's ProducerPerformance drives the broker) and skips without them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench import report, wire  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def kafka_classpath():
+    if not shutil.which("java") or not shutil.which("mvn"):
+        pytest.skip("Java and Maven are needed to run Kafka's perf tools")
+    from bench.apache_kafka import classpath
+    try:
+        return classpath()
+    except Exception as e:  # no network, no Maven Central
+        pytest.skip(f"Apache Kafka's class path could not be resolved: {e}")
+
+
+def test_harness_tiny_headrace_only(tmp_path, kafka_classpath):
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "bench.run", "--size", "tiny", "--runs", "1",
+           "--brokers", "headrace", "--scenarios", "S1,S3,S4,S6,S7", "--no-iperf",
+           "--out", str(out), "--raw-dir", str(tmp_path / "raw")]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=200)
+    assert res.returncode == 0, res.stderr[-4000:]
+    results = json.loads((out / "results.json").read_text())
+    assert len(results["loadavg_start"]) == 3
+    for sid, metric in [("S1", "mb_per_sec"), ("S3", "mb_per_sec"),
+                        ("S4", "records_per_sec"), ("S6", "p99_ms"), ("S7", "cold_start_ms")]:
+        assert results["scenarios"][sid]["median"]["headrace"][metric] > 0, sid
+    md = (out / "results.md").read_text()
+    assert "| S1: " in md and "Load average at start" in md
+    assert "[bench" in res.stderr  # progress is shown
+
+
+def test_record_batch_crc_and_layout():
+    batch = wire.record_batch(b"value", timestamp_ms=1)
+    import crc32c
+    import struct
+    base, length, _epoch, magic, crc = struct.unpack_from(">qiibI", batch)
+    assert (base, magic, length) == (0, 2, len(batch) - 12)
+    assert crc == crc32c.crc32c(batch[21:])
+
+
+def test_readme_rewrite_only_between_markers(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# Title\n\nkept\n")
+    results = {"command": "python -m bench.run", "size": "tiny", "runs": 1, "stamp": "x",
+               "loadavg_start": [0.1, 0.2, 0.3], "machine": {}, "scenarios": {}}
+    report.update_readme(results, tmp_path, readme)
+    first = readme.read_text()
+    assert first.startswith("# Title\n\nkept\n") and first.count(report.START) == 1
+    readme.write_text(first + "\ntrailing\n")
+    results["loadavg_start"] = [0.5, 0.5, 0.5]
+    report.update_readme(results, tmp_path, readme)
+    second = readme.read_text()
+    assert second.count(report.START) == 1 and second.endswith("\ntrailing\n")
+    assert "[0.5, 0.5, 0.5]" in second
+
+
+def test_profile_summary_from_collapsed_stacks(tmp_path):
+    f = tmp_path / "S1.collapsed"
+    f.write_text("thread (0x1);main (a/x.py:1);work (a/y.py:2) 3\n"
+                 "thread (0x1);main (a/x.py:1) 1\n")
+    total, own, incl = report.top_functions(report.read_collapsed(f))
+    assert total == 4
+    assert own[0] == ("a/y.py:work", 75.0)
+    assert dict(incl)["a/x.py:main"] == 100.0
+    assert "<svg" in report.flamegraph_svg(report.read_collapsed(f), "t")
