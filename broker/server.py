@@ -33,10 +33,11 @@ from headrace.pipeline import CloseConnection, GroupCommit, Limits, Request, ser
 from headrace.protocol import (
     ApiKey,
     DecodeError,
-    decode_request,
+    decode_message,
     decode_request_header,
     encode_response,
     encode_response_header,
+    request_class,
     response_header_is_flexible,
 )
 
@@ -245,7 +246,8 @@ class Broker:
                 return self._encode(header, api_versions.unsupported(), version=0)
             raise CloseConnection(f"unsupported version {version} of api key {header.api_key}")
         try:
-            body = decode_request(header.api_key, version, frame, offset)
+            # bytes after the body are ignored, as Kafka does (librdkafka sends some)
+            body = decode_message(request_class(header.api_key), version, frame, offset, exact=False)
         except DecodeError as e:
             raise CloseConnection(f"malformed {api.__name__} v{version} request: {e}") from None
         outcome = api.handle(self, header, body)
