@@ -16,9 +16,12 @@ LISTENING = re.compile(r"headrace listening on ([\d.]+):(\d+)")
 class BrokerProcess:
     """``python -m headrace serve`` on a free port, with its own data directory."""
 
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, overrides: dict[str, str] | None = None, args: list[str] = ()
+    ) -> None:
         self.data_dir = data_dir
         self.overrides = dict(overrides or {})
+        self.args = list(args)  # more command-line arguments, e.g. ["--config", path]
         self.proc: subprocess.Popen | None = None
         self.port = 0
         self.log: list[str] = []
@@ -32,6 +35,7 @@ class BrokerProcess:
                "--port", str(self.port), "--data-dir", str(self.data_dir)]
         for key, value in self.overrides.items():
             cmd += ["--override", f"{key}={value}"]
+        cmd += self.args
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
         found = threading.Event()
 

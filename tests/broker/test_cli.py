@@ -1,0 +1,58 @@
+"""The headrace command: settings from files and overrides, clear errors, clean stops."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from harness import BrokerProcess
+
+
+def run(*args, timeout=30):
+    return subprocess.run([sys.executable, "-m", "headrace", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_unknown_setting_is_a_clear_error(tmp_path):
+    result = run("serve", "--data-dir", str(tmp_path), "--override", "log.flush.intervall.ms=5")
+    assert result.returncode == 2
+    assert "unknown setting 'log.flush.intervall.ms'" in result.stderr
+
+
+def test_bad_value_and_bad_file_are_clear_errors(tmp_path):
+    result = run("serve", "--data-dir", str(tmp_path), "--override", "num.partitions=many")
+    assert result.returncode == 2 and "num.partitions" in result.stderr
+    props = tmp_path / "server.properties"
+    props.write_text("# comment\nnum.partitions=3\nthis line has no separator\n")
+    result = run("serve", "--config", str(props))
+    assert result.returncode == 2 and "line 3" in result.stderr
+
+
+def test_unusable_data_directory(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = run("serve", "--port", "0", "--data-dir", str(blocker / "data"))
+    assert result.returncode == 3
+    assert "data directory" in result.stderr
+
+
+def test_config_file_settings_take_effect(tmp_path):
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    props = tmp_path / "server.properties"
+    props.write_text("num.partitions = 3\nlog.segment.bytes: 1048576\n")
+    broker = BrokerProcess(tmp_path / "data", args=["--config", str(props)]).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        resource = ConfigResource(ConfigResource.Type.BROKER, "1")
+        configs = admin.describe_configs([resource])[resource].result(30)
+        assert configs["num.partitions"].value == "3"
+        assert configs["log.segment.bytes"].value == "1048576"
+    finally:
+        broker.kill()
+
+
+def test_settings_lists_every_setting():
+    result = run("settings")
+    assert result.returncode == 0
+    assert "log.flush.interval.messages=" in result.stdout
+    assert "socket.request.max.bytes=104857600" in result.stdout
