@@ -268,13 +268,38 @@ def _frame_key(frame: str) -> str:
     return f"{short}:{func}"
 
 
+# A thread blocked in one of these is waiting, not working (with native frames py-spy cannot
+# tell them apart from on-CPU samples).
+_IDLE = ("PyThread_acquire_lock_timed", "epoll_pwait", "epoll_wait", "pthread_cond_wait",
+         "pthread_cond_timedwait", "sem_wait", "sem_timedwait")
+# Frames every event-loop sample has: left out of the inclusive ranking.
+_ROOTS = re.compile(r"runpy|__main__|cli\.py:(main|_run)$|uvloop/__init__\.py:run|"
+                    r"runners\.py:|^loop\.c:|^core\.c:|^object\.h:|^libc\.so\.6:0x|"
+                    r"^threading\.py:|thread_run|libpython|^0x")
+
+
 def read_collapsed(path: Path) -> list[tuple[list[str], int]]:
+    """Stacks (root first) and sample counts, without the samples of waiting threads."""
     stacks = []
     for line in path.read_text(errors="replace").splitlines():
         stack, _, count = line.rpartition(" ")
         if stack and count.isdigit():
-            stacks.append((stack.split(";"), int(count)))
+            frames = stack.split(";")
+            if any(idle in f for f in frames[-4:] for idle in _IDLE):
+                continue
+            stacks.append((frames, int(count)))
     return stacks
+
+
+def by_thread(stacks: list[tuple[list[str], int]]) -> list[tuple[str, float]]:
+    """Share of the working samples per thread name ("thread (tid): name" root frames)."""
+    total = sum(c for _, c in stacks) or 1
+    per: dict[str, int] = defaultdict(int)
+    for frames, c in stacks:
+        root = frames[0]
+        name = root.split(": ", 1)[1] if root.startswith("thread ") and ": " in root else "?"
+        per[re.sub(r"_\d+$", "_N", name)] += c
+    return [(k, 100 * v / total) for k, v in sorted(per.items(), key=lambda kv: -kv[1])]
 
 
 def top_functions(stacks: list[tuple[list[str], int]], n: int = 15) -> tuple[int, list, list]:
@@ -287,7 +312,8 @@ def top_functions(stacks: list[tuple[list[str], int]], n: int = 15) -> tuple[int
         if real:
             own[real[-1]] += c
         for k in set(real):
-            incl[k] += c
+            if not _ROOTS.search(k):
+                incl[k] += c
     rank = lambda d: [(k, 100 * v / total) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:n]]
     return total, rank(own), rank(incl)
 
@@ -346,9 +372,10 @@ def write_profiles(profile_dir: Path | None, out_dir: Path, results: dict) -> No
     md = ["# Where Headrace spends its time", "",
           f"`{results['command']}` at {results['machine'].get('git_commit')}, load average at "
           f"start {results['loadavg_start']}. py-spy samples of the broker process (all "
-          "threads, on-CPU only) while Kafka's ProducerPerformance ran against it, broker on "
-          "CPU 0, client on CPU 1. *self*: the function itself was running; *inclusive*: it "
-          "was on the stack.", ""]
+          "threads, native frames included; samples of threads waiting on a lock or in epoll are "
+          "left out) while Kafka's ProducerPerformance ran against it, broker on CPU 0, client "
+          "on CPU 1. *self*: the function itself was running; *inclusive*: it was on the stack "
+          "(frames common to every event-loop sample left out).", ""]
     for f in sorted(profile_dir.glob("*.collapsed")):
         sid = f.stem
         stacks = read_collapsed(f)
@@ -361,7 +388,8 @@ def write_profiles(profile_dir: Path | None, out_dir: Path, results: dict) -> No
         md += [f"## {sid}: {SCENARIOS[sid].title}", "",
                f"{total} samples; this run: {_fmt(med.get('mb_per_sec'))} MiB/s, "
                f"{_fmt(med.get('records_per_sec'))} records/s. "
-               f"Flame graph: [profile-{sid}.svg](profile-{sid}.svg).", "",
+               f"Flame graph: [profile-{sid}.svg](profile-{sid}.svg). By thread: "
+               + ", ".join(f"{t} {p:.0f}%" for t, p in by_thread(stacks)) + ".", "",
                "| self % | function | | inclusive % | function |", "|---:|---|---|---:|---|"]
         for (fo, po), (fi, pi) in zip(own, incl):
             md.append(f"| {po:.1f} | `{fo}` | | {pi:.1f} | `{fi}` |")
