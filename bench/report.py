@@ -274,7 +274,7 @@ _IDLE = ("PyThread_acquire_lock_timed", "epoll_pwait", "epoll_wait", "pthread_co
          "pthread_cond_timedwait", "sem_wait", "sem_timedwait")
 # Frames every event-loop sample has: left out of the inclusive ranking.
 _ROOTS = re.compile(r"runpy|__main__|cli\.py:(main|_run)$|uvloop/__init__\.py:run|"
-                    r"runners\.py:|^loop\.c:|^core\.c:|^object\.h:|^libc\.so\.6:0x|"
+                    r"runners\.py:|^loop\.c:|^core\.c:|^loop-watcher\.c:|^queue\.h:|^object\.h:|^libc\.so\.6:0x|"
                     r"^threading\.py:|thread_run|libpython|^0x")
 
 
