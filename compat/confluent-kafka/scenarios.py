@@ -1,0 +1,211 @@
+"""librdkafka through confluent-kafka (PyPI): the standard scenarios (see compat/kit.py)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from confluent_kafka import (Consumer, KafkaException, Producer, TopicCollection,  # noqa: E402
+                             TopicPartition)
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,  # noqa: E402
+                                   ConfigResource, NewPartitions, NewTopic)
+
+from compat import kit  # noqa: E402
+from compat.kit import WAIT_S, expect  # noqa: E402
+
+
+def base(bootstrap: str) -> dict:
+    return {"bootstrap.servers": bootstrap, "log_level": 3,
+            "broker.address.family": "v4"}
+
+
+def done(futures) -> dict:
+    return {k: f.result(timeout=WAIT_S) for k, f in futures.items()}
+
+
+def create_topic(admin: AdminClient, topic: str, partitions: int, config: dict | None = None):
+    done(admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                       config=config or {})], operation_timeout=WAIT_S))
+
+
+def produce(bootstrap: str, topic: str, recs, **conf) -> None:
+    errors = []
+    producer = Producer({**base(bootstrap), "linger.ms": 5, **conf})
+
+    def report(err, msg):
+        if err is not None:
+            errors.append(str(err))
+
+    for p, k, v, h in recs:
+        producer.produce(topic, value=v, key=k, partition=p, headers=h, on_delivery=report)
+        producer.poll(0)
+    left = producer.flush(WAIT_S)
+    expect(not errors, f"delivery failed: {errors[:3]}")
+    expect(left == 0, f"{left} records not delivered")
+
+
+def read_assigned(bootstrap: str, topic: str, partitions: int, count: int,
+                  **conf) -> list:
+    consumer = Consumer({**base(bootstrap), "group.id": "unused-assign-only",
+                         "enable.auto.commit": False, **conf})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = []
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                raise KafkaException(msg.error())
+            got.append((msg.partition(), msg.key(), msg.value(), msg.headers() or []))
+    finally:
+        consumer.close()
+    return got
+
+
+def produce_consume(compression: str):
+    def scenario(bootstrap: str, prefix: str) -> None:
+        topic = f"{prefix}-t"
+        create_topic(AdminClient(base(bootstrap)), topic, 3)
+        recs = kit.records(300, 3)
+        produce(bootstrap, topic, recs, **{"compression.type": compression})
+        kit.check_records(recs, read_assigned(bootstrap, topic, 3, len(recs)))
+    return scenario
+
+
+def idempotent(bootstrap: str, prefix: str) -> None:
+    topic = f"{prefix}-t"
+    create_topic(AdminClient(base(bootstrap)), topic, 2)
+    recs = kit.records(2000, 2)
+    produce(bootstrap, topic, recs, **{"enable.idempotence": True, "acks": "all",
+                                       "max.in.flight.requests.per.connection": 5,
+                                       "linger.ms": 0, "batch.num.messages": 50})
+    kit.check_records(recs, read_assigned(bootstrap, topic, 2, len(recs)))
+
+
+def group(bootstrap: str, prefix: str) -> None:
+    topic, gid = f"{prefix}-t", f"{prefix}-g"
+    admin = AdminClient(base(bootstrap))
+    create_topic(admin, topic, 4)
+    recs = kit.records(400, 4)
+    produce(bootstrap, topic, recs)
+    conf = {**base(bootstrap), "group.id": gid, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "session.timeout.ms": 10000,
+            "heartbeat.interval.ms": 500}
+    seen: set[tuple[int, bytes]] = set()
+    a = Consumer(conf)
+    b = Consumer(conf)
+    try:
+        a.subscribe([topic])
+
+        def poll(c: Consumer) -> None:
+            msg = c.poll(0.2)
+            if msg is None:
+                return
+            if msg.error():
+                raise KafkaException(msg.error())
+            seen.add((msg.partition(), msg.key()))
+            try:
+                c.commit(msg, asynchronous=False)
+            except KafkaException as exc:  # a commit racing a rebalance may be refused
+                if not exc.args[0].retriable() and "GENERATION" not in exc.args[0].name() \
+                        and "REBALANCE" not in exc.args[0].name():
+                    raise
+
+        kit.wait_until(lambda: (poll(a), len(a.assignment()) == 4)[1],
+                       "the first consumer to be assigned all 4 partitions", step=0)
+        b.subscribe([topic])
+
+        def both_assigned() -> bool:
+            poll(a)
+            poll(b)
+            pa = {tp.partition for tp in a.assignment()}
+            pb = {tp.partition for tp in b.assignment()}
+            return bool(pa) and bool(pb) and not (pa & pb) and (pa | pb) == {0, 1, 2, 3}
+        kit.wait_until(both_assigned, "a rebalance sharing 4 partitions between 2 consumers",
+                       step=0)
+
+        def all_seen() -> bool:
+            poll(a)
+            poll(b)
+            return len(seen) == len(recs)
+        kit.wait_until(all_seen, f"all {len(recs)} records through the group", step=0)
+        for c in (a, b):
+            c.commit(asynchronous=False)
+    finally:
+        a.close()
+        b.close()
+    checker = Consumer(conf)
+    try:
+        committed = checker.committed([TopicPartition(topic, p) for p in range(4)],
+                                      timeout=WAIT_S)
+    finally:
+        checker.close()
+    offsets = {tp.partition: tp.offset for tp in committed}
+    expect(offsets == {p: 100 for p in range(4)}, f"committed offsets {offsets}, want 100 each")
+
+
+def admin_topics(bootstrap: str, prefix: str) -> None:
+    admin = AdminClient(base(bootstrap))
+    topic = f"{prefix}-t"
+    create_topic(admin, topic, 3, {"retention.ms": "3600000"})
+    expect(topic in admin.list_topics(timeout=WAIT_S).topics, "created topic not listed")
+    desc = done(admin.describe_topics(TopicCollection([topic])))[topic]
+    expect(len(desc.partitions) == 3, f"described {len(desc.partitions)} partitions, want 3")
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = done(admin.describe_configs([res]))[res]
+    expect(configs["retention.ms"].value == "3600000",
+           f"retention.ms described as {configs['retention.ms'].value}")
+    done(admin.create_partitions([NewPartitions(topic, 5)]))
+    kit.wait_until(lambda: len(admin.list_topics(topic, timeout=WAIT_S).topics[topic].partitions) == 5,
+                   "5 partitions after CreatePartitions")
+    done(admin.delete_topics([topic], operation_timeout=WAIT_S))
+    kit.wait_until(lambda: topic not in admin.list_topics(timeout=WAIT_S).topics,
+                   "the deleted topic to disappear")
+
+
+def alter_configs(bootstrap: str, prefix: str) -> None:
+    admin = AdminClient(base(bootstrap))
+    topic = f"{prefix}-t"
+    create_topic(admin, topic, 1)
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "12345", incremental_operation=AlterConfigOpType.SET)])
+    done(admin.incremental_alter_configs([res]))
+    plain = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    value = done(admin.describe_configs([plain]))[plain]["retention.ms"].value
+    expect(value == "12345", f"retention.ms is {value} after the change")
+
+
+def transactions(bootstrap: str, prefix: str) -> None:
+    topic = f"{prefix}-t"
+    create_topic(AdminClient(base(bootstrap)), topic, 1)
+    p = Producer({**base(bootstrap), "transactional.id": f"{prefix}-tx"})
+    p.init_transactions(WAIT_S)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, value=f"committed-{i}".encode(), partition=0)
+    p.commit_transaction(WAIT_S)
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(topic, value=f"aborted-{i}".encode(), partition=0)
+    p.flush(WAIT_S)
+    p.abort_transaction(WAIT_S)
+    p.begin_transaction()
+    p.produce(topic, value=b"committed-last", partition=0)
+    p.commit_transaction(WAIT_S)
+    got = read_assigned(bootstrap, topic, 1, 11, **{"isolation.level": "read_committed"})
+    values = [v for _, _, v, _ in got]
+    want = [f"committed-{i}".encode() for i in range(10)] + [b"committed-last"]
+    expect(values == want, f"read_committed consumer read {values}")
+
+
+SCENARIOS = {f"produce-{c}": produce_consume(c) for c in kit.COMPRESSIONS}
+SCENARIOS.update({"idempotent": idempotent, "group": group, "admin": admin_topics,
+                  "alter-configs": alter_configs, "transactions": transactions})
+
+if __name__ == "__main__":
+    sys.exit(kit.main(SCENARIOS))

@@ -1,0 +1,104 @@
+"""What every Python scenario program shares: the command line, the result line, test data.
+
+A scenario program is called as ``PROGRAM BOOTSTRAP SCENARIO PREFIX`` and ends with one line::
+
+    RESULT pass
+    RESULT n/a <why the client cannot do this>
+    RESULT fail <reason>
+
+``PREFIX`` is unique per run and scenario; programs name their topics, groups and
+transactional ids with it so that scenarios never see each other's data. The runner
+(``compat/run.py``) reads the last ``RESULT`` line; a program that dies or hangs without one
+is a failure too, with the tail of its output as the reason. Programs in other languages
+(Java, Go, JavaScript) follow the same convention.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from typing import Callable
+
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+STANDARD_SCENARIOS = tuple(f"produce-{c}" for c in COMPRESSIONS) + (
+    "idempotent", "group", "admin", "alter-configs", "transactions")
+
+WAIT_S = 30.0  # how long any single wait inside a scenario may take
+
+
+class NotApplicable(Exception):
+    """The client has no way to do this (reported as n/a, not as a failure)."""
+
+
+class ScenarioFailed(AssertionError):
+    pass
+
+
+def expect(cond: bool, what: str) -> None:
+    if not cond:
+        raise ScenarioFailed(what)
+
+
+def records(n: int, partitions: int) -> list[tuple[int, bytes, bytes, list[tuple[str, bytes]]]]:
+    """``n`` records (partition, key, value, headers); partitions are filled round robin."""
+    return [(i % partitions, f"k{i}".encode(), f"value-{i}-".encode() * 8,
+             [("seq", str(i).encode()), ("src", b"compat")]) for i in range(n)]
+
+
+def check_records(sent, got) -> None:
+    """``got`` must hold exactly ``sent`` (partition, key, value, headers), each partition's
+    records in the order they were sent."""
+    want: dict[int, list] = {}
+    for p, k, v, h in sent:
+        want.setdefault(p, []).append((k, v, [(a, bytes(b)) for a, b in h]))
+    have: dict[int, list] = {}
+    for p, k, v, h in got:
+        have.setdefault(p, []).append((k, v, [(a, bytes(b)) for a, b in (h or [])]))
+    for p in sorted(set(want) | set(have)):
+        w, g = want.get(p, []), have.get(p, [])
+        expect(len(w) == len(g), f"partition {p}: sent {len(w)} records, read {len(g)}")
+        for i, (a, b) in enumerate(zip(w, g)):
+            expect(a == b, f"partition {p} record {i}: sent {a!r:.120}, read {b!r:.120}")
+
+
+def wait_until(cond: Callable[[], bool], what: str, timeout: float = WAIT_S,
+               step: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise ScenarioFailed(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(step)
+
+
+def one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return " ".join(text.split())[:600]
+
+
+def main(scenarios: dict[str, Callable[[str, str], None]],
+         argv: list[str] | None = None) -> int:
+    """Run one scenario from the command line and print its RESULT line."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) == 1 and args[0] == "--list":
+        print(" ".join(scenarios))
+        return 0
+    if len(args) != 3:
+        print("usage: PROGRAM BOOTSTRAP SCENARIO PREFIX | --list", file=sys.stderr)
+        return 2
+    bootstrap, name, prefix = args
+    fn = scenarios.get(name)
+    if fn is None:
+        print(f"RESULT n/a not a scenario of this client", flush=True)
+        return 0
+    try:
+        fn(bootstrap, prefix)
+    except NotApplicable as exc:
+        print(f"RESULT n/a {exc}", flush=True)
+        return 0
+    except BaseException as exc:  # every failure becomes a reason in the matrix
+        traceback.print_exc()
+        print(f"RESULT fail {one_line(exc)}", flush=True)
+        return 1
+    print("RESULT pass", flush=True)
+    return 0
