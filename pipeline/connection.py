@@ -94,6 +94,7 @@ class Connection(asyncio.BufferedProtocol):
         self._in_flight = 0
         self._reading = True
         self._write_paused = False
+        self._stopped = False  # no more requests: the broker is shutting down
         self.closed = False
 
     # asyncio protocol callbacks -----------------------------------------------------------
@@ -211,15 +212,17 @@ class Connection(asyncio.BufferedProtocol):
             self.closed = True
             self._transport.close()
 
-    @property
-    def requests_in_flight(self) -> int:
-        return self._next_seq - self._next_write
+    def stop_reading(self) -> None:
+        """Take no more requests (shutdown); those already read are still answered."""
+        self._stopped = True
+        self._update_reading()
 
     def _update_reading(self) -> None:
         if self.closed or self._transport is None:
             return
         want = not (
-            self._write_paused
+            self._stopped
+            or self._write_paused
             or self._in_flight > self._limits.per_connection
             or self._next_seq - self._next_write >= self._limits.requests_per_connection
             or self._limits.over(self)

@@ -131,7 +131,9 @@ class Router:
         conn.complete(request.seq, future.result())
 
     async def drain(self, timeout: float) -> None:
-        """Wait until queued requests are handled and pending responses complete."""
+        """Stop reading requests; wait until those read are handled and answered."""
+        for conn in self.connections:
+            conn.stop_reading()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while (self.queued or self._pending) and loop.time() < deadline:

@@ -6,6 +6,7 @@ import threading
 import time
 
 import confluent_kafka as ck
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -32,7 +33,8 @@ def read_all(bootstrap: str, topic: str, expect_at_least: int, timeout: float = 
     return rows
 
 
-def test_kill_9_during_durable_produce_keeps_every_acknowledged_record_once(broker_factory):
+@pytest.mark.parametrize("stop", ["kill -9", "SIGTERM"])
+def test_stop_during_durable_produce_keeps_every_acknowledged_record_once(broker_factory, stop):
     broker = broker_factory({"log.flush.interval.messages": "1"})
     topic = "durable"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -69,7 +71,10 @@ def test_kill_9_during_durable_produce_keeps_every_acknowledged_record_once(brok
     try:
         while len(acked) < 20_000:
             time.sleep(0.01)
-        broker.kill()  # SIGKILL while the producer is still sending
+        if stop == "kill -9":
+            broker.kill()  # while the producer is still sending
+        else:
+            assert broker.stop() == 0  # a clean stop, also while the producer is sending
         acked_before_kill = dict(acked)
         assert produced > len(acked_before_kill), "records were in flight at the kill"
         time.sleep(0.5)
