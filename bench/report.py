@@ -114,6 +114,12 @@ def markdown(results: dict) -> str:
         head.append("Loopback limit (iperf3, same CPUs): "
                     + ", ".join(f"{k} writes {v / 1e9:.2f} GB/s" for k, v in lb.items()
                                 if k != "limit") + ".")
+    ap = results.get("append", {})
+    if ap:
+        head.append("")
+        head.append(f"Page-cache append limit (1 MiB pwrites to a new file from Python, broker "
+                    f"CPU, same directory): {ap['bytes_per_sec'] / 2**20:.0f} MiB/s; every byte "
+                    "a broker stores costs this copy.")
     return "\n".join(head) + "\n\n" + table(results) + "\n"
 
 

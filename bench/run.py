@@ -131,6 +131,37 @@ def iperf_loopback(ctx: Context, seconds: float) -> dict:
     return out
 
 
+_APPEND_PROBE = """
+import os, sys, time
+path, total = sys.argv[1], int(sys.argv[2])
+buf = os.urandom(1 << 20)
+fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC)
+t, c = time.perf_counter(), time.process_time()
+for i in range(total >> 20):
+    os.pwrite(fd, buf, i << 20)
+print(total / (time.perf_counter() - t), total / max(time.process_time() - c, 1e-9))
+os.close(fd)
+os.unlink(path)
+"""
+
+
+def append_limit(ctx: Context, total: int) -> dict:
+    """Appending to a new file through the page cache in 1 MiB pwrites, on the broker CPU, in
+    the brokers' data directory: the ceiling for any broker writing one log on this machine
+    (no fsync). {"bytes_per_sec": wall, "bytes_per_cpu_sec": per CPU second}."""
+    ctx.data.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run([sys.executable, "-c", _APPEND_PROBE, str(ctx.data / "append.probe"),
+                          str(total)], capture_output=True, text=True, timeout=300,
+                         preexec_fn=lambda: os.sched_setaffinity(0, brokers.BROKER_CPUS))
+    try:
+        wall, cpu = (float(x) for x in res.stdout.split())
+    except ValueError:
+        ctx.progress(f"page-cache append probe failed: {res.stderr[-300:]}")
+        return {}
+    ctx.progress(f"page-cache append (1 MiB pwrite, broker CPU): {wall / 2**20:.0f} MiB/s")
+    return {"bytes_per_sec": wall, "bytes_per_cpu_sec": cpu}
+
+
 # --------------------------------------------------------------------------------------------
 # One run of one scenario on one broker
 
@@ -444,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"(1-minute above ~0.7 means a busy machine and noisy numbers)")
     if not args.no_iperf and not args.profile:
         results["loopback"] = iperf_loopback(ctx, args.iperf_seconds)
+        results["append"] = append_limit(ctx, (64 if ctx.size == "tiny" else 1024) << 20)
 
     scenarios = select(args.scenarios)
     if args.profile:
