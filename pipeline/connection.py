@@ -7,8 +7,10 @@ asyncio ``BufferedProtocol``: the event loop reads straight into our buffers.
 
 * Small frames are read into a shared receive buffer (``RECEIVE_BUFFER`` bytes) and copied out
   one frame at a time into their own ``bytearray``; a frame larger than the space left in that
-  buffer gets a ``bytearray`` of exactly its size and the loop reads the rest of it directly
-  into that, so a 1 MiB produce is copied from the socket once.
+  buffer gets a ``bytearray`` of its own and the loop reads the rest of it directly into that,
+  so a 1 MiB produce is copied from the socket once. That buffer starts at
+  ``FIRST_ALLOCATION`` bytes and doubles as data arrives, so a peer that announces 100 MiB and
+  sends little holds little memory.
 * The size is checked before anything is allocated: a size below ``MIN_FRAME`` or above the
   limit (Kafka's ``socket.request.max.bytes``) closes the connection.
 * Each frame gets an arrival sequence number and goes to the router; the connection does not
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECEIVE_BUFFER = 256 * 1024
+FIRST_ALLOCATION = 1024 * 1024  # a large frame's buffer starts here and doubles as bytes arrive
 MIN_FRAME = 8  # api key, api version and correlation id alone take 8 bytes
 _SIZE = 4
 
@@ -87,6 +90,7 @@ class Connection(asyncio.BufferedProtocol):
         self._end = 0
         self._frame: bytearray | None = None  # a large frame being read in place
         self._frame_filled = 0
+        self._frame_size = 0  # its declared size: the buffer grows towards it as bytes arrive
         self._next_seq = 0  # sequence number of the next request read
         self._next_write = 0  # sequence number of the next response to write
         self._done: dict[int, list | None] = {}
@@ -123,8 +127,12 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is not None:
-            return memoryview(self._frame)[self._frame_filled :]
+        frame = self._frame
+        if frame is not None:
+            if self._frame_filled == len(frame):
+                # grow by doubling, so memory follows the bytes that really arrived
+                frame.extend(bytes(min(len(frame), self._frame_size - len(frame))))
+            return memoryview(frame)[self._frame_filled :]
         if self._end == len(self._buf):
             self._compact()
         return self._view[self._end :]
@@ -132,7 +140,7 @@ class Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._frame is not None:
             self._frame_filled += nbytes
-            if self._frame_filled == len(self._frame):
+            if self._frame_filled == self._frame_size:
                 frame, self._frame = self._frame, None
                 self._dispatch(frame)
             return
@@ -161,9 +169,9 @@ class Connection(asyncio.BufferedProtocol):
                 continue
             if _SIZE + size > len(buf) - start:
                 # does not fit in what is left of the buffer: give it a buffer of its own
-                frame = bytearray(size)
+                frame = bytearray(max(min(size, FIRST_ALLOCATION), available))
                 frame[:available] = self._view[start + _SIZE : self._end]
-                self._frame, self._frame_filled = frame, available
+                self._frame, self._frame_filled, self._frame_size = frame, available, size
                 self._start = self._end = 0
             break
         if self._start == self._end:

@@ -208,3 +208,41 @@ async def test_group_commit_failure_reaches_the_waiters():
     with pytest.raises(OSError):
         await group.flush([Broken()])
     await group.close()
+
+
+async def test_large_frames_grow_their_buffer_and_arrive_whole():
+    handler = Echo()
+    server, router, port = await start(handler, max_frame=16 << 20, per_connection=64 << 20)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        rng = random.Random(3)
+        sent = [payload(0, i, size=5) + rng.randbytes(n - 5) for i, n in enumerate([3_000_001, 1 << 20, 5_555_555])]
+        for p in sent:
+            writer.write(frame(p))
+        got = await asyncio.wait_for(read_frames(reader, 3), 30)
+        assert got == sent
+        writer.close()
+    finally:
+        server.close()
+        await router.close()
+
+
+async def test_an_announced_large_frame_holds_memory_only_for_bytes_sent():
+    import tracemalloc
+
+    handler = Echo()
+    server, router, port = await start(handler, max_frame=100 << 20)
+    try:
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(struct.pack(">i", 100 << 20) + b"x" * (300 * 1024))  # announce 100 MiB, send 300 KiB
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        held = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        assert held < 8 << 20, f"{held} bytes held for a frame that sent 300 KiB"
+        writer.close()
+    finally:
+        server.close()
+        await router.close()
