@@ -101,7 +101,8 @@ def markdown(results: dict) -> str:
     head = [
         f"Command: `{results['command']}` ({results['size']} size, {results['runs']} runs per "
         f"broker, interleaved; medians). Apache Kafka {m.get('kafka_version')} (KRaft, one "
-        f"node) vs Headrace at {m.get('git_commit', '?')}; broker pinned to CPU "
+        f"node) vs Headrace at {m.get('git_commit', '?')}"
+        f"{' plus uncommitted changes' if m.get('git_dirty') else ''}; broker pinned to CPU "
         f"{m.get('broker_cpus')}, perf client to CPU {m.get('client_cpus')}; "
         f"{m.get('cpu_model', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib', '?')} GiB, "
         f"{m.get('java', '')}.",
@@ -247,16 +248,19 @@ Latest results:
 """
 
 
-def update_readme(results: dict, out_dir: Path, readme: Path = README) -> None:
-    """Rewrite the text between the bench markers (appending them at the end if absent)."""
-    text = readme.read_text()
-    block = f"{START}\n{readme_section(results, out_dir)}{END}"
+def with_section(text: str, section: str) -> str:
+    """``text`` with ``section`` between the bench markers (appended at the end if absent);
+    nothing outside the markers changes."""
+    block = f"{START}\n{section}{END}"
     if START in text and END in text:
-        text = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda _: block, text,
+        return re.sub(re.escape(START) + r".*?" + re.escape(END), lambda _: block, text,
                       flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    readme.write_text(text)
+    return text.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def update_readme(results: dict, out_dir: Path, readme: Path = README) -> None:
+    """Rewrite the README's Benchmarks section from ``results``."""
+    readme.write_text(with_section(readme.read_text(), readme_section(results, out_dir)))
 
 
 # --------------------------------------------------------------------------------------------

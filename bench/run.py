@@ -95,6 +95,11 @@ def machine() -> dict:
     try:
         info["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
                                             capture_output=True, text=True).stdout.strip()
+        # uncommitted changes in the broker's own packages are part of what was measured
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "broker", "protocol",
+                                "pipeline", "storage"], cwd=HERE.parent, capture_output=True,
+                               text=True).stdout.strip()
+        info["git_dirty"] = bool(dirty)
     except OSError:
         pass
     return info
