@@ -146,6 +146,15 @@ class _SparseIndex:
         """Append one packed entry to the in-memory copy."""
         self._buf += data
 
+    def resync_file(self) -> None:
+        """Cut the file back to the in-memory entries (after a failed or partial write)."""
+        if self._ref is None or self._buf is None:
+            return
+        keep = len(self._buf)
+        if os.fstat(self._ref.fd).st_size != keep:
+            os.ftruncate(self._ref.fd, keep)
+        os.lseek(self._ref.fd, keep, os.SEEK_SET)
+
     def truncate_entries(self, n: int) -> None:
         """Keep the first n entries (active index only)."""
         keep = n * self.ENTRY_SIZE

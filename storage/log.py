@@ -10,11 +10,14 @@ Invariants:
   * ``log_start_offset`` <= ``log_end_offset``; ``recovery_point`` <= ``log_end_offset``.
   * Every published position (a segment's ``size``, index entries) is a batch boundary.
 
-Threads. One *owner* thread (the broker's event loop) calls ``append``, ``truncate_to``,
-``delete_records_before``, ``apply_retention``, ``close`` and ``delete``. One *flush* thread at
-a time may call ``flush`` concurrently with the owner (group commit). Any number of *reader*
-threads may call ``read``, ``batch_headers``, ``offset_for_timestamp`` and ``max_timestamp``
-concurrently with both. A single lock guards the in-memory state (segment list, sizes, index
+Threads. One *owner* thread (the broker's event loop) calls ``append``, ``roll``,
+``truncate_to``, ``update_config``, ``close`` and ``delete``. One *flush* thread at a time may
+call ``flush`` concurrently with the owner (group commit). One *maintenance* thread at a time
+may call ``apply_retention``, ``delete_records_before`` and ``replace_segments`` (the
+cleaner's swap, see cleaner.py): they only remove or replace inactive segments, under the
+lock, and do their file work outside it. Any number of *reader* threads may call ``read``,
+``batch_headers``, ``offset_for_timestamp`` and ``max_timestamp`` concurrently with all of
+them. A single lock guards the in-memory state (segment list, sizes, index
 mirrors, offsets); all file I/O happens outside it, except for truncation (rare) and the
 first search of an old segment's index (maps the index file, or rebuilds it when unusable).
 
@@ -63,6 +66,20 @@ class LogConfig:
     segment_index_bytes: int = 10 * 1024 * 1024  # segment.index.bytes (max index file size)
     retention_ms: int = -1  # retention.ms; -1: keep forever
     retention_bytes: int = -1  # retention.bytes; -1: no size limit
+    cleanup_policy: str = "delete"  # cleanup.policy: "delete", "compact" or "compact,delete"
+    delete_retention_ms: int = 24 * 3600 * 1000  # delete.retention.ms (tombstones)
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+
+    @property
+    def deletes(self) -> bool:
+        """Whether old segments are removed by retention (policy contains ``delete``)."""
+        return "delete" in _policy_words(self.cleanup_policy)
+
+    @property
+    def compacts(self) -> bool:
+        """Whether the log is compacted (policy contains ``compact``)."""
+        return "compact" in _policy_words(self.cleanup_policy)
 
     def __post_init__(self) -> None:
         if not 61 <= self.segment_bytes <= INT32_MAX:
@@ -73,6 +90,14 @@ class LogConfig:
             raise ValueError("index_interval_bytes must be >= 0")
         if self.segment_index_bytes < 24:
             raise ValueError("segment_index_bytes must be >= 24")
+        if not _policy_words(self.cleanup_policy) <= {"delete", "compact"}:
+            raise ValueError(f"unknown cleanup policy {self.cleanup_policy!r}")
+        if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
+            raise ValueError("min_cleanable_dirty_ratio must be in [0, 1]")
+
+
+def _policy_words(policy: str) -> set[str]:
+    return {w.strip() for w in policy.split(",") if w.strip()}
 
 
 class Log:
@@ -99,10 +124,18 @@ class Log:
         self._checkpointed = (recovery_point, log_start_offset)
         self._last_checkpoint = time.monotonic()
         self._closed = False
-        cfg = config
+        self.cleaner_offset = log_start_offset  # offsets below it were compacted at least once
+        self._set_limits(config)
+
+    def _set_limits(self, cfg: LogConfig) -> None:
         self._max_offset_entries = cfg.segment_index_bytes // 8
         self._max_time_entries = cfg.segment_index_bytes // 12 - 1  # room for the final entry
         self._segment_s = cfg.segment_ms / 1000.0
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply changed settings (AlterConfigs); they take effect from the next append."""
+        self.config = config
+        self._set_limits(config)
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -228,19 +261,26 @@ class Log:
             if position + n > INT32_MAX:
                 raise ValueError("append larger than a segment can hold")
             _write_all(seg.log_ref.fd, batch, n, position)
-            if (seg.bytes_since_index <= seg.index_interval_bytes
-                    and max_timestamp <= seg.max_ts):
-                seg.bytes_since_index += n  # the common case: no index entry, no new maximum
-                oi = ti = None
-            else:
+        except OSError as e:
+            raise StorageError(f"append to {self.directory} failed: {e}") from e
+        if (seg.bytes_since_index <= seg.index_interval_bytes
+                and max_timestamp <= seg.max_ts):
+            seg.bytes_since_index += n  # the common case: no index entry, no new maximum
+            oi = ti = None
+        else:
+            saved = seg.index_state()
+            try:
                 oi, ti = seg.index_entries_for(position, n, base_offset, last_offset,
                                                max_timestamp)
                 if oi is not None:
                     seg.offset_index.write_entry(oi)
                 if ti is not None:
                     seg.time_index.write_entry(ti)
-        except OSError as e:
-            raise StorageError(f"append to {self.directory} failed: {e}") from e
+            except OSError as e:
+                # undo: the batch is not published, the index files go back to their entries
+                seg.restore_index_state_to(saved)
+                _undo_write(seg.log_ref.fd, position)
+                raise StorageError(f"append to {self.directory} failed: {e}") from e
         with self._lock:
             seg.size = position + n
             if oi is not None:
@@ -252,14 +292,40 @@ class Log:
             if mt is not None and max_timestamp > mt[0]:
                 self._max_ts = (max_timestamp, last_offset)
 
+    def roll(self) -> None:
+        """Start a new active segment now, unless the active one is empty (owner thread)."""
+        if self._active.size:
+            try:
+                self._roll()
+            except OSError as e:
+                raise StorageError(f"roll of {self.directory} failed: {e}") from e
+
+    def active_segment_expired(self, now_ms: int | None = None) -> bool:
+        """Whether retention.ms would delete the active segment: it holds data, every batch
+        in it is older than retention.ms, and so is every other segment (Kafka then rolls so
+        that retention can delete it)."""
+        cfg = self.config
+        if not cfg.deletes or cfg.retention_ms < 0:
+            return False
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        with self._lock:
+            seg = self._active
+            return (seg.size > 0 and seg.max_ts is not None and seg.max_ts >= 0
+                    and now_ms - seg.max_ts > cfg.retention_ms)
+
     def _roll(self) -> LogSegment:
         """Start a new active segment at the log end offset (owner thread)."""
         old = self._active
+        saved = old.index_state()
         final = old.final_time_entry()
-        if final is not None:
-            old.time_index.write_entry(final)
-        new = LogSegment.create(self.directory, self.log_end_offset,
-                                self.config.index_interval_bytes)
+        try:
+            if final is not None:
+                old.time_index.write_entry(final)
+            new = LogSegment.create(self.directory, self.log_end_offset,
+                                    self.config.index_interval_bytes)
+        except OSError:
+            old.restore_index_state_to(saved)
+            raise
         new.rolled_at = time.monotonic()
         with self._lock:
             if final is not None:
@@ -428,26 +494,37 @@ class Log:
 
     def batch_headers(self, from_offset: int) -> Iterator[bytes]:
         """The 61-byte header of each batch from the one holding ``from_offset`` to the end."""
-        with self._lock:
-            if from_offset < self.log_start_offset or from_offset > self.log_end_offset:
-                raise OffsetOutOfRange(from_offset, self.log_start_offset, self.log_end_offset)
-            _, i = self._locate(from_offset)
-            segments = self._segments[i:]
         offset = from_offset
-        for seg in segments:
+        while True:
             with self._lock:
-                if seg.deleted:
-                    continue  # removed meanwhile (below the new log start, or truncated)
-                seg.ensure_indexes(self._next_base(seg))
-                _, position = seg.offset_index.lookup(max(offset, seg.base_offset))
-                limit = seg.size
-                ref = seg.log_ref
-            try:
-                for info, header in iter_batches(ref.fd, position, limit, headers=True):
-                    if info.last_offset >= offset:
-                        yield header
-            except (OSError, BadBatch) as e:
-                raise StorageError(f"scan of segment {seg.base_offset} failed: {e}") from e
+                if offset < self.log_start_offset or offset > self.log_end_offset:
+                    if offset != from_offset:
+                        return  # the log was truncated or trimmed below where we got to
+                    raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+                _, i = self._locate(offset)
+                segments = self._segments[i:]
+                generation = self._generation
+            for seg in segments:
+                with self._lock:
+                    if seg.deleted:
+                        continue  # removed meanwhile (below the new log start, or truncated)
+                    seg.ensure_indexes(self._next_base(seg))
+                    _, position = seg.offset_index.lookup(max(offset, seg.base_offset))
+                    limit = seg.size
+                    ref = seg.log_ref
+                try:
+                    for info, header in iter_batches(ref.fd, position, limit, headers=True):
+                        if info.last_offset >= offset:
+                            offset = info.last_offset + 1
+                            yield header
+                except (OSError, BadBatch) as e:
+                    with self._lock:
+                        changed = generation != self._generation
+                    if changed:
+                        break  # truncated or replaced under us: look again from ``offset``
+                    raise StorageError(f"scan of segment {seg.base_offset} failed: {e}") from e
+            else:
+                return
 
     def _segment_max_ts(self, i: int) -> tuple[int, int]:
         seg = self._segments[i]
@@ -573,9 +650,12 @@ class Log:
         if offset <= self.log_start_offset:
             return
         with self._lock:
+            if self._closed:
+                raise StorageError("log is closed")
             self.log_start_offset = offset
             doomed = self._drop_leading(lambda i: self._bases[i + 1] <= offset)
         self._delete_segments(doomed)
+        self._write_checkpoint(clean=False)
 
     def apply_retention(self, now_ms: int | None = None) -> int:
         """Delete old segments per retention_ms / retention_bytes; returns how many.
@@ -585,10 +665,12 @@ class Log:
         active segment is never deleted.
         """
         cfg = self.config
-        if cfg.retention_ms < 0 and cfg.retention_bytes < 0:
+        if not cfg.deletes or (cfg.retention_ms < 0 and cfg.retention_bytes < 0):
             return 0
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         with self._lock:
+            if self._closed:
+                return 0
             excess = [self._inactive_bytes + self._active.size - cfg.retention_bytes]
 
             def expired(i: int) -> bool:
@@ -605,6 +687,8 @@ class Log:
             if doomed:
                 self.log_start_offset = max(self.log_start_offset, self._bases[0])
         self._delete_segments(doomed)
+        if doomed:
+            self._write_checkpoint(clean=False)
         return len(doomed)
 
     def _drop_leading(self, predicate) -> list[LogSegment]:
@@ -676,6 +760,13 @@ def _fsync_path(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _undo_write(fd: int, position: int) -> None:
+    try:
+        os.ftruncate(fd, position)
+    except OSError:
+        pass
 
 
 def _write_all(fd: int, data, n: int, position: int) -> None:

@@ -164,6 +164,20 @@ class LogSegment:
         self.bytes_since_index += size
         return oi, ti
 
+    def index_state(self) -> tuple:
+        """The running index counters, to undo a failed append (see restore_index_state_to)."""
+        return (self.bytes_since_index, self.max_ts, self.max_ts_offset, self.last_time_entry_ts)
+
+    def restore_index_state_to(self, saved: tuple) -> None:
+        """Undo a failed append or roll: counters back, index files back to their entries."""
+        (self.bytes_since_index, self.max_ts, self.max_ts_offset,
+         self.last_time_entry_ts) = saved
+        for index in (self.offset_index, self.time_index):
+            try:
+                index.resync_file()
+            except OSError:
+                pass
+
     def final_time_entry(self) -> bytes | None:
         """The time index entry that records the segment's largest timestamp, if missing."""
         last = -1 if self.last_time_entry_ts is None else self.last_time_entry_ts
