@@ -3,13 +3,15 @@
 Public surface:
 
     Log, LogConfig          open/append/read/flush/truncate one partition's log
+    clean, CleanResult      one compaction pass over a log (see cleaner.py)
     OffsetOutOfRange        read or delete below the log start or above the log end offset
     StorageError            an I/O failure or unusable files (Kafka's KAFKA_STORAGE_ERROR)
 
 Record batches are opaque bytes here: the caller assigns offsets and passes them in.
 """
 
+from .cleaner import CleanResult, clean
 from .errors import OffsetOutOfRange, StorageError
 from .log import Log, LogConfig
 
-__all__ = ["Log", "LogConfig", "OffsetOutOfRange", "StorageError"]
+__all__ = ["CleanResult", "Log", "LogConfig", "OffsetOutOfRange", "StorageError", "clean"]

@@ -11,6 +11,10 @@ and one checkpoint file, ``log-offsets-checkpoint`` (see checkpoint.py). Files e
 ``.tmp`` are half-written replacements; they are removed when a log is opened. Other files in
 the directory (producer snapshots, leader-epoch checkpoints written by the broker) are left
 alone.
+
+The log cleaner (cleaner.py) builds compacted segments in the subdirectory ``cleaner.cleaned``
+(discarded when a log is opened) and commits them by renaming it to ``cleaner.swap``; a swap
+directory found at open is completed before anything else is read.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TEMP_SUFFIX = ".tmp"
 CHECKPOINT_NAME = "log-offsets-checkpoint"
+CLEANED_DIR = "cleaner.cleaned"
+SWAP_DIR = "cleaner.swap"
+SWAP_REPLACES = "replaces"        # in the swap directory: base offsets of the old segments
+SWAP_UNLINKED = "replaces.done"   # ... renamed so once the old segments' files are gone
 
 _DIGITS = 20
 
@@ -75,6 +83,11 @@ def remove_temp_files(directory: str) -> None:
     for name in os.listdir(directory):
         if name.endswith(TEMP_SUFFIX):
             os.unlink(os.path.join(directory, name))
+
+
+def segment_file_names(base_offset: int) -> list[str]:
+    stem = segment_stem(base_offset)
+    return [stem + INDEX_SUFFIX, stem + TIME_INDEX_SUFFIX, stem + LOG_SUFFIX]
 
 
 def fsync_directory(directory: str) -> None:

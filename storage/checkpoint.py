@@ -6,6 +6,7 @@ the old one (then the directory is fsynced), so a reader sees either the old or 
     version 0
     recovery_point <int>        everything below it was fsynced
     log_start_offset <int>
+    cleaner_offset <int>        optional: offsets below it were compacted (first dirty offset)
     end_offset <int>            only after a clean close: the log end offset, and the base
     end_segment <int>           offset and byte size of the active segment at that moment, so
     end_size <int>              a clean open needs no scan (ignored when the files differ)
@@ -28,6 +29,7 @@ class Checkpoint:
     end_offset: int | None = None
     end_segment: int | None = None
     end_size: int | None = None
+    cleaner_offset: int | None = None
 
 
 def read_checkpoint(directory: str) -> Checkpoint | None:
@@ -54,6 +56,7 @@ def read_checkpoint(directory: str) -> Checkpoint | None:
             end_offset=values.get("end_offset"),
             end_segment=values.get("end_segment"),
             end_size=values.get("end_size"),
+            cleaner_offset=values.get("cleaner_offset"),
         )
     except (KeyError, ValueError):
         return None
@@ -65,6 +68,8 @@ def write_checkpoint(directory: str, cp: Checkpoint) -> None:
         f"recovery_point {cp.recovery_point}",
         f"log_start_offset {cp.log_start_offset}",
     ]
+    if cp.cleaner_offset is not None:
+        lines.append(f"cleaner_offset {cp.cleaner_offset}")
     if cp.end_offset is not None:
         lines += [
             f"end_offset {cp.end_offset}",

@@ -49,6 +49,7 @@ from ._batch import BadBatch, iter_batches
 from ._fd import FileRef
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .errors import OffsetOutOfRange, StorageError
+from .cleaner import complete_pending_swap
 from .recovery import recover_segment
 from .segment import INT32_MAX, LogSegment
 
@@ -158,6 +159,7 @@ class Log:
     def _open(cls, directory: str, config: LogConfig, recover: bool) -> "Log":
         interval = config.index_interval_bytes
         os.makedirs(directory, exist_ok=True)
+        complete_pending_swap(directory)
         _files.remove_temp_files(directory)
         bases = _files.list_segment_bases(directory)
         cp = read_checkpoint(directory)
@@ -198,6 +200,8 @@ class Log:
         log_start = bases[0] if cp is None else max(cp.log_start_offset, segs[0].base_offset)
         log_start = min(log_start, leo)
         log = cls(directory, config, segs, log_start, leo, recovery_point)
+        if cp is not None and cp.cleaner_offset is not None:
+            log.cleaner_offset = max(log_start, min(cp.cleaner_offset, leo))
         if not clean:
             log._write_checkpoint(clean=False)
         return log
@@ -393,10 +397,11 @@ class Log:
             with self._lock:
                 rp, start = self.recovery_point, self.log_start_offset
                 active = self._active
-                cp = Checkpoint(rp, start)
+                cleaned = self.cleaner_offset if self.cleaner_offset > start else None
+                cp = Checkpoint(rp, start, cleaner_offset=cleaned)
                 if clean:
                     cp = Checkpoint(rp, start, self.log_end_offset, active.base_offset,
-                                    active.size)
+                                    active.size, cleaned)
             try:
                 write_checkpoint(self.directory, cp)
             except OSError as e:

@@ -86,3 +86,27 @@ class Writer:
     def append_many(self, n: int, **kw) -> None:
         for _ in range(n):
             self.append(**kw)
+
+
+def make_keyed_batch(base_offset: int, records, *, base_timestamp: int = 1_000,
+                     compression: int = 0, compress=None) -> bytes:
+    """A v2 batch of ``records``: (key or None, value or None, timestamp) triples.
+
+    ``compression`` sets the attribute bits; ``compress(data)`` compresses the records.
+    """
+    body = bytearray()
+    for i, (key, value, ts) in enumerate(records):
+        rec = bytearray(b"\x00") + _varint(ts - base_timestamp) + _varint(i)
+        for part in (key, value):
+            if part is None:
+                rec += _varint(-1)
+            else:
+                rec += _varint(len(part)) + part
+        rec += _varint(0)
+        body += _varint(len(rec)) + rec
+    payload = compress(bytes(body)) if compression else bytes(body)
+    max_timestamp = max(ts for _, _, ts in records)
+    tail = _TAIL.pack(compression, len(records) - 1, base_timestamp, max_timestamp, -1, -1, -1,
+                      len(records)) + payload
+    crc = crc32c.crc32c(tail)
+    return struct.pack(">qiibI", base_offset, 9 + len(tail), 0, 2, crc) + tail
