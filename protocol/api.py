@@ -22,7 +22,7 @@ __all__ = [
 
 
 class ApiKey(IntEnum):
-    """Kafka API keys, by Kafka's names, for every API whose schema ships with the codec."""
+    """Kafka API keys, by Kafka's names, for every API the codec has a schema for."""
 
     PRODUCE = 0
     FETCH = 1
@@ -74,6 +74,8 @@ class ApiKey(IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
     LIST_CONFIG_RESOURCES = 74
     DESCRIBE_TOPIC_PARTITIONS = 75
 

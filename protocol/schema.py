@@ -218,21 +218,28 @@ def _resource_dir() -> Path:
     return _dir
 
 
+# Declarations of messages the shipped schemas lack (KIP-848's ConsumerGroupHeartbeat and
+# ConsumerGroupDescribe), in the same JSON form; a shipped file of the same name wins.
+_OWN_DIR = Path(__file__).parent / "schemas"
+
+
 def read_schema_json(name: str) -> dict:
     """The parsed JSON of ``{name}.json``; raises KeyError when there is no such file."""
-    path = _resource_dir() / f"{name}.json"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, OSError):
-        raise KeyError(name) from None
-    return json.loads(_strip_comments(text))
+    for folder in (_resource_dir(), _OWN_DIR):
+        try:
+            text = (folder / f"{name}.json").read_text(encoding="utf-8")
+        except (FileNotFoundError, OSError):
+            continue
+        return json.loads(_strip_comments(text))
+    raise KeyError(name)
 
 
 def schema_names() -> list[str]:
-    """Names of all schema files shipped (without ``.json``)."""
-    return sorted(
-        p.name[:-5] for p in _resource_dir().iterdir() if p.name.endswith(".json")
-    )
+    """Names of all schema files (shipped and our own, without ``.json``)."""
+    names = {p.name[:-5] for p in _resource_dir().iterdir() if p.name.endswith(".json")}
+    if _OWN_DIR.is_dir():
+        names |= {p.name[:-5] for p in _OWN_DIR.iterdir() if p.name.endswith(".json")}
+    return sorted(names)
 
 
 # -- classes -----------------------------------------------------------------------------------
