@@ -132,7 +132,9 @@ class HeadraceBroker(Broker):
         while not found.wait(0.002):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"headrace did not start; see {self.log_file}")
+                tail = self.log_file.read_text(errors="replace")[-1500:] \
+                    if self.log_file.exists() else ""
+                raise RuntimeError(f"headrace did not start; see {self.log_file}\n{tail}")
         return self
 
     def stop(self, timeout: float = 60.0) -> None:
@@ -186,7 +188,8 @@ class KafkaBroker(Broker):
             self.kafka = None
 
 
-def make_broker(kind: str, data_dir: Path, durable: bool = False, fixed_port: bool = False) -> Broker:
+def make_broker(kind: str, data_dir: Path, durable: bool = False, fixed_port: bool = False,
+                log_dir: Path | None = None) -> Broker:
     """A broker of ``kind`` ("kafka" or "headrace"), optionally in durable (fsync per
     produce) mode: ``log.flush.interval.messages=1`` for both. ``fixed_port``: the port is
     known before the process starts (Kafka's always is)."""
@@ -194,7 +197,8 @@ def make_broker(kind: str, data_dir: Path, durable: bool = False, fixed_port: bo
     if kind == "kafka":
         return KafkaBroker(data_dir, properties=extra)
     if kind == "headrace":
-        return HeadraceBroker(data_dir, overrides=extra,
+        log = (log_dir / f"{data_dir.name}.broker.log") if log_dir else None
+        return HeadraceBroker(data_dir, overrides=extra, log_file=log,
                               port=free_port_block(1) if fixed_port else 0)
     raise ValueError(kind)
 

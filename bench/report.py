@@ -49,8 +49,8 @@ def verdicts(results: dict) -> list[dict]:
         for bar in sc.bars:
             r = ratio(entry, bar.metric)
             note = entry.get("error") or "; ".join(
-                s.get("reason", "") for ss in entry.get("samples", {}).values() for s in ss[:1]
-                if s.get("status"))
+                s["reason"].splitlines()[0] for ss in entry.get("samples", {}).values()
+                for s in ss[:1] if s.get("status"))
             out.append({"scenario": sid, "metric": bar.metric, "bar": bar.text(),
                         "ratio": r, "met": bar.met(r), "note": note or None})
     return out
@@ -76,15 +76,18 @@ def table(results: dict) -> str:
             b = bars.get(m)
             met = "" if b is None else {True: "yes", False: "**no**", None: "n/a"}[b.met(r)]
             label = f"{LABELS.get(m, m)} ({UNITS.get(m, '')})"
-            name = f"{sid}: {sc.title}" if first else ""
+            name = f"{sid}: {entry.get('title', sc.title)}" if first else ""
             lines.append(f"| {name} | {label} | {_fmt(k)} | {_fmt(h)} | "
                          f"{'-' if r is None else f'{r:.2f}x'} | {b.text() if b else ''} | {met} |")
             first = False
         if entry.get("error"):
             lines.append(f"| | failed: {entry['error'].splitlines()[0][:120]} | | | | | |")
         for kind, ss in entry.get("samples", {}).items():
-            if ss and ss[0].get("status"):
-                lines.append(f"| | {kind}: {ss[0]['reason']} | | | | | |")
+            bad = [x for x in ss if x.get("status")]
+            if bad:
+                why = bad[0]["reason"].splitlines()[0][:160]
+                lines.append(f"| | {kind}: {len(bad)} of {len(ss)} runs {bad[0]['status']}: "
+                             f"{why} | | | | | |")
         if limit and sid in ("S1", "S2", "S3", "S4", "S5"):
             share = [med.get(kind, {}).get("bytes_per_sec") for kind in ("kafka", "headrace")]
             if any(share):
@@ -191,7 +194,9 @@ def write_plots(results: dict, out_dir: Path) -> None:
                                         for s, m in lat])
         ax.set_yscale("log")
         ax.set_ylabel("ms (median of runs)")
-        ax.set_title("Latency: S2 produce ack (durable), S6 end to end at 50 MB/s")
+        rate = re.search(r"fixed rate ([\d.]+ MB/s)", scen.get("S6", {}).get("title", ""))
+        ax.set_title("Latency: S2 produce ack (durable), S6 end to end"
+                     + (f" at {rate.group(1)}" if rate else ""))
         ax.legend()
         fig.tight_layout()
         fig.savefig(out_dir / "latency.png", dpi=110)
