@@ -19,7 +19,7 @@ MIN_VERSION, MAX_VERSION = 1, 4
 R = messages.DescribeConfigsResponse
 TOPIC, BROKER = 2, 4
 TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "list": 7}
+CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from headrace.protocol import (
     request_class,
     response_header_is_flexible,
 )
+from headrace.storage import StorageError
 
 from . import (
     api_versions,
@@ -65,9 +66,11 @@ from . import (
     produce,
     sync_group,
 )
+from . import alter_configs, delete_records, incremental_alter_configs
 from .config import BrokerConfig
 from .group_coordinator import GroupCoordinator
 from .init_producer_id import ProducerIdManager
+from .log_cleaner import LogCleaner
 from .topics import TopicManager
 
 log = logging.getLogger("headrace")
@@ -78,6 +81,9 @@ APIS = {
         produce,
         fetch,
         list_offsets,
+        delete_records,
+        alter_configs,
+        incremental_alter_configs,
         metadata,
         api_versions,
         create_topics,
@@ -119,6 +125,7 @@ class Broker:
         self.group_commit: GroupCommit | None = None
         self.producer_ids: ProducerIdManager | None = None
         self.groups = GroupCoordinator(self)
+        self.cleaner = LogCleaner(self)
         self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
         self._server: asyncio.base_events.Server | None = None
         self._router = None
@@ -151,6 +158,7 @@ class Broker:
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
         self._tasks.append(asyncio.create_task(self._flush_periodically()))
+        self.cleaner.start()
         log.info(
             "headrace listening on %s:%d, data in %s (%.0f ms)",
             self.host, self.port, self.data_dir, (time.monotonic() - started) * 1000,
@@ -167,7 +175,10 @@ class Broker:
         marker = self.data_dir / CLEAN_SHUTDOWN
         clean = marker.exists() or not (self.data_dir / META).exists()  # a new directory is clean
         self.cluster_id = self._cluster_id()
-        self.topics.load(recover=not clean)
+        try:
+            self.topics.load(recover=not clean)
+        except (StorageError, OSError, ValueError) as e:
+            raise StartupError(f"cannot open the logs in {self.data_dir}: {e}") from e
         self.producer_ids = ProducerIdManager(self.data_dir)
         marker.unlink(missing_ok=True)
         _fsync_dir(self.data_dir)
@@ -195,6 +206,7 @@ class Broker:
         for conn in list(self._router.connections):
             conn.close()
         await self._router.close()
+        await self.cleaner.stop()
         self.groups.stop()
         await self.group_commit.close()
         await asyncio.to_thread(self._close_data_dir)

@@ -145,6 +145,12 @@ class Topic:
             segment_ms=int(self.setting("segment.ms")),
             index_interval_bytes=int(self.setting("index.interval.bytes")),
             segment_index_bytes=int(self.setting("segment.index.bytes")),
+            retention_ms=int(self.setting("retention.ms")),
+            retention_bytes=int(self.setting("retention.bytes")),
+            cleanup_policy=str(self.setting("cleanup.policy")),
+            delete_retention_ms=int(self.setting("delete.retention.ms")),
+            min_cleanable_dirty_ratio=float(self.setting("min.cleanable.dirty.ratio")),
+            min_compaction_lag_ms=int(self.setting("min.compaction.lag.ms")),
         )
 
 
@@ -230,6 +236,19 @@ class TopicManager:
         opened = [self._open_partition(topic, i, True) for i in range(len(topic.partitions), total)]
         topic.partitions = topic.partitions + opened
         self._save()
+
+    async def set_configs(self, topic: Topic, configs: dict[str, object]) -> None:
+        """Replace a topic's explicit settings (AlterConfigs); its logs use them at once."""
+        async with self._lock:
+            old, topic.configs = topic.configs, dict(configs)
+            try:
+                await asyncio.to_thread(self._save)
+            except BaseException:
+                topic.configs = old
+                raise
+            log_config = topic.log_config()
+            for p in topic.partitions:
+                p.log.update_config(log_config)
 
     async def delete(self, topic: Topic) -> None:
         async with self._lock:

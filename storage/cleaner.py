@@ -9,7 +9,8 @@ the log's lock; appends, flushes and reads go on meanwhile.
    first, stopping before the first segment holding a record younger than
    ``min_compaction_lag_ms``; the active segment is never cleaned. Offsets below
    ``log.cleaner_offset`` were compacted before (*clean*); the rest of the cleanable range is
-   *dirty*. The pass goes ahead when dirty bytes / cleanable bytes >= ``min_cleanable_dirty_ratio``.
+   *dirty*. Segments reaching past ``below`` (an undecided transaction) are not cleanable
+   either. The pass goes ahead when dirty bytes / cleanable bytes >= ``min_cleanable_dirty_ratio``.
 2. Offset map (no lock). Read every dirty batch: key -> the greatest offset holding it.
 3. Rewrite (no lock). Consecutive cleanable segments are grouped while their sizes add up to
    at most ``segment_bytes``; each group becomes one new segment in the subdirectory
@@ -97,16 +98,19 @@ class _Plan:
 
 
 def clean(log, now_ms: int | None = None, *, decompress: Codec | None = None,
-          compress: Codec | None = None, force: bool = False) -> CleanResult | None:
+          compress: Codec | None = None, force: bool = False,
+          below: int | None = None) -> CleanResult | None:
     """One compaction pass over ``log``; None when there was nothing (enough) to do.
 
-    ``force`` ignores min_cleanable_dirty_ratio. Call from one thread at a time per log.
+    ``force`` ignores min_cleanable_dirty_ratio. ``below`` limits the pass to segments whose
+    offsets all lie below it (the broker passes the last stable offset, so records of an
+    undecided transaction are never compacted). Call from one thread at a time per log.
     """
     cfg = log.config
     if not cfg.compacts:
         return None
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    plan = _plan(log, now_ms, force)
+    plan = _plan(log, now_ms, force, below)
     if plan is None:
         return None
     try:
@@ -134,7 +138,7 @@ def clean(log, now_ms: int | None = None, *, decompress: Codec | None = None,
     return result
 
 
-def _plan(log, now_ms: int, force: bool) -> _Plan | None:
+def _plan(log, now_ms: int, force: bool, below: int | None) -> _Plan | None:
     cfg = log.config
     with log._lock:
         if log._closed:
@@ -143,6 +147,8 @@ def _plan(log, now_ms: int, force: bool) -> _Plan | None:
         cleanable = []
         for i in range(len(segments) - 1):
             seg = segments[i]
+            if below is not None and log._bases[i + 1] > below:
+                break
             if cfg.min_compaction_lag_ms > 0:
                 if log._segment_max_ts(i)[0] > now_ms - cfg.min_compaction_lag_ms:
                     break
