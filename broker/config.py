@@ -169,6 +169,15 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "offsets.topic.num.partitions", "int", 50,
             "Partitions of __consumer_offsets (fixed when the topic is created).",
         ),
+        Setting(
+            "group.consumer.session.timeout.ms", "int", 45000,
+            "Session timeout of consumer-protocol (KIP-848) group members.",
+        ),
+        Setting(
+            "group.consumer.heartbeat.interval.ms", "int", 5000,
+            "Heartbeat interval given to consumer-protocol (KIP-848) group members.",
+        ),
+        Setting("group.consumer.max.size", "int", 2147483647, "Most members in one consumer-protocol group."),
     ]
 }
 

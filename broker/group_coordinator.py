@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from headrace.protocol import ErrorCode, decode_message, messages
 
 from . import group_offsets
+from .consumer_group import ConsumerGroupCoordinator
 from .group_offsets import OFFSETS_TOPIC, CommittedOffset
 from .group_state import (
     ACCEPT,
@@ -212,6 +213,7 @@ class GroupCoordinator:
         self.retention_check_ms = int(cfg["offsets.retention.check.interval.ms"])
         self.offsets_partitions = int(cfg["offsets.topic.num.partitions"])
         self.groups: dict[str, ClassicGroup] = {}
+        self.consumer = ConsumerGroupCoordinator(self, cfg)  # KIP-848 groups
         self._topic_ready: asyncio.Future | None = None
         self._tasks: list[asyncio.Task] = []
 
@@ -232,6 +234,7 @@ class GroupCoordinator:
     def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        self.consumer.stop()
         for group in self.groups.values():
             if group.join_timer:
                 group.join_timer.cancel()
@@ -612,6 +615,10 @@ class GroupCoordinator:
         """May this commit go ahead? (error, the group, created when new for offsets only)."""
         if not group_id:
             return E.INVALID_GROUP_ID, None
+        cgroup = self.consumer.groups.get(group_id)
+        if cgroup is not None:
+            error = self.consumer.check_commit(cgroup, member_id, generation)
+            return error, None if error else cgroup
         group = self.groups.get(group_id)
         if group is not None and group.state is DEAD:
             return E.COORDINATOR_NOT_AVAILABLE, None
@@ -679,12 +686,20 @@ class GroupCoordinator:
         return E.NONE
 
     def fetch_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
-        group = self.groups.get(group_id)
+        group = self.groups.get(group_id) or self.consumer.groups.get(group_id)
         return {} if group is None else group.offsets
 
     # administration -----------------------------------------------------------------------------
 
     async def delete_group(self, group_id: str) -> int:
+        cgroup = self.consumer.groups.get(group_id)
+        if cgroup is not None:
+            if cgroup.members:
+                return E.NON_EMPTY_GROUP
+            error = await self.write_offsets(cgroup, [(t, p, None) for t, p in list(cgroup.offsets)])
+            if not error and not cgroup.members:
+                self.consumer.groups.pop(group_id, None)
+            return error
         group = self.groups.get(group_id)
         if group is None or group.state is DEAD:
             return E.GROUP_ID_NOT_FOUND
@@ -709,8 +724,8 @@ class GroupCoordinator:
         """Tombstone offsets past retention in groups without members; returns how many."""
         now = now_ms() if now is None else now
         expired = 0
-        for group in list(self.groups.values()):
-            if group.members or group.state is not EMPTY:
+        for group in list(self.groups.values()) + list(self.consumer.groups.values()):
+            if group.members or getattr(group, "state", EMPTY) is not EMPTY:
                 continue
             doomed = []
             for (t, p), c in group.offsets.items():
@@ -725,8 +740,11 @@ class GroupCoordinator:
                     doomed.append((t, p, None))
             if doomed and not await self.write_offsets(group, doomed):
                 expired += len(doomed)
-            if not group.offsets and not group.members and group.state is EMPTY:
-                self._remove_group(group)
+            if not group.offsets and not group.members:
+                if isinstance(group, ClassicGroup):
+                    self._remove_group(group)
+                else:
+                    self.consumer.groups.pop(group.group_id, None)
         if expired:
             log.info("expired %d committed offsets", expired)
         return expired

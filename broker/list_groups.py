@@ -1,6 +1,6 @@
 """ListGroups (key 16), versions 0-5: every group, filtered by state (v4+) and type (v5+).
 
-All groups here are classic groups (type "classic"). Groups that only hold committed offsets
+Classic groups have type "classic", KIP-848 groups "consumer". Groups that only hold committed offsets
 are listed Empty, with no protocol type.
 """
 
@@ -31,4 +31,10 @@ def handle(broker, header, request):
             continue
         out.append(R.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type or "",
                                  group_state=group.state.value, group_type=GROUP_TYPE))
+    for group in broker.groups.consumer.groups.values():  # KIP-848 groups
+        state = group.state_name
+        if (states and state.lower() not in states) or (types and "consumer" not in types):
+            continue
+        out.append(R.ListedGroup(group_id=group.group_id, protocol_type="consumer",
+                                 group_state=state, group_type="consumer"))
     return R(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=out)

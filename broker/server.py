@@ -46,6 +46,8 @@ from . import (
     api_versions,
     create_partitions,
     create_topics,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     delete_groups,
     delete_topics,
     describe_cluster,
@@ -103,6 +105,8 @@ APIS = {
         list_groups,
         delete_groups,
         offset_delete,
+        consumer_group_heartbeat,
+        consumer_group_describe,
     )
 }
 
