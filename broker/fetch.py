@@ -10,6 +10,13 @@ Limits: ``partition_max_bytes`` per partition and ``max_bytes`` for the response
 that the first partition with data always gets at least one whole batch, as in Kafka.
 From v13 topics are identified by topic ID. Fetch sessions are not kept: every response
 says session 0, so clients send full fetch requests.
+
+Transactions: every partition reports its last stable offset (LSO: below it every
+transaction is decided). A ``read_committed`` fetch reads only below the LSO and gets the
+aborted transactions (producer id, first offset) that overlap what it may read, from the
+partition's aborted index; the client skips those producers' batches itself, as with Kafka,
+so the broker still sends the stored bytes untouched. The LSO is taken on the event loop
+(where transactions change) before each read.
 """
 
 from __future__ import annotations
@@ -46,7 +53,9 @@ async def handle(broker, header, request):
             wanted.append((resp, topic.partitions[p.partition], p.fetch_offset, p.partition_max_bytes))
     read_committed = request.isolation_level == 1
     while True:
-        total = await loop.run_in_executor(broker.read_pool, _read_all, wanted, request.max_bytes)
+        stable = [part.last_stable_offset for _, part, _, _ in wanted]
+        total = await loop.run_in_executor(broker.read_pool, _read_all, wanted, request.max_bytes,
+                                           stable, read_committed)
         errors = any(resp.error_code for resp, *_ in wanted)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
@@ -65,27 +74,36 @@ async def handle(broker, header, request):
                     part.waiters.remove(wakeup)
                 except ValueError:
                     pass
-    for resp, part, _, _ in wanted:
-        resp.aborted_transactions = [] if read_committed else None
+    for (resp, part, offset, _), lso in zip(wanted, stable):
+        if not read_committed:
+            resp.aborted_transactions = None
+        elif resp.records and part.producers.aborted is not None:
+            resp.aborted_transactions = [
+                R.AbortedTransaction(producer_id=pid, first_offset=first)
+                for pid, first in part.producers.aborted.overlapping(offset, lso)
+            ]
+        else:
+            resp.aborted_transactions = []
     return R(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses)
 
 
-def _read_all(wanted, max_bytes: int) -> int:
+def _read_all(wanted, max_bytes: int, stable: list[int], read_committed: bool) -> int:
     """Fill in each partition's records and offsets (runs in a read thread)."""
     total = 0
-    for resp, part, offset, partition_max in wanted:
+    for (resp, part, offset, partition_max), lso in zip(wanted, stable):
         log = part.log
         resp.error_code = ErrorCode.NONE
         resp.records = None
         high_watermark = log.log_end_offset
         resp.high_watermark = high_watermark
-        resp.last_stable_offset = high_watermark
+        resp.last_stable_offset = min(lso, high_watermark)
         resp.log_start_offset = log.log_start_offset
         budget = min(partition_max, max_bytes - total)
         if budget <= 0 and total:
             continue
         try:
-            data = log.read(offset, max(budget, 1), max_offset=high_watermark)
+            data = log.read(offset, max(budget, 1),
+                            max_offset=resp.last_stable_offset if read_committed else high_watermark)
         except OffsetOutOfRange:
             resp.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
             continue

@@ -1,9 +1,12 @@
-"""InitProducerId (key 22), versions 0-5: producer ids for idempotent producers.
+"""InitProducerId (key 22), versions 0-5: producer ids for idempotent and transactional
+producers.
 
 Every call without a transactional id gets a new producer id, epoch 0. Ids are handed out
 from blocks of ``BLOCK`` reserved in ``producer-ids`` in the data directory (written and
 fsynced before the first id of a block is used), so no id is given twice, even across a
-crash. Transactional ids are refused until transactions exist (the client reports it).
+crash. A call with a transactional id goes to the transaction coordinator: the id's producer
+id with its epoch bumped (fencing the previous producer; an open transaction of it is
+aborted first). Fenced answers are PRODUCER_FENCED from v4, INVALID_PRODUCER_EPOCH before.
 """
 
 from __future__ import annotations
@@ -52,6 +55,13 @@ class ProducerIdManager:
 
 async def handle(broker, header, request):
     if request.transactional_id is not None:
-        return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
+        version = header.api_version
+        error, pid, epoch = await broker.transactions.init_producer_id(
+            request.transactional_id, request.transaction_timeout_ms,
+            request.producer_id if version >= 3 else -1, request.producer_epoch if version >= 3 else -1,
+        )
+        if error == ErrorCode.PRODUCER_FENCED and version < 4:
+            error = ErrorCode.INVALID_PRODUCER_EPOCH
+        return R(throttle_time_ms=0, error_code=error, producer_id=pid, producer_epoch=epoch)
     pid = await broker.producer_ids.next_id()
     return R(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=0)

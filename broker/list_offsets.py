@@ -5,6 +5,7 @@ the record with the largest timestamp (v7+), -4 earliest local (v8+, the log sta
 latest tiered (v9+, none: -1). A timestamp >= 0 finds the first record whose timestamp is at
 least that: the time index finds the batch, then the batch's records are read (this is the
 only place the broker looks inside a batch, and it is not on the produce or fetch path).
+With isolation level 1 (read_committed, v2+) "latest" is the last stable offset.
 """
 
 from __future__ import annotations
@@ -32,8 +33,12 @@ async def handle(broker, header, request):
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 partitions.append(R.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code))
                 continue
-            log = topic.partitions[p.partition_index].log
-            timestamp, offset = await loop.run_in_executor(broker.read_pool, _lookup, log, p.timestamp)
+            partition = topic.partitions[p.partition_index]
+            log = partition.log
+            if p.timestamp == LATEST and header.api_version >= 2 and request.isolation_level == 1:
+                timestamp, offset = -1, partition.last_stable_offset
+            else:
+                timestamp, offset = await loop.run_in_executor(broker.read_pool, _lookup, log, p.timestamp)
             partitions.append(
                 R.ListOffsetsPartitionResponse(
                     partition_index=p.partition_index,

@@ -5,12 +5,14 @@ framing, size, CRC-32C, idempotent-producer sequence, offsets written in place) 
 handler returns at once. When a partition's unflushed messages reach ``flush.messages`` the
 response waits for the flush stage, whose group commit covers every append made before it;
 otherwise the response is complete as soon as the data is in the page cache. acks=0 gets no
-response.
+response. Transactional batches are accepted only for partitions of the producer's open
+transaction (the coordinator's ``verify``; INVALID_PRODUCER_EPOCH for a fenced producer).
 """
 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import StorageError
@@ -37,15 +39,14 @@ def handle(broker, header, request):
             if topic is None or not 0 <= p.index < len(topic.partitions):
                 partitions.append(R.PartitionProduceResponse(index=p.index, error_code=unknown))
                 continue
-            if request.transactional_id is not None:
-                code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-                partitions.append(R.PartitionProduceResponse(index=p.index, error_code=code))
-                continue
             partition = topic.partitions[p.index]
+            verify = None
+            if request.transactional_id is not None:
+                verify = partial(broker.transactions.verify, request.transactional_id, topic.name, p.index)
             if p.records is None:
                 code, base = ErrorCode.CORRUPT_MESSAGE, -1
             else:
-                code, base, count = partition.append(p.records, int(topic.setting("max.message.bytes")))
+                code, base, count = partition.append(p.records, int(topic.setting("max.message.bytes")), verify)
                 if count and partition.unflushed >= int(topic.setting("flush.messages")):
                     partition.mark_flushed(asyncio.get_running_loop().time())
                     to_flush.append(partition)

@@ -1,4 +1,4 @@
-"""Idempotent-producer state of one partition: the broker side of exactly-once appends.
+"""Producer state of one partition: idempotent sequences and open transactions.
 
 For each producer id the partition keeps the producer's epoch and its last five appended
 batches (first sequence, last sequence, base offset). A batch is checked before it is
@@ -13,24 +13,39 @@ appended:
   sequence must follow the last one (wrapping from 2^31-1 to 0), else
   OUT_OF_ORDER_SEQUENCE_NUMBER.
 
-The state is snapshotted to ``producer-state.json`` in the partition directory when the log
-closes, and rebuilt on open by replaying batch headers from the snapshot's offset (from the
-log start when there is no snapshot). A snapshot stays valid after a crash: it was taken at a
-clean close, when everything below its offset had been flushed, so recovery never cuts below
-it.
+Transactions: ``ongoing`` maps a producer id to the first offset of its open transaction in
+this partition (set by its first transactional batch, cleared by the commit or abort
+marker). The last stable offset is the smallest of those, or the log end when none is open:
+``read_committed`` readers stop there. An abort marker adds an entry to the aborted index
+(``txn_markers.AbortedIndex``). A marker also carries the producer's current epoch, so a
+marker written after the coordinator bumped the epoch fences the old producer here too.
+
+Snapshots (``producer-state-<offset>.json`` in the partition directory, the state of every
+batch below ``offset``) are written when the log rolls a segment and when it closes; the
+newest two are kept. On open the newest snapshot at or below the log end is loaded (newer
+ones are deleted: recovery cut the log below them) and the batch headers after it are
+replayed, reading the one record of each control batch to learn commit or abort.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 from collections import deque
 from pathlib import Path
 
 from headrace.protocol.errors import ErrorCode
 from headrace.protocol.records import read_batch_header
 
-SNAPSHOT = "producer-state.json"
+from .txn_markers import ABORT, COMMIT, CONTROL_READ_BYTES, AbortedIndex, control_type
+
+log = logging.getLogger("headrace")
+
+SNAPSHOT = "producer-state.json"  # written by earlier versions; read, then replaced
+_SNAPSHOT_NAME = re.compile(r"^producer-state-(\d{20})\.json$")
+SNAPSHOTS_KEPT = 2
 CACHED_BATCHES = 5
 _SEQ_MAX = (1 << 31) - 1
 
@@ -43,17 +58,25 @@ def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
     return (base_sequence + last_offset_delta) % (_SEQ_MAX + 1)
 
 
+def snapshot_name(offset: int) -> str:
+    return f"producer-state-{offset:020d}.json"
+
+
 class ProducerEntry:
-    __slots__ = ("epoch", "batches")
+    __slots__ = ("epoch", "batches", "last_timestamp", "coordinator_epoch")
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
         self.batches: deque[tuple[int, int, int]] = deque(maxlen=CACHED_BATCHES)
+        self.last_timestamp = -1
+        self.coordinator_epoch = -1
 
 
 class ProducerStateManager:
-    def __init__(self) -> None:
+    def __init__(self, aborted: AbortedIndex | None = None) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.aborted = aborted
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> tuple[int, int]:
         """(error code, -1) to append or refuse, or (NONE, base offset) for a retry."""
@@ -73,18 +96,60 @@ class ProducerStateManager:
             return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
         return ErrorCode.NONE, -1
 
-    def record(
-        self, producer_id: int, epoch: int, first_seq: int, last_seq: int, base_offset: int
-    ) -> None:
+    def _entry(self, producer_id: int, epoch: int) -> ProducerEntry:
         entry = self.producers.get(producer_id)
         if entry is None or entry.epoch != epoch:
             entry = self.producers[producer_id] = ProducerEntry(epoch)
-        entry.batches.append((first_seq, last_seq, base_offset))
+        return entry
 
-    def replay(self, header: bytes | memoryview) -> None:
-        """Apply one stored batch header (used when rebuilding after a restart)."""
+    def record(
+        self, producer_id: int, epoch: int, first_seq: int, last_seq: int, base_offset: int,
+        timestamp: int = -1, transactional: bool = False,
+    ) -> None:
+        entry = self._entry(producer_id, epoch)
+        if first_seq >= 0:
+            entry.batches.append((first_seq, last_seq, base_offset))
+        entry.last_timestamp = timestamp
+        if transactional and producer_id not in self.ongoing:
+            self.ongoing[producer_id] = base_offset
+
+    def check_marker(self, producer_id: int, epoch: int) -> int:
+        entry = self.producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        return ErrorCode.NONE
+
+    def complete(self, producer_id: int, epoch: int, kind: int, marker_offset: int,
+                 stable_offset: int, coordinator_epoch: int = -1, write: bool = True) -> None:
+        """A commit or abort marker was appended at ``marker_offset``.
+
+        ``stable_offset`` is the last stable offset once this transaction is closed."""
+        entry = self.producers.get(producer_id)
+        if entry is None or entry.epoch != epoch:
+            # the coordinator bumped the epoch: the next batch must start at sequence 0
+            entry = self.producers[producer_id] = ProducerEntry(epoch)
+        entry.coordinator_epoch = coordinator_epoch
+        first = self.ongoing.pop(producer_id, None)
+        if kind == ABORT and first is not None and self.aborted is not None:
+            self.aborted.add(producer_id, first, marker_offset, stable_offset, write=write)
+
+    def last_stable_offset(self, log_end_offset: int) -> int:
+        if not self.ongoing:
+            return log_end_offset
+        return min(self.ongoing.values())
+
+    def replay(self, header: bytes | memoryview, kind: int = -1) -> None:
+        """Apply one stored batch header (used when rebuilding after a restart); ``kind`` is
+        the marker type of a control batch."""
         h = read_batch_header(header)
-        if h.producer_id < 0 or h.is_control or h.base_sequence < 0:
+        if h.producer_id < 0:
+            return
+        if h.is_control:
+            if kind in (ABORT, COMMIT):
+                lso_after = min((o for p, o in self.ongoing.items() if p != h.producer_id),
+                                default=h.base_offset + 1)
+                self.complete(h.producer_id, h.producer_epoch, kind, h.base_offset, lso_after,
+                              write=True)
             return
         self.record(
             h.producer_id,
@@ -92,6 +157,8 @@ class ProducerStateManager:
             h.base_sequence,
             last_sequence(h.base_sequence, h.last_offset_delta),
             h.base_offset,
+            h.max_timestamp,
+            h.is_transactional,
         )
 
     def truncate(self, end_offset: int) -> None:
@@ -103,39 +170,100 @@ class ProducerStateManager:
                 del self.producers[pid]
             else:
                 entry.batches = deque(kept, maxlen=CACHED_BATCHES)
+        for pid, first in list(self.ongoing.items()):
+            if first >= end_offset:
+                del self.ongoing[pid]
+        if self.aborted is not None:
+            self.aborted.truncate(end_offset)
 
     # snapshots ------------------------------------------------------------------------------
 
-    def write_snapshot(self, directory: Path, offset: int) -> None:
-        data = {
+    def snapshot(self, offset: int) -> dict:
+        """The state below ``offset`` as plain data (cheap; taken on the event loop)."""
+        return {
             "offset": offset,
             "producers": {
-                str(pid): [e.epoch, list(e.batches)] for pid, e in self.producers.items()
+                str(pid): [e.epoch, list(e.batches), e.last_timestamp, e.coordinator_epoch]
+                for pid, e in self.producers.items()
             },
+            "ongoing": {str(pid): first for pid, first in self.ongoing.items()},
         }
-        tmp = directory / (SNAPSHOT + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, directory / SNAPSHOT)
+
+    def write_snapshot(self, directory: Path, offset: int) -> None:
+        write_snapshot_data(directory, self.snapshot(offset), self.aborted)
 
     @classmethod
     def load(cls, directory: Path, log) -> ProducerStateManager:
-        """The snapshot (if any, and not beyond the log end) plus the headers after it."""
-        state = cls()
+        """The newest usable snapshot plus the headers after it."""
+        directory = Path(directory)
         start = log.log_start_offset
-        path = directory / SNAPSHOT
-        try:
-            data = json.loads(path.read_text())
-            if data["offset"] <= log.log_end_offset:
-                for pid, (epoch, batches) in data["producers"].items():
-                    entry = state.producers[int(pid)] = ProducerEntry(epoch)
-                    entry.batches.extend(tuple(b) for b in batches)
-                start = max(start, data["offset"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        data = _newest_snapshot(directory, log.log_end_offset)
+        if data is not None:
+            start = max(start, data["offset"])
+        state = cls(AbortedIndex.load(directory, keep_below=start))
+        if data is not None:
+            for pid, fields in data["producers"].items():
+                epoch, batches = fields[0], fields[1]
+                entry = state.producers[int(pid)] = ProducerEntry(epoch)
+                entry.batches.extend(tuple(b) for b in batches)
+                if len(fields) >= 4:
+                    entry.last_timestamp, entry.coordinator_epoch = fields[2], fields[3]
+            for pid, first in data.get("ongoing", {}).items():
+                state.ongoing[int(pid)] = first
         if start < log.log_end_offset:
             for header in log.batch_headers(start):
-                state.replay(header)
+                kind = -1
+                h = read_batch_header(header)
+                if h.is_control and h.producer_id >= 0:
+                    kind = control_type(log.read(h.base_offset, CONTROL_READ_BYTES))
+                state.replay(header, kind)
         return state
+
+
+def write_snapshot_data(directory: Path, data: dict, aborted: AbortedIndex | None) -> None:
+    """Write a snapshot (in a worker thread, or at close) and drop all but the newest few."""
+    directory = Path(directory)
+    if aborted is not None:
+        aborted.sync()  # entries below the snapshot's offset must outlive it
+    name = snapshot_name(data["offset"])
+    tmp = directory / (name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / name)
+    offsets = sorted(_snapshot_offsets(directory))
+    for old in offsets[:-SNAPSHOTS_KEPT]:
+        (directory / snapshot_name(old)).unlink(missing_ok=True)
+    (directory / SNAPSHOT).unlink(missing_ok=True)
+
+
+def _snapshot_offsets(directory: Path) -> list[int]:
+    found = []
+    for path in directory.glob("producer-state-*.json"):
+        m = _SNAPSHOT_NAME.match(path.name)
+        if m:
+            found.append(int(m.group(1)))
+    return found
+
+
+def _newest_snapshot(directory: Path, log_end_offset: int) -> dict | None:
+    """The newest readable snapshot at or below the log end; newer ones are deleted (the log
+    was cut below them, so they describe batches that are gone)."""
+    candidates = []
+    for offset in _snapshot_offsets(directory):
+        if offset > log_end_offset:
+            (directory / snapshot_name(offset)).unlink(missing_ok=True)
+        else:
+            candidates.append((offset, directory / snapshot_name(offset)))
+    legacy = directory / SNAPSHOT
+    if legacy.exists():
+        candidates.append((-1, legacy))
+    for _, path in sorted(candidates, reverse=True):
+        try:
+            data = json.loads(path.read_text())
+            if data["offset"] <= log_end_offset:
+                return data
+        except (OSError, ValueError, KeyError, TypeError):
+            log.warning("unreadable producer state snapshot %s", path)
+    return None

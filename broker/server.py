@@ -43,6 +43,8 @@ from headrace.protocol import (
 from headrace.storage import StorageError
 
 from . import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     api_versions,
     create_partitions,
     create_topics,
@@ -53,6 +55,9 @@ from . import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_producers,
+    describe_transactions,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -61,12 +66,14 @@ from . import (
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
     offset_fetch,
     produce,
     sync_group,
+    txn_offset_commit,
 )
 from . import alter_configs, delete_records, incremental_alter_configs
 from .config import BrokerConfig
@@ -74,6 +81,7 @@ from .group_coordinator import GroupCoordinator
 from .init_producer_id import ProducerIdManager
 from .log_cleaner import LogCleaner
 from .topics import TopicManager
+from .transaction_coordinator import TransactionCoordinator
 
 log = logging.getLogger("headrace")
 
@@ -107,6 +115,13 @@ APIS = {
         offset_delete,
         consumer_group_heartbeat,
         consumer_group_describe,
+        add_partitions_to_txn,
+        add_offsets_to_txn,
+        end_txn,
+        txn_offset_commit,
+        describe_producers,
+        describe_transactions,
+        list_transactions,
     )
 }
 
@@ -130,6 +145,7 @@ class Broker:
         self.producer_ids: ProducerIdManager | None = None
         self.groups = GroupCoordinator(self)
         self.cleaner = LogCleaner(self)
+        self.transactions = TransactionCoordinator(self)
         self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
         self._server: asyncio.base_events.Server | None = None
         self._router = None
@@ -147,6 +163,7 @@ class Broker:
         await asyncio.to_thread(self._open_data_dir)
         self.group_commit = GroupCommit()
         await self.groups.start()
+        await self.transactions.start()
         limits = Limits(
             max_frame=int(self.config["socket.request.max.bytes"]),
             per_connection=int(self.config["connection.max.request.bytes"]),
@@ -212,6 +229,7 @@ class Broker:
         await self._router.close()
         await self.cleaner.stop()
         self.groups.stop()
+        self.transactions.stop()
         await self.group_commit.close()
         await asyncio.to_thread(self._close_data_dir)
         self.read_pool.shutdown(wait=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import shutil
@@ -22,7 +23,10 @@ from headrace.protocol.records import crc_matches, iter_batches, set_base_offset
 from headrace.storage import Log, LogConfig, StorageError
 
 from .config import TOPIC_SETTINGS, BrokerConfig
-from .producer_state import ProducerStateManager, last_sequence
+from .producer_state import ProducerStateManager, last_sequence, write_snapshot_data
+from .txn_markers import ABORT, COMMIT, control_batch
+
+log = logging.getLogger("headrace")
 
 TOPICS_FILE = "topics.json"
 DELETED_SUFFIX = "-delete"
@@ -43,7 +47,8 @@ def topic_name_error(name: str) -> str | None:
 class Partition:
     """One partition: its log, producer state and fetchers waiting for new data."""
 
-    __slots__ = ("topic", "index", "log", "producers", "waiters", "unflushed", "flushed_at")
+    __slots__ = ("topic", "index", "log", "producers", "waiters", "unflushed", "flushed_at",
+                 "_segments")
 
     def __init__(self, topic: Topic, index: int, log: Log, producers: ProducerStateManager):
         self.topic = topic
@@ -53,6 +58,12 @@ class Partition:
         self.waiters: list[asyncio.Future] = []
         self.unflushed = 0  # messages appended since the last flush was asked for
         self.flushed_at = 0.0  # event-loop time of that flush
+        self._segments = log.segment_count  # a change means the log rolled: snapshot
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Below it every transaction is decided; ``read_committed`` readers stop here."""
+        return self.producers.last_stable_offset(self.log.log_end_offset)
 
     def mark_flushed(self, now: float) -> None:
         self.unflushed = 0
@@ -62,12 +73,14 @@ class Partition:
     def high_watermark(self) -> int:
         return self.log.log_end_offset
 
-    def append(self, records: memoryview, max_batch: int) -> tuple[int, int, int]:
+    def append(self, records: memoryview, max_batch: int, verify=None) -> tuple[int, int, int]:
         """Validate, assign offsets and append one produce payload.
 
         Returns (error code, base offset, messages appended). Offsets are written into the
         payload in place; the CRC does not cover them. Nothing is appended unless every batch
-        is valid.
+        is valid. A transactional batch is accepted only when ``verify(producer id, epoch)``
+        (the transaction coordinator's check that this partition is in the producer's open
+        transaction) answers NONE.
         """
         try:
             batches = list(iter_batches(records))
@@ -89,8 +102,8 @@ class Partition:
         if pid >= 0:
             if len(batches) != 1:
                 return ErrorCode.INVALID_RECORD, -1, 0
-            if first.is_transactional:
-                return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, -1, 0
+            if first.is_control:
+                return ErrorCode.INVALID_RECORD, -1, 0
             last_seq = last_sequence(first.base_sequence, first.last_offset_delta)
             error, retry_offset = self.producers.check(
                 pid, first.producer_epoch, first.base_sequence, last_seq
@@ -99,6 +112,25 @@ class Partition:
                 return error, -1, 0
             if retry_offset >= 0:
                 return ErrorCode.NONE, retry_offset, 0
+            if first.is_transactional:
+                if verify is None:
+                    return ErrorCode.INVALID_TXN_STATE, -1, 0
+                error = verify(pid, first.producer_epoch)
+                if error:
+                    return error, -1, 0
+        elif first.is_transactional or first.is_control:
+            return ErrorCode.INVALID_RECORD, -1, 0
+        base, max_timestamp = self._write(records, batches)
+        if base < 0:
+            return ErrorCode.KAFKA_STORAGE_ERROR, -1, 0
+        if pid >= 0:
+            self.producers.record(pid, first.producer_epoch, first.base_sequence, last_seq, base,
+                                  max_timestamp, first.is_transactional)
+        self._appended(count)
+        return ErrorCode.NONE, base, count
+
+    def _write(self, records, batches) -> tuple[int, int]:
+        """Set offsets and append; (base offset, max timestamp), base -1 on a storage error."""
         log = self.log
         base = offset = log.log_end_offset
         max_timestamp = -1
@@ -110,20 +142,75 @@ class Partition:
         try:
             log.append(records, base, offset - 1, max_timestamp)
         except StorageError:
-            return ErrorCode.KAFKA_STORAGE_ERROR, -1, 0
-        if pid >= 0:
-            self.producers.record(pid, first.producer_epoch, first.base_sequence, last_seq, base)
+            return -1, -1
+        if log.segment_count != self._segments:
+            self._segments = log.segment_count
+            self._snapshot_in_background(base)
+        return base, max_timestamp
+
+    def _snapshot_in_background(self, offset: int) -> None:
+        """Snapshot the producer state below ``offset`` (the rolled segment's end; the batch at
+        ``offset`` is not recorded yet) and write it in a worker thread."""
+        data = self.producers.snapshot(offset)
+        aborted = self.producers.aborted
+        directory = Path(self.log.directory)
+
+        def write():
+            try:
+                write_snapshot_data(directory, data, aborted)
+            except OSError:
+                log.exception("producer state snapshot of %s failed", directory)
+
+        asyncio.get_running_loop().run_in_executor(None, write)
+
+    def append_transactional(self, batch: bytearray, producer_id: int, epoch: int) -> int:
+        """Append a batch the coordinator wrote for a transaction (transactional offset
+        commits): no sequence numbers. Returns the error code."""
+        error = self.producers.check_marker(producer_id, epoch)
+        if error:
+            return error
+        batches = list(iter_batches(batch))
+        base, max_timestamp = self._write(batch, batches)
+        if base < 0:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        self.producers.record(producer_id, epoch, -1, -1, base, max_timestamp, True)
+        self._appended(batches[0][2].records_count)
+        return ErrorCode.NONE
+
+    def append_marker(self, producer_id: int, epoch: int, commit: bool,
+                      coordinator_epoch: int) -> int:
+        """Append a commit or abort marker for the producer's transaction. Returns the error
+        code (INVALID_PRODUCER_EPOCH for a marker older than what this partition knows)."""
+        error = self.producers.check_marker(producer_id, epoch)
+        if error:
+            return error
+        batch = control_batch(producer_id, epoch, commit, coordinator_epoch)
+        base, _ = self._write(batch, list(iter_batches(batch)))
+        if base < 0:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        stable = min((o for p, o in self.producers.ongoing.items() if p != producer_id),
+                     default=base + 1)
+        try:
+            self.producers.complete(producer_id, epoch, COMMIT if commit else ABORT, base,
+                                    stable, coordinator_epoch)
+        except OSError:
+            log.exception("aborted-transactions index of %s", self.log.directory)
+        self._appended(1)
+        return ErrorCode.NONE
+
+    def _appended(self, count: int) -> None:
         self.unflushed += count
         if self.waiters:
             waiters, self.waiters = self.waiters, []
             for w in waiters:
                 if not w.done():
                     w.set_result(None)
-        return ErrorCode.NONE, base, count
 
     def close(self) -> None:
         self.log.close()
         self.producers.write_snapshot(Path(self.log.directory), self.log.log_end_offset)
+        if self.producers.aborted is not None:
+            self.producers.aborted.close()
 
 
 @dataclass(eq=False)

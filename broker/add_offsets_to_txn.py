@@ -1,0 +1,29 @@
+"""AddOffsetsToTxn (key 25), versions 0-4: a group's offsets join a producer's transaction.
+
+The group's partition of ``__consumer_offsets`` (created here if needed) is added to the
+transaction, so the offsets that TxnOffsetCommit then writes are committed or aborted with
+it. Fencing is PRODUCER_FENCED from v2, INVALID_PRODUCER_EPOCH before.
+"""
+
+from __future__ import annotations
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .group_offsets import OFFSETS_TOPIC
+
+API_KEY = ApiKey.ADD_OFFSETS_TO_TXN
+MIN_VERSION, MAX_VERSION = 0, 4
+
+R = messages.AddOffsetsToTxnResponse
+
+
+async def handle(broker, header, request):
+    if not request.group_id:
+        return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_GROUP_ID)
+    partition = await broker.groups.offsets_partition(request.group_id)
+    error = await broker.transactions.add_partitions(
+        request.transactional_id, request.producer_id, request.producer_epoch,
+        {(OFFSETS_TOPIC, partition.index)})
+    if error == ErrorCode.PRODUCER_FENCED and header.api_version < 2:
+        error = ErrorCode.INVALID_PRODUCER_EPOCH
+    return R(throttle_time_ms=0, error_code=error)

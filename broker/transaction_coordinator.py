@@ -1,0 +1,414 @@
+"""The transaction coordinator: transactional producer ids, epochs and fencing, the partitions
+of each open transaction, and the commit/abort markers that close it.
+
+How this works
+--------------
+Everything runs on the event loop. The allowed state changes and the answer each request
+gets in each state are the tables in ``transaction_state``; this file carries out the steps.
+A change is first written to ``__transaction_state`` (``transaction_log``) and flushed, then
+made in memory (``txns``); while it is written the transaction is *pending* and other
+requests for it get CONCURRENT_TRANSACTIONS.
+
+* InitProducerId with a transactional id: a new id gets a producer id, epoch 0. A known id
+  gets epoch + 1 (a new producer id when the epoch is exhausted), which fences the previous
+  producer; an open transaction of the old producer is aborted first (the fence: epoch + 1
+  and an abort, then the new producer's bump).
+* AddPartitionsToTxn / AddOffsetsToTxn add partitions (for offsets: the group's partition of
+  ``__consumer_offsets``) and make the transaction Ongoing; its timeout starts then.
+* Produce: a transactional batch is accepted only for a partition in the producer's Ongoing
+  transaction with the current epoch (``verify``). The partition remembers where the
+  transaction starts, which holds its last stable offset back until the marker.
+* TxnOffsetCommit writes the offsets to ``__consumer_offsets`` as a transactional batch;
+  they are kept aside (``pending_offsets``) and reach the group's committed offsets only when
+  the transaction commits.
+* EndTxn: PrepareCommit/PrepareAbort is written (the decision), then a control batch goes to
+  every partition of the transaction, the partitions are flushed, and CompleteCommit or
+  CompleteAbort is written; the client is answered after that, so a committed transaction is
+  visible to ``read_committed`` readers when the producer hears of it.
+* A timer aborts transactions open longer than their timeout (with an epoch bump: the
+  producer is fenced), finishes decisions whose markers could not be written, and forgets
+  ids idle for ``transactional.id.expiration.ms``.
+* Start-up replays ``__transaction_state`` and finishes every Prepare* decision found there
+  (a crash between the decision and its markers). Open transactions stay open: their
+  producer may carry on, a new producer with the id aborts them, or they time out.
+
+Fencing answers are PRODUCER_FENCED; the API modules turn them into INVALID_PRODUCER_EPOCH
+for request versions older than KIP-588.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import replace
+
+from headrace.protocol import ErrorCode
+from headrace.protocol.records import decode_records, iter_batches
+from headrace.storage import StorageError
+
+from . import group_offsets, transaction_log
+from .group_coordinator import ClassicGroup
+from .group_offsets import OFFSETS_TOPIC, CommittedOffset
+from .placement import rendezvous
+from .transaction_log import TRANSACTION_TOPIC, TransactionMetadata
+from .transaction_state import (
+    ABORT_FIRST,
+    ACCEPT,
+    ADD_PARTITIONS,
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    COMPLETING,
+    DEAD,
+    DONE,
+    EMPTY,
+    END_TXN,
+    IDLE,
+    INIT_PRODUCER_ID,
+    ONGOING,
+    PREPARE_ABORT,
+    PREPARE_COMMIT,
+    PREPARE_EPOCH_FENCE,
+    TXN_OFFSET_COMMIT,
+    check_transition,
+)
+
+log = logging.getLogger("headrace.transactions")
+
+E = ErrorCode
+MAX_EPOCH = (1 << 15) - 1
+COORDINATOR_EPOCH = 0  # one broker: the coordinator never moves
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TransactionCoordinator:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.max_timeout_ms = int(cfg["transaction.max.timeout.ms"])
+        self.expiration_ms = int(cfg["transactional.id.expiration.ms"])
+        self.check_interval_ms = int(cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"])
+        self.num_partitions = int(cfg["transaction.state.log.num.partitions"])
+        self.segment_bytes = int(cfg["transaction.state.log.segment.bytes"])
+        self.txns: dict[str, TransactionMetadata] = {}
+        # producer id -> group id -> offsets committed in its open transaction
+        self.pending_offsets: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]] = {}
+        self._topic_ready: asyncio.Future | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    # lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        topic = self.broker.topics.get(TRANSACTION_TOPIC)
+        if topic is not None:
+            logs = [p.log for p in topic.partitions]
+            self.txns = await asyncio.to_thread(transaction_log.replay, logs)
+            if self.txns:
+                log.info("loaded %d transactional ids", len(self.txns))
+            for txn in list(self.txns.values()):
+                if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                    await self._recover_offsets(txn)
+                    await self._complete(txn, txn.state is PREPARE_COMMIT)
+        self._tasks.append(asyncio.create_task(self._check_every()))
+
+    def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+    def coordinator_for(self, transactional_id: str) -> int:
+        """The node that coordinates ``transactional_id``: rendezvous over the brokers."""
+        return rendezvous(transactional_id, {self.broker.node_id: 1.0})[0]
+
+    # writing state ------------------------------------------------------------------------------
+
+    async def _state_partition(self, transactional_id: str):
+        topics = self.broker.topics
+        topic = topics.get(TRANSACTION_TOPIC)
+        if topic is None:
+            if self._topic_ready is None:
+                self._topic_ready = asyncio.ensure_future(topics.create(
+                    TRANSACTION_TOPIC, self.num_partitions,
+                    {"cleanup.policy": "compact", "segment.bytes": self.segment_bytes}))
+            try:
+                topic = await asyncio.shield(self._topic_ready)
+            except FileExistsError:
+                topic = topics.get(TRANSACTION_TOPIC)
+        index = group_offsets.partition_for(transactional_id, len(topic.partitions))
+        return topic.partitions[index]
+
+    async def _change(self, old: TransactionMetadata | None, new: TransactionMetadata) -> int:
+        """Write ``new`` (a changed copy of ``old``; DEAD: a tombstone), flush, then make it
+        current. Returns an error code; on error nothing changes."""
+        tid = new.transactional_id
+        if old is not None:
+            check_transition(old.state, new.state)
+            old.pending = True
+        new.pending = False
+        try:
+            partition = await self._state_partition(tid)
+            batch = transaction_log.record_batch(tid, None if new.state is DEAD else new, now_ms())
+            error, _, _ = partition.append(memoryview(batch), len(batch))
+            if error:
+                return error
+            partition.unflushed = 0
+            await self.broker.group_commit.flush([partition.log])
+        except StorageError:
+            log.exception("writing the state of transactional id %s failed", tid)
+            return E.COORDINATOR_NOT_AVAILABLE
+        finally:
+            if old is not None:
+                old.pending = False
+        if self.txns.get(tid) is not old and old is not None:
+            return E.CONCURRENT_TRANSACTIONS  # cannot happen while changes are pending
+        if new.state is DEAD:
+            self.txns.pop(tid, None)
+        else:
+            self.txns[tid] = new
+        return E.NONE
+
+    def _check(self, transactional_id: str, producer_id: int, epoch: int):
+        """(error, metadata) for a request of an existing producer."""
+        txn = self.txns.get(transactional_id)
+        if txn is None or txn.producer_id != producer_id:
+            return E.INVALID_PRODUCER_ID_MAPPING, None
+        if epoch != txn.producer_epoch:
+            return E.PRODUCER_FENCED, None
+        if txn.pending:
+            return E.CONCURRENT_TRANSACTIONS, None
+        return E.NONE, txn
+
+    # requests -----------------------------------------------------------------------------------
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int = -1,
+                               epoch: int = -1) -> tuple[int, int, int]:
+        """(error, producer id, epoch) for InitProducerId with a transactional id."""
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return E.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        txn = self.txns.get(transactional_id)
+        if txn is None:
+            pid = await self.broker.producer_ids.next_id()
+            if transactional_id in self.txns:
+                return E.CONCURRENT_TRANSACTIONS, -1, -1
+            new = TransactionMetadata(transactional_id, pid, 0, timeout_ms, EMPTY, set(), now_ms())
+            new.pending = True
+            self.txns[transactional_id] = new  # placeholder while the first record is written
+            error = await self._change(None, replace(new, pending=False))
+            if error:
+                if self.txns.get(transactional_id) is new:
+                    del self.txns[transactional_id]
+                return error, -1, -1
+            return E.NONE, pid, 0
+        if txn.pending:
+            return E.CONCURRENT_TRANSACTIONS, -1, -1
+        if producer_id >= 0 and (producer_id, epoch) != (txn.producer_id, txn.producer_epoch):
+            return E.PRODUCER_FENCED, -1, -1
+        action = INIT_PRODUCER_ID[txn.state]
+        if action is ABORT_FIRST:
+            error = await self._fence_and_abort(txn)
+            if error:
+                return error, -1, -1
+            txn = self.txns[transactional_id]
+        elif action is not ACCEPT:
+            return action, -1, -1
+        pid, new_epoch = txn.producer_id, txn.producer_epoch + 1
+        if new_epoch >= MAX_EPOCH:
+            pid, new_epoch = await self.broker.producer_ids.next_id(), 0
+        new = replace(txn, producer_id=pid, producer_epoch=new_epoch, timeout_ms=timeout_ms,
+                      state=EMPTY, partitions=set(), update_ms=now_ms(), start_ms=-1)
+        error = await self._change(txn, new)
+        if error:
+            return error, -1, -1
+        return E.NONE, pid, new_epoch
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                             partitions: set[tuple[str, int]], verify_only: bool = False) -> int:
+        error, txn = self._check(transactional_id, producer_id, epoch)
+        if error:
+            return error
+        action = ADD_PARTITIONS[txn.state]
+        if action is not ACCEPT:
+            return action
+        if verify_only:
+            return E.NONE if txn.state is ONGOING and partitions <= txn.partitions else E.INVALID_TXN_STATE
+        if txn.state is ONGOING and partitions <= txn.partitions:
+            return E.NONE
+        now = now_ms()
+        new = replace(txn, state=ONGOING, partitions=txn.partitions | partitions, update_ms=now,
+                      start_ms=txn.start_ms if txn.state is ONGOING else now)
+        return await self._change(txn, new)
+
+    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int:
+        error, txn = self._check(transactional_id, producer_id, epoch)
+        if error:
+            return error
+        action = END_TXN[(txn.state, commit)]
+        if action is DONE:
+            return E.NONE
+        if action is not ACCEPT:
+            return action
+        prepared = replace(txn, state=PREPARE_COMMIT if commit else PREPARE_ABORT, update_ms=now_ms())
+        error = await self._change(txn, prepared)
+        if error:
+            return error
+        return await self._complete(self.txns[transactional_id], commit)
+
+    def verify(self, transactional_id: str | None, topic: str, partition: int, producer_id: int,
+               epoch: int) -> int:
+        """May this producer append a transactional batch to the partition? (Produce)"""
+        txn = self.txns.get(transactional_id) if transactional_id is not None else None
+        if txn is None or txn.producer_id != producer_id:
+            return E.INVALID_TXN_STATE
+        if epoch != txn.producer_epoch:
+            return E.INVALID_PRODUCER_EPOCH
+        if txn.state is not ONGOING or (topic, partition) not in txn.partitions:
+            return E.INVALID_TXN_STATE
+        return E.NONE
+
+    def check_offset_commit(self, transactional_id: str, producer_id: int, epoch: int,
+                            group_id: str) -> int:
+        """May this producer commit offsets for ``group_id`` in its transaction?"""
+        error, txn = self._check(transactional_id, producer_id, epoch)
+        if error:
+            return error
+        action = TXN_OFFSET_COMMIT[txn.state]
+        if action is not ACCEPT:
+            return action
+        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return E.INVALID_TXN_STATE
+        index = group_offsets.partition_for(group_id, len(topic.partitions))
+        if (OFFSETS_TOPIC, index) not in txn.partitions:
+            return E.INVALID_TXN_STATE
+        return E.NONE
+
+    def add_pending_offsets(self, producer_id: int, group_id: str,
+                            offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+        self.pending_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
+
+    # completing ---------------------------------------------------------------------------------
+
+    async def _fence_and_abort(self, txn: TransactionMetadata) -> int:
+        """Abort an open transaction with the epoch bumped, fencing its producer."""
+        check_transition(txn.state, PREPARE_EPOCH_FENCE)
+        check_transition(PREPARE_EPOCH_FENCE, PREPARE_ABORT)
+        pid, epoch = txn.producer_id, txn.producer_epoch + 1
+        if epoch > MAX_EPOCH:
+            epoch = MAX_EPOCH
+        prepared = replace(txn, producer_id=pid, producer_epoch=epoch, state=PREPARE_ABORT,
+                           update_ms=now_ms())
+        error = await self._change(txn, prepared)
+        if error:
+            return error
+        return await self._complete(self.txns[txn.transactional_id], commit=False)
+
+    async def _complete(self, prepared: TransactionMetadata, commit: bool) -> int:
+        """Write the markers of a decided transaction, flush them, then complete it."""
+        prepared.pending = True
+        try:
+            touched = []
+            topics = self.broker.topics
+            for topic_name, index in sorted(prepared.partitions):
+                topic = topics.get(topic_name)
+                if topic is None or index >= len(topic.partitions):
+                    continue  # deleted meanwhile
+                partition = topic.partitions[index]
+                error = partition.append_marker(prepared.producer_id, prepared.producer_epoch,
+                                                commit, COORDINATOR_EPOCH)
+                if error:
+                    log.warning("marker for %s in %s-%d: error %d", prepared.transactional_id,
+                                topic_name, index, error)
+                touched.append(partition)
+            offsets = self.pending_offsets.pop(prepared.producer_id, {})
+            if commit:
+                for group_id, committed in offsets.items():
+                    self._apply_offsets(group_id, committed)
+            for partition in touched:
+                partition.unflushed = 0
+            if touched:
+                await self.broker.group_commit.flush([p.log for p in touched])
+        except StorageError:
+            log.exception("markers of transactional id %s", prepared.transactional_id)
+            return E.COORDINATOR_NOT_AVAILABLE  # still decided: the timer completes it
+        finally:
+            prepared.pending = False
+        done = replace(prepared, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
+                       partitions=set(), update_ms=now_ms())
+        return await self._change(prepared, done)
+
+    def _apply_offsets(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+        groups = self.broker.groups
+        group = groups.groups.get(group_id)
+        if group is None:
+            group = groups.groups[group_id] = ClassicGroup(group_id)
+        group.offsets.update(offsets)
+
+    async def _recover_offsets(self, txn: TransactionMetadata) -> None:
+        """After a restart: the offsets a decided transaction committed, read back from
+        ``__consumer_offsets`` (its batches from the transaction's first offset on)."""
+        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        if topic is None or txn.state is not PREPARE_COMMIT:
+            return
+        for name, index in txn.partitions:
+            if name != OFFSETS_TOPIC or index >= len(topic.partitions):
+                continue
+            partition = topic.partitions[index]
+            first = partition.producers.ongoing.get(txn.producer_id)
+            if first is None:
+                continue
+            found = await asyncio.to_thread(_read_txn_offsets, partition.log, first,
+                                            txn.producer_id)
+            for group_id, offsets in found.items():
+                self.add_pending_offsets(txn.producer_id, group_id, offsets)
+
+    # the timer ----------------------------------------------------------------------------------
+
+    async def _check_every(self) -> None:
+        while True:
+            await asyncio.sleep(self.check_interval_ms / 1000)
+            try:
+                await self.check_transactions()
+            except Exception:
+                log.exception("transaction check failed")
+
+    async def check_transactions(self, now: int | None = None) -> None:
+        """Abort timed-out transactions, finish stuck decisions, expire idle ids."""
+        now = now_ms() if now is None else now
+        for txn in list(self.txns.values()):
+            if txn.pending or self.txns.get(txn.transactional_id) is not txn:
+                continue
+            if txn.state is ONGOING and now > txn.start_ms + txn.timeout_ms:
+                log.info("aborting transaction of %s: open longer than %d ms",
+                         txn.transactional_id, txn.timeout_ms)
+                await self._fence_and_abort(txn)
+            elif txn.state in COMPLETING and txn.state is not PREPARE_EPOCH_FENCE:
+                await self._complete(txn, txn.state is PREPARE_COMMIT)
+            elif txn.state in IDLE and now > txn.update_ms + self.expiration_ms:
+                await self._change(txn, replace(txn, state=DEAD, update_ms=now))
+
+    # administration -----------------------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> TransactionMetadata | None:
+        return self.txns.get(transactional_id)
+
+
+def _read_txn_offsets(plog, start: int, producer_id: int) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
+    found: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+    offset, end = start, plog.log_end_offset
+    while offset < end:
+        data = plog.read(offset, 1 << 20, max_offset=end)
+        if not data:
+            break
+        for pos, size, h in iter_batches(data):
+            offset = h.base_offset + h.last_offset_delta + 1
+            if h.producer_id != producer_id or not h.is_transactional or h.is_control:
+                continue
+            for _, _, k, v, _ in decode_records(memoryview(data)[pos : pos + size]):
+                parsed = group_offsets.parse_key(k) if k is not None else None
+                if parsed is None or v is None:
+                    continue
+                group, topic, part = parsed
+                found.setdefault(group, {})[(topic, part)] = group_offsets.parse_value(v)
+    return found
