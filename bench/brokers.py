@@ -38,6 +38,33 @@ def cpu_count_ok() -> bool:
     return len(os.sched_getaffinity(0)) >= 2 if hasattr(os, "sched_getaffinity") else False
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` (all its threads) so far, from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """Share of one CPU a process used between ``start()`` and ``stop()``."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.t0 = self.c0 = None
+
+    def start(self) -> "CpuMeter":
+        self.c0, self.t0 = cpu_seconds(self.pid), time.monotonic()
+        return self
+
+    def stop(self) -> float | None:
+        c1 = cpu_seconds(self.pid)
+        if c1 is None or self.c0 is None:
+            return None
+        return (c1 - self.c0) / max(time.monotonic() - self.t0, 1e-9)
+
+
 def free_port_block(n: int = 3) -> int:
     """A port p such that p .. p+n-1 are all free on 127.0.0.1 right now."""
     for _ in range(200):
@@ -85,13 +112,42 @@ class Broker:
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
+def headrace_snapshot(ref: str, dest: Path) -> Path:
+    """Headrace as committed at ``ref``, laid out as an importable tree in ``dest/lib``
+    (following ``[tool.setuptools.package-dir]`` of that commit's pyproject.toml), so that a
+    run measures one fixed commit while the working tree keeps changing. Returns the
+    directory to put first on PYTHONPATH."""
+    import tomllib
+    repo = Path(__file__).resolve().parent.parent
+    src, lib = dest / "src", dest / "lib"
+    shutil.rmtree(dest, ignore_errors=True)
+    src.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(repo), "archive", ref], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    project = tomllib.loads((src / "pyproject.toml").read_text())
+    mapping = project["tool"]["setuptools"]["package-dir"]
+    for pkg in sorted(mapping, key=lambda p: p.count(".")):
+        target = lib / pkg.replace(".", "/")
+        shutil.copytree(src / mapping[pkg], target, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return lib
+
+
+def git_describe(ref: str) -> str:
+    repo = Path(__file__).resolve().parent.parent
+    return subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", ref],
+                          capture_output=True, text=True).stdout.strip()
+
+
 class HeadraceBroker(Broker):
     name = "headrace"
 
     def __init__(self, data_dir: Path, overrides: dict[str, object] | None = None,
                  cpus: set[int] | None = None, log_file: Path | None = None,
-                 port: int = 0) -> None:
+                 port: int = 0, pythonpath: Path | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.pythonpath = pythonpath  # a snapshot from headrace_snapshot(), else the install
         self.port = port  # 0: the broker picks one and logs it
         self.overrides = dict(overrides or {})
         self.cpus = cpus if cpus is not None else BROKER_CPUS
@@ -112,8 +168,12 @@ class HeadraceBroker(Broker):
         found = threading.Event()
         log = open(self.log_file, "a")
         self.spawned_at = time.monotonic()
+        env = dict(os.environ)
+        if self.pythonpath:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(self.pythonpath)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, text=True,
+                                     stdin=subprocess.DEVNULL, text=True, env=env,
                                      preexec_fn=lambda: os.sched_setaffinity(0, cpus))
         self.pid = self.proc.pid
 
@@ -188,6 +248,9 @@ class KafkaBroker(Broker):
             self.kafka = None
 
 
+HEADRACE_PATH: Path | None = None  # set by the harness when it runs a snapshot
+
+
 def make_broker(kind: str, data_dir: Path, durable: bool = False, fixed_port: bool = False,
                 log_dir: Path | None = None) -> Broker:
     """A broker of ``kind`` ("kafka" or "headrace"), optionally in durable (fsync per
@@ -199,7 +262,8 @@ def make_broker(kind: str, data_dir: Path, durable: bool = False, fixed_port: bo
     if kind == "headrace":
         log = (log_dir / f"{data_dir.name}.broker.log") if log_dir else None
         return HeadraceBroker(data_dir, overrides=extra, log_file=log,
-                              port=free_port_block(1) if fixed_port else 0)
+                              port=free_port_block(1) if fixed_port else 0,
+                              pythonpath=HEADRACE_PATH)
     raise ValueError(kind)
 
 

@@ -96,6 +96,15 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def _headrace_at(results: dict) -> str:
+    m = results.get("machine", {})
+    at = results.get("headrace_at", "worktree")
+    if at != "worktree":
+        return f"commit {at}"
+    return (f"{m.get('git_commit', '?')}"
+            + (" plus uncommitted changes" if m.get("git_dirty") else ""))
+
+
 def markdown(results: dict) -> str:
     m = results.get("machine", {})
     lb = results.get("loopback", {})
@@ -104,8 +113,7 @@ def markdown(results: dict) -> str:
     head = [
         f"Command: `{results['command']}` ({results['size']} size, {results['runs']} runs per "
         f"broker, interleaved; medians). Apache Kafka {m.get('kafka_version')} (KRaft, one "
-        f"node) vs Headrace at {m.get('git_commit', '?')}"
-        f"{' plus uncommitted changes' if m.get('git_dirty') else ''}; broker pinned to CPU "
+        f"node) vs Headrace at {_headrace_at(results)}; broker pinned to CPU "
         f"{m.get('broker_cpus')}, perf client to CPU {m.get('client_cpus')}; "
         f"{m.get('cpu_model', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib', '?')} GiB, "
         f"{m.get('java', '')}.",

@@ -231,10 +231,12 @@ def run_produce(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
         wire.ensure_topic(HOST, broker.port, topic, sc.partitions)
         if ctx.profile_dir is not None and kind == "headrace":
             prof = Profiler(broker.pid, ctx.profile_dir / f"{sc.id}.collapsed")
+        meter = brokers.CpuMeter(broker.pid).start()
         out = brokers.java_tool("org.apache.kafka.tools.ProducerPerformance",
                                 _producer_args(sc, topic, broker.bootstrap, records),
                                 ctx.logs / f"{sc.id}-{kind}-{rep}.log",
                                 on_line=_echo(ctx, kind))
+        sample["broker_cpu"] = meter.stop()
     finally:
         broker.stop()
         if prof:
@@ -319,12 +321,14 @@ def run_consume(sc: Scenario, kind: str, ctx: Context, rep: int, st: ConsumeSetu
     sample = {"loadavg": loadavg()}
     broker.start()
     try:
+        meter = brokers.CpuMeter(broker.pid).start()
         out = brokers.java_tool(
             "org.apache.kafka.tools.ConsumerPerformance",
             ["--bootstrap-server", broker.bootstrap, "--topic", "bench-s5",
              "--messages", str(sc.records[ctx.size]), "--group", f"bench-s5-{rep}-{kind}",
              "--timeout", "60000"],
             ctx.logs / f"{sc.id}-{kind}-{rep}.log", on_line=_echo(ctx, kind))
+        sample["broker_cpu"] = meter.stop()
     finally:
         broker.stop()
     parsed = _parse_consumer_performance(out)
@@ -345,9 +349,11 @@ def run_e2e(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
     broker.start()
     try:
         wire.ensure_topic(HOST, broker.port, "bench-s6", 1)
+        meter = brokers.CpuMeter(broker.pid).start()
         out = brokers.java_tool(JAVA_E2E, [broker.bootstrap, "bench-s6", str(rate),
                                            str(sc.record_size), str(seconds), str(warmup)],
                                 ctx.logs / f"{sc.id}-{kind}-{rep}.log", on_line=_echo(ctx, kind))
+        sample["broker_cpu"] = meter.stop()
     finally:
         broker.stop()
         broker.cleanup()
@@ -466,6 +472,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="S6's offered rate (default 10 MB/s: on the 2-core development "
                          "machine 50 MB/s of 1 KiB records saturates Apache Kafka on one core, "
                          "and latency then only measures the queue)")
+    ap.add_argument("--headrace-ref", default="HEAD",
+                    help="git commit of Headrace to measure (default HEAD: committed code, "
+                         "copied out of the repository); 'worktree' runs the installed "
+                         "working tree, uncommitted changes included")
     ap.add_argument("--iperf-seconds", type=float, default=3.0)
     ap.add_argument("--no-iperf", action="store_true")
     ap.add_argument("--no-plots", action="store_true")
@@ -491,10 +501,17 @@ def main(argv: list[str] | None = None) -> int:
         ctx.progress("fewer than 2 CPUs available: broker and client share the CPU")
         brokers.BROKER_CPUS = brokers.CLIENT_CPUS = set(os.sched_getaffinity(0))
 
+    headrace_at = "worktree"
+    if args.headrace_ref != "worktree" and "headrace" in ctx.kinds:
+        brokers.HEADRACE_PATH = brokers.headrace_snapshot(args.headrace_ref, ctx.raw / "headrace")
+        headrace_at = brokers.git_describe(args.headrace_ref)
+        ctx.progress(f"measuring Headrace as committed at {headrace_at} ({args.headrace_ref})")
+
     command = "python -m bench.run " + " ".join(argv if argv is not None else sys.argv[1:])
     results: dict = {
         "command": command.strip(), "stamp": stamp, "size": ctx.size, "runs": ctx.runs,
         "brokers": ctx.kinds, "loadavg_start": loadavg(), "machine": machine(),
+        "headrace_at": headrace_at,
         "scenarios": {},
     }
     ctx.progress(f"load average at start: {results['loadavg_start']} "

@@ -37,6 +37,7 @@ def test_harness_tiny_headrace_only(tmp_path, kafka_classpath):
     out = tmp_path / "results"
     cmd = [sys.executable, "-m", "bench.run", "--size", "tiny", "--runs", "1",
            "--brokers", "headrace", "--scenarios", "S1,S3,S4,S6,S7", "--no-iperf",
+           "--headrace-ref", "worktree",
            "--out", str(out), "--raw-dir", str(tmp_path / "raw")]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=200)
     assert res.returncode == 0, res.stderr[-4000:]
