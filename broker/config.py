@@ -21,7 +21,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Setting:
     name: str
-    type: str  # Kafka's config type: boolean, int, short, long, string, list
+    type: str  # Kafka's config type: boolean, int, short, long, double, string, list
     default: object
     doc: str
     topic: str | None = None  # the topic setting whose default this broker setting provides
@@ -40,6 +40,8 @@ def _parse(setting: Setting, text: str) -> object:
             if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
                 raise ValueError(text)
             return value
+        if setting.type == "double":
+            return float(text)
         return text
     except ValueError:
         raise ConfigError(f"{setting.name}: {text!r} is not a valid {setting.type}") from None
@@ -116,6 +118,30 @@ BROKER_SETTINGS: dict[str, Setting] = {
             topic="cleanup.policy",
         ),
         Setting(
+            "log.retention.check.interval.ms", "long", 300000,
+            "How often the log cleaner looks for segments to delete by retention.",
+        ),
+        Setting("log.cleaner.enable", "boolean", True, "Compact topics whose policy says so."),
+        Setting(
+            "log.cleaner.backoff.ms", "long", 15000,
+            "How often the log cleaner looks for logs to compact.",
+        ),
+        Setting(
+            "log.cleaner.delete.retention.ms", "long", 24 * 3600 * 1000,
+            "Keep tombstones this long (by their timestamp) before compaction removes them.",
+            topic="delete.retention.ms",
+        ),
+        Setting(
+            "log.cleaner.min.cleanable.ratio", "double", 0.5,
+            "Compact a log once dirty bytes / (clean + dirty bytes) reach this.",
+            topic="min.cleanable.dirty.ratio",
+        ),
+        Setting(
+            "log.cleaner.min.compaction.lag.ms", "long", 0,
+            "Records younger than this are not compacted.",
+            topic="min.compaction.lag.ms",
+        ),
+        Setting(
             "log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.",
             topic="message.timestamp.type",
         ),
@@ -143,6 +169,15 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "offsets.topic.num.partitions", "int", 50,
             "Partitions of __consumer_offsets (fixed when the topic is created).",
         ),
+        Setting(
+            "group.consumer.session.timeout.ms", "int", 45000,
+            "Session timeout of consumer-protocol (KIP-848) group members.",
+        ),
+        Setting(
+            "group.consumer.heartbeat.interval.ms", "int", 5000,
+            "Heartbeat interval given to consumer-protocol (KIP-848) group members.",
+        ),
+        Setting("group.consumer.max.size", "int", 2147483647, "Most members in one consumer-protocol group."),
         Setting(
             "transaction.max.timeout.ms", "int", 900000,
             "Largest transaction timeout a producer may ask for (else INVALID_TRANSACTION_TIMEOUT).",
@@ -174,6 +209,20 @@ _TOPIC_CHOICES = {
     "compression.type": {"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"},
 }
 
+_TOPIC_RANGES = {
+    "segment.bytes": (61, None),
+    "segment.ms": (1, None),
+    "segment.index.bytes": (24, None),
+    "index.interval.bytes": (0, None),
+    "retention.ms": (-1, None),
+    "retention.bytes": (-1, None),
+    "delete.retention.ms": (0, None),
+    "min.cleanable.dirty.ratio": (0.0, 1.0),
+    "min.compaction.lag.ms": (0, None),
+    "flush.messages": (1, None),
+    "flush.ms": (0, None),
+}
+
 
 def validate_topic_setting(name: str, value: str) -> object:
     """Parse a per-topic setting; raises ConfigError for unknown names or bad values."""
@@ -186,6 +235,9 @@ def validate_topic_setting(name: str, value: str) -> object:
         words = {w.strip() for w in str(parsed).split(",")} if setting.type == "list" else {parsed}
         if not words <= choices:
             raise ConfigError(f"{name}: {value!r} is not one of {sorted(choices)}")
+    low, high = _TOPIC_RANGES.get(name, (None, None))
+    if (low is not None and parsed < low) or (high is not None and parsed > high):
+        raise ConfigError(f"{name}: {value!r} is out of range [{low}, {high}]")
     return parsed
 
 
