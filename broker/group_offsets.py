@@ -17,9 +17,10 @@ Group metadata records (key version 2) are skipped when read: group membership i
 across restarts, only offsets.
 
 ``replay`` reads every partition from its start in a worker thread at start-up and returns the
-surviving offsets. Offsets committed in a transaction (TxnOffsetCommit: transactional batches
-of the producer) count only once a commit marker of that producer follows them. ``append``
-writes on the event loop (page cache); the caller then waits for
+surviving offsets. Transactional batches (TxnOffsetCommit) and their markers are skipped:
+when a transaction commits, the transaction coordinator writes its offsets again as a plain
+commit before the markers, so replay never depends on markers (which compaction may drop).
+``append`` writes on the event loop (page cache); the caller then waits for
 the group commit before it acknowledges, so an acknowledged commit survives ``kill -9``.
 """
 
@@ -31,8 +32,6 @@ from dataclasses import dataclass
 
 from headrace.protocol.records import Record, build_batch, decode_records, iter_batches
 from headrace.storage import StorageError
-
-from .txn_markers import COMMIT, control_type
 
 log = logging.getLogger("headrace.groups")
 
@@ -136,7 +135,6 @@ def replay(partition_logs) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
     """Read every log from its start (in a worker thread): group -> {(topic, p): offset}."""
     groups: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
     for plog in partition_logs:
-        pending: dict[int, list] = {}  # producer id -> its open transaction's records
         offset = plog.log_start_offset
         end = plog.log_end_offset
         while offset < end:
@@ -148,15 +146,10 @@ def replay(partition_logs) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
             if not data:
                 break
             for pos, size, h in iter_batches(data):
-                records = list(decode_records(memoryview(data)[pos : pos + size]))
-                if h.is_transactional:
-                    if not h.is_control:
-                        pending.setdefault(h.producer_id, []).extend(records)
-                        records = []
-                    else:
-                        held = pending.pop(h.producer_id, [])
-                        records = held if control_type(data[pos : pos + size]) == COMMIT else []
-                for _, _, key, value, _ in records:
+                if h.is_transactional:  # see the module docstring
+                    offset = h.base_offset + h.last_offset_delta + 1
+                    continue
+                for _, _, key, value, _ in decode_records(memoryview(data)[pos : pos + size]):
                     if key is None:
                         continue
                     try:

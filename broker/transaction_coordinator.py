@@ -20,7 +20,8 @@ requests for it get CONCURRENT_TRANSACTIONS.
   transaction starts, which holds its last stable offset back until the marker.
 * TxnOffsetCommit writes the offsets to ``__consumer_offsets`` as a transactional batch;
   they are kept aside (``pending_offsets``) and reach the group's committed offsets only when
-  the transaction commits.
+  the transaction commits: then they are written again as a plain commit, before the markers
+  (the group coordinator's replay skips transactional batches, so it needs no markers).
 * EndTxn: PrepareCommit/PrepareAbort is written (the decision), then a control batch goes to
   every partition of the transaction, the partitions are flushed, and CompleteCommit or
   CompleteAbort is written; the client is answered after that, so a committed transaction is
@@ -308,6 +309,15 @@ class TransactionCoordinator:
         """Write the markers of a decided transaction, flush them, then complete it."""
         prepared.pending = True
         try:
+            offsets = self.pending_offsets.get(prepared.producer_id, {})
+            if commit:
+                for group_id, committed in offsets.items():
+                    error = await self._commit_offsets(group_id, committed)
+                    if error:
+                        log.warning("offsets of %s for group %s: error %d",
+                                    prepared.transactional_id, group_id, error)
+                        return error  # still decided: the timer completes it
+            self.pending_offsets.pop(prepared.producer_id, None)
             touched = []
             topics = self.broker.topics
             for topic_name, index in sorted(prepared.partitions):
@@ -321,10 +331,6 @@ class TransactionCoordinator:
                     log.warning("marker for %s in %s-%d: error %d", prepared.transactional_id,
                                 topic_name, index, error)
                 touched.append(partition)
-            offsets = self.pending_offsets.pop(prepared.producer_id, {})
-            if commit:
-                for group_id, committed in offsets.items():
-                    self._apply_offsets(group_id, committed)
             for partition in touched:
                 partition.unflushed = 0
             if touched:
@@ -338,12 +344,18 @@ class TransactionCoordinator:
                        partitions=set(), update_ms=now_ms())
         return await self._change(prepared, done)
 
-    def _apply_offsets(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+    async def _commit_offsets(self, group_id: str,
+                              offsets: dict[tuple[str, int], CommittedOffset]) -> int:
+        """A committing transaction's offsets become the group's: written as a plain commit
+        (before the markers, so that replaying ``__consumer_offsets`` needs no markers)."""
         groups = self.broker.groups
         group = groups.groups.get(group_id)
+        consumer = getattr(groups, "consumer", None)
+        if group is None and consumer is not None:
+            group = consumer.groups.get(group_id)
         if group is None:
             group = groups.groups[group_id] = ClassicGroup(group_id)
-        group.offsets.update(offsets)
+        return await groups.write_offsets(group, [(t, p, c) for (t, p), c in offsets.items()])
 
     async def _recover_offsets(self, txn: TransactionMetadata) -> None:
         """After a restart: the offsets a decided transaction committed, read back from

@@ -135,6 +135,12 @@ def test_consume_transform_produce_commits_offsets_with_the_output(broker_factor
     [tp] = check.committed([ck.TopicPartition("source", 0)], timeout=10)
     assert tp.offset == 20
     check.close()
+    broker.kill()  # the committed offsets come back from __consumer_offsets
+    broker.start()
+    check = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "etl"})
+    [tp] = check.committed([ck.TopicPartition("source", 0)], timeout=10)
+    assert tp.offset == 20
+    check.close()
 
 
 def test_second_producer_fences_the_first(broker_factory):
