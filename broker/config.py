@@ -118,6 +118,10 @@ BROKER_SETTINGS: dict[str, Setting] = {
             topic="cleanup.policy",
         ),
         Setting(
+            "log.io.backend", "string", "os",
+            "Storage I/O: os (pwrite/fsync/pread) or io_uring (the liburing package).",
+        ),
+        Setting(
             "log.retention.check.interval.ms", "long", 300000,
             "How often the log cleaner looks for segments to delete by retention.",
         ),
@@ -209,6 +213,8 @@ _TOPIC_CHOICES = {
     "compression.type": {"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"},
 }
 
+_BROKER_CHOICES = {"log.io.backend": {"os", "io_uring"}}
+
 _TOPIC_RANGES = {
     "segment.bytes": (61, None),
     "segment.ms": (1, None),
@@ -251,6 +257,9 @@ class BrokerConfig:
             if setting is None:
                 raise ConfigError(f"unknown setting {name!r}")
             self.explicit[name] = _parse(setting, text)
+            choices = _BROKER_CHOICES.get(name)
+            if choices is not None and self.explicit[name] not in choices:
+                raise ConfigError(f"{name}: {text!r} is not one of {sorted(choices)}")
 
     def __getitem__(self, name: str) -> object:
         if name in self.explicit:

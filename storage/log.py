@@ -48,8 +48,9 @@ from . import _files
 from ._batch import BadBatch, iter_batches
 from ._fd import FileRef
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from .errors import OffsetOutOfRange, StorageError
 from .cleaner import complete_pending_swap
+from .errors import OffsetOutOfRange, StorageError
+from .io import BACKENDS, get_backend, undo_write
 from .recovery import recover_segment
 from .segment import INT32_MAX, LogSegment
 
@@ -71,6 +72,7 @@ class LogConfig:
     delete_retention_ms: int = 24 * 3600 * 1000  # delete.retention.ms (tombstones)
     min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    io_backend: str = "os"  # "os" or "io_uring" (see io.py); fixed when the log is opened
 
     @property
     def deletes(self) -> bool:
@@ -95,6 +97,8 @@ class LogConfig:
             raise ValueError(f"unknown cleanup policy {self.cleanup_policy!r}")
         if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
             raise ValueError("min_cleanable_dirty_ratio must be in [0, 1]")
+        if self.io_backend not in BACKENDS:
+            raise ValueError(f"io_backend must be one of {BACKENDS}")
 
 
 def _policy_words(policy: str) -> set[str]:
@@ -108,6 +112,7 @@ class Log:
                  log_start_offset: int, log_end_offset: int, recovery_point: int) -> None:
         self.directory = directory
         self.config = config
+        self._io = get_backend(config.io_backend)
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
@@ -264,7 +269,7 @@ class Log:
             position = seg.size
             if position + n > INT32_MAX:
                 raise ValueError("append larger than a segment can hold")
-            _write_all(seg.log_ref.fd, batch, n, position)
+            self._io.write_all(seg.log_ref.fd, batch, n, position)
         except OSError as e:
             raise StorageError(f"append to {self.directory} failed: {e}") from e
         if (seg.bytes_since_index <= seg.index_interval_bytes
@@ -283,7 +288,7 @@ class Log:
             except OSError as e:
                 # undo: the batch is not published, the index files go back to their entries
                 seg.restore_index_state_to(saved)
-                _undo_write(seg.log_ref.fd, position)
+                undo_write(seg.log_ref.fd, position)
                 raise StorageError(f"append to {self.directory} failed: {e}") from e
         with self._lock:
             seg.size = position + n
@@ -361,12 +366,8 @@ class Log:
                 rolled, self._rolled_index_paths = self._rolled_index_paths, []
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
             try:
-                for _seg, _size, log_ref, oi_ref, ti_ref in todo:
-                    os.fsync(log_ref.fd)
-                    if oi_ref is not None:
-                        os.fsync(oi_ref.fd)
-                    if ti_ref is not None:
-                        os.fsync(ti_ref.fd)
+                self._io.fsync_many(ref.fd for _seg, _size, *refs in todo
+                                    for ref in refs if ref is not None)
                 for path in rolled:
                     _fsync_path(path)
                 if dir_dirty:
@@ -489,7 +490,7 @@ class Log:
                 if b.base_offset >= hw or b.position + b.size > target:
                     break
                 end = b.position + b.size
-        data = os.pread(fd, end - start, start)
+        data = self._io.pread(fd, end - start, start)
         with self._lock:
             if generation != self._generation:
                 return None
@@ -765,26 +766,3 @@ def _fsync_path(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _undo_write(fd: int, position: int) -> None:
-    try:
-        os.ftruncate(fd, position)
-    except OSError:
-        pass
-
-
-def _write_all(fd: int, data, n: int, position: int) -> None:
-    """Write all of ``data`` at ``position`` (one pwrite normally); undo a partial write."""
-    try:
-        written = os.pwrite(fd, data, position)
-        if written < n:
-            view = memoryview(data).cast("B")
-            while written < n:
-                written += os.pwrite(fd, view[written:], position + written)
-    except OSError:
-        try:
-            os.ftruncate(fd, position)
-        except OSError:
-            pass
-        raise

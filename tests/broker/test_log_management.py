@@ -286,3 +286,29 @@ def test_disk_full_gives_storage_errors_and_recovers(broker_factory, small_disk)
     b.start()
     with WireClient(b.port) as c:
         assert [v for _, _, v in read_all(c, "full")] == acked
+
+
+@pytest.mark.parametrize("backend", ["os", "io_uring"])
+def test_io_backend_setting(broker_factory, backend):
+    from headrace.storage.io import available_backends
+
+    if backend not in available_backends():
+        pytest.skip(f"{backend} is not available here")
+    b = broker_factory({"log.io.backend": backend, "log.flush.interval.messages": "1"})
+    with WireClient(b.port) as c:
+        create(c, "io")
+        values = [os.urandom(100) for _ in range(50)]
+        for v in values:
+            assert produce(c, "io", [Record(value=v, timestamp=now_ms())]).error_code == 0
+        assert [v for _, _, v in read_all(c, "io")] == values
+    b.kill()
+    b.start()
+    with WireClient(b.port) as c:
+        assert [v for _, _, v in read_all(c, "io")] == values
+
+
+def test_unknown_io_backend_is_a_config_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "headrace", "serve", "--port", "0",
+                           "--data-dir", str(tmp_path), "--override", "log.io.backend=aio"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "log.io.backend" in done.stderr

@@ -48,8 +48,8 @@ def fill(mnt, leave: int) -> str:
     return path
 
 
-def test_append_on_a_full_disk_fails_cleanly_and_resumes(small_disk):
-    cfg = LogConfig(segment_bytes=64 * 1024, index_interval_bytes=512)
+def test_append_on_a_full_disk_fails_cleanly_and_resumes(small_disk, backend):
+    cfg = LogConfig(segment_bytes=64 * 1024, index_interval_bytes=512, io_backend=backend)
     log = Log.open(small_disk / "t-0", cfg, recover=False)
     w = Writer(log, seed=1)
     w.append_many(20, value_size=300)
@@ -87,8 +87,8 @@ def test_append_on_a_full_disk_fails_cleanly_and_resumes(small_disk):
     log2.close()
 
 
-def test_roll_on_a_full_disk(small_disk):
-    cfg = LogConfig(segment_bytes=8 * 1024, index_interval_bytes=64)
+def test_roll_on_a_full_disk(small_disk, backend):
+    cfg = LogConfig(segment_bytes=8 * 1024, index_interval_bytes=64, io_backend=backend)
     log = Log.open(small_disk / "t-0", cfg, recover=False)
     w = Writer(log, seed=2)
     filler = fill(small_disk, 0)
