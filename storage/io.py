@@ -15,13 +15,19 @@ it is rare or off the request path.
 ``os`` (default): ``os.pwrite``, ``os.fsync`` and ``os.pread``; the caller runs fsyncs off the
 event loop (the broker's flush stage) and reads in its read threads.
 
-``io_uring``: the same operations as io_uring submissions through the PyPI ``liburing``
+``io_uring``: fsyncs and reads as io_uring submissions through the PyPI ``liburing``
 package, one ring per thread (a ring is not thread-safe; threads here are the event loop,
 the flush thread and the read pool). ``fsync_many`` submits one fsync per descriptor in a
 single ``io_uring_enter`` and waits for them all, so a group commit that touches several files
 (segments and their indexes, several partitions) syncs them in parallel rather than one after
-another. ``liburing`` takes ``bytes``/``bytearray`` buffers only, so a memoryview is copied
-once before it is written.
+another. The wait happens in ``io_uring_wait_cqe``, which releases the GIL
+(``io_uring_submit_and_wait`` does not, and stalled the appending thread during fsyncs).
+Appends are buffered writes into the page cache, and the kernel hands buffered io_uring writes
+on this filesystem to its worker threads: measured here, 11.7 us per 1 KiB append through the
+ring against 4.1 us with ``pwrite``, and group commit fell to a quarter of ``dd``'s
+write-plus-fsync rate because ring writes queued behind the fsyncs. So appends use
+``pwrite`` by default; ``UringBackend(ring_writes=True)`` sends them through the ring too
+(``liburing`` takes ``bytes``/``bytearray`` only, so a memoryview is copied first).
 
 Errors surface as OSError with the kernel's errno in both backends (ENOSPC, EIO, EBADF...).
 """
@@ -63,9 +69,10 @@ class UringBackend:
     name = "io_uring"
     ENTRIES = 64
 
-    def __init__(self) -> None:
+    def __init__(self, ring_writes: bool = False) -> None:
         import liburing  # noqa: F401  (raises ImportError when the package is missing)
 
+        self.ring_writes = ring_writes
         self._lu = liburing
         self._local = threading.local()
         self._rings: list = []
@@ -87,7 +94,7 @@ class UringBackend:
         submission order (user data = index). Raises OSError for the first failure."""
         lu = self._lu
         ring, cqe = self._ring()
-        lu.io_uring_submit_and_wait(ring, count)
+        lu.io_uring_submit(ring)  # then wait in io_uring_wait_cqe, which releases the GIL
         results: list = [None] * count
         error = None
         got = 0
@@ -106,6 +113,8 @@ class UringBackend:
         return results
 
     def write_all(self, fd: int, data, n: int, position: int) -> None:
+        if not self.ring_writes:
+            return OsBackend.write_all(self, fd, data, n, position)
         lu = self._lu
         buf = data if isinstance(data, (bytes, bytearray)) else bytes(data)
         done = 0

@@ -64,3 +64,27 @@ def test_threads_each_use_the_backend(tmp_path, backend):
         t.join()
     os.close(fd)
     assert not errors, errors
+
+
+def test_ring_writes(tmp_path, backend):
+    if backend != "io_uring":
+        pytest.skip("io_uring only")
+    from headrace.storage.io import UringBackend
+
+    io = UringBackend(ring_writes=True)
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        big = os.urandom(1 << 20)
+        io.write_all(fd, memoryview(big)[1:], len(big) - 1, 3)
+        io.write_all(fd, b"abc", 3, 0)
+        io.fsync_many([fd])
+        assert io.pread(fd, len(big) + 2, 0) == b"abc" + big[1:]
+    finally:
+        os.close(fd)
+        io.close()
+    ro = os.open(tmp_path / "f", os.O_RDONLY)
+    try:
+        with pytest.raises(OSError):
+            UringBackend(ring_writes=True).write_all(ro, b"x", 1, 0)
+    finally:
+        os.close(ro)
