@@ -54,6 +54,8 @@ class ProducerIdManager:
 
 
 async def handle(broker, header, request):
+    if request.transactional_id == "":
+        return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
         version = header.api_version
         error, pid, epoch = await broker.transactions.init_producer_id(
