@@ -22,6 +22,7 @@ class HeadraceBroker:
         self.proc: subprocess.Popen | None = None
         self.port = 0
         self.lines: list[str] = []
+        self.seen = 0  # lines ever read (``lines`` keeps only the last ones)
 
     @property
     def bootstrap(self) -> str:
@@ -40,7 +41,8 @@ class HeadraceBroker:
         def pump() -> None:
             assert proc.stderr is not None
             for line in proc.stderr:
-                self.lines = (self.lines + [line.rstrip()])[-200:]
+                self.lines = (self.lines + [line.rstrip()])[-400:]
+                self.seen += 1
                 m = LISTENING.search(line)
                 if m and not found.is_set():
                     self.port = int(m.group(2))
@@ -53,6 +55,25 @@ class HeadraceBroker:
                 self.stop()
                 raise RuntimeError("Headrace did not start:\n" + "\n".join(self.lines))
         return self
+
+    def complaints_since(self, mark: int, limit: int = 3) -> list[str]:
+        """What the broker logged about failed or refused requests since ``seen`` was
+        ``mark``: "closing ..." lines and the last line of each traceback, deduplicated."""
+        new = self.lines[-(self.seen - mark):] if self.seen > mark else []
+        out: list[str] = []
+        for i, line in enumerate(new):
+            text = None
+            if " closing " in line or " WARNING " in line or " ERROR " in line:
+                text = line.split(" ", 3)[-1] if line[:2].isdigit() else line
+            elif line and not line.startswith((" ", "Traceback")) and \
+                    i > 0 and new[i - 1].startswith(" ") and ("Error" in line or "Exception" in line):
+                where = next((ln.strip() for ln in reversed(new[:i]) if ln.strip().startswith("File ")), "")
+                text = f"{line} ({where})" if where else line
+            if text:
+                text = text.replace("request failed", "request failed:")
+                if text not in out:
+                    out.append(text)
+        return out[-limit:]
 
     def alive(self) -> bool:
         return self.proc is None or self.proc.poll() is None

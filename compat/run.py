@@ -138,8 +138,17 @@ def _tools_setup(version: str) -> Callable[[], list[str]]:
     def setup() -> list[str]:
         if shutil.which("java") is None or shutil.which("mvn") is None:
             raise Unavailable("java or mvn not on PATH")
-        from compat.kafka_tools import scenarios as _  # noqa: F401  (import check only)
-        return [sys.executable, str(COMPAT / "kafka_tools" / "scenarios.py"), "--version",
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("apache_kafka",
+                                                      ROOT / "bench" / "apache_kafka.py")
+        apache_kafka = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(apache_kafka)
+        try:
+            apache_kafka.classpath(version)  # resolves with Maven once, then cached
+        except RuntimeError as exc:
+            raise Unavailable(str(exc)[-400:]) from exc
+        _pip_ensure({"kafka": "kafka-python"})
+        return [sys.executable, str(COMPAT / "kafka-tools" / "scenarios.py"), "--version",
                 version]
     return setup
 
@@ -345,8 +354,12 @@ def run_client(client: Client, only: list[str] | None, logs: Path) -> dict:
                 broker.start()
             prefix = f"c{stamp}-{client.name}-{scenario}".replace(".", "")
             print(f"[compat]   {client.name} {scenario} ... ", end="", flush=True)
+            mark = broker.seen
             outcome = run_scenario(cmd, broker.bootstrap, scenario, prefix, client.timeout,
                                    env, logs / f"{client.name}__{scenario}.log")
+            complaints = broker.complaints_since(mark)
+            if outcome.status == "fail" and complaints:
+                outcome.reason += " [broker log: " + " / ".join(complaints) + "]"
             if not broker.alive():
                 outcome = Outcome("fail", f"broker process died: {broker.tail(3)}; "
                                   + outcome.reason, outcome.seconds)

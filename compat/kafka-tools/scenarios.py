@@ -1,0 +1,280 @@
+"""Kafka's own command-line tools, run through their main classes from Maven Central jars.
+
+``bench/apache_kafka.py`` resolves the jars (``org.apache.kafka:kafka_2.13``, ``kafka-tools``)
+with Maven and caches the class path in ``~/.cache/headrace/``; this program runs one tool
+scenario against a broker (convention: compat/kit.py)::
+
+    python compat/kafka-tools/scenarios.py [--version 3.9.2] BOOTSTRAP SCENARIO PREFIX
+
+Data the tools write is checked with kafka-python (a Headrace dependency), and data they read
+is produced with it, so every scenario checks the tool's own result, not just its exit code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from compat import kit  # noqa: E402
+from compat.kit import WAIT_S, expect  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("apache_kafka", ROOT / "bench" / "apache_kafka.py")
+apache_kafka = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(apache_kafka)
+
+VERSION = apache_kafka.KAFKA_VERSION
+TOPICS = "org.apache.kafka.tools.TopicCommand"
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+CONFIGS = "kafka.admin.ConfigCommand"
+PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
+CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
+TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
+
+
+def console_producer_class() -> str:
+    return ("kafka.tools.ConsoleProducer" if int(VERSION.split(".")[0]) < 4
+            else "org.apache.kafka.tools.ConsoleProducer")
+
+
+class ToolFailed(Exception):
+    pass
+
+
+def tool(main_class: str, args: list[str], stdin: str | None = None,
+         timeout: float = 40) -> str:
+    """Run a tool; return stdout. A non-zero exit raises ToolFailed with the telling line."""
+    import subprocess
+    cmd = ["java", *apache_kafka.TOOL_JVM_FLAGS, *apache_kafka.log_flags(VERSION, tool=True),
+           "-cp", apache_kafka.classpath(VERSION), main_class, *args]
+    try:
+        res = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) \
+            else (exc.stdout or "")
+        err = (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) \
+            else (exc.stderr or "")
+        raise ToolFailed(f"{short(main_class)} timed out after {timeout:.0f}s: "
+                         f"{telling_line(out + err)}") from exc
+    print(f"$ {short(main_class)} {' '.join(args)}\n{res.stdout}{res.stderr}", flush=True)
+    if res.returncode != 0:
+        raise ToolFailed(f"{short(main_class)} exited with {res.returncode}: "
+                         f"{telling_line(res.stdout + res.stderr)}")
+    return res.stdout
+
+
+def short(main_class: str) -> str:
+    return main_class.rsplit(".", 1)[-1]
+
+
+def telling_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in lines:
+        if re.search(r"(Exception|Error)\b.*:", ln) and not ln.startswith("at "):
+            return ln[:400]
+    return " | ".join(lines[-3:])[-400:]
+
+
+# --- independent checks with kafka-python
+
+
+def kp_produce(bootstrap: str, topic: str, recs) -> None:
+    from kafka import KafkaProducer
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    try:
+        for f in [producer.send(topic, value=v, key=k, partition=p, headers=h)
+                  for p, k, v, h in recs]:
+            f.get(timeout=WAIT_S)
+    finally:
+        producer.close(WAIT_S)
+
+
+def kp_read(bootstrap: str, topic: str, partitions: int, count: int) -> list:
+    from kafka import KafkaConsumer, TopicPartition
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False)
+    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    got, deadline = [], time.monotonic() + WAIT_S
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            for msgs in consumer.poll(timeout_ms=500).values():
+                got += [(m.partition, m.key, m.value, list(m.headers or [])) for m in msgs]
+    finally:
+        consumer.close()
+    return got
+
+
+def topics_list(bootstrap: str) -> set[str]:
+    return set(tool(TOPICS, ["--bootstrap-server", bootstrap, "--list"]).split())
+
+
+# --- scenarios
+
+
+def kafka_topics(bootstrap: str, prefix: str) -> None:
+    topic = f"{prefix}-t"
+    b = ["--bootstrap-server", bootstrap]
+    tool(TOPICS, [*b, "--create", "--topic", topic, "--partitions", "3",
+                  "--replication-factor", "1", "--config", "retention.ms=3600000"])
+    expect(topic in topics_list(bootstrap), "--list does not show the created topic")
+    out = tool(TOPICS, [*b, "--describe", "--topic", topic])
+    expect("PartitionCount: 3" in out, f"--describe: {out[:300]}")
+    expect("retention.ms=3600000" in out, f"--describe does not show retention.ms: {out[:300]}")
+    tool(TOPICS, [*b, "--alter", "--topic", topic, "--partitions", "5"])
+    out = tool(TOPICS, [*b, "--describe", "--topic", topic])
+    expect("PartitionCount: 5" in out, f"--describe after --alter --partitions 5: {out[:300]}")
+    tool(TOPICS, [*b, "--delete", "--topic", topic])
+    kit.wait_until(lambda: topic not in topics_list(bootstrap), "the deleted topic to disappear",
+                   step=0.5)
+
+
+def kafka_console_producer(bootstrap: str, prefix: str) -> None:
+    topic = f"{prefix}-t"
+    tool(TOPICS, ["--bootstrap-server", bootstrap, "--create", "--topic", topic,
+                  "--partitions", "1", "--replication-factor", "1"])
+    lines = [f"seq:{i},src:compat\tk{i}\tvalue-{i}" for i in range(50)]
+    tool(console_producer_class(),
+         ["--bootstrap-server", bootstrap, "--topic", topic, "--compression-codec", "zstd",
+          "--property", "parse.key=true", "--property", "parse.headers=true",
+          "--request-required-acks", "-1"], stdin="\n".join(lines) + "\n")
+    want = [(0, f"k{i}".encode(), f"value-{i}".encode(),
+             [("seq", str(i).encode()), ("src", b"compat")]) for i in range(50)]
+    kit.check_records(want, kp_read(bootstrap, topic, 1, len(want)))
+
+
+def kafka_console_consumer(bootstrap: str, prefix: str) -> None:
+    topic, group = f"{prefix}-t", f"{prefix}-g"
+    tool(TOPICS, ["--bootstrap-server", bootstrap, "--create", "--topic", topic,
+                  "--partitions", "1", "--replication-factor", "1"])
+    recs = [(0, f"k{i}".encode(), f"value-{i}".encode(), [("seq", str(i).encode())])
+            for i in range(50)]
+    kp_produce(bootstrap, topic, recs)
+    out = tool(CONSOLE_CONSUMER,
+               ["--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
+                "--from-beginning", "--max-messages", "50", "--timeout-ms", "30000",
+                "--property", "print.key=true", "--property", "print.headers=true"])
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    want = [f"seq:{i}\tk{i}\tvalue-{i}" for i in range(50)]
+    expect(lines == want, f"printed {lines[:3]}... ({len(lines)} lines), want {want[:2]}...")
+
+
+def kafka_consumer_groups(bootstrap: str, prefix: str) -> None:
+    topic, group = f"{prefix}-t", f"{prefix}-g"
+    b = ["--bootstrap-server", bootstrap]
+    tool(TOPICS, [*b, "--create", "--topic", topic, "--partitions", "2",
+                  "--replication-factor", "1"])
+    kp_produce(bootstrap, topic, kit.records(40, 2))
+    tool(CONSOLE_CONSUMER, [*b, "--topic", topic, "--group", group, "--from-beginning",
+                            "--max-messages", "40", "--timeout-ms", "30000"])
+    out = tool(GROUPS, [*b, "--list"])
+    expect(group in out.split(), f"--list does not show {group}: {out[:300]}")
+
+    def lag_rows() -> list[list[str]]:
+        text = tool(GROUPS, [*b, "--describe", "--group", group])
+        return [ln.split() for ln in text.splitlines() if ln.split()[:2] == [group, topic]]
+    rows = lag_rows()
+    expect(len(rows) == 2, f"--describe shows {len(rows)} partitions of {topic}, want 2")
+    for row in rows:
+        expect(row[3] == "20" and row[4] == "20" and row[5] == "0",
+               f"--describe row {row}: want CURRENT-OFFSET 20, LOG-END-OFFSET 20, LAG 0")
+    tool(GROUPS, [*b, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
+                  "--execute"])
+    rows = lag_rows()
+    expect(all(r[3] == "0" and r[5] == "20" for r in rows),
+           f"after --reset-offsets --to-earliest: {rows}")
+    tool(GROUPS, [*b, "--delete", "--group", group])
+    expect(group not in tool(GROUPS, [*b, "--list"]).split(), "deleted group still listed")
+
+
+def kafka_configs(bootstrap: str, prefix: str) -> None:
+    topic = f"{prefix}-t"
+    b = ["--bootstrap-server", bootstrap]
+    tool(TOPICS, [*b, "--create", "--topic", topic, "--partitions", "1",
+                  "--replication-factor", "1", "--config", "retention.ms=3600000"])
+    entity = ["--entity-type", "topics", "--entity-name", topic]
+    out = tool(CONFIGS, [*b, *entity, "--describe"])
+    expect("retention.ms=3600000" in out, f"--describe: {out[:300]}")
+    out = tool(CONFIGS, [*b, "--entity-type", "brokers", "--entity-name", "1", "--describe",
+                         "--all"])
+    expect("log.segment.bytes=" in out, f"broker --describe --all: {out[:300]}")
+    tool(CONFIGS, [*b, *entity, "--alter", "--add-config", "retention.ms=12345"])
+    out = tool(CONFIGS, [*b, *entity, "--describe"])
+    expect("retention.ms=12345" in out, f"--describe after --alter: {out[:300]}")
+
+
+def perf_line(out: str) -> dict:
+    parsed = apache_kafka.parse_producer_performance(out)
+    expect(parsed is not None, f"no summary line in ProducerPerformance output: {out[-300:]}")
+    return parsed
+
+
+def kafka_producer_perf_test(bootstrap: str, prefix: str) -> None:
+    topic = f"{prefix}-t"
+    tool(TOPICS, ["--bootstrap-server", bootstrap, "--create", "--topic", topic,
+                  "--partitions", "2", "--replication-factor", "1"])
+    out = tool(PRODUCER_PERF, ["--topic", topic, "--num-records", "50000", "--record-size",
+                               "100", "--throughput", "-1", "--producer-props",
+                               f"bootstrap.servers={bootstrap}", "acks=all",
+                               "compression.type=lz4"])
+    expect(perf_line(out)["records"] == 50000, f"summary: {out.splitlines()[-1]}")
+    from kafka import KafkaConsumer, TopicPartition
+    c = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(2)]
+        total = sum(c.end_offsets(tps).values())
+    finally:
+        c.close()
+    expect(total == 50000, f"log end offsets add up to {total}, want 50000")
+
+
+def kafka_consumer_perf_test(bootstrap: str, prefix: str) -> None:
+    topic = f"{prefix}-t"
+    tool(TOPICS, ["--bootstrap-server", bootstrap, "--create", "--topic", topic,
+                  "--partitions", "2", "--replication-factor", "1"])
+    tool(PRODUCER_PERF, ["--topic", topic, "--num-records", "50000", "--record-size", "100",
+                         "--throughput", "-1", "--producer-props",
+                         f"bootstrap.servers={bootstrap}"])
+    out = tool(CONSUMER_PERF, ["--bootstrap-server", bootstrap, "--topic", topic,
+                               "--messages", "50000", "--timeout", "30000",
+                               "--group", f"{prefix}-g"])
+    rows = [ln.split(",") for ln in out.splitlines() if re.match(r"^\d{4}-\d\d-\d\d", ln)]
+    expect(bool(rows), f"no result row in ConsumerPerformance output: {out[-300:]}")
+    consumed = int(rows[-1][4].strip())
+    expect(consumed == 50000, f"ConsumerPerformance consumed {consumed} of 50000 records")
+
+
+def kafka_transactions(bootstrap: str, prefix: str) -> None:
+    topic = f"{prefix}-t"
+    b = ["--bootstrap-server", bootstrap]
+    tool(TOPICS, [*b, "--create", "--topic", topic, "--partitions", "1",
+                  "--replication-factor", "1"])
+    kp_produce(bootstrap, topic, kit.records(5, 1))
+    out = tool(TRANSACTIONS, [*b, "describe-producers", "--topic", topic, "--partition", "0"])
+    expect("ProducerId" in out, f"describe-producers: {out[:300]}")
+    out = tool(TRANSACTIONS, [*b, "list"])
+    expect("TransactionalId" in out, f"list: {out[:300]}")
+
+
+SCENARIOS = {
+    "kafka-topics": kafka_topics,
+    "kafka-console-producer": kafka_console_producer,
+    "kafka-console-consumer": kafka_console_consumer,
+    "kafka-consumer-groups": kafka_consumer_groups,
+    "kafka-configs": kafka_configs,
+    "kafka-producer-perf-test": kafka_producer_perf_test,
+    "kafka-consumer-perf-test": kafka_consumer_perf_test,
+    "kafka-transactions": kafka_transactions,
+}
+
+if __name__ == "__main__":
+    argv = sys.argv[1:]
+    if argv[:1] == ["--version"]:
+        VERSION = argv[1]
+        argv = argv[2:]
+    sys.exit(kit.main(SCENARIOS, argv))
