@@ -63,6 +63,9 @@ class OsBackend:
         pass
 
 
+_ROUND = 64 * 1024
+
+
 class UringBackend:
     """io_uring through ``liburing``; one ring per thread, created on first use."""
 
@@ -146,19 +149,36 @@ class UringBackend:
             self._run(len(chunk))
 
     def pread(self, fd: int, n: int, position: int) -> bytes:
+        # Large reads land in per-thread buffers that are reused (a fresh 1 MiB buffer per
+        # read ran at a twentieth of the speed here), then are copied out once. liburing reads
+        # a whole buffer, so buffers come in sizes rounded up to 64 KiB (a read may fetch up
+        # to 64 KiB more than asked from the page cache); small reads get an exact buffer.
         lu = self._lu
-        buf = bytearray(n)
+        if n <= _ROUND:
+            buf = bytearray(n)
+        else:
+            size = -(-n // _ROUND) * _ROUND
+            cache = getattr(self._local, "bufs", None)
+            if cache is None:
+                cache = self._local.bufs = {}
+            buf = cache.pop(size, None)
+            if buf is None:
+                buf = bytearray(size)
+                if len(cache) >= 4:
+                    del cache[next(iter(cache))]
+            cache[size] = buf  # most recently used last
         ring, _ = self._ring()
         sqe = lu.io_uring_get_sqe(ring)
         lu.io_uring_prep_read(sqe, fd, buf, position)
         lu.io_uring_sqe_set_data64(sqe, 0)
-        got = self._run(1)[0]
+        got = min(self._run(1)[0], n)
+        view = memoryview(buf)
         if got < n:
             if got <= 0:
                 return b""
             rest = os.pread(fd, n - got, position + got)  # a short read mid-file: finish it
-            return bytes(buf[:got]) + rest
-        return bytes(buf)
+            return bytes(view[:got]) + rest
+        return bytes(view[:n])
 
     def close(self) -> None:
         with self._lock:
