@@ -1,0 +1,239 @@
+"""Spark's Kafka source and sink over Headrace (convention: compat/kit.py).
+
+Scenarios: a batch read with every column checked; the windowed click count of
+``pipeline.py`` with exact aggregates; the same stopped and restarted from its checkpoint
+(nothing lost, nothing twice); ``startingOffsets``/``endingOffsets`` per partition;
+``startingOffsetsByTimestamp``; ``subscribePattern``.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import importlib.util
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+# compat/spark/pipeline.py, loaded by path ("pipeline" is also a Headrace package)
+_spec = importlib.util.spec_from_file_location("spark_pipeline",
+                                               Path(__file__).with_name("pipeline.py"))
+pipeline = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(pipeline)
+
+from compat import kit  # noqa: E402
+from compat.kit import expect  # noqa: E402
+
+BASE = 1_700_000_040_000 - 1_700_000_040_000 % 60_000  # a minute boundary, in epoch ms
+
+
+def produce(bootstrap: str, topic: str, recs: list[tuple[int, bytes, bytes, list, int]]) -> None:
+    """(partition, key, value, headers, timestamp ms)"""
+    from kafka import KafkaProducer
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    try:
+        for f in [producer.send(topic, partition=p, key=k, value=v, headers=h, timestamp_ms=ts)
+                  for p, k, v, h, ts in recs]:
+            f.get(timeout=30)
+    finally:
+        producer.close(30)
+
+
+def sample(n: int, partitions: int) -> list:
+    return [(i % partitions, f"k{i}".encode(), f"v{i}".encode(),
+             [("seq", str(i).encode()), ("src", b"compat")], BASE + i * 1000) for i in range(n)]
+
+
+def batch(spark, bootstrap: str, **options):
+    reader = spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def rows(df) -> list[tuple]:
+    from pyspark.sql import functions as F
+    out = df.select("topic", "partition", "offset", F.col("key").cast("string"),
+                    F.col("value").cast("string"), F.unix_millis("timestamp").alias("ts"),
+                    "timestampType", *(["headers"] if "headers" in df.columns else []))
+    return [tuple(r) for r in out.collect()]
+
+
+def batch_read(bootstrap: str, prefix: str) -> None:
+    topic = f"{prefix}-t"
+    pipeline.create_topics(bootstrap, [topic], partitions=2)
+    recs = sample(100, 2)
+    produce(bootstrap, topic, recs)
+    spark = pipeline.session(prefix)
+    df = batch(spark, bootstrap, subscribe=topic, includeHeaders="true",
+               startingOffsets="earliest", endingOffsets="latest")
+    expect(df.count() == 100, f"count() is {df.count()}, want 100")
+    got = sorted(rows(df), key=lambda r: (r[1], r[2]))
+    want = []
+    for p in range(2):
+        mine = [r for r in recs if r[0] == p]
+        for offset, (_, k, v, h, ts) in enumerate(mine):
+            want.append((topic, p, offset, k.decode(), v.decode(), ts, 0,
+                         [(a, b) for a, b in h]))
+    got = [(*r[:7], [(h["key"], bytes(h["value"])) for h in r[7]]) for r in got]
+    for w, g in zip(want, got):
+        expect(w == g, f"row {g} != expected {w}")
+    spark.stop()
+
+
+def clicks(users_at: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    return [(u, BASE + s * 1000) for u, s in users_at]
+
+
+def expected_counts(data: list[tuple[str, int]], flush_ms: int) -> Counter:
+    c = Counter()
+    for user, ts in data:
+        if ts < flush_ms - 70_000:  # windows closed by the watermark the flush event sets
+            start = ts - ts % 60_000
+            c[(start, user)] += 1
+    return c
+
+
+def result_counts(results: list[dict]) -> Counter:
+    from datetime import datetime, timezone
+    c = Counter()
+    for r in results:
+        start = int(datetime.strptime(r["window_start"], "%Y-%m-%dT%H:%M:%S")
+                    .replace(tzinfo=timezone.utc).timestamp() * 1000)
+        expect((start, r["user"]) not in c, f"window {r} written twice")
+        c[(start, r["user"])] = r["count"]
+    return c
+
+
+PHASE1 = [("alice", 1), ("bob", 2), ("alice", 20), ("carol", 59),      # minute 0
+          ("alice", 61), ("bob", 75), ("alice", 90)]                    # minute 1, first half
+PHASE2 = [("bob", 100), ("carol", 110), ("alice", 119),                 # minute 1, second half
+          ("alice", 125), ("alice", 130), ("dave", 170),                # minute 2
+          ("bob", 200), ("carol", 239)]                                 # minute 3
+FLUSH = ("flush", 900)                                                  # closes minutes 0-3
+
+
+def streaming_windows(bootstrap: str, prefix: str) -> None:
+    src, out = f"{prefix}-clicks", f"{prefix}-counts"
+    pipeline.create_topics(bootstrap, [src, out])
+    data = clicks(PHASE1 + PHASE2)
+    pipeline.produce_clicks(bootstrap, src, data + clicks([FLUSH]))
+    want = expected_counts(data, BASE + FLUSH[1] * 1000)
+    spark = pipeline.session(prefix)
+    with tempfile.TemporaryDirectory(prefix="headrace-spark-ckpt-") as ckpt:
+        query = pipeline.clicks_query(spark, bootstrap, src, out, ckpt)
+        try:
+            results = pipeline.wait_for_results(bootstrap, out, len(want))
+            query.processAllAvailable()
+        finally:
+            query.stop()
+    expect(query.exception() is None, f"query failed: {query.exception()}")
+    got = result_counts(pipeline.read_results(bootstrap, out))
+    expect(got == want, f"aggregates {sorted(got.items())}, want {sorted(want.items())}"
+           f" ({len(results)} results)")
+    spark.stop()
+
+
+def streaming_restart(bootstrap: str, prefix: str) -> None:
+    src, out = f"{prefix}-clicks", f"{prefix}-counts"
+    pipeline.create_topics(bootstrap, [src, out])
+    spark = pipeline.session(prefix)
+    with tempfile.TemporaryDirectory(prefix="headrace-spark-ckpt-") as ckpt:
+        # phase 1: minute 0 and half of minute 1; the watermark (1:30 - 10 s) closes minute 0
+        pipeline.produce_clicks(bootstrap, src, clicks(PHASE1))
+        first = expected_counts(clicks(PHASE1), BASE + 130_000)
+        query = pipeline.clicks_query(spark, bootstrap, src, out, ckpt)
+        try:
+            pipeline.wait_for_results(bootstrap, out, len(first), timeout=90)
+            query.processAllAvailable()
+        finally:
+            query.stop()
+        got1 = result_counts(pipeline.read_results(bootstrap, out))
+        expect(got1 == first, f"before the restart: {sorted(got1.items())}, "
+                              f"want {sorted(first.items())}")
+        # phase 2: the rest arrives while the query is stopped; restart from the checkpoint
+        pipeline.produce_clicks(bootstrap, src, clicks(PHASE2 + [FLUSH]))
+        data = clicks(PHASE1 + PHASE2)
+        want = expected_counts(data, BASE + FLUSH[1] * 1000)
+        query = pipeline.clicks_query(spark, bootstrap, src, out, ckpt)
+        try:
+            pipeline.wait_for_results(bootstrap, out, len(want), timeout=90)
+            query.processAllAvailable()
+        finally:
+            query.stop()
+    got = result_counts(pipeline.read_results(bootstrap, out))
+    expect(got == want, f"after the restart: {sorted(got.items())}, want {sorted(want.items())}")
+    spark.stop()
+
+
+def starting_offsets(bootstrap: str, prefix: str) -> None:
+    topic = f"{prefix}-t"
+    pipeline.create_topics(bootstrap, [topic], partitions=2)
+    produce(bootstrap, topic, sample(20, 2))
+    spark = pipeline.session(prefix)
+    df = batch(spark, bootstrap, subscribe=topic,
+               startingOffsets=f'{{"{topic}":{{"0":5,"1":-2}}}}',
+               endingOffsets=f'{{"{topic}":{{"0":8,"1":-1}}}}')
+    got = sorted((r[1], r[2]) for r in rows(df))
+    want = [(0, o) for o in (5, 6, 7)] + [(1, o) for o in range(10)]
+    expect(got == want, f"read {got}, want {want}")
+    # a stream that starts at "latest" sees only what comes after it started
+    stream_out = f"{prefix}-latest"
+    query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "latest").load()
+             .writeStream.format("memory").queryName(stream_out.replace("-", "_")).start())
+    try:
+        query.processAllAvailable()
+        produce(bootstrap, topic, [(0, b"late", b"late", [], BASE + 99_000)])
+        query.processAllAvailable()
+        seen = [tuple(r) for r in spark.sql(
+            f"select cast(value as string), offset from {stream_out.replace('-', '_')}").collect()]
+    finally:
+        query.stop()
+    expect(seen == [("late", 10)], f"a stream from latest read {seen}, want [('late', 10)]")
+    spark.stop()
+
+
+def starting_offsets_by_timestamp(bootstrap: str, prefix: str) -> None:
+    topic = f"{prefix}-t"
+    pipeline.create_topics(bootstrap, [topic], partitions=2)
+    recs = sample(20, 2)
+    produce(bootstrap, topic, recs)
+    spark = pipeline.session(prefix)
+    since = BASE + 9_000
+    df = batch(spark, bootstrap, subscribe=topic,
+               startingOffsetsByTimestamp=f'{{"{topic}":{{"0":{since},"1":{since}}}}}',
+               endingOffsets="latest")
+    got = sorted(r[3] for r in rows(df))
+    want = sorted(k.decode() for _, k, _, _, ts in recs if ts >= since)
+    expect(got == want, f"read keys {got}, want {want}")
+    spark.stop()
+
+
+def subscribe_pattern(bootstrap: str, prefix: str) -> None:
+    a, b, other = f"{prefix}-pat-a", f"{prefix}-pat-b", f"{prefix}-other"
+    pipeline.create_topics(bootstrap, [a, b, other], partitions=1)
+    for t in (a, b, other):
+        produce(bootstrap, t, [(0, t.encode(), b"x", [], BASE + i) for i in range(3)])
+    spark = pipeline.session(prefix)
+    pattern = prefix.replace(".", r"\.") + r"-pat-.*"
+    df = batch(spark, bootstrap, subscribePattern=pattern, startingOffsets="earliest",
+               endingOffsets="latest")
+    got = Counter(r[0] for r in rows(df))
+    expect(got == Counter({a: 3, b: 3}), f"subscribePattern read {dict(got)}")
+    spark.stop()
+
+
+SCENARIOS = {
+    "batch-read": batch_read,
+    "streaming-windows": streaming_windows,
+    "streaming-restart": streaming_restart,
+    "starting-offsets": starting_offsets,
+    "starting-offsets-by-timestamp": starting_offsets_by_timestamp,
+    "subscribe-pattern": subscribe_pattern,
+}
+
+if __name__ == "__main__":
+    sys.exit(kit.main(SCENARIOS))
