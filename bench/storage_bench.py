@@ -5,7 +5,9 @@ Log.append throughput
 
   * with no fsync (page cache only),
   * with an fsync per batch (append + flush),
-  * with group commit (a thread calling flush in a loop while the main thread appends),
+  * with group commit (a flush thread that, like the broker's flush stage, starts a flush
+    whenever appends are waiting and covers all of them with it, while the main thread
+    keeps appending),
 
 next to ``dd`` writing the same bytes in the same block size to the same filesystem in the same
 run: plain (no fsync), ``oflag=dsync`` (per-batch fsync) and ``conv=fdatasync`` (one fsync at
@@ -67,11 +69,16 @@ def run_appends(directory: str, batch: bytearray, count: int, mode: str,
     path = os.path.join(directory, f"bench-{backend}-{mode}-{len(batch)}")
     log = Log.open(path, LogConfig(io_backend=backend), recover=False)
     stop = threading.Event()
+    pending = threading.Event()
     flusher = None
     if mode == "group":
+        # the broker's flush stage: a flush starts when appends are waiting for one, covers
+        # every append made before it, and the next one starts when it is done
         def loop() -> None:
             while not stop.is_set():
-                log.flush()
+                if pending.wait(0.05):
+                    pending.clear()
+                    log.flush()
         flusher = threading.Thread(target=loop)
         flusher.start()
     start = time.perf_counter()
@@ -80,6 +87,8 @@ def run_appends(directory: str, batch: bytearray, count: int, mode: str,
         log.append(batch, i, i, 0)
         if mode == "each":
             log.flush()
+        elif flusher is not None:
+            pending.set()
     if mode != "none":
         stop.set()
         if flusher:
