@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -47,22 +48,50 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _cpu_jiffies() -> dict[int, tuple[int, int]]:
+    """{cpu: (busy, total)} jiffies from /proc/stat (busy excludes idle and iowait)."""
+    out = {}
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("cpu") and line[3:4].isdigit():
+                name, *vals = line.split()
+                v = [int(x) for x in vals[:8]]
+                out[int(name[3:])] = (sum(v) - v[3] - v[4], sum(v))
+    except OSError:
+        pass
+    return out
+
+
 class CpuMeter:
-    """Share of one CPU a process used between ``start()`` and ``stop()``."""
+    """CPU accounting over one run: the share of a core the broker used, and how busy the
+    broker's and the client's CPUs were in total (anything above the broker's own share on its
+    CPU is other work, e.g. other processes on a shared machine)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.t0 = self.c0 = None
+        self.j0: dict[int, tuple[int, int]] = {}
 
     def start(self) -> "CpuMeter":
-        self.c0, self.t0 = cpu_seconds(self.pid), time.monotonic()
+        self.c0, self.t0, self.j0 = cpu_seconds(self.pid), time.monotonic(), _cpu_jiffies()
         return self
 
     def stop(self) -> float | None:
-        c1 = cpu_seconds(self.pid)
+        """The broker's share of one core; details in ``self.report``."""
+        c1, j1 = cpu_seconds(self.pid), _cpu_jiffies()
+        wall = max(time.monotonic() - self.t0, 1e-9)
+        self.report: dict[str, float] = {}
+        for label, cpus in (("broker_cpu_busy", BROKER_CPUS), ("client_cpu_busy", CLIENT_CPUS)):
+            busy = sum(j1[c][0] - self.j0[c][0] for c in cpus if c in j1 and c in self.j0)
+            total = sum(j1[c][1] - self.j0[c][1] for c in cpus if c in j1 and c in self.j0)
+            if total:
+                self.report[label] = busy / total
         if c1 is None or self.c0 is None:
             return None
-        return (c1 - self.c0) / max(time.monotonic() - self.t0, 1e-9)
+        share = (c1 - self.c0) / wall
+        if "broker_cpu_busy" in self.report:
+            self.report["other_on_broker_cpu"] = max(0.0, self.report["broker_cpu_busy"] - share)
+        return share
 
 
 def free_port_block(n: int = 3) -> int:
@@ -271,6 +300,9 @@ def make_broker(kind: str, data_dir: Path, durable: bool = False, fixed_port: bo
 # Tools
 
 
+LAST_TOOL: dict[str, float] = {}  # client_cpu: the last tool's share of a core (JVM start included)
+
+
 def java_tool(main: str | Path, args: list[str], log_file: Path, timeout: float = 900,
               cpus: set[int] | None = None, version: str = KAFKA_VERSION,
               on_line=None) -> str:
@@ -282,6 +314,8 @@ def java_tool(main: str | Path, args: list[str], log_file: Path, timeout: float 
            str(main), *args]
     log_file.parent.mkdir(parents=True, exist_ok=True)
     out: list[str] = []
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
     with open(log_file, "a") as log:
         log.write("$ " + " ".join(cmd[-len(args) - 1:]) + "\n")
         log.flush()
@@ -300,6 +334,9 @@ def java_tool(main: str | Path, args: list[str], log_file: Path, timeout: float 
             rc = proc.wait()
         finally:
             timer.cancel()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    LAST_TOOL["client_cpu"] = cpu / max(time.monotonic() - t0, 1e-9)
     text = "".join(out)
     if rc != 0:
         raise RuntimeError(f"{main} exited with {rc}; see {log_file}\n{text[-2000:]}")

@@ -105,6 +105,30 @@ def _headrace_at(results: dict) -> str:
             + (" plus uncommitted changes" if m.get("git_dirty") else ""))
 
 
+CPU_COLUMNS = (("broker_cpu", "broker process"), ("client_cpu", "client tool"),
+               ("other_on_broker_cpu", "other work on the broker's CPU"))
+
+
+def cpu_table(results: dict) -> str:
+    """Median share of one core per run: what the broker used, what the client used, and
+    what else ran on the broker's CPU (a shared machine shows up here)."""
+    rows = []
+    for sid, entry in results["scenarios"].items():
+        med = entry.get("median", {})
+        cells = []
+        for key, _ in CPU_COLUMNS:
+            vals = [med.get(k, {}).get(key) for k in ("kafka", "headrace")]
+            cells.append(" / ".join("-" if v is None else f"{v:.2f}" for v in vals))
+        if any(c != "- / -" for c in cells):
+            rows.append(f"| {sid} | " + " | ".join(cells) + " |")
+    if not rows:
+        return ""
+    head = ("| scenario | " + " | ".join(label for _, label in CPU_COLUMNS) + " |\n"
+            + "|---|" + "---:|" * len(CPU_COLUMNS) + "\n")
+    return ("CPU used during the runs (median share of one core, Kafka / Headrace; the client "
+            "figure includes its JVM start):\n\n" + head + "\n".join(rows) + "\n")
+
+
 def markdown(results: dict) -> str:
     m = results.get("machine", {})
     lb = results.get("loopback", {})
@@ -132,7 +156,8 @@ def markdown(results: dict) -> str:
         head.append(f"Page-cache append limit (1 MiB pwrites to a new file from Python, broker "
                     f"CPU, same directory): {ap['bytes_per_sec'] / 2**20:.0f} MiB/s; every byte "
                     "a broker stores costs this copy.")
-    return "\n".join(head) + "\n\n" + table(results) + "\n"
+    cpu = cpu_table(results)
+    return "\n".join(head) + "\n\n" + table(results) + "\n" + (f"\n{cpu}" if cpu else "")
 
 
 def write(results: dict, out_dir: Path, plots: bool = True) -> None:

@@ -237,6 +237,7 @@ def run_produce(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
                                 ctx.logs / f"{sc.id}-{kind}-{rep}.log",
                                 on_line=_echo(ctx, kind))
         sample["broker_cpu"] = meter.stop()
+        sample.update(meter.report, client_cpu=brokers.LAST_TOOL.get("client_cpu"))
     finally:
         broker.stop()
         if prof:
@@ -329,6 +330,7 @@ def run_consume(sc: Scenario, kind: str, ctx: Context, rep: int, st: ConsumeSetu
              "--timeout", "60000"],
             ctx.logs / f"{sc.id}-{kind}-{rep}.log", on_line=_echo(ctx, kind))
         sample["broker_cpu"] = meter.stop()
+        sample.update(meter.report, client_cpu=brokers.LAST_TOOL.get("client_cpu"))
     finally:
         broker.stop()
     parsed = _parse_consumer_performance(out)
@@ -354,6 +356,7 @@ def run_e2e(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
                                            str(sc.record_size), str(seconds), str(warmup)],
                                 ctx.logs / f"{sc.id}-{kind}-{rep}.log", on_line=_echo(ctx, kind))
         sample["broker_cpu"] = meter.stop()
+        sample.update(meter.report, client_cpu=brokers.LAST_TOOL.get("client_cpu"))
     finally:
         broker.stop()
         broker.cleanup()
