@@ -332,6 +332,10 @@ def java_tool(main: str | Path, args: list[str], log_file: Path, timeout: float 
                 if on_line:
                     on_line(line.rstrip("\n"))
             rc = proc.wait()
+        except BaseException:  # interrupted: do not leave the tool running
+            proc.kill()
+            proc.wait()
+            raise
         finally:
             timer.cancel()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -489,6 +490,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="rewrite the README's Benchmarks section from these results")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
+
+    # SIGINT and SIGTERM stop the run cleanly (brokers stopped, data removed), also when the
+    # harness was started in the background, where SIGINT is ignored by default.
+    def interrupt(signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # one is enough: let the cleanup run
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if args.profile:
