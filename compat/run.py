@@ -171,7 +171,7 @@ def _kcat_version() -> str:
         out = subprocess.run(["kcat", "-V"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
-    m = re.search(r"kcat - .*?version ([\w.\-]+).*?librdkafka version ([\w.\-]+)", out, re.S)
+    m = re.search(r"Version ([\w.\-]+) .*?librdkafka ([\w.\-]+)", out, re.S)
     return f"{m.group(1)} (librdkafka {m.group(2)})" if m else ""
 
 
@@ -267,8 +267,14 @@ VERSIONS: dict[str, Callable[[], str]] = {
     "aiokafka": lambda: _dist_version("aiokafka"),
     "kafkajs": lambda: _npm_version("kafkajs"),
     "franz-go": _franz_version,
-    "spark": lambda: _dist_version("pyspark"),
+    "spark": lambda: _spark_version(),
 }
+
+
+def _spark_version() -> str:
+    found = sorted(CACHE.glob("spark-sql-kafka-*.version"))
+    connector = found[-1].read_text().strip() if found else ""
+    return _dist_version("pyspark") + (f" (connector {connector})" if connector else "")
 
 
 def _librdkafka() -> str:
@@ -398,9 +404,17 @@ def _cell(result: dict | None) -> str:
 
 
 def render_markdown(matrix: dict) -> str:
-    lines = [f"Last run: {matrix.get('generated', '?')} against Headrace "
-             f"{matrix.get('headrace', '?')}. Regenerate with `python -m compat` "
-             f"(details: `compat/results/matrix.md`)."]
+    lines = [
+        "```sh",
+        "python -m compat                      # every client below; installs them; ~6 min once cached",
+        "python -m compat --client kafkajs     # one client",
+        "python compat/spark/pipeline.py       # the Spark pipeline example on its own broker",
+        "```",
+        "",
+        f"Last run: {matrix.get('generated', '?')} against Headrace "
+        f"{matrix.get('headrace', '?')}, {matrix.get('minutes', '?')} min "
+        f"(details: `compat/results/matrix.md`). `pytest tests/compat` runs the same suite "
+        f"as tests."]
     failures: list[str] = []
     clients = matrix.get("clients", {})
     for table, (title, scenarios) in TABLES.items():
@@ -511,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
         matrix["headrace"] = headrace_version()
         json_path.write_text(json.dumps(matrix, indent=1) + "\n")
     matrix["clients"] = {n: matrix["clients"][n] for n in CLIENT_ORDER if n in matrix["clients"]}
+    if not args.client:
+        matrix["minutes"] = round((time.monotonic() - t0) / 60, 1)
     json_path.write_text(json.dumps(matrix, indent=1) + "\n")
     (args.out / "matrix.md").write_text(render_details(matrix))
     section = render_markdown(matrix)
@@ -519,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_readme and args.out == RESULTS:
         update_readme(section)
     elapsed = time.monotonic() - t0
-    log(f"finished in {elapsed / 60:.1f} min; matrix in {json_path.relative_to(ROOT)}")
+    log(f"finished in {elapsed / 60:.1f} min; matrix in {json_path}")
     ran = [matrix["clients"][n] for n in names]
     failed = sum(r["status"] == "fail" for e in ran for r in e["scenarios"].values())
     log(f"{failed} failing scenario(s) in this run")

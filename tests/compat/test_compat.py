@@ -1,0 +1,59 @@
+"""The compatibility suite (compat/run.py) as tests: one test per client and scenario.
+
+The whole suite runs once per session (a few minutes; clients are installed into caches on
+the first run), then each (client, scenario) checks its result. Scenarios known to fail are
+xfail with the reason; n/a ones are skipped. ``HEADRACE_COMPAT=0`` skips the suite;
+``HEADRACE_COMPAT_CLIENTS=java39,kcat`` limits it to some clients.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from compat.run import CLIENTS  # noqa: E402
+
+# (client, scenario) -> why it fails today; each is a broker gap or bug to fix
+KNOWN_FAILING: dict[tuple[str, str], str] = {
+}
+
+SELECTED = [c for c in os.environ.get("HEADRACE_COMPAT_CLIENTS", "").split(",") if c] \
+    or list(CLIENTS)
+CASES = [(c, s) for c in SELECTED for s in CLIENTS[c].scenarios]
+
+pytestmark = [
+    pytest.mark.skipif(os.environ.get("HEADRACE_COMPAT") == "0", reason="HEADRACE_COMPAT=0"),
+    pytest.mark.timeout(1800),
+]
+
+
+@pytest.fixture(scope="session")
+def matrix(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("compat")
+    cmd = [sys.executable, "-m", "compat", "--no-readme", "--out", str(out)]
+    for c in SELECTED:
+        cmd += ["--client", c]
+    subprocess.run(cmd, cwd=ROOT, check=True, timeout=1700)
+    return json.loads((out / "matrix.json").read_text())
+
+
+@pytest.mark.parametrize("client,scenario", CASES, ids=[f"{c}-{s}" for c, s in CASES])
+def test_scenario(matrix, client, scenario):
+    entry = matrix["clients"][client]
+    if entry.get("unavailable"):
+        pytest.skip(f"{client} unavailable here: {entry['unavailable']}")
+    result = entry["scenarios"][scenario]
+    if result["status"] == "n/a":
+        pytest.skip(result["reason"])
+    known = KNOWN_FAILING.get((client, scenario))
+    if known and result["status"] == "fail":
+        pytest.xfail(f"{known} (this run: {result['reason']})")
+    assert result["status"] == "pass", result["reason"]
