@@ -27,9 +27,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -41,7 +40,8 @@ CACHE = Path(os.environ.get("HEADRACE_CACHE", Path.home() / ".cache" / "headrace
 
 sys.path.insert(0, str(ROOT))
 from compat import kit  # noqa: E402
-from compat.broker import HeadraceBroker  # noqa: E402
+from compat.broker import complaints_since, tail  # noqa: E402
+from headrace.broker.process import BrokerProcess  # noqa: E402
 
 
 class Unavailable(Exception):
@@ -345,17 +345,17 @@ def run_client(client: Client, only: list[str] | None, logs: Path) -> dict:
     entry["version"] = client.version or VERSIONS.get(client.name, lambda: "")()
     env = client.env() if client.env else None
     data_dir = Path(tempfile.mkdtemp(prefix=f"headrace-compat-{client.name}-"))
-    broker = HeadraceBroker(data_dir)
+    broker = BrokerProcess(data_dir)
     stamp = dt.datetime.now().strftime("%H%M%S")
     try:
         for scenario in client.scenarios:
             if only and scenario not in only:
                 continue
-            if not broker.alive():
-                log(f"  broker died; restarting it. Last output: {broker.tail(5)}")
+            if not broker.alive:
+                log(f"  broker died; restarting it. Last output: {tail(broker, 5)}")
                 broker.stop()
                 (logs / f"{client.name}__broker-died.log").write_text("\n".join(broker.lines))
-                broker = HeadraceBroker(data_dir)
+                broker = BrokerProcess(data_dir)
             if broker.proc is None:
                 broker.start()
             prefix = f"c{stamp}-{client.name}-{scenario}".replace(".", "")
@@ -363,11 +363,11 @@ def run_client(client: Client, only: list[str] | None, logs: Path) -> dict:
             mark = broker.seen
             outcome = run_scenario(cmd, broker.bootstrap, scenario, prefix, client.timeout,
                                    env, logs / f"{client.name}__{scenario}.log")
-            complaints = broker.complaints_since(mark)
+            complaints = complaints_since(broker, mark)
             if outcome.status == "fail" and complaints:
                 outcome.reason += " [broker log: " + " / ".join(complaints) + "]"
-            if not broker.alive():
-                outcome = Outcome("fail", f"broker process died: {broker.tail(3)}; "
+            if not broker.alive:
+                outcome = Outcome("fail", f"broker process died: {tail(broker, 3)}; "
                                   + outcome.reason, outcome.seconds)
             mark = "FAIL: " + outcome.reason if outcome.status == "fail" else outcome.status
             print(f"{mark[:300]} ({outcome.seconds:.1f}s)", flush=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import BrokerProcess
+from headrace.broker.process import BrokerProcess
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("HEADRACE_CACHE", Path.home() / ".cache" / "headrace"))
 WINDOW = "1 minute"
 WATERMARK = "10 seconds"
@@ -207,10 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.bootstrap:
         return example(args.bootstrap)
-    sys.path.insert(0, str(ROOT))
-    from compat.broker import HeadraceBroker
+    from headrace.broker.process import BrokerProcess
     with tempfile.TemporaryDirectory(prefix="headrace-pipeline-data-") as data:
-        with HeadraceBroker(Path(data)) as broker:
+        with BrokerProcess(data) as broker:
             print(f"Headrace on {broker.bootstrap}", flush=True)
             return example(broker.bootstrap)
 

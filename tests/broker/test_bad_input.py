@@ -10,7 +10,7 @@ import pytest
 from headrace.protocol import ApiKey, ErrorCode, RequestHeader, encode_request_header, messages
 from headrace.protocol.records import Record, build_batch
 
-from harness import BrokerProcess
+from headrace.broker.process import BrokerProcess
 from kafkawire import WireClient
 
 MAX_FRAME = 1 << 20

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from harness import BrokerProcess
+from headrace.broker.process import BrokerProcess
 
 
 def run(*args, timeout=30):

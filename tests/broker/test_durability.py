@@ -127,9 +127,9 @@ def test_sigterm_stops_cleanly_and_restart_skips_recovery(broker_factory):
     assert broker.stop() == 0
     assert (broker.data_dir / ".clean_shutdown").exists()
     assert list((broker.data_dir / "clean-0").glob("producer-state-*.json")), "producer state snapshot at close"
-    broker.log.clear()
+    broker.lines.clear()
     broker.start()
-    assert not any("recovered" in line for line in broker.log)
+    assert not any("recovered" in line for line in broker.lines)
     assert not (broker.data_dir / ".clean_shutdown").exists(), "the marker is consumed at start"
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
     assert producer.send("clean", value=b"2000", partition=0).get(10).offset == 2000
