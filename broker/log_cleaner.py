@@ -24,18 +24,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from headrace.protocol import records as _records
+from headrace.protocol.records import compress, decompress
 from headrace.storage import StorageError, clean
 
 log = logging.getLogger("headrace")
-
-
-def _decompress(codec: int, data) -> bytes:
-    return _records._decompress(codec, data)
-
-
-def _compress(codec: int, data: bytes) -> bytes:
-    return _records._compress(codec, data)
 
 
 class LogCleaner:
@@ -113,7 +105,7 @@ class LogCleaner:
                         log.info("retention deleted %d segment(s) of %s; log start offset %d",
                                  n, plog.directory, plog.log_start_offset)
                 if bounds is not None and plog.config.compacts:
-                    result = clean(plog, decompress=_decompress, compress=_compress,
+                    result = clean(plog, decompress=decompress, compress=compress,
                                    below=bounds[i])
                     if result is not None:
                         log.info("compacted %s: %d -> %d bytes, %d records removed",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib
 import logging
 import os
 import time
@@ -42,40 +43,6 @@ from headrace.protocol import (
 )
 from headrace.storage import StorageError
 
-from . import (
-    add_offsets_to_txn,
-    add_partitions_to_txn,
-    api_versions,
-    create_partitions,
-    create_topics,
-    consumer_group_describe,
-    consumer_group_heartbeat,
-    delete_groups,
-    delete_topics,
-    describe_cluster,
-    describe_configs,
-    describe_groups,
-    describe_producers,
-    describe_transactions,
-    end_txn,
-    fetch,
-    find_coordinator,
-    heartbeat,
-    init_producer_id,
-    join_group,
-    leave_group,
-    list_groups,
-    list_offsets,
-    list_transactions,
-    metadata,
-    offset_commit,
-    offset_delete,
-    offset_fetch,
-    produce,
-    sync_group,
-    txn_offset_commit,
-)
-from . import alter_configs, delete_records, incremental_alter_configs
 from .config import BrokerConfig
 from .group_coordinator import GroupCoordinator
 from .init_producer_id import ProducerIdManager
@@ -85,44 +52,46 @@ from .transaction_coordinator import TransactionCoordinator
 
 log = logging.getLogger("headrace")
 
+# one module per Kafka API, in API key order; ApiVersions lists exactly these
+API_MODULES = (
+    "produce",                     # 0
+    "fetch",                       # 1
+    "list_offsets",                # 2
+    "metadata",                    # 3
+    "offset_commit",               # 8
+    "offset_fetch",                # 9
+    "find_coordinator",            # 10
+    "join_group",                  # 11
+    "heartbeat",                   # 12
+    "leave_group",                 # 13
+    "sync_group",                  # 14
+    "describe_groups",             # 15
+    "list_groups",                 # 16
+    "api_versions",                # 18
+    "create_topics",               # 19
+    "delete_topics",               # 20
+    "delete_records",              # 21
+    "init_producer_id",            # 22
+    "add_partitions_to_txn",       # 24
+    "add_offsets_to_txn",          # 25
+    "end_txn",                     # 26
+    "txn_offset_commit",           # 28
+    "describe_configs",            # 32
+    "alter_configs",               # 33
+    "create_partitions",           # 37
+    "delete_groups",               # 42
+    "incremental_alter_configs",   # 44
+    "offset_delete",               # 47
+    "describe_cluster",            # 60
+    "describe_producers",          # 61
+    "describe_transactions",       # 65
+    "list_transactions",           # 66
+    "consumer_group_heartbeat",    # 68
+    "consumer_group_describe",     # 69
+)
 APIS = {
     m.API_KEY: m
-    for m in (
-        produce,
-        fetch,
-        list_offsets,
-        delete_records,
-        alter_configs,
-        incremental_alter_configs,
-        metadata,
-        api_versions,
-        create_topics,
-        delete_topics,
-        init_producer_id,
-        describe_configs,
-        create_partitions,
-        describe_cluster,
-        find_coordinator,
-        join_group,
-        sync_group,
-        heartbeat,
-        leave_group,
-        offset_commit,
-        offset_fetch,
-        describe_groups,
-        list_groups,
-        delete_groups,
-        offset_delete,
-        consumer_group_heartbeat,
-        consumer_group_describe,
-        add_partitions_to_txn,
-        add_offsets_to_txn,
-        end_txn,
-        txn_offset_commit,
-        describe_producers,
-        describe_transactions,
-        list_transactions,
-    )
+    for m in (importlib.import_module(f".{name}", __package__) for name in API_MODULES)
 }
 
 CLEAN_SHUTDOWN = ".clean_shutdown"
@@ -276,8 +245,8 @@ class Broker:
             raise CloseConnection(f"unknown api key {header.api_key}")
         version = header.api_version
         if not api.MIN_VERSION <= version <= api.MAX_VERSION:
-            if api is api_versions:
-                return self._encode(header, api_versions.unsupported(), version=0)
+            if header.api_key == ApiKey.API_VERSIONS:
+                return self._encode(header, api.unsupported(), version=0)
             raise CloseConnection(f"unsupported version {version} of api key {header.api_key}")
         try:
             # bytes after the body are ignored, as Kafka does (librdkafka sends some)

@@ -43,7 +43,7 @@ __all__ = [
     "read_batch_header", "iter_batches", "crc_matches", "compute_crc", "set_base_offset",
     "build_batch", "decode_records", "BATCH_HEADER_SIZE", "LOG_OVERHEAD", "MIN_BATCH_LENGTH",
     "COMPRESSION_NONE", "COMPRESSION_GZIP", "COMPRESSION_SNAPPY", "COMPRESSION_LZ4",
-    "COMPRESSION_ZSTD", "available_compressions",
+    "COMPRESSION_ZSTD", "available_compressions", "compress", "decompress",
 ]
 
 # Byte offsets of the header fields.
@@ -305,7 +305,7 @@ def build_batch(
     body = bytearray()
     for i, (r, ts) in enumerate(zip(records, stamps)):
         _encode_record(body, i, ts - base_ts, r)
-    payload = _compress(compression, bytes(body)) if compression else body
+    payload = compress(compression, bytes(body)) if compression else body
     attributes = (
         (compression & _ATTR_COMPRESSION_MASK)
         | (_ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
@@ -339,7 +339,7 @@ def decode_records(batch_view) -> list[tuple[int, int, bytes | None, bytes | Non
     payload = mv[BATCH_HEADER_SIZE:size]
     if h.compression:
         try:
-            payload = memoryview(_decompress(h.compression, payload))
+            payload = memoryview(decompress(h.compression, payload))
         except UnsupportedCompressionError:
             raise
         except Exception as e:  # codec libraries raise their own types
@@ -495,11 +495,13 @@ def _codec(compression: int):
     return c
 
 
-def _compress(compression: int, data: bytes) -> bytes:
+def compress(compression: int, data: bytes) -> bytes:
+    """Compress a batch's records section with Kafka's codec ``compression`` (1-4)."""
     return _codec(compression)[0](data)
 
 
-def _decompress(compression: int, data) -> bytes:
+def decompress(compression: int, data) -> bytes:
+    """The records section of a batch compressed with codec ``compression`` (1-4)."""
     return _codec(compression)[1](data)
 
 

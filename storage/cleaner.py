@@ -63,7 +63,7 @@ import crc32c
 
 from . import _files
 from ._batch import HEADER_SIZE, LOG_OVERHEAD, BadBatch, BatchInfo, iter_batches
-from ._records import BadRecords, walk_records
+from ._records import walk_records
 from .errors import StorageError
 from .segment import INT32_MAX, LogSegment
 
