@@ -12,6 +12,7 @@ transaction (the coordinator's ``verify``; INVALID_PRODUCER_EPOCH for a fenced p
 from __future__ import annotations
 
 import asyncio
+import time
 from functools import partial
 
 from headrace.protocol import ApiKey, ErrorCode, messages
@@ -43,10 +44,15 @@ def handle(broker, header, request):
             verify = None
             if request.transactional_id is not None:
                 verify = partial(broker.transactions.verify, request.transactional_id, topic.name, p.index)
+            append_time = -1
+            if topic.setting("message.timestamp.type") == "LogAppendTime":
+                append_time = int(time.time() * 1000)
             if p.records is None:
                 code, base = ErrorCode.CORRUPT_MESSAGE, -1
             else:
-                code, base, count = partition.append(p.records, int(topic.setting("max.message.bytes")), verify)
+                code, base, count = partition.append(
+                    p.records, int(topic.setting("max.message.bytes")), verify, append_time
+                )
                 if count and partition.unflushed >= int(topic.setting("flush.messages")):
                     partition.mark_flushed(asyncio.get_running_loop().time())
                     to_flush.append(partition)
@@ -55,6 +61,7 @@ def handle(broker, header, request):
                     index=p.index,
                     error_code=code,
                     base_offset=base,
+                    log_append_time_ms=append_time if code == ErrorCode.NONE else -1,
                     log_start_offset=partition.log.log_start_offset,
                 )
             )

@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headrace.protocol.errors import ErrorCode
-from headrace.protocol.records import crc_matches, iter_batches, set_base_offset, CorruptRecordError
+from headrace.protocol.records import (
+    CorruptRecordError,
+    crc_matches,
+    iter_batches,
+    set_base_offset,
+    set_log_append_time,
+)
 from headrace.storage import Log, LogConfig, StorageError
 
 from .config import TOPIC_SETTINGS, BrokerConfig
@@ -73,14 +79,17 @@ class Partition:
     def high_watermark(self) -> int:
         return self.log.log_end_offset
 
-    def append(self, records: memoryview, max_batch: int, verify=None) -> tuple[int, int, int]:
+    def append(
+        self, records: memoryview, max_batch: int, verify=None, log_append_time: int = -1
+    ) -> tuple[int, int, int]:
         """Validate, assign offsets and append one produce payload.
 
         Returns (error code, base offset, messages appended). Offsets are written into the
         payload in place; the CRC does not cover them. Nothing is appended unless every batch
         is valid. A transactional batch is accepted only when ``verify(producer id, epoch)``
         (the transaction coordinator's check that this partition is in the producer's open
-        transaction) answers NONE.
+        transaction) answers NONE. With ``log_append_time`` >= 0 (a LogAppendTime topic) every
+        batch is stamped with it.
         """
         try:
             batches = list(iter_batches(records))
@@ -120,6 +129,10 @@ class Partition:
                     return error, -1, 0
         elif first.is_transactional or first.is_control:
             return ErrorCode.INVALID_RECORD, -1, 0
+        if log_append_time >= 0:
+            for pos, size, _ in batches:
+                set_log_append_time(records, pos, size, log_append_time)
+            batches = list(iter_batches(records))
         base, max_timestamp = self._write(records, batches)
         if base < 0:
             return ErrorCode.KAFKA_STORAGE_ERROR, -1, 0

@@ -41,6 +41,7 @@ from typing import Iterator, NamedTuple
 __all__ = [
     "BatchHeader", "CorruptRecordError", "UnsupportedCompressionError", "Record",
     "read_batch_header", "iter_batches", "crc_matches", "compute_crc", "set_base_offset",
+    "set_log_append_time",
     "build_batch", "decode_records", "BATCH_HEADER_SIZE", "LOG_OVERHEAD", "MIN_BATCH_LENGTH",
     "COMPRESSION_NONE", "COMPRESSION_GZIP", "COMPRESSION_SNAPPY", "COMPRESSION_LZ4",
     "COMPRESSION_ZSTD", "available_compressions", "compress", "decompress",
@@ -83,6 +84,7 @@ _ATTR_DELETE_HORIZON = 0x40
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == BATCH_HEADER_SIZE
+_INT16 = struct.Struct(">h")
 _INT64 = struct.Struct(">q")
 _UINT32 = struct.Struct(">I")
 
@@ -219,6 +221,16 @@ def crc_matches(batch_view) -> bool:
 def set_base_offset(buf, pos: int, base_offset: int) -> None:
     """Write ``base_offset`` into the batch at ``buf[pos:]`` in place (bytearray/memoryview)."""
     _INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
+
+
+def set_log_append_time(buf, pos: int, size: int, timestamp: int) -> None:
+    """Mark the batch at ``buf[pos:pos+size]`` as log-append time with ``timestamp`` as its
+    max timestamp (readers take it as every record's timestamp), in place; the CRC is
+    recomputed, as both fields are covered by it."""
+    (attributes,) = _INT16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+    _INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes | _ATTR_TIMESTAMP_TYPE)
+    _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp)
+    _UINT32.pack_into(buf, pos + CRC_OFFSET, compute_crc(memoryview(buf)[pos : pos + size]))
 
 
 # -- records -------------------------------------------------------------------------------

@@ -102,3 +102,23 @@ def test_list_offsets_earliest_latest_by_time_and_max_timestamp(admin, broker):
     found = consumer.offsets_for_times([ck.TopicPartition("clock", 0, base + 21)], timeout=10)
     consumer.close()
     assert found[0].offset == 2
+
+
+def test_log_append_time_topics_stamp_batches_with_the_broker_clock(admin, broker):
+    admin.create_topics([NewTopic("stamped", 1, 1, config={"message.timestamp.type": "LogAppendTime"})])["stamped"].result(30)
+    before = int(time.time() * 1000)
+    produce(broker, "stamped", [b"old", b"older"], timestamps=[1_000, 2_000])
+    after = int(time.time() * 1000)
+    consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "t", "enable.auto.commit": False})
+    consumer.assign([ck.TopicPartition("stamped", 0, 0)])
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 2 and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.timestamp())
+    consumer.close()
+    assert len(got) == 2
+    for kind, stamp in got:
+        assert kind == ck.TIMESTAMP_LOG_APPEND_TIME
+        assert before <= stamp <= after
