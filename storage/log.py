@@ -136,7 +136,6 @@ class Log:
     def _set_limits(self, cfg: LogConfig) -> None:
         self._max_offset_entries = cfg.segment_index_bytes // 8
         self._max_time_entries = cfg.segment_index_bytes // 12 - 1  # room for the final entry
-        self._segment_s = cfg.segment_ms / 1000.0
 
     def update_config(self, config: LogConfig) -> None:
         """Apply changed settings (AlterConfigs); they take effect from the next append."""
@@ -259,13 +258,12 @@ class Log:
         try:
             if seg.size:
                 if (seg.size + n > self.config.segment_bytes
-                        or time.monotonic() - seg.rolled_at > self._segment_s
+                        or seg.time_waited_for_roll(max_timestamp, time.monotonic())
+                        > self.config.segment_ms
                         or seg.offset_index.full(self._max_offset_entries)
                         or seg.time_index.full(self._max_time_entries)
                         or last_offset - seg.base_offset > INT32_MAX):
                     seg = self._roll()
-            else:
-                seg.rolled_at = time.monotonic()
             position = seg.size
             if position + n > INT32_MAX:
                 raise ValueError("append larger than a segment can hold")
@@ -297,6 +295,8 @@ class Log:
             if ti is not None:
                 seg.time_index.add_entry(ti)
             self.log_end_offset = last_offset + 1
+            if position == 0:
+                seg.rolling_ts = max_timestamp
             mt = self._max_ts
             if mt is not None and max_timestamp > mt[0]:
                 self._max_ts = (max_timestamp, last_offset)
@@ -335,7 +335,6 @@ class Log:
         except OSError:
             old.restore_index_state_to(saved)
             raise
-        new.rolled_at = time.monotonic()
         with self._lock:
             if final is not None:
                 old.time_index.add_entry(final)

@@ -27,7 +27,7 @@ import os
 import time
 
 from . import _files
-from ._batch import BadBatch, iter_batches
+from ._batch import HEADER_SIZE, MAX_TIMESTAMP, MAX_TIMESTAMP_OFFSET, BadBatch, iter_batches
 from ._fd import FileRef
 from .index import OffsetIndex, TimeIndex
 
@@ -48,7 +48,8 @@ class LogSegment:
         "max_ts",
         "max_ts_offset",
         "last_time_entry_ts",
-        "rolled_at",
+        "created",
+        "rolling_ts",
         "indexes_checked",
         "deleted",
     )
@@ -67,7 +68,8 @@ class LogSegment:
         self.max_ts: int | None = None   # None: not known yet (inactive, index not loaded)
         self.max_ts_offset = -1
         self.last_time_entry_ts: int | None = None
-        self.rolled_at = time.monotonic()  # start of the segment_ms clock
+        self.created = time.monotonic()  # segment_ms clock when no batch has a timestamp
+        self.rolling_ts: int | None = None  # first batch's maxTimestamp; None: not read yet
         self.indexes_checked = False
         self.deleted = False             # removed from the log (set under the log's lock)
 
@@ -95,6 +97,25 @@ class LogSegment:
         seg = cls(directory, base_offset, FileRef(fd), size, index_interval_bytes)
         seg.flushed_size = size
         return seg
+
+    # -- rolling -------------------------------------------------------------------------------
+
+    def time_waited_for_roll(self, max_timestamp: int, now: float) -> float:
+        """How long this segment has been filling, in ms, as Kafka measures it for segment.ms.
+
+        With a timestamp on the segment's first batch (its maxTimestamp) and on the batch being
+        appended, the difference of the two; otherwise the time since the segment was created
+        (or opened) by the monotonic clock ``now``.
+        """
+        if self.rolling_ts is None:
+            self.rolling_ts = -1
+            if self.size >= HEADER_SIZE:
+                header = os.pread(self.log_ref.fd, HEADER_SIZE, 0)
+                if len(header) == HEADER_SIZE:
+                    self.rolling_ts = MAX_TIMESTAMP.unpack_from(header, MAX_TIMESTAMP_OFFSET)[0]
+        if self.rolling_ts >= 0 and max_timestamp >= 0:
+            return max_timestamp - self.rolling_ts
+        return (now - self.created) * 1000.0
 
     # -- indexes -------------------------------------------------------------------------------
 
@@ -246,6 +267,9 @@ class LogSegment:
         """
         os.ftruncate(self.log_ref.fd, position)
         self.size = position
+        self.rolling_ts = None
+        if position == 0:
+            self.created = time.monotonic()
         self.flushed_size = min(self.flushed_size, position)
         self.offset_index.truncate_entries(self.offset_index.entries_before_position(position))
         keep = 0

@@ -311,13 +311,54 @@ def test_retention(open_log):
     assert n > 0 and log.segment_count == 1
 
 
-def test_segment_ms_roll(open_log):
-    log = open_log(LogConfig(segment_ms=1))
+def test_segment_ms_roll_by_batch_timestamps(open_log):
+    """Kafka's rule: a segment rolls when the appended batch's maxTimestamp is more than
+    segment.ms past the maxTimestamp of the segment's first batch, whatever the clock says."""
+    log = open_log(LogConfig(segment_ms=1000))
     w = Writer(log, seed=12)
-    w.append()
+    w.append(count=1, timestamp=50_000)
+    w.append(count=1, timestamp=50_900)   # 900 ms later: same segment
+    w.append(count=1, timestamp=51_000)   # exactly segment.ms: not yet (must exceed)
+    assert log.segment_count == 1
+    w.append(count=1, timestamp=51_001)   # past segment.ms: rolls at once, no waiting
+    assert log.segment_count == 2
+    w.append(count=1, timestamp=40_000)   # an older batch never rolls
+    w.append(count=1, timestamp=52_001)
+    assert log.segment_count == 2
+    w.append(count=1, timestamp=52_002)
+    assert log.segment_count == 3
+    assert read_all(log) == w.batches
+
+
+def test_segment_ms_clock_survives_reopen(open_log):
+    """The first batch's timestamp is read back from disk after a restart, so reopening
+    does not restart the segment's age."""
+    log = open_log(LogConfig(segment_ms=1000))
+    w = Writer(log, seed=13)
+    w.append(count=1, timestamp=10_000)
+    log.close()
+    for recover in (False, True):
+        log = open_log(LogConfig(segment_ms=1000), recover=recover)
+        w.log = log
+        assert log.segment_count == 1
+        w.append(count=1, timestamp=10_500)
+        assert log.segment_count == 1
+        log.close()
+    log = open_log(LogConfig(segment_ms=1000))
+    w.log = log
+    w.append(count=1, timestamp=11_001)
+    assert log.segment_count == 2
+    assert read_all(log) == w.batches
+
+
+def test_segment_ms_roll_without_timestamps(open_log):
+    """Batches without timestamps (-1) fall back to the time since the segment was made."""
     import time
+    log = open_log(LogConfig(segment_ms=1))
+    w = Writer(log, seed=14)
+    w.append(count=1, timestamp=-1)
     time.sleep(0.01)
-    w.append()
+    w.append(count=1, timestamp=-1)
     assert log.segment_count == 2
     assert read_all(log) == w.batches
 
