@@ -14,9 +14,10 @@ says session 0, so clients send full fetch requests.
 Transactions: every partition reports its last stable offset (LSO: below it every
 transaction is decided). A ``read_committed`` fetch reads only below the LSO and gets the
 aborted transactions (producer id, first offset) that overlap what it may read, from the
-partition's aborted index; the client skips those producers' batches itself, as with Kafka,
-so the broker still sends the stored bytes untouched. The LSO is taken on the event loop
-(where transactions change) before each read.
+log's aborted-transactions indexes (read in the read thread, beside the records); the
+client skips those producers' batches itself, as with Kafka, so the broker still sends the
+stored bytes untouched. The LSO is taken on the event loop (where transactions change)
+before each read.
 """
 
 from __future__ import annotations
@@ -74,15 +75,10 @@ async def handle(broker, header, request):
                     part.waiters.remove(wakeup)
                 except ValueError:
                     pass
-    for (resp, part, offset, _), lso in zip(wanted, stable):
+    for resp, _, _, _ in wanted:
         if not read_committed:
             resp.aborted_transactions = None
-        elif resp.records and part.producers.aborted is not None:
-            resp.aborted_transactions = [
-                R.AbortedTransaction(producer_id=pid, first_offset=first)
-                for pid, first in part.producers.aborted.overlapping(offset, lso)
-            ]
-        else:
+        elif not resp.records:
             resp.aborted_transactions = []
     return R(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses)
 
@@ -112,6 +108,16 @@ def _read_all(wanted, max_bytes: int, stable: list[int], read_committed: bool) -
             continue
         if total and len(data) > budget:
             continue  # only the first partition with data may go over the limits
+        if read_committed and data:
+            try:
+                aborted = log.aborted_txns(offset, resp.last_stable_offset)
+            except StorageError:
+                resp.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                continue
+            resp.aborted_transactions = [
+                R.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                for a in aborted
+            ]
         resp.records = data
         total += len(data)
     return total

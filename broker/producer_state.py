@@ -16,15 +16,20 @@ appended:
 Transactions: ``ongoing`` maps a producer id to the first offset of its open transaction in
 this partition (set by its first transactional batch, cleared by the commit or abort
 marker). The last stable offset is the smallest of those, or the log end when none is open:
-``read_committed`` readers stop there. An abort marker adds an entry to the aborted index
-(``txn_markers.AbortedIndex``). A marker also carries the producer's current epoch, so a
-marker written after the coordinator bumped the epoch fences the old producer here too.
+``read_committed`` readers stop there. An abort marker is appended together with an entry
+for the log's aborted-transactions index (``marker_entry``: producer id, first offset, marker
+offset, LSO after it), which the storage engine keeps beside the segment holding the marker
+and deletes with it. A marker also carries the producer's current epoch, so a marker written
+after the coordinator bumped the epoch fences the old producer here too.
 
 Snapshots (``producer-state-<offset>.json`` in the partition directory, the state of every
 batch below ``offset``) are written when the log rolls a segment and when it closes; the
 newest two are kept. On open the newest snapshot at or below the log end is loaded (newer
 ones are deleted: recovery cut the log below them) and the batch headers after it are
-replayed, reading the one record of each control batch to learn commit or abort.
+replayed, reading the one record of each control batch to learn commit or abort; an abort
+marker's index entry is added again if the index lost it (the storage engine ignores entries
+it has). Entries of an older broker's single ``transactions.index`` file are moved into the
+segments' indexes, and the file is removed.
 """
 
 from __future__ import annotations
@@ -33,13 +38,15 @@ import json
 import logging
 import os
 import re
+import struct
 from collections import deque
 from pathlib import Path
 
 from headrace.protocol.errors import ErrorCode
 from headrace.protocol.records import read_batch_header
+from headrace.storage import AbortedTxn
 
-from .txn_markers import ABORT, COMMIT, CONTROL_READ_BYTES, AbortedIndex, control_type
+from .txn_markers import ABORT, COMMIT, CONTROL_READ_BYTES, LEGACY_INDEX_FILE, control_type
 
 log = logging.getLogger("headrace")
 
@@ -73,10 +80,9 @@ class ProducerEntry:
 
 
 class ProducerStateManager:
-    def __init__(self, aborted: AbortedIndex | None = None) -> None:
+    def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
-        self.aborted = aborted
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> tuple[int, int]:
         """(error code, -1) to append or refuse, or (NONE, base offset) for a retry."""
@@ -119,37 +125,45 @@ class ProducerStateManager:
             return ErrorCode.INVALID_PRODUCER_EPOCH
         return ErrorCode.NONE
 
-    def complete(self, producer_id: int, epoch: int, kind: int, marker_offset: int,
-                 stable_offset: int, coordinator_epoch: int = -1, write: bool = True) -> None:
-        """A commit or abort marker was appended at ``marker_offset``.
+    def marker_entry(self, producer_id: int, kind: int, marker_offset: int) -> AbortedTxn | None:
+        """The aborted-transactions index entry of a marker about to be appended at
+        ``marker_offset`` (None for a commit, or when this partition saw no records of the
+        transaction)."""
+        first = self.ongoing.get(producer_id)
+        if kind != ABORT or first is None:
+            return None
+        stable = min((o for p, o in self.ongoing.items() if p != producer_id),
+                     default=marker_offset + 1)
+        return AbortedTxn(producer_id, first, marker_offset, stable)
 
-        ``stable_offset`` is the last stable offset once this transaction is closed."""
+    def complete(self, producer_id: int, epoch: int, kind: int, marker_offset: int,
+                 coordinator_epoch: int = -1) -> None:
+        """A commit or abort marker was appended at ``marker_offset``: the transaction is
+        closed here."""
         entry = self.producers.get(producer_id)
         if entry is None or entry.epoch != epoch:
             # the coordinator bumped the epoch: the next batch must start at sequence 0
             entry = self.producers[producer_id] = ProducerEntry(epoch)
         entry.coordinator_epoch = coordinator_epoch
-        first = self.ongoing.pop(producer_id, None)
-        if kind == ABORT and first is not None and self.aborted is not None:
-            self.aborted.add(producer_id, first, marker_offset, stable_offset, write=write)
+        self.ongoing.pop(producer_id, None)
 
     def last_stable_offset(self, log_end_offset: int) -> int:
         if not self.ongoing:
             return log_end_offset
         return min(self.ongoing.values())
 
-    def replay(self, header: bytes | memoryview, kind: int = -1) -> None:
+    def replay(self, header: bytes | memoryview, kind: int = -1, log=None) -> None:
         """Apply one stored batch header (used when rebuilding after a restart); ``kind`` is
-        the marker type of a control batch."""
+        the marker type of a control batch. An abort marker's index entry goes to ``log``."""
         h = read_batch_header(header)
         if h.producer_id < 0:
             return
         if h.is_control:
             if kind in (ABORT, COMMIT):
-                lso_after = min((o for p, o in self.ongoing.items() if p != h.producer_id),
-                                default=h.base_offset + 1)
-                self.complete(h.producer_id, h.producer_epoch, kind, h.base_offset, lso_after,
-                              write=True)
+                aborted = self.marker_entry(h.producer_id, kind, h.base_offset)
+                if aborted is not None and log is not None:
+                    log.add_aborted_txn(aborted)
+                self.complete(h.producer_id, h.producer_epoch, kind, h.base_offset)
             return
         self.record(
             h.producer_id,
@@ -173,8 +187,6 @@ class ProducerStateManager:
         for pid, first in list(self.ongoing.items()):
             if first >= end_offset:
                 del self.ongoing[pid]
-        if self.aborted is not None:
-            self.aborted.truncate(end_offset)
 
     # snapshots ------------------------------------------------------------------------------
 
@@ -190,7 +202,7 @@ class ProducerStateManager:
         }
 
     def write_snapshot(self, directory: Path, offset: int) -> None:
-        write_snapshot_data(directory, self.snapshot(offset), self.aborted)
+        write_snapshot_data(directory, self.snapshot(offset))
 
     @classmethod
     def load(cls, directory: Path, log) -> ProducerStateManager:
@@ -200,7 +212,8 @@ class ProducerStateManager:
         data = _newest_snapshot(directory, log.log_end_offset)
         if data is not None:
             start = max(start, data["offset"])
-        state = cls(AbortedIndex.load(directory, keep_below=start))
+        state = cls()
+        _import_legacy_index(directory, log)
         if data is not None:
             for pid, fields in data["producers"].items():
                 epoch, batches = fields[0], fields[1]
@@ -216,15 +229,30 @@ class ProducerStateManager:
                 h = read_batch_header(header)
                 if h.is_control and h.producer_id >= 0:
                     kind = control_type(log.read(h.base_offset, CONTROL_READ_BYTES))
-                state.replay(header, kind)
+                state.replay(header, kind, log)
         return state
 
 
-def write_snapshot_data(directory: Path, data: dict, aborted: AbortedIndex | None) -> None:
+def _import_legacy_index(directory: Path, log) -> None:
+    """Move the entries of a ``transactions.index`` (one file per partition, same 34-byte
+    entries) into the segments' indexes, then remove it."""
+    path = directory / LEGACY_INDEX_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    for pos in range(0, len(data) - 33, 34):
+        version, pid, first, last, lso = struct.unpack_from(">hqqqq", data, pos)
+        if version != 0:
+            break
+        log.add_aborted_txn(AbortedTxn(pid, first, last, lso))
+    log.flush()
+    path.unlink()
+
+
+def write_snapshot_data(directory: Path, data: dict) -> None:
     """Write a snapshot (in a worker thread, or at close) and drop all but the newest few."""
     directory = Path(directory)
-    if aborted is not None:
-        aborted.sync()  # entries below the snapshot's offset must outlive it
     name = snapshot_name(data["offset"])
     tmp = directory / (name + ".tmp")
     with open(tmp, "w") as f:

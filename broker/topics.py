@@ -142,8 +142,9 @@ class Partition:
         self._appended(count)
         return ErrorCode.NONE, base, count
 
-    def _write(self, records, batches) -> tuple[int, int]:
-        """Set offsets and append; (base offset, max timestamp), base -1 on a storage error."""
+    def _write(self, records, batches, aborted_txn=None) -> tuple[int, int]:
+        """Set offsets and append; (base offset, max timestamp), base -1 on a storage error.
+        ``aborted_txn``: the index entry of an abort marker being appended."""
         log = self.log
         base = offset = log.log_end_offset
         max_timestamp = -1
@@ -153,7 +154,7 @@ class Partition:
             if h.max_timestamp > max_timestamp:
                 max_timestamp = h.max_timestamp
         try:
-            log.append(records, base, offset - 1, max_timestamp)
+            log.append(records, base, offset - 1, max_timestamp, aborted_txn=aborted_txn)
         except StorageError:
             return -1, -1
         if log.segment_count != self._segments:
@@ -165,12 +166,11 @@ class Partition:
         """Snapshot the producer state below ``offset`` (the rolled segment's end; the batch at
         ``offset`` is not recorded yet) and write it in a worker thread."""
         data = self.producers.snapshot(offset)
-        aborted = self.producers.aborted
         directory = Path(self.log.directory)
 
         def write():
             try:
-                write_snapshot_data(directory, data, aborted)
+                write_snapshot_data(directory, data)
             except OSError:
                 log.exception("producer state snapshot of %s failed", directory)
 
@@ -198,16 +198,12 @@ class Partition:
         if error:
             return error
         batch = control_batch(producer_id, epoch, commit, coordinator_epoch)
-        base, _ = self._write(batch, list(iter_batches(batch)))
+        kind = COMMIT if commit else ABORT
+        aborted = self.producers.marker_entry(producer_id, kind, self.log.log_end_offset)
+        base, _ = self._write(batch, list(iter_batches(batch)), aborted)
         if base < 0:
             return ErrorCode.KAFKA_STORAGE_ERROR
-        stable = min((o for p, o in self.producers.ongoing.items() if p != producer_id),
-                     default=base + 1)
-        try:
-            self.producers.complete(producer_id, epoch, COMMIT if commit else ABORT, base,
-                                    stable, coordinator_epoch)
-        except OSError:
-            log.exception("aborted-transactions index of %s", self.log.directory)
+        self.producers.complete(producer_id, epoch, kind, base, coordinator_epoch)
         self._appended(1)
         return ErrorCode.NONE
 
@@ -222,8 +218,6 @@ class Partition:
     def close(self) -> None:
         self.log.close()
         self.producers.write_snapshot(Path(self.log.directory), self.log.log_end_offset)
-        if self.producers.aborted is not None:
-            self.producers.aborted.close()
 
 
 @dataclass(eq=False)

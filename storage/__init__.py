@@ -3,6 +3,7 @@
 Public surface:
 
     Log, LogConfig          open/append/read/flush/truncate one partition's log
+    AbortedTxn              an entry of a segment's aborted-transactions index (.txnindex)
     clean, CleanResult      one compaction pass over a log (see cleaner.py)
     OffsetOutOfRange        read or delete below the log start or above the log end offset
     StorageError            an I/O failure or unusable files (Kafka's KAFKA_STORAGE_ERROR)
@@ -13,5 +14,7 @@ Record batches are opaque bytes here: the caller assigns offsets and passes them
 from .cleaner import CleanResult, clean
 from .errors import OffsetOutOfRange, StorageError
 from .log import Log, LogConfig
+from .txn_index import AbortedTxn
 
-__all__ = ["CleanResult", "Log", "LogConfig", "OffsetOutOfRange", "StorageError", "clean"]
+__all__ = ["AbortedTxn", "CleanResult", "Log", "LogConfig", "OffsetOutOfRange", "StorageError",
+           "clean"]

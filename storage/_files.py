@@ -6,6 +6,8 @@ A partition directory holds, per segment, three files named by the segment's bas
     00000000000000000000.log        record batches, stored exactly as appended
     00000000000000000000.index      sparse offset index (see index.OffsetIndex)
     00000000000000000000.timeindex  sparse time index (see index.TimeIndex)
+    00000000000000000000.txnindex   aborted transactions (see txn_index.py); only once the
+                                    segment holds an abort marker
 
 and one checkpoint file, ``log-offsets-checkpoint`` (see checkpoint.py). Files ending in
 ``.tmp`` are half-written replacements; they are removed when a log is opened. Other files in
@@ -24,6 +26,7 @@ import os
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 TEMP_SUFFIX = ".tmp"
 CHECKPOINT_NAME = "log-offsets-checkpoint"
 CLEANED_DIR = "cleaner.cleaned"
@@ -48,6 +51,10 @@ def index_path(directory: str, base_offset: int) -> str:
 
 def time_index_path(directory: str, base_offset: int) -> str:
     return os.path.join(directory, segment_stem(base_offset) + TIME_INDEX_SUFFIX)
+
+
+def txn_index_path(directory: str, base_offset: int) -> str:
+    return os.path.join(directory, segment_stem(base_offset) + TXN_INDEX_SUFFIX)
 
 
 def checkpoint_path(directory: str) -> str:
@@ -87,7 +94,8 @@ def remove_temp_files(directory: str) -> None:
 
 def segment_file_names(base_offset: int) -> list[str]:
     stem = segment_stem(base_offset)
-    return [stem + INDEX_SUFFIX, stem + TIME_INDEX_SUFFIX, stem + LOG_SUFFIX]
+    return [stem + INDEX_SUFFIX, stem + TIME_INDEX_SUFFIX, stem + TXN_INDEX_SUFFIX,
+            stem + LOG_SUFFIX]
 
 
 def fsync_directory(directory: str) -> None:

@@ -16,8 +16,13 @@ call ``flush`` concurrently with the owner (group commit). One *maintenance* thr
 may call ``apply_retention``, ``delete_records_before`` and ``replace_segments`` (the
 cleaner's swap, see cleaner.py): they only remove or replace inactive segments, under the
 lock, and do their file work outside it. Any number of *reader* threads may call ``read``,
-``batch_headers``, ``offset_for_timestamp`` and ``max_timestamp`` concurrently with all of
-them. A single lock guards the in-memory state (segment list, sizes, index
+``batch_headers``, ``offset_for_timestamp``, ``max_timestamp`` and ``aborted_txns``
+concurrently with all of them.
+
+Aborted transactions: each segment keeps the entries whose abort markers it holds
+(txn_index.py), so they go with the segment. The broker passes an entry with the marker's
+append (``append(..., aborted_txn=)``) and re-adds entries after a restart
+(``add_aborted_txn``, which ignores entries already present). A single lock guards the in-memory state (segment list, sizes, index
 mirrors, offsets); all file I/O happens outside it, except for truncation (rare) and the
 first search of an old segment's index (maps the index file, or rebuilds it when unusable).
 
@@ -53,6 +58,7 @@ from .errors import OffsetOutOfRange, StorageError
 from .io import BACKENDS, get_backend, undo_write
 from .recovery import recover_segment
 from .segment import INT32_MAX, LogSegment
+from .txn_index import AbortedTxn
 
 _log = logging.getLogger(__name__)
 
@@ -239,11 +245,16 @@ class Log:
 
     # -- appending -----------------------------------------------------------------------------
 
-    def append(self, batch, base_offset: int, last_offset: int, max_timestamp: int) -> None:
+    def append(self, batch, base_offset: int, last_offset: int, max_timestamp: int,
+               aborted_txn: AbortedTxn | None = None) -> None:
         """Append one or more whole batches whose baseOffset fields are already set.
 
         ``base_offset`` must equal ``log_end_offset``; afterwards ``log_end_offset`` is
         ``last_offset + 1``. Writes into the page cache only (see ``flush``).
+
+        ``aborted_txn``: the batch is an abort marker (its ``last_offset`` lies in the batch);
+        the entry goes to the transaction index of the segment that receives the batch,
+        written before the batch is published, so a flush that covers the marker covers it.
         """
         if base_offset != self.log_end_offset:
             raise ValueError(
@@ -254,6 +265,8 @@ class Log:
         if self._closed:
             raise StorageError("log is closed")
         n = len(batch) if not isinstance(batch, memoryview) else batch.nbytes
+        if aborted_txn is not None and not base_offset <= aborted_txn.last_offset <= last_offset:
+            raise ValueError("the aborted transaction's marker is not in the appended batch")
         seg = self._active
         try:
             if seg.size:
@@ -270,6 +283,12 @@ class Log:
             self._io.write_all(seg.log_ref.fd, batch, n, position)
         except OSError as e:
             raise StorageError(f"append to {self.directory} failed: {e}") from e
+        if aborted_txn is not None:
+            try:
+                seg.txn_index.append(aborted_txn)
+            except OSError as e:
+                undo_write(seg.log_ref.fd, position)
+                raise StorageError(f"append to {self.directory} failed: {e}") from e
         if (seg.bytes_since_index <= seg.index_interval_bytes
                 and max_timestamp <= seg.max_ts):
             seg.bytes_since_index += n  # the common case: no index entry, no new maximum
@@ -363,6 +382,10 @@ class Log:
                 todo = [(s, s.size, s.log_ref, s.offset_index.write_ref, s.time_index.write_ref)
                         for s in self._segments if s.flushed_size < s.size]
                 rolled, self._rolled_index_paths = self._rolled_index_paths, []
+                for s in self._segments:
+                    if s.txn_index.dirty:
+                        s.txn_index.dirty = False
+                        rolled.append(s.txn_index.path)
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
             try:
                 self._io.fsync_many(ref.fd for _seg, _size, *refs in todo
@@ -585,6 +608,48 @@ class Log:
     @property
     def segment_count(self) -> int:
         return len(self._segments)
+
+    # -- aborted transactions ------------------------------------------------------------------
+
+    def add_aborted_txn(self, entry: AbortedTxn) -> bool:
+        """Record an aborted transaction whose marker is already in the log (rebuilding the
+        index after a restart; owner thread). False when the entry, or a later one of that
+        segment, is there already, so replaying markers twice adds nothing."""
+        with self._lock:
+            if not self.log_start_offset <= entry.last_offset < self.log_end_offset:
+                return False
+            seg, _ = self._locate(entry.last_offset)
+            if entry.last_offset <= seg.txn_index.last_offset:
+                return False
+        try:
+            seg.txn_index.append(entry)
+        except OSError as e:
+            raise StorageError(f"transaction index of {self.directory}: {e}") from e
+        return True
+
+    def aborted_txns(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions with a record in [start, end), for a read_committed read.
+
+        Looks through the indexes of the segment holding ``start`` and the later ones, and
+        stops at an entry whose last stable offset is >= ``end``: no transaction aborted after
+        it can have started below ``end`` (Kafka's search). Safe from reader threads.
+        """
+        with self._lock:
+            if self._closed:
+                return []
+            i = max(0, bisect.bisect_right(self._bases, start) - 1)
+            indexes = [s.txn_index for s in self._segments[i:]]
+        found = []
+        try:
+            for index in indexes:
+                for e in index.entries():
+                    if e.last_offset >= start and e.first_offset < end:
+                        found.append(e)
+                    if e.last_stable_offset >= end:
+                        return found
+        except OSError as e:
+            raise StorageError(f"transaction index of {self.directory}: {e}") from e
+        return found
 
     # -- removing data -------------------------------------------------------------------------
 

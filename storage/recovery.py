@@ -13,7 +13,7 @@ batch only if
     offset.
 
 The file is truncated after the last accepted batch and both indexes are rebuilt from the
-accepted batches. The caller deletes every later segment when a segment was cut short.
+accepted batches; aborted-transaction entries whose markers are gone are dropped. The caller deletes every later segment when a segment was cut short.
 """
 
 from __future__ import annotations
@@ -95,4 +95,6 @@ def recover_segment(seg: LogSegment, next_offset: int) -> tuple[int | None, bool
     if cut:
         os.ftruncate(seg.log_ref.fd, end)
         seg.size = end
+    # aborted transactions whose markers did not survive (the broker re-adds lost ones)
+    seg.txn_index.truncate_from(seg.base_offset if last is None else last + 1)
     return last, cut

@@ -1,4 +1,5 @@
-"""One segment of a partition's log: a ``.log`` file of record batches plus its two indexes.
+"""One segment of a partition's log: a ``.log`` file of record batches plus its indexes
+(offset, time, and the aborted transactions whose markers it holds).
 
 How this works
 --------------
@@ -30,6 +31,7 @@ from . import _files
 from ._batch import HEADER_SIZE, MAX_TIMESTAMP, MAX_TIMESTAMP_OFFSET, BadBatch, iter_batches
 from ._fd import FileRef
 from .index import OffsetIndex, TimeIndex
+from .txn_index import TransactionIndex
 
 INT32_MAX = (1 << 31) - 1
 
@@ -43,6 +45,7 @@ class LogSegment:
         "flushed_size",
         "offset_index",
         "time_index",
+        "txn_index",
         "index_interval_bytes",
         "bytes_since_index",
         "max_ts",
@@ -63,6 +66,7 @@ class LogSegment:
         self.flushed_size = 0            # bytes known fsynced
         self.offset_index = OffsetIndex(_files.index_path(directory, base_offset), base_offset)
         self.time_index = TimeIndex(_files.time_index_path(directory, base_offset), base_offset)
+        self.txn_index = TransactionIndex(_files.txn_index_path(directory, base_offset))
         self.index_interval_bytes = index_interval_bytes
         self.bytes_since_index = 0
         self.max_ts: int | None = None   # None: not known yet (inactive, index not loaded)
@@ -83,6 +87,7 @@ class LogSegment:
         seg = cls(directory, base_offset, FileRef(fd), 0, index_interval_bytes)
         seg.offset_index = OffsetIndex.create(seg.offset_index.path, base_offset)
         seg.time_index = TimeIndex.create(seg.time_index.path, base_offset)
+        seg.txn_index = TransactionIndex.empty(seg.txn_index.path)
         seg.max_ts = -1
         seg.last_time_entry_ts = -1
         seg.indexes_checked = True
@@ -277,12 +282,14 @@ class LogSegment:
             if self.base_offset + self.time_index.entry(i)[1] < offset:
                 keep = i + 1
         self.time_index.truncate_entries(keep)
+        self.txn_index.truncate_from(offset)
         self.restore_index_state()
 
     def fsync(self) -> None:
         os.fsync(self.log_ref.fd)
         self.offset_index.fsync()
         self.time_index.fsync()
+        self.txn_index.fsync()
 
     def delete(self) -> None:
         """Remove the files. Open handles stay usable by whoever still holds them."""
@@ -292,10 +299,12 @@ class LogSegment:
             pass
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
 
     def close(self) -> None:
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         self.log_ref.close()
 
     def __repr__(self) -> str:

@@ -3,13 +3,21 @@ the aborted index, snapshots, truncation; and the state machine tables."""
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
 from headrace.broker import transaction_state as ts
 from headrace.broker.producer_state import ProducerStateManager
-from headrace.broker.txn_markers import ABORT, COMMIT, AbortedIndex, control_batch, control_type
+from headrace.broker.txn_markers import (
+    ABORT,
+    COMMIT,
+    LEGACY_INDEX_FILE,
+    control_batch,
+    control_type,
+)
 from headrace.protocol.records import Record, build_batch, iter_batches, set_base_offset
-from headrace.storage import Log
+from headrace.storage import AbortedTxn, Log
 
 
 def append(log, batch) -> int:
@@ -40,33 +48,54 @@ def test_replay_rebuilds_open_transactions_and_the_aborted_index(tmp_path):
     append(log, data(2, 0, 0, 2))           # 3-4: producer 2, aborted below
     append(log, control_batch(1, 0, True, 0))   # 5
     append(log, data(3, 0, 0))              # 6: producer 3, left open
-    append(log, control_batch(2, 0, False, 0))  # 7
+    append(log, control_batch(2, 0, False, 0))  # 7 (appended without its index entry)
     state = ProducerStateManager.load(tmp_path / "p", log)
     assert state.ongoing == {3: 6}
     assert state.last_stable_offset(log.log_end_offset) == 6
-    assert state.aborted.overlapping(0, 6) == [(2, 3)]
-    assert state.aborted.overlapping(8, 10) == []
-    # the index file is kept and not duplicated by a second replay without a snapshot
-    state.aborted.close()
-    again = ProducerStateManager.load(tmp_path / "p", log)
-    assert again.aborted.entries == state.aborted.entries
-    # a snapshot carries open transactions; the index below it is kept from the file
-    again.write_snapshot(tmp_path / "p", log.log_end_offset)
-    again.aborted.close()
+    assert log.aborted_txns(0, 6) == [AbortedTxn(2, 3, 7, 6)]  # rebuilt from the marker
+    assert log.aborted_txns(8, 10) == []
+    # not duplicated by a second replay without a snapshot
+    ProducerStateManager.load(tmp_path / "p", log)
+    assert log.aborted_txns(0, 10) == [AbortedTxn(2, 3, 7, 6)]
+    # a snapshot carries open transactions
+    state.write_snapshot(tmp_path / "p", log.log_end_offset)
     third = ProducerStateManager.load(tmp_path / "p", log)
-    assert third.ongoing == {3: 6} and third.aborted.overlapping(0, 8) == [(2, 3)]
+    assert third.ongoing == {3: 6} and log.aborted_txns(0, 8) == [AbortedTxn(2, 3, 7, 6)]
     assert third.check(1, 0, 3, 3) == (0, -1)  # sequences continue after a marker
-    third.truncate(7)
-    assert third.aborted.entries == [] and AbortedIndex.load(tmp_path / "p", 100).entries == []
     third.truncate(6)
     assert third.ongoing == {}
+    log.truncate_to(7)  # the marker goes, and its entry with it
+    assert log.aborted_txns(0, 10) == []
     log.close()
+
+
+def test_legacy_index_file_is_moved_into_the_segments(tmp_path):
+    log = Log.open(tmp_path / "p", recover=False)
+    append(log, data(2, 0, 0, 2))           # 0-1
+    append(log, control_batch(2, 0, False, 0))  # 2
+    entry = struct.pack(">hqqqq", 0, 2, 0, 2, 3)
+    (tmp_path / "p" / LEGACY_INDEX_FILE).write_bytes(entry)
+    ProducerStateManager.load(tmp_path / "p", log)
+    assert not (tmp_path / "p" / LEGACY_INDEX_FILE).exists()
+    assert log.aborted_txns(0, 3) == [AbortedTxn(2, 0, 2, 3)]
+    log.close()
+
+
+def test_marker_entry_only_for_an_abort_with_records_here():
+    state = ProducerStateManager()
+    state.record(5, 0, 0, 0, 10, transactional=True)
+    state.record(6, 0, 0, 0, 11, transactional=True)
+    assert state.marker_entry(5, COMMIT, 12) is None
+    assert state.marker_entry(7, ABORT, 12) is None
+    assert state.marker_entry(5, ABORT, 12) == AbortedTxn(5, 10, 12, 11)  # 6 still open
+    state.complete(6, 0, COMMIT, 12)
+    assert state.marker_entry(5, ABORT, 13) == AbortedTxn(5, 10, 13, 14)
 
 
 def test_marker_with_a_bumped_epoch_fences_the_old_epoch():
     state = ProducerStateManager()
     state.record(5, 0, 0, 0, 10, transactional=True)
-    state.complete(5, 1, ABORT, 11, 12)  # the coordinator aborted with epoch + 1
+    state.complete(5, 1, ABORT, 11)  # the coordinator aborted with epoch + 1
     assert state.check(5, 0, 1, 1)[0] == 47  # INVALID_PRODUCER_EPOCH
     assert state.check(5, 1, 0, 0) == (0, -1)
 

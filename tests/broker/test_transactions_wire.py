@@ -3,6 +3,7 @@ version, the admin APIs, and producer state (idempotence, open transactions) acr
 
 from __future__ import annotations
 
+import os
 import time
 
 from headrace.protocol import ApiKey, ErrorCode, messages
@@ -210,3 +211,39 @@ def test_timed_out_transaction_is_aborted_with_an_epoch_bump(broker_factory):
         assert (r.transaction_states[0].transaction_state, r.transaction_states[0].producer_epoch) == ("CompleteAbort", epoch + 1)
         assert end_txn(c, "late", pid, epoch, True) == E.PRODUCER_FENCED
         assert produce(c, "t", [b"y"], pid, epoch, 1, "late", True)[0] == E.INVALID_PRODUCER_EPOCH
+
+
+def delete_records(c, topic, offset):
+    D = messages.DeleteRecordsRequest
+    r = c.request(ApiKey.DELETE_RECORDS, 2, D(timeout_ms=1000, topics=[
+        D.DeleteRecordsTopic(name=topic, partitions=[
+            D.DeleteRecordsPartition(partition_index=0, offset=offset)])]))
+    return r.topics[0].partitions[0].error_code
+
+
+def test_aborted_index_lives_beside_its_segment(broker_factory):
+    """The aborted-transactions index is a .txnindex beside the segment holding the marker:
+    read_committed fetches report it, it survives kill -9, and it goes with its segment."""
+    broker = broker_factory(FAST)
+    part_dir = broker.data_dir / "t-0"
+    with WireClient(broker.port) as c:
+        create_topic(c, "t", configs=[("segment.bytes", "400")])
+        _, pid, epoch = init_pid(c, "ab")
+        assert add_partitions(c, "ab", pid, epoch, [("t", [0])]) == {("t", 0): 0}
+        assert produce(c, "t", [b"x" * 50], pid, epoch, 0, "ab", True) == (0, 0)
+        assert end_txn(c, "ab", pid, epoch, False) == 0       # abort marker at 1
+        files = sorted(os.listdir(part_dir))
+        assert "00000000000000000000.txnindex" in files and "transactions.index" not in files
+        for i in range(12):                                   # plain data: rolls segments
+            assert produce(c, "t", [b"y" * 50])[0] == 0
+        p = fetch(c, "t", 1)
+        assert [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == [(pid, 0)]
+        assert fetch(c, "t", 1, offset=8).aborted_transactions == []
+    broker.kill()
+    broker.start()
+    with WireClient(broker.port) as c:
+        p = fetch(c, "t", 1)
+        assert [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == [(pid, 0)]
+        assert delete_records(c, "t", 8) == 0                 # the marker's segment goes
+        assert not any(n.endswith(".txnindex") for n in os.listdir(part_dir))
+        assert fetch(c, "t", 1, offset=8).aborted_transactions == []
