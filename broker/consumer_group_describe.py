@@ -1,6 +1,8 @@
 """ConsumerGroupDescribe (key 69), versions 0-1: KIP-848 groups, their members, and each
 member's current and target assignment. A group id that is not a consumer group gets
-GROUP_ID_NOT_FOUND.
+GROUP_ID_NOT_FOUND, with Kafka's messages ("Group G not found.", "Group G is not a consumer
+group."); the admin client then falls back to DescribeGroups and reports the first message
+when that fails too.
 """
 
 from __future__ import annotations
@@ -33,8 +35,11 @@ def handle(broker, header, request):
     for group_id in request.group_ids:
         group = broker.groups.consumer.groups.get(group_id)
         if group is None:
+            classic = broker.groups.groups.get(group_id)
+            message = (f"Group {group_id} is not a consumer group." if classic is not None
+                       else f"Group {group_id} not found.")
             groups.append(R.DescribedGroup(error_code=ErrorCode.GROUP_ID_NOT_FOUND,
-                                           error_message=f"group {group_id} is not a consumer group",
+                                           error_message=message,
                                            group_id=group_id, group_state="Dead",
                                            authorized_operations=ops))
             continue

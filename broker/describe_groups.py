@@ -1,14 +1,17 @@
 """DescribeGroups (key 15), versions 0-6: a group's state, protocol and members.
 
 Member metadata and assignments are given only while the group is Stable, as in Kafka. An
-unknown group is described as Dead; from v6 it also gets GROUP_ID_NOT_FOUND.
+unknown group is described as Dead; from v6 it also gets GROUP_ID_NOT_FOUND. A KIP-848 group is
+not a classic group, and Kafka 4.0 answers it the same way (Dead; from v6 GROUP_ID_NOT_FOUND,
+"Group G is not a classic group."): the admin client asks ConsumerGroupDescribe first and
+comes here only for groups that are not consumer groups.
 """
 
 from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
-from .group_state import STABLE
+from .group_state import DEAD, STABLE
 
 API_KEY = ApiKey.DESCRIBE_GROUPS
 MIN_VERSION, MAX_VERSION = 0, 6
@@ -24,10 +27,15 @@ def handle(broker, header, request):
     out = []
     for group_id in request.groups:
         group = broker.groups.groups.get(group_id)
-        if group is None:
-            code = ErrorCode.GROUP_ID_NOT_FOUND if version >= 6 else ErrorCode.NONE
+        if group is None or group.state is DEAD:
+            if group_id in broker.groups.consumer.groups:
+                message = f"Group {group_id} is not a classic group."
+            else:
+                message = f"Group {group_id} not found."
+            v6 = version >= 6
             out.append(R.DescribedGroup(
-                error_code=code, error_message=None, group_id=group_id, group_state="Dead",
+                error_code=ErrorCode.GROUP_ID_NOT_FOUND if v6 else ErrorCode.NONE,
+                error_message=message if v6 else None, group_id=group_id, group_state="Dead",
                 protocol_type="", protocol_data="", members=[], authorized_operations=ops))
             continue
         stable = group.state is STABLE

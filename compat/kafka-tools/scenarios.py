@@ -164,32 +164,80 @@ def kafka_console_consumer(bootstrap: str, prefix: str) -> None:
     expect(lines == want, f"printed {lines[:3]}... ({len(lines)} lines), want {want[:2]}...")
 
 
-def kafka_consumer_groups(bootstrap: str, prefix: str) -> None:
+def tool_command(main_class: str, args: list[str]) -> list[str]:
+    return ["java", *apache_kafka.TOOL_JVM_FLAGS, *apache_kafka.log_flags(VERSION, tool=True),
+            "-cp", apache_kafka.classpath(VERSION), main_class, *args]
+
+
+def consumer_groups(bootstrap: str, prefix: str, kip848: bool) -> None:
+    """kafka-consumer-groups on a group with a live member (a console consumer): --list,
+    --describe (offsets, lag, the member's partitions), --describe --state; then, once the member
+    has left, --reset-offsets --to-earliest --execute and --delete. ``kip848``: the console
+    consumer uses group.protocol=consumer, so the group is a KIP-848 group."""
+    import subprocess
     topic, group = f"{prefix}-t", f"{prefix}-g"
     b = ["--bootstrap-server", bootstrap]
     tool(TOPICS, [*b, "--create", "--topic", topic, "--partitions", "2",
                   "--replication-factor", "1"])
     kp_produce(bootstrap, topic, kit.records(40, 2))
-    tool(CONSOLE_CONSUMER, [*b, "--topic", topic, "--group", group, "--from-beginning",
-                            "--max-messages", "40", "--timeout-ms", "30000"])
-    out = tool(GROUPS, [*b, "--list"])
-    expect(group in out.split(), f"--list does not show {group}: {out[:300]}")
+    props = ["--consumer-property", "auto.commit.interval.ms=200"]
+    if kip848:
+        props += ["--consumer-property", "group.protocol=consumer"]
+    member = subprocess.Popen(
+        tool_command(CONSOLE_CONSUMER, [*b, "--topic", topic, "--group", group,
+                                        "--from-beginning", "--timeout-ms", "90000", *props]),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
-    def lag_rows() -> list[list[str]]:
+    def rows() -> list[list[str]]:
         text = tool(GROUPS, [*b, "--describe", "--group", group])
         return [ln.split() for ln in text.splitlines() if ln.split()[:2] == [group, topic]]
-    rows = lag_rows()
-    expect(len(rows) == 2, f"--describe shows {len(rows)} partitions of {topic}, want 2")
-    for row in rows:
-        expect(row[3] == "20" and row[4] == "20" and row[5] == "0",
-               f"--describe row {row}: want CURRENT-OFFSET 20, LOG-END-OFFSET 20, LAG 0")
+
+    try:
+        def consumed_and_committed() -> bool:
+            try:
+                got = rows()
+            except ToolFailed:  # the group does not exist until the consumer joins
+                return False
+            return len(got) == 2 and all(r[3] == "20" and r[5] == "0" and r[6] != "-"
+                                         for r in got)
+        kit.wait_until(consumed_and_committed, "--describe to show the live member at offset 20 "
+                       "with lag 0 on both partitions", timeout=60, step=1)
+        got = rows()
+        expect(len({r[6] for r in got}) == 1, f"two consumer ids for one member: {got}")
+        out = tool(GROUPS, [*b, "--list"])
+        expect(group in out.split(), f"--list does not show {group}: {out[:300]}")
+        out = tool(GROUPS, [*b, "--describe", "--group", group, "--state"])
+        expect("Stable" in out, f"--describe --state does not say Stable: {out[:400]}")
+        if kip848:
+            expect("uniform" in out, f"--describe --state does not name the uniform assignor: "
+                   f"{out[:400]}")
+        out = tool(GROUPS, [*b, "--describe", "--group", group, "--members"])
+        expect(re.search(r"\s2\s*$", out, re.M) is not None,
+               f"--describe --members does not show one member with 2 partitions: {out[:400]}")
+    finally:
+        member.terminate()  # SIGTERM: the console consumer closes and leaves the group
+        try:
+            member.wait(30)
+        except subprocess.TimeoutExpired:
+            member.kill()
+            member.wait()
+    kit.wait_until(lambda: all(r[6] == "-" for r in rows()), "the group to have no active members",
+                   step=1)
     tool(GROUPS, [*b, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
                   "--execute"])
-    rows = lag_rows()
-    expect(all(r[3] == "0" and r[5] == "20" for r in rows),
-           f"after --reset-offsets --to-earliest: {rows}")
+    got = rows()
+    expect(len(got) == 2 and all(r[3] == "0" and r[5] == "20" for r in got),
+           f"after --reset-offsets --to-earliest: {got}")
     tool(GROUPS, [*b, "--delete", "--group", group])
     expect(group not in tool(GROUPS, [*b, "--list"]).split(), "deleted group still listed")
+
+
+def kafka_consumer_groups(bootstrap: str, prefix: str) -> None:
+    consumer_groups(bootstrap, prefix, kip848=False)
+
+
+def kafka_consumer_groups_kip848(bootstrap: str, prefix: str) -> None:
+    consumer_groups(bootstrap, prefix, kip848=True)
 
 
 def kafka_configs(bootstrap: str, prefix: str) -> None:
@@ -266,6 +314,7 @@ SCENARIOS = {
     "kafka-console-producer": kafka_console_producer,
     "kafka-console-consumer": kafka_console_consumer,
     "kafka-consumer-groups": kafka_consumer_groups,
+    "kafka-consumer-groups-kip848": kafka_consumer_groups_kip848,
     "kafka-configs": kafka_configs,
     "kafka-producer-perf-test": kafka_producer_perf_test,
     "kafka-consumer-perf-test": kafka_consumer_perf_test,

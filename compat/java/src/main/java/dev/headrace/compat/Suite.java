@@ -90,7 +90,8 @@ public final class Suite {
             case "produce-none", "produce-gzip", "produce-snappy", "produce-lz4", "produce-zstd" ->
                 produceConsume(scenario.substring("produce-".length()));
             case "idempotent" -> idempotent();
-            case "group" -> group();
+            case "group" -> group(false);
+            case "group-consumer-protocol" -> group(true);
             case "admin" -> admin();
             case "alter-configs" -> alterConfigs();
             case "transactions" -> transactions();
@@ -236,32 +237,47 @@ public final class Suite {
         checkRecords(recs, readAssigned(topic, 2, recs.size(), Map.of()));
     }
 
-    private static void group() throws Exception {
+    /**
+     * Two consumers share 4 partitions after a rebalance, read every record once and commit.
+     * {@code kip848}: with {@code group.protocol=consumer} (the broker assigns; the session
+     * and heartbeat settings are the broker's then, and the client refuses them).
+     */
+    private static void group(boolean kip848) throws Exception {
         String topic = prefix + "-t", gid = prefix + "-g";
         createTopic(topic, 4);
         List<Rec> recs = records(400, 4);
         produce(topic, recs, Map.of());
-        Map<String, String> conf = Map.of(ConsumerConfig.GROUP_ID_CONFIG, gid,
-            ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000",
-            ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500");
+        Map<String, String> conf = kip848
+            ? Map.of(ConsumerConfig.GROUP_ID_CONFIG, gid, "group.protocol", "consumer",
+                ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "10")
+            : Map.of(ConsumerConfig.GROUP_ID_CONFIG, gid,
+                ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000",
+                ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500");
         Set<String> seen = new HashSet<>();
+        List<String> reads = new ArrayList<>();  // every record each poll returned
         try (KafkaConsumer<byte[], byte[]> a = consumer(conf); KafkaConsumer<byte[], byte[]> b = consumer(conf)) {
             a.subscribe(List.of(topic));
-            waitUntil(() -> { poll(a, seen); return a.assignment().size() == 4; },
+            waitUntil(() -> { poll(a, seen, reads); return a.assignment().size() == 4; },
                 "the first consumer to be assigned all 4 partitions");
             b.subscribe(List.of(topic));
             waitUntil(() -> {
-                poll(a, seen);
-                poll(b, seen);
+                poll(a, seen, reads);
+                poll(b, seen, reads);
                 Set<TopicPartition> pa = a.assignment(), pb = b.assignment();
                 Set<TopicPartition> both = new HashSet<>(pa);
                 both.retainAll(pb);
                 return !pa.isEmpty() && !pb.isEmpty() && both.isEmpty() && pa.size() + pb.size() == 4;
             }, "a rebalance sharing 4 partitions between 2 consumers");
-            waitUntil(() -> { poll(a, seen); poll(b, seen); return seen.size() == recs.size(); },
+            waitUntil(() -> { poll(a, seen, reads); poll(b, seen, reads); return seen.size() == recs.size(); },
                 "all " + recs.size() + " records through the group");
             a.commitSync();
             b.commitSync();
+        }
+        if (kip848) {
+            // the broker hands a partition over only once its old owner revoked it (after our
+            // commit), so no record is read twice
+            expect(reads.size() == recs.size(), "read " + reads.size() + " records for "
+                + recs.size() + " sent (" + (reads.size() - seen.size()) + " read twice)");
         }
         try (KafkaConsumer<byte[], byte[]> c = consumer(conf)) {
             Set<TopicPartition> tps = new HashSet<>();
@@ -274,9 +290,10 @@ public final class Suite {
         }
     }
 
-    private static void poll(KafkaConsumer<byte[], byte[]> c, Set<String> seen) {
+    private static void poll(KafkaConsumer<byte[], byte[]> c, Set<String> seen, List<String> reads) {
         for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(100))) {
             seen.add(r.partition() + "/" + str(r.key()));
+            reads.add(r.partition() + "/" + str(r.key()));
         }
         try {
             c.commitSync(Duration.ofSeconds(WAIT_S));
