@@ -17,9 +17,19 @@ Each member then moves towards its target, one heartbeat at a time (``reconcile`
   their previous owners report them revoked.
 So a partition never has two owners, and partitions that stay put are never revoked.
 
+A member told to revoke partitions must confirm it (report them gone) within its rebalance
+timeout (``rebalance_timeout_ms`` of its heartbeat); otherwise it is removed like an expired
+member, so its partitions can move on.
+
 A request with an epoch other than the member's current or previous one gets
 FENCED_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID; both make the client rejoin with
 epoch 0. Sessions expire after ``group.consumer.session.timeout.ms`` without a heartbeat.
+
+Static members (``group.instance.id``): leaving with epoch -2 keeps the member, its assignment
+and its place in the target (epoch -2, no new group epoch) until its session expires. A member
+joining with that instance id within the session takes the old member's place under its own
+member id: same assignment, no rebalance. While the old member has not left, a join with its
+instance id gets UNRELEASED_INSTANCE_ID.
 Committed offsets use the same ``__consumer_offsets`` records as classic groups; an Empty
 classic group (e.g. one that only has offsets) becomes a consumer group on the first
 heartbeat.
@@ -46,7 +56,7 @@ class ConsumerMember:
     __slots__ = (
         "member_id", "instance_id", "rack_id", "client_id", "client_host", "epoch",
         "previous_epoch", "subscribed", "regex", "assignor", "rebalance_timeout_ms", "owned",
-        "assigned", "last_sent", "deadline", "timer",
+        "assigned", "last_sent", "deadline", "timer", "revoke_timer",
     )
 
     def __init__(self, member_id: str, client_id: str) -> None:
@@ -66,6 +76,13 @@ class ConsumerMember:
         self.last_sent: frozenset | None = None
         self.deadline = 0.0
         self.timer: asyncio.TimerHandle | None = None
+        self.revoke_timer: asyncio.TimerHandle | None = None  # while it must revoke partitions
+
+    def cancel_timers(self) -> None:
+        for t in (self.timer, self.revoke_timer):
+            if t is not None:
+                t.cancel()
+        self.timer = self.revoke_timer = None
 
 
 class ConsumerGroup:
@@ -147,8 +164,7 @@ class ConsumerGroupCoordinator:
     def stop(self) -> None:
         for g in self.groups.values():
             for m in g.members.values():
-                if m.timer:
-                    m.timer.cancel()
+                m.cancel_timers()
 
     def heartbeat(self, broker, request, client_id: str):
         """(error, message, member id, epoch, assignment or None)."""
@@ -173,31 +189,56 @@ class ConsumerGroupCoordinator:
             if not request.subscribed_topic_names and not getattr(request, "subscribed_topic_regex", None):
                 if request.subscribed_topic_names is None:
                     return E.INVALID_REQUEST, "a joining member must give its subscription", member_id, 0, None
-            member = group.members.get(member_id) if member_id else None
-            if member is None:
-                if len(group.members) >= self.max_size:
-                    return E.GROUP_MAX_SIZE_REACHED, None, member_id, 0, None
-                member = ConsumerMember(member_id or str(uuid.uuid4()), client_id)
-                group.members[member.member_id] = member
+            instance_id = request.instance_id
+            static = self._static_member(group, instance_id) if instance_id else None
+            if static is not None and static.member_id != member_id:
+                if static.epoch != STATIC_LEAVE_EPOCH:
+                    return (E.UNRELEASED_INSTANCE_ID,
+                            f"Static member {member_id} with instance id {instance_id} cannot join "
+                            f"the group because the instance id is owned by {static.member_id} "
+                            f"member.", member_id, 0, None)
+                member = self._replace_static(group, static, member_id or str(uuid.uuid4()),
+                                              client_id)
+                before = (tuple(member.subscribed), member.regex, member.assignor)
+                self._update(member, request)
+                if (tuple(member.subscribed), member.regex, member.assignor) != before:
+                    group.epoch += 1
             else:
-                member.owned = set()
-                member.assigned = set()
-                member.last_sent = None
-            member.epoch = 0
-            self._update(member, request)
-            group.epoch += 1
-            log.info("consumer group %s: member %s joined (epoch %d)", group_id, member.member_id, group.epoch)
+                member = group.members.get(member_id) if member_id else None
+                if member is None:
+                    if len(group.members) >= self.max_size:
+                        return E.GROUP_MAX_SIZE_REACHED, None, member_id, 0, None
+                    member = ConsumerMember(member_id or str(uuid.uuid4()), client_id)
+                    group.members[member.member_id] = member
+                else:
+                    member.owned = set()
+                    member.assigned = set()
+                    member.last_sent = None
+                member.epoch = 0
+                self._update(member, request)
+                group.epoch += 1
+                log.info("consumer group %s: member %s joined (epoch %d)", group_id,
+                         member.member_id, group.epoch)
         elif epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             member = group.members.get(member_id)
             if member is None:
                 return E.UNKNOWN_MEMBER_ID, None, member_id, epoch, None
+            if epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
+                # a static member's leave keeps its place until the session expires
+                if member.revoke_timer is not None:
+                    member.revoke_timer.cancel()
+                    member.revoke_timer = None
+                member.epoch = STATIC_LEAVE_EPOCH
+                log.info("consumer group %s: static member %s (instance %s) left for now",
+                         group_id, member_id, member.instance_id)
+                return E.NONE, None, member_id, epoch, None
             self._remove(group, member, "left")
             return E.NONE, None, member_id, epoch, None
         else:
             member = group.members.get(member_id)
             if member is None:
                 return E.UNKNOWN_MEMBER_ID, None, member_id, epoch, None
-            if epoch not in (member.epoch, member.previous_epoch):
+            if member.epoch == STATIC_LEAVE_EPOCH or epoch not in (member.epoch, member.previous_epoch):
                 return E.FENCED_MEMBER_EPOCH, None, member_id, epoch, None
             before = (tuple(member.subscribed), member.regex, member.assignor)
             self._update(member, request)
@@ -265,7 +306,14 @@ class ConsumerGroupCoordinator:
         revoking = member.owned - target
         if revoking:
             member.assigned = member.owned & target
+            if member.revoke_timer is None:
+                member.revoke_timer = asyncio.get_running_loop().call_later(
+                    member.rebalance_timeout_ms / 1000, self._revocation_overdue, group, member,
+                    member.epoch)
             return
+        if member.revoke_timer is not None:
+            member.revoke_timer.cancel()
+            member.revoke_timer = None
         held_elsewhere = set()
         for other in group.members.values():
             if other is not member:
@@ -276,10 +324,40 @@ class ConsumerGroupCoordinator:
         member.assigned = {tp for tp in target if tp not in held_elsewhere}
         member.owned |= member.assigned
 
+    @staticmethod
+    def _static_member(group: ConsumerGroup, instance_id: str) -> ConsumerMember | None:
+        return next((m for m in group.members.values() if m.instance_id == instance_id), None)
+
+    def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, member_id: str,
+                        client_id: str) -> ConsumerMember:
+        """A static member rejoins under a new member id: it takes the old one's subscription,
+        assignment and target; the group epoch stays."""
+        old.cancel_timers()
+        del group.members[old.member_id]
+        member = ConsumerMember(member_id, client_id)
+        for name in ("instance_id", "rack_id", "subscribed", "regex", "assignor",
+                     "rebalance_timeout_ms"):
+            setattr(member, name, getattr(old, name))
+        member.owned = set(old.assigned)
+        member.assigned = set(old.assigned)
+        member.epoch = member.previous_epoch = 0
+        group.members[member_id] = member
+        if old.member_id in group.target:
+            group.target[member_id] = group.target.pop(old.member_id)
+        log.info("consumer group %s: static member %s (instance %s) rejoined as %s", group.group_id,
+                 old.member_id, old.instance_id, member_id)
+        return member
+
+    def _revocation_overdue(self, group: ConsumerGroup, member: ConsumerMember, epoch: int) -> None:
+        member.revoke_timer = None
+        if group.members.get(member.member_id) is not member or member.epoch != epoch:
+            return
+        if member.owned - group.target.get(member.member_id, set()):
+            self._remove(group, member, f"did not revoke its partitions within its rebalance "
+                                        f"timeout ({member.rebalance_timeout_ms} ms)")
+
     def _remove(self, group: ConsumerGroup, member: ConsumerMember, why: str) -> None:
-        if member.timer:
-            member.timer.cancel()
-            member.timer = None
+        member.cancel_timers()
         group.members.pop(member.member_id, None)
         group.target.pop(member.member_id, None)
         group.epoch += 1
