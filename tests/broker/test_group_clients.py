@@ -88,26 +88,35 @@ else:
     conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "session.timeout.ms": session_ms,
             "heartbeat.interval.ms": 300, "partition.assignment.strategy": "roundrobin"}
+    if options.get("group.protocol") == "consumer":  # KIP-848: these are the broker's settings
+        for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"):
+            del conf[key]
     conf.update(options)
     c = Consumer(conf)
     c.subscribe([topic],
                 on_assign=lambda _c, ps: out(on_assign=sorted(p.partition for p in ps)),
                 on_revoke=lambda _c, ps: out(on_revoke=sorted(p.partition for p in ps)))
-    while True:
-        msgs = c.consume(5, 0.2)
-        report(tp.partition for tp in c.assignment())
-        done = {}
-        msgs = [m for m in msgs if not m.error()]
-        if msgs:
-            out(records=[[m.partition(), m.offset()] for m in msgs])
-            for m in msgs:
-                done[m.partition()] = m.offset() + 1
-            try:
-                c.commit(asynchronous=False)
-                out(committed=done)
-            except Exception as e:
-                out(commit_failed=repr(e))
-        time.sleep(0.05)
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        while True:
+            msgs = c.consume(5, 0.2)
+            report(tp.partition for tp in c.assignment())
+            done = {}
+            msgs = [m for m in msgs if not m.error()]
+            if msgs:
+                out(records=[[m.partition(), m.offset()] for m in msgs])
+                for m in msgs:
+                    done[m.partition()] = m.offset() + 1
+                try:
+                    c.commit(asynchronous=False)
+                    out(committed=done)
+                except Exception as e:
+                    out(commit_failed=repr(e))
+            time.sleep(0.05)
+    finally:
+        c.close()
+        out(closed=True)
 '''
 
 
@@ -146,6 +155,12 @@ class Member:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def stop(self):
+        """SIGTERM: the consumer closes (and leaves the group) before it exits."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(15)
 
 
 def produce(bootstrap, topic, partitions, per_partition, start=0):
@@ -292,5 +307,64 @@ def test_cooperative_sticky_moves_only_what_it_must(broker_factory, tmp_path):
         assert all(len(k) >= 3 for k in after), history  # never without its partitions in between
     finally:
         for m in (a, c):
+            if m:
+                m.kill()
+
+
+KIP848 = {"group.protocol": "consumer"}
+
+
+def test_kip848_consumers_share_partitions_and_take_over_from_a_killed_one(broker_factory, tmp_path):
+    """confluent-kafka with group.protocol=consumer: the broker assigns; a SIGKILLed member's
+    partitions move after the session timeout; every record read, none again past a commit."""
+    b = broker_factory({**SETTINGS, "group.consumer.session.timeout.ms": str(SESSION_MS),
+                        "group.consumer.heartbeat.interval.ms": "500"})
+    topic, parts, per = "kip848", 4, 50
+    create_topic(b.bootstrap, topic, parts)
+    produce(b.bootstrap, topic, parts, per)
+    x = Member(tmp_path, "confluent-kafka", b.bootstrap, topic, "g848", KIP848)
+    y = None
+    try:
+        wait_for(lambda: x.assigned == list(range(parts)), 30, "the first member to own everything")
+        y = Member(tmp_path, "confluent-kafka", b.bootstrap, topic, "g848", KIP848)
+        wait_for(lambda: balanced([x, y], parts) and len(y.assigned) == 2, 30, "an even share")
+        wait_for(lambda: x.of("committed"), 30, "the first member to commit")
+        x.kill()
+        killed = time.monotonic()
+        took = wait_for(lambda: y.assigned == list(range(parts)), 30, "the takeover") - killed
+        assert took < SESSION_MS / 1000 + 3
+        produce(b.bootstrap, topic, parts, per, start=per)
+        wait_for(lambda: len({tuple(r) for m in (x, y) for e in m.of("records") for r in e["records"]})
+                 == parts * 2 * per, 60, "every record to be read")
+    finally:
+        for m in (x, y):
+            if m:
+                m.kill()
+
+
+def test_kip848_static_member_restart_keeps_its_partitions(broker_factory, tmp_path):
+    """A static member (group.instance.id) closed and started again within the session gets its
+    partitions back; the other member is not disturbed."""
+    b = broker_factory({**SETTINGS, "group.consumer.session.timeout.ms": "10000",
+                        "group.consumer.heartbeat.interval.ms": "500"})
+    create_topic(b.bootstrap, "s848", 4)
+    a = Member(tmp_path, "confluent-kafka", b.bootstrap, "s848", "sg848",
+               {**KIP848, "group.instance.id": "a"})
+    m1 = Member(tmp_path, "confluent-kafka", b.bootstrap, "s848", "sg848",
+                {**KIP848, "group.instance.id": "b"})
+    m2 = None
+    try:
+        wait_for(lambda: balanced([a, m1], 4) and len(m1.assigned) == 2, 30, "both assigned")
+        before_a, before_b = a.assigned, m1.assigned
+        revokes = len(a.of("on_revoke"))
+        m1.stop()
+        m2 = Member(tmp_path, "confluent-kafka", b.bootstrap, "s848", "sg848",
+                    {**KIP848, "group.instance.id": "b"})
+        wait_for(lambda: m2.assigned, 20, "the restarted member's assignment")
+        time.sleep(2)
+        assert m2.assigned == before_b
+        assert a.assigned == before_a and len(a.of("on_revoke")) == revokes
+    finally:
+        for m in (a, m1, m2):
             if m:
                 m.kill()
