@@ -146,6 +146,16 @@ BROKER_SETTINGS: dict[str, Setting] = {
             topic="min.compaction.lag.ms",
         ),
         Setting(
+            "log.cleaner.max.compaction.lag.ms", "long", (1 << 63) - 1,
+            "Compact records older than this whatever the dirty ratio (and roll the active "
+            "segment of a compacted topic at this age).",
+            topic="max.compaction.lag.ms",
+        ),
+        Setting(
+            "log.cleaner.dedupe.buffer.size", "long", 128 * 1024 * 1024,
+            "Memory for the compaction key map; a log with more keys is compacted in passes.",
+        ),
+        Setting(
             "log.message.timestamp.type", "string", "CreateTime", "CreateTime or LogAppendTime.",
             topic="message.timestamp.type",
         ),
@@ -225,6 +235,7 @@ _TOPIC_RANGES = {
     "delete.retention.ms": (0, None),
     "min.cleanable.dirty.ratio": (0.0, 1.0),
     "min.compaction.lag.ms": (0, None),
+    "max.compaction.lag.ms": (1, None),
     "flush.messages": (1, None),
     "flush.ms": (0, None),
 }

@@ -13,7 +13,12 @@ files.
 Compaction reads keys inside batches, which may be compressed: the codecs come from the
 protocol package and are handed to the storage engine, which imports nothing from the rest
 of the project. Compaction stops below a partition's last stable offset, so records of a
-transaction still open are left alone.
+transaction still open are left alone; it removes the records of aborted transactions (the
+storage engine reads them from the partition's ``.txnindex`` files) and, once nothing is left
+for them to decide, the markers, after ``delete.retention.ms``. Each partition's active
+producers (their last batch) are taken on the event loop and handed over, so compaction keeps
+the header of a producer's last batch and sequence checks still hold afterwards. The key map
+is bounded by ``log.cleaner.dedupe.buffer.size``.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class LogCleaner:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="headrace-cleaner")
         self._stopping = threading.Event()
         self._task: asyncio.Task | None = None
+        self._map_bytes = int(broker.config["log.cleaner.dedupe.buffer.size"])
         self.passes = 0
 
     def start(self) -> None:
@@ -87,8 +93,10 @@ class LogCleaner:
                         p.log.roll()
                 except StorageError as e:
                     log.warning("retention roll of %s failed: %s", p.log.directory, e)
-        bounds = [getattr(p, "last_stable_offset", None) for p in partitions] if compaction \
-            else None
+        bounds = None
+        if compaction:
+            bounds = [(p.last_stable_offset, p.producers.active_producers())
+                      if p.log.config.compacts else None for p in partitions]
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._pass, partitions, retention, bounds)
         self.passes += 1
@@ -104,9 +112,10 @@ class LogCleaner:
                     if n:
                         log.info("retention deleted %d segment(s) of %s; log start offset %d",
                                  n, plog.directory, plog.log_start_offset)
-                if bounds is not None and plog.config.compacts:
+                if bounds is not None and bounds[i] is not None and plog.config.compacts:
+                    below, producers = bounds[i]
                     result = clean(plog, decompress=decompress, compress=compress,
-                                   below=bounds[i])
+                                   below=below, producers=producers, map_bytes=self._map_bytes)
                     if result is not None:
                         log.info("compacted %s: %d -> %d bytes, %d records removed",
                                  plog.directory, result.bytes_before, result.bytes_after,

@@ -147,6 +147,13 @@ class ProducerStateManager:
         entry.coordinator_epoch = coordinator_epoch
         self.ongoing.pop(producer_id, None)
 
+    def active_producers(self) -> dict[int, tuple[int, int]]:
+        """For compaction: producer id -> (base offset of its last batch with a sequence, or
+        -1 when none is known in its current epoch; its epoch). Compaction keeps that batch
+        (or, with -1, the producer's marker of that epoch), even with no records left."""
+        return {pid: (e.batches[-1][2] if e.batches else -1, e.epoch)
+                for pid, e in self.producers.items()}
+
     def last_stable_offset(self, log_end_offset: int) -> int:
         if not self.ongoing:
             return log_end_offset

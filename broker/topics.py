@@ -245,6 +245,7 @@ class Topic:
             delete_retention_ms=int(self.setting("delete.retention.ms")),
             min_cleanable_dirty_ratio=float(self.setting("min.cleanable.dirty.ratio")),
             min_compaction_lag_ms=int(self.setting("min.compaction.lag.ms")),
+            max_compaction_lag_ms=int(self.setting("max.compaction.lag.ms")),
             io_backend=str(self.broker_config["log.io.backend"]),
         )
 

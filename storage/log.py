@@ -78,6 +78,7 @@ class LogConfig:
     delete_retention_ms: int = 24 * 3600 * 1000  # delete.retention.ms (tombstones)
     min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = (1 << 63) - 1  # max.compaction.lag.ms
     io_backend: str = "os"  # "os" or "io_uring" (see io.py); fixed when the log is opened
 
     @property
@@ -101,6 +102,8 @@ class LogConfig:
             raise ValueError("segment_index_bytes must be >= 24")
         if not _policy_words(self.cleanup_policy) <= {"delete", "compact"}:
             raise ValueError(f"unknown cleanup policy {self.cleanup_policy!r}")
+        if self.max_compaction_lag_ms <= 0:
+            raise ValueError("max_compaction_lag_ms must be positive")
         if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
             raise ValueError("min_cleanable_dirty_ratio must be in [0, 1]")
         if self.io_backend not in BACKENDS:
@@ -142,6 +145,10 @@ class Log:
     def _set_limits(self, cfg: LogConfig) -> None:
         self._max_offset_entries = cfg.segment_index_bytes // 8
         self._max_time_entries = cfg.segment_index_bytes // 12 - 1  # room for the final entry
+        # a compacted log also rolls by max.compaction.lag.ms, so its records become cleanable
+        self._roll_ms = cfg.segment_ms
+        if cfg.compacts:
+            self._roll_ms = min(cfg.segment_ms, cfg.max_compaction_lag_ms)
 
     def update_config(self, config: LogConfig) -> None:
         """Apply changed settings (AlterConfigs); they take effect from the next append."""
@@ -272,7 +279,7 @@ class Log:
             if seg.size:
                 if (seg.size + n > self.config.segment_bytes
                         or seg.time_waited_for_roll(max_timestamp, time.monotonic())
-                        > self.config.segment_ms
+                        > self._roll_ms
                         or seg.offset_index.full(self._max_offset_entries)
                         or seg.time_index.full(self._max_time_entries)
                         or last_offset - seg.base_offset > INT32_MAX):

@@ -105,6 +105,16 @@ class LogSegment:
 
     # -- rolling -------------------------------------------------------------------------------
 
+    def first_batch_timestamp(self) -> int:
+        """The maxTimestamp of the segment's first batch; -1 when empty or without one."""
+        if self.rolling_ts is None:
+            self.rolling_ts = -1
+            if self.size >= HEADER_SIZE:
+                header = os.pread(self.log_ref.fd, HEADER_SIZE, 0)
+                if len(header) == HEADER_SIZE:
+                    self.rolling_ts = MAX_TIMESTAMP.unpack_from(header, MAX_TIMESTAMP_OFFSET)[0]
+        return self.rolling_ts
+
     def time_waited_for_roll(self, max_timestamp: int, now: float) -> float:
         """How long this segment has been filling, in ms, as Kafka measures it for segment.ms.
 
@@ -112,12 +122,7 @@ class LogSegment:
         appended, the difference of the two; otherwise the time since the segment was created
         (or opened) by the monotonic clock ``now``.
         """
-        if self.rolling_ts is None:
-            self.rolling_ts = -1
-            if self.size >= HEADER_SIZE:
-                header = os.pread(self.log_ref.fd, HEADER_SIZE, 0)
-                if len(header) == HEADER_SIZE:
-                    self.rolling_ts = MAX_TIMESTAMP.unpack_from(header, MAX_TIMESTAMP_OFFSET)[0]
+        self.first_batch_timestamp()
         if self.rolling_ts >= 0 and max_timestamp >= 0:
             return max_timestamp - self.rolling_ts
         return (now - self.created) * 1000.0

@@ -89,7 +89,9 @@ class Writer:
 
 
 def make_keyed_batch(base_offset: int, records, *, base_timestamp: int = 1_000,
-                     compression: int = 0, compress=None) -> bytes:
+                     compression: int = 0, compress=None, producer_id: int = -1,
+                     producer_epoch: int = -1, base_sequence: int = -1,
+                     transactional: bool = False, control: bool = False) -> bytes:
     """A v2 batch of ``records``: (key or None, value or None, timestamp) triples.
 
     ``compression`` sets the attribute bits; ``compress(data)`` compresses the records.
@@ -106,7 +108,19 @@ def make_keyed_batch(base_offset: int, records, *, base_timestamp: int = 1_000,
         body += _varint(len(rec)) + rec
     payload = compress(bytes(body)) if compression else bytes(body)
     max_timestamp = max(ts for _, _, ts in records)
-    tail = _TAIL.pack(compression, len(records) - 1, base_timestamp, max_timestamp, -1, -1, -1,
-                      len(records)) + payload
+    attributes = compression | (0x10 if transactional else 0) | (0x20 if control else 0)
+    tail = _TAIL.pack(attributes, len(records) - 1, base_timestamp, max_timestamp, producer_id,
+                      producer_epoch, base_sequence, len(records)) + payload
     crc = crc32c.crc32c(tail)
     return struct.pack(">qiibI", base_offset, 9 + len(tail), 0, 2, crc) + tail
+
+
+def make_marker(base_offset: int, producer_id: int, epoch: int, commit: bool,
+                timestamp: int = 1_000) -> bytes:
+    """A transaction marker (control batch): key int16 version, int16 type (0 abort, 1 commit);
+    value int16 version, int32 coordinator epoch."""
+    key = struct.pack(">hh", 0, 1 if commit else 0)
+    value = struct.pack(">hi", 0, 0)
+    return make_keyed_batch(base_offset, [(key, value, timestamp)], base_timestamp=timestamp,
+                            producer_id=producer_id, producer_epoch=epoch, transactional=True,
+                            control=True)
