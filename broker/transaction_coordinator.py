@@ -35,12 +35,19 @@ requests for it get CONCURRENT_TRANSACTIONS.
 
 Fencing answers are PRODUCER_FENCED; the API modules turn them into INVALID_PRODUCER_EPOCH
 for request versions older than KIP-588.
+
+Crash tests: the environment variable ``HEADRACE_TEST_CRASH`` set to ``after-prepare`` (once
+a Prepare* decision is durable, before any marker) or ``after-first-marker`` (once the first
+partition's marker is flushed) makes the broker kill itself with SIGKILL at that point. It is
+read only by tests; nothing else sets it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import time
 from dataclasses import replace
 
@@ -83,6 +90,13 @@ COORDINATOR_EPOCH = 0  # one broker: the coordinator never moves
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _crash_point(name: str) -> None:
+    """Fault injection for crash tests (see the module doc)."""
+    if os.environ.get("HEADRACE_TEST_CRASH") == name:
+        log.warning("HEADRACE_TEST_CRASH=%s: killing the broker", name)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class TransactionCoordinator:
@@ -307,6 +321,7 @@ class TransactionCoordinator:
 
     async def _complete(self, prepared: TransactionMetadata, commit: bool) -> int:
         """Write the markers of a decided transaction, flush them, then complete it."""
+        _crash_point("after-prepare")
         prepared.pending = True
         try:
             offsets = self.pending_offsets.get(prepared.producer_id, {})
@@ -331,6 +346,10 @@ class TransactionCoordinator:
                     log.warning("marker for %s in %s-%d: error %d", prepared.transactional_id,
                                 topic_name, index, error)
                 touched.append(partition)
+                if os.environ.get("HEADRACE_TEST_CRASH") == "after-first-marker":
+                    partition.unflushed = 0
+                    await self.broker.group_commit.flush([partition.log])
+                    _crash_point("after-first-marker")
             for partition in touched:
                 partition.unflushed = 0
             if touched:

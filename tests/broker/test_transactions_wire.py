@@ -247,3 +247,94 @@ def test_aborted_index_lives_beside_its_segment(broker_factory):
         assert delete_records(c, "t", 8) == 0                 # the marker's segment goes
         assert not any(n.endswith(".txnindex") for n in os.listdir(part_dir))
         assert fetch(c, "t", 1, offset=8).aborted_transactions == []
+
+
+def _crash_during_end_txn(broker_factory, monkeypatch, point, commit):
+    """Run one transaction over topics a and b; the broker kills itself at ``point`` of the
+    EndTxn; restart it and return (client, pid, epoch) with the broker up again."""
+    monkeypatch.setenv("HEADRACE_TEST_CRASH", point)
+    # no timer pass during the test: the start-up replay alone must finish the decision
+    broker = broker_factory({**FAST,
+                             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "600000"})
+    with WireClient(broker.port) as c:
+        create_topic(c, "a")
+        create_topic(c, "b")
+        _, pid, epoch = init_pid(c, "crashy")
+        assert add_partitions(c, "crashy", pid, epoch, [("a", [0]), ("b", [0])]) == {
+            ("a", 0): 0, ("b", 0): 0}
+        assert produce(c, "a", [b"in a"], pid, epoch, 0, "crashy", True) == (0, 0)
+        assert produce(c, "b", [b"in b"], pid, epoch, 0, "crashy", True) == (0, 0)
+        try:
+            end_txn(c, "crashy", pid, epoch, commit)
+        except Exception:
+            pass
+        else:
+            raise AssertionError("the broker answered instead of crashing")
+    broker.proc.wait(30)
+    assert broker.proc.returncode == -9
+    broker.kill()
+    monkeypatch.delenv("HEADRACE_TEST_CRASH")
+    broker.start()
+    return broker, pid, epoch
+
+
+def _state(c, tid):
+    r = c.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, messages.DescribeTransactionsRequest(
+        transactional_ids=[tid]))
+    return r.transaction_states[0].transaction_state
+
+
+def _settled(c, topic, high_watermark, aborted):
+    """The transaction is decided in ``topic``: LSO = HW, and read_committed readers get
+    the expected aborted list."""
+    deadline = time.monotonic() + 10
+    while True:
+        p = fetch(c, topic, 1)
+        if p.last_stable_offset == p.high_watermark == high_watermark or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert (p.last_stable_offset, p.high_watermark) == (high_watermark, high_watermark)
+    assert [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == aborted
+
+
+def test_kill9_after_prepare_commit_completes_the_commit(broker_factory, monkeypatch):
+    """A crash after PrepareCommit is durable and before any marker: the restarted
+    coordinator writes the commit markers to every partition and completes."""
+    broker, pid, epoch = _crash_during_end_txn(broker_factory, monkeypatch, "after-prepare",
+                                               True)
+    with WireClient(broker.port) as c:
+        _settled(c, "a", 2, [])
+        _settled(c, "b", 2, [])
+        assert _state(c, "crashy") == "CompleteCommit"
+        assert end_txn(c, "crashy", pid, epoch, True) == 0   # the client's retry succeeds
+        # the producer carries on with its next transaction
+        assert add_partitions(c, "crashy", pid, epoch, [("a", [0])]) == {("a", 0): 0}
+        assert produce(c, "a", [b"next"], pid, epoch, 1, "crashy", True) == (0, 2)
+        assert end_txn(c, "crashy", pid, epoch, True) == 0
+        _settled(c, "a", 4, [])
+
+
+def test_kill9_after_prepare_abort_completes_the_abort(broker_factory, monkeypatch):
+    broker, pid, epoch = _crash_during_end_txn(broker_factory, monkeypatch, "after-prepare",
+                                               False)
+    with WireClient(broker.port) as c:
+        _settled(c, "a", 2, [(pid, 0)])
+        _settled(c, "b", 2, [(pid, 0)])
+        assert _state(c, "crashy") == "CompleteAbort"
+        assert end_txn(c, "crashy", pid, epoch, False) == 0
+
+
+def test_kill9_between_markers_completes_every_partition(broker_factory, monkeypatch):
+    """A crash after the first partition's marker: the restart writes the markers again
+    (the first partition gets a second one, which changes nothing) and completes."""
+    broker, pid, epoch = _crash_during_end_txn(broker_factory, monkeypatch,
+                                               "after-first-marker", False)
+    with WireClient(broker.port) as c:
+        _settled(c, "a", 3, [(pid, 0)])   # record, marker, repeated marker
+        _settled(c, "b", 2, [(pid, 0)])
+        assert _state(c, "crashy") == "CompleteAbort"
+    broker.kill()
+    broker.start()
+    with WireClient(broker.port) as c:
+        _settled(c, "a", 3, [(pid, 0)])
+        _settled(c, "b", 2, [(pid, 0)])
