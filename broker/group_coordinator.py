@@ -33,7 +33,15 @@ in a JoinGroup or SyncGroup are not expired meanwhile.
 Offsets: ``commit`` appends one record batch to the group's partition of
 ``__consumer_offsets`` (see ``group_offsets``), updates the cache at once (log order) and
 answers after the group commit has flushed that log. ``start`` replays the topic, so groups
-that only have offsets come back Empty after a restart. Offsets of groups without members
+that only have offsets come back Empty after a restart.
+
+Membership: as in Kafka, a classic group's metadata (generation, protocol, leader, each
+member's id, timeouts, subscription and assignment) is written to the same partition when a
+rebalance completes (the leader's SyncGroup is answered once it is flushed), when the group
+becomes Empty and when a static member takes over its old place; a deleted group gets a
+tombstone. ``start`` brings groups with members back Stable, each member with a fresh session,
+so members that keep heartbeating (or static members that rejoin) cause no rebalance; members
+that are gone expire after their session timeout. Offsets of groups without members
 expire ``offsets.retention.minutes`` after the group emptied (or after the commit, for groups
 that never had members); a group without members or offsets is removed.
 """
@@ -50,7 +58,7 @@ from headrace.protocol import ErrorCode, decode_message, messages
 
 from . import group_offsets
 from .consumer_group import ConsumerGroupCoordinator
-from .group_offsets import OFFSETS_TOPIC, CommittedOffset
+from .group_offsets import OFFSETS_TOPIC, CommittedOffset, StoredGroup, StoredMember
 from .group_state import (
     ACCEPT,
     COMPLETING,
@@ -216,6 +224,7 @@ class GroupCoordinator:
         self.consumer = ConsumerGroupCoordinator(self, cfg)  # KIP-848 groups
         self._topic_ready: asyncio.Future | None = None
         self._tasks: list[asyncio.Task] = []
+        self._group_writes: dict[str, asyncio.Future] = {}  # group id -> its latest metadata write
 
     # lifecycle ---------------------------------------------------------------------------------
 
@@ -223,13 +232,86 @@ class GroupCoordinator:
         topic = self.broker.topics.get(OFFSETS_TOPIC)
         if topic is not None:
             logs = [p.log for p in topic.partitions]
-            loaded = await asyncio.to_thread(group_offsets.replay, logs)
+            stored: dict[str, StoredGroup] = {}
+            loaded = await asyncio.to_thread(group_offsets.replay, logs, stored)
             for group_id, offsets in loaded.items():
                 group = self.groups[group_id] = ClassicGroup(group_id)
                 group.offsets = offsets
             if loaded:
                 log.info("loaded committed offsets of %d groups", len(loaded))
+            restored = 0
+            for group_id, meta in stored.items():
+                if not meta.members and group_id not in self.groups:
+                    continue  # an Empty group without offsets is not kept
+                group = self.groups.get(group_id) or self.groups.setdefault(group_id, ClassicGroup(group_id))
+                self._restore(group, meta)
+                restored += bool(meta.members)
+            if restored:
+                log.info("restored the membership of %d classic groups", restored)
         self._tasks.append(asyncio.create_task(self._expire_offsets_every()))
+
+    def _restore(self, group: ClassicGroup, meta: StoredGroup) -> None:
+        """A group as its last metadata record left it: Stable with its members, or Empty."""
+        group.generation = meta.generation
+        group.protocol_type = meta.protocol_type or None
+        if not meta.members:
+            return
+        group.protocol_name = meta.protocol
+        for sm in meta.members:
+            m = Member(sm.member_id, sm.instance_id, sm.client_id, sm.client_host,
+                       sm.session_timeout_ms, sm.rebalance_timeout_ms, meta.protocol_type,
+                       [(meta.protocol or "", sm.subscription)])
+            m.assignment = sm.assignment
+            m.is_new = False
+            group.members[m.member_id] = m
+            if m.instance_id is not None:
+                group.static[m.instance_id] = m.member_id
+            self._touch(group, m)
+        group.leader = meta.leader if meta.leader in group.members else next(iter(group.members))
+        group.state = STABLE  # loaded, not a transition
+        group.state_since_ms = meta.state_timestamp if meta.state_timestamp > 0 else now_ms()
+
+    def _stored(self, group: ClassicGroup) -> StoredGroup:
+        return StoredGroup(
+            group.protocol_type or "", group.generation, group.protocol_name, group.leader,
+            group.state_since_ms,
+            tuple(StoredMember(m.member_id, m.instance_id, m.client_id, m.client_host,
+                               m.rebalance_timeout_ms, m.session_timeout_ms,
+                               m.metadata(group.protocol_name), m.assignment)
+                  for m in group.members.values()))
+
+    def _persist_group(self, group: ClassicGroup, tombstone: bool = False) -> asyncio.Future:
+        """Write the group's metadata record (or its tombstone) after the group's earlier ones;
+        the future gives an error code once it is flushed."""
+        value = None if tombstone else group_offsets.group_value(self._stored(group))
+        group_id = group.group_id
+        previous = self._group_writes.get(group_id)
+        task = asyncio.ensure_future(self._write_group(group_id, value, previous))
+        self._group_writes[group_id] = task
+
+        def forget(t):
+            if self._group_writes.get(group_id) is t:
+                del self._group_writes[group_id]
+        task.add_done_callback(forget)
+        return task
+
+    async def _write_group(self, group_id: str, value: bytes | None, previous) -> int:
+        if previous is not None:
+            await asyncio.wait([previous])
+        try:
+            partition = await self.offsets_partition(group_id)
+            batch = group_offsets.build_commit_batch([(group_offsets.group_key(group_id), value)],
+                                                     now_ms())
+            error, _, _ = partition.append(memoryview(batch), len(batch))
+            if error:
+                log.warning("group %s: storing its metadata failed (error %d)", group_id, error)
+                return error
+            partition.unflushed = 0
+            await self.broker.group_commit.flush([partition.log])
+        except Exception:
+            log.exception("group %s: storing its metadata failed", group_id)
+            return E.KAFKA_STORAGE_ERROR
+        return E.NONE
 
     def stop(self) -> None:
         for task in self._tasks:
@@ -368,6 +450,7 @@ class GroupCoordinator:
         member.protocols = protocols
         if group.state is STABLE and (unchanged or group.select_protocol() == group.protocol_name):
             # no rebalance: the member takes its old place and assignment
+            self._persist_group(group)
             result = self._join_result(group, member)
             result.skip_assignment = group.leader == new_id
             return result
@@ -454,6 +537,7 @@ class GroupCoordinator:
             log.info("group %s is empty (generation %d)", group.group_id, group.generation)
             if not group.offsets:
                 self._remove_group(group)
+            self._persist_group(group, tombstone=not group.offsets)
             return
         group.protocol_name = group.select_protocol()
         if group.leader not in group.members:
@@ -553,13 +637,21 @@ class GroupCoordinator:
             for m in group.members.values():
                 m.assignment = given.get(m.member_id, b"")
             group.set_state(STABLE)
-            for m in group.members.values():
-                if m.sync_waiter is not None:
-                    w, m.sync_waiter = m.sync_waiter, None
-                    self._touch(group, m)
-                    if not w.done():
-                        w.set_result((E.NONE, m.assignment))
+            generation = group.generation
+            # the waiting members are answered once the group's metadata is stored
+            self._persist_group(group).add_done_callback(
+                lambda _: self._answer_syncs(group, generation))
         return waiter
+
+    def _answer_syncs(self, group: ClassicGroup, generation: int) -> None:
+        if group.generation != generation:
+            return  # a later rebalance has answered or will answer them
+        for m in group.members.values():
+            if m.sync_waiter is not None:
+                w, m.sync_waiter = m.sync_waiter, None
+                self._touch(group, m)
+                if not w.done():
+                    w.set_result((E.NONE, m.assignment))
 
     def heartbeat(self, group_id, generation, member_id, instance_id) -> int:
         group = self.groups.get(group_id)
@@ -710,6 +802,7 @@ class GroupCoordinator:
             return error
         if not group.members and self.groups.get(group_id) is group:
             self._remove_group(group)
+            return await self._persist_group(group, tombstone=True)
         return E.NONE
 
     async def _expire_offsets_every(self) -> None:
@@ -743,6 +836,7 @@ class GroupCoordinator:
             if not group.offsets and not group.members:
                 if isinstance(group, ClassicGroup):
                     self._remove_group(group)
+                    self._persist_group(group, tombstone=True)
                 else:
                     self.consumer.groups.pop(group.group_id, None)
         if expired:

@@ -368,3 +368,27 @@ def test_kip848_static_member_restart_keeps_its_partitions(broker_factory, tmp_p
         for m in (a, m1, m2):
             if m:
                 m.kill()
+
+
+def test_classic_group_survives_a_broker_restart_without_a_rebalance(broker_factory, tmp_path):
+    """The group's stored metadata brings it back after kill -9: confluent-kafka's static members
+    keep heartbeating (or rejoin) into the same generation, so nobody's partitions are revoked."""
+    b = broker_factory(SETTINGS)
+    create_topic(b.bootstrap, "restart", 4)
+    a = Member(tmp_path, "confluent-kafka", b.bootstrap, "restart", "rg", {"group.instance.id": "a"})
+    d = Member(tmp_path, "confluent-kafka", b.bootstrap, "restart", "rg", {"group.instance.id": "d"})
+    try:
+        wait_for(lambda: balanced([a, d], 4) and len(a.assigned) == 2, 30, "both static members assigned")
+        before = (a.assigned, d.assigned)
+        revokes = (len(a.of("on_revoke")), len(d.of("on_revoke")))
+        b.kill()
+        b.start()
+        produce(b.bootstrap, "restart", 4, 10)
+        wait_for(lambda: len({tuple(r) for m in (a, d) for e in m.of("records") for r in e["records"]}) == 40,
+                 30, "the records produced after the restart")
+        time.sleep(SESSION_MS / 1000 + 1)  # past a session: nothing may happen meanwhile
+        assert (a.assigned, d.assigned) == before
+        assert (len(a.of("on_revoke")), len(d.of("on_revoke"))) == revokes
+    finally:
+        for m in (a, d):
+            m.kill()

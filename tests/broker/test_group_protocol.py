@@ -296,9 +296,10 @@ def test_admin_list_describe_delete_offset_delete(broker_factory):
         assert internal == {"t": False, "__consumer_offsets": True}
     b.kill()
     b.start()
-    with WireClient(b.port) as c:  # deletions are replayed too
+    with WireClient(b.port) as c:  # deletions are replayed too; the live group's membership is kept
         assert fetch_offsets(c, "offsets-only") == {}
-        assert [g.group_id for g in c.request(ApiKey.LIST_GROUPS, 5, L(states_filter=[], types_filter=[])).groups] == []
+        listed = c.request(ApiKey.LIST_GROUPS, 5, L(states_filter=[], types_filter=[])).groups
+        assert [(g.group_id, g.group_state) for g in listed] == [("active", "Stable")]
 
 
 def test_offsets_survive_kill_9(broker_factory):
@@ -364,3 +365,53 @@ def test_join_rejections(broker_factory, kw, error):
                                                     protocol_type="connect", protocols=[
                                                         JG.JoinGroupRequestProtocol(name="x", metadata=b"")]))
         assert ok.error_code == 0 and other.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_classic_membership_survives_a_restart(broker_factory):
+    """As in Kafka, the group's metadata record brings it back Stable after a restart (even
+    kill -9): a member keeps heartbeating with its generation, a static member rejoining with
+    an empty member id takes its old place without a rebalance, and a member that never comes
+    back expires after its session timeout, which starts a rebalance."""
+    b = broker_factory(FAST)
+    with WireClient(b.port) as c, WireClient(b.port) as s:
+        ra = join(c, "g", session_ms=4000)
+        sync(c, "g", ra.generation_id, ra.member_id, [(ra.member_id, b"all")])
+        s.send(ApiKey.JOIN_GROUP, 9, join_msg("g", instance_id="inst", session_ms=4000))
+        time.sleep(0.2)
+        ra = join(c, "g", member_id=ra.member_id, session_ms=4000)
+        _, rs = s.receive(ApiKey.JOIN_GROUP, 9)
+        gen = ra.generation_id
+        assert ra.leader == ra.member_id and rs.generation_id == gen
+        s.send(ApiKey.SYNC_GROUP, 5, SG(group_id="g", generation_id=gen, member_id=rs.member_id,
+                                        group_instance_id="inst", protocol_type="consumer",
+                                        protocol_name="range", assignments=[]))
+        assert sync(c, "g", gen, ra.member_id, [(ra.member_id, b"A"), (rs.member_id, b"S")]).assignment == b"A"
+        assert s.receive(ApiKey.SYNC_GROUP, 5)[1].assignment == b"S"
+        assert describe(c, "g").group_state == "Stable"
+    b.kill()
+    b.start()
+    with WireClient(b.port) as c:
+        d = describe(c, "g")
+        assert d.group_state == "Stable" and d.protocol_data == "range"
+        assert sorted((m.member_id, m.group_instance_id, m.member_assignment) for m in d.members) == sorted(
+            [(ra.member_id, None, b"A"), (rs.member_id, "inst", b"S")])
+        assert heartbeat(c, "g", gen, ra.member_id) == 0
+        # the static member restarts: same generation, its old assignment, no rebalance
+        again = join(c, "g", instance_id="inst", session_ms=4000)
+        assert again.error_code == 0 and again.generation_id == gen
+        assert again.member_id != rs.member_id
+        assert sync(c, "g", gen, again.member_id, instance_id="inst").assignment == b"S"
+        assert heartbeat(c, "g", gen, ra.member_id) == 0
+        assert heartbeat(c, "g", gen, rs.member_id, "inst") == ErrorCode.FENCED_INSTANCE_ID
+    b.kill()  # the new static member id is stored too
+    b.start()
+    with WireClient(b.port) as c:
+        members = {m.member_id for m in describe(c, "g").members}
+        assert members == {ra.member_id, again.member_id}
+        # only the dynamic member keeps heartbeating: the static one expires, a rebalance starts
+        deadline = time.monotonic() + 8
+        code = 0
+        while time.monotonic() < deadline and code == 0:
+            code = heartbeat(c, "g", gen, ra.member_id)
+            time.sleep(0.3)
+        assert code == ErrorCode.REBALANCE_IN_PROGRESS
