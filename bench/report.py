@@ -106,7 +106,7 @@ def _headrace_at(results: dict) -> str:
 
 
 CPU_COLUMNS = (("broker_cpu", "broker process"), ("client_cpu", "client tool"),
-               ("other_on_broker_cpu", "other work on the broker's CPU"))
+               ("other_on_broker_cpu", "rest of the broker's CPU busy"))
 
 
 def cpu_table(results: dict) -> str:
@@ -125,8 +125,11 @@ def cpu_table(results: dict) -> str:
         return ""
     head = ("| scenario | " + " | ".join(label for _, label in CPU_COLUMNS) + " |\n"
             + "|---|" + "---:|" * len(CPU_COLUMNS) + "\n")
-    return ("CPU used during the runs (median share of one core, Kafka / Headrace; the client "
-            "figure includes its JVM start):\n\n" + head + "\n".join(rows) + "\n")
+    return ("CPU used during the runs (median share of one core, Kafka / Headrace). *broker "
+            "process*: the broker's own user+system time; *client tool*: the perf tool's, JVM "
+            "start included; *rest of the broker's CPU busy*: time the broker's CPU spent on "
+            "anything else (other processes on a shared machine, kernel writeback and network "
+            "softirqs):\n\n" + head + "\n".join(rows) + "\n")
 
 
 def markdown(results: dict) -> str:
