@@ -180,6 +180,7 @@ class ConsumerGroupCoordinator:
             if classic is not None:  # an empty classic group: keep its offsets
                 group.offsets = classic.offsets
                 self.classic._remove_group(classic)
+                self.classic._persist_group(classic, tombstone=True)  # its stored metadata goes
         epoch = request.member_epoch
         member_id = request.member_id
         assignor = request.server_assignor
