@@ -214,7 +214,7 @@ def write_plots(results: dict, out_dir: Path) -> None:
         plt.close(fig)
 
     # latency: S2 and S6 percentiles, log scale
-    lat = [(sid, m) for sid, ms in (("S2", ("p50_ms", "p99_ms")),
+    lat = [(sid, m) for sid, ms in (("S2", ("p50_ms", "p99_ms")), ("S2r", ("p50_ms", "p99_ms")),
                                     ("S6", ("p50_ms", "p99_ms", "p999_ms")))
            if sid in scen for m in ms]
     if lat:
@@ -231,7 +231,7 @@ def write_plots(results: dict, out_dir: Path) -> None:
         ax.set_yscale("log")
         ax.set_ylabel("ms (median of runs)")
         rate = re.search(r"fixed rate ([\d.]+ MB/s)", scen.get("S6", {}).get("title", ""))
-        ax.set_title("Latency: S2 produce ack (durable), S6 end to end"
+        ax.set_title("Latency: S2/S2r durable produce ack, S6 end to end"
                      + (f" at {rate.group(1)}" if rate else ""))
         ax.legend()
         fig.tight_layout()
@@ -329,14 +329,15 @@ _ROOTS = re.compile(r"runpy|__main__|cli\.py:(main|_run)$|uvloop/__init__\.py:ru
                     r"^threading\.py:|thread_run|libpython|^0x")
 
 
-def read_collapsed(path: Path) -> list[tuple[list[str], int]]:
-    """Stacks (root first) and sample counts, without the samples of waiting threads."""
+def read_collapsed(path: Path, keep_idle: bool = False) -> list[tuple[list[str], int]]:
+    """Stacks (root first) and sample counts, without the samples of waiting threads unless
+    ``keep_idle``."""
     stacks = []
     for line in path.read_text(errors="replace").splitlines():
         stack, _, count = line.rpartition(" ")
         if stack and count.isdigit():
             frames = stack.split(";")
-            if any(idle in f for f in frames[-4:] for idle in _IDLE):
+            if not keep_idle and any(idle in f for f in frames[-4:] for idle in _IDLE):
                 continue
             stacks.append((frames, int(count)))
     return stacks
@@ -429,7 +430,7 @@ def write_profiles(profile_dir: Path | None, out_dir: Path, results: dict) -> No
           "(frames common to every event-loop sample left out).", ""]
     for f in sorted(profile_dir.glob("*.collapsed")):
         sid = f.stem
-        stacks = read_collapsed(f)
+        stacks = read_collapsed(f, keep_idle=results.get("profile_idle", False))
         if not stacks:
             continue
         (out_dir / f"profile-{sid}.svg").write_text(

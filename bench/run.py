@@ -60,6 +60,7 @@ class Context:
         self.logs = self.raw / "logs"
         self.progress = Progress(args.quiet)
         self.profile_dir: Path | None = None
+        self.profile_idle: bool = args.profile_idle
         self.seq = 0
 
     def next_dir(self, tag: str) -> Path:
@@ -174,8 +175,9 @@ def append_limit(ctx: Context, total: int) -> dict:
 
 def _producer_args(sc: Scenario, topic: str, bootstrap: str, records: int) -> list[str]:
     props = [f"bootstrap.servers={bootstrap}"] + [f"{k}={v}" for k, v in sc.producer_props.items()]
+    rate = str(sc.rate_bytes // sc.record_size) if sc.rate_bytes and sc.kind == "produce" else "-1"
     return ["--topic", topic, "--num-records", str(records), "--record-size",
-            str(sc.record_size), "--throughput", "-1", "--producer-props", *props]
+            str(sc.record_size), "--throughput", rate, "--producer-props", *props]
 
 
 def _echo(ctx: Context, prefix: str):
@@ -200,12 +202,12 @@ class Profiler:
     Blocking sampling (the default; ``--nonblocking`` tears stacks) at 100 Hz, with native
     frames so that time inside uvloop, the socket calls and C extensions is named."""
 
-    def __init__(self, pid: int, out: Path, native: bool = True) -> None:
+    def __init__(self, pid: int, out: Path, native: bool = True, idle: bool = False) -> None:
         self.out = out
         out.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [pyspy(), "record", "-p", str(pid), "-o", str(out), "-f", "raw", "-r", "100",
-             "--threads", *(["--native"] if native else [])],
+             "--threads", *(["--native"] if native else []), *(["--idle"] if idle else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             preexec_fn=lambda: os.sched_setaffinity(0, brokers.CLIENT_CPUS))
         time.sleep(0.5)
@@ -231,7 +233,8 @@ def run_produce(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
     try:
         wire.ensure_topic(HOST, broker.port, topic, sc.partitions)
         if ctx.profile_dir is not None and kind == "headrace":
-            prof = Profiler(broker.pid, ctx.profile_dir / f"{sc.id}.collapsed")
+            prof = Profiler(broker.pid, ctx.profile_dir / f"{sc.id}.collapsed",
+                            idle=ctx.profile_idle)
         meter = brokers.CpuMeter(broker.pid).start()
         out = brokers.java_tool("org.apache.kafka.tools.ProducerPerformance",
                                 _producer_args(sc, topic, broker.bootstrap, records),
@@ -486,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="Headrace only, S1/S3/S4 (or --scenarios) once each under py-spy; "
                          "writes flame graphs and top-function tables to --out")
+    ap.add_argument("--profile-idle", action="store_true",
+                    help="with --profile: keep samples of waiting threads (where time goes "
+                         "off the CPU: fsync, locks, epoll)")
     ap.add_argument("--readme", action="store_true",
                     help="rewrite the README's Benchmarks section from these results")
     ap.add_argument("--quiet", action="store_true")
@@ -524,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {
         "command": command.strip(), "stamp": stamp, "size": ctx.size, "runs": ctx.runs,
         "brokers": ctx.kinds, "loadavg_start": loadavg(), "machine": machine(),
-        "headrace_at": headrace_at,
+        "headrace_at": headrace_at, "profile_idle": args.profile_idle,
         "scenarios": {},
     }
     ctx.progress(f"load average at start: {results['loadavg_start']} "
