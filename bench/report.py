@@ -96,6 +96,16 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def _load_range(results: dict) -> str:
+    loads = sorted(x["loadavg"][0] for e in results["scenarios"].values()
+                   for ss in e.get("samples", {}).values() for x in ss if x.get("loadavg"))
+    if not loads:
+        return "-"
+    busy = sum(1 for x in loads if x > 0.7)
+    return (f"{loads[0]:.2f} to {loads[-1]:.2f}, median {loads[len(loads) // 2]:.2f} "
+            f"({busy} of {len(loads)} runs above 0.7)")
+
+
 def _headrace_at(results: dict) -> str:
     m = results.get("machine", {})
     at = results.get("headrace_at", "worktree")
@@ -106,7 +116,16 @@ def _headrace_at(results: dict) -> str:
 
 
 CPU_COLUMNS = (("broker_cpu", "broker process"), ("client_cpu", "client tool"),
-               ("other_on_broker_cpu", "rest of the broker's CPU busy"))
+               ("other_on_broker_cpu", "rest of the broker's CPU busy"),
+               ("foreign_cpu", "other use of both CPUs"))
+
+
+def _foreign(sample: dict) -> float | None:
+    keys = ("broker_cpu_busy", "client_cpu_busy", "broker_cpu", "client_cpu")
+    if any(sample.get(k) is None for k in keys):
+        return None
+    return max(0.0, sample["broker_cpu_busy"] + sample["client_cpu_busy"]
+               - sample["broker_cpu"] - sample["client_cpu"])
 
 
 def cpu_table(results: dict) -> str:
@@ -117,7 +136,14 @@ def cpu_table(results: dict) -> str:
         med = entry.get("median", {})
         cells = []
         for key, _ in CPU_COLUMNS:
-            vals = [med.get(k, {}).get(key) for k in ("kafka", "headrace")]
+            if key == "foreign_cpu":
+                vals = []
+                for kind in ("kafka", "headrace"):
+                    fs = sorted(f for f in map(_foreign, entry.get("samples", {}).get(kind, []))
+                                if f is not None)
+                    vals.append(fs[len(fs) // 2] if fs else None)
+            else:
+                vals = [med.get(k, {}).get(key) for k in ("kafka", "headrace")]
             cells.append(" / ".join("-" if v is None else f"{v:.2f}" for v in vals))
         if any(c != "- / -" for c in cells):
             rows.append(f"| {sid} | " + " | ".join(cells) + " |")
@@ -128,8 +154,9 @@ def cpu_table(results: dict) -> str:
     return ("CPU used during the runs (median share of one core, Kafka / Headrace). *broker "
             "process*: the broker's own user+system time; *client tool*: the perf tool's, JVM "
             "start included; *rest of the broker's CPU busy*: time the broker's CPU spent on "
-            "anything else (other processes on a shared machine, kernel writeback and network "
-            "softirqs):\n\n" + head + "\n".join(rows) + "\n")
+            "anything else; *other use of both CPUs*: busy time of the two CPUs beyond the broker "
+            "and the client, in cores (other processes on a shared machine, kernel writeback "
+            "and network softirqs):\n\n" + head + "\n".join(rows) + "\n")
 
 
 def markdown(results: dict) -> str:
@@ -146,7 +173,9 @@ def markdown(results: dict) -> str:
         f"{m.get('java', '')}.",
         "",
         f"Load average at start: {la}" + (" (**busy machine: numbers are noisy**)" if busy else "")
-        + f"; at end: {results.get('loadavg_end')}. Run took {results.get('elapsed_s', 0) / 60:.1f} min.",
+        + f"; at end: {results.get('loadavg_end')}; 1-minute load at the start of each run "
+        + "(the benchmark's own broker and client add up to about 2): "
+        + _load_range(results) + f". Run took {results.get('elapsed_s', 0) / 60:.1f} min.",
     ]
     if lb:
         head.append("")
@@ -266,8 +295,11 @@ def readme_section(results: dict, out_dir: Path) -> str:
     plots = "\n".join(f"![{p[:-4]}]({rel}/{p})" for p in PLOTS if (out_dir / p).exists())
     profiles = sorted(out_dir.glob("profile-*.svg"))
     prof = ""
+    if (out_dir / "notes.md").exists():
+        prof += (f"\n\nWhat the numbers mean, which bars are met and what stands in the way: "
+                 f"[{rel}/notes.md]({rel}/notes.md).")
     if profiles:
-        prof = ("\n\nFlame graphs of Headrace (py-spy, `python -m bench.run --profile`): "
+        prof += ("\n\nFlame graphs of Headrace (py-spy, `python -m bench.run --profile`): "
                 + ", ".join(f"[{p.stem[8:]}]({rel}/{p.name})" for p in profiles)
                 + f"; top functions in [{rel}/profiles.md]({rel}/profiles.md).")
     return f"""## Benchmarks
