@@ -386,7 +386,13 @@ class Log:
             with self._lock:
                 leo = self.log_end_offset
                 generation = self._generation
-                todo = [(s, s.size, s.log_ref, s.offset_index.write_ref, s.time_index.write_ref)
+                # The active segment's indexes are not fsynced: the new recovery point lies in
+                # that segment, and recovery rebuilds the indexes of every segment from the
+                # one holding the recovery point on. A rolled segment's indexes are fsynced
+                # once, by name, at the first flush after the roll.
+                active = self._active
+                todo = [(s, s.size, s.log_ref) if s is active else
+                        (s, s.size, s.log_ref, s.offset_index.write_ref, s.time_index.write_ref)
                         for s in self._segments if s.flushed_size < s.size]
                 rolled, self._rolled_index_paths = self._rolled_index_paths, []
                 for s in self._segments:
