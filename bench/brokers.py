@@ -278,6 +278,9 @@ class KafkaBroker(Broker):
 
 
 HEADRACE_PATH: Path | None = None  # set by the harness when it runs a snapshot
+# Settings where bench/kafka/server.properties.template departs from Kafka's defaults, given
+# to Headrace too so that both brokers run alike (a new group rebalances at once).
+HEADRACE_PARITY = {"group.initial.rebalance.delay.ms": 0}
 
 
 def make_broker(kind: str, data_dir: Path, durable: bool = False, fixed_port: bool = False,
@@ -289,6 +292,7 @@ def make_broker(kind: str, data_dir: Path, durable: bool = False, fixed_port: bo
     if kind == "kafka":
         return KafkaBroker(data_dir, properties=extra)
     if kind == "headrace":
+        extra = {**HEADRACE_PARITY, **extra}
         log = (log_dir / f"{data_dir.name}.broker.log") if log_dir else None
         return HeadraceBroker(data_dir, overrides=extra, log_file=log,
                               port=free_port_block(1) if fixed_port else 0,

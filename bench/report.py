@@ -177,6 +177,11 @@ def markdown(results: dict) -> str:
         + "(the benchmark's own broker and client add up to about 2): "
         + _load_range(results) + f". Run took {results.get('elapsed_s', 0) / 60:.1f} min.",
     ]
+    for r in results.get("reruns", []):
+        head.append("")
+        head.append(f"Re-run of {', '.join(r['scenarios'])} with `{r['command']}` at {r['stamp']} "
+                    f"(Headrace at {r.get('headrace_at')}, load average at start "
+                    f"{r['loadavg_start']}).")
     if lb:
         head.append("")
         head.append("Loopback limit (iperf3, same CPUs): "

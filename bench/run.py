@@ -465,6 +465,21 @@ def summarise(results: dict) -> None:
         entry["median"] = med
 
 
+def merge(base: dict, new: dict) -> dict:
+    """``base`` with ``new``'s scenarios in place of its own; the re-runs are listed."""
+    from bench.scenarios import SCENARIOS
+    merged = dict(base)
+    scen = dict(base.get("scenarios", {}))
+    scen.update(new["scenarios"])
+    order = {sid: i for i, sid in enumerate(SCENARIOS)}
+    merged["scenarios"] = dict(sorted(scen.items(), key=lambda kv: order.get(kv[0], 99)))
+    merged["reruns"] = base.get("reruns", []) + [{
+        "command": new["command"], "stamp": new["stamp"], "scenarios": list(new["scenarios"]),
+        "loadavg_start": new["loadavg_start"], "headrace_at": new.get("headrace_at"),
+        "elapsed_s": new.get("elapsed_s")}]
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", choices=SIZES, default="full")
@@ -492,6 +507,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-idle", action="store_true",
                     help="with --profile: keep samples of waiting threads (where time goes "
                          "off the CPU: fsync, locks, epoll)")
+    ap.add_argument("--merge", action="store_true",
+                    help="replace only these scenarios in the existing results.json of --out "
+                         "(the rest, and the machine facts, stay from the earlier run)")
     ap.add_argument("--readme", action="store_true",
                     help="rewrite the README's Benchmarks section from these results")
     ap.add_argument("--quiet", action="store_true")
@@ -556,6 +574,9 @@ def main(argv: list[str] | None = None) -> int:
     results["elapsed_s"] = round(time.monotonic() - ctx.progress.t0, 1)
     summarise(results)
     shutil.rmtree(ctx.data, ignore_errors=True)
+
+    if args.merge and (out_dir / "results.json").exists() and not args.profile:
+        results = merge(json.loads((out_dir / "results.json").read_text()), results)
 
     from bench import report
     if args.profile:
