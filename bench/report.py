@@ -476,7 +476,9 @@ def write_profiles(profile_dir: Path | None, out_dir: Path, results: dict) -> No
         med = results["scenarios"].get(sid, {}).get("median", {}).get("headrace", {})
         md += [f"## {sid}: {SCENARIOS[sid].title}", "",
                f"{total} samples; this run: {_fmt(med.get('mb_per_sec'))} MiB/s, "
-               f"{_fmt(med.get('records_per_sec'))} records/s. "
+               f"{_fmt(med.get('records_per_sec'))} records/s; the broker used "
+               f"{_fmt(med.get('broker_cpu'))} of its core, the client {_fmt(med.get('client_cpu'))} "
+               "of its own (so the shares below are shares of that busy time). "
                f"Flame graph: [profile-{sid}.svg](profile-{sid}.svg). By thread: "
                + ", ".join(f"{t} {p:.0f}%" for t, p in by_thread(stacks)) + ".", "",
                "| self % | function | | inclusive % | function |", "|---:|---|---|---:|---|"]

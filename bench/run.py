@@ -213,12 +213,15 @@ class Profiler:
         time.sleep(0.5)
 
     def finish(self, timeout: float = 60) -> None:
-        """Wait for py-spy to write its file (it stops when the broker exits)."""
+        """Stop sampling (before the broker shuts down, so that its shutdown is not in the
+        profile) and wait for py-spy to write its file."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.proc.send_signal(2)
-            self.proc.wait(30)
+            self.proc.kill()
+            self.proc.wait()
 
 
 def run_produce(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
@@ -243,9 +246,9 @@ def run_produce(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
         sample["broker_cpu"] = meter.stop()
         sample.update(meter.report, client_cpu=brokers.LAST_TOOL.get("client_cpu"))
     finally:
-        broker.stop()
         if prof:
             prof.finish()
+        broker.stop()
         broker.cleanup()
     parsed = parse_producer_performance(out)
     if parsed is None:
@@ -575,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     summarise(results)
     shutil.rmtree(ctx.data, ignore_errors=True)
 
+    elapsed = results["elapsed_s"]
     if args.merge and (out_dir / "results.json").exists() and not args.profile:
         results = merge(json.loads((out_dir / "results.json").read_text()), results)
 
@@ -585,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         report.write(results, out_dir, plots=not args.no_plots)
         if args.readme:
             report.update_readme(results, out_dir)
-    ctx.progress(f"done in {results['elapsed_s']:.0f}s; results in {out_dir}"
+    ctx.progress(f"done in {elapsed:.0f}s; results in {out_dir}"
                  + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
