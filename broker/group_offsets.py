@@ -38,8 +38,9 @@ import logging
 import struct
 from dataclasses import dataclass
 
-from headrace.protocol.records import Record, build_batch, decode_records, iter_batches
-from headrace.storage import StorageError
+from headrace.protocol.records import Record, build_batch
+
+from .topics import stored_records
 
 log = logging.getLogger("headrace.groups")
 
@@ -239,41 +240,27 @@ def replay(partition_logs, metadata: dict[str, StoredGroup] | None = None,
     Classic groups' stored membership goes into ``metadata`` when one is given."""
     groups: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
     for plog in partition_logs:
-        offset = plog.log_start_offset
-        end = plog.log_end_offset
-        while offset < end:
+        # transactional batches are skipped: see the module docstring
+        for key, value in stored_records(plog, skip_transactional=True):
+            if key is None:
+                continue
             try:
-                data = plog.read(offset, 1 << 20, max_offset=end)
-            except StorageError:
-                log.exception("cannot read %s at %d", plog, offset)
-                break
-            if not data:
-                break
-            for pos, size, h in iter_batches(data):
-                if h.is_transactional:  # see the module docstring
-                    offset = h.base_offset + h.last_offset_delta + 1
-                    continue
-                for _, _, key, value, _ in decode_records(memoryview(data)[pos : pos + size]):
-                    if key is None:
-                        continue
-                    try:
-                        parsed = parse_key(key)
-                        if parsed is None:
-                            group_id = parse_group_key(key)
-                            if group_id is not None and metadata is not None:
-                                if value is None:
-                                    metadata.pop(group_id, None)
-                                else:
-                                    metadata[group_id] = parse_group_value(value)
-                            continue
-                        group, topic, part = parsed
+                parsed = parse_key(key)
+                if parsed is None:
+                    group_id = parse_group_key(key)
+                    if group_id is not None and metadata is not None:
                         if value is None:
-                            offsets = groups.get(group)
-                            if offsets is not None:
-                                offsets.pop((topic, part), None)
+                            metadata.pop(group_id, None)
                         else:
-                            groups.setdefault(group, {})[(topic, part)] = parse_value(value)
-                    except (ValueError, struct.error, UnicodeDecodeError):
-                        log.warning("skipping a malformed record in %s", OFFSETS_TOPIC)
-                offset = h.base_offset + h.last_offset_delta + 1
+                            metadata[group_id] = parse_group_value(value)
+                    continue
+                group, topic, part = parsed
+                if value is None:
+                    offsets = groups.get(group)
+                    if offsets is not None:
+                        offsets.pop((topic, part), None)
+                else:
+                    groups.setdefault(group, {})[(topic, part)] = parse_value(value)
+            except (ValueError, struct.error, UnicodeDecodeError):
+                log.warning("skipping a malformed record in %s", OFFSETS_TOPIC)
     return {g: o for g, o in groups.items() if o}

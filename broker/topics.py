@@ -22,6 +22,7 @@ from headrace.protocol.errors import ErrorCode
 from headrace.protocol.records import (
     CorruptRecordError,
     crc_matches,
+    decode_records,
     iter_batches,
     set_base_offset,
     set_log_append_time,
@@ -38,6 +39,25 @@ TOPICS_FILE = "topics.json"
 DELETED_SUFFIX = "-delete"
 MAX_NAME = 249
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def stored_records(plog: Log, *, skip_transactional: bool = False):
+    """(key, value) of every record of ``plog`` from its start, read a MiB of batches at a
+    time: how internal topics are replayed at start-up (in a worker thread)."""
+    offset, end = plog.log_start_offset, plog.log_end_offset
+    while offset < end:
+        try:
+            data = plog.read(offset, 1 << 20, max_offset=end)
+        except StorageError:
+            log.exception("cannot read %s at %d", plog.directory, offset)
+            return
+        if not data:
+            return
+        for pos, size, h in iter_batches(data):
+            if not (skip_transactional and h.is_transactional):
+                for _, _, key, value, _ in decode_records(memoryview(data)[pos : pos + size]):
+                    yield key, value
+            offset = h.base_offset + h.last_offset_delta + 1
 
 
 def topic_name_error(name: str) -> str | None:

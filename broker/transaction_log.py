@@ -22,9 +22,9 @@ import logging
 import struct
 from dataclasses import dataclass, field
 
-from headrace.protocol.records import Record, build_batch, decode_records, iter_batches
-from headrace.storage import StorageError
+from headrace.protocol.records import Record, build_batch
 
+from .topics import stored_records
 from .transaction_state import BY_CODE, TxnState
 
 log = logging.getLogger("headrace.transactions")
@@ -127,26 +127,15 @@ def replay(partition_logs) -> dict[str, TransactionMetadata]:
     """Every live transactional id, read from the logs' starts (in a worker thread)."""
     found: dict[str, TransactionMetadata] = {}
     for plog in partition_logs:
-        offset, end = plog.log_start_offset, plog.log_end_offset
-        while offset < end:
+        for k, v in stored_records(plog):
             try:
-                data = plog.read(offset, 1 << 20, max_offset=end)
-            except StorageError:
-                log.exception("cannot read %s at %d", plog, offset)
-                break
-            if not data:
-                break
-            for pos, size, h in iter_batches(data):
-                for _, _, k, v, _ in decode_records(memoryview(data)[pos : pos + size]):
-                    try:
-                        tid = None if k is None else parse_key(k)
-                        if tid is None:
-                            continue
-                        if v is None:
-                            found.pop(tid, None)
-                        else:
-                            found[tid] = parse_value(tid, v)
-                    except (ValueError, KeyError, struct.error, UnicodeDecodeError):
-                        log.warning("skipping a malformed record in %s", TRANSACTION_TOPIC)
-                offset = h.base_offset + h.last_offset_delta + 1
+                tid = None if k is None else parse_key(k)
+                if tid is None:
+                    continue
+                if v is None:
+                    found.pop(tid, None)
+                else:
+                    found[tid] = parse_value(tid, v)
+            except (ValueError, KeyError, struct.error, UnicodeDecodeError):
+                log.warning("skipping a malformed record in %s", TRANSACTION_TOPIC)
     return found
