@@ -18,9 +18,9 @@ asyncio ``BufferedProtocol``: the event loop reads straight into our buffers.
   every earlier one has been written (a reorder buffer keyed by sequence number). ``None``
   means "no response" (acks=0 produce) and only advances the sequence.
 * Backpressure: requests in flight (read but not yet answered) and their bytes are counted
-  per connection, the bytes also for the whole broker (``Limits``). Over a cap, or while the transport's
-  write buffer is above its high-water mark, the connection stops reading (and stops taking
-  frames out of what it has already read) until responses drain.
+  per connection, the bytes also for the whole broker (``Limits``). Over a cap, or while the
+  transport's write buffer is above its high-water mark, the connection stops reading (and
+  stops taking frames out of what it has already read) until responses drain.
 """
 
 from __future__ import annotations
