@@ -13,7 +13,11 @@ from __future__ import annotations
 import asyncio
 
 from headrace.protocol import ApiKey, ErrorCode, messages
-from headrace.protocol.records import decode_records
+from headrace.protocol.records import (
+    CorruptRecordError,
+    UnsupportedCompressionError,
+    decode_records,
+)
 
 API_KEY = ApiKey.LIST_OFFSETS
 MIN_VERSION, MAX_VERSION = 1, 11
@@ -66,7 +70,11 @@ def _lookup(log, timestamp: int) -> tuple[int, int]:
     if found is None:
         return -1, -1
     base_offset, batch = found
-    for offset, record_timestamp, *_ in decode_records(memoryview(batch)):
+    try:
+        stored = decode_records(memoryview(batch))
+    except (CorruptRecordError, UnsupportedCompressionError):
+        return -1, base_offset  # the batch cannot be read here: its start is the best answer
+    for offset, record_timestamp, *_ in stored:
         if record_timestamp >= timestamp and offset >= log.log_start_offset:
             return record_timestamp, offset
     return -1, base_offset

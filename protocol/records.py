@@ -404,6 +404,7 @@ def _read_bytes(buf, pos: int, end: int):
 
 # -- compression ------------------------------------------------------------------------------
 
+DECOMPRESSED_MAX = 64 * 1024 * 1024  # the most a batch's records may decompress to
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
@@ -438,10 +439,27 @@ def _snappy_compress(data: bytes) -> bytes:
     return bytes(out)
 
 
-def _snappy_decompress(data) -> bytes:
+def _too_large(limit: int) -> CorruptRecordError:
+    return CorruptRecordError(f"records decompress to more than {limit} bytes")
+
+
+def _snappy_length(block: bytes) -> int:
+    """The uncompressed length a raw snappy block declares (a varint at its start)."""
+    value = shift = 0
+    for b in block[:5]:
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value
+        shift += 7
+    raise CorruptRecordError("snappy block without a valid length")
+
+
+def _snappy_decompress(data, limit: int) -> bytes:
     _, decompress = _snappy_raw()
     data = bytes(data)
     if not data.startswith(_XERIAL_MAGIC):
+        if _snappy_length(data) > limit:
+            raise _too_large(limit)
         return decompress(data)
     pos, out = 16, bytearray()
     while pos < len(data):
@@ -449,15 +467,31 @@ def _snappy_decompress(data) -> bytes:
         pos += 4
         if n < 0 or pos + n > len(data):
             raise CorruptRecordError("xerial snappy block runs past the data")
-        out += decompress(data[pos : pos + n])
+        block = data[pos : pos + n]
+        if len(out) + _snappy_length(block) > limit:
+            raise _too_large(limit)
+        out += decompress(block)
         pos += n
     return bytes(out)
 
 
 def _gzip():
     import gzip
+    import zlib
 
-    return (lambda b: gzip.compress(bytes(b))), (lambda b: gzip.decompress(bytes(b)))
+    def decompress(data, limit: int) -> bytes:
+        out, rest = bytearray(), bytes(data)
+        while rest:  # a stream may hold several gzip members
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out += d.decompress(rest, limit + 1 - len(out))
+            if len(out) > limit or d.unconsumed_tail:
+                raise _too_large(limit)
+            if not d.eof:
+                raise CorruptRecordError("gzip data ends early")
+            rest = d.unused_data
+        return bytes(out)
+
+    return (lambda b: gzip.compress(bytes(b))), decompress
 
 
 def _lz4():
@@ -465,12 +499,19 @@ def _lz4():
         import lz4.frame as f
     except ImportError:
         raise UnsupportedCompressionError("lz4 needs the lz4 package") from None
+    def decompress(data, limit: int) -> bytes:
+        d = f.LZ4FrameDecompressor()
+        out = d.decompress(bytes(data), max_length=limit + 1)
+        if len(out) > limit or not d.needs_input:
+            raise _too_large(limit)
+        return out
+
     return (
         lambda b: f.compress(
             bytes(b), block_size=f.BLOCKSIZE_MAX64KB, block_linked=False,
             content_checksum=False, store_size=False,
         ),
-        lambda b: f.decompress(bytes(b)),
+        decompress,
     )
 
 
@@ -480,8 +521,12 @@ def _zstd():
     except ImportError:
         raise UnsupportedCompressionError("zstd needs the zstandard package") from None
 
-    def decompress(b):
-        return zstandard.ZstdDecompressor().decompressobj().decompress(bytes(b))
+    def decompress(data, limit: int) -> bytes:
+        with zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True) as r:
+            out = r.read(limit + 1)
+        if len(out) > limit:
+            raise _too_large(limit)
+        return out
 
     return (lambda b: zstandard.ZstdCompressor().compress(bytes(b))), decompress
 
@@ -512,9 +557,13 @@ def compress(compression: int, data: bytes) -> bytes:
     return _codec(compression)[0](data)
 
 
-def decompress(compression: int, data) -> bytes:
-    """The records section of a batch compressed with codec ``compression`` (1-4)."""
-    return _codec(compression)[1](data)
+def decompress(compression: int, data, limit: int = DECOMPRESSED_MAX) -> bytes:
+    """The records section of a batch compressed with codec ``compression`` (1-4).
+
+    Output beyond ``limit`` bytes raises CorruptRecordError before it is produced, so a small
+    batch that inflates to gigabytes (a compression bomb) costs no more than ``limit``.
+    """
+    return _codec(compression)[1](data, limit)
 
 
 def available_compressions() -> list[int]:

@@ -152,3 +152,25 @@ def test_crc32c_known_vector_and_crcmod_cross_check():
     fn = crcmod.mkCrcFun("crc-32c")
     for data in (b"", b"a", build_batch(RECORDS)):
         assert crc32c.crc32c(data) == fn(data)
+
+
+@pytest.mark.parametrize("compression", [c for c in available_compressions() if c])
+def test_decompression_is_bounded(compression):
+    from headrace.protocol.records import compress, decompress
+
+    data = bytes(8 << 20)  # 8 MiB of zeros: a few KiB compressed
+    packed = compress(compression, data)
+    assert len(packed) < len(data) // 10
+    assert decompress(compression, packed, limit=len(data)) == data
+    with pytest.raises(CorruptRecordError):
+        decompress(compression, packed, limit=1 << 20)
+
+
+def test_a_compression_bomb_in_a_batch_is_corrupt_not_an_allocation():
+    from headrace.protocol.records import DECOMPRESSED_MAX
+
+    bomb = Record(key=None, value=bytes(DECOMPRESSED_MAX + 1), timestamp=1)
+    batch = build_batch([bomb], compression=COMPRESSION_GZIP)
+    assert len(batch) < 1 << 20
+    with pytest.raises(CorruptRecordError):
+        decode_records(batch)
