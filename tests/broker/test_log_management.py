@@ -239,20 +239,6 @@ def test_unusable_data_directory_is_a_clear_error(tmp_path):
     assert "cannot open" in done.stderr and "t-0" in done.stderr
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (needs root): {done.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 def test_disk_full_gives_storage_errors_and_recovers(broker_factory, small_disk):
     b = broker_factory({"log.flush.interval.messages": "1"}, data_dir=small_disk / "data")
     acked = []

@@ -7,26 +7,11 @@ acknowledged batches.
 """
 
 import os
-import subprocess
 
 import pytest
 
 from headrace.storage import Log, LogConfig, StorageError
 from storage_batches import Writer, split_batches
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (needs root): {done.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def read_everything(log):
@@ -48,6 +33,7 @@ def fill(mnt, leave: int) -> str:
     return path
 
 
+@pytest.mark.parametrize("small_disk", ["1m"], indirect=True)
 def test_append_on_a_full_disk_fails_cleanly_and_resumes(small_disk, backend):
     cfg = LogConfig(segment_bytes=64 * 1024, index_interval_bytes=512, io_backend=backend)
     log = Log.open(small_disk / "t-0", cfg, recover=False)
@@ -87,6 +73,7 @@ def test_append_on_a_full_disk_fails_cleanly_and_resumes(small_disk, backend):
     log2.close()
 
 
+@pytest.mark.parametrize("small_disk", ["1m"], indirect=True)
 def test_roll_on_a_full_disk(small_disk, backend):
     cfg = LogConfig(segment_bytes=8 * 1024, index_interval_bytes=64, io_backend=backend)
     log = Log.open(small_disk / "t-0", cfg, recover=False)
