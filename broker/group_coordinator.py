@@ -306,8 +306,7 @@ class GroupCoordinator:
             if error:
                 log.warning("group %s: storing its metadata failed (error %d)", group_id, error)
                 return error
-            partition.unflushed = 0
-            await self.broker.group_commit.flush([partition.log])
+            await self.broker.topics.flush([partition])
         except Exception:
             log.exception("group %s: storing its metadata failed", group_id)
             return E.KAFKA_STORAGE_ERROR
@@ -769,9 +768,8 @@ class GroupCoordinator:
                 group.offsets.pop((t, p), None)
             else:
                 group.offsets[(t, p)] = c
-        partition.unflushed = 0
         try:
-            await self.broker.group_commit.flush([partition.log])
+            await self.broker.topics.flush([partition])
         except Exception:
             log.exception("flushing %s failed", OFFSETS_TOPIC)
             return E.KAFKA_STORAGE_ERROR

@@ -54,7 +54,6 @@ def handle(broker, header, request):
                     p.records, int(topic.setting("max.message.bytes")), verify, append_time
                 )
                 if count and partition.unflushed >= int(topic.setting("flush.messages")):
-                    partition.mark_flushed(asyncio.get_running_loop().time())
                     to_flush.append(partition)
             partitions.append(
                 R.PartitionProduceResponse(
@@ -68,7 +67,7 @@ def handle(broker, header, request):
         responses.append(R.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=partitions))
     response = R(responses=responses, throttle_time_ms=0)
     if to_flush:
-        return _after_flush(broker.group_commit.flush(p.log for p in to_flush), response, request.acks)
+        return _after_flush(broker.topics.flush(to_flush), response, request.acks)
     return None if request.acks == 0 else response
 
 

@@ -108,9 +108,9 @@ class Broker:
         self.node_id = int(config["node.id"])
         self.host, self.port = config.listener()
         self.data_dir = Path(str(config["log.dirs"])).absolute()
-        self.topics = TopicManager(self.data_dir, config)
+        self.group_commit = GroupCommit()
+        self.topics = TopicManager(self.data_dir, config, self.group_commit)
         self.cluster_id = ""
-        self.group_commit: GroupCommit | None = None
         self.producer_ids: ProducerIdManager | None = None
         self.groups = GroupCoordinator(self)
         self.cleaner = LogCleaner(self)
@@ -130,7 +130,6 @@ class Broker:
     async def start(self) -> None:
         started = time.monotonic()
         await asyncio.to_thread(self._open_data_dir)
-        self.group_commit = GroupCommit()
         await self.groups.start()
         await self.transactions.start()
         limits = Limits(
@@ -224,11 +223,9 @@ class Broker:
                 p for t in topics for p in t.partitions
                 if p.unflushed and now - p.flushed_at >= limits[t]
             ]
-            for p in due:
-                p.mark_flushed(now)
             if due:
                 try:
-                    await self.group_commit.flush(p.log for p in due)
+                    await self.topics.flush(due)
                 except Exception:
                     log.exception("periodic flush failed")
 

@@ -17,7 +17,9 @@ import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
+from headrace.pipeline import GroupCommit
 from headrace.protocol.errors import ErrorCode
 from headrace.protocol.records import (
     CorruptRecordError,
@@ -273,9 +275,10 @@ class Topic:
 class TopicManager:
     """All topics of this broker, by name and by id."""
 
-    def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
+    def __init__(self, data_dir: Path, config: BrokerConfig, flush_stage: GroupCommit) -> None:
         self.data_dir = data_dir
         self.config = config
+        self._flush_stage = flush_stage
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self._lock = asyncio.Lock()
@@ -325,6 +328,16 @@ class TopicManager:
             os.close(fd)
 
     # changes (on the event loop; disk work in a thread) ---------------------------------------
+
+    def flush(self, partitions: Iterable[Partition]) -> asyncio.Future:
+        """Make everything appended to ``partitions`` so far durable: one group commit for all
+        of them. The future fails with the flush's error (a ``StorageError``)."""
+        now = asyncio.get_running_loop().time()
+        logs = []
+        for p in partitions:
+            p.mark_flushed(now)
+            logs.append(p.log)
+        return self._flush_stage.flush(logs)
 
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)

@@ -168,8 +168,7 @@ class TransactionCoordinator:
             error, _, _ = partition.append(memoryview(batch), len(batch))
             if error:
                 return error
-            partition.unflushed = 0
-            await self.broker.group_commit.flush([partition.log])
+            await self.broker.topics.flush([partition])
         except StorageError:
             log.exception("writing the state of transactional id %s failed", tid)
             return E.COORDINATOR_NOT_AVAILABLE
@@ -347,13 +346,10 @@ class TransactionCoordinator:
                                 topic_name, index, error)
                 touched.append(partition)
                 if os.environ.get("HEADRACE_TEST_CRASH") == "after-first-marker":
-                    partition.unflushed = 0
-                    await self.broker.group_commit.flush([partition.log])
+                    await self.broker.topics.flush([partition])
                     _crash_point("after-first-marker")
-            for partition in touched:
-                partition.unflushed = 0
             if touched:
-                await self.broker.group_commit.flush([p.log for p in touched])
+                await self.broker.topics.flush(touched)
         except StorageError:
             log.exception("markers of transactional id %s", prepared.transactional_id)
             return E.COORDINATOR_NOT_AVAILABLE  # still decided: the timer completes it

@@ -81,9 +81,8 @@ async def _write(broker, request, group_id, offsets, codes, now):
         error = partition.append_transactional(batch, request.producer_id, request.producer_epoch)
     if not error:
         broker.transactions.add_pending_offsets(request.producer_id, group_id, offsets)
-        partition.unflushed = 0
         try:
-            await broker.group_commit.flush([partition.log])
+            await broker.topics.flush([partition])
         except Exception:
             error = ErrorCode.KAFKA_STORAGE_ERROR
     if error:
