@@ -21,7 +21,7 @@ async def handle(broker, header, request):
         wanted = [(name, None) for name in request.topic_names]
     results = []
     for name, topic_id in wanted:
-        topic = broker.topics.get(name) if name is not None else broker.topics.by_id.get(topic_id)
+        topic = broker.topics.find(name, topic_id)
         result = R.DeletableTopicResult(name=name, error_code=ErrorCode.NONE)
         if topic_id is not None:
             result.topic_id = topic_id

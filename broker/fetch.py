@@ -41,7 +41,7 @@ async def handle(broker, header, request):
     wanted = []  # (topic response, partition response, partition or None, fetch offset, max bytes)
     responses = []
     for t in request.topics:
-        topic = broker.topics.by_id.get(t.topic_id) if by_id else broker.topics.get(t.topic)
+        topic = broker.topics.find(None if by_id else t.topic, t.topic_id)
         out = R.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[])
         responses.append(out)
         for p in t.partitions:

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from headrace.protocol import ErrorCode, decode_message, messages
 
 from . import group_offsets
+from .background import run_every
 from .consumer_group import ConsumerGroupCoordinator
 from .group_offsets import OFFSETS_TOPIC, CommittedOffset, StoredGroup, StoredMember
 from .group_state import (
@@ -248,7 +249,8 @@ class GroupCoordinator:
                 restored += bool(meta.members)
             if restored:
                 log.info("restored the membership of %d classic groups", restored)
-        self._tasks.append(asyncio.create_task(self._expire_offsets_every()))
+        self._tasks.append(asyncio.create_task(
+            run_every(self.retention_check_ms / 1000, self.expire_offsets, "offset expiration")))
 
     def _restore(self, group: ClassicGroup, meta: StoredGroup) -> None:
         """A group as its last metadata record left it: Stable with its members, or Empty."""
@@ -802,14 +804,6 @@ class GroupCoordinator:
             self._remove_group(group)
             return await self._persist_group(group, tombstone=True)
         return E.NONE
-
-    async def _expire_offsets_every(self) -> None:
-        while True:
-            await asyncio.sleep(self.retention_check_ms / 1000)
-            try:
-                await self.expire_offsets()
-            except Exception:
-                log.exception("offset expiration failed")
 
     async def expire_offsets(self, now: int | None = None) -> int:
         """Tombstone offsets past retention in groups without members; returns how many."""

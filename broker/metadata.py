@@ -26,7 +26,7 @@ def handle(broker, header, request):
         return _response(broker, header, list(broker.topics.topics.values()), [], request)
     found, missing = [], []
     for t in request.topics:
-        topic = broker.topics.by_id.get(t.topic_id) if t.name is None else broker.topics.get(t.name)
+        topic = broker.topics.find(t.name, t.topic_id)
         if topic is not None:
             found.append(topic)
         else:

@@ -33,7 +33,7 @@ def handle(broker, header, request):
     topics = []
     entries = []  # (response partition, topic, partition, committed offset)
     for t in request.topics:
-        topic = broker.topics.by_id.get(t.topic_id) if by_id else broker.topics.get(t.name)
+        topic = broker.topics.find(None if by_id else t.name, t.topic_id)
         out = R.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[])
         topics.append(out)
         for p in t.partitions:

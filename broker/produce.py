@@ -33,7 +33,7 @@ def handle(broker, header, request):
     responses = []
     to_flush = []
     for t in request.topic_data:
-        topic = topics.by_id.get(t.topic_id) if version >= 13 else topics.get(t.name)
+        topic = topics.find(None if version >= 13 else t.name, t.topic_id)
         unknown = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         partitions = []
         for p in t.partition_data:

@@ -43,6 +43,7 @@ from headrace.protocol import (
 )
 from headrace.storage import StorageError
 
+from .background import run_every
 from .config import BrokerConfig
 from .group_coordinator import GroupCoordinator
 from .init_producer_id import ProducerIdManager
@@ -146,7 +147,8 @@ class Broker:
             raise StartupError(f"cannot listen on {self.host}:{self.port}: {e.strerror}") from e
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
-        self._tasks.append(asyncio.create_task(self._flush_periodically()))
+        self._tasks.append(asyncio.create_task(
+            run_every(self._flush_interval, self._flush_due, "periodic flush")))
         self.cleaner.start()
         log.info(
             "headrace listening on %s:%d, data in %s (%.0f ms)",
@@ -209,25 +211,22 @@ class Broker:
         (self.data_dir / CLEAN_SHUTDOWN).write_bytes(b"")
         _fsync_dir(self.data_dir)
 
-    async def _flush_periodically(self) -> None:
-        """Flush a partition's unflushed data once it is ``flush.ms`` old, and at the latest
-        after ``log.flush.offset.checkpoint.interval.ms``, so that recovery reads little."""
-        loop = asyncio.get_running_loop()
+    def _flush_interval(self, topic=None) -> float:
+        """How old unflushed data may get: ``flush.ms``, and at the latest
+        ``log.flush.offset.checkpoint.interval.ms``, so that recovery reads little."""
         checkpoint = int(self.config["log.flush.offset.checkpoint.interval.ms"]) / 1000
-        while True:
-            topics = list(self.topics.topics.values())
-            limits = {t: min(int(t.setting("flush.ms")) / 1000, checkpoint) for t in topics}
-            await asyncio.sleep(min(limits.values(), default=checkpoint))
-            now = loop.time()
-            due = [
-                p for t in topics for p in t.partitions
-                if p.unflushed and now - p.flushed_at >= limits[t]
-            ]
-            if due:
-                try:
-                    await self.topics.flush(due)
-                except Exception:
-                    log.exception("periodic flush failed")
+        if topic is not None:
+            return min(int(topic.setting("flush.ms")) / 1000, checkpoint)
+        return min((self._flush_interval(t) for t in self.topics.topics.values()), default=checkpoint)
+
+    async def _flush_due(self) -> None:
+        now = asyncio.get_running_loop().time()
+        due = [
+            p for t in list(self.topics.topics.values()) for p in t.partitions
+            if p.unflushed and now - p.flushed_at >= self._flush_interval(t)
+        ]
+        if due:
+            await self.topics.flush(due)
 
     # the pipeline's handler --------------------------------------------------------------------
 

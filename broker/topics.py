@@ -342,6 +342,10 @@ class TopicManager:
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
 
+    def find(self, name: str | None, topic_id: uuid.UUID | None) -> Topic | None:
+        """The topic a request names: by ``name`` when it has one, else by ``topic_id``."""
+        return self.topics.get(name) if name is not None else self.by_id.get(topic_id)
+
     async def create(self, name: str, partitions: int, configs: dict[str, object]) -> Topic:
         """Create a topic; the caller has validated the name, count and settings."""
         async with self._lock:

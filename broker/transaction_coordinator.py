@@ -56,6 +56,7 @@ from headrace.protocol.records import decode_records, iter_batches
 from headrace.storage import StorageError
 
 from . import group_offsets, transaction_log
+from .background import run_every
 from .group_coordinator import ClassicGroup
 from .group_offsets import OFFSETS_TOPIC, CommittedOffset
 from .placement import rendezvous
@@ -127,7 +128,8 @@ class TransactionCoordinator:
                 if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
                     await self._recover_offsets(txn)
                     await self._complete(txn, txn.state is PREPARE_COMMIT)
-        self._tasks.append(asyncio.create_task(self._check_every()))
+        self._tasks.append(asyncio.create_task(
+            run_every(self.check_interval_ms / 1000, self.check_transactions, "transaction check")))
 
     def stop(self) -> None:
         for task in self._tasks:
@@ -391,14 +393,6 @@ class TransactionCoordinator:
                 self.add_pending_offsets(txn.producer_id, group_id, offsets)
 
     # the timer ----------------------------------------------------------------------------------
-
-    async def _check_every(self) -> None:
-        while True:
-            await asyncio.sleep(self.check_interval_ms / 1000)
-            try:
-                await self.check_transactions()
-            except Exception:
-                log.exception("transaction check failed")
 
     async def check_transactions(self, now: int | None = None) -> None:
         """Abort timed-out transactions, finish stuck decisions, expire idle ids."""
