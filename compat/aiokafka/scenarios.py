@@ -199,25 +199,23 @@ async def transactions(bootstrap: str, prefix: str) -> None:
                                  f"transactional id) did not finish in {WAIT_S:.0f}s")
     try:
         async with p.transaction():
-            for i in range(10):
-                await p.send(topic, value=f"committed-{i}".encode(), partition=0)
+            for v in kit.COMMITTED:
+                await p.send(topic, value=v, partition=0)
         await p.begin_transaction()
-        for i in range(5):
-            await p.send_and_wait(topic, value=f"aborted-{i}".encode(), partition=0)
+        for v in kit.ABORTED:
+            await p.send_and_wait(topic, value=v, partition=0)
         await p.abort_transaction()
         async with p.transaction():
-            await p.send(topic, value=b"committed-last", partition=0)
+            await p.send(topic, value=kit.LAST, partition=0)
     finally:
         await p.stop()
     got = await read_assigned(bootstrap, topic, 1, 11, isolation_level="read_committed")
-    values = [v for _, _, v, _ in got]
-    want = [f"committed-{i}".encode() for i in range(10)] + [b"committed-last"]
-    expect(values == want, f"read_committed consumer read {values}")
+    kit.check_read_committed(got)
 
 
-SCENARIOS = {f"produce-{c}": produce_consume(c) for c in kit.COMPRESSIONS}
-SCENARIOS.update({"idempotent": idempotent, "group": group, "admin": admin_topics,
-                  "alter-configs": alter_configs, "transactions": transactions})
+SCENARIOS = kit.standard_scenarios(produce_consume, idempotent=idempotent, group=group,
+                                   admin=admin_topics, alter_configs=alter_configs,
+                                   transactions=transactions)
 
 if __name__ == "__main__":
     sys.exit(kit.main(SCENARIOS))
