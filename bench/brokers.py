@@ -320,5 +320,16 @@ def java_tool(main: str | Path, args: list[str], log_file: Path, timeout: float 
     return text
 
 
+def metered_tool(broker: Broker, main: str | Path, args: list[str], log_file: Path,
+                 on_line=None) -> tuple[str, dict]:
+    """``java_tool`` with the CPU metered over its run. Returns its stdout and the CPU figures:
+    broker_cpu (the broker's share of a core), the CPUs' busy shares (``CpuMeter.report``) and
+    client_cpu (the tool's share of a core)."""
+    meter = CpuMeter(broker.pid).start()
+    out = java_tool(main, args, log_file, on_line=on_line)
+    cpu = {"broker_cpu": meter.stop(), **meter.report, "client_cpu": LAST_TOOL.get("client_cpu")}
+    return out, cpu
+
+
 def wait_metadata(broker: Broker, timeout: float = 60.0) -> None:
     wire.wait_ready(HOST, broker.port, timeout)

@@ -84,15 +84,13 @@ def run_consume(sc: Scenario, kind: str, ctx: Context, rep: int, st: ConsumeSetu
     sample = {"loadavg": loadavg()}
     broker.start()
     try:
-        meter = brokers.CpuMeter(broker.pid).start()
-        out = brokers.java_tool(
-            "org.apache.kafka.tools.ConsumerPerformance",
+        out, cpu = brokers.metered_tool(
+            broker, "org.apache.kafka.tools.ConsumerPerformance",
             ["--bootstrap-server", broker.bootstrap, "--topic", "bench-s5",
              "--messages", str(sc.records[ctx.size]), "--group", f"bench-s5-{rep}-{kind}",
              "--timeout", "60000"],
             ctx.logs / f"{sc.id}-{kind}-{rep}.log", on_line=echo(ctx, kind))
-        sample["broker_cpu"] = meter.stop()
-        sample.update(meter.report, client_cpu=brokers.LAST_TOOL.get("client_cpu"))
+        sample.update(cpu)
     finally:
         broker.stop()
     parsed = parse_consumer_performance(out)

@@ -21,12 +21,11 @@ def run_e2e(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
     broker.start()
     try:
         wire.ensure_topic(HOST, broker.port, "bench-s6", 1)
-        meter = brokers.CpuMeter(broker.pid).start()
-        out = brokers.java_tool(JAVA_E2E, [broker.bootstrap, "bench-s6", str(rate),
-                                           str(sc.record_size), str(seconds), str(warmup)],
-                                ctx.logs / f"{sc.id}-{kind}-{rep}.log", on_line=echo(ctx, kind))
-        sample["broker_cpu"] = meter.stop()
-        sample.update(meter.report, client_cpu=brokers.LAST_TOOL.get("client_cpu"))
+        out, cpu = brokers.metered_tool(
+            broker, JAVA_E2E, [broker.bootstrap, "bench-s6", str(rate), str(sc.record_size),
+                               str(seconds), str(warmup)],
+            ctx.logs / f"{sc.id}-{kind}-{rep}.log", on_line=echo(ctx, kind))
+        sample.update(cpu)
     finally:
         broker.stop()
         broker.cleanup()

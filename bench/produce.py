@@ -33,12 +33,10 @@ def run_produce(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
         if ctx.profile_dir is not None and kind == "headrace":
             prof = Profiler(broker.pid, ctx.profile_dir / f"{sc.id}.collapsed",
                             idle=ctx.profile_idle)
-        meter = brokers.CpuMeter(broker.pid).start()
-        out = brokers.java_tool(PRODUCER, producer_args(sc, topic, broker.bootstrap, records),
-                                ctx.logs / f"{sc.id}-{kind}-{rep}.log",
-                                on_line=echo(ctx, kind))
-        sample["broker_cpu"] = meter.stop()
-        sample.update(meter.report, client_cpu=brokers.LAST_TOOL.get("client_cpu"))
+        out, cpu = brokers.metered_tool(
+            broker, PRODUCER, producer_args(sc, topic, broker.bootstrap, records),
+            ctx.logs / f"{sc.id}-{kind}-{rep}.log", on_line=echo(ctx, kind))
+        sample.update(cpu)
     finally:
         if prof:
             prof.finish()
