@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -17,14 +18,20 @@ from compat import kit  # noqa: E402
 from compat.kit import WAIT_S, expect  # noqa: E402
 
 
-async def create_topic(bootstrap: str, topic: str, partitions: int,
-                       configs: dict | None = None) -> None:
+@contextlib.asynccontextmanager
+async def admin_client(bootstrap: str):
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs or {})])
+        yield admin
     finally:
         await admin.close()
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int,
+                       configs: dict | None = None) -> None:
+    async with admin_client(bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs or {})])
 
 
 async def produce(bootstrap: str, topic: str, recs, **conf) -> None:
@@ -148,9 +155,7 @@ async def group(bootstrap: str, prefix: str) -> None:
 @sync
 async def admin_topics(bootstrap: str, prefix: str) -> None:
     topic = f"{prefix}-t"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
+    async with admin_client(bootstrap) as admin:
         await admin.create_topics([NewTopic(topic, 3, 1,
                                             topic_configs={"retention.ms": "3600000"})])
         expect(topic in await admin.list_topics(), "created topic not listed")
@@ -167,23 +172,17 @@ async def admin_topics(bootstrap: str, prefix: str) -> None:
         while topic in await admin.list_topics():
             expect(time.monotonic() < deadline, "the deleted topic to disappear")
             await asyncio.sleep(0.2)
-    finally:
-        await admin.close()
 
 
 @sync
 async def alter_configs(bootstrap: str, prefix: str) -> None:
     topic = f"{prefix}-t"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
+    async with admin_client(bootstrap) as admin:
         await admin.create_topics([NewTopic(topic, 1, 1)])
         await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
                                                   configs={"retention.ms": "12345"})])
         res = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
         expect("12345" in repr(res), f"retention.ms=12345 not described: {res!r:.300}")
-    finally:
-        await admin.close()
 
 
 @sync
