@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -123,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--headrace-ref", default="HEAD",
                     help="git commit of Headrace to measure (default HEAD: committed code, "
                          "copied out of the repository); 'worktree' runs the installed "
-                         "working tree, uncommitted changes included")
+                         "working tree, uncommitted changes included; a commit needs "
+                         "'headrace serve --ready-file', which the harness waits on)")
     ap.add_argument("--iperf-seconds", type=float, default=3.0)
     ap.add_argument("--no-iperf", action="store_true")
     ap.add_argument("--no-plots", action="store_true")
@@ -166,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
 
     headrace_at = "worktree"
     if args.headrace_ref != "worktree" and "headrace" in ctx.kinds:
-        brokers.HEADRACE_PATH = brokers.headrace_snapshot(args.headrace_ref, ctx.raw / "headrace")
+        try:
+            brokers.HEADRACE_PATH = brokers.headrace_snapshot(args.headrace_ref,
+                                                              ctx.raw / "headrace")
+        except (RuntimeError, subprocess.CalledProcessError) as e:
+            ap.error(f"--headrace-ref {args.headrace_ref}: {e}")
         headrace_at = brokers.git_describe(args.headrace_ref)
         ctx.progress(f"measuring Headrace as committed at {headrace_at} ({args.headrace_ref})")
 
