@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from headrace.broker.process import BrokerProcess
 
 
@@ -91,3 +93,13 @@ def test_ready_file_holds_the_bound_address_until_exit(tmp_path):
         proc.terminate()
         assert proc.wait(30) == 0
     assert not ready.exists()
+
+
+def test_start_failure_shows_the_broker_output(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        broker = BrokerProcess(tmp_path / "data", port=taken.getsockname()[1])
+        with pytest.raises(RuntimeError, match="cannot listen"):
+            broker.start()
+    assert broker.proc is None
