@@ -111,11 +111,26 @@ class Broker:
         self.data_dir = Path(str(config["log.dirs"])).absolute()
         self.group_commit = GroupCommit()
         self.topics = TopicManager(self.data_dir, config, self.group_commit)
-        self.cluster_id = ""
-        self.producer_ids: ProducerIdManager | None = None
+        self.cluster_id = ""  # read from (or written to) the data directory at start
+        self.producer_ids = ProducerIdManager(self.data_dir)
         self.groups = GroupCoordinator(self)
-        self.cleaner = LogCleaner(self)
-        self.transactions = TransactionCoordinator(self)
+        self.cleaner = LogCleaner(
+            self.topics,
+            retention_check_ms=int(config["log.retention.check.interval.ms"]),
+            backoff_ms=int(config["log.cleaner.backoff.ms"]),
+            compaction=bool(config["log.cleaner.enable"]),
+            dedupe_buffer_bytes=int(config["log.cleaner.dedupe.buffer.size"]),
+        )
+        self.transactions = TransactionCoordinator(
+            self.topics, self.producer_ids, self.groups,
+            node_id=self.node_id,
+            max_timeout_ms=int(config["transaction.max.timeout.ms"]),
+            expiration_ms=int(config["transactional.id.expiration.ms"]),
+            check_interval_ms=int(
+                config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]),
+            state_partitions=int(config["transaction.state.log.num.partitions"]),
+            state_segment_bytes=int(config["transaction.state.log.segment.bytes"]),
+        )
         self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
         self._server: asyncio.base_events.Server | None = None
         self._router = None
@@ -170,7 +185,6 @@ class Broker:
             self.topics.load(recover=not clean)
         except (StorageError, OSError, ValueError) as e:
             raise StartupError(f"cannot open the logs in {self.data_dir}: {e}") from e
-        self.producer_ids = ProducerIdManager(self.data_dir)
         marker.unlink(missing_ok=True)
         _fsync_dir(self.data_dir)
         if not clean:
@@ -222,8 +236,8 @@ class Broker:
     async def _flush_due(self) -> None:
         now = asyncio.get_running_loop().time()
         due = [
-            p for t in list(self.topics.topics.values()) for p in t.partitions
-            if p.unflushed and now - p.flushed_at >= self._flush_interval(t)
+            p for p in self.topics.all_partitions()
+            if p.unflushed and now - p.flushed_at >= self._flush_interval(p.topic)
         ]
         if due:
             await self.topics.flush(due)

@@ -342,6 +342,10 @@ class TopicManager:
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
 
+    def all_partitions(self) -> list[Partition]:
+        """Every partition of every topic (a copy: topics may come and go meanwhile)."""
+        return [p for t in list(self.topics.values()) for p in t.partitions]
+
     def find(self, name: str | None, topic_id: uuid.UUID | None) -> Topic | None:
         """The topic a request names: by ``name`` when it has one, else by ``topic_id``."""
         return self.topics.get(name) if name is not None else self.by_id.get(topic_id)
