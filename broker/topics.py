@@ -342,9 +342,13 @@ class TopicManager:
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
 
+    def all_topics(self) -> list[Topic]:
+        """Every topic (a copy: topics may come and go meanwhile)."""
+        return list(self.topics.values())
+
     def all_partitions(self) -> list[Partition]:
-        """Every partition of every topic (a copy: topics may come and go meanwhile)."""
-        return [p for t in list(self.topics.values()) for p in t.partitions]
+        """Every partition of every topic (a copy, as ``all_topics``)."""
+        return [p for t in self.all_topics() for p in t.partitions]
 
     def find(self, name: str | None, topic_id: uuid.UUID | None) -> Topic | None:
         """The topic a request names: by ``name`` when it has one, else by ``topic_id``."""

@@ -87,6 +87,7 @@ log = logging.getLogger("headrace.transactions")
 E = ErrorCode
 MAX_EPOCH = (1 << 15) - 1
 COORDINATOR_EPOCH = 0  # one broker: the coordinator never moves
+GroupOffsets = dict[str, dict[tuple[str, int], CommittedOffset]]  # group id -> offsets
 
 
 def _crash_point(name: str) -> None:
@@ -127,7 +128,7 @@ class TransactionCoordinator:
         self.now_ms = now_ms
         self.txns: dict[str, TransactionMetadata] = {}
         # producer id -> group id -> offsets committed in its open transaction
-        self.pending_offsets: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]] = {}
+        self.pending_offsets: dict[int, GroupOffsets] = {}
         self._topic_ready: asyncio.Future | None = None
         self._tasks: list[asyncio.Task] = []
 
@@ -276,7 +277,8 @@ class TransactionCoordinator:
                       start_ms=txn.start_ms if txn.state is ONGOING else now)
         return await self._change(txn, new)
 
-    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int:
+    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int,
+                      commit: bool) -> int:
         error, txn = self._check(transactional_id, producer_id, epoch)
         if error:
             return error
@@ -437,8 +439,8 @@ class TransactionCoordinator:
         return [self.txns[tid] for tid in sorted(self.txns)]
 
 
-def _read_txn_offsets(plog, start: int, producer_id: int) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
-    found: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+def _read_txn_offsets(plog, start: int, producer_id: int) -> GroupOffsets:
+    found: GroupOffsets = {}
     offset, end = start, plog.log_end_offset
     while offset < end:
         data = plog.read(offset, 1 << 20, max_offset=end)
