@@ -19,19 +19,19 @@ R = messages.DescribeProducersResponse
 def handle(broker, header, request):
     topics = []
     for t in request.topics:
-        topic = broker.topics.get(t.name)
-        partitions = [_partition(topic, index) for index in t.partition_indexes]
+        partitions = [_partition(broker.topics.partition(t.name, index), index)
+                      for index in t.partition_indexes]
         topics.append(R.TopicResponse(name=t.name, partitions=partitions))
     return R(throttle_time_ms=0, topics=topics)
 
 
-def _partition(topic, index: int):
-    """The producers partition ``index`` of ``topic`` knows."""
-    if topic is None or not 0 <= index < len(topic.partitions):
+def _partition(partition, index: int):
+    """The producers ``partition`` (None: there is no such partition) knows."""
+    if partition is None:
         return R.PartitionResponse(partition_index=index,
                                    error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                    active_producers=[])
-    state = topic.partitions[index].producers
+    state = partition.producers
     active = []
     for pid in sorted(set(state.producers) | set(state.ongoing)):
         entry = state.producers.get(pid)

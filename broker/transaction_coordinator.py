@@ -355,12 +355,10 @@ class TransactionCoordinator:
                         return error  # still decided: the timer completes it
             self.pending_offsets.pop(prepared.producer_id, None)
             touched = []
-            topics = self.topics
             for topic_name, index in sorted(prepared.partitions):
-                topic = topics.get(topic_name)
-                if topic is None or index >= len(topic.partitions):
+                partition = self.topics.partition(topic_name, index)
+                if partition is None:
                     continue  # deleted meanwhile
-                partition = topic.partitions[index]
                 error = partition.append_marker(prepared.producer_id, prepared.producer_epoch,
                                                 commit, COORDINATOR_EPOCH)
                 if error:
@@ -397,13 +395,12 @@ class TransactionCoordinator:
     async def _recover_offsets(self, txn: TransactionMetadata) -> None:
         """After a restart: the offsets a decided transaction committed, read back from
         ``__consumer_offsets`` (its batches from the transaction's first offset on)."""
-        topic = self.topics.get(OFFSETS_TOPIC)
-        if topic is None or txn.state is not PREPARE_COMMIT:
+        if txn.state is not PREPARE_COMMIT:
             return
         for name, index in txn.partitions:
-            if name != OFFSETS_TOPIC or index >= len(topic.partitions):
+            partition = self.topics.partition(name, index) if name == OFFSETS_TOPIC else None
+            if partition is None:
                 continue
-            partition = topic.partitions[index]
             first = partition.producers.ongoing.get(txn.producer_id)
             if first is None:
                 continue
