@@ -17,12 +17,12 @@ from typing import Callable
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 from .config import ConfigError, validate_topic_setting
+from .describe_configs import BROKER, TOPIC
 
 API_KEY = ApiKey.ALTER_CONFIGS
 MIN_VERSION, MAX_VERSION = 0, 2
 
 R = messages.AlterConfigsResponse
-TOPIC, BROKER = 2, 4
 
 
 class Refused(Exception):

@@ -123,8 +123,8 @@ class TransactionCoordinator:
         self.max_timeout_ms = max_timeout_ms
         self.expiration_ms = expiration_ms
         self.check_interval_ms = check_interval_ms
-        self.num_partitions = state_partitions
-        self.segment_bytes = state_segment_bytes
+        self.state_partitions = state_partitions
+        self.state_segment_bytes = state_segment_bytes
         self.now_ms = now_ms
         self.txns: dict[str, TransactionMetadata] = {}
         # producer id -> group id -> offsets committed in its open transaction
@@ -164,8 +164,8 @@ class TransactionCoordinator:
         if topic is None:
             if self._topic_ready is None:
                 self._topic_ready = asyncio.ensure_future(topics.create(
-                    TRANSACTION_TOPIC, self.num_partitions,
-                    {"cleanup.policy": "compact", "segment.bytes": self.segment_bytes}))
+                    TRANSACTION_TOPIC, self.state_partitions,
+                    {"cleanup.policy": "compact", "segment.bytes": self.state_segment_bytes}))
             try:
                 topic = await asyncio.shield(self._topic_ready)
             except FileExistsError:
