@@ -12,9 +12,10 @@ Record batches are opaque bytes here: the caller assigns offsets and passes them
 """
 
 from .cleaner import CleanResult, clean
+from ._files import fsync_directory
 from .errors import OffsetOutOfRange, StorageError
 from .log import Log, LogConfig
 from .txn_index import AbortedTxn
 
 __all__ = ["AbortedTxn", "CleanResult", "Log", "LogConfig", "OffsetOutOfRange", "StorageError",
-           "clean"]
+           "clean", "fsync_directory"]

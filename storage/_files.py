@@ -98,9 +98,20 @@ def segment_file_names(base_offset: int) -> list[str]:
             stem + LOG_SUFFIX]
 
 
-def fsync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path, missing_ok: bool = False) -> None:
+    """Fsync a file or directory by name. ``missing_ok``: a file deleted meanwhile needs none."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        if missing_ok:
+            return
+        raise
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_directory(directory) -> None:
+    """Make a directory's entries (files created, renamed or unlinked in it) durable."""
+    fsync_path(directory)

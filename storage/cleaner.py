@@ -458,11 +458,7 @@ def _rewrite(cleaned_dir: str, group: list[tuple], rules: _Rules, index_interval
     out.txn_index.write_all(rules.txns.kept)
     os.fsync(fd)
     for path in (out.offset_index.path, out.time_index.path):
-        f = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(f)
-        finally:
-            os.close(f)
+        _files.fsync_path(path)
     out.close()
     return removed
 

@@ -404,7 +404,7 @@ class Log:
                 self._io.fsync_many(ref.fd for _seg, _size, *refs in todo
                                     for ref in refs if ref is not None)
                 for path in rolled:
-                    _fsync_path(path)
+                    _files.fsync_path(path, missing_ok=True)
                 if dir_dirty:
                     _files.fsync_directory(self.directory)
             except OSError as e:
@@ -832,14 +832,3 @@ class Log:
         return (f"Log({self.directory!r}, start={self.log_start_offset}, "
                 f"end={self.log_end_offset}, segments={len(self._segments)})")
 
-
-def _fsync_path(path: str) -> None:
-    """Fsync a file by name; a file deleted meanwhile needs no fsync."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -169,6 +169,10 @@ class LogSegment:
         """Running index counters of a cleanly closed active segment, without reading data."""
         last = self.offset_index.last_entry()
         self.bytes_since_index = self.size - (last[1] if last else 0)
+        self._max_ts_from_time_index()
+
+    def _max_ts_from_time_index(self) -> None:
+        """The largest timestamp, as the time index's last entry records it."""
         t_last = self.time_index.last_entry()
         if t_last is None:
             self.max_ts, self.max_ts_offset, self.last_time_entry_ts = -1, -1, -1
@@ -248,12 +252,7 @@ class LogSegment:
         """
         last = self.offset_index.last_entry()
         start = last[1] if last else 0
-        t_last = self.time_index.last_entry()
-        if t_last is None:
-            self.max_ts, self.max_ts_offset, self.last_time_entry_ts = -1, -1, -1
-        else:
-            self.max_ts = self.last_time_entry_ts = t_last[0]
-            self.max_ts_offset = self.base_offset + t_last[1]
+        self._max_ts_from_time_index()
         self.bytes_since_index = 0
         for b in iter_batches(self.log_ref.fd, start, self.size):
             if b.max_timestamp > self.max_ts:
