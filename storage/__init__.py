@@ -11,7 +11,7 @@ Public surface:
 Record batches are opaque bytes here: the caller assigns offsets and passes them in.
 """
 
-from .cleaner import CleanResult, clean
+from .cleaning import CleanResult, clean
 from ._files import fsync_directory
 from .errors import OffsetOutOfRange, StorageError
 from .log import Log, LogConfig
