@@ -14,9 +14,13 @@ and one checkpoint file, ``log-offsets-checkpoint`` (see checkpoint.py). Files e
 the directory (producer snapshots, leader-epoch checkpoints written by the broker) are left
 alone.
 
-The log cleaner (cleaner.py) builds compacted segments in the subdirectory ``cleaner.cleaned``
-(discarded when a log is opened) and commits them by renaming it to ``cleaner.swap``; a swap
-directory found at open is completed before anything else is read.
+The log cleaner (cleaning/) builds compacted segments in the subdirectory ``cleaner.cleaned``
+(discarded when a log is opened); ``Log.replace_segments`` commits them by renaming it to
+``cleaner.swap`` (swap.py); a swap directory found at open is completed before anything else
+is read.
+
+``fsync_directory`` (exported by the package) and ``fsync_path`` are the one way to fsync by
+name, here and in the broker.
 """
 
 from __future__ import annotations

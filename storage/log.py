@@ -132,7 +132,6 @@ class Log(LogAppends, LogReads):
         self.config = config
         self._set_limits(config)
 
-
     # -- opening -------------------------------------------------------------------------------
 
     @classmethod
