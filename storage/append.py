@@ -17,14 +17,13 @@ import time
 
 from .errors import StorageError
 from .io import undo_write
+from .log_state import LogState
 from .segment import INT32_MAX, LogSegment
 from .txn_index import AbortedTxn
 
 
-class LogAppends:
+class LogAppends(LogState):
     """Log's write side: the owner thread's append, roll and add_aborted_txn."""
-
-    __slots__ = ()
 
     def append(self, batch, base_offset: int, last_offset: int, max_timestamp: int,
                aborted_txn: AbortedTxn | None = None) -> None:

@@ -26,6 +26,7 @@ part of the class:
                     (LogReads)
     retention.py    which leading segments retention and DeleteRecords remove (policy)
     swap.py         the on-disk steps of replace_segments (the compaction swap)
+    log_state.py    the state's declaration, and the segment lookups over it
     log.py          the state, flush and the checkpoint, truncation, retention and
                     DeleteRecords, replace_segments, close
 
@@ -61,7 +62,6 @@ once a second by flush, and always by close.
 
 from __future__ import annotations
 
-import bisect
 import os
 import shutil
 import threading
@@ -238,21 +238,6 @@ class Log(LogAppends, LogReads):
 
 
     # -- segments ---------------------------------------------------------------------------------
-
-    def _locate(self, offset: int) -> tuple[LogSegment, int]:
-        """The segment holding ``offset`` and its index slot (lock held)."""
-        i = bisect.bisect_right(self._bases, offset) - 1
-        if i < 0:
-            i = 0
-        seg = self._segments[i]
-        seg.ensure_indexes(self._bases[i + 1] if i + 1 < len(self._bases) else None)
-        return seg, i
-
-    def _segment_max_ts(self, i: int) -> tuple[int, int]:
-        seg = self._segments[i]
-        if seg.max_ts is None:
-            seg.ensure_indexes(self._bases[i + 1] if i + 1 < len(self._bases) else None)
-        return seg.known_max_ts()
 
     @property
     def size_in_bytes(self) -> int:

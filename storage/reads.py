@@ -19,17 +19,16 @@ from typing import Iterator
 from ._batch import BadBatch, iter_batches
 from ._fd import FileRef
 from .errors import OffsetOutOfRange, StorageError
+from .log_state import LogState
 from .segment import LogSegment
 from .txn_index import AbortedTxn
 
 _NO_BATCH = object()
 
 
-class LogReads:
+class LogReads(LogState):
     """Log's read side: read, batch_headers, offset_for_timestamp, max_timestamp and
     aborted_txns."""
-
-    __slots__ = ()
 
     def read(self, offset: int, max_bytes: int,
              max_offset: int | None = None) -> bytes:
