@@ -43,8 +43,8 @@ Files, in the order to open them:
     errors.py       StorageError, OffsetOutOfRange
 """
 
-from .cleaning import CleanResult, clean
 from ._files import fsync_directory
+from .cleaning import CleanResult, clean
 from .errors import OffsetOutOfRange, StorageError
 from .log import Log, LogConfig
 from .txn_index import AbortedTxn

@@ -135,7 +135,7 @@ class Log(LogAppends, LogReads):
     # -- opening -------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path, config: LogConfig = LogConfig(), *, recover: bool) -> "Log":
+    def open(cls, path, config: LogConfig = LogConfig(), *, recover: bool) -> Log:
         """Open (or create) the log in directory ``path``.
 
         A compaction swap interrupted by a crash is finished first (``complete_pending_swap``).

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from ._batch import BadBatch, iter_batches
 from ._fd import FileRef

@@ -26,10 +26,12 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import crc32c
 
+from . import _files
 from ._batch import (
     CRC_START,
     HEADER_SIZE,
@@ -42,7 +44,6 @@ from ._batch import (
     PREFIX,
     BatchInfo,
 )
-from . import _files
 from .checkpoint import read_checkpoint
 from .segment import INT32_MAX, LogSegment
 

@@ -14,7 +14,7 @@ DeleteRecords: the segments whose offsets all lie below the new log start offset
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def expired_segments(sizes: list[int], max_timestamp: Callable[[int], int], now_ms: int,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from typing import Callable
+from collections.abc import Callable
 
 from .._batch import HEADER_SIZE, BadBatch, iter_batches
 from .._records import walk_records

@@ -128,7 +128,7 @@ def is_last_of_producer(data: bytes, base_offset: int, control: bool,
     return control and INT16.unpack_from(data, PRODUCER_EPOCH_OFFSET)[0] == epoch
 
 
-def filter_marker(info: BatchInfo, data: bytes, attributes: int, pid: int, rules: "Rules"):
+def filter_marker(info: BatchInfo, data: bytes, attributes: int, pid: int, rules: Rules):
     """A control batch: kept while it guards records; then given a delete horizon; removed
     once the horizon has passed (unless it is an active producer's last entry)."""
     kind = control_type(data)

@@ -4,12 +4,12 @@ one that never committed) and the log reads exactly the same records."""
 import os
 
 import pytest
+from storage_batches import Writer
+from test_storage_log import read_all
 
 from headrace.storage import Log, LogConfig, StorageError, swap
 from headrace.storage._batch import iter_batches
 from headrace.storage.segment import LogSegment
-from storage_batches import Writer
-from test_storage_log import read_all
 
 CFG = LogConfig(segment_bytes=4096, index_interval_bytes=256, segment_index_bytes=4096)
 
