@@ -39,7 +39,6 @@ import asyncio
 import base64
 import importlib
 import logging
-import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -56,7 +55,7 @@ from headrace.protocol import (
     request_class,
     response_header_is_flexible,
 )
-from headrace.storage import StorageError
+from headrace.storage import StorageError, fsync_directory
 
 from .background import run_every
 from .config import BrokerConfig
@@ -201,7 +200,7 @@ class Broker:
         except (StorageError, OSError, ValueError) as e:
             raise StartupError(f"cannot open the logs in {self.data_dir}: {e}") from e
         marker.unlink(missing_ok=True)
-        _fsync_dir(self.data_dir)
+        fsync_directory(self.data_dir)
         if not clean:
             log.info("no clean-shutdown marker: logs were recovered")
 
@@ -238,7 +237,7 @@ class Broker:
     def _close_data_dir(self) -> None:
         self.topics.close()
         (self.data_dir / CLEAN_SHUTDOWN).write_bytes(b"")
-        _fsync_dir(self.data_dir)
+        fsync_directory(self.data_dir)
 
     def _flush_interval(self, topic=None) -> float:
         """How old unflushed data may get: ``flush.ms``, and at the latest
@@ -301,14 +300,6 @@ class Broker:
     async def _encode_later(self, header, awaitable) -> list | None:
         response = await awaitable
         return None if response is None else self._encode(header, response)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["APIS", "ApiKey", "Broker", "StartupError"]

@@ -29,7 +29,7 @@ from headrace.protocol.records import (
     set_base_offset,
     set_log_append_time,
 )
-from headrace.storage import Log, LogConfig, StorageError
+from headrace.storage import Log, LogConfig, StorageError, fsync_directory
 
 from .config import TOPIC_SETTINGS, BrokerConfig
 from .producer_state import ProducerStateManager, last_sequence, write_snapshot_data
@@ -325,11 +325,7 @@ class TopicManager:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.data_dir / TOPICS_FILE)
-        fd = os.open(self.data_dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_directory(self.data_dir)
 
     # changes (on the event loop; disk work in a thread) ---------------------------------------
 

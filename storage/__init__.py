@@ -4,17 +4,50 @@ Public surface:
 
     Log, LogConfig          open/append/read/flush/truncate one partition's log
     AbortedTxn              an entry of a segment's aborted-transactions index (.txnindex)
-    clean, CleanResult      one compaction pass over a log (see cleaner.py)
+    clean, CleanResult      one compaction pass over a log (see cleaning/)
     OffsetOutOfRange        read or delete below the log start or above the log end offset
     StorageError            an I/O failure or unusable files (Kafka's KAFKA_STORAGE_ERROR)
+    fsync_directory         make a directory's entries durable (used by the broker too)
 
 Record batches are opaque bytes here: the caller assigns offsets and passes them in.
+
+The log's invariants (log.py states them in full): its segments are sorted by base offset
+and never empty, the last one is the only one appended to; they tile the offsets, so
+``segments[i + 1].base_offset`` is ``segments[i]``'s next offset (the offset after its last
+batch, unless compaction removed batches at its end); ``log_start_offset`` lies in the first
+segment (or equals ``log_end_offset``); ``recovery_point`` <= ``log_end_offset`` and all
+below it is fsynced; every published position is a batch boundary. Only Log changes its
+segment list: retention, DeleteRecords, truncation and the cleaner's swap
+(``Log.replace_segments``) all go through it.
+
+Files, in the order to open them:
+
+    log.py          Log: its state and invariants, threads, flush, checkpoint, truncation,
+                    retention and DeleteRecords, replace_segments, close
+    config.py       LogConfig (segment.bytes, retention.ms, cleanup.policy, ...)
+    recovery.py     Log.open: loading segments and the checkpoint; recovery after a crash
+    append.py       Log.append and roll
+    reads.py        Log.read, batch_headers, offset_for_timestamp, aborted_txns
+    retention.py    which leading segments retention and DeleteRecords remove
+    swap.py         the on-disk steps of replace_segments, and finishing one after a crash
+    segment.py      LogSegment: one .log file and its indexes
+    index.py        the sparse offset and time indexes (.index, .timeindex)
+    txn_index.py    the aborted-transactions index (.txnindex), AbortedTxn
+    checkpoint.py   the log-offsets-checkpoint file
+    io.py           I/O backends (os, io_uring) for writes, fsyncs and reads
+    cleaning/       log compaction (its __init__ maps its files)
+    _files.py       every file name in a partition directory; fsync by name
+    _batch.py       the v2 batch header fields storage reads; iter_batches
+    _records.py     the record walk compaction needs (keys, tombstones)
+    _fd.py          FileRef: a descriptor that stays open while someone reads it
+    errors.py       StorageError, OffsetOutOfRange
 """
 
-from .cleaner import CleanResult, clean
+from ._files import fsync_directory
+from .cleaning import CleanResult, clean
 from .errors import OffsetOutOfRange, StorageError
 from .log import Log, LogConfig
 from .txn_index import AbortedTxn
 
 __all__ = ["AbortedTxn", "CleanResult", "Log", "LogConfig", "OffsetOutOfRange", "StorageError",
-           "clean"]
+           "clean", "fsync_directory"]

@@ -14,9 +14,13 @@ and one checkpoint file, ``log-offsets-checkpoint`` (see checkpoint.py). Files e
 the directory (producer snapshots, leader-epoch checkpoints written by the broker) are left
 alone.
 
-The log cleaner (cleaner.py) builds compacted segments in the subdirectory ``cleaner.cleaned``
-(discarded when a log is opened) and commits them by renaming it to ``cleaner.swap``; a swap
-directory found at open is completed before anything else is read.
+The log cleaner (cleaning/) builds compacted segments in the subdirectory ``cleaner.cleaned``
+(discarded when a log is opened); ``Log.replace_segments`` commits them by renaming it to
+``cleaner.swap`` (swap.py); a swap directory found at open is completed before anything else
+is read.
+
+``fsync_directory`` (exported by the package) and ``fsync_path`` are the one way to fsync by
+name, here and in the broker.
 """
 
 from __future__ import annotations
@@ -98,9 +102,20 @@ def segment_file_names(base_offset: int) -> list[str]:
             stem + LOG_SUFFIX]
 
 
-def fsync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path, missing_ok: bool = False) -> None:
+    """Fsync a file or directory by name. ``missing_ok``: a file deleted meanwhile needs none."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        if missing_ok:
+            return
+        raise
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_directory(directory) -> None:
+    """Make a directory's entries (files created, renamed or unlinked in it) durable."""
+    fsync_path(directory)

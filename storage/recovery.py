@@ -1,8 +1,11 @@
-"""Checking segments after an unclean stop.
+"""Opening a log: loading its segments, and checking them after an unclean stop.
 
 How this works
 --------------
-``Log.open(recover=True)`` calls ``recover_segment`` for the segment holding the recovery
+``Log.open`` first finishes a compaction swap left by a crash (swap.py), then ``load``
+lists the segment files and reads the checkpoint. After a clean close (the checkpoint's end
+offset, active segment and size match the files) no segment data is read. Otherwise the
+segments are recovered: ``recover_segment`` runs for the segment holding the recovery
 point and each later one, in order. The walk reads the segment in large chunks and accepts a
 batch only if
 
@@ -13,16 +16,22 @@ batch only if
     offset.
 
 The file is truncated after the last accepted batch and both indexes are rebuilt from the
-accepted batches; aborted-transaction entries whose markers are gone are dropped. The caller deletes every later segment when a segment was cut short.
+accepted batches; aborted-transaction entries whose markers are gone are dropped. When a
+segment was cut short every later segment is deleted. The recovered files are fsynced and the
+recovery point becomes the new log end offset.
 """
 
 from __future__ import annotations
 
+import bisect
+import logging
 import os
-from typing import Iterator
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import crc32c
 
+from . import _files
 from ._batch import (
     CRC_START,
     HEADER_SIZE,
@@ -35,9 +44,98 @@ from ._batch import (
     PREFIX,
     BatchInfo,
 )
+from .checkpoint import read_checkpoint
 from .segment import INT32_MAX, LogSegment
 
+_log = logging.getLogger(__name__)
+
 READ_CHUNK = 1 << 20
+
+
+class LoadedLog(NamedTuple):
+    """What ``load`` found: the state a Log starts from."""
+    segments: list[LogSegment]  # the last one active (indexes in memory)
+    log_start_offset: int
+    log_end_offset: int
+    recovery_point: int
+    cleaner_offset: int | None  # from the checkpoint, clamped to the log's offsets
+    clean: bool                 # opened without recovery (nothing to checkpoint)
+
+
+def load(directory: str, index_interval_bytes: int, recover: bool) -> LoadedLog:
+    """Open (or create) the segments in ``directory``; recover them unless cleanly closed."""
+    interval = index_interval_bytes
+    os.makedirs(directory, exist_ok=True)
+    _files.remove_temp_files(directory)
+    bases = _files.list_segment_bases(directory)
+    cp = read_checkpoint(directory)
+    if not bases:
+        base = cp.log_start_offset if cp else 0
+        seg = LogSegment.create(directory, base, interval)
+        _files.fsync_directory(directory)
+        return LoadedLog([seg], base, base, base, None, True)
+
+    segs = [LogSegment.open_existing(directory, b, interval) for b in bases]
+    active = segs[-1]
+    clean = (
+        not recover
+        and cp is not None
+        and cp.end_offset is not None
+        and cp.end_segment == active.base_offset
+        and cp.end_size == active.size
+        and cp.end_offset >= active.base_offset
+    )
+    if clean:
+        leo = cp.end_offset
+        recovery_point = min(cp.recovery_point, leo)
+        missing = not (active.offset_index.exists() and active.time_index.exists())
+        active.activate()
+        if missing:
+            active.rebuild_indexes()
+        elif not active.ensure_indexes(leo):
+            active.restore_index_state_from_indexes()
+    else:
+        if not recover:
+            _log.warning("%s: no clean-close checkpoint matches the files; recovering",
+                         directory)
+        start = cp.recovery_point if cp else bases[0]
+        segs, leo = _recover(directory, segs, start)
+        active = segs[-1]
+        active.activate()
+        recovery_point = leo
+    log_start = bases[0] if cp is None else max(cp.log_start_offset, segs[0].base_offset)
+    log_start = min(log_start, leo)
+    cleaner_offset = None
+    if cp is not None and cp.cleaner_offset is not None:
+        cleaner_offset = max(log_start, min(cp.cleaner_offset, leo))
+    return LoadedLog(segs, log_start, leo, recovery_point, cleaner_offset, clean)
+
+
+def _recover(directory: str, segs: list[LogSegment],
+             recovery_point: int) -> tuple[list[LogSegment], int]:
+    bases = [s.base_offset for s in segs]
+    first = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+    next_offset = segs[first].base_offset
+    leo = next_offset
+    for i in range(first, len(segs)):
+        seg = segs[i]
+        last, cut = recover_segment(seg, next_offset)
+        if last is not None:
+            next_offset = last + 1
+        leo = next_offset if last is not None else seg.base_offset
+        if cut:
+            _log.warning("%s: truncated segment %d at byte %d (offset %d)",
+                         directory, seg.base_offset, seg.size, leo)
+            for doomed in segs[i + 1:]:
+                doomed.delete()
+                doomed.close()
+            del segs[i + 1:]
+            break
+    for seg in segs[first:]:
+        os.fsync(seg.log_ref.fd)
+        seg.flushed_size = seg.size
+    _files.fsync_directory(directory)
+    return segs, leo
 
 
 def iter_valid_batches(fd: int, size: int, segment_base: int,

@@ -108,11 +108,7 @@ class LogSegment:
     def first_batch_timestamp(self) -> int:
         """The maxTimestamp of the segment's first batch; -1 when empty or without one."""
         if self.rolling_ts is None:
-            self.rolling_ts = -1
-            if self.size >= HEADER_SIZE:
-                header = os.pread(self.log_ref.fd, HEADER_SIZE, 0)
-                if len(header) == HEADER_SIZE:
-                    self.rolling_ts = MAX_TIMESTAMP.unpack_from(header, MAX_TIMESTAMP_OFFSET)[0]
+            self.rolling_ts = read_first_batch_timestamp(self.log_ref.fd, self.size)
         return self.rolling_ts
 
     def time_waited_for_roll(self, max_timestamp: int, now: float) -> float:
@@ -169,6 +165,10 @@ class LogSegment:
         """Running index counters of a cleanly closed active segment, without reading data."""
         last = self.offset_index.last_entry()
         self.bytes_since_index = self.size - (last[1] if last else 0)
+        self._max_ts_from_time_index()
+
+    def _max_ts_from_time_index(self) -> None:
+        """The largest timestamp, as the time index's last entry records it."""
         t_last = self.time_index.last_entry()
         if t_last is None:
             self.max_ts, self.max_ts_offset, self.last_time_entry_ts = -1, -1, -1
@@ -248,12 +248,7 @@ class LogSegment:
         """
         last = self.offset_index.last_entry()
         start = last[1] if last else 0
-        t_last = self.time_index.last_entry()
-        if t_last is None:
-            self.max_ts, self.max_ts_offset, self.last_time_entry_ts = -1, -1, -1
-        else:
-            self.max_ts = self.last_time_entry_ts = t_last[0]
-            self.max_ts_offset = self.base_offset + t_last[1]
+        self._max_ts_from_time_index()
         self.bytes_since_index = 0
         for b in iter_batches(self.log_ref.fd, start, self.size):
             if b.max_timestamp > self.max_ts:
@@ -314,6 +309,15 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
+
+
+def read_first_batch_timestamp(fd: int, size: int) -> int:
+    """The maxTimestamp of the first batch of a segment file of ``size`` bytes; -1 if none."""
+    if size >= HEADER_SIZE:
+        header = os.pread(fd, HEADER_SIZE, 0)
+        if len(header) == HEADER_SIZE:
+            return MAX_TIMESTAMP.unpack_from(header, MAX_TIMESTAMP_OFFSET)[0]
+    return -1
 
 
 def _iter_until_bad(fd: int, end: int):

@@ -28,6 +28,7 @@ import struct
 from typing import NamedTuple
 
 from ._fd import FileRef
+from ._files import fsync_path
 
 ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = ENTRY.size  # 34
@@ -128,12 +129,8 @@ class TransactionIndex:
     def fsync(self) -> None:
         if self._ref is not None:
             os.fsync(self._ref.fd)
-        elif self.dirty and os.path.exists(self.path):
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        elif self.dirty:
+            fsync_path(self.path, missing_ok=True)
         self.dirty = False
 
     def close(self) -> None:

@@ -10,7 +10,6 @@ import pytest
 
 from headrace.protocol.records import decode_records
 from headrace.storage import Log, LogConfig, clean
-from headrace.storage import cleaner as cleaner_module
 from headrace.storage.recovery import iter_valid_batches
 from storage_batches import make_keyed_batch, split_batches
 
@@ -188,7 +187,7 @@ def test_crash_during_swap_is_finished_at_open(tmp_path, monkeypatch, crash_at):
     p = Producer(log, 4)
     p.append(150)
     log.flush()
-    real = cleaner_module.complete_pending_swap
+    real = Log.__dict__["complete_pending_swap"]
 
     def crash(directory):
         from headrace.storage import _files
@@ -209,12 +208,12 @@ def test_crash_during_swap_is_finished_at_open(tmp_path, monkeypatch, crash_at):
                 os.rename(os.path.join(swap, n), os.path.join(directory, n))
         raise OSError("simulated crash")
 
-    monkeypatch.setattr(cleaner_module, "complete_pending_swap", crash)
+    monkeypatch.setattr(Log, "complete_pending_swap", staticmethod(crash))
     with pytest.raises(Exception):
         clean(log, now_ms=20_000)
     for s in log._segments:
         s.close()  # the process dies
-    monkeypatch.setattr(cleaner_module, "complete_pending_swap", real)
+    monkeypatch.setattr(Log, "complete_pending_swap", real)
     log2 = Log.open(path, log.config, recover=True)
     assert not (path / "cleaner.swap").exists()
     recs = all_records(log2)

@@ -6,7 +6,8 @@ bounded (several passes); max.compaction.lag.ms forces a pass and rolls the acti
 import struct
 
 from headrace.storage import AbortedTxn, LogConfig, clean
-from headrace.storage import cleaner as cleaner_module
+from headrace.storage._records import walk_records
+from headrace.storage.cleaning import key_map
 from storage_batches import make_keyed_batch, make_marker, split_batches
 
 DAY = 24 * 3600 * 1000
@@ -47,7 +48,7 @@ def batches(log):
             base_ts, = struct.unpack_from(">q", b, 27)
             pid, = struct.unpack_from(">q", b, 43)
             seq, count = struct.unpack_from(">ii", b, 53)
-            keys = [r.key for r in cleaner_module.walk_records(memoryview(b)[61:], count)]
+            keys = [r.key for r in walk_records(memoryview(b)[61:], count)]
             out.append((struct.unpack_from(">q", b)[0], attrs, pid, seq, count, base_ts, keys))
     return out
 
@@ -170,16 +171,16 @@ def test_key_map_is_bounded_and_compaction_takes_several_passes(open_log, monkey
     log.roll()
     put(log, [(b"tail", b"t")], ts=ts)
     sizes = []
-    real = cleaner_module._offset_map
+    real = key_map.offset_map
 
     def spy(plan, decompress, max_entries):
         offsets, end = real(plan, decompress, max_entries)
         sizes.append((len(offsets), max_entries))
         return offsets, end
 
-    monkeypatch.setattr(cleaner_module, "_offset_map", spy)
+    monkeypatch.setattr(key_map, "offset_map", spy)
     limit = 25
-    result = clean(log, now_ms=1, force=True, map_bytes=limit * cleaner_module.MAP_ENTRY_BYTES)
+    result = clean(log, now_ms=1, force=True, map_bytes=limit * key_map.MAP_ENTRY_BYTES)
     assert result.passes > 1 and len(sizes) == result.passes
     assert all(n <= limit for n, _ in sizes)
     # every key's latest value, and only that, is left

@@ -1,0 +1,164 @@
+"""Appending to a log and rolling its active segment (part of Log: see log.py).
+
+How this works
+--------------
+``append`` runs on the log's owner thread. It rolls first when the active segment is full
+(``segment_bytes``, index entries), too old (``segment_ms``, or ``max_compaction_lag_ms`` on a
+compacted log) or would overflow the index's relative offsets; then it writes the batch with
+one write at the segment's end, writes index entries (and the aborted-transaction entry of an
+abort marker) and only then publishes the new size and log end offset under the lock, so a
+reader never sees part of an append. A failed write is undone: the file is cut back and the
+index files return to their published entries.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .errors import StorageError
+from .io import undo_write
+from .log_state import LogState
+from .segment import INT32_MAX, LogSegment
+from .txn_index import AbortedTxn
+
+
+class LogAppends(LogState):
+    """Log's write side: the owner thread's append, roll and add_aborted_txn."""
+
+    def append(self, batch, base_offset: int, last_offset: int, max_timestamp: int,
+               aborted_txn: AbortedTxn | None = None) -> None:
+        """Append one or more whole batches whose baseOffset fields are already set.
+
+        ``base_offset`` must equal ``log_end_offset``; afterwards ``log_end_offset`` is
+        ``last_offset + 1``. Writes into the page cache only (see ``flush``).
+
+        ``aborted_txn``: the batch is an abort marker (its ``last_offset`` lies in the batch);
+        the entry goes to the transaction index of the segment that receives the batch,
+        written before the batch is published, so a flush that covers the marker covers it.
+        """
+        if base_offset != self.log_end_offset:
+            raise ValueError(
+                f"append at offset {base_offset}, log end offset is {self.log_end_offset}"
+            )
+        if last_offset < base_offset:
+            raise ValueError("last_offset < base_offset")
+        if self._closed:
+            raise StorageError("log is closed")
+        n = len(batch) if not isinstance(batch, memoryview) else batch.nbytes
+        if aborted_txn is not None and not base_offset <= aborted_txn.last_offset <= last_offset:
+            raise ValueError("the aborted transaction's marker is not in the appended batch")
+        seg = self._active
+        try:
+            if seg.size:
+                if (seg.size + n > self.config.segment_bytes
+                        or seg.time_waited_for_roll(max_timestamp, time.monotonic())
+                        > self._roll_ms
+                        or seg.offset_index.full(self._max_offset_entries)
+                        or seg.time_index.full(self._max_time_entries)
+                        or last_offset - seg.base_offset > INT32_MAX):
+                    seg = self._roll()
+            position = seg.size
+            if position + n > INT32_MAX:
+                raise ValueError("append larger than a segment can hold")
+            self._io.write_all(seg.log_ref.fd, batch, n, position)
+        except OSError as e:
+            raise StorageError(f"append to {self.directory} failed: {e}") from e
+        if aborted_txn is not None:
+            try:
+                seg.txn_index.append(aborted_txn)
+            except OSError as e:
+                undo_write(seg.log_ref.fd, position)
+                raise StorageError(f"append to {self.directory} failed: {e}") from e
+        if (seg.bytes_since_index <= seg.index_interval_bytes
+                and max_timestamp <= seg.max_ts):
+            seg.bytes_since_index += n  # the common case: no index entry, no new maximum
+            oi = ti = None
+        else:
+            saved = seg.index_state()
+            try:
+                oi, ti = seg.index_entries_for(position, n, base_offset, last_offset,
+                                               max_timestamp)
+                if oi is not None:
+                    seg.offset_index.write_entry(oi)
+                if ti is not None:
+                    seg.time_index.write_entry(ti)
+            except OSError as e:
+                # undo: the batch is not published, the index files go back to their entries
+                seg.restore_index_state_to(saved)
+                undo_write(seg.log_ref.fd, position)
+                raise StorageError(f"append to {self.directory} failed: {e}") from e
+        with self._lock:
+            seg.size = position + n
+            if oi is not None:
+                seg.offset_index.add_entry(oi)
+            if ti is not None:
+                seg.time_index.add_entry(ti)
+            self.log_end_offset = last_offset + 1
+            if position == 0:
+                seg.rolling_ts = max_timestamp
+            mt = self._max_ts
+            if mt is not None and max_timestamp > mt[0]:
+                self._max_ts = (max_timestamp, last_offset)
+
+    def roll(self) -> None:
+        """Start a new active segment now, unless the active one is empty (owner thread)."""
+        if self._active.size:
+            try:
+                self._roll()
+            except OSError as e:
+                raise StorageError(f"roll of {self.directory} failed: {e}") from e
+
+    def active_segment_expired(self, now_ms: int | None = None) -> bool:
+        """Whether retention.ms would delete the active segment: it holds data, every batch
+        in it is older than retention.ms, and so is every other segment (Kafka then rolls so
+        that retention can delete it)."""
+        cfg = self.config
+        if not cfg.deletes or cfg.retention_ms < 0:
+            return False
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        with self._lock:
+            seg = self._active
+            return (seg.size > 0 and seg.max_ts is not None and seg.max_ts >= 0
+                    and now_ms - seg.max_ts > cfg.retention_ms)
+
+    def _roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset (owner thread)."""
+        old = self._active
+        saved = old.index_state()
+        final = old.final_time_entry()
+        try:
+            if final is not None:
+                old.time_index.write_entry(final)
+            new = LogSegment.create(self.directory, self.log_end_offset,
+                                    self.config.index_interval_bytes)
+        except OSError:
+            old.restore_index_state_to(saved)
+            raise
+        with self._lock:
+            if final is not None:
+                old.time_index.add_entry(final)
+            self._rolled_index_paths += (old.offset_index.path, old.time_index.path)
+            old.deactivate()
+            self._segments.append(new)
+            self._bases.append(new.base_offset)
+            self._inactive_bytes += old.size
+            self._active = new
+            self._dir_dirty = True
+        return new
+
+
+    def add_aborted_txn(self, entry: AbortedTxn) -> bool:
+        """Record an aborted transaction whose marker is already in the log (rebuilding the
+        index after a restart; owner thread). False when the entry, or a later one of that
+        segment, is there already, so replaying markers twice adds nothing."""
+        with self._lock:
+            if not self.log_start_offset <= entry.last_offset < self.log_end_offset:
+                return False
+            seg, _ = self._locate(entry.last_offset)
+            if entry.last_offset <= seg.txn_index.last_offset:
+                return False
+        try:
+            seg.txn_index.append(entry)
+        except OSError as e:
+            raise StorageError(f"transaction index of {self.directory}: {e}") from e
+        return True

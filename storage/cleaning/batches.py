@@ -1,0 +1,64 @@
+"""What the cleaner reads of a record batch: header fields, and the batches of a segment.
+
+Batches are opaque bytes to the rest of storage; the cleaner reads a few header fields (v2
+layout, big-endian) and walks the records of a data batch (_records.py) to find keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Callable
+
+from .._batch import HEADER_SIZE, BadBatch, iter_batches
+from .._records import walk_records
+
+_log = logging.getLogger(__name__)
+
+Codec = Callable[[int, bytes], bytes]  # (codec id, data) -> data: the caller's (de)compressor
+
+ATTR = struct.Struct(">h")
+INT16 = struct.Struct(">h")
+INT32 = struct.Struct(">i")
+INT64 = struct.Struct(">q")
+UINT32 = struct.Struct(">I")
+ATTRIBUTES_OFFSET = 21
+BASE_TIMESTAMP_OFFSET = 27
+RECORDS_COUNT_OFFSET = 57
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+COMPRESSION_MASK = 0x07
+LOG_APPEND_TIME = 0x08
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+DELETE_HORIZON = 0x40
+
+
+def read_batches(ref, size: int):
+    """(BatchInfo, batch bytes) of a segment file, up to ``size``."""
+    for info in iter_batches(ref.fd, 0, size):
+        data = os.pread(ref.fd, info.size, info.position)
+        if len(data) != info.size:
+            raise BadBatch(f"short read at {info.position}")
+        yield info, data
+
+
+def data_records(data: bytes, decompress: Codec | None):
+    """(records section, walked records) of a data batch, or None to treat it as opaque."""
+    attributes = ATTR.unpack_from(data, ATTRIBUTES_OFFSET)[0]
+    if attributes & CONTROL:
+        return None
+    count = INT32.unpack_from(data, RECORDS_COUNT_OFFSET)[0]
+    payload = memoryview(data)[HEADER_SIZE:]
+    codec = attributes & COMPRESSION_MASK
+    try:
+        if codec:
+            if decompress is None:
+                return None
+            payload = memoryview(decompress(codec, payload))
+        return payload, list(walk_records(payload, count))
+    except Exception as e:  # codec libraries raise their own types; BadRecords
+        _log.warning("compaction keeps an unreadable batch at offset %d as it is: %s",
+                     INT64.unpack_from(data, 0)[0], e)
+        return None

@@ -1,0 +1,207 @@
+"""Reading a log (part of Log: see log.py); safe from any number of reader threads.
+
+How this works
+--------------
+A read takes what it needs under the log's lock (the segment holding the offset, its
+published size, a reference to its file, the index position to start from, the log's
+``_generation``) and reads the file after releasing it. It never looks past a published size,
+so it never sees a partial append; a segment deleted meanwhile stays readable through the
+file reference. When ``_generation`` changed during the read (truncation, a compaction swap)
+the result may mix old and new data, so the read looks again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterator
+
+from ._batch import BadBatch, iter_batches
+from ._fd import FileRef
+from .errors import OffsetOutOfRange, StorageError
+from .log_state import LogState
+from .segment import LogSegment
+from .txn_index import AbortedTxn
+
+_NO_BATCH = object()
+
+
+class LogReads(LogState):
+    """Log's read side: read, batch_headers, offset_for_timestamp, max_timestamp and
+    aborted_txns."""
+
+    def read(self, offset: int, max_bytes: int,
+             max_offset: int | None = None) -> bytes:
+        """Stored bytes from the batch holding ``offset``: whole batches, one segment at most.
+
+        At most ``max_bytes``, except that the first batch is returned whole even if larger.
+        Stops before a batch whose base offset is >= ``max_offset`` and at the end of the
+        segment holding ``offset`` (call again from the next offset to continue). Returns
+        b"" at the log end offset (or when the first batch starts at or above ``max_offset``).
+        """
+        while True:
+            with self._lock:
+                if offset < self.log_start_offset or offset > self.log_end_offset:
+                    raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+                if offset == self.log_end_offset:
+                    return b""
+                hw = self.log_end_offset if max_offset is None \
+                    else min(max_offset, self.log_end_offset)
+                seg, _ = self._locate(offset)
+                _, position = seg.offset_index.lookup(offset)
+                limit = seg.size
+                ref = seg.log_ref
+                generation = self._generation
+            try:
+                result = self._read_segment(seg, ref, position, limit, offset, max_bytes, hw,
+                                            generation)
+            except (OSError, BadBatch) as e:
+                with self._lock:
+                    if generation != self._generation:
+                        continue
+                raise StorageError(f"read of {self.directory} at {offset} failed: {e}") from e
+            if result is None:
+                continue  # truncated meanwhile: look again
+            if result is _NO_BATCH:
+                # no batch holds ``offset`` in its segment (a gap): go on with the next segment
+                with self._lock:
+                    next_base = self._next_base(seg)
+                if next_base is None or next_base >= self.log_end_offset:
+                    return b""
+                offset = next_base
+                continue
+            return result
+
+    def _read_segment(self, seg: LogSegment, ref: FileRef, position: int, limit: int,
+                      offset: int, max_bytes: int, hw: int, generation: int) -> bytes | None:
+        fd = ref.fd
+        first = None
+        for b in iter_batches(fd, position, limit):
+            if b.last_offset >= offset:
+                first = b
+                break
+        if first is None:
+            return None if generation != self._generation else _NO_BATCH
+        if first.base_offset >= hw:
+            return b""
+        start = first.position
+        end = start + first.size
+        target = min(start + max_bytes, limit)
+        if end < target:
+            with self._lock:
+                if generation != self._generation:
+                    return None
+                # a segment deleted meanwhile may have no index left to map: just scan
+                jump = 0 if seg.deleted else seg.offset_index.boundary_at_or_before(target, hw)
+            if jump > end:
+                end = jump  # an indexed boundary within both limits
+            for b in iter_batches(fd, end, limit):
+                if b.base_offset >= hw or b.position + b.size > target:
+                    break
+                end = b.position + b.size
+        data = self._io.pread(fd, end - start, start)
+        with self._lock:
+            if generation != self._generation:
+                return None
+        if len(data) != end - start:
+            raise StorageError(f"short read in segment {seg.base_offset}")
+        return data
+
+    def batch_headers(self, from_offset: int) -> Iterator[bytes]:
+        """The 61-byte header of each batch from the one holding ``from_offset`` to the end."""
+        offset = from_offset
+        while True:
+            with self._lock:
+                if offset < self.log_start_offset or offset > self.log_end_offset:
+                    if offset != from_offset:
+                        return  # the log was truncated or trimmed below where we got to
+                    raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+                _, i = self._locate(offset)
+                segments = self._segments[i:]
+                generation = self._generation
+            for seg in segments:
+                with self._lock:
+                    if seg.deleted:
+                        continue  # removed meanwhile (below the new log start, or truncated)
+                    seg.ensure_indexes(self._next_base(seg))
+                    _, position = seg.offset_index.lookup(max(offset, seg.base_offset))
+                    limit = seg.size
+                    ref = seg.log_ref
+                try:
+                    for info, header in iter_batches(ref.fd, position, limit, headers=True):
+                        if info.last_offset >= offset:
+                            offset = info.last_offset + 1
+                            yield header
+                except (OSError, BadBatch) as e:
+                    with self._lock:
+                        changed = generation != self._generation
+                    if changed:
+                        break  # truncated or replaced under us: look again from ``offset``
+                    raise StorageError(f"scan of segment {seg.base_offset} failed: {e}") from e
+            else:
+                return
+
+    def _next_base(self, seg: LogSegment) -> int | None:
+        i = bisect.bisect_right(self._bases, seg.base_offset)
+        return self._bases[i] if i < len(self._bases) else None
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, bytes] | None:
+        """The first batch whose maxTimestamp >= ``timestamp``: (its base offset, its bytes)."""
+        with self._lock:
+            segments = list(self._segments)
+        for seg in segments:
+            with self._lock:
+                if seg.size == 0 or seg.deleted:
+                    continue
+                seg.ensure_indexes(self._next_base(seg))
+                if seg.known_max_ts()[0] < timestamp:
+                    continue
+                start_at = seg.time_index.offset_before(timestamp)
+                position = 0 if start_at is None else seg.offset_index.lookup(start_at)[1]
+                limit = seg.size
+                ref = seg.log_ref
+                log_start = self.log_start_offset
+            try:
+                for b in iter_batches(ref.fd, position, limit):
+                    if b.max_timestamp >= timestamp and b.last_offset >= log_start:
+                        return b.base_offset, os.pread(ref.fd, b.size, b.position)
+            except (OSError, BadBatch) as e:
+                raise StorageError(f"time lookup in {self.directory} failed: {e}") from e
+        return None
+
+    def max_timestamp(self) -> tuple[int, int]:
+        """(largest maxTimestamp appended, last offset of that batch); (-1, -1) when empty."""
+        with self._lock:
+            if self._max_ts is None:
+                best = (-1, -1)
+                for i in range(len(self._segments)):
+                    ts, off = self._segment_max_ts(i)
+                    if ts > best[0]:
+                        best = (ts, off)
+                self._max_ts = best
+            return self._max_ts
+
+    def aborted_txns(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions with a record in [start, end), for a read_committed read.
+
+        Looks through the indexes of the segment holding ``start`` and the later ones, and
+        stops at an entry whose last stable offset is >= ``end``: no transaction aborted after
+        it can have started below ``end`` (Kafka's search). Safe from reader threads.
+        """
+        with self._lock:
+            if self._closed:
+                return []
+            i = max(0, bisect.bisect_right(self._bases, start) - 1)
+            indexes = [s.txn_index for s in self._segments[i:]]
+        found = []
+        try:
+            for index in indexes:
+                for e in index.entries():
+                    if e.last_offset >= start and e.first_offset < end:
+                        found.append(e)
+                    if e.last_stable_offset >= end:
+                        return found
+        except OSError as e:
+            raise StorageError(f"transaction index of {self.directory}: {e}") from e
+        return found
+
