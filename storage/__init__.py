@@ -49,5 +49,13 @@ from .errors import OffsetOutOfRange, StorageError
 from .log import Log, LogConfig
 from .txn_index import AbortedTxn
 
-__all__ = ["AbortedTxn", "CleanResult", "Log", "LogConfig", "OffsetOutOfRange", "StorageError",
-           "clean", "fsync_directory"]
+__all__ = [
+    "AbortedTxn",
+    "CleanResult",
+    "Log",
+    "LogConfig",
+    "OffsetOutOfRange",
+    "StorageError",
+    "clean",
+    "fsync_directory",
+]

@@ -35,8 +35,8 @@ TEMP_SUFFIX = ".tmp"
 CHECKPOINT_NAME = "log-offsets-checkpoint"
 CLEANED_DIR = "cleaner.cleaned"
 SWAP_DIR = "cleaner.swap"
-SWAP_REPLACES = "replaces"        # in the swap directory: base offsets of the old segments
-SWAP_UNLINKED = "replaces.done"   # ... renamed so once the old segments' files are gone
+SWAP_REPLACES = "replaces"  # in the swap directory: base offsets of the old segments
+SWAP_UNLINKED = "replaces.done"  # ... renamed so once the old segments' files are gone
 
 _DIGITS = 20
 
@@ -98,8 +98,12 @@ def remove_temp_files(directory: str) -> None:
 
 def segment_file_names(base_offset: int) -> list[str]:
     stem = segment_stem(base_offset)
-    return [stem + INDEX_SUFFIX, stem + TIME_INDEX_SUFFIX, stem + TXN_INDEX_SUFFIX,
-            stem + LOG_SUFFIX]
+    return [
+        stem + INDEX_SUFFIX,
+        stem + TIME_INDEX_SUFFIX,
+        stem + TXN_INDEX_SUFFIX,
+        stem + LOG_SUFFIX,
+    ]
 
 
 def fsync_path(path, missing_ok: bool = False) -> None:

@@ -25,8 +25,14 @@ from .txn_index import AbortedTxn
 class LogAppends(LogState):
     """Log's write side: the owner thread's append, roll and add_aborted_txn."""
 
-    def append(self, batch, base_offset: int, last_offset: int, max_timestamp: int,
-               aborted_txn: AbortedTxn | None = None) -> None:
+    def append(
+        self,
+        batch,
+        base_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        aborted_txn: AbortedTxn | None = None,
+    ) -> None:
         """Append one or more whole batches whose baseOffset fields are already set.
 
         ``base_offset`` must equal ``log_end_offset``; afterwards ``log_end_offset`` is
@@ -50,12 +56,13 @@ class LogAppends(LogState):
         seg = self._active
         try:
             if seg.size:
-                if (seg.size + n > self.config.segment_bytes
-                        or seg.time_waited_for_roll(max_timestamp, time.monotonic())
-                        > self._roll_ms
-                        or seg.offset_index.full(self._max_offset_entries)
-                        or seg.time_index.full(self._max_time_entries)
-                        or last_offset - seg.base_offset > INT32_MAX):
+                if (
+                    seg.size + n > self.config.segment_bytes
+                    or seg.time_waited_for_roll(max_timestamp, time.monotonic()) > self._roll_ms
+                    or seg.offset_index.full(self._max_offset_entries)
+                    or seg.time_index.full(self._max_time_entries)
+                    or last_offset - seg.base_offset > INT32_MAX
+                ):
                     seg = self._roll()
             position = seg.size
             if position + n > INT32_MAX:
@@ -69,15 +76,13 @@ class LogAppends(LogState):
             except OSError as e:
                 undo_write(seg.log_ref.fd, position)
                 raise StorageError(f"append to {self.directory} failed: {e}") from e
-        if (seg.bytes_since_index <= seg.index_interval_bytes
-                and max_timestamp <= seg.max_ts):
+        if seg.bytes_since_index <= seg.index_interval_bytes and max_timestamp <= seg.max_ts:
             seg.bytes_since_index += n  # the common case: no index entry, no new maximum
             oi = ti = None
         else:
             saved = seg.index_state()
             try:
-                oi, ti = seg.index_entries_for(position, n, base_offset, last_offset,
-                                               max_timestamp)
+                oi, ti = seg.index_entries_for(position, n, base_offset, last_offset, max_timestamp)
                 if oi is not None:
                     seg.offset_index.write_entry(oi)
                 if ti is not None:
@@ -118,8 +123,12 @@ class LogAppends(LogState):
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         with self._lock:
             seg = self._active
-            return (seg.size > 0 and seg.max_ts is not None and seg.max_ts >= 0
-                    and now_ms - seg.max_ts > cfg.retention_ms)
+            return (
+                seg.size > 0
+                and seg.max_ts is not None
+                and seg.max_ts >= 0
+                and now_ms - seg.max_ts > cfg.retention_ms
+            )
 
     def _roll(self) -> LogSegment:
         """Start a new active segment at the log end offset (owner thread)."""
@@ -129,8 +138,9 @@ class LogAppends(LogState):
         try:
             if final is not None:
                 old.time_index.write_entry(final)
-            new = LogSegment.create(self.directory, self.log_end_offset,
-                                    self.config.index_interval_bytes)
+            new = LogSegment.create(
+                self.directory, self.log_end_offset, self.config.index_interval_bytes
+            )
         except OSError:
             old.restore_index_state_to(saved)
             raise
@@ -145,7 +155,6 @@ class LogAppends(LogState):
             self._active = new
             self._dir_dirty = True
         return new
-
 
     def add_aborted_txn(self, entry: AbortedTxn) -> bool:
         """Record an aborted transaction whose marker is already in the log (rebuilding the

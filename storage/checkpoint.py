@@ -35,7 +35,7 @@ class Checkpoint:
 def read_checkpoint(directory: str) -> Checkpoint | None:
     """The checkpoint, or None when it is missing or unreadable."""
     try:
-        with open(_files.checkpoint_path(directory), "r", encoding="ascii") as f:
+        with open(_files.checkpoint_path(directory), encoding="ascii") as f:
             text = f.read(4096)
     except FileNotFoundError:
         return None

@@ -41,7 +41,7 @@ class _SparseIndex:
     # -- loading ------------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path: str, base_offset: int) -> "_SparseIndex":
+    def create(cls, path: str, base_offset: int) -> _SparseIndex:
         """A new, empty, active index (an existing file is truncated)."""
         index = cls(path, base_offset)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -63,9 +63,7 @@ class _SparseIndex:
             if n == 0:
                 self._buf = b""
             else:
-                self._buf = mmap.mmap(
-                    f.fileno(), n * self.ENTRY_SIZE, access=mmap.ACCESS_READ
-                )
+                self._buf = mmap.mmap(f.fileno(), n * self.ENTRY_SIZE, access=mmap.ACCESS_READ)
 
     def activate(self) -> None:
         """Load the file into memory and open it for appending (the segment became active)."""
@@ -171,7 +169,7 @@ class _SparseIndex:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
         os.replace(tmp, self.path)

@@ -140,7 +140,7 @@ class UringBackend:
         fds = list(fds)
         lu = self._lu
         for start in range(0, len(fds), self.ENTRIES):
-            chunk = fds[start:start + self.ENTRIES]
+            chunk = fds[start : start + self.ENTRIES]
             ring, _ = self._ring()
             for i, fd in enumerate(chunk):
                 sqe = lu.io_uring_get_sqe(ring)

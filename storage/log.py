@@ -84,9 +84,10 @@ CHECKPOINT_INTERVAL_S = 1.0
 
 class InactiveSegments(NamedTuple):
     """A snapshot of the log's leading inactive segments (see ``Log.inactive_segments``)."""
+
     segments: list[tuple[LogSegment, int, FileRef]]  # (segment, its size, its file)
-    ends: list[int]           # each segment's offsets lie below this (the next base offset)
-    generation: int           # pass to replace_segments
+    ends: list[int]  # each segment's offsets lie below this (the next base offset)
+    generation: int  # pass to replace_segments
     log_start_offset: int
     cleaner_offset: int
 
@@ -94,8 +95,15 @@ class InactiveSegments(NamedTuple):
 class Log(LogAppends, LogReads):
     """One partition's log, in its own directory (Kafka's ``topic-partition`` folder)."""
 
-    def __init__(self, directory: str, config: LogConfig, segments: list[LogSegment],
-                 log_start_offset: int, log_end_offset: int, recovery_point: int) -> None:
+    def __init__(
+        self,
+        directory: str,
+        config: LogConfig,
+        segments: list[LogSegment],
+        log_start_offset: int,
+        log_end_offset: int,
+        recovery_point: int,
+    ) -> None:
         self.directory = directory
         self.config = config
         self._io = get_backend(config.io_backend)
@@ -148,8 +156,14 @@ class Log(LogAppends, LogReads):
         try:
             cls.complete_pending_swap(directory)
             loaded = recovery.load(directory, config.index_interval_bytes, recover)
-            log = cls(directory, config, loaded.segments, loaded.log_start_offset,
-                      loaded.log_end_offset, loaded.recovery_point)
+            log = cls(
+                directory,
+                config,
+                loaded.segments,
+                loaded.log_start_offset,
+                loaded.log_end_offset,
+                loaded.recovery_point,
+            )
             if loaded.cleaner_offset is not None:
                 log.cleaner_offset = loaded.cleaner_offset
             if not loaded.clean:
@@ -182,9 +196,13 @@ class Log(LogAppends, LogReads):
                 # one holding the recovery point on. A rolled segment's indexes are fsynced
                 # once, by name, at the first flush after the roll.
                 active = self._active
-                todo = [(s, s.size, s.log_ref) if s is active else
-                        (s, s.size, s.log_ref, s.offset_index.write_ref, s.time_index.write_ref)
-                        for s in self._segments if s.flushed_size < s.size]
+                todo = [
+                    (s, s.size, s.log_ref)
+                    if s is active
+                    else (s, s.size, s.log_ref, s.offset_index.write_ref, s.time_index.write_ref)
+                    for s in self._segments
+                    if s.flushed_size < s.size
+                ]
                 rolled, self._rolled_index_paths = self._rolled_index_paths, []
                 for s in self._segments:
                     if s.txn_index.dirty:
@@ -192,8 +210,9 @@ class Log(LogAppends, LogReads):
                         rolled.append(s.txn_index.path)
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
             try:
-                self._io.fsync_many(ref.fd for _seg, _size, *refs in todo
-                                    for ref in refs if ref is not None)
+                self._io.fsync_many(
+                    ref.fd for _seg, _size, *refs in todo for ref in refs if ref is not None
+                )
                 for path in rolled:
                     _files.fsync_path(path, missing_ok=True)
                 if dir_dirty:
@@ -227,15 +246,15 @@ class Log(LogAppends, LogReads):
                 cleaned = self.cleaner_offset if self.cleaner_offset > start else None
                 cp = Checkpoint(rp, start, cleaner_offset=cleaned)
                 if clean:
-                    cp = Checkpoint(rp, start, self.log_end_offset, active.base_offset,
-                                    active.size, cleaned)
+                    cp = Checkpoint(
+                        rp, start, self.log_end_offset, active.base_offset, active.size, cleaned
+                    )
             try:
                 write_checkpoint(self.directory, cp)
             except OSError as e:
                 raise StorageError(f"checkpoint of {self.directory} failed: {e}") from e
             self._checkpointed = (rp, start)
             self._last_checkpoint = time.monotonic()
-
 
     # -- segments ---------------------------------------------------------------------------------
 
@@ -250,8 +269,9 @@ class Log(LogAppends, LogReads):
 
     # -- replacing segments (the log cleaner's swap) --------------------------------------------
 
-    def inactive_segments(self, *, below: int | None = None,
-                          max_timestamp_at_most: int | None = None) -> InactiveSegments | None:
+    def inactive_segments(
+        self, *, below: int | None = None, max_timestamp_at_most: int | None = None
+    ) -> InactiveSegments | None:
         """The leading inactive segments, up to the first whose offsets reach ``below`` or
         whose largest timestamp is above ``max_timestamp_at_most``; None once closed."""
         with self._lock:
@@ -262,15 +282,23 @@ class Log(LogAppends, LogReads):
                 seg = self._segments[i]
                 if below is not None and self._bases[i + 1] > below:
                     break
-                if (max_timestamp_at_most is not None
-                        and self._segment_max_ts(i)[0] > max_timestamp_at_most):
+                if (
+                    max_timestamp_at_most is not None
+                    and self._segment_max_ts(i)[0] > max_timestamp_at_most
+                ):
                     break
                 chosen.append((seg, seg.size, seg.log_ref))
-            return InactiveSegments(chosen, self._bases[1:len(chosen) + 1], self._generation,
-                                    self.log_start_offset, self.cleaner_offset)
+            return InactiveSegments(
+                chosen,
+                self._bases[1 : len(chosen) + 1],
+                self._generation,
+                self.log_start_offset,
+                self.cleaner_offset,
+            )
 
-    def replace_segments(self, old: list[LogSegment], staged: str, *, generation: int,
-                         cleaner_offset: int) -> list[LogSegment] | None:
+    def replace_segments(
+        self, old: list[LogSegment], staged: str, *, generation: int, cleaner_offset: int
+    ) -> list[LogSegment] | None:
         """Swap the log's leading segments ``old`` for the segments built in ``staged``
         (``swap.stage(directory)``), which hold the same offsets (maintenance thread).
 
@@ -291,10 +319,13 @@ class Log(LogAppends, LogReads):
             swap.discard(directory)
             raise StorageError(f"compaction of {directory} failed: {e}") from e
         with self._lock:
-            current = self._segments[:len(old)]
-            if (self._closed or self._generation != generation
-                    or len(current) != len(old)
-                    or any(a is not b or a.deleted for a, b in zip(current, old))):
+            current = self._segments[: len(old)]
+            if (
+                self._closed
+                or self._generation != generation
+                or len(current) != len(old)
+                or any(a is not b or a.deleted for a, b in zip(current, old))
+            ):
                 swap.discard(directory)
                 return None
             try:
@@ -342,11 +373,11 @@ class Log(LogAppends, LogReads):
                 if cut is None:
                     return
                 self._generation += 1
-                doomed = self._segments[i + 1:]
+                doomed = self._segments[i + 1 :]
                 for s in doomed:
                     s.deleted = True
-                del self._segments[i + 1:]
-                del self._bases[i + 1:]
+                del self._segments[i + 1 :]
+                del self._bases[i + 1 :]
                 if seg is not self._active:
                     self._active.deactivate()
                     seg.activate()
@@ -378,7 +409,6 @@ class Log(LogAppends, LogReads):
             self._dir_dirty = True
         self._write_checkpoint(clean=False)
 
-
     def delete_records_before(self, offset: int) -> None:
         """Advance the log start offset to ``offset`` and delete the segments wholly below it."""
         if offset > self.log_end_offset:
@@ -403,9 +433,13 @@ class Log(LogAppends, LogReads):
         with self._lock:
             if self._closed:
                 return 0
-            n = retention.expired_segments([s.size for s in self._segments],
-                                           lambda i: self._segment_max_ts(i)[0], now_ms,
-                                           cfg.retention_ms, cfg.retention_bytes)
+            n = retention.expired_segments(
+                [s.size for s in self._segments],
+                lambda i: self._segment_max_ts(i)[0],
+                now_ms,
+                cfg.retention_ms,
+                cfg.retention_bytes,
+            )
             doomed = self._drop_leading(n)
             if doomed:
                 self.log_start_offset = max(self.log_start_offset, self._bases[0])
@@ -468,5 +502,7 @@ class Log(LogAppends, LogReads):
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def __repr__(self) -> str:
-        return (f"Log({self.directory!r}, start={self.log_start_offset}, "
-                f"end={self.log_end_offset}, segments={len(self._segments)})")
+        return (
+            f"Log({self.directory!r}, start={self.log_start_offset}, "
+            f"end={self.log_end_offset}, segments={len(self._segments)})"
+        )

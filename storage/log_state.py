@@ -23,16 +23,16 @@ class LogState:
     log_start_offset: int
     log_end_offset: int
     recovery_point: int
-    cleaner_offset: int              # offsets below it were compacted at least once
-    _io: Any                         # the I/O backend (io.py)
-    _lock: threading.Lock            # guards everything below
-    _segments: list[LogSegment]      # by base offset; the last one is active
-    _bases: list[int]                # their base offsets
+    cleaner_offset: int  # offsets below it were compacted at least once
+    _io: Any  # the I/O backend (io.py)
+    _lock: threading.Lock  # guards everything below
+    _segments: list[LogSegment]  # by base offset; the last one is active
+    _bases: list[int]  # their base offsets
     _active: LogSegment
-    _inactive_bytes: int             # the size of every segment but the active one
-    _generation: int                 # bumped when located data goes away or moves
-    _dir_dirty: bool                 # directory entries changed since the last flush
-    _rolled_index_paths: list[str]   # index files of rolled, unflushed segments
+    _inactive_bytes: int  # the size of every segment but the active one
+    _generation: int  # bumped when located data goes away or moves
+    _dir_dirty: bool  # directory entries changed since the last flush
+    _rolled_index_paths: list[str]  # index files of rolled, unflushed segments
     _max_ts: tuple[int, int] | None  # (largest timestamp, its offset); None: not known
     _closed: bool
     _roll_ms: int

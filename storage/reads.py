@@ -30,8 +30,7 @@ class LogReads(LogState):
     """Log's read side: read, batch_headers, offset_for_timestamp, max_timestamp and
     aborted_txns."""
 
-    def read(self, offset: int, max_bytes: int,
-             max_offset: int | None = None) -> bytes:
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
         """Stored bytes from the batch holding ``offset``: whole batches, one segment at most.
 
         At most ``max_bytes``, except that the first batch is returned whole even if larger.
@@ -45,16 +44,20 @@ class LogReads(LogState):
                     raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
                 if offset == self.log_end_offset:
                     return b""
-                hw = self.log_end_offset if max_offset is None \
+                hw = (
+                    self.log_end_offset
+                    if max_offset is None
                     else min(max_offset, self.log_end_offset)
+                )
                 seg, _ = self._locate(offset)
                 _, position = seg.offset_index.lookup(offset)
                 limit = seg.size
                 ref = seg.log_ref
                 generation = self._generation
             try:
-                result = self._read_segment(seg, ref, position, limit, offset, max_bytes, hw,
-                                            generation)
+                result = self._read_segment(
+                    seg, ref, position, limit, offset, max_bytes, hw, generation
+                )
             except (OSError, BadBatch) as e:
                 with self._lock:
                     if generation != self._generation:
@@ -72,8 +75,17 @@ class LogReads(LogState):
                 continue
             return result
 
-    def _read_segment(self, seg: LogSegment, ref: FileRef, position: int, limit: int,
-                      offset: int, max_bytes: int, hw: int, generation: int) -> bytes | None:
+    def _read_segment(
+        self,
+        seg: LogSegment,
+        ref: FileRef,
+        position: int,
+        limit: int,
+        offset: int,
+        max_bytes: int,
+        hw: int,
+        generation: int,
+    ) -> bytes | None:
         fd = ref.fd
         first = None
         for b in iter_batches(fd, position, limit):
@@ -204,4 +216,3 @@ class LogReads(LogState):
         except OSError as e:
             raise StorageError(f"transaction index of {self.directory}: {e}") from e
         return found
-

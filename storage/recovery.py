@@ -54,12 +54,13 @@ READ_CHUNK = 1 << 20
 
 class LoadedLog(NamedTuple):
     """What ``load`` found: the state a Log starts from."""
+
     segments: list[LogSegment]  # the last one active (indexes in memory)
     log_start_offset: int
     log_end_offset: int
     recovery_point: int
     cleaner_offset: int | None  # from the checkpoint, clamped to the log's offsets
-    clean: bool                 # opened without recovery (nothing to checkpoint)
+    clean: bool  # opened without recovery (nothing to checkpoint)
 
 
 def load(directory: str, index_interval_bytes: int, recover: bool) -> LoadedLog:
@@ -96,8 +97,7 @@ def load(directory: str, index_interval_bytes: int, recover: bool) -> LoadedLog:
             active.restore_index_state_from_indexes()
     else:
         if not recover:
-            _log.warning("%s: no clean-close checkpoint matches the files; recovering",
-                         directory)
+            _log.warning("%s: no clean-close checkpoint matches the files; recovering", directory)
         start = cp.recovery_point if cp else bases[0]
         segs, leo = _recover(directory, segs, start)
         active = segs[-1]
@@ -111,8 +111,9 @@ def load(directory: str, index_interval_bytes: int, recover: bool) -> LoadedLog:
     return LoadedLog(segs, log_start, leo, recovery_point, cleaner_offset, clean)
 
 
-def _recover(directory: str, segs: list[LogSegment],
-             recovery_point: int) -> tuple[list[LogSegment], int]:
+def _recover(
+    directory: str, segs: list[LogSegment], recovery_point: int
+) -> tuple[list[LogSegment], int]:
     bases = [s.base_offset for s in segs]
     first = max(0, bisect.bisect_right(bases, recovery_point) - 1)
     next_offset = segs[first].base_offset
@@ -124,12 +125,17 @@ def _recover(directory: str, segs: list[LogSegment],
             next_offset = last + 1
         leo = next_offset if last is not None else seg.base_offset
         if cut:
-            _log.warning("%s: truncated segment %d at byte %d (offset %d)",
-                         directory, seg.base_offset, seg.size, leo)
-            for doomed in segs[i + 1:]:
+            _log.warning(
+                "%s: truncated segment %d at byte %d (offset %d)",
+                directory,
+                seg.base_offset,
+                seg.size,
+                leo,
+            )
+            for doomed in segs[i + 1 :]:
                 doomed.delete()
                 doomed.close()
-            del segs[i + 1:]
+            del segs[i + 1 :]
             break
     for seg in segs[first:]:
         os.fsync(seg.log_ref.fd)
@@ -138,8 +144,9 @@ def _recover(directory: str, segs: list[LogSegment],
     return segs, leo
 
 
-def iter_valid_batches(fd: int, size: int, segment_base: int,
-                       next_offset: int) -> Iterator[BatchInfo]:
+def iter_valid_batches(
+    fd: int, size: int, segment_base: int, next_offset: int
+) -> Iterator[BatchInfo]:
     """The batches of a segment file up to the first torn or invalid one."""
     pos = 0
     buf = memoryview(b"")
@@ -160,7 +167,7 @@ def iter_valid_batches(fd: int, size: int, segment_base: int,
             buf_pos, i = pos, 0
             if len(buf) < bsize:
                 return
-        if crc32c.crc32c(buf[i + CRC_START:i + bsize]) != crc:
+        if crc32c.crc32c(buf[i + CRC_START : i + bsize]) != crc:
             return
         delta = LAST_OFFSET_DELTA.unpack_from(buf, i + LAST_OFFSET_DELTA_OFFSET)[0]
         last = base + delta
@@ -181,8 +188,9 @@ def recover_segment(seg: LogSegment, next_offset: int) -> tuple[int | None, bool
     state = [0, None]  # end of the last valid batch, its last offset
 
     def walk() -> Iterator[BatchInfo]:
-        for b in iter_valid_batches(seg.log_ref.fd, seg.size, seg.base_offset,
-                                    max(next_offset, seg.base_offset)):
+        for b in iter_valid_batches(
+            seg.log_ref.fd, seg.size, seg.base_offset, max(next_offset, seg.base_offset)
+        ):
             state[0] = b.position + b.size
             state[1] = b.last_offset
             yield b

@@ -17,8 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 
-def expired_segments(sizes: list[int], max_timestamp: Callable[[int], int], now_ms: int,
-                     retention_ms: int, retention_bytes: int) -> int:
+def expired_segments(
+    sizes: list[int],
+    max_timestamp: Callable[[int], int],
+    now_ms: int,
+    retention_ms: int,
+    retention_bytes: int,
+) -> int:
     """How many leading segments retention deletes.
 
     ``sizes``: every segment's size in bytes, the active one last; ``max_timestamp(i)``: the

@@ -57,33 +57,40 @@ class LogSegment:
         "deleted",
     )
 
-    def __init__(self, directory: str, base_offset: int, log_ref: FileRef, size: int,
-                 index_interval_bytes: int) -> None:
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        log_ref: FileRef,
+        size: int,
+        index_interval_bytes: int,
+    ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.log_ref = log_ref
-        self.size = size                 # published bytes: readers never look past this
-        self.flushed_size = 0            # bytes known fsynced
+        self.size = size  # published bytes: readers never look past this
+        self.flushed_size = 0  # bytes known fsynced
         self.offset_index = OffsetIndex(_files.index_path(directory, base_offset), base_offset)
         self.time_index = TimeIndex(_files.time_index_path(directory, base_offset), base_offset)
         self.txn_index = TransactionIndex(_files.txn_index_path(directory, base_offset))
         self.index_interval_bytes = index_interval_bytes
         self.bytes_since_index = 0
-        self.max_ts: int | None = None   # None: not known yet (inactive, index not loaded)
+        self.max_ts: int | None = None  # None: not known yet (inactive, index not loaded)
         self.max_ts_offset = -1
         self.last_time_entry_ts: int | None = None
         self.created = time.monotonic()  # segment_ms clock when no batch has a timestamp
         self.rolling_ts: int | None = None  # first batch's maxTimestamp; None: not read yet
         self.indexes_checked = False
-        self.deleted = False             # removed from the log (set under the log's lock)
+        self.deleted = False  # removed from the log (set under the log's lock)
 
     # -- construction ------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: str, base_offset: int, index_interval_bytes: int) -> "LogSegment":
+    def create(cls, directory: str, base_offset: int, index_interval_bytes: int) -> LogSegment:
         """A new, empty, active segment (existing files of that name are truncated)."""
-        fd = os.open(_files.log_path(directory, base_offset),
-                     os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(
+            _files.log_path(directory, base_offset), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644
+        )
         seg = cls(directory, base_offset, FileRef(fd), 0, index_interval_bytes)
         seg.offset_index = OffsetIndex.create(seg.offset_index.path, base_offset)
         seg.time_index = TimeIndex.create(seg.time_index.path, base_offset)
@@ -94,8 +101,9 @@ class LogSegment:
         return seg
 
     @classmethod
-    def open_existing(cls, directory: str, base_offset: int,
-                      index_interval_bytes: int) -> "LogSegment":
+    def open_existing(
+        cls, directory: str, base_offset: int, index_interval_bytes: int
+    ) -> LogSegment:
         """An inactive segment over existing files; no data is read."""
         fd = os.open(_files.log_path(directory, base_offset), os.O_RDWR)
         size = os.fstat(fd).st_size
@@ -176,8 +184,9 @@ class LogSegment:
             self.max_ts = self.last_time_entry_ts = t_last[0]
             self.max_ts_offset = self.base_offset + t_last[1]
 
-    def index_entries_for(self, position: int, size: int, base: int, last: int,
-                          max_ts: int) -> tuple[bytes | None, bytes | None]:
+    def index_entries_for(
+        self, position: int, size: int, base: int, last: int, max_ts: int
+    ) -> tuple[bytes | None, bytes | None]:
         """Apply the index policy to one append at ``position``; returns the entries to add.
 
         Updates the running counters; the caller writes the entries and adds them to memory.
@@ -201,8 +210,7 @@ class LogSegment:
 
     def restore_index_state_to(self, saved: tuple) -> None:
         """Undo a failed append or roll: counters back, index files back to their entries."""
-        (self.bytes_since_index, self.max_ts, self.max_ts_offset,
-         self.last_time_entry_ts) = saved
+        (self.bytes_since_index, self.max_ts, self.max_ts_offset, self.last_time_entry_ts) = saved
         for index in (self.offset_index, self.time_index):
             try:
                 index.resync_file()
@@ -227,8 +235,9 @@ class LogSegment:
         self.last_time_entry_ts = -1
         oi_parts, ti_parts = [], []
         for b in batches:
-            oi, ti = self.index_entries_for(b.position, b.size, b.base_offset, b.last_offset,
-                                            b.max_timestamp)
+            oi, ti = self.index_entries_for(
+                b.position, b.size, b.base_offset, b.last_offset, b.max_timestamp
+            )
             if oi:
                 oi_parts.append(oi)
             if ti:

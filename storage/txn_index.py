@@ -38,8 +38,8 @@ VERSION = 0
 class AbortedTxn(NamedTuple):
     producer_id: int
     first_offset: int
-    last_offset: int          # the abort marker
-    last_stable_offset: int   # the partition's LSO after the marker
+    last_offset: int  # the abort marker
+    last_stable_offset: int  # the partition's LSO after the marker
 
     def pack(self) -> bytes:
         return ENTRY.pack(VERSION, *self)
@@ -56,7 +56,7 @@ class TransactionIndex:
         self.dirty = False  # written since the last fsync
 
     @classmethod
-    def empty(cls, path: str) -> "TransactionIndex":
+    def empty(cls, path: str) -> TransactionIndex:
         """The index of a new segment: no file yet (an old file of that name is removed)."""
         index = cls(path)
         try:

@@ -59,6 +59,9 @@ def data_records(data: bytes, decompress: Codec | None):
             payload = memoryview(decompress(codec, payload))
         return payload, list(walk_records(payload, count))
     except Exception as e:  # codec libraries raise their own types; BadRecords
-        _log.warning("compaction keeps an unreadable batch at offset %d as it is: %s",
-                     INT64.unpack_from(data, 0)[0], e)
+        _log.warning(
+            "compaction keeps an unreadable batch at offset %d as it is: %s",
+            INT64.unpack_from(data, 0)[0],
+            e,
+        )
         return None

@@ -30,13 +30,20 @@ class CleanResult:
     bytes_after: int
     records_removed: int
     cleaned_up_to: int  # the new cleaner offset
-    passes: int = 1     # more than one when the offset map filled up
+    passes: int = 1  # more than one when the offset map filled up
 
 
-def clean(log, now_ms: int | None = None, *, decompress: Codec | None = None,
-          compress: Codec | None = None, force: bool = False,
-          below: int | None = None, producers: Producers | None = None,
-          map_bytes: int = DEFAULT_MAP_BYTES) -> CleanResult | None:
+def clean(
+    log,
+    now_ms: int | None = None,
+    *,
+    decompress: Codec | None = None,
+    compress: Codec | None = None,
+    force: bool = False,
+    below: int | None = None,
+    producers: Producers | None = None,
+    map_bytes: int = DEFAULT_MAP_BYTES,
+) -> CleanResult | None:
     """Compact ``log``; None when there was nothing (enough) to do.
 
     ``force`` ignores min_cleanable_dirty_ratio and cleans even with nothing dirty (markers
@@ -50,18 +57,29 @@ def clean(log, now_ms: int | None = None, *, decompress: Codec | None = None,
     """
     total = None
     while True:
-        result = _clean_once(log, now_ms, decompress, compress, force or total is not None,
-                             below, producers or {}, map_bytes)
+        result = _clean_once(
+            log,
+            now_ms,
+            decompress,
+            compress,
+            force or total is not None,
+            below,
+            producers or {},
+            map_bytes,
+        )
         if result is None:
             return total
         result, more = result
         if total is not None:
-            result = CleanResult(total.segments_before + result.segments_before,
-                                 total.segments_after + result.segments_after,
-                                 total.bytes_before + result.bytes_before,
-                                 total.bytes_after + result.bytes_after,
-                                 total.records_removed + result.records_removed,
-                                 result.cleaned_up_to, total.passes + 1)
+            result = CleanResult(
+                total.segments_before + result.segments_before,
+                total.segments_after + result.segments_after,
+                total.bytes_before + result.bytes_before,
+                total.bytes_after + result.bytes_after,
+                total.records_removed + result.records_removed,
+                result.cleaned_up_to,
+                total.passes + 1,
+            )
         total = result
         if not more:
             return total
@@ -79,14 +97,22 @@ def _clean_once(log, now_ms, decompress, compress, force, below, producers, map_
     if plan is None:
         return None
     try:
-        offsets, map_end = key_map.offset_map(plan, decompress,
-                                              max(1, map_bytes // MAP_ENTRY_BYTES))
+        offsets, map_end = key_map.offset_map(
+            plan, decompress, max(1, map_bytes // MAP_ENTRY_BYTES)
+        )
         more = map_end < plan.end_offset
         if more:
             limit(plan, map_end)
         staged = swap.stage(log.directory)
-        rules = Rules(offsets, now_ms, cfg.delete_retention_ms, producers,
-                      Transactions(plan.aborted), decompress, compress)
+        rules = Rules(
+            offsets,
+            now_ms,
+            cfg.delete_retention_ms,
+            producers,
+            Transactions(plan.aborted),
+            decompress,
+            compress,
+        )
         removed = 0
         for group in groups(plan, cfg.segment_bytes):
             removed += rewrite_group(staged, group, rules, cfg.index_interval_bytes)
@@ -94,8 +120,9 @@ def _clean_once(log, now_ms, decompress, compress, force, below, producers, map_
         swap.discard(log.directory)
         raise StorageError(f"compaction of {log.directory} failed: {e}") from e
     old = [seg for seg, _, _ in plan.segments]
-    new = log.replace_segments(old, staged, generation=plan.generation,
-                               cleaner_offset=plan.end_offset)
+    new = log.replace_segments(
+        old, staged, generation=plan.generation, cleaner_offset=plan.end_offset
+    )
     if new is None:
         return None
     before = sum(size for _, size, _ in plan.segments)

@@ -34,8 +34,9 @@ def digest(key: bytes) -> bytes:
     return hashlib.blake2b(key, digest_size=16).digest()
 
 
-def offset_map(plan: Plan, decompress: Codec | None,
-               max_entries: int) -> tuple[dict[bytes, int], int]:
+def offset_map(
+    plan: Plan, decompress: Codec | None, max_entries: int
+) -> tuple[dict[bytes, int], int]:
     """(key digest -> greatest offset, where the map ends): the dirty batches from the first
     dirty offset, until the map holds ``max_entries`` keys."""
     offsets: dict[bytes, int] = {}

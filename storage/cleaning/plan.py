@@ -67,8 +67,11 @@ def overdue(cleanable, ends, first_dirty: int, now_ms: int, max_lag_ms: int) -> 
     older than the limit, so they are compacted whatever the dirty ratio."""
     if max_lag_ms <= 0 or max_lag_ms >= 1 << 62:
         return False
-    first = [_first_batch_timestamp(seg, size, ref)
-             for (seg, size, ref), end in zip(cleanable, ends) if end > first_dirty]
+    first = [
+        _first_batch_timestamp(seg, size, ref)
+        for (seg, size, ref), end in zip(cleanable, ends)
+        if end > first_dirty
+    ]
     first = [ts for ts in first if ts > 0]
     return bool(first) and min(first) < now_ms - max_lag_ms
 
@@ -94,8 +97,11 @@ def groups(plan: Plan, segment_bytes: int) -> list[list[tuple]]:
     total = 0
     for entry, end in zip(plan.segments, plan.ends):
         seg, size, _ref = entry
-        if (out and total + size <= segment_bytes
-                and end - 1 - out[-1][0][0].base_offset <= INT32_MAX):
+        if (
+            out
+            and total + size <= segment_bytes
+            and end - 1 - out[-1][0][0].base_offset <= INT32_MAX
+        ):
             out[-1].append(entry)
             total += size
         else:

@@ -48,11 +48,20 @@ from .transactions import filter_marker, is_last_of_producer
 class Rules:
     """Everything that decides what survives a pass."""
 
-    __slots__ = ("offsets", "now_ms", "horizon", "delete_retention_ms", "producers", "txns",
-                 "decompress", "compress")
+    __slots__ = (
+        "offsets",
+        "now_ms",
+        "horizon",
+        "delete_retention_ms",
+        "producers",
+        "txns",
+        "decompress",
+        "compress",
+    )
 
-    def __init__(self, offsets, now_ms, delete_retention_ms, producers, txns, decompress,
-                 compress) -> None:
+    def __init__(
+        self, offsets, now_ms, delete_retention_ms, producers, txns, decompress, compress
+    ) -> None:
         self.offsets = offsets
         self.now_ms = now_ms
         self.horizon = now_ms - delete_retention_ms  # tombstones older than this go
@@ -82,10 +91,11 @@ def rewrite_group(cleaned_dir: str, group: list[tuple], rules: Rules, index_inte
             removed += dropped
             view = memoryview(batch)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             max_ts = INT64.unpack_from(batch, 35)[0]
-            written.append(BatchInfo(position, len(batch), info.base_offset, info.last_offset,
-                                     max_ts))
+            written.append(
+                BatchInfo(position, len(batch), info.base_offset, info.last_offset, max_ts)
+            )
             position += len(batch)
     out.size = position
     out.deactivate()
@@ -135,7 +145,7 @@ def filter_batch(info: BatchInfo, data: bytes, rules: Rules):
         return None
     codec = attributes & COMPRESSION_MASK
     payload = walked[0]
-    body = b"".join(bytes(payload[r.start:r.end]) for r in kept)
+    body = b"".join(bytes(payload[r.start : r.end]) for r in kept)
     if codec:
         if rules.compress is None:
             return data, 0

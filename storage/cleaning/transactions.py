@@ -73,8 +73,8 @@ class Transactions:
         self._pending = sorted(aborted, key=lambda a: a.first_offset)
         self._next = 0
         self._aborted: dict[int, list] = {}  # producer id -> [entry, records seen]
-        self._committed: set[int] = set()   # producers whose committed records were seen
-        self.kept: list[AbortedTxn] = []     # entries for the output's .txnindex
+        self._committed: set[int] = set()  # producers whose committed records were seen
+        self.kept: list[AbortedTxn] = []  # entries for the output's .txnindex
 
     def _reach(self, offset: int) -> None:
         pending = self._pending
@@ -114,8 +114,7 @@ class Transactions:
         return False
 
 
-def is_last_of_producer(data: bytes, base_offset: int, control: bool,
-                         producers: Producers) -> bool:
+def is_last_of_producer(data: bytes, base_offset: int, control: bool, producers: Producers) -> bool:
     pid = INT64.unpack_from(data, PRODUCER_ID_OFFSET)[0]
     if pid < 0:
         return False
