@@ -76,6 +76,7 @@ class LogAppends(LogState):
             except OSError as e:
                 undo_write(seg.log_ref.fd, position)
                 raise StorageError(f"append to {self.directory} failed: {e}") from e
+        assert seg.max_ts is not None  # known while the segment is active
         if seg.bytes_since_index <= seg.index_interval_bytes and max_timestamp <= seg.max_ts:
             seg.bytes_since_index += n  # the common case: no index entry, no new maximum
             oi = ti = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from typing import Self
 
 from . import _files
 from ._fd import FileRef
@@ -41,7 +42,7 @@ class _SparseIndex:
     # -- loading ------------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path: str, base_offset: int) -> _SparseIndex:
+    def create(cls, path: str, base_offset: int) -> Self:
         """A new, empty, active index (an existing file is truncated)."""
         index = cls(path, base_offset)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -52,18 +53,22 @@ class _SparseIndex:
     def exists(self) -> bool:
         return os.path.exists(self.path)
 
-    def load(self) -> None:
-        """Map an inactive index's file (raises FileNotFoundError when missing)."""
-        if self._buf is not None:
-            return
+    def load(self) -> bytearray | mmap.mmap | bytes:
+        """The entries: an inactive index's file is mapped first (raises FileNotFoundError
+        when missing)."""
+        buf = self._buf
+        if buf is not None:
+            return buf
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             n = size // self.ENTRY_SIZE
             self.torn = size % self.ENTRY_SIZE != 0
             if n == 0:
-                self._buf = b""
+                buf = b""
             else:
-                self._buf = mmap.mmap(f.fileno(), n * self.ENTRY_SIZE, access=mmap.ACCESS_READ)
+                buf = mmap.mmap(f.fileno(), n * self.ENTRY_SIZE, access=mmap.ACCESS_READ)
+        self._buf = buf
+        return buf
 
     def activate(self) -> None:
         """Load the file into memory and open it for appending (the segment became active)."""
@@ -101,12 +106,10 @@ class _SparseIndex:
         return buf is not None and len(buf) >= max_entries * self.ENTRY_SIZE
 
     def __len__(self) -> int:
-        self.load()
-        return len(self._buf) // self.ENTRY_SIZE
+        return len(self.load()) // self.ENTRY_SIZE
 
     def entry(self, i: int) -> tuple[int, int]:
-        self.load()
-        return self.ENTRY.unpack_from(self._buf, i * self.ENTRY_SIZE)
+        return self.ENTRY.unpack_from(self.load(), i * self.ENTRY_SIZE)
 
     def last_entry(self) -> tuple[int, int] | None:
         n = len(self)
@@ -114,8 +117,7 @@ class _SparseIndex:
 
     def _floor(self, value: int, field: int) -> int:
         """Greatest i whose field ``field`` (0 or 1) is <= value, or -1."""
-        self.load()
-        buf = self._buf
+        buf = self.load()
         size = self.ENTRY_SIZE
         unpack = self.ENTRY.unpack_from
         lo, hi = 0, len(buf) // size
@@ -128,8 +130,7 @@ class _SparseIndex:
         return lo - 1
 
     def raw(self) -> bytes:
-        self.load()
-        return bytes(self._buf)
+        return bytes(self.load())
 
     # -- changes (active index only) -------------------------------------------------------------
 
@@ -138,11 +139,15 @@ class _SparseIndex:
 
     def write_entry(self, data: bytes) -> None:
         """Append one packed entry to the file (one write)."""
-        os.write(self._ref.fd, data)
+        ref = self._ref
+        assert ref is not None, "the index is not active"
+        os.write(ref.fd, data)
 
     def add_entry(self, data: bytes) -> None:
         """Append one packed entry to the in-memory copy."""
-        self._buf += data
+        buf = self._buf
+        assert isinstance(buf, bytearray), "the index is not active"
+        buf += data
 
     def resync_file(self) -> None:
         """Cut the file back to the in-memory entries (after a failed or partial write)."""
@@ -155,11 +160,13 @@ class _SparseIndex:
 
     def truncate_entries(self, n: int) -> None:
         """Keep the first n entries (active index only)."""
+        buf, ref = self._buf, self._ref
+        assert isinstance(buf, bytearray) and ref is not None, "the index is not active"
         keep = n * self.ENTRY_SIZE
-        if keep < len(self._buf):
-            del self._buf[keep:]
-            os.ftruncate(self._ref.fd, keep)
-            os.lseek(self._ref.fd, keep, os.SEEK_SET)
+        if keep < len(buf):
+            del buf[keep:]
+            os.ftruncate(ref.fd, keep)
+            os.lseek(ref.fd, keep, os.SEEK_SET)
 
     def replace(self, data: bytes) -> None:
         """Replace the whole file with ``data`` (temp file + rename), keeping active/inactive."""

@@ -42,15 +42,7 @@ class OsBackend:
     name = "os"
 
     def write_all(self, fd: int, data, n: int, position: int) -> None:
-        try:
-            written = os.pwrite(fd, data, position)
-            if written < n:
-                view = memoryview(data).cast("B")
-                while written < n:
-                    written += os.pwrite(fd, view[written:], position + written)
-        except OSError:
-            undo_write(fd, position)
-            raise
+        pwrite_all(fd, data, n, position)
 
     def fsync_many(self, fds) -> None:
         for fd in fds:
@@ -117,7 +109,7 @@ class UringBackend:
 
     def write_all(self, fd: int, data, n: int, position: int) -> None:
         if not self.ring_writes:
-            return OsBackend.write_all(self, fd, data, n, position)
+            return pwrite_all(fd, data, n, position)
         lu = self._lu
         buf = data if isinstance(data, (bytes, bytearray)) else bytes(data)
         done = 0
@@ -190,6 +182,20 @@ class UringBackend:
                 pass
 
 
+def pwrite_all(fd: int, data, n: int, position: int) -> None:
+    """Write all ``n`` bytes of ``data`` at ``position`` with ``os.pwrite``; on failure cut
+    the file back to ``position`` and raise OSError."""
+    try:
+        written = os.pwrite(fd, data, position)
+        if written < n:
+            view = memoryview(data).cast("B")
+            while written < n:
+                written += os.pwrite(fd, view[written:], position + written)
+    except OSError:
+        undo_write(fd, position)
+        raise
+
+
 def undo_write(fd: int, position: int) -> None:
     """Cut a file back to ``position`` after a failed write (best effort)."""
     try:
@@ -214,7 +220,7 @@ def get_backend(name: str):
                 try:
                     backend = UringBackend()
                 except ImportError as e:
-                    raise ValueError(f"the io_uring backend needs the liburing package: {e}")
+                    raise ValueError(f"the io_uring backend needs the liburing package: {e}") from e
                 try:
                     backend._ring()
                 except OSError as e:

@@ -80,6 +80,7 @@ from .reads import LogReads
 from .segment import LogSegment
 
 CHECKPOINT_INTERVAL_S = 1.0
+_DEFAULT_CONFIG = LogConfig()  # frozen: one instance serves every log opened with defaults
 
 
 class InactiveSegments(NamedTuple):
@@ -143,7 +144,7 @@ class Log(LogAppends, LogReads):
     # -- opening -------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path, config: LogConfig = LogConfig(), *, recover: bool) -> Log:
+    def open(cls, path, config: LogConfig = _DEFAULT_CONFIG, *, recover: bool) -> Log:
         """Open (or create) the log in directory ``path``.
 
         A compaction swap interrupted by a crash is finished first (``complete_pending_swap``).

@@ -13,8 +13,10 @@ the result may mix old and new data, so the read looks again.
 from __future__ import annotations
 
 import bisect
+import enum
 import os
 from collections.abc import Iterator
+from typing import Final
 
 from ._batch import BadBatch, iter_batches
 from ._fd import FileRef
@@ -23,7 +25,14 @@ from .log_state import LogState
 from .segment import LogSegment
 from .txn_index import AbortedTxn
 
-_NO_BATCH = object()
+
+class _NoBatch(enum.Enum):
+    """What ``_read_segment`` returns when no batch holds the offset in its segment."""
+
+    NO_BATCH = enum.auto()
+
+
+_NO_BATCH: Final = _NoBatch.NO_BATCH
 
 
 class LogReads(LogState):
@@ -85,7 +94,7 @@ class LogReads(LogState):
         max_bytes: int,
         hw: int,
         generation: int,
-    ) -> bytes | None:
+    ) -> bytes | _NoBatch | None:
         fd = ref.fd
         first = None
         for b in iter_batches(fd, position, limit):

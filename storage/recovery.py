@@ -87,6 +87,7 @@ def load(directory: str, index_interval_bytes: int, recover: bool) -> LoadedLog:
         and cp.end_offset >= active.base_offset
     )
     if clean:
+        assert cp is not None and cp.end_offset is not None  # as ``clean`` checked
         leo = cp.end_offset
         recovery_point = min(cp.recovery_point, leo)
         missing = not (active.offset_index.exists() and active.time_index.exists())
@@ -185,18 +186,19 @@ def recover_segment(seg: LogSegment, next_offset: int) -> tuple[int | None, bool
     ``next_offset`` is the lowest base offset the first batch may have. Returns (the last
     valid offset or None if no batch is valid, whether the segment was cut short).
     """
-    state = [0, None]  # end of the last valid batch, its last offset
+    end = 0  # end of the last valid batch
+    last: int | None = None  # its last offset
 
     def walk() -> Iterator[BatchInfo]:
+        nonlocal end, last
         for b in iter_valid_batches(
             seg.log_ref.fd, seg.size, seg.base_offset, max(next_offset, seg.base_offset)
         ):
-            state[0] = b.position + b.size
-            state[1] = b.last_offset
+            end = b.position + b.size
+            last = b.last_offset
             yield b
 
     seg.write_indexes(walk())
-    end, last = state
     cut = end < seg.size
     if cut:
         os.ftruncate(seg.log_ref.fd, end)

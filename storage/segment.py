@@ -126,9 +126,9 @@ class LogSegment:
         appended, the difference of the two; otherwise the time since the segment was created
         (or opened) by the monotonic clock ``now``.
         """
-        self.first_batch_timestamp()
-        if self.rolling_ts >= 0 and max_timestamp >= 0:
-            return max_timestamp - self.rolling_ts
+        first = self.first_batch_timestamp()
+        if first >= 0 and max_timestamp >= 0:
+            return max_timestamp - first
         return (now - self.created) * 1000.0
 
     # -- indexes -------------------------------------------------------------------------------
@@ -191,6 +191,8 @@ class LogSegment:
 
         Updates the running counters; the caller writes the entries and adds them to memory.
         """
+        # the counters are known for the active segment and once write_indexes reset them
+        assert self.max_ts is not None and self.last_time_entry_ts is not None
         if max_ts > self.max_ts:
             self.max_ts = max_ts
             self.max_ts_offset = last

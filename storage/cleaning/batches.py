@@ -16,7 +16,9 @@ from .._records import walk_records
 
 _log = logging.getLogger(__name__)
 
-Codec = Callable[[int, bytes], bytes]  # (codec id, data) -> data: the caller's (de)compressor
+# (codec id, data) -> data: the caller's compressor, and its decompressor (given a view)
+Codec = Callable[[int, bytes], bytes]
+Decompressor = Callable[[int, bytes | memoryview], bytes]
 
 ATTR = struct.Struct(">h")
 INT16 = struct.Struct(">h")
@@ -44,7 +46,7 @@ def read_batches(ref, size: int):
         yield info, data
 
 
-def data_records(data: bytes, decompress: Codec | None):
+def data_records(data: bytes, decompress: Decompressor | None) -> tuple[memoryview, list] | None:
     """(records section, walked records) of a data batch, or None to treat it as opaque."""
     attributes = ATTR.unpack_from(data, ATTRIBUTES_OFFSET)[0]
     if attributes & CONTROL:

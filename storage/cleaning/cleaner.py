@@ -15,7 +15,7 @@ from .. import swap
 from .._batch import BadBatch
 from ..errors import StorageError
 from . import key_map
-from .batches import Codec
+from .batches import Codec, Decompressor
 from .key_map import DEFAULT_MAP_BYTES, MAP_ENTRY_BYTES
 from .plan import groups, limit, make_plan
 from .rewrite import Rules, rewrite_group
@@ -37,7 +37,7 @@ def clean(
     log,
     now_ms: int | None = None,
     *,
-    decompress: Codec | None = None,
+    decompress: Decompressor | None = None,
     compress: Codec | None = None,
     force: bool = False,
     below: int | None = None,

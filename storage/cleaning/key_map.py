@@ -18,7 +18,7 @@ from .batches import (
     INT64,
     PRODUCER_ID_OFFSET,
     TRANSACTIONAL,
-    Codec,
+    Decompressor,
     data_records,
     read_batches,
 )
@@ -35,7 +35,7 @@ def digest(key: bytes) -> bytes:
 
 
 def offset_map(
-    plan: Plan, decompress: Codec | None, max_entries: int
+    plan: Plan, decompress: Decompressor | None, max_entries: int
 ) -> tuple[dict[bytes, int], int]:
     """(key digest -> greatest offset, where the map ends): the dirty batches from the first
     dirty offset, until the map holds ``max_entries`` keys."""

@@ -115,10 +115,14 @@ def filter_batch(info: BatchInfo, data: bytes, rules: Rules):
     if attributes & CONTROL:
         return filter_marker(info, data, attributes, pid, rules)
     aborted = rules.txns.on_batch(pid, bool(attributes & TRANSACTIONAL), info.last_offset)
-    walked = None if aborted else data_records(data, rules.decompress)
-    if walked is None and not aborted:
-        return data, 0
-    records = [] if aborted else walked[1]
+    records: list
+    if aborted:
+        payload, records = memoryview(b""), []  # nothing kept: returns before payload is used
+    else:
+        walked = data_records(data, rules.decompress)
+        if walked is None:
+            return data, 0
+        payload, records = walked
     count = INT32.unpack_from(data, RECORDS_COUNT_OFFSET)[0]
     base_ts = INT64.unpack_from(data, BASE_TIMESTAMP_OFFSET)[0]
     log_append = attributes & LOG_APPEND_TIME
@@ -144,7 +148,6 @@ def filter_batch(info: BatchInfo, data: bytes, rules: Rules):
             return with_records(data, b"", 0, None), count  # header kept: its sequence
         return None
     codec = attributes & COMPRESSION_MASK
-    payload = walked[0]
     body = b"".join(bytes(payload[r.start : r.end]) for r in kept)
     if codec:
         if rules.compress is None:
