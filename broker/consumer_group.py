@@ -30,9 +30,9 @@ and its place in the target (epoch -2, no new group epoch) until its session exp
 joining with that instance id within the session takes the old member's place under its own
 member id: same assignment, no rebalance. While the old member has not left, a join with its
 instance id gets UNRELEASED_INSTANCE_ID.
-Committed offsets use the same ``__consumer_offsets`` records as classic groups; an Empty
-classic group (e.g. one that only has offsets) becomes a consumer group on the first
-heartbeat.
+Committed offsets use the same ``__consumer_offsets`` records as classic groups
+(``offset_store``); an Empty classic group (e.g. one that only has offsets) becomes a consumer
+group on the first heartbeat, keeping its offsets.
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 import uuid
 
 from headrace.protocol import ErrorCode
+
+from .classic_group import now_ms
+from .group_sessions import SessionTimers
 
 log = logging.getLogger("headrace.groups")
 
@@ -152,11 +154,16 @@ def assign(members: dict[str, ConsumerMember], topics: dict[str, tuple[uuid.UUID
 
 
 class ConsumerGroupCoordinator:
-    """The KIP-848 half of the coordinator; ``classic`` is the GroupCoordinator."""
+    """The KIP-848 groups; ``classic`` (the ClassicGroupCoordinator) hands over Empty classic
+    groups of the same id."""
 
-    def __init__(self, classic, config) -> None:
+    def __init__(self, topics, config, classic, now_ms=now_ms) -> None:
+        self.topics = topics
         self.classic = classic
+        self.now_ms = now_ms
         self.groups: dict[str, ConsumerGroup] = {}
+        self.sessions = SessionTimers(lambda g, m: self._remove(g, m, "session expired"),
+                                      lambda m: self.session_ms)
         self.session_ms = int(config["group.consumer.session.timeout.ms"])
         self.heartbeat_ms = int(config["group.consumer.heartbeat.interval.ms"])
         self.max_size = int(config["group.consumer.max.size"])
@@ -166,7 +173,7 @@ class ConsumerGroupCoordinator:
             for m in g.members.values():
                 m.cancel_timers()
 
-    def heartbeat(self, broker, request, client_id: str):
+    def heartbeat(self, request, client_id: str):
         """(error, message, member id, epoch, assignment or None)."""
         group_id = request.group_id
         if not group_id:
@@ -179,8 +186,7 @@ class ConsumerGroupCoordinator:
             group = self.groups[group_id] = ConsumerGroup(group_id)
             if classic is not None:  # an empty classic group: keep its offsets
                 group.offsets = classic.offsets
-                self.classic._remove_group(classic)
-                self.classic._persist_group(classic, tombstone=True)  # its stored metadata goes
+                self.classic.remove_group(classic)  # its stored metadata goes
         epoch = request.member_epoch
         member_id = request.member_id
         assignor = request.server_assignor
@@ -247,8 +253,8 @@ class ConsumerGroupCoordinator:
                 group.epoch += 1
         if request.topic_partitions is not None:
             member.owned = {(t.topic_id, p) for t in request.topic_partitions for p in t.partitions}
-        self._touch(group, member)
-        self._refresh_target(broker, group)
+        self.sessions.touch(group, member)
+        self._refresh_target(group)
         self._reconcile(group, member)
         sent = None
         if member.last_sent != frozenset(member.assigned):
@@ -271,7 +277,7 @@ class ConsumerGroupCoordinator:
         if request.rebalance_timeout_ms >= 0:
             member.rebalance_timeout_ms = request.rebalance_timeout_ms
 
-    def _refresh_target(self, broker, group: ConsumerGroup) -> None:
+    def _refresh_target(self, group: ConsumerGroup) -> None:
         names = set()
         for m in group.members.values():
             names.update(m.subscribed)
@@ -280,10 +286,10 @@ class ConsumerGroupCoordinator:
                     pattern = re.compile(m.regex)
                 except re.error:
                     continue
-                names.update(n for n in broker.topics.topics if pattern.fullmatch(n))
+                names.update(n for n in self.topics.topics if pattern.fullmatch(n))
         topics = {}
         for name in sorted(names):
-            t = broker.topics.get(name)
+            t = self.topics.get(name)
             if t is not None:
                 topics[name] = (t.topic_id, len(t.partitions))
         topology = tuple(sorted((n, str(i), c) for n, (i, c) in topics.items()))
@@ -363,24 +369,8 @@ class ConsumerGroupCoordinator:
         group.target.pop(member.member_id, None)
         group.epoch += 1
         if not group.members:
-            group.empty_since_ms = int(time.time() * 1000)
+            group.empty_since_ms = self.now_ms()
         log.info("consumer group %s: member %s %s (epoch %d)", group.group_id, member.member_id, why, group.epoch)
-
-    def _touch(self, group: ConsumerGroup, member: ConsumerMember) -> None:
-        loop = asyncio.get_running_loop()
-        member.deadline = loop.time() + self.session_ms / 1000
-        if member.timer is None:
-            member.timer = loop.call_at(member.deadline, self._expire, group, member)
-
-    def _expire(self, group: ConsumerGroup, member: ConsumerMember) -> None:
-        member.timer = None
-        if group.members.get(member.member_id) is not member:
-            return
-        loop = asyncio.get_running_loop()
-        if member.deadline > loop.time():
-            member.timer = loop.call_at(member.deadline, self._expire, group, member)
-            return
-        self._remove(group, member, "session expired")
 
     def check_commit(self, group: ConsumerGroup, member_id: str, epoch: int) -> int:
         if epoch < 0 and not member_id:

@@ -17,8 +17,7 @@ R = messages.ConsumerGroupHeartbeatResponse
 
 def handle(broker, header, request):
     coordinator = broker.groups.consumer
-    error, message, member_id, epoch, assigned = coordinator.heartbeat(
-        broker, request, header.client_id or "")
+    error, message, member_id, epoch, assigned = coordinator.heartbeat(request, header.client_id or "")
     assignment = None
     if assigned is not None:
         by_topic: dict = {}

@@ -13,7 +13,7 @@ MIN_VERSION, MAX_VERSION = 0, 4
 
 
 def handle(broker, header, request):
-    error = broker.groups.heartbeat(
+    error = broker.groups.classic.heartbeat(
         request.group_id, request.generation_id, request.member_id,
         request.group_instance_id if header.api_version >= 3 else None,
     )

@@ -113,7 +113,7 @@ class Broker:
         self.topics = TopicManager(self.data_dir, config, self.group_commit)
         self.cluster_id = ""
         self.producer_ids: ProducerIdManager | None = None
-        self.groups = GroupCoordinator(self)
+        self.groups = GroupCoordinator(self.node_id, self.topics, config)
         self.cleaner = LogCleaner(self)
         self.transactions = TransactionCoordinator(self)
         self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
