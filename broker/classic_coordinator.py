@@ -144,19 +144,12 @@ class ClassicGroupCoordinator:
             return JoinResult(error, member_id=member_id)
         member = group.members[member_id]
         changed = not member.same_protocols(protocols)
-        if group.state is PREPARING:
-            self._update_member(member, *args)
-            waiter = self._wait_join(group, member)
-            self._maybe_complete_join(group)
-            return waiter
         if group.state is COMPLETING and not changed:
             return self._join_result(group, member)
         if group.state is STABLE and not changed and member_id != group.leader:
             return self._join_result(group, member)
         self._update_member(member, *args)
-        waiter = self._wait_join(group, member)
-        self._prepare_rebalance(group, "member %s rejoined" % member_id)
-        return waiter
+        return self._await_join_phase(group, member, "member %s rejoined" % member_id)
 
     def _check_member(self, group: ClassicGroup, member_id: str, instance_id) -> int:
         if instance_id is not None:
@@ -186,12 +179,7 @@ class ClassicGroupCoordinator:
         if instance_id is not None:
             group.static[instance_id] = member_id
         group.new_member_added = True
-        waiter = self._wait_join(group, member)
-        if group.state is PREPARING:
-            self._maybe_complete_join(group)
-        else:
-            self._prepare_rebalance(group, "member %s joined" % member_id)
-        return waiter
+        return self._await_join_phase(group, member, "member %s joined" % member_id)
 
     def _update_member(self, member, client_id, client_host, session_timeout_ms,
                        rebalance_timeout_ms, protocol_type, protocols) -> None:
@@ -229,11 +217,15 @@ class ClassicGroupCoordinator:
             result = self._join_result(group, member)
             result.skip_assignment = group.leader == new_id
             return result
+        return self._await_join_phase(group, member, "static member %s rejoined" % instance_id)
+
+    def _await_join_phase(self, group: ClassicGroup, member: Member, reason: str):
+        """Hold the member's JoinGroup until the join phase ends (one starts if none runs)."""
         waiter = self._wait_join(group, member)
         if group.state is PREPARING:
             self._maybe_complete_join(group)
         else:
-            self._prepare_rebalance(group, "static member %s rejoined" % instance_id)
+            self._prepare_rebalance(group, reason)
         return waiter
 
     def _wait_join(self, group: ClassicGroup, member: Member) -> asyncio.Future:
