@@ -2,7 +2,7 @@
 
 From v4 a member without an id first gets MEMBER_ID_REQUIRED and an id to join with
 (KIP-394); static members (``group_instance_id``, v5+) skip that step. The answer waits
-until the join phase of the rebalance ends (see ``group_coordinator``); the leader's answer
+until the join phase of the rebalance ends (see ``classic_coordinator``); the leader's answer
 carries every member's metadata. v0 has no rebalance timeout: the session timeout serves.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, messages
 
-from .group_coordinator import JoinResult
+from .classic_group import JoinResult
 
 API_KEY = ApiKey.JOIN_GROUP
 MIN_VERSION, MAX_VERSION = 0, 9
