@@ -9,24 +9,21 @@ inherits the affinity set before exec), free ports on 127.0.0.1. Tools run pinne
 from __future__ import annotations
 
 import os
-import re
 import resource
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 from bench import wire
+from headrace.broker.process import BrokerProcess, pinned
 from bench.apache_kafka import (HOST, KAFKA_VERSION, TOOL_JVM_FLAGS, ApacheKafka, classpath,
                                 log_flags)
 
 BROKER_CPUS = {0}
 CLIENT_CPUS = {1}
-LISTENING = re.compile(r"headrace listening on ([\d.]+):(\d+)")
 
 
 def pin_self(cpus: set[int]) -> None:
@@ -160,6 +157,10 @@ def headrace_snapshot(ref: str, dest: Path) -> Path:
         target = lib / pkg.replace(".", "/")
         shutil.copytree(src / mapping[pkg], target, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
+    cli = lib / "headrace" / "broker" / "cli.py"
+    if not cli.exists() or "--ready-file" not in cli.read_text():
+        raise RuntimeError(f"Headrace at {ref} has no 'serve --ready-file', which the harness "
+                           "waits on: measure a later commit")
     return lib
 
 
@@ -170,73 +171,41 @@ def git_describe(ref: str) -> str:
 
 
 class HeadraceBroker(Broker):
+    """A ``BrokerProcess`` pinned to the broker CPUs, its log in ``log_file``."""
+
     name = "headrace"
 
     def __init__(self, data_dir: Path, overrides: dict[str, object] | None = None,
                  cpus: set[int] | None = None, log_file: Path | None = None,
                  port: int = 0, pythonpath: Path | None = None) -> None:
         self.data_dir = Path(data_dir)
-        self.pythonpath = pythonpath  # a snapshot from headrace_snapshot(), else the install
-        self.port = port  # 0: the broker picks one and logs it
-        self.overrides = dict(overrides or {})
-        self.cpus = cpus if cpus is not None else BROKER_CPUS
         self.log_file = log_file or self.data_dir.with_suffix(".log")
-        self.proc: subprocess.Popen | None = None
+        # port 0: the broker picks one; pythonpath: a snapshot from headrace_snapshot(), else
+        # the installed tree
+        self.process = BrokerProcess(
+            self.data_dir, overrides, port=port, log_file=self.log_file,
+            cpus=cpus if cpus is not None else BROKER_CPUS, pythonpath=pythonpath)
 
-    def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "headrace", "serve", "--host", HOST, "--port", str(self.port),
-               "--data-dir", str(self.data_dir)]
-        for k, v in self.overrides.items():
-            cmd += ["--override", f"{k}={v}"]
-        return cmd
+    @property
+    def port(self) -> int:
+        return self.process.port
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def spawned_at(self) -> float | None:
+        return self.process.spawned_at
 
     def start(self, timeout: float = 60.0) -> "HeadraceBroker":
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        cpus = self.cpus
-        found = threading.Event()
-        log = open(self.log_file, "a")
-        self.spawned_at = time.monotonic()
-        env = dict(os.environ)
-        if self.pythonpath:
-            env["PYTHONPATH"] = os.pathsep.join(
-                [str(self.pythonpath)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, text=True, env=env,
-                                     preexec_fn=lambda: os.sched_setaffinity(0, cpus))
-        self.pid = self.proc.pid
-
-        def pump(proc=self.proc):
-            for line in proc.stderr:
-                log.write(line)
-                log.flush()
-                m = LISTENING.search(line)
-                if m and not found.is_set():
-                    self.port = int(m.group(2))
-                    found.set()
-            log.close()
-
-        threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while not found.wait(0.002):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                tail = self.log_file.read_text(errors="replace")[-1500:] \
-                    if self.log_file.exists() else ""
-                raise RuntimeError(f"headrace did not start; see {self.log_file}\n{tail}")
+        self.process.start(timeout)
         return self
 
     def stop(self, timeout: float = 60.0) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+        self.process.stop(timeout)
 
 
 class KafkaBroker(Broker):
@@ -325,7 +294,7 @@ def java_tool(main: str | Path, args: list[str], log_file: Path, timeout: float 
         log.flush()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
                                 stdin=subprocess.DEVNULL,
-                                preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+                                preexec_fn=pinned(cpus))
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
         try:
@@ -349,6 +318,17 @@ def java_tool(main: str | Path, args: list[str], log_file: Path, timeout: float 
     if rc != 0:
         raise RuntimeError(f"{main} exited with {rc}; see {log_file}\n{text[-2000:]}")
     return text
+
+
+def metered_tool(broker: Broker, main: str | Path, args: list[str], log_file: Path,
+                 on_line=None) -> tuple[str, dict]:
+    """``java_tool`` with the CPU metered over its run. Returns its stdout and the CPU figures:
+    broker_cpu (the broker's share of a core), the CPUs' busy shares (``CpuMeter.report``) and
+    client_cpu (the tool's share of a core)."""
+    meter = CpuMeter(broker.pid).start()
+    out = java_tool(main, args, log_file, on_line=on_line)
+    cpu = {"broker_cpu": meter.stop(), **meter.report, "client_cpu": LAST_TOOL.get("client_cpu")}
+    return out, cpu
 
 
 def wait_metadata(broker: Broker, timeout: float = 60.0) -> None:

@@ -10,6 +10,9 @@ on a fresh broker process with a fresh data directory under one parent directory
 system), the broker pinned to CPU 0 and every client tool to CPU 1. Raw tool output and broker
 logs go to ``bench/results/raw/<stamp>/``; the summary goes to ``bench/results/`` (results.json,
 results.md, PNG plots), and ``--readme`` rewrites the README's Benchmarks section.
+
+This module is the driver; each kind of scenario has its runner (and the parser of its tool's
+output) in its own module: ``produce.py``, ``consume.py``, ``latency.py``, ``coldstart.py``.
 """
 
 from __future__ import annotations
@@ -17,401 +20,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-from bench import brokers, wire
-from bench.apache_kafka import HOST, KAFKA_VERSION, parse_producer_performance
-from bench.scenarios import GiB, SIZES, Scenario, select, with_e2e_rate
-
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
-JAVA_E2E = HERE / "java" / "EndToEndRate.java"
-
-
-class Progress:
-    """One line per step on stderr, with the elapsed time."""
-
-    def __init__(self, quiet: bool = False) -> None:
-        self.t0 = time.monotonic()
-        self.quiet = quiet
-
-    def __call__(self, msg: str) -> None:
-        if not self.quiet:
-            el = time.monotonic() - self.t0
-            print(f"[bench {int(el // 60):02d}:{int(el % 60):02d}] {msg}", file=sys.stderr,
-                  flush=True)
-
-
-class Context:
-    def __init__(self, args: argparse.Namespace, stamp: str) -> None:
-        self.size: str = args.size
-        self.runs: int = args.runs
-        self.kinds: list[str] = args.brokers.split(",")
-        self.raw = Path(args.raw_dir or RESULTS / "raw") / stamp
-        self.data = Path(args.data_dir) / stamp if args.data_dir else self.raw / "data"
-        self.logs = self.raw / "logs"
-        self.progress = Progress(args.quiet)
-        self.profile_dir: Path | None = None
-        self.profile_idle: bool = args.profile_idle
-        self.seq = 0
-
-    def next_dir(self, tag: str) -> Path:
-        self.seq += 1
-        return self.data / f"{self.seq:03d}-{tag}"
-
-
-# --------------------------------------------------------------------------------------------
-# Machine facts
-
-
-def loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def machine() -> dict:
-    info = {"platform": platform.platform(), "python": sys.version.split()[0],
-            "cpus": os.cpu_count(), "kafka_version": KAFKA_VERSION,
-            "broker_cpus": sorted(brokers.BROKER_CPUS), "client_cpus": sorted(brokers.CLIENT_CPUS)}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu_model"] = line.split(":", 1)[1].strip()
-                break
-        mem = Path("/proc/meminfo").read_text().split()
-        info["mem_gib"] = round(int(mem[1]) / (1 << 20), 1)
-    except OSError:
-        pass
-    try:
-        v = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-        info["java"] = v.splitlines()[0] if v else None
-    except OSError:
-        info["java"] = None
-    try:
-        info["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
-                                            capture_output=True, text=True).stdout.strip()
-        # uncommitted changes in the broker's own packages are part of what was measured
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "broker", "protocol",
-                                "pipeline", "storage"], cwd=HERE.parent, capture_output=True,
-                               text=True).stdout.strip()
-        info["git_dirty"] = bool(dirty)
-    except OSError:
-        pass
-    return info
-
-
-def iperf_loopback(ctx: Context, seconds: float) -> dict:
-    """Loopback TCP bandwidth with iperf3, server on the broker CPU, client on the client CPU:
-    {"128KiB": bytes/s, "1MiB": bytes/s, "limit": the larger}."""
-    if not shutil.which("iperf3"):
-        ctx.progress("iperf3 not found: loopback limit not measured")
-        return {}
-    out: dict[str, float] = {}
-    for label, length in (("128KiB", "128K"), ("1MiB", "1M")):
-        port = brokers.free_port_block(1)
-        srv = subprocess.Popen(["iperf3", "-s", "-1", "-B", HOST, "-p", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               preexec_fn=lambda: os.sched_setaffinity(0, brokers.BROKER_CPUS))
-        try:
-            time.sleep(0.3)
-            res = subprocess.run(["iperf3", "-c", HOST, "-p", str(port), "-t", str(seconds),
-                                  "-l", length, "-J"], capture_output=True, text=True,
-                                 timeout=seconds + 30)
-            data = json.loads(res.stdout)
-            out[label] = data["end"]["sum_received"]["bits_per_second"] / 8
-        except (subprocess.TimeoutExpired, ValueError, KeyError) as e:
-            ctx.progress(f"iperf3 {label}: {e}")
-        finally:
-            srv.kill()
-            srv.wait()
-    if out:
-        out["limit"] = max(out.values())
-        ctx.progress("loopback (iperf3): " + ", ".join(
-            f"{k} {v / 1e9:.2f} GB/s" for k, v in out.items() if k != "limit"))
-    return out
-
-
-_APPEND_PROBE = """
-import os, sys, time
-path, total = sys.argv[1], int(sys.argv[2])
-buf = os.urandom(1 << 20)
-fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC)
-t, c = time.perf_counter(), time.process_time()
-for i in range(total >> 20):
-    os.pwrite(fd, buf, i << 20)
-print(total / (time.perf_counter() - t), total / max(time.process_time() - c, 1e-9))
-os.close(fd)
-os.unlink(path)
-"""
-
-
-def append_limit(ctx: Context, total: int) -> dict:
-    """Appending to a new file through the page cache in 1 MiB pwrites, on the broker CPU, in
-    the brokers' data directory: the ceiling for any broker writing one log on this machine
-    (no fsync). {"bytes_per_sec": wall, "bytes_per_cpu_sec": per CPU second}."""
-    ctx.data.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run([sys.executable, "-c", _APPEND_PROBE, str(ctx.data / "append.probe"),
-                          str(total)], capture_output=True, text=True, timeout=300,
-                         preexec_fn=lambda: os.sched_setaffinity(0, brokers.BROKER_CPUS))
-    try:
-        wall, cpu = (float(x) for x in res.stdout.split())
-    except ValueError:
-        ctx.progress(f"page-cache append probe failed: {res.stderr[-300:]}")
-        return {}
-    ctx.progress(f"page-cache append (1 MiB pwrite, broker CPU): {wall / 2**20:.0f} MiB/s")
-    return {"bytes_per_sec": wall, "bytes_per_cpu_sec": cpu}
-
-
-# --------------------------------------------------------------------------------------------
-# One run of one scenario on one broker
-
-
-def _producer_args(sc: Scenario, topic: str, bootstrap: str, records: int) -> list[str]:
-    props = [f"bootstrap.servers={bootstrap}"] + [f"{k}={v}" for k, v in sc.producer_props.items()]
-    rate = str(sc.rate_bytes // sc.record_size) if sc.rate_bytes and sc.kind == "produce" else "-1"
-    return ["--topic", topic, "--num-records", str(records), "--record-size",
-            str(sc.record_size), "--throughput", rate, "--producer-props", *props]
-
-
-def _echo(ctx: Context, prefix: str):
-    def on_line(line: str) -> None:
-        if "records sent" in line or line.startswith("E2E") or "," in line:
-            ctx.progress(f"  {prefix} {line.strip()[:150]}")
-    return on_line
-
-
-def pyspy() -> str:
-    """py-spy next to this interpreter (a venv's bin/), else on PATH."""
-    here = Path(sys.executable).parent / "py-spy"
-    found = str(here) if here.exists() else shutil.which("py-spy")
-    if not found:
-        raise RuntimeError("py-spy not found: pip install -e '.[bench]'")
-    return found
-
-
-class Profiler:
-    """py-spy attached to the broker for the duration of a run (collapsed stacks).
-
-    Blocking sampling (the default; ``--nonblocking`` tears stacks) at 100 Hz, with native
-    frames so that time inside uvloop, the socket calls and C extensions is named."""
-
-    def __init__(self, pid: int, out: Path, native: bool = True, idle: bool = False) -> None:
-        self.out = out
-        out.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [pyspy(), "record", "-p", str(pid), "-o", str(out), "-f", "raw", "-r", "100",
-             "--threads", *(["--native"] if native else []), *(["--idle"] if idle else [])],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=lambda: os.sched_setaffinity(0, brokers.CLIENT_CPUS))
-        time.sleep(0.5)
-
-    def finish(self, timeout: float = 60) -> None:
-        """Stop sampling (before the broker shuts down, so that its shutdown is not in the
-        profile) and wait for py-spy to write its file."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def run_produce(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
-    broker = brokers.make_broker(kind, ctx.next_dir(f"{sc.id}-{kind}"), durable=sc.durable,
-                                 log_dir=ctx.logs)
-    records = sc.records[ctx.size]
-    topic = f"bench-{sc.id.lower()}"
-    sample = {"loadavg": loadavg()}
-    broker.prepare()
-    broker.start()
-    prof = None
-    try:
-        wire.ensure_topic(HOST, broker.port, topic, sc.partitions)
-        if ctx.profile_dir is not None and kind == "headrace":
-            prof = Profiler(broker.pid, ctx.profile_dir / f"{sc.id}.collapsed",
-                            idle=ctx.profile_idle)
-        meter = brokers.CpuMeter(broker.pid).start()
-        out = brokers.java_tool("org.apache.kafka.tools.ProducerPerformance",
-                                _producer_args(sc, topic, broker.bootstrap, records),
-                                ctx.logs / f"{sc.id}-{kind}-{rep}.log",
-                                on_line=_echo(ctx, kind))
-        sample["broker_cpu"] = meter.stop()
-        sample.update(meter.report, client_cpu=brokers.LAST_TOOL.get("client_cpu"))
-    finally:
-        if prof:
-            prof.finish()
-        broker.stop()
-        broker.cleanup()
-    parsed = parse_producer_performance(out)
-    if parsed is None:
-        raise RuntimeError(f"no ProducerPerformance summary in the output of {sc.id}/{kind}")
-    sample.update(parsed)
-    sample["bytes_per_sec"] = parsed["records_per_sec"] * sc.record_size
-    return sample
-
-
-def _parse_consumer_performance(out: str) -> dict | None:
-    header = None
-    for line in out.splitlines():
-        cells = [c.strip() for c in line.split(",")]
-        if cells and cells[0] == "start.time":
-            header = cells
-        elif header and len(cells) == len(header):
-            row = dict(zip(header, cells))
-            try:
-                return {
-                    "mb_consumed": float(row["data.consumed.in.MB"]),
-                    "mb_per_sec": float(row["MB.sec"]),
-                    "records": float(row["data.consumed.in.nMsg"]),
-                    "records_per_sec": float(row["nMsg.sec"]),
-                    "rebalance_ms": float(row["rebalance.time.ms"]),
-                    "fetch_ms": float(row["fetch.time.ms"]),
-                    "fetch_mb_per_sec": float(row["fetch.MB.sec"]),
-                    "fetch_records_per_sec": float(row["fetch.nMsg.sec"]),
-                }
-            except (KeyError, ValueError):
-                return None
-    return None
-
-
-class ConsumeSetup:
-    """S5's data: written once per broker with S1's producer, kept across the runs."""
-
-    def __init__(self) -> None:
-        self.dirs: dict[str, Path] = {}
-        self.skip: dict[str, str] = {}
-        self.produced: dict[str, dict] = {}
-
-
-def setup_consume(sc: Scenario, ctx: Context) -> ConsumeSetup:
-    st = ConsumeSetup()
-    records = sc.records[ctx.size]
-    for kind in ctx.kinds:
-        d = ctx.next_dir(f"{sc.id}-{kind}-data")
-        broker = brokers.make_broker(kind, d, log_dir=ctx.logs)
-        broker.prepare()
-        broker.start()
-        try:
-            missing = wire.group_apis_missing(HOST, broker.port)
-            if missing:
-                st.skip[kind] = ("not yet runnable: ConsumerPerformance uses subscribe(), and "
-                                 f"{kind} does not list {', '.join(missing)}")
-                ctx.progress(f"{sc.id} {kind}: {st.skip[kind]}")
-                continue
-            wire.ensure_topic(HOST, broker.port, "bench-s5", 1)
-            size_gib = records * sc.record_size / GiB
-            ctx.progress(f"{sc.id} {kind}: writing {size_gib:.2f} GiB with the S1 producer")
-            out = brokers.java_tool("org.apache.kafka.tools.ProducerPerformance",
-                                    _producer_args(sc, "bench-s5", broker.bootstrap, records),
-                                    ctx.logs / f"{sc.id}-{kind}-setup.log",
-                                    on_line=_echo(ctx, kind))
-            st.produced[kind] = parse_producer_performance(out) or {}
-            st.dirs[kind] = d
-        finally:
-            broker.stop()
-            if kind in st.skip:
-                broker.cleanup()
-    return st
-
-
-def run_consume(sc: Scenario, kind: str, ctx: Context, rep: int, st: ConsumeSetup) -> dict:
-    if kind in st.skip:
-        return {"loadavg": loadavg(), "status": "not runnable", "reason": st.skip[kind]}
-    broker = brokers.make_broker(kind, st.dirs[kind], log_dir=ctx.logs)
-    sample = {"loadavg": loadavg()}
-    broker.start()
-    try:
-        meter = brokers.CpuMeter(broker.pid).start()
-        out = brokers.java_tool(
-            "org.apache.kafka.tools.ConsumerPerformance",
-            ["--bootstrap-server", broker.bootstrap, "--topic", "bench-s5",
-             "--messages", str(sc.records[ctx.size]), "--group", f"bench-s5-{rep}-{kind}",
-             "--timeout", "60000"],
-            ctx.logs / f"{sc.id}-{kind}-{rep}.log", on_line=_echo(ctx, kind))
-        sample["broker_cpu"] = meter.stop()
-        sample.update(meter.report, client_cpu=brokers.LAST_TOOL.get("client_cpu"))
-    finally:
-        broker.stop()
-    parsed = _parse_consumer_performance(out)
-    if parsed is None:
-        raise RuntimeError(f"no ConsumerPerformance result in the output of {sc.id}/{kind}")
-    sample.update(parsed)
-    sample["bytes_per_sec"] = parsed["fetch_mb_per_sec"] * (1 << 20)
-    return sample
-
-
-def run_e2e(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
-    broker = brokers.make_broker(kind, ctx.next_dir(f"{sc.id}-{kind}"), log_dir=ctx.logs)
-    rate = sc.rate_bytes // sc.record_size
-    seconds = sc.seconds[ctx.size]
-    warmup = min(5.0, seconds / 3)
-    sample = {"loadavg": loadavg(), "offered_records_per_sec": rate}
-    broker.prepare()
-    broker.start()
-    try:
-        wire.ensure_topic(HOST, broker.port, "bench-s6", 1)
-        meter = brokers.CpuMeter(broker.pid).start()
-        out = brokers.java_tool(JAVA_E2E, [broker.bootstrap, "bench-s6", str(rate),
-                                           str(sc.record_size), str(seconds), str(warmup)],
-                                ctx.logs / f"{sc.id}-{kind}-{rep}.log", on_line=_echo(ctx, kind))
-        sample["broker_cpu"] = meter.stop()
-        sample.update(meter.report, client_cpu=brokers.LAST_TOOL.get("client_cpu"))
-    finally:
-        broker.stop()
-        broker.cleanup()
-    line = [ln for ln in out.splitlines() if ln.startswith("E2E ")]
-    if not line:
-        raise RuntimeError(f"no E2E line in the output of {sc.id}/{kind}")
-    for kv in line[-1].split()[1:]:
-        k, v = kv.split("=", 1)
-        sample[k] = float(v)
-    sample["achieved_mb_per_sec"] = sample["achieved_rps"] * sc.record_size / 1e6
-    return sample
-
-
-def run_coldstart(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
-    """Spawn to first acknowledged produce, timed by a poller thread that is already
-    retrying (connect, Metadata v1 which auto-creates the topic, Produce v3 acks=all)
-    when the process is spawned. Formatting Kafka's storage happens before (not timed)."""
-    broker = brokers.make_broker(kind, ctx.next_dir(f"{sc.id}-{kind}"), fixed_port=True,
-                                 log_dir=ctx.logs)
-    sample: dict = {"loadavg": loadavg()}
-    broker.prepare()  # ports are chosen here, before the spawn
-    result: dict = {}
-
-    def poll() -> None:
-        try:
-            result["ack"] = wire.first_ack(HOST, broker.port, "bench-s7", time.monotonic() + 180)
-        except Exception as e:  # reported below
-            result["error"] = repr(e)
-
-    t = threading.Thread(target=poll, daemon=True)
-    t.start()
-    try:
-        broker.start()
-        ready = time.monotonic()
-        t.join(180)
-    finally:
-        broker.stop()
-        broker.cleanup()
-    if "ack" not in result:
-        raise RuntimeError(f"{sc.id}/{kind}: no acknowledged produce: {result.get('error')}")
-    sample["cold_start_ms"] = (result["ack"] - broker.spawned_at) * 1000
-    sample["listening_ms"] = (ready - broker.spawned_at) * 1000
-    ctx.progress(f"  {kind} spawn to first ack {sample['cold_start_ms']:.0f} ms")
-    return sample
-
-
-# --------------------------------------------------------------------------------------------
-# Driver
+from bench import brokers
+from bench.coldstart import run_coldstart
+from bench.consume import ConsumeSetup, run_consume, setup_consume
+from bench.context import RESULTS, Context, loadavg
+from bench.latency import run_e2e
+from bench.machine import append_limit, iperf_loopback, machine
+from bench.produce import run_produce
+from bench.scenarios import SIZES, Scenario, select, with_e2e_rate
 
 
 def run_once(sc: Scenario, kind: str, ctx: Context, rep: int, st: ConsumeSetup | None,
@@ -500,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--headrace-ref", default="HEAD",
                     help="git commit of Headrace to measure (default HEAD: committed code, "
                          "copied out of the repository); 'worktree' runs the installed "
-                         "working tree, uncommitted changes included")
+                         "working tree, uncommitted changes included; a commit needs "
+                         "'headrace serve --ready-file', which the harness waits on)")
     ap.add_argument("--iperf-seconds", type=float, default=3.0)
     ap.add_argument("--no-iperf", action="store_true")
     ap.add_argument("--no-plots", action="store_true")
@@ -543,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
 
     headrace_at = "worktree"
     if args.headrace_ref != "worktree" and "headrace" in ctx.kinds:
-        brokers.HEADRACE_PATH = brokers.headrace_snapshot(args.headrace_ref, ctx.raw / "headrace")
+        try:
+            brokers.HEADRACE_PATH = brokers.headrace_snapshot(args.headrace_ref,
+                                                              ctx.raw / "headrace")
+        except (RuntimeError, subprocess.CalledProcessError) as e:
+            ap.error(f"--headrace-ref {args.headrace_ref}: {e}")
         headrace_at = brokers.git_describe(args.headrace_ref)
         ctx.progress(f"measuring Headrace as committed at {headrace_at} ({args.headrace_ref})")
 

@@ -1,1 +1,35 @@
-"""headrace.broker"""
+"""headrace.broker: the broker process, one module per Kafka API, and the coordinators.
+
+Files in the order a reader should open them:
+
+The process
+    server.py         ``Broker``: how the pieces are wired, start-up, request dispatch, shutdown
+    config.py         broker and topic settings, Kafka's names, types and defaults
+    topics.py         topics and partitions: their logs, the append path, ``flush``
+    producer_state.py a partition's producers: idempotent sequences, open transactions
+    background.py     ``run_every``: the loop behind every periodic job
+    cli.py, process.py  the ``headrace`` command; a broker in a child process (tests, tools)
+
+API modules (each ``handle(broker, header, request)``), by family
+    produce and fetch   produce.py, fetch.py, list_offsets.py
+    cluster             api_versions.py, metadata.py, describe_cluster.py
+    topic admin         create_topics.py, create_partitions.py, delete_topics.py,
+                        delete_records.py, describe_configs.py, alter_configs.py,
+                        incremental_alter_configs.py
+    classic groups      find_coordinator.py, join_group.py, sync_group.py, heartbeat.py,
+                        leave_group.py, describe_groups.py, list_groups.py, delete_groups.py
+    consumer groups     consumer_group_heartbeat.py, consumer_group_describe.py (KIP-848)
+    offsets             offset_commit.py, offset_fetch.py, offset_delete.py
+    transactions        init_producer_id.py (and the producer id blocks), add_partitions_to_txn.py,
+                        add_offsets_to_txn.py, txn_offset_commit.py, end_txn.py
+    transaction admin   describe_producers.py, describe_transactions.py, list_transactions.py
+
+Coordinators and their state
+    group coordinator modules (group_*.py) and consumer_group.py
+    transaction_coordinator.py  transactional ids, fencing, commit and abort
+    transaction_state.py        its state machine as tables
+    transaction_log.py          its records in ``__transaction_state``
+    txn_markers.py              control batches and the aborted-transactions index
+    placement.py                rendezvous hashing: which node coordinates a key
+    log_cleaner.py              retention and compaction in the background
+"""

@@ -21,8 +21,7 @@ R = messages.AddPartitionsToTxnResponse
 
 
 def _unknown(broker, name: str, index: int) -> bool:
-    topic = broker.topics.get(name)
-    return topic is None or name == TRANSACTION_TOPIC or not 0 <= index < len(topic.partitions)
+    return name == TRANSACTION_TOPIC or broker.topics.partition(name, index) is None
 
 
 async def _one(broker, version, tid, pid, epoch, topics, verify_only=False):

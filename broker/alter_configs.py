@@ -12,15 +12,17 @@ is refused with INVALID_REQUEST. ``validate_only`` checks without changing anyth
 
 from __future__ import annotations
 
+from typing import Callable
+
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 from .config import ConfigError, validate_topic_setting
+from .describe_configs import BROKER, TOPIC
 
 API_KEY = ApiKey.ALTER_CONFIGS
 MIN_VERSION, MAX_VERSION = 0, 2
 
 R = messages.AlterConfigsResponse
-TOPIC, BROKER = 2, 4
 
 
 class Refused(Exception):
@@ -57,22 +59,34 @@ async def apply(broker, topic, configs: dict[str, object], validate_only: bool) 
             raise Refused(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from None
 
 
-async def handle(broker, header, request):
+async def alter(broker, request, response_class, new_configs: Callable) -> object:
+    """What AlterConfigs and IncrementalAlterConfigs share: for each resource, find its topic,
+    work out the topic's new settings with ``new_configs(topic, resource)`` (which raises
+    Refused) and apply them; a refusal is that resource's answer."""
     responses = []
     for res in request.resources:
-        out = R.AlterConfigsResourceResponse(
+        out = response_class.AlterConfigsResourceResponse(
             error_code=ErrorCode.NONE, error_message=None,
             resource_type=res.resource_type, resource_name=res.resource_name,
         )
         responses.append(out)
         try:
             topic = find_topic(broker, res.resource_type, res.resource_name)
-            configs: dict[str, object] = {}
-            for c in res.configs:
-                if c.name in configs:
-                    raise Refused(ErrorCode.INVALID_REQUEST, f"{c.name} is listed twice")
-                configs[c.name] = parse(c.name, c.value)
-            await apply(broker, topic, configs, request.validate_only)
+            await apply(broker, topic, new_configs(topic, res), request.validate_only)
         except Refused as e:
             out.error_code, out.error_message = e.args
-    return R(throttle_time_ms=0, responses=responses)
+    return response_class(throttle_time_ms=0, responses=responses)
+
+
+def _replaced(topic, res) -> dict[str, object]:
+    """The listed settings, and only them."""
+    configs: dict[str, object] = {}
+    for c in res.configs:
+        if c.name in configs:
+            raise Refused(ErrorCode.INVALID_REQUEST, f"{c.name} is listed twice")
+        configs[c.name] = parse(c.name, c.value)
+    return configs
+
+
+async def handle(broker, header, request):
+    return await alter(broker, request, R, _replaced)

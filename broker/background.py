@@ -1,9 +1,11 @@
-"""Background jobs: a coroutine run again and again until the broker stops."""
+"""Background jobs: a coroutine run again and again until the broker stops; the wall clock
+the coordinators read by default."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Awaitable, Callable
 
 log = logging.getLogger("headrace")
@@ -20,3 +22,8 @@ async def run_every(
             await job()
         except Exception:
             log.exception("%s failed", what)
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch (Kafka's timestamps)."""
+    return int(time.time() * 1000)

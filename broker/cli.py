@@ -1,10 +1,13 @@
 """The ``headrace`` command.
 
     headrace serve [--host H] [--port P] [--data-dir DIR] [--config FILE] [--override k=v ...]
+                   [--log-level LEVEL] [--ready-file PATH]
 
 Starts a broker (127.0.0.1:9092, data in ./headrace-data by default). SIGTERM and Ctrl-C
 stop it cleanly: in-flight requests are answered, every log is flushed and a clean-shutdown
-marker is written.
+marker is written. ``--ready-file PATH``: once the data is recovered and the broker listens,
+``host:port`` (the bound port, also when asked for port 0) is written to PATH atomically, for
+whatever started the broker to wait on (see ``headrace.broker.process``); it is removed at exit.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
+from pathlib import Path
 
 from .config import BROKER_SETTINGS, BrokerConfig, ConfigError
 
@@ -34,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
         "--override", action="append", default=[], metavar="KEY=VALUE", help="set one setting"
     )
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    serve.add_argument("--ready-file", metavar="PATH",
+                       help="write host:port here once listening (removed at exit)")
     commands.add_parser("settings", help="list the settings and their defaults")
     return parser
 
@@ -63,10 +70,10 @@ def main(argv: list[str] | None = None) -> None:
     except (ConfigError, OSError) as e:
         print(f"headrace: {e}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
-    sys.exit(_run(config))
+    sys.exit(_run(config, args.ready_file))
 
 
-def _run(config: BrokerConfig) -> int:
+def _run(config: BrokerConfig, ready_file: str | None = None) -> int:
     from .server import Broker, StartupError
 
     try:
@@ -92,8 +99,21 @@ def _run(config: BrokerConfig) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        if ready_file:  # after the handlers: a SIGTERM from then on is a clean stop
+            _write_ready(Path(ready_file), broker.host, broker.port)
         await stop.wait()
         await broker.stop()
         return 0
 
-    return runner(serve())
+    try:
+        return runner(serve())
+    finally:
+        if ready_file:
+            Path(ready_file).unlink(missing_ok=True)
+
+
+def _write_ready(path: Path, host: str, port: int) -> None:
+    """``host:port`` into ``path``, all at once: written beside it, then renamed."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{host}:{port}\n")
+    os.replace(tmp, path)

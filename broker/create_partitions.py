@@ -13,22 +13,27 @@ R = messages.CreatePartitionsResponse
 async def handle(broker, header, request):
     results = []
     for t in request.topics:
-        result = R.CreatePartitionsTopicResult(name=t.name, error_code=ErrorCode.NONE)
-        results.append(result)
         topic = broker.topics.get(t.name)
-        current = len(topic.partitions) if topic else 0
-        if topic is None:
-            result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            result.error_message = f"The topic '{t.name}' does not exist."
-        elif t.count <= current:
-            result.error_code = ErrorCode.INVALID_PARTITIONS
-            result.error_message = f"Topic currently has {current} partitions, {t.count} would not be an increase."
-        elif t.assignments is not None and (
-            len(t.assignments) != t.count - current
-            or any(a.broker_ids != [broker.node_id] for a in t.assignments)
-        ):
-            result.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
-            result.error_message = f"Every new partition must be on broker {broker.node_id}, the only one."
-        elif not request.validate_only:
+        error, message = _check(broker, topic, t)
+        results.append(R.CreatePartitionsTopicResult(name=t.name, error_code=error,
+                                                     error_message=message))
+        if not error and not request.validate_only:
             await broker.topics.add_partitions(topic, t.count)
     return R(throttle_time_ms=0, results=results)
+
+
+def _check(broker, topic, t) -> tuple[int, str | None]:
+    """(error code, message) for a request to grow ``topic`` to ``t.count`` partitions."""
+    if topic is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{t.name}' does not exist."
+    current = len(topic.partitions)
+    if t.count <= current:
+        return (ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {current} partitions, {t.count} would not be an increase.")
+    if t.assignments is not None and (
+        len(t.assignments) != t.count - current
+        or any(a.broker_ids != [broker.node_id] for a in t.assignments)
+    ):
+        return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Every new partition must be on broker {broker.node_id}, the only one.")
+    return ErrorCode.NONE, None

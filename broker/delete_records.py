@@ -32,13 +32,14 @@ async def handle(broker, header, request):
                 partition_index=p.partition_index, low_watermark=-1, error_code=ErrorCode.NONE
             )
             results.append(result)
-            if topic is None or not 0 <= p.partition_index < len(topic.partitions):
+            partition = topic.partition(p.partition_index) if topic is not None else None
+            if partition is None:
                 result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             if "delete" not in str(topic.setting("cleanup.policy")):
                 result.error_code = ErrorCode.POLICY_VIOLATION
                 continue
-            log = topic.partitions[p.partition_index].log
+            log = partition.log
             offset = log.log_end_offset if p.offset == HIGH_WATERMARK else p.offset
             if offset < 0:
                 result.error_code = ErrorCode.OFFSET_OUT_OF_RANGE

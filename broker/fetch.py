@@ -47,11 +47,13 @@ async def handle(broker, header, request):
         for p in t.partitions:
             resp = R.PartitionData(partition_index=p.partition, records=None)
             out.partitions.append(resp)
-            if topic is None or not 0 <= p.partition < len(topic.partitions):
-                resp.error_code = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            partition = topic.partition(p.partition) if topic is not None else None
+            if partition is None:
+                resp.error_code = (ErrorCode.UNKNOWN_TOPIC_ID if by_id
+                                   else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 resp.high_watermark = -1
                 continue
-            wanted.append((resp, topic.partitions[p.partition], p.fetch_offset, p.partition_max_bytes))
+            wanted.append((resp, partition, p.fetch_offset, p.partition_max_bytes))
     read_committed = request.isolation_level == 1
     while True:
         stable = [part.last_stable_offset for _, part, _, _ in wanted]

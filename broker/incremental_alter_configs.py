@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
-from .alter_configs import Refused, apply, find_topic, parse
+from .alter_configs import Refused, alter, parse
 from .config import TOPIC_SETTINGS
 
 API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
@@ -25,45 +25,38 @@ def _items(value: object) -> list[str]:
     return [w.strip() for w in str(value).split(",") if w.strip()]
 
 
+def _changed(topic, res) -> dict[str, object]:
+    """The topic's settings with each listed operation applied."""
+    configs = dict(topic.configs)
+    seen = set()
+    for c in res.configs:
+        if c.name in seen:
+            raise Refused(ErrorCode.INVALID_REQUEST, f"{c.name} is listed twice")
+        seen.add(c.name)
+        setting = TOPIC_SETTINGS.get(c.name)
+        if setting is None:
+            raise Refused(ErrorCode.INVALID_CONFIG, f"unknown topic config {c.name!r}")
+        op = c.config_operation
+        if op == SET:
+            configs[c.name] = parse(c.name, c.value)
+        elif op == DELETE:
+            configs.pop(c.name, None)
+        elif op in (APPEND, SUBTRACT):
+            if setting.type != "list":
+                raise Refused(ErrorCode.INVALID_CONFIG,
+                              f"{c.name} is not a list: APPEND and SUBTRACT do not apply")
+            current = _items(topic.setting(c.name) if c.name not in configs
+                             else configs[c.name])
+            given = _items(c.value or "")
+            if op == APPEND:
+                new = current + [w for w in given if w not in current]
+            else:
+                new = [w for w in current if w not in given]
+            configs[c.name] = parse(c.name, ",".join(new))
+        else:
+            raise Refused(ErrorCode.INVALID_REQUEST, f"unknown config operation {op}")
+    return configs
+
+
 async def handle(broker, header, request):
-    responses = []
-    for res in request.resources:
-        out = R.AlterConfigsResourceResponse(
-            error_code=ErrorCode.NONE, error_message=None,
-            resource_type=res.resource_type, resource_name=res.resource_name,
-        )
-        responses.append(out)
-        try:
-            topic = find_topic(broker, res.resource_type, res.resource_name)
-            configs = dict(topic.configs)
-            seen = set()
-            for c in res.configs:
-                if c.name in seen:
-                    raise Refused(ErrorCode.INVALID_REQUEST, f"{c.name} is listed twice")
-                seen.add(c.name)
-                setting = TOPIC_SETTINGS.get(c.name)
-                if setting is None:
-                    raise Refused(ErrorCode.INVALID_CONFIG, f"unknown topic config {c.name!r}")
-                op = c.config_operation
-                if op == SET:
-                    configs[c.name] = parse(c.name, c.value)
-                elif op == DELETE:
-                    configs.pop(c.name, None)
-                elif op in (APPEND, SUBTRACT):
-                    if setting.type != "list":
-                        raise Refused(ErrorCode.INVALID_CONFIG,
-                                      f"{c.name} is not a list: APPEND and SUBTRACT do not apply")
-                    current = _items(topic.setting(c.name) if c.name not in configs
-                                     else configs[c.name])
-                    given = _items(c.value or "")
-                    if op == APPEND:
-                        new = current + [w for w in given if w not in current]
-                    else:
-                        new = [w for w in current if w not in given]
-                    configs[c.name] = parse(c.name, ",".join(new))
-                else:
-                    raise Refused(ErrorCode.INVALID_REQUEST, f"unknown config operation {op}")
-            await apply(broker, topic, configs, request.validate_only)
-        except Refused as e:
-            out.error_code, out.error_message = e.args
-    return R(throttle_time_ms=0, responses=responses)
+    return await alter(broker, request, R, _changed)

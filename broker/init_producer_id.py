@@ -26,17 +26,24 @@ FILE = "producer-ids"
 
 
 class ProducerIdManager:
+    """Producer ids from blocks reserved in ``data_dir``; the file is read at the first id."""
+
     def __init__(self, data_dir: Path) -> None:
         self._path = data_dir / FILE
+        self._reserved = self._next = -1  # not read yet
+        self._lock = asyncio.Lock()
+
+    def _load(self) -> None:
         try:
             self._reserved = int(self._path.read_text())
         except (FileNotFoundError, ValueError):
             self._reserved = 0
         self._next = self._reserved
-        self._lock = asyncio.Lock()
 
     async def next_id(self) -> int:
         async with self._lock:
+            if self._reserved < 0:
+                await asyncio.to_thread(self._load)
             if self._next >= self._reserved:
                 await asyncio.to_thread(self._reserve, self._next + BLOCK)
             pid = self._next
@@ -55,7 +62,8 @@ class ProducerIdManager:
 
 async def handle(broker, header, request):
     if request.transactional_id == "":
-        return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
+        return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, producer_id=-1,
+                 producer_epoch=-1)
     if request.transactional_id is not None:
         version = header.api_version
         error, pid, epoch = await broker.transactions.init_producer_id(

@@ -33,11 +33,12 @@ async def handle(broker, header, request):
         topic = broker.topics.get(t.name)
         partitions = []
         for p in t.partitions:
-            if topic is None or not 0 <= p.partition_index < len(topic.partitions):
+            partition = topic.partition(p.partition_index) if topic is not None else None
+            if partition is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                partitions.append(R.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code))
+                partitions.append(R.ListOffsetsPartitionResponse(partition_index=p.partition_index,
+                                                                 error_code=code))
                 continue
-            partition = topic.partitions[p.partition_index]
             log = partition.log
             if p.timestamp == LATEST and header.api_version >= 2 and request.isolation_level == 1:
                 timestamp, offset = -1, partition.last_stable_offset

@@ -39,7 +39,8 @@ def handle(broker, header, request):
                  unknown_state_filters=[], transaction_states=[])
     now = int(time.time() * 1000)
     states = []
-    for tid, txn in sorted(broker.transactions.txns.items()):
+    for txn in broker.transactions.transactions():
+        tid = txn.transactional_id
         if wanted and txn.state not in wanted:
             continue
         if pids and txn.producer_id not in pids:

@@ -26,67 +26,76 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Callable
 
 from headrace.protocol.records import compress, decompress
 from headrace.storage import StorageError, clean
+
+from .background import run_every, wall_clock_ms
 
 log = logging.getLogger("headrace")
 
 
 class LogCleaner:
-    def __init__(self, broker) -> None:
-        self.broker = broker
+    """Retention and compaction passes over the partitions of ``topics``.
+
+    Two schedules (``run_every``): retention every ``retention_check_ms``, compaction every
+    ``backoff_ms`` when ``compaction`` is on. Passes never overlap: each takes ``_pass_lock``
+    and the work runs in one thread."""
+
+    def __init__(
+        self,
+        topics,
+        *,
+        retention_check_ms: int,
+        backoff_ms: int,
+        compaction: bool,
+        dedupe_buffer_bytes: int,
+        now_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.topics = topics
+        self.retention_check_ms = retention_check_ms
+        self.backoff_ms = backoff_ms
+        self.compaction = compaction
+        self._map_bytes = dedupe_buffer_bytes
+        self.now_ms = now_ms
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="headrace-cleaner")
         self._stopping = threading.Event()
-        self._task: asyncio.Task | None = None
-        self._map_bytes = int(broker.config["log.cleaner.dedupe.buffer.size"])
+        self._pass_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task] = []
         self.passes = 0
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        self._tasks.append(asyncio.create_task(run_every(
+            self.retention_check_ms / 1000, partial(self.run_once, True, False),
+            "log cleaner retention pass")))
+        if self.compaction:
+            self._tasks.append(asyncio.create_task(run_every(
+                self.backoff_ms / 1000, partial(self.run_once, False, True),
+                "log cleaner compaction pass")))
 
     async def stop(self) -> None:
         """Stop between partitions; wait for the partition being worked on."""
         self._stopping.set()
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             try:
-                await self._task
+                await task
             except (asyncio.CancelledError, Exception):
                 pass
         await asyncio.to_thread(self._executor.shutdown, True)
 
-    async def _run(self) -> None:
-        config = self.broker.config
-        retention_s = int(config["log.retention.check.interval.ms"]) / 1000
-        backoff_s = int(config["log.cleaner.backoff.ms"]) / 1000
-        compaction = bool(config["log.cleaner.enable"])
-        loop = asyncio.get_running_loop()
-        next_retention = loop.time() + retention_s
-        next_compaction = loop.time() + backoff_s
-        while True:
-            wake = min(next_retention, next_compaction) if compaction else next_retention
-            await asyncio.sleep(max(0.0, wake - loop.time()))
-            now = loop.time()
-            do_retention = now >= next_retention
-            do_compaction = compaction and now >= next_compaction
-            if do_retention:
-                next_retention = now + retention_s
-            if do_compaction:
-                next_compaction = now + backoff_s
-            try:
-                await self.run_once(do_retention, do_compaction)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("log cleaner pass failed")
-
     async def run_once(self, retention: bool = True, compaction: bool = True) -> None:
-        partitions = [p for t in list(self.broker.topics.topics.values()) for p in t.partitions]
+        async with self._pass_lock:
+            await self._run_pass(retention, compaction)
+
+    async def _run_pass(self, retention: bool, compaction: bool) -> None:
+        partitions = self.topics.all_partitions()
         if retention:
-            now_ms = int(time.time() * 1000)
+            now_ms = self.now_ms()
             for p in partitions:
                 try:
                     if p.log.active_segment_expired(now_ms):
@@ -100,7 +109,6 @@ class LogCleaner:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._pass, partitions, retention, bounds)
         self.passes += 1
-
     def _pass(self, partitions, retention: bool, bounds) -> None:
         for i, p in enumerate(partitions):
             if self._stopping.is_set():

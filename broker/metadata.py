@@ -23,7 +23,7 @@ TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 def handle(broker, header, request):
     version = header.api_version
     if request.topics is None or (version == 0 and not request.topics):
-        return _response(broker, header, list(broker.topics.topics.values()), [], request)
+        return _response(broker, header, broker.topics.all_topics(), [], request)
     found, missing = [], []
     for t in request.topics:
         topic = broker.topics.find(t.name, t.topic_id)

@@ -9,73 +9,130 @@
 and returns once the broker listens; ``stop`` is the clean path (SIGTERM: in-flight requests
 answered, logs flushed, clean-shutdown marker written), ``kill`` the unclean one (SIGKILL).
 A restart keeps the port and the data directory. The broker's log lines are kept in
-``lines`` (the most recent ``KEEP_LINES``).
+``lines`` (the most recent ``KEEP_LINES``), and also appended to ``log_file`` if one is given.
+
+How readiness works: the broker is started with ``--ready-file PATH`` and writes
+``host:port`` there (atomically) once it has recovered its data and listens; ``start`` watches
+for that file with short sleeps, so it does not depend on the log level and adds at most a
+couple of milliseconds to the start-up time.
 """
 
 from __future__ import annotations
 
-import re
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
-LISTENING = re.compile(r"headrace listening on ([\d.]+):(\d+)")
 KEEP_LINES = 2000
+POLL_S = 0.002  # how often ``start`` looks for the ready file
+
+
+def pinned(cpus: set[int] | None):
+    """A ``preexec_fn`` for ``subprocess.Popen`` that pins the child (and so every thread it
+    starts) to ``cpus``; None when ``cpus`` is None."""
+    if cpus is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def terminate(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM) -> int:
+    """Send ``sig`` and wait up to ``timeout`` seconds, then SIGKILL. Returns the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
 
 
 class BrokerProcess:
     def __init__(
         self,
         data_dir: str | Path,
-        overrides: dict[str, str] | None = None,
+        overrides: dict[str, object] | None = None,
         args: list[str] = (),
         port: int = 0,
+        *,
+        log_file: Path | None = None,
+        cpus: set[int] | None = None,
+        pythonpath: Path | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.overrides = dict(overrides or {})
         self.args = list(args)  # more command-line arguments, e.g. ["--config", path]
         self.port = port
+        self.log_file = log_file  # the log lines go here too
+        self.cpus = cpus  # CPU affinity of the broker process
+        self.pythonpath = pythonpath  # put first on PYTHONPATH (e.g. a snapshot of a commit)
         self.proc: subprocess.Popen | None = None
         self.lines: list[str] = []
         self.seen = 0  # lines read since the first start (``lines`` keeps the last ones)
+        self.spawned_at: float | None = None  # time.monotonic() just before the spawn
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30) -> BrokerProcess:
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc is not None else 0
+
+    def command(self, ready_file: Path) -> list[str]:
         cmd = [sys.executable, "-m", "headrace", "serve", "--host", "127.0.0.1",
-               "--port", str(self.port), "--data-dir", str(self.data_dir)]
+               "--port", str(self.port), "--data-dir", str(self.data_dir),
+               "--ready-file", str(ready_file)]
         for key, value in self.overrides.items():
             cmd += ["--override", f"{key}={value}"]
-        cmd += self.args
-        proc = self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True,
-        )
-        listening = threading.Event()
+        return cmd + self.args
 
-        def pump() -> None:
-            for line in proc.stderr:
-                self.lines.append(line.rstrip("\n"))
-                if len(self.lines) > KEEP_LINES:
-                    del self.lines[: len(self.lines) - KEEP_LINES]
-                self.seen += 1
-                m = LISTENING.search(line)
-                if m and not listening.is_set():
-                    self.port = int(m.group(2))
-                    listening.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while not listening.wait(0.05):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError("headrace did not start:\n" + "\n".join(self.lines[-40:]))
+    def start(self, timeout: float = 30) -> BrokerProcess:
+        env = None
+        if self.pythonpath:
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(self.pythonpath)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        log = open(self.log_file, "a") if self.log_file else None
+        with tempfile.TemporaryDirectory(prefix="headrace-start-") as tmp:
+            ready = Path(tmp) / "ready"
+            self.spawned_at = time.monotonic()
+            proc = self.proc = subprocess.Popen(
+                self.command(ready), stdin=subprocess.DEVNULL, stdout=log or subprocess.DEVNULL,
+                stderr=subprocess.PIPE, text=True, env=env, preexec_fn=pinned(self.cpus),
+            )
+            self._reader = threading.Thread(target=self._pump, args=(proc, log), daemon=True)
+            self._reader.start()
+            deadline = time.monotonic() + timeout
+            while not ready.exists():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    self.kill()
+                    raise RuntimeError(self._failure())
+                time.sleep(POLL_S)
+            self.port = int(ready.read_text().rsplit(":", 1)[1])
         return self
+
+    def _pump(self, proc: subprocess.Popen, log) -> None:
+        for line in proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+            if len(self.lines) > KEEP_LINES:
+                del self.lines[: len(self.lines) - KEEP_LINES]
+            self.seen += 1
+            if log:
+                log.write(line)
+                log.flush()
+        if log:
+            log.close()
+
+    def _failure(self) -> str:
+        self._reader.join(2)  # the last lines, up to the exit
+        where = f"; see {self.log_file}" if self.log_file else ""
+        return f"headrace did not start{where}:\n" + "\n".join(self.lines[-40:])
 
     @property
     def alive(self) -> bool:
@@ -85,14 +142,7 @@ class BrokerProcess:
         """SIGTERM and wait: the clean shutdown. Returns the exit code (killed if too slow)."""
         if self.proc is None:
             return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        code, self.proc = self.proc.returncode, None
+        code, self.proc = terminate(self.proc, timeout), None
         return code
 
     def kill(self) -> None:

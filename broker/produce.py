@@ -37,10 +37,10 @@ def handle(broker, header, request):
         unknown = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         partitions = []
         for p in t.partition_data:
-            if topic is None or not 0 <= p.index < len(topic.partitions):
+            partition = topic.partition(p.index) if topic is not None else None
+            if partition is None:
                 partitions.append(R.PartitionProduceResponse(index=p.index, error_code=unknown))
                 continue
-            partition = topic.partitions[p.index]
             verify = None
             if request.transactional_id is not None:
                 verify = partial(broker.transactions.verify, request.transactional_id, topic.name, p.index)

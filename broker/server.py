@@ -14,8 +14,23 @@ Requests the broker cannot parse close the connection, as Kafka does: an unknown
 version outside what we list (except ApiVersions, which answers UNSUPPORTED_VERSION with the
 list so the client can retry), or a malformed body.
 
-Start-up reads the clean-shutdown marker: without it, every log is recovered (torn tails cut).
-Shutdown stops accepting, answers what is in flight, flushes every log, writes the marker.
+How the pieces are wired
+------------------------
+``Broker.__init__`` builds everything, and nothing waits for ``start`` to exist: the flush
+stage (``GroupCommit``), the topic table (``TopicManager``: every topic and partition, and
+``topics.flush(partitions)``, the one way to make appends durable), the producer id source
+(``ProducerIdManager``), the group coordinator, the log cleaner and the transaction
+coordinator. The last two are handed what they use (the topic table, the producer ids, the
+group coordinator for transactional offsets, the node id, the settings they read) rather than
+the broker, so each can be built and tested alone. The API modules get the ``Broker`` as
+their request context and use the coordinators' public methods.
+
+Start-up (``start``) opens the data directory and loads the logs, replays the groups' and
+transactions' state, starts serving, then the background jobs (``background.run_every``: the
+periodic flush here, offset expiry, the transaction timer, the log cleaner's passes). It reads
+the clean-shutdown marker: without it, every log is recovered (torn tails cut). Shutdown
+stops accepting, answers what is in flight, stops the background jobs, flushes every log,
+writes the marker.
 """
 
 from __future__ import annotations
@@ -111,11 +126,26 @@ class Broker:
         self.data_dir = Path(str(config["log.dirs"])).absolute()
         self.group_commit = GroupCommit()
         self.topics = TopicManager(self.data_dir, config, self.group_commit)
-        self.cluster_id = ""
-        self.producer_ids: ProducerIdManager | None = None
+        self.cluster_id = ""  # read from (or written to) the data directory at start
+        self.producer_ids = ProducerIdManager(self.data_dir)
         self.groups = GroupCoordinator(self.node_id, self.topics, config)
-        self.cleaner = LogCleaner(self)
-        self.transactions = TransactionCoordinator(self)
+        self.cleaner = LogCleaner(
+            self.topics,
+            retention_check_ms=int(config["log.retention.check.interval.ms"]),
+            backoff_ms=int(config["log.cleaner.backoff.ms"]),
+            compaction=bool(config["log.cleaner.enable"]),
+            dedupe_buffer_bytes=int(config["log.cleaner.dedupe.buffer.size"]),
+        )
+        self.transactions = TransactionCoordinator(
+            self.topics, self.producer_ids, self.groups,
+            node_id=self.node_id,
+            max_timeout_ms=int(config["transaction.max.timeout.ms"]),
+            expiration_ms=int(config["transactional.id.expiration.ms"]),
+            check_interval_ms=int(
+                config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]),
+            state_partitions=int(config["transaction.state.log.num.partitions"]),
+            state_segment_bytes=int(config["transaction.state.log.segment.bytes"]),
+        )
         self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
         self._server: asyncio.base_events.Server | None = None
         self._router = None
@@ -170,7 +200,6 @@ class Broker:
             self.topics.load(recover=not clean)
         except (StorageError, OSError, ValueError) as e:
             raise StartupError(f"cannot open the logs in {self.data_dir}: {e}") from e
-        self.producer_ids = ProducerIdManager(self.data_dir)
         marker.unlink(missing_ok=True)
         _fsync_dir(self.data_dir)
         if not clean:
@@ -217,13 +246,14 @@ class Broker:
         checkpoint = int(self.config["log.flush.offset.checkpoint.interval.ms"]) / 1000
         if topic is not None:
             return min(int(topic.setting("flush.ms")) / 1000, checkpoint)
-        return min((self._flush_interval(t) for t in self.topics.topics.values()), default=checkpoint)
+        return min((self._flush_interval(t) for t in self.topics.all_topics()),
+                   default=checkpoint)
 
     async def _flush_due(self) -> None:
         now = asyncio.get_running_loop().time()
         due = [
-            p for t in list(self.topics.topics.values()) for p in t.partitions
-            if p.unflushed and now - p.flushed_at >= self._flush_interval(t)
+            p for p in self.topics.all_partitions()
+            if p.unflushed and now - p.flushed_at >= self._flush_interval(p.topic)
         ]
         if due:
             await self.topics.flush(due)
@@ -246,7 +276,8 @@ class Broker:
             raise CloseConnection(f"unsupported version {version} of api key {header.api_key}")
         try:
             # bytes after the body are ignored, as Kafka does (librdkafka sends some)
-            body = decode_message(request_class(header.api_key), version, frame, offset, exact=False)
+            body = decode_message(request_class(header.api_key), version, frame, offset,
+                                  exact=False)
         except DecodeError as e:
             raise CloseConnection(f"malformed {api.__name__} v{version} request: {e}") from None
         outcome = api.handle(self, header, body)

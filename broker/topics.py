@@ -250,6 +250,10 @@ class Topic:
     broker_config: BrokerConfig
     partitions: list[Partition] = field(default_factory=list)
 
+    def partition(self, index: int) -> Partition | None:
+        """Partition ``index``, or None when the topic has no such partition."""
+        return self.partitions[index] if 0 <= index < len(self.partitions) else None
+
     def setting(self, name: str) -> object:
         if name in self.configs:
             return self.configs[name]
@@ -341,6 +345,19 @@ class TopicManager:
 
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
+
+    def all_topics(self) -> list[Topic]:
+        """Every topic (a copy: topics may come and go meanwhile)."""
+        return list(self.topics.values())
+
+    def all_partitions(self) -> list[Partition]:
+        """Every partition of every topic (a copy, as ``all_topics``)."""
+        return [p for t in self.all_topics() for p in t.partitions]
+
+    def partition(self, name: str, index: int) -> Partition | None:
+        """Partition ``index`` of topic ``name``, or None when there is no such partition."""
+        topic = self.topics.get(name)
+        return topic.partition(index) if topic is not None else None
 
     def find(self, name: str | None, topic_id: uuid.UUID | None) -> Topic | None:
         """The topic a request names: by ``name`` when it has one, else by ``topic_id``."""

@@ -48,15 +48,15 @@ import asyncio
 import logging
 import os
 import signal
-import time
 from dataclasses import replace
+from typing import Callable
 
 from headrace.protocol import ErrorCode
 from headrace.protocol.records import decode_records, iter_batches
 from headrace.storage import StorageError
 
 from . import group_offsets, transaction_log
-from .background import run_every
+from .background import run_every, wall_clock_ms
 from .group_offsets import OFFSETS_TOPIC, CommittedOffset
 from .placement import rendezvous
 from .transaction_log import TRANSACTION_TOPIC, TransactionMetadata
@@ -86,10 +86,7 @@ log = logging.getLogger("headrace.transactions")
 E = ErrorCode
 MAX_EPOCH = (1 << 15) - 1
 COORDINATOR_EPOCH = 0  # one broker: the coordinator never moves
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
+GroupOffsets = dict[str, dict[tuple[str, int], CommittedOffset]]  # group id -> offsets
 
 
 def _crash_point(name: str) -> None:
@@ -100,24 +97,44 @@ def _crash_point(name: str) -> None:
 
 
 class TransactionCoordinator:
-    def __init__(self, broker) -> None:
-        self.broker = broker
-        cfg = broker.config
-        self.max_timeout_ms = int(cfg["transaction.max.timeout.ms"])
-        self.expiration_ms = int(cfg["transactional.id.expiration.ms"])
-        self.check_interval_ms = int(cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"])
-        self.num_partitions = int(cfg["transaction.state.log.num.partitions"])
-        self.segment_bytes = int(cfg["transaction.state.log.segment.bytes"])
+    """Built from what it uses: the topic table (``__transaction_state`` and the partitions
+    of transactions live there), the producer id source, the group coordinator (a committed
+    transaction's offsets become the group's), this node's id and the settings it reads."""
+
+    def __init__(
+        self,
+        topics,
+        producer_ids,
+        groups,
+        *,
+        node_id: int,
+        max_timeout_ms: int,
+        expiration_ms: int,
+        check_interval_ms: int,
+        state_partitions: int,
+        state_segment_bytes: int,
+        now_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.topics = topics
+        self.producer_ids = producer_ids
+        self.groups = groups
+        self.node_id = node_id
+        self.max_timeout_ms = max_timeout_ms
+        self.expiration_ms = expiration_ms
+        self.check_interval_ms = check_interval_ms
+        self.state_partitions = state_partitions
+        self.state_segment_bytes = state_segment_bytes
+        self.now_ms = now_ms
         self.txns: dict[str, TransactionMetadata] = {}
         # producer id -> group id -> offsets committed in its open transaction
-        self.pending_offsets: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]] = {}
+        self.pending_offsets: dict[int, GroupOffsets] = {}
         self._topic_ready: asyncio.Future | None = None
         self._tasks: list[asyncio.Task] = []
 
     # lifecycle ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        topic = self.broker.topics.get(TRANSACTION_TOPIC)
+        topic = self.topics.get(TRANSACTION_TOPIC)
         if topic is not None:
             logs = [p.log for p in topic.partitions]
             self.txns = await asyncio.to_thread(transaction_log.replay, logs)
@@ -136,18 +153,18 @@ class TransactionCoordinator:
 
     def coordinator_for(self, transactional_id: str) -> int:
         """The node that coordinates ``transactional_id``: rendezvous over the brokers."""
-        return rendezvous(transactional_id, {self.broker.node_id: 1.0})[0]
+        return rendezvous(transactional_id, {self.node_id: 1.0})[0]
 
     # writing state ------------------------------------------------------------------------------
 
     async def _state_partition(self, transactional_id: str):
-        topics = self.broker.topics
+        topics = self.topics
         topic = topics.get(TRANSACTION_TOPIC)
         if topic is None:
             if self._topic_ready is None:
                 self._topic_ready = asyncio.ensure_future(topics.create(
-                    TRANSACTION_TOPIC, self.num_partitions,
-                    {"cleanup.policy": "compact", "segment.bytes": self.segment_bytes}))
+                    TRANSACTION_TOPIC, self.state_partitions,
+                    {"cleanup.policy": "compact", "segment.bytes": self.state_segment_bytes}))
             try:
                 topic = await asyncio.shield(self._topic_ready)
             except FileExistsError:
@@ -165,11 +182,12 @@ class TransactionCoordinator:
         new.pending = False
         try:
             partition = await self._state_partition(tid)
-            batch = transaction_log.record_batch(tid, None if new.state is DEAD else new, now_ms())
+            record = None if new.state is DEAD else new
+            batch = transaction_log.record_batch(tid, record, self.now_ms())
             error, _, _ = partition.append(memoryview(batch), len(batch))
             if error:
                 return error
-            await self.broker.topics.flush([partition])
+            await self.topics.flush([partition])
         except StorageError:
             log.exception("writing the state of transactional id %s failed", tid)
             return E.COORDINATOR_NOT_AVAILABLE
@@ -184,8 +202,10 @@ class TransactionCoordinator:
             self.txns[tid] = new
         return E.NONE
 
-    def _check(self, transactional_id: str, producer_id: int, epoch: int):
-        """(error, metadata) for a request of an existing producer."""
+    def _check(self, transactional_id: str, producer_id: int, epoch: int, table=None):
+        """(error, metadata) for a request of an existing producer; with ``table`` (one of
+        ``transaction_state``'s answer tables keyed by state), also its answer in the
+        transaction's state."""
         txn = self.txns.get(transactional_id)
         if txn is None or txn.producer_id != producer_id:
             return E.INVALID_PRODUCER_ID_MAPPING, None
@@ -193,6 +213,8 @@ class TransactionCoordinator:
             return E.PRODUCER_FENCED, None
         if txn.pending:
             return E.CONCURRENT_TRANSACTIONS, None
+        if table is not None and table[txn.state] is not ACCEPT:
+            return table[txn.state], None
         return E.NONE, txn
 
     # requests -----------------------------------------------------------------------------------
@@ -204,10 +226,11 @@ class TransactionCoordinator:
             return E.INVALID_TRANSACTION_TIMEOUT, -1, -1
         txn = self.txns.get(transactional_id)
         if txn is None:
-            pid = await self.broker.producer_ids.next_id()
+            pid = await self.producer_ids.next_id()
             if transactional_id in self.txns:
                 return E.CONCURRENT_TRANSACTIONS, -1, -1
-            new = TransactionMetadata(transactional_id, pid, 0, timeout_ms, EMPTY, set(), now_ms())
+            new = TransactionMetadata(transactional_id, pid, 0, timeout_ms, EMPTY, set(),
+                                      self.now_ms())
             new.pending = True
             self.txns[transactional_id] = new  # placeholder while the first record is written
             error = await self._change(None, replace(new, pending=False))
@@ -230,9 +253,9 @@ class TransactionCoordinator:
             return action, -1, -1
         pid, new_epoch = txn.producer_id, txn.producer_epoch + 1
         if new_epoch >= MAX_EPOCH:
-            pid, new_epoch = await self.broker.producer_ids.next_id(), 0
+            pid, new_epoch = await self.producer_ids.next_id(), 0
         new = replace(txn, producer_id=pid, producer_epoch=new_epoch, timeout_ms=timeout_ms,
-                      state=EMPTY, partitions=set(), update_ms=now_ms(), start_ms=-1)
+                      state=EMPTY, partitions=set(), update_ms=self.now_ms(), start_ms=-1)
         error = await self._change(txn, new)
         if error:
             return error, -1, -1
@@ -240,22 +263,21 @@ class TransactionCoordinator:
 
     async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                              partitions: set[tuple[str, int]], verify_only: bool = False) -> int:
-        error, txn = self._check(transactional_id, producer_id, epoch)
+        error, txn = self._check(transactional_id, producer_id, epoch, ADD_PARTITIONS)
         if error:
             return error
-        action = ADD_PARTITIONS[txn.state]
-        if action is not ACCEPT:
-            return action
         if verify_only:
-            return E.NONE if txn.state is ONGOING and partitions <= txn.partitions else E.INVALID_TXN_STATE
+            added = txn.state is ONGOING and partitions <= txn.partitions
+            return E.NONE if added else E.INVALID_TXN_STATE
         if txn.state is ONGOING and partitions <= txn.partitions:
             return E.NONE
-        now = now_ms()
+        now = self.now_ms()
         new = replace(txn, state=ONGOING, partitions=txn.partitions | partitions, update_ms=now,
                       start_ms=txn.start_ms if txn.state is ONGOING else now)
         return await self._change(txn, new)
 
-    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int:
+    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int,
+                      commit: bool) -> int:
         error, txn = self._check(transactional_id, producer_id, epoch)
         if error:
             return error
@@ -264,7 +286,8 @@ class TransactionCoordinator:
             return E.NONE
         if action is not ACCEPT:
             return action
-        prepared = replace(txn, state=PREPARE_COMMIT if commit else PREPARE_ABORT, update_ms=now_ms())
+        prepared = replace(txn, state=PREPARE_COMMIT if commit else PREPARE_ABORT,
+                           update_ms=self.now_ms())
         error = await self._change(txn, prepared)
         if error:
             return error
@@ -285,13 +308,10 @@ class TransactionCoordinator:
     def check_offset_commit(self, transactional_id: str, producer_id: int, epoch: int,
                             group_id: str) -> int:
         """May this producer commit offsets for ``group_id`` in its transaction?"""
-        error, txn = self._check(transactional_id, producer_id, epoch)
+        error, txn = self._check(transactional_id, producer_id, epoch, TXN_OFFSET_COMMIT)
         if error:
             return error
-        action = TXN_OFFSET_COMMIT[txn.state]
-        if action is not ACCEPT:
-            return action
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        topic = self.topics.get(OFFSETS_TOPIC)
         if topic is None:
             return E.INVALID_TXN_STATE
         index = group_offsets.partition_for(group_id, len(topic.partitions))
@@ -313,7 +333,7 @@ class TransactionCoordinator:
         if epoch > MAX_EPOCH:
             epoch = MAX_EPOCH
         prepared = replace(txn, producer_id=pid, producer_epoch=epoch, state=PREPARE_ABORT,
-                           update_ms=now_ms())
+                           update_ms=self.now_ms())
         error = await self._change(txn, prepared)
         if error:
             return error
@@ -334,12 +354,10 @@ class TransactionCoordinator:
                         return error  # still decided: the timer completes it
             self.pending_offsets.pop(prepared.producer_id, None)
             touched = []
-            topics = self.broker.topics
             for topic_name, index in sorted(prepared.partitions):
-                topic = topics.get(topic_name)
-                if topic is None or index >= len(topic.partitions):
+                partition = self.topics.partition(topic_name, index)
+                if partition is None:
                     continue  # deleted meanwhile
-                partition = topic.partitions[index]
                 error = partition.append_marker(prepared.producer_id, prepared.producer_epoch,
                                                 commit, COORDINATOR_EPOCH)
                 if error:
@@ -347,35 +365,34 @@ class TransactionCoordinator:
                                 topic_name, index, error)
                 touched.append(partition)
                 if os.environ.get("HEADRACE_TEST_CRASH") == "after-first-marker":
-                    await self.broker.topics.flush([partition])
+                    await self.topics.flush([partition])
                     _crash_point("after-first-marker")
             if touched:
-                await self.broker.topics.flush(touched)
+                await self.topics.flush(touched)
         except StorageError:
             log.exception("markers of transactional id %s", prepared.transactional_id)
             return E.COORDINATOR_NOT_AVAILABLE  # still decided: the timer completes it
         finally:
             prepared.pending = False
         done = replace(prepared, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
-                       partitions=set(), update_ms=now_ms())
+                       partitions=set(), update_ms=self.now_ms())
         return await self._change(prepared, done)
 
     async def _commit_offsets(self, group_id: str,
                               offsets: dict[tuple[str, int], CommittedOffset]) -> int:
         """A committing transaction's offsets become the group's: written as a plain commit
         (before the markers, so that replaying ``__consumer_offsets`` needs no markers)."""
-        return await self.broker.groups.commit_offsets(group_id, offsets)
+        return await self.groups.commit_offsets(group_id, offsets)
 
     async def _recover_offsets(self, txn: TransactionMetadata) -> None:
         """After a restart: the offsets a decided transaction committed, read back from
         ``__consumer_offsets`` (its batches from the transaction's first offset on)."""
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
-        if topic is None or txn.state is not PREPARE_COMMIT:
+        if txn.state is not PREPARE_COMMIT:
             return
         for name, index in txn.partitions:
-            if name != OFFSETS_TOPIC or index >= len(topic.partitions):
+            partition = self.topics.partition(name, index) if name == OFFSETS_TOPIC else None
+            if partition is None:
                 continue
-            partition = topic.partitions[index]
             first = partition.producers.ongoing.get(txn.producer_id)
             if first is None:
                 continue
@@ -388,7 +405,7 @@ class TransactionCoordinator:
 
     async def check_transactions(self, now: int | None = None) -> None:
         """Abort timed-out transactions, finish stuck decisions, expire idle ids."""
-        now = now_ms() if now is None else now
+        now = self.now_ms() if now is None else now
         for txn in list(self.txns.values()):
             if txn.pending or self.txns.get(txn.transactional_id) is not txn:
                 continue
@@ -406,9 +423,13 @@ class TransactionCoordinator:
     def describe(self, transactional_id: str) -> TransactionMetadata | None:
         return self.txns.get(transactional_id)
 
+    def transactions(self) -> list[TransactionMetadata]:
+        """Every known transactional id's metadata, by id."""
+        return [self.txns[tid] for tid in sorted(self.txns)]
 
-def _read_txn_offsets(plog, start: int, producer_id: int) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
-    found: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+
+def _read_txn_offsets(plog, start: int, producer_id: int) -> GroupOffsets:
+    found: GroupOffsets = {}
     offset, end = start, plog.log_end_offset
     while offset < end:
         data = plog.read(offset, 1 << 20, max_offset=end)

@@ -50,9 +50,8 @@ def handle(broker, header, request):
     codes = {}
     offsets = {}
     for t in request.topics:
-        topic = broker.topics.get(t.name)
         for p in t.partitions:
-            if topic is None or not 0 <= p.partition_index < len(topic.partitions):
+            if broker.topics.partition(t.name, p.partition_index) is None:
                 codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif p.committed_metadata is not None and len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
                 codes[(t.name, p.partition_index)] = ErrorCode.OFFSET_METADATA_TOO_LARGE

@@ -8,7 +8,7 @@ A scenario program is called as ``PROGRAM BOOTSTRAP SCENARIO PREFIX`` and ends w
 
 ``PREFIX`` is unique per run and scenario; programs name their topics, groups and
 transactional ids with it so that scenarios never see each other's data. The runner
-(``compat/run.py``) reads the last ``RESULT`` line; a program that dies or hangs without one
+(``compat/runner.py``) reads the last ``RESULT`` line; a program that dies or hangs without one
 is a failure too, with the tail of its output as the reason. Programs in other languages
 (Java, Go, JavaScript) follow the same convention.
 """
@@ -62,6 +62,30 @@ def check_records(sent, got) -> None:
             expect(a == b, f"partition {p} record {i}: sent {a!r:.120}, read {b!r:.120}")
 
 
+# The transactions scenario: a committed transaction of COMMITTED, an aborted one of ABORTED,
+# then a committed one of LAST; a read_committed consumer must read COMMITTED + [LAST].
+COMMITTED = [f"committed-{i}".encode() for i in range(10)]
+ABORTED = [f"aborted-{i}".encode() for i in range(5)]
+LAST = b"committed-last"
+
+
+def check_read_committed(got) -> None:
+    """``got`` (partition, key, value, headers) holds the committed values only, in order."""
+    values = [v for _, _, v, _ in got]
+    expect(values == COMMITTED + [LAST], f"read_committed consumer read {values}")
+
+
+def standard_scenarios(produce_consume: Callable[[str], Callable[[str, str], None]],
+                       **named: Callable[[str, str], None]) -> dict:
+    """The ``STANDARD_SCENARIOS`` table: ``produce_consume(compression)`` for each produce-*
+    scenario, the others by name (``alter_configs`` for "alter-configs")."""
+    scenarios = {f"produce-{c}": produce_consume(c) for c in COMPRESSIONS}
+    scenarios.update({name.replace("_", "-"): fn for name, fn in named.items()})
+    missing = set(STANDARD_SCENARIOS) - set(scenarios)
+    assert not missing, f"scenarios without a function: {sorted(missing)}"
+    return scenarios
+
+
 def wait_until(cond: Callable[[], bool], what: str, timeout: float = WAIT_S,
                step: float = 0.2) -> None:
     deadline = time.monotonic() + timeout
@@ -89,7 +113,7 @@ def main(scenarios: dict[str, Callable[[str, str], None]],
     bootstrap, name, prefix = args
     fn = scenarios.get(name)
     if fn is None:
-        print(f"RESULT n/a not a scenario of this client", flush=True)
+        print("RESULT n/a not a scenario of this client", flush=True)
         return 0
     try:
         fn(bootstrap, prefix)

@@ -17,8 +17,9 @@ them all. A failed flush fails the futures of its whole group with the error rai
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, Protocol
+from typing import Protocol
 
 
 class Flushable(Protocol):

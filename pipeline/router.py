@@ -24,8 +24,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Awaitable, Protocol, Union
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Chunks = list  # list of bytes-like objects, written with transport.writelines
-Outcome = Union[Chunks, None, Awaitable[Union[Chunks, None]]]
+Outcome = Chunks | None | Awaitable[Chunks | None]
 
 
 class CloseConnection(Exception):
@@ -60,7 +61,7 @@ class Router:
 
     def __init__(self, handler: Handler, queues: int = 4) -> None:
         self._handler = handler
-        self._queues = [deque() for _ in range(queues)]
+        self._queues: list[deque[Request]] = [deque() for _ in range(queues)]
         self._wakeups = [asyncio.Event() for _ in range(queues)]
         self._tasks = [
             asyncio.get_running_loop().create_task(self._drain(i), name=f"handler-queue-{i}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -17,14 +18,20 @@ from compat import kit  # noqa: E402
 from compat.kit import WAIT_S, expect  # noqa: E402
 
 
-async def create_topic(bootstrap: str, topic: str, partitions: int,
-                       configs: dict | None = None) -> None:
+@contextlib.asynccontextmanager
+async def admin_client(bootstrap: str):
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs or {})])
+        yield admin
     finally:
         await admin.close()
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int,
+                       configs: dict | None = None) -> None:
+    async with admin_client(bootstrap) as admin:
+        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs or {})])
 
 
 async def produce(bootstrap: str, topic: str, recs, **conf) -> None:
@@ -148,9 +155,7 @@ async def group(bootstrap: str, prefix: str) -> None:
 @sync
 async def admin_topics(bootstrap: str, prefix: str) -> None:
     topic = f"{prefix}-t"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
+    async with admin_client(bootstrap) as admin:
         await admin.create_topics([NewTopic(topic, 3, 1,
                                             topic_configs={"retention.ms": "3600000"})])
         expect(topic in await admin.list_topics(), "created topic not listed")
@@ -167,23 +172,17 @@ async def admin_topics(bootstrap: str, prefix: str) -> None:
         while topic in await admin.list_topics():
             expect(time.monotonic() < deadline, "the deleted topic to disappear")
             await asyncio.sleep(0.2)
-    finally:
-        await admin.close()
 
 
 @sync
 async def alter_configs(bootstrap: str, prefix: str) -> None:
     topic = f"{prefix}-t"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
+    async with admin_client(bootstrap) as admin:
         await admin.create_topics([NewTopic(topic, 1, 1)])
         await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
                                                   configs={"retention.ms": "12345"})])
         res = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
         expect("12345" in repr(res), f"retention.ms=12345 not described: {res!r:.300}")
-    finally:
-        await admin.close()
 
 
 @sync
@@ -199,25 +198,23 @@ async def transactions(bootstrap: str, prefix: str) -> None:
                                  f"transactional id) did not finish in {WAIT_S:.0f}s")
     try:
         async with p.transaction():
-            for i in range(10):
-                await p.send(topic, value=f"committed-{i}".encode(), partition=0)
+            for v in kit.COMMITTED:
+                await p.send(topic, value=v, partition=0)
         await p.begin_transaction()
-        for i in range(5):
-            await p.send_and_wait(topic, value=f"aborted-{i}".encode(), partition=0)
+        for v in kit.ABORTED:
+            await p.send_and_wait(topic, value=v, partition=0)
         await p.abort_transaction()
         async with p.transaction():
-            await p.send(topic, value=b"committed-last", partition=0)
+            await p.send(topic, value=kit.LAST, partition=0)
     finally:
         await p.stop()
     got = await read_assigned(bootstrap, topic, 1, 11, isolation_level="read_committed")
-    values = [v for _, _, v, _ in got]
-    want = [f"committed-{i}".encode() for i in range(10)] + [b"committed-last"]
-    expect(values == want, f"read_committed consumer read {values}")
+    kit.check_read_committed(got)
 
 
-SCENARIOS = {f"produce-{c}": produce_consume(c) for c in kit.COMPRESSIONS}
-SCENARIOS.update({"idempotent": idempotent, "group": group, "admin": admin_topics,
-                  "alter-configs": alter_configs, "transactions": transactions})
+SCENARIOS = kit.standard_scenarios(produce_consume, idempotent=idempotent, group=group,
+                                   admin=admin_topics, alter_configs=alter_configs,
+                                   transactions=transactions)
 
 if __name__ == "__main__":
     sys.exit(kit.main(SCENARIOS))

@@ -168,28 +168,26 @@ def transactions(bootstrap: str, prefix: str) -> None:
     try:
         p.init_transactions()
         p.begin_transaction()
-        for i in range(10):
-            p.send(topic, value=f"committed-{i}".encode(), partition=0)
+        for v in kit.COMMITTED:
+            p.send(topic, value=v, partition=0)
         p.commit_transaction()
         p.begin_transaction()
-        for i in range(5):
-            p.send(topic, value=f"aborted-{i}".encode(), partition=0)
+        for v in kit.ABORTED:
+            p.send(topic, value=v, partition=0)
         p.flush()
         p.abort_transaction()
         p.begin_transaction()
-        p.send(topic, value=b"committed-last", partition=0)
+        p.send(topic, value=kit.LAST, partition=0)
         p.commit_transaction()
     finally:
         p.close(WAIT_S)
     got = read_assigned(bootstrap, topic, 1, 11, isolation_level="read_committed")
-    values = [v for _, _, v, _ in got]
-    want = [f"committed-{i}".encode() for i in range(10)] + [b"committed-last"]
-    expect(values == want, f"read_committed consumer read {values}")
+    kit.check_read_committed(got)
 
 
-SCENARIOS = {f"produce-{c}": produce_consume(c) for c in kit.COMPRESSIONS}
-SCENARIOS.update({"idempotent": idempotent, "group": group, "admin": admin_topics,
-                  "alter-configs": alter_configs, "transactions": transactions})
+SCENARIOS = kit.standard_scenarios(produce_consume, idempotent=idempotent, group=group,
+                                   admin=admin_topics, alter_configs=alter_configs,
+                                   transactions=transactions)
 
 if __name__ == "__main__":
     sys.exit(kit.main(SCENARIOS))

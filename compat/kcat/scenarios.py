@@ -180,14 +180,12 @@ def not_applicable(why: str):
     return scenario
 
 
-SCENARIOS = {f"produce-{c}": produce_consume(c) for c in kit.COMPRESSIONS}
-SCENARIOS.update({
-    "idempotent": idempotent,
-    "group": group,
-    "admin": not_applicable("kcat has no admin operations (only -L metadata)"),
-    "alter-configs": not_applicable("kcat has no admin operations (only -L metadata)"),
-    "transactions": not_applicable("kcat has no transactional producer"),
-})
+SCENARIOS = kit.standard_scenarios(
+    produce_consume, idempotent=idempotent, group=group,
+    admin=not_applicable("kcat has no admin operations (only -L metadata)"),
+    alter_configs=not_applicable("kcat has no admin operations (only -L metadata)"),
+    transactions=not_applicable("kcat has no transactional producer"),
+)
 
 if __name__ == "__main__":
     sys.exit(kit.main(SCENARIOS))

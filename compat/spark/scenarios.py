@@ -115,6 +115,19 @@ PHASE2 = [("bob", 100), ("carol", 110), ("alice", 119),                 # minute
 FLUSH = ("flush", 900)                                                  # closes minutes 0-3
 
 
+def count_clicks(spark, bootstrap: str, src: str, out: str, ckpt: str, count: int,
+                 timeout: float = 120):
+    """Run the click count (resuming from the checkpoint in ``ckpt``) until ``out`` holds
+    ``count`` results, then stop it. Returns the stopped query and the results read."""
+    query = pipeline.clicks_query(spark, bootstrap, src, out, ckpt)
+    try:
+        results = pipeline.wait_for_results(bootstrap, out, count, timeout=timeout)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    return query, results
+
+
 def streaming_windows(bootstrap: str, prefix: str) -> None:
     src, out = f"{prefix}-clicks", f"{prefix}-counts"
     pipeline.create_topics(bootstrap, [src, out])
@@ -123,12 +136,7 @@ def streaming_windows(bootstrap: str, prefix: str) -> None:
     want = expected_counts(data, BASE + FLUSH[1] * 1000)
     spark = pipeline.session(prefix)
     with tempfile.TemporaryDirectory(prefix="headrace-spark-ckpt-") as ckpt:
-        query = pipeline.clicks_query(spark, bootstrap, src, out, ckpt)
-        try:
-            results = pipeline.wait_for_results(bootstrap, out, len(want))
-            query.processAllAvailable()
-        finally:
-            query.stop()
+        query, results = count_clicks(spark, bootstrap, src, out, ckpt, len(want))
     expect(query.exception() is None, f"query failed: {query.exception()}")
     got = result_counts(pipeline.read_results(bootstrap, out))
     expect(got == want, f"aggregates {sorted(got.items())}, want {sorted(want.items())}"
@@ -144,12 +152,7 @@ def streaming_restart(bootstrap: str, prefix: str) -> None:
         # phase 1: minute 0 and half of minute 1; the watermark (1:30 - 10 s) closes minute 0
         pipeline.produce_clicks(bootstrap, src, clicks(PHASE1))
         first = expected_counts(clicks(PHASE1), BASE + 130_000)
-        query = pipeline.clicks_query(spark, bootstrap, src, out, ckpt)
-        try:
-            pipeline.wait_for_results(bootstrap, out, len(first), timeout=90)
-            query.processAllAvailable()
-        finally:
-            query.stop()
+        count_clicks(spark, bootstrap, src, out, ckpt, len(first), timeout=90)
         got1 = result_counts(pipeline.read_results(bootstrap, out))
         expect(got1 == first, f"before the restart: {sorted(got1.items())}, "
                               f"want {sorted(first.items())}")
@@ -157,12 +160,7 @@ def streaming_restart(bootstrap: str, prefix: str) -> None:
         pipeline.produce_clicks(bootstrap, src, clicks(PHASE2 + [FLUSH]))
         data = clicks(PHASE1 + PHASE2)
         want = expected_counts(data, BASE + FLUSH[1] * 1000)
-        query = pipeline.clicks_query(spark, bootstrap, src, out, ckpt)
-        try:
-            pipeline.wait_for_results(bootstrap, out, len(want), timeout=90)
-            query.processAllAvailable()
-        finally:
-            query.stop()
+        count_clicks(spark, bootstrap, src, out, ckpt, len(want), timeout=90)
     got = result_counts(pipeline.read_results(bootstrap, out))
     expect(got == want, f"after the restart: {sorted(got.items())}, want {sorted(want.items())}")
     spark.stop()

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
+
+import pytest
 
 from headrace.broker.process import BrokerProcess
 
@@ -56,3 +60,46 @@ def test_settings_lists_every_setting():
     assert result.returncode == 0
     assert "log.flush.interval.messages=" in result.stdout
     assert "socket.request.max.bytes=104857600" in result.stdout
+
+
+def test_ready_without_info_logging(tmp_path):
+    """Readiness comes from the ready file, not from a log line: a quiet broker starts too."""
+    from confluent_kafka.admin import AdminClient
+
+    broker = BrokerProcess(tmp_path / "data", args=["--log-level", "WARNING"]).start()
+    try:
+        assert broker.port != 0
+        assert not any("listening" in line for line in broker.lines)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert admin.list_topics(timeout=30).brokers
+    finally:
+        assert broker.stop() == 0
+
+
+def test_ready_file_holds_the_bound_address_until_exit(tmp_path):
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen([sys.executable, "-m", "headrace", "serve", "--port", "0",
+                             "--data-dir", str(tmp_path / "data"), "--ready-file", str(ready)],
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        host, port = ready.read_text().strip().rsplit(":", 1)
+        assert host == "127.0.0.1" and int(port) > 0
+        socket.create_connection((host, int(port)), timeout=5).close()
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
+    assert not ready.exists()
+
+
+def test_start_failure_shows_the_broker_output(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        broker = BrokerProcess(tmp_path / "data", port=taken.getsockname()[1])
+        with pytest.raises(RuntimeError, match="cannot listen"):
+            broker.start()
+    assert broker.proc is None

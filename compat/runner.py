@@ -1,0 +1,110 @@
+"""Running a client's scenarios: a fresh Headrace broker per client, each scenario its own
+process with a timeout (so one hung client cannot stop the others), its ``RESULT`` line read
+back into an ``Outcome``; the broker's complaints are added to a failure's reason."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from compat.broker import complaints_since, tail
+from compat.clients import ROOT, VERSIONS, Client, Unavailable, log
+from headrace.broker.process import BrokerProcess
+
+
+@dataclass
+class Outcome:
+    status: str            # "pass", "fail", "n/a"
+    reason: str = ""
+    seconds: float = 0.0
+
+    def as_json(self) -> dict:
+        return {"status": self.status, "reason": self.reason, "seconds": round(self.seconds, 1)}
+
+
+RESULT_RE = re.compile(r"^RESULT (pass|fail|n/a)\s?(.*)$")
+
+
+def run_scenario(cmd: list[str], bootstrap: str, scenario: str, prefix: str, timeout: float,
+                 env: dict | None, log_file: Path) -> Outcome:
+    t0 = time.monotonic()
+    with open(log_file, "w") as out:
+        proc = subprocess.Popen([*cmd, bootstrap, scenario, prefix], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=ROOT, start_new_session=True)
+        try:
+            code = proc.wait(timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            code = proc.wait()
+            timed_out = True
+    seconds = time.monotonic() - t0
+    text = log_file.read_text(errors="replace")
+    for line in reversed(text.splitlines()):
+        m = RESULT_RE.match(line.strip())
+        if m:
+            return Outcome(m.group(1), m.group(2).strip(), seconds)
+    tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-3:]
+    if timed_out:
+        return Outcome("fail", f"timed out after {timeout:.0f}s; last output: "
+                       + " | ".join(tail)[-400:], seconds)
+    return Outcome("fail", f"exited with {code} without a result: " + " | ".join(tail)[-400:],
+                   seconds)
+
+
+def run_client(client: Client, only: list[str] | None, logs: Path) -> dict:
+    log(f"== {client.name}: {client.title}")
+    t0 = time.monotonic()
+    entry: dict = {"title": client.title, "table": client.table, "scenarios": {}}
+    try:
+        cmd = client.setup()
+    except Unavailable as exc:
+        log(f"{client.name} unavailable: {exc}")
+        entry.update(unavailable=str(exc)[:600], version=client.version)
+        entry["scenarios"] = {s: Outcome("n/a", f"client unavailable: {exc}"[:300]).as_json()
+                              for s in client.scenarios}
+        return entry
+    entry["version"] = client.version or VERSIONS.get(client.name, lambda: "")()
+    env = client.env() if client.env else None
+    data_dir = Path(tempfile.mkdtemp(prefix=f"headrace-compat-{client.name}-"))
+    broker = BrokerProcess(data_dir)
+    stamp = dt.datetime.now().strftime("%H%M%S")
+    try:
+        for scenario in client.scenarios:
+            if only and scenario not in only:
+                continue
+            if broker.proc is not None and not broker.alive:
+                log(f"  broker died; restarting it. Last output: {tail(broker, 5)}")
+                broker.stop()
+                (logs / f"{client.name}__broker-died.log").write_text("\n".join(broker.lines))
+                broker = BrokerProcess(data_dir)
+            if broker.proc is None:
+                broker.start()
+            prefix = f"c{stamp}-{client.name}-{scenario}".replace(".", "")
+            print(f"[compat]   {client.name} {scenario} ... ", end="", flush=True)
+            mark = broker.seen
+            outcome = run_scenario(cmd, broker.bootstrap, scenario, prefix, client.timeout,
+                                   env, logs / f"{client.name}__{scenario}.log")
+            complaints = complaints_since(broker, mark)
+            if outcome.status == "fail" and complaints:
+                outcome.reason += " [broker log: " + " / ".join(complaints) + "]"
+            if not broker.alive:
+                outcome = Outcome("fail", f"broker process died: {tail(broker, 3)}; "
+                                  + outcome.reason, outcome.seconds)
+            mark = "FAIL: " + outcome.reason if outcome.status == "fail" else outcome.status
+            print(f"{mark[:300]} ({outcome.seconds:.1f}s)", flush=True)
+            entry["scenarios"][scenario] = outcome.as_json()
+    finally:
+        broker.stop()
+        (logs / f"{client.name}__broker.log").write_text("\n".join(broker.lines) + "\n")
+        shutil.rmtree(data_dir, ignore_errors=True)
+    entry["seconds"] = round(time.monotonic() - t0, 1)
+    return entry

@@ -1,0 +1,80 @@
+"""The transaction coordinator and the log cleaner built on their own: a TopicManager over a
+temporary directory, no Broker, no server."""
+
+from __future__ import annotations
+
+import pytest
+
+from headrace.broker.config import BrokerConfig
+from headrace.broker.init_producer_id import ProducerIdManager
+from headrace.broker.log_cleaner import LogCleaner
+from headrace.broker.topics import TopicManager
+from headrace.broker.transaction_coordinator import TransactionCoordinator
+from headrace.broker.transaction_log import TRANSACTION_TOPIC
+from headrace.broker.transaction_state import COMPLETE_COMMIT, EMPTY
+from headrace.pipeline import GroupCommit
+from headrace.protocol import ErrorCode
+from headrace.protocol.records import Record, build_batch
+
+NOW = 1_700_000_000_000
+
+
+@pytest.fixture
+async def topics(tmp_path):
+    flush_stage = GroupCommit()
+    manager = TopicManager(tmp_path, BrokerConfig(), flush_stage)
+    manager.load(recover=False)
+    yield manager
+    await flush_stage.close()
+    manager.close()
+
+
+def coordinator(topics, data_dir) -> TransactionCoordinator:
+    return TransactionCoordinator(
+        topics, ProducerIdManager(data_dir), groups=None, node_id=7,
+        max_timeout_ms=60_000, expiration_ms=3_600_000, check_interval_ms=10_000,
+        state_partitions=3, state_segment_bytes=1 << 20, now_ms=lambda: NOW,
+    )
+
+
+async def test_transaction_coordinator_without_a_broker(topics, tmp_path):
+    txns = coordinator(topics, tmp_path)
+    assert txns.coordinator_for("tx") == 7
+    error, pid, epoch = await txns.init_producer_id("tx", 30_000)
+    assert (error, epoch) == (ErrorCode.NONE, 0)
+    assert txns.describe("tx").state is EMPTY
+    assert len(topics.get(TRANSACTION_TOPIC).partitions) == 3
+
+    await topics.create("t", 1, {})
+    assert await txns.add_partitions("tx", pid, 0, {("t", 0)}) == ErrorCode.NONE
+    assert await txns.end_txn("tx", pid, 0, commit=True) == ErrorCode.NONE
+    txn = txns.describe("tx")
+    assert (txn.state, txn.update_ms) == (COMPLETE_COMMIT, NOW)
+    assert topics.get("t").partitions[0].log.log_end_offset == 1  # the commit marker
+
+    # a second coordinator on the same topics reads the state back
+    again = coordinator(topics, tmp_path)
+    await again.start()
+    try:
+        assert again.describe("tx").state is COMPLETE_COMMIT
+        assert [t.transactional_id for t in again.transactions()] == ["tx"]
+    finally:
+        again.stop()
+
+
+async def test_log_cleaner_without_a_broker(topics):
+    cleaner = LogCleaner(topics, retention_check_ms=60_000, backoff_ms=60_000,
+                         compaction=True, dedupe_buffer_bytes=1 << 20, now_ms=lambda: NOW)
+    topic = await topics.create("old", 1, {"retention.ms": 1000})
+    partition = topic.partitions[0]
+    batch = bytearray(build_batch([Record(value=b"v", timestamp=NOW - 10_000)]))
+    error, _, _ = partition.append(memoryview(batch), len(batch))
+    assert error == ErrorCode.NONE
+    await topics.flush([partition])
+
+    await cleaner.run_once(retention=True, compaction=False)
+    try:
+        assert cleaner.passes == 1
+        assert partition.log.log_start_offset == 1  # the expired segment is gone
+    finally:
+        await cleaner.stop()
