@@ -72,8 +72,10 @@ class ClassicGroupCoordinator:
         self.now_ms = now_ms
         self.groups: dict[str, ClassicGroup] = {}
         self.sessions = SessionTimers(
-            self._session_expired, lambda m: m.session_timeout_ms,
-            lambda m: m.join_waiter is not None or m.sync_waiter is not None)
+            self._session_expired,
+            lambda m: m.session_timeout_ms,
+            lambda m: m.join_waiter is not None or m.sync_waiter is not None,
+        )
 
     def new_group(self, group_id: str) -> ClassicGroup:
         group = self.groups[group_id] = ClassicGroup(group_id, self.now_ms)
@@ -107,8 +109,19 @@ class ClassicGroupCoordinator:
 
     # join -------------------------------------------------------------------------------------
 
-    def join(self, group_id, member_id, instance_id, client_id, client_host, session_timeout_ms,
-             rebalance_timeout_ms, protocol_type, protocols, require_known_member: bool):
+    def join(
+        self,
+        group_id,
+        member_id,
+        instance_id,
+        client_id,
+        client_host,
+        session_timeout_ms,
+        rebalance_timeout_ms,
+        protocol_type,
+        protocols,
+        require_known_member: bool,
+    ):
         """A JoinResult, or a future of one when the join waits for the rebalance."""
         if not group_id:
             return JoinResult(E.INVALID_GROUP_ID, member_id=member_id)
@@ -124,8 +137,14 @@ class ClassicGroupCoordinator:
             return JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
         if not group.supports(protocol_type, protocols):
             return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
-        args = (client_id, client_host, session_timeout_ms, rebalance_timeout_ms, protocol_type,
-                protocols)
+        args = (
+            client_id,
+            client_host,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            protocol_type,
+            protocols,
+        )
         if not member_id:
             if instance_id is not None and instance_id in group.static:
                 return self._rejoin_static(group, instance_id, *args)
@@ -149,7 +168,7 @@ class ClassicGroupCoordinator:
         if group.state is STABLE and not changed and member_id != group.leader:
             return self._join_result(group, member)
         self._update_member(member, *args)
-        return self._await_join_phase(group, member, "member %s rejoined" % member_id)
+        return self._await_join_phase(group, member, f"member {member_id} rejoined")
 
     def _check_member(self, group: ClassicGroup, member_id: str, instance_id) -> int:
         if instance_id is not None:
@@ -169,40 +188,86 @@ class ClassicGroupCoordinator:
 
         group.pending[member_id] = loop.call_later(session_timeout_ms / 1000, forget)
 
-    def _add_member(self, group, member_id, instance_id, client_id, client_host,
-                    session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols):
-        member = Member(member_id, instance_id, client_id, client_host, session_timeout_ms,
-                        rebalance_timeout_ms, protocol_type, protocols)
+    def _add_member(
+        self,
+        group,
+        member_id,
+        instance_id,
+        client_id,
+        client_host,
+        session_timeout_ms,
+        rebalance_timeout_ms,
+        protocol_type,
+        protocols,
+    ):
+        member = Member(
+            member_id,
+            instance_id,
+            client_id,
+            client_host,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            protocol_type,
+            protocols,
+        )
         if not group.members:
             group.protocol_type = protocol_type
         group.members[member_id] = member
         if instance_id is not None:
             group.static[instance_id] = member_id
         group.new_member_added = True
-        return self._await_join_phase(group, member, "member %s joined" % member_id)
+        return self._await_join_phase(group, member, f"member {member_id} joined")
 
-    def _update_member(self, member, client_id, client_host, session_timeout_ms,
-                       rebalance_timeout_ms, protocol_type, protocols) -> None:
+    def _update_member(
+        self,
+        member,
+        client_id,
+        client_host,
+        session_timeout_ms,
+        rebalance_timeout_ms,
+        protocol_type,
+        protocols,
+    ) -> None:
         member.client_id = client_id
         member.client_host = client_host
         member.session_timeout_ms = session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.protocols = protocols
 
-    def _rejoin_static(self, group, instance_id, client_id, client_host, session_timeout_ms,
-                       rebalance_timeout_ms, protocol_type, protocols):
+    def _rejoin_static(
+        self,
+        group,
+        instance_id,
+        client_id,
+        client_host,
+        session_timeout_ms,
+        rebalance_timeout_ms,
+        protocol_type,
+        protocols,
+    ):
         old_id = group.static[instance_id]
         old = group.members.pop(old_id)
         new_id = f"{instance_id}-{uuid.uuid4()}"
         for waiter in (old.join_waiter, old.sync_waiter):
             if waiter is not None and not waiter.done():
-                waiter.set_result(JoinResult(E.FENCED_INSTANCE_ID, member_id=old_id)
-                                  if waiter is old.join_waiter else (E.FENCED_INSTANCE_ID, b""))
+                waiter.set_result(
+                    JoinResult(E.FENCED_INSTANCE_ID, member_id=old_id)
+                    if waiter is old.join_waiter
+                    else (E.FENCED_INSTANCE_ID, b"")
+                )
         old.join_waiter = old.sync_waiter = None
         if old.timer:
             old.timer.cancel()
-        member = Member(new_id, instance_id, client_id, client_host, session_timeout_ms,
-                        rebalance_timeout_ms, protocol_type, old.protocols)
+        member = Member(
+            new_id,
+            instance_id,
+            client_id,
+            client_host,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            protocol_type,
+            old.protocols,
+        )
         member.assignment = old.assignment
         member.is_new = False
         group.members[new_id] = member
@@ -217,7 +282,7 @@ class ClassicGroupCoordinator:
             result = self._join_result(group, member)
             result.skip_assignment = group.leader == new_id
             return result
-        return self._await_join_phase(group, member, "static member %s rejoined" % instance_id)
+        return self._await_join_phase(group, member, f"static member {instance_id} rejoined")
 
     def _await_join_phase(self, group: ClassicGroup, member: Member, reason: str):
         """Hold the member's JoinGroup until the join phase ends (one starts if none runs)."""
@@ -230,7 +295,9 @@ class ClassicGroupCoordinator:
 
     def _wait_join(self, group: ClassicGroup, member: Member) -> asyncio.Future:
         if member.join_waiter is not None and not member.join_waiter.done():
-            member.join_waiter.set_result(JoinResult(E.REBALANCE_IN_PROGRESS, member_id=member.member_id))
+            member.join_waiter.set_result(
+                JoinResult(E.REBALANCE_IN_PROGRESS, member_id=member.member_id)
+            )
         member.join_waiter = asyncio.get_running_loop().create_future()
         return member.join_waiter
 
@@ -238,10 +305,18 @@ class ClassicGroupCoordinator:
         self.sessions.touch(group, member)
         leader = member.member_id == group.leader
         return JoinResult(
-            E.NONE, group.generation, group.protocol_type, group.protocol_name, group.leader or "",
+            E.NONE,
+            group.generation,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader or "",
             member.member_id,
-            [(m.member_id, m.instance_id, m.metadata(group.protocol_name)) for m in group.members.values()]
-            if leader else [],
+            [
+                (m.member_id, m.instance_id, m.metadata(group.protocol_name))
+                for m in group.members.values()
+            ]
+            if leader
+            else [],
         )
 
     # rebalancing --------------------------------------------------------------------------------
@@ -255,7 +330,9 @@ class ClassicGroupCoordinator:
                 m.sync_waiter = None
         initial = group.state is EMPTY
         group.set_state(PREPARING)
-        log.info("group %s rebalancing (generation %d): %s", group.group_id, group.generation, reason)
+        log.info(
+            "group %s rebalancing (generation %d): %s", group.group_id, group.generation, reason
+        )
         if group.join_timer:
             group.join_timer.cancel()
         loop = asyncio.get_running_loop()
@@ -266,8 +343,9 @@ class ClassicGroupCoordinator:
             group.join_timer = loop.call_later(delay / 1000, self._initial_delay_over, group)
         else:
             group.initial_delay_left_ms = -1
-            group.join_timer = loop.call_later(group.rebalance_timeout_ms / 1000,
-                                               self._complete_join, group)
+            group.join_timer = loop.call_later(
+                group.rebalance_timeout_ms / 1000, self._complete_join, group
+            )
             self._maybe_complete_join(group)
 
     def _initial_delay_over(self, group: ClassicGroup) -> None:
@@ -279,7 +357,8 @@ class ClassicGroupCoordinator:
             delay = min(self.initial_delay_ms, left)
             group.initial_delay_left_ms = left - delay
             group.join_timer = asyncio.get_running_loop().call_later(
-                delay / 1000, self._initial_delay_over, group)
+                delay / 1000, self._initial_delay_over, group
+            )
             return
         self._complete_join(group)
 
@@ -311,8 +390,13 @@ class ClassicGroupCoordinator:
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
         group.set_state(COMPLETING)
-        log.info("group %s generation %d: %d members, protocol %s", group.group_id,
-                 group.generation, len(group.members), group.protocol_name)
+        log.info(
+            "group %s generation %d: %d members, protocol %s",
+            group.group_id,
+            group.generation,
+            len(group.members),
+            group.protocol_name,
+        )
         for m in group.members.values():
             waiter, m.join_waiter = m.join_waiter, None
             m.is_new = False
@@ -331,7 +415,10 @@ class ClassicGroupCoordinator:
             member.sync_waiter.set_result((error, b""))
         member.join_waiter = member.sync_waiter = None
         group.members.pop(member.member_id, None)
-        if member.instance_id is not None and group.static.get(member.instance_id) == member.member_id:
+        if (
+            member.instance_id is not None
+            and group.static.get(member.instance_id) == member.member_id
+        ):
             del group.static[member.instance_id]
         if group.leader == member.member_id:
             group.leader = next(iter(group.members), None)
@@ -346,12 +433,20 @@ class ClassicGroupCoordinator:
 
     def _session_expired(self, group: ClassicGroup, member: Member) -> None:
         log.info("group %s: member %s session expired", group.group_id, member.member_id)
-        self._remove_member(group, member, "member %s session expired" % member.member_id)
+        self._remove_member(group, member, f"member {member.member_id} session expired")
 
     # sync, heartbeat, leave ---------------------------------------------------------------------
 
-    def sync(self, group_id, generation, member_id, instance_id, protocol_type, protocol_name,
-             assignments):
+    def sync(
+        self,
+        group_id,
+        generation,
+        member_id,
+        instance_id,
+        protocol_type,
+        protocol_name,
+        assignments,
+    ):
         """(error, assignment), or a future of it."""
         group = self.groups.get(group_id)
         if not group_id:
@@ -364,7 +459,8 @@ class ClassicGroupCoordinator:
         if generation != group.generation:
             return E.ILLEGAL_GENERATION, b""
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
-                protocol_name is not None and protocol_name != group.protocol_name):
+            protocol_name is not None and protocol_name != group.protocol_name
+        ):
             return E.INCONSISTENT_GROUP_PROTOCOL, b""
         answer = SYNC[group.state]
         member = group.members[member_id]
@@ -385,7 +481,8 @@ class ClassicGroupCoordinator:
             generation = group.generation
             # the waiting members are answered once the group's metadata is stored
             self.membership.persist(group).add_done_callback(
-                lambda _: self._answer_syncs(group, generation))
+                lambda _: self._answer_syncs(group, generation)
+            )
         return waiter
 
     def _answer_syncs(self, group: ClassicGroup, generation: int) -> None:
@@ -421,7 +518,7 @@ class ClassicGroupCoordinator:
             return E.INVALID_GROUP_ID, [E.INVALID_GROUP_ID] * len(members)
         if group is None or group.state is DEAD:
             return E.NONE, [E.UNKNOWN_MEMBER_ID] * len(members)
-        errors = []
+        errors: list[int] = []
         for member_id, instance_id in members:
             if instance_id is not None:
                 known = group.static.get(instance_id)
@@ -442,14 +539,19 @@ class ClassicGroupCoordinator:
             if member is None:
                 errors.append(E.UNKNOWN_MEMBER_ID)
                 continue
-            self._remove_member(group, member, "member %s left" % member_id)
+            self._remove_member(group, member, f"member {member_id} left")
             errors.append(E.NONE)
         return E.NONE, errors
 
     # offsets ------------------------------------------------------------------------------------
 
-    def check_commit(self, group_id, generation, member_id, instance_id,
-                     ) -> tuple[int, ClassicGroup | None]:
+    def check_commit(
+        self,
+        group_id,
+        generation,
+        member_id,
+        instance_id,
+    ) -> tuple[int, ClassicGroup | None]:
         """May this commit go ahead? (error, the group, created when new for offsets only)."""
         group = self.groups.get(group_id)
         if group is not None and group.state is DEAD:
@@ -468,7 +570,7 @@ class ClassicGroupCoordinator:
         if error:
             return error, None
         answer = MEMBER_COMMIT[group.state]
-        if answer != ACCEPT:
+        if isinstance(answer, int):  # the state's error
             return answer, None
         if generation != group.generation:
             return E.ILLEGAL_GENERATION, None

@@ -35,13 +35,33 @@ class JoinResult:
 
 class Member:
     __slots__ = (
-        "member_id", "instance_id", "client_id", "client_host", "session_timeout_ms",
-        "rebalance_timeout_ms", "protocol_type", "protocols", "assignment", "join_waiter",
-        "sync_waiter", "deadline", "timer", "is_new",
+        "member_id",
+        "instance_id",
+        "client_id",
+        "client_host",
+        "session_timeout_ms",
+        "rebalance_timeout_ms",
+        "protocol_type",
+        "protocols",
+        "assignment",
+        "join_waiter",
+        "sync_waiter",
+        "deadline",
+        "timer",
+        "is_new",
     )
 
-    def __init__(self, member_id, instance_id, client_id, client_host, session_timeout_ms,
-                 rebalance_timeout_ms, protocol_type, protocols):
+    def __init__(
+        self,
+        member_id,
+        instance_id,
+        client_id,
+        client_host,
+        session_timeout_ms,
+        rebalance_timeout_ms,
+        protocol_type,
+        protocols,
+    ):
         self.member_id = member_id
         self.instance_id = instance_id
         self.client_id = client_id
@@ -137,8 +157,9 @@ class ClassicGroup:
             meta = m.metadata(self.protocol_name)
             try:
                 version = int.from_bytes(meta[:2], "big", signed=True)
-                sub = decode_message(messages.ConsumerProtocolSubscription, min(version, 3), meta, 2,
-                                     exact=False)
+                sub = decode_message(
+                    messages.ConsumerProtocolSubscription, min(version, 3), meta, 2, exact=False
+                )
             except Exception:
                 return None
             topics.update(sub.topics)

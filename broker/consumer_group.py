@@ -56,9 +56,23 @@ LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
 
 class ConsumerMember:
     __slots__ = (
-        "member_id", "instance_id", "rack_id", "client_id", "client_host", "epoch",
-        "previous_epoch", "subscribed", "regex", "assignor", "rebalance_timeout_ms", "owned",
-        "assigned", "last_sent", "deadline", "timer", "revoke_timer",
+        "member_id",
+        "instance_id",
+        "rack_id",
+        "client_id",
+        "client_host",
+        "epoch",
+        "previous_epoch",
+        "subscribed",
+        "regex",
+        "assignor",
+        "rebalance_timeout_ms",
+        "owned",
+        "assigned",
+        "last_sent",
+        "deadline",
+        "timer",
+        "revoke_timer",
     )
 
     def __init__(self, member_id: str, client_id: str) -> None:
@@ -108,14 +122,20 @@ class ConsumerGroup:
             return "Empty"
         if self.assignment_epoch < self.epoch:
             return "Assigning"
-        if any(m.epoch != self.assignment_epoch or m.assigned != self.target.get(m.member_id, set())
-               for m in self.members.values()):
+        if any(
+            m.epoch != self.assignment_epoch or m.assigned != self.target.get(m.member_id, set())
+            for m in self.members.values()
+        ):
             return "Reconciling"
         return "Stable"
 
 
-def assign(members: dict[str, ConsumerMember], topics: dict[str, tuple[uuid.UUID, int]],
-           previous: dict[str, set], assignor: str) -> dict[str, set]:
+def assign(
+    members: dict[str, ConsumerMember],
+    topics: dict[str, tuple[uuid.UUID, int]],
+    previous: dict[str, set],
+    assignor: str,
+) -> dict[str, set]:
     """The target assignment: member id -> {(topic id, partition)}."""
     target: dict[str, set] = {m: set() for m in members}
     if assignor == "range":
@@ -142,7 +162,9 @@ def assign(members: dict[str, ConsumerMember], topics: dict[str, tuple[uuid.UUID
     quota = -(-len(wanted) // max(1, len({m for s in wanted.values() for m in s})))
     free = []
     for tp, subs in sorted(wanted.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-        keeper = next((m for m in subs if tp in previous.get(m, ()) and len(target[m]) < quota), None)
+        keeper = next(
+            (m for m in subs if tp in previous.get(m, ()) and len(target[m]) < quota), None
+        )
         if keeper is None:
             free.append(tp)
         else:
@@ -162,8 +184,9 @@ class ConsumerGroupCoordinator:
         self.classic = classic
         self.now_ms = now_ms
         self.groups: dict[str, ConsumerGroup] = {}
-        self.sessions = SessionTimers(lambda g, m: self._remove(g, m, "session expired"),
-                                      lambda m: self.session_ms)
+        self.sessions = SessionTimers(
+            lambda g, m: self._remove(g, m, "session expired"), lambda m: self.session_ms
+        )
         self.session_ms = int(config["group.consumer.session.timeout.ms"])
         self.heartbeat_ms = int(config["group.consumer.heartbeat.interval.ms"])
         self.max_size = int(config["group.consumer.max.size"])
@@ -175,6 +198,7 @@ class ConsumerGroupCoordinator:
 
     def heartbeat(self, request, client_id: str):
         """(error, message, member id, epoch, assignment or None)."""
+        member: ConsumerMember | None
         group_id = request.group_id
         if not group_id:
             return E.INVALID_GROUP_ID, "empty group id", None, 0, None
@@ -182,7 +206,13 @@ class ConsumerGroupCoordinator:
         if group is None:
             classic = self.classic.groups.get(group_id)
             if classic is not None and classic.members:
-                return E.GROUP_ID_NOT_FOUND, f"{group_id} is a classic group with members", None, 0, None
+                return (
+                    E.GROUP_ID_NOT_FOUND,
+                    f"{group_id} is a classic group with members",
+                    None,
+                    0,
+                    None,
+                )
             group = self.groups[group_id] = ConsumerGroup(group_id)
             if classic is not None:  # an empty classic group: keep its offsets
                 group.offsets = classic.offsets
@@ -193,19 +223,33 @@ class ConsumerGroupCoordinator:
         if assignor is not None and assignor not in ASSIGNORS:
             return E.UNSUPPORTED_ASSIGNOR, f"unknown assignor {assignor}", member_id, 0, None
         if epoch == 0:
-            if not request.subscribed_topic_names and not getattr(request, "subscribed_topic_regex", None):
+            if not request.subscribed_topic_names and not getattr(
+                request, "subscribed_topic_regex", None
+            ):
                 if request.subscribed_topic_names is None:
-                    return E.INVALID_REQUEST, "a joining member must give its subscription", member_id, 0, None
+                    return (
+                        E.INVALID_REQUEST,
+                        "a joining member must give its subscription",
+                        member_id,
+                        0,
+                        None,
+                    )
             instance_id = request.instance_id
             static = self._static_member(group, instance_id) if instance_id else None
             if static is not None and static.member_id != member_id:
                 if static.epoch != STATIC_LEAVE_EPOCH:
-                    return (E.UNRELEASED_INSTANCE_ID,
-                            f"Static member {member_id} with instance id {instance_id} cannot join "
-                            f"the group because the instance id is owned by {static.member_id} "
-                            f"member.", member_id, 0, None)
-                member = self._replace_static(group, static, member_id or str(uuid.uuid4()),
-                                              client_id)
+                    return (
+                        E.UNRELEASED_INSTANCE_ID,
+                        f"Static member {member_id} with instance id {instance_id} cannot join "
+                        f"the group because the instance id is owned by {static.member_id} "
+                        f"member.",
+                        member_id,
+                        0,
+                        None,
+                    )
+                member = self._replace_static(
+                    group, static, member_id or str(uuid.uuid4()), client_id
+                )
                 before = (tuple(member.subscribed), member.regex, member.assignor)
                 self._update(member, request)
                 if (tuple(member.subscribed), member.regex, member.assignor) != before:
@@ -224,8 +268,12 @@ class ConsumerGroupCoordinator:
                 member.epoch = 0
                 self._update(member, request)
                 group.epoch += 1
-                log.info("consumer group %s: member %s joined (epoch %d)", group_id,
-                         member.member_id, group.epoch)
+                log.info(
+                    "consumer group %s: member %s joined (epoch %d)",
+                    group_id,
+                    member.member_id,
+                    group.epoch,
+                )
         elif epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             member = group.members.get(member_id)
             if member is None:
@@ -236,8 +284,12 @@ class ConsumerGroupCoordinator:
                     member.revoke_timer.cancel()
                     member.revoke_timer = None
                 member.epoch = STATIC_LEAVE_EPOCH
-                log.info("consumer group %s: static member %s (instance %s) left for now",
-                         group_id, member_id, member.instance_id)
+                log.info(
+                    "consumer group %s: static member %s (instance %s) left for now",
+                    group_id,
+                    member_id,
+                    member.instance_id,
+                )
                 return E.NONE, None, member_id, epoch, None
             self._remove(group, member, "left")
             return E.NONE, None, member_id, epoch, None
@@ -245,7 +297,10 @@ class ConsumerGroupCoordinator:
             member = group.members.get(member_id)
             if member is None:
                 return E.UNKNOWN_MEMBER_ID, None, member_id, epoch, None
-            if member.epoch == STATIC_LEAVE_EPOCH or epoch not in (member.epoch, member.previous_epoch):
+            if member.epoch == STATIC_LEAVE_EPOCH or epoch not in (
+                member.epoch,
+                member.previous_epoch,
+            ):
                 return E.FENCED_MEMBER_EPOCH, None, member_id, epoch, None
             before = (tuple(member.subscribed), member.regex, member.assignor)
             self._update(member, request)
@@ -299,12 +354,16 @@ class ConsumerGroupCoordinator:
                 group.epoch += 1
         if group.assignment_epoch == group.epoch:
             return
-        group.assignor_name = next((m.assignor for m in group.members.values() if m.assignor), "uniform")
+        group.assignor_name = next(
+            (m.assignor for m in group.members.values() if m.assignor), "uniform"
+        )
         if any(m.regex for m in group.members.values()):
             for m in group.members.values():  # a regex member subscribes to what it matches
                 if m.regex:
                     pattern = re.compile(m.regex)
-                    m.subscribed = sorted(set(m.subscribed) | {n for n in topics if pattern.fullmatch(n)})
+                    m.subscribed = sorted(
+                        set(m.subscribed) | {n for n in topics if pattern.fullmatch(n)}
+                    )
         group.target = assign(group.members, topics, group.target, group.assignor_name)
         group.assignment_epoch = group.epoch
 
@@ -315,8 +374,12 @@ class ConsumerGroupCoordinator:
             member.assigned = member.owned & target
             if member.revoke_timer is None:
                 member.revoke_timer = asyncio.get_running_loop().call_later(
-                    member.rebalance_timeout_ms / 1000, self._revocation_overdue, group, member,
-                    member.epoch)
+                    member.rebalance_timeout_ms / 1000,
+                    self._revocation_overdue,
+                    group,
+                    member,
+                    member.epoch,
+                )
             return
         if member.revoke_timer is not None:
             member.revoke_timer.cancel()
@@ -335,15 +398,22 @@ class ConsumerGroupCoordinator:
     def _static_member(group: ConsumerGroup, instance_id: str) -> ConsumerMember | None:
         return next((m for m in group.members.values() if m.instance_id == instance_id), None)
 
-    def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, member_id: str,
-                        client_id: str) -> ConsumerMember:
+    def _replace_static(
+        self, group: ConsumerGroup, old: ConsumerMember, member_id: str, client_id: str
+    ) -> ConsumerMember:
         """A static member rejoins under a new member id: it takes the old one's subscription,
         assignment and target; the group epoch stays."""
         old.cancel_timers()
         del group.members[old.member_id]
         member = ConsumerMember(member_id, client_id)
-        for name in ("instance_id", "rack_id", "subscribed", "regex", "assignor",
-                     "rebalance_timeout_ms"):
+        for name in (
+            "instance_id",
+            "rack_id",
+            "subscribed",
+            "regex",
+            "assignor",
+            "rebalance_timeout_ms",
+        ):
             setattr(member, name, getattr(old, name))
         member.owned = set(old.assigned)
         member.assigned = set(old.assigned)
@@ -351,8 +421,13 @@ class ConsumerGroupCoordinator:
         group.members[member_id] = member
         if old.member_id in group.target:
             group.target[member_id] = group.target.pop(old.member_id)
-        log.info("consumer group %s: static member %s (instance %s) rejoined as %s", group.group_id,
-                 old.member_id, old.instance_id, member_id)
+        log.info(
+            "consumer group %s: static member %s (instance %s) rejoined as %s",
+            group.group_id,
+            old.member_id,
+            old.instance_id,
+            member_id,
+        )
         return member
 
     def _revocation_overdue(self, group: ConsumerGroup, member: ConsumerMember, epoch: int) -> None:
@@ -360,8 +435,12 @@ class ConsumerGroupCoordinator:
         if group.members.get(member.member_id) is not member or member.epoch != epoch:
             return
         if member.owned - group.target.get(member.member_id, set()):
-            self._remove(group, member, f"did not revoke its partitions within its rebalance "
-                                        f"timeout ({member.rebalance_timeout_ms} ms)")
+            self._remove(
+                group,
+                member,
+                f"did not revoke its partitions within its rebalance "
+                f"timeout ({member.rebalance_timeout_ms} ms)",
+            )
 
     def _remove(self, group: ConsumerGroup, member: ConsumerMember, why: str) -> None:
         member.cancel_timers()
@@ -370,7 +449,13 @@ class ConsumerGroupCoordinator:
         group.epoch += 1
         if not group.members:
             group.empty_since_ms = self.now_ms()
-        log.info("consumer group %s: member %s %s (epoch %d)", group.group_id, member.member_id, why, group.epoch)
+        log.info(
+            "consumer group %s: member %s %s (epoch %d)",
+            group.group_id,
+            member.member_id,
+            why,
+            group.epoch,
+        )
 
     def check_commit(self, group: ConsumerGroup, member_id: str, epoch: int) -> int:
         if epoch < 0 and not member_id:

@@ -30,7 +30,11 @@ async def handle(broker, header, request):
             result.topic_id = topic_id
         results.append(result)
         if topic is None:
-            result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
+            result.error_code = (
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if name is not None
+                else ErrorCode.UNKNOWN_TOPIC_ID
+            )
             continue
         if not broker.config["delete.topic.enable"]:
             result.error_code = ErrorCode.TOPIC_DELETION_DISABLED

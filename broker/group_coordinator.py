@@ -27,15 +27,21 @@ from headrace.protocol import ErrorCode
 from .background import run_every
 from .classic_coordinator import ClassicGroupCoordinator
 from .classic_group import ClassicGroup, JoinResult, now_ms
-from .consumer_group import ConsumerGroupCoordinator
+from .consumer_group import ConsumerGroup, ConsumerGroupCoordinator
 from .group_membership import MembershipLog
 from .group_offsets import CommittedOffset
 from .group_state import DEAD, EMPTY
-from .offset_store import OffsetStore
+from .offset_store import Entry, OffsetStore
 from .placement import rendezvous
 
-__all__ = ["GroupCoordinator", "ClassicGroup", "CommittedOffset", "JoinResult",
-           "OFFSET_METADATA_MAX_BYTES", "now_ms"]
+__all__ = [
+    "GroupCoordinator",
+    "ClassicGroup",
+    "CommittedOffset",
+    "JoinResult",
+    "OFFSET_METADATA_MAX_BYTES",
+    "now_ms",
+]
 
 log = logging.getLogger("headrace.groups")
 
@@ -49,8 +55,12 @@ class GroupCoordinator:
         self.topics = topics
         self.now_ms = now_ms
         self.retention_check_ms = int(config["offsets.retention.check.interval.ms"])
-        self.offsets = OffsetStore(topics, int(config["offsets.topic.num.partitions"]),
-                                   int(config["offsets.retention.minutes"]) * 60_000, now_ms)
+        self.offsets = OffsetStore(
+            topics,
+            int(config["offsets.topic.num.partitions"]),
+            int(config["offsets.retention.minutes"]) * 60_000,
+            now_ms,
+        )
         self.classic = ClassicGroupCoordinator(config, MembershipLog(self.offsets), now_ms)
         self.groups: dict[str, ClassicGroup] = self.classic.groups
         self.consumer = ConsumerGroupCoordinator(topics, config, self.classic, now_ms)
@@ -72,12 +82,14 @@ class GroupCoordinator:
             restored += bool(meta.members)
         if restored:
             log.info("restored the membership of %d classic groups", restored)
-        gone = {t for g in self.groups.values() for t, _ in g.offsets
-                if self.topics.get(t) is None}
+        gone = {t for g in self.groups.values() for t, _ in g.offsets if self.topics.get(t) is None}
         if gone:
             await self.on_topics_deleted(gone)
-        self._tasks.append(asyncio.create_task(
-            run_every(self.retention_check_ms / 1000, self.expire_offsets, "offset expiration")))
+        self._tasks.append(
+            asyncio.create_task(
+                run_every(self.retention_check_ms / 1000, self.expire_offsets, "offset expiration")
+            )
+        )
 
     def stop(self) -> None:
         for task in self._tasks:
@@ -110,12 +122,15 @@ class GroupCoordinator:
         ``check_commit``; an error code once flushed."""
         return await self.offsets.write(group, entries)
 
-    async def commit_offsets(self, group_id: str,
-                             offsets: dict[tuple[str, int], CommittedOffset]) -> int:
+    async def commit_offsets(
+        self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]
+    ) -> int:
         """Store a committed transaction's offsets for ``group_id`` (an Empty classic group is
         made for a group not known yet). Offsets of topics deleted since they were sent are
         dropped, as their deletion purged the group's others."""
-        entries = [(t, p, c) for (t, p), c in offsets.items() if self.topics.get(t) is not None]
+        entries: list[Entry] = [
+            (t, p, c) for (t, p), c in offsets.items() if self.topics.get(t) is not None
+        ]
         if not entries:
             return E.NONE
         group = self.groups.get(group_id) or self.consumer.groups.get(group_id)
@@ -176,8 +191,11 @@ class GroupCoordinator:
                 continue
             error = await self.offsets.write(group, doomed)
             if error:
-                log.warning("group %s: purging the offsets of deleted topics failed (error %d)",
-                            group.group_id, error)
+                log.warning(
+                    "group %s: purging the offsets of deleted topics failed (error %d)",
+                    group.group_id,
+                    error,
+                )
                 continue
             purged += len(doomed)
             self._forget_if_empty(group)
@@ -187,12 +205,13 @@ class GroupCoordinator:
     def _all_groups(self) -> list:
         return list(self.groups.values()) + list(self.consumer.groups.values())
 
-    def _forget_if_empty(self, group) -> None:
+    def _forget_if_empty(self, group: ClassicGroup | ConsumerGroup) -> None:
         """Remove a group without members or offsets (a classic one only while Empty)."""
         if group.offsets or group.members:
             return
+        group_id = group.group_id
         if isinstance(group, ClassicGroup):
             if group.state is EMPTY:
                 self.classic.remove_group(group)
-        elif self.consumer.groups.get(group.group_id) is group:
-            del self.consumer.groups[group.group_id]
+        elif self.consumer.groups.get(group_id) is group:
+            del self.consumer.groups[group_id]

@@ -41,6 +41,7 @@ class MembershipLog:
         def forget(t):
             if self._writes.get(group_id) is t:
                 del self._writes[group_id]
+
         task.add_done_callback(forget)
         return task
 
@@ -61,12 +62,25 @@ class MembershipLog:
 
 def stored(group: ClassicGroup) -> StoredGroup:
     return StoredGroup(
-        group.protocol_type or "", group.generation, group.protocol_name, group.leader,
+        group.protocol_type or "",
+        group.generation,
+        group.protocol_name,
+        group.leader,
         group.state_since_ms,
-        tuple(StoredMember(m.member_id, m.instance_id, m.client_id, m.client_host,
-                           m.rebalance_timeout_ms, m.session_timeout_ms,
-                           m.metadata(group.protocol_name), m.assignment)
-              for m in group.members.values()))
+        tuple(
+            StoredMember(
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                m.metadata(group.protocol_name),
+                m.assignment,
+            )
+            for m in group.members.values()
+        ),
+    )
 
 
 def restore(group: ClassicGroup, meta: StoredGroup) -> None:
@@ -78,9 +92,16 @@ def restore(group: ClassicGroup, meta: StoredGroup) -> None:
         return
     group.protocol_name = meta.protocol
     for sm in meta.members:
-        m = Member(sm.member_id, sm.instance_id, sm.client_id, sm.client_host,
-                   sm.session_timeout_ms, sm.rebalance_timeout_ms, meta.protocol_type,
-                   [(meta.protocol or "", sm.subscription)])
+        m = Member(
+            sm.member_id,
+            sm.instance_id,
+            sm.client_id,
+            sm.client_host,
+            sm.session_timeout_ms,
+            sm.rebalance_timeout_ms,
+            meta.protocol_type,
+            [(meta.protocol or "", sm.subscription)],
+        )
         m.assignment = sm.assignment
         m.is_new = False
         group.members[m.member_id] = m

@@ -11,7 +11,7 @@ member)`` is called. A member no longer in its group is forgotten.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 
 
 class SessionTimers:

@@ -22,9 +22,16 @@ def handle(broker, header, request):
     version = header.api_version
     rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
     outcome = broker.groups.classic.join(
-        request.group_id, request.member_id, request.group_instance_id if version >= 5 else None,
-        header.client_id or "", "", request.session_timeout_ms, rebalance_timeout,
-        request.protocol_type, request.protocols, require_known_member=version >= 4,
+        request.group_id,
+        request.member_id,
+        request.group_instance_id if version >= 5 else None,
+        header.client_id or "",
+        "",
+        request.session_timeout_ms,
+        rebalance_timeout,
+        request.protocol_type,
+        request.protocols,
+        require_known_member=version >= 4,
     )
     if isinstance(outcome, JoinResult):
         return _response(outcome, version)

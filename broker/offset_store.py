@@ -58,9 +58,13 @@ class OffsetStore:
         topic = self.topics.get(OFFSETS_TOPIC)
         if topic is None:
             if self._topic_ready is None:
-                self._topic_ready = asyncio.ensure_future(self.topics.create(
-                    OFFSETS_TOPIC, self.num_partitions,
-                    {"cleanup.policy": "compact", "segment.bytes": 100 * 1024 * 1024}))
+                self._topic_ready = asyncio.ensure_future(
+                    self.topics.create(
+                        OFFSETS_TOPIC,
+                        self.num_partitions,
+                        {"cleanup.policy": "compact", "segment.bytes": 100 * 1024 * 1024},
+                    )
+                )
             try:
                 topic = await asyncio.shield(self._topic_ready)
             except FileExistsError:
@@ -86,10 +90,16 @@ class OffsetStore:
         if not entries:
             return E.NONE
         partition = await self.partition(group.group_id)
-        error = self.append(partition, [
-            (group_offsets.offset_key(group.group_id, t, p),
-             None if c is None else group_offsets.offset_value(c))
-            for t, p, c in entries])
+        error = self.append(
+            partition,
+            [
+                (
+                    group_offsets.offset_key(group.group_id, t, p),
+                    None if c is None else group_offsets.offset_value(c),
+                )
+                for t, p, c in entries
+            ],
+        )
         if error:
             return error
         for t, p, c in entries:
@@ -104,7 +114,7 @@ class OffsetStore:
 
     def expired(self, group, now: int) -> list[Entry]:
         """Tombstones for the offsets of ``group`` (one without members) past retention."""
-        doomed = []
+        doomed: list[Entry] = []
         for (t, p), c in group.offsets.items():
             if c.expire_timestamp >= 0:
                 deadline = c.expire_timestamp
@@ -120,4 +130,5 @@ class OffsetStore:
     @staticmethod
     def for_topics(group, names) -> list[Entry]:
         """Tombstones for the offsets of ``group`` in the topics ``names``."""
-        return [(t, p, None) for t, p in group.offsets if t in names]
+        doomed: list[Entry] = [(t, p, None) for t, p in group.offsets if t in names]
+        return doomed
