@@ -41,7 +41,8 @@ import uuid
 from headrace.protocol import ErrorCode
 
 from . import group_membership
-from .classic_group import ClassicGroup, JoinResult, Member, now_ms
+from .background import wall_clock_ms
+from .classic_group import ClassicGroup, JoinResult, Member
 from .group_membership import MembershipLog
 from .group_sessions import SessionTimers
 from .group_state import (
@@ -63,7 +64,7 @@ E = ErrorCode
 
 
 class ClassicGroupCoordinator:
-    def __init__(self, config, membership: MembershipLog, now_ms=now_ms) -> None:
+    def __init__(self, config, membership: MembershipLog, now_ms=wall_clock_ms) -> None:
         self.initial_delay_ms = int(config["group.initial.rebalance.delay.ms"])
         self.min_session_ms = int(config["group.min.session.timeout.ms"])
         self.max_session_ms = int(config["group.max.session.timeout.ms"])

@@ -8,17 +8,13 @@ to); ``classic_coordinator`` changes it. Its ``state`` moves only as ``group_sta
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 
 from headrace.protocol import decode_message, messages
 
+from .background import wall_clock_ms
 from .group_offsets import CommittedOffset
 from .group_state import EMPTY, GroupState, transition
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(slots=True)
@@ -88,7 +84,7 @@ class Member:
 
 
 class ClassicGroup:
-    def __init__(self, group_id: str, clock=now_ms) -> None:
+    def __init__(self, group_id: str, clock=wall_clock_ms) -> None:
         self.group_id = group_id
         self.clock = clock
         self.state = EMPTY

@@ -44,7 +44,7 @@ import uuid
 
 from headrace.protocol import ErrorCode
 
-from .classic_group import now_ms
+from .background import wall_clock_ms
 from .group_sessions import SessionTimers
 
 log = logging.getLogger("headrace.groups")
@@ -179,7 +179,7 @@ class ConsumerGroupCoordinator:
     """The KIP-848 groups; ``classic`` (the ClassicGroupCoordinator) hands over Empty classic
     groups of the same id."""
 
-    def __init__(self, topics, config, classic, now_ms=now_ms) -> None:
+    def __init__(self, topics, config, classic, now_ms=wall_clock_ms) -> None:
         self.topics = topics
         self.classic = classic
         self.now_ms = now_ms

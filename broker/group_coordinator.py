@@ -24,9 +24,9 @@ import logging
 
 from headrace.protocol import ErrorCode
 
-from .background import run_every
+from .background import run_every, wall_clock_ms
 from .classic_coordinator import ClassicGroupCoordinator
-from .classic_group import ClassicGroup, JoinResult, now_ms
+from .classic_group import ClassicGroup, JoinResult
 from .consumer_group import ConsumerGroup, ConsumerGroupCoordinator
 from .group_membership import MembershipLog
 from .group_offsets import CommittedOffset
@@ -47,10 +47,11 @@ log = logging.getLogger("headrace.groups")
 
 E = ErrorCode
 OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+now_ms = wall_clock_ms  # as txn_offset_commit imports it
 
 
 class GroupCoordinator:
-    def __init__(self, node_id: int, topics, config, now_ms=now_ms) -> None:
+    def __init__(self, node_id: int, topics, config, now_ms=wall_clock_ms) -> None:
         self.node_id = node_id
         self.topics = topics
         self.now_ms = now_ms

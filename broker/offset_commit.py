@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
-from .group_coordinator import OFFSET_METADATA_MAX_BYTES, CommittedOffset, now_ms
+from .background import wall_clock_ms
+from .group_coordinator import OFFSET_METADATA_MAX_BYTES, CommittedOffset
 
 API_KEY = ApiKey.OFFSET_COMMIT
 MIN_VERSION, MAX_VERSION = 2, 10
@@ -31,7 +32,7 @@ def handle(broker, header, request):
         request.member_id,
         request.group_instance_id if version >= 7 else None,
     )
-    now = now_ms()
+    now = wall_clock_ms()
     topics = []
     entries = []  # (response partition, topic, partition, committed offset)
     for t in request.topics:
