@@ -64,11 +64,20 @@ E = ErrorCode
 
 
 class ClassicGroupCoordinator:
-    def __init__(self, config, membership: MembershipLog, now_ms=wall_clock_ms) -> None:
-        self.initial_delay_ms = int(config["group.initial.rebalance.delay.ms"])
-        self.min_session_ms = int(config["group.min.session.timeout.ms"])
-        self.max_session_ms = int(config["group.max.session.timeout.ms"])
-        self.max_size = int(config["group.max.size"])
+    def __init__(
+        self,
+        membership: MembershipLog,
+        *,
+        initial_delay_ms: int,  # group.initial.rebalance.delay.ms
+        min_session_ms: int,  # group.min.session.timeout.ms
+        max_session_ms: int,  # group.max.session.timeout.ms
+        max_size: int,  # group.max.size
+        now_ms=wall_clock_ms,
+    ) -> None:
+        self.initial_delay_ms = initial_delay_ms
+        self.min_session_ms = min_session_ms
+        self.max_session_ms = max_session_ms
+        self.max_size = max_size
         self.membership = membership
         self.now_ms = now_ms
         self.groups: dict[str, ClassicGroup] = {}

@@ -179,17 +179,26 @@ class ConsumerGroupCoordinator:
     """The KIP-848 groups; ``classic`` (the ClassicGroupCoordinator) hands over Empty classic
     groups of the same id."""
 
-    def __init__(self, topics, config, classic, now_ms=wall_clock_ms) -> None:
+    def __init__(
+        self,
+        topics,
+        classic,
+        *,
+        session_ms: int,  # group.consumer.session.timeout.ms
+        heartbeat_ms: int,  # group.consumer.heartbeat.interval.ms
+        max_size: int,  # group.consumer.max.size
+        now_ms=wall_clock_ms,
+    ) -> None:
         self.topics = topics
         self.classic = classic
+        self.session_ms = session_ms
+        self.heartbeat_ms = heartbeat_ms
+        self.max_size = max_size
         self.now_ms = now_ms
         self.groups: dict[str, ConsumerGroup] = {}
         self.sessions = SessionTimers(
             lambda g, m: self._remove(g, m, "session expired"), lambda m: self.session_ms
         )
-        self.session_ms = int(config["group.consumer.session.timeout.ms"])
-        self.heartbeat_ms = int(config["group.consumer.heartbeat.interval.ms"])
-        self.max_size = int(config["group.consumer.max.size"])
 
     def stop(self) -> None:
         for g in self.groups.values():

@@ -51,6 +51,9 @@ now_ms = wall_clock_ms  # as txn_offset_commit imports it
 
 
 class GroupCoordinator:
+    """Built from the TopicManager, the broker's settings (read here, by their Kafka names, and
+    handed on as values) and a clock."""
+
     def __init__(self, node_id: int, topics, config, now_ms=wall_clock_ms) -> None:
         self.node_id = node_id
         self.topics = topics
@@ -62,9 +65,23 @@ class GroupCoordinator:
             int(config["offsets.retention.minutes"]) * 60_000,
             now_ms,
         )
-        self.classic = ClassicGroupCoordinator(config, MembershipLog(self.offsets), now_ms)
+        self.classic = ClassicGroupCoordinator(
+            MembershipLog(self.offsets),
+            initial_delay_ms=int(config["group.initial.rebalance.delay.ms"]),
+            min_session_ms=int(config["group.min.session.timeout.ms"]),
+            max_session_ms=int(config["group.max.session.timeout.ms"]),
+            max_size=int(config["group.max.size"]),
+            now_ms=now_ms,
+        )
         self.groups: dict[str, ClassicGroup] = self.classic.groups
-        self.consumer = ConsumerGroupCoordinator(topics, config, self.classic, now_ms)
+        self.consumer = ConsumerGroupCoordinator(
+            topics,
+            self.classic,
+            session_ms=int(config["group.consumer.session.timeout.ms"]),
+            heartbeat_ms=int(config["group.consumer.heartbeat.interval.ms"]),
+            max_size=int(config["group.consumer.max.size"]),
+            now_ms=now_ms,
+        )
         self._tasks: list[asyncio.Task] = []
 
     # lifecycle ---------------------------------------------------------------------------------
