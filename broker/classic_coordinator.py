@@ -42,7 +42,7 @@ from headrace.protocol import ErrorCode
 
 from . import group_membership
 from .background import wall_clock_ms
-from .classic_group import ClassicGroup, JoinResult, Member
+from .classic_group import ClassicGroup, JoinResult, Member, MemberSpec
 from .group_membership import MembershipLog
 from .group_sessions import SessionTimers
 from .group_state import (
@@ -121,23 +121,17 @@ class ClassicGroupCoordinator:
 
     def join(
         self,
-        group_id,
-        member_id,
-        instance_id,
-        client_id,
-        client_host,
-        session_timeout_ms,
-        rebalance_timeout_ms,
-        protocol_type,
-        protocols,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        spec: MemberSpec,
         require_known_member: bool,
     ):
         """A JoinResult, or a future of one when the join waits for the rebalance."""
         if not group_id:
             return JoinResult(E.INVALID_GROUP_ID, member_id=member_id)
-        if not self.min_session_ms <= session_timeout_ms <= self.max_session_ms:
+        if not self.min_session_ms <= spec.session_timeout_ms <= self.max_session_ms:
             return JoinResult(E.INVALID_SESSION_TIMEOUT, member_id=member_id)
-        protocols = [(p.name, bytes(p.metadata)) for p in protocols]
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
@@ -145,39 +139,31 @@ class ClassicGroupCoordinator:
             group = self.new_group(group_id)
         if group.state is DEAD:
             return JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
-        if not group.supports(protocol_type, protocols):
+        if not group.supports(spec.protocol_type, spec.protocols):
             return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
-        args = (
-            client_id,
-            client_host,
-            session_timeout_ms,
-            rebalance_timeout_ms,
-            protocol_type,
-            protocols,
-        )
         if not member_id:
             if instance_id is not None and instance_id in group.static:
-                return self._rejoin_static(group, instance_id, *args)
+                return self._rejoin_static(group, instance_id, spec)
             if len(group.members) + len(group.pending) >= self.max_size:
                 return JoinResult(E.GROUP_MAX_SIZE_REACHED)
-            new_id = f"{instance_id or client_id}-{uuid.uuid4()}"
+            new_id = f"{instance_id or spec.client_id}-{uuid.uuid4()}"
             if require_known_member and instance_id is None:
-                self._add_pending(group, new_id, session_timeout_ms)
+                self._add_pending(group, new_id, spec.session_timeout_ms)
                 return JoinResult(E.MEMBER_ID_REQUIRED, member_id=new_id)
-            return self._add_member(group, new_id, instance_id, *args)
+            return self._add_member(group, new_id, instance_id, spec)
         if member_id in group.pending:
             group.pending.pop(member_id).cancel()
-            return self._add_member(group, member_id, instance_id, *args)
+            return self._add_member(group, member_id, instance_id, spec)
         error = self._check_member(group, member_id, instance_id)
         if error:
             return JoinResult(error, member_id=member_id)
         member = group.members[member_id]
-        changed = not member.same_protocols(protocols)
+        changed = not member.same_protocols(spec.protocols)
         if group.state is COMPLETING and not changed:
             return self._join_result(group, member)
         if group.state is STABLE and not changed and member_id != group.leader:
             return self._join_result(group, member)
-        self._update_member(member, *args)
+        member.update(spec)
         return self._await_join_phase(group, member, f"member {member_id} rejoined")
 
     def _check_member(self, group: ClassicGroup, member_id: str, instance_id) -> int:
@@ -199,62 +185,18 @@ class ClassicGroupCoordinator:
         group.pending[member_id] = loop.call_later(session_timeout_ms / 1000, forget)
 
     def _add_member(
-        self,
-        group,
-        member_id,
-        instance_id,
-        client_id,
-        client_host,
-        session_timeout_ms,
-        rebalance_timeout_ms,
-        protocol_type,
-        protocols,
+        self, group: ClassicGroup, member_id: str, instance_id: str | None, spec: MemberSpec
     ):
-        member = Member(
-            member_id,
-            instance_id,
-            client_id,
-            client_host,
-            session_timeout_ms,
-            rebalance_timeout_ms,
-            protocol_type,
-            protocols,
-        )
+        member = Member(member_id, instance_id, spec)
         if not group.members:
-            group.protocol_type = protocol_type
+            group.protocol_type = spec.protocol_type
         group.members[member_id] = member
         if instance_id is not None:
             group.static[instance_id] = member_id
         group.new_member_added = True
         return self._await_join_phase(group, member, f"member {member_id} joined")
 
-    def _update_member(
-        self,
-        member,
-        client_id,
-        client_host,
-        session_timeout_ms,
-        rebalance_timeout_ms,
-        protocol_type,
-        protocols,
-    ) -> None:
-        member.client_id = client_id
-        member.client_host = client_host
-        member.session_timeout_ms = session_timeout_ms
-        member.rebalance_timeout_ms = rebalance_timeout_ms
-        member.protocols = protocols
-
-    def _rejoin_static(
-        self,
-        group,
-        instance_id,
-        client_id,
-        client_host,
-        session_timeout_ms,
-        rebalance_timeout_ms,
-        protocol_type,
-        protocols,
-    ):
+    def _rejoin_static(self, group: ClassicGroup, instance_id: str, spec: MemberSpec):
         old_id = group.static[instance_id]
         old = group.members.pop(old_id)
         new_id = f"{instance_id}-{uuid.uuid4()}"
@@ -268,24 +210,14 @@ class ClassicGroupCoordinator:
         old.join_waiter = old.sync_waiter = None
         if old.timer:
             old.timer.cancel()
-        member = Member(
-            new_id,
-            instance_id,
-            client_id,
-            client_host,
-            session_timeout_ms,
-            rebalance_timeout_ms,
-            protocol_type,
-            old.protocols,
-        )
+        member = Member(new_id, instance_id, spec)
         member.assignment = old.assignment
         member.is_new = False
         group.members[new_id] = member
         group.static[instance_id] = new_id
         if group.leader == old_id:
             group.leader = new_id
-        unchanged = member.same_protocols(protocols)
-        member.protocols = protocols
+        unchanged = old.same_protocols(spec.protocols)
         if group.state is STABLE and (unchanged or group.select_protocol() == group.protocol_name):
             # no rebalance: the member takes its old place and assignment
             self.membership.persist(group)

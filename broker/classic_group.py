@@ -29,6 +29,18 @@ class JoinResult:
     skip_assignment: bool = False
 
 
+@dataclass(slots=True)
+class MemberSpec:
+    """What a JoinGroup says about its member."""
+
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str | None
+    protocols: list[tuple[str, bytes]]  # (name, metadata), in the member's order of preference
+
+
 class Member:
     __slots__ = (
         "member_id",
@@ -47,31 +59,25 @@ class Member:
         "is_new",
     )
 
-    def __init__(
-        self,
-        member_id,
-        instance_id,
-        client_id,
-        client_host,
-        session_timeout_ms,
-        rebalance_timeout_ms,
-        protocol_type,
-        protocols,
-    ):
+    def __init__(self, member_id: str, instance_id: str | None, spec: MemberSpec) -> None:
         self.member_id = member_id
         self.instance_id = instance_id
-        self.client_id = client_id
-        self.client_host = client_host
-        self.session_timeout_ms = session_timeout_ms
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.protocol_type = protocol_type
-        self.protocols: list[tuple[str, bytes]] = protocols
+        self.protocol_type = spec.protocol_type
+        self.update(spec)
         self.assignment = b""
         self.join_waiter: asyncio.Future | None = None
         self.sync_waiter: asyncio.Future | None = None
         self.deadline = 0.0
         self.timer: asyncio.TimerHandle | None = None
         self.is_new = True
+
+    def update(self, spec: MemberSpec) -> None:
+        """Take what the member's latest JoinGroup says (its protocol type stays)."""
+        self.client_id = spec.client_id
+        self.client_host = spec.client_host
+        self.session_timeout_ms = spec.session_timeout_ms
+        self.rebalance_timeout_ms = spec.rebalance_timeout_ms
+        self.protocols: list[tuple[str, bytes]] = spec.protocols
 
     def metadata(self, protocol: str | None) -> bytes:
         for name, meta in self.protocols:
@@ -133,7 +139,7 @@ class ClassicGroup:
         order = [n for n, _ in members[0].protocols]
         return max(votes, key=lambda n: (votes[n], -order.index(n)))
 
-    def supports(self, protocol_type: str, protocols) -> bool:
+    def supports(self, protocol_type: str | None, protocols) -> bool:
         """Can a member with these protocols join? (same type, a protocol in common)"""
         if not self.members:
             return bool(protocol_type) and bool(protocols)

@@ -16,7 +16,7 @@ import logging
 from headrace.protocol import ErrorCode
 
 from . import group_offsets
-from .classic_group import ClassicGroup, Member
+from .classic_group import ClassicGroup, Member, MemberSpec
 from .group_offsets import StoredGroup, StoredMember
 from .group_state import STABLE
 
@@ -92,9 +92,7 @@ def restore(group: ClassicGroup, meta: StoredGroup) -> None:
         return
     group.protocol_name = meta.protocol
     for sm in meta.members:
-        m = Member(
-            sm.member_id,
-            sm.instance_id,
+        spec = MemberSpec(
             sm.client_id,
             sm.client_host,
             sm.session_timeout_ms,
@@ -102,6 +100,7 @@ def restore(group: ClassicGroup, meta: StoredGroup) -> None:
             meta.protocol_type,
             [(meta.protocol or "", sm.subscription)],
         )
+        m = Member(sm.member_id, sm.instance_id, spec)
         m.assignment = sm.assignment
         m.is_new = False
         group.members[m.member_id] = m

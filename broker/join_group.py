@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, messages
 
-from .classic_group import JoinResult
+from .classic_group import JoinResult, MemberSpec
 
 API_KEY = ApiKey.JOIN_GROUP
 MIN_VERSION, MAX_VERSION = 0, 9
@@ -21,16 +21,19 @@ R = messages.JoinGroupResponse
 def handle(broker, header, request):
     version = header.api_version
     rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
+    spec = MemberSpec(
+        client_id=header.client_id or "",
+        client_host="",
+        session_timeout_ms=request.session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+    )
     outcome = broker.groups.classic.join(
         request.group_id,
         request.member_id,
         request.group_instance_id if version >= 5 else None,
-        header.client_id or "",
-        "",
-        request.session_timeout_ms,
-        rebalance_timeout,
-        request.protocol_type,
-        request.protocols,
+        spec,
         require_known_member=version >= 4,
     )
     if isinstance(outcome, JoinResult):
