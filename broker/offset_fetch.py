@@ -29,17 +29,7 @@ def handle(broker, header, request):
             error_code=error,
             topics=[
                 R.OffsetFetchResponseTopic(
-                    name=name,
-                    partitions=[
-                        R.OffsetFetchResponsePartition(
-                            partition_index=p,
-                            committed_offset=o,
-                            committed_leader_epoch=e,
-                            metadata=m,
-                            error_code=ErrorCode.NONE,
-                        )
-                        for p, o, e, m in parts
-                    ],
+                    name=name, partitions=_partitions(R.OffsetFetchResponsePartition, parts)
                 )
                 for name, _, parts in answers
             ],
@@ -56,22 +46,27 @@ def handle(broker, header, request):
                     R.OffsetFetchResponseTopics(
                         name=name,
                         topic_id=topic_id,
-                        partitions=[
-                            R.OffsetFetchResponsePartitions(
-                                partition_index=p,
-                                committed_offset=o,
-                                committed_leader_epoch=e,
-                                metadata=m,
-                                error_code=ErrorCode.NONE,
-                            )
-                            for p, o, e, m in parts
-                        ],
+                        partitions=_partitions(R.OffsetFetchResponsePartitions, parts),
                     )
                     for name, topic_id, parts in answers
                 ],
             )
         )
     return R(throttle_time_ms=0, groups=groups)
+
+
+def _partitions(cls, parts):
+    """One group's answers for a topic as response partitions (``cls``: the version's)."""
+    return [
+        cls(
+            partition_index=p,
+            committed_offset=o,
+            committed_leader_epoch=e,
+            metadata=m,
+            error_code=ErrorCode.NONE,
+        )
+        for p, o, e, m in parts
+    ]
 
 
 def _group(broker, group_id, topics, by_id):
