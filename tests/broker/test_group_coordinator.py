@@ -5,6 +5,8 @@ replays ``__consumer_offsets``."""
 
 from __future__ import annotations
 
+import pytest
+
 from headrace.broker.config import BrokerConfig
 from headrace.broker.group_coordinator import CommittedOffset, GroupCoordinator
 from headrace.broker.topics import TopicManager
@@ -21,8 +23,21 @@ class Clock:
         return self.now
 
 
-async def coordinator(topics, config, clock) -> GroupCoordinator:
-    groups = GroupCoordinator(1, topics, config, now_ms=clock)
+CONFIG = BrokerConfig(SETTINGS)
+
+
+@pytest.fixture
+async def topics(tmp_path):
+    flush_stage = GroupCommit()
+    manager = TopicManager(tmp_path, CONFIG, flush_stage)
+    yield manager
+    await flush_stage.close()
+    manager.close()
+
+
+async def coordinator(topics, clock) -> GroupCoordinator:
+    """A coordinator over ``topics``, started (so it replays ``__consumer_offsets``)."""
+    groups = GroupCoordinator(1, topics, CONFIG, now_ms=clock)
     await groups.start()
     return groups
 
@@ -37,11 +52,9 @@ async def commit(groups, group_id, entries, at) -> None:
     assert await groups.write_offsets(group, [(t, p, offset(n, at)) for t, p, n in entries]) == 0
 
 
-async def test_offsets_expire_on_the_coordinators_clock(tmp_path):
-    config = BrokerConfig(SETTINGS)
-    topics = TopicManager(tmp_path, config, GroupCommit())
+async def test_offsets_expire_on_the_coordinators_clock(topics):
     clock = Clock()
-    groups = await coordinator(topics, config, clock)
+    groups = await coordinator(topics, clock)
     try:
         await topics.create("t", 1, {})
         await commit(groups, "g", [("t", 0, 5)], clock.now)
@@ -49,19 +62,16 @@ async def test_offsets_expire_on_the_coordinators_clock(tmp_path):
         clock.now += 60_000
         assert await groups.expire_offsets() == 1
         assert "g" not in groups.groups
-        again = await coordinator(topics, config, clock)
+        again = await coordinator(topics, clock)
         assert again.fetch_offsets("g") == {} and "g" not in again.groups
         again.stop()
     finally:
         groups.stop()
-        topics.close()
 
 
-async def test_a_deleted_topics_offsets_are_purged_and_stay_purged(tmp_path):
-    config = BrokerConfig(SETTINGS)
-    topics = TopicManager(tmp_path, config, GroupCommit())
+async def test_a_deleted_topics_offsets_are_purged_and_stay_purged(topics):
     clock = Clock()
-    groups = await coordinator(topics, config, clock)
+    groups = await coordinator(topics, clock)
     try:
         for name in ("t", "u"):
             await topics.create(name, 2, {})
@@ -78,10 +88,9 @@ async def test_a_deleted_topics_offsets_are_purged_and_stay_purged(tmp_path):
         assert groups.groups["txn"].state == "Empty"
         assert await groups.commit_offsets("none", {("t", 0): offset(9, clock.now)}) == 0
         assert "none" not in groups.groups
-        again = await coordinator(topics, config, clock)
+        again = await coordinator(topics, clock)
         assert sorted(again.groups) == ["both", "txn"]
         assert again.fetch_offsets("both") == {("u", 1): offset(4, clock.now)}
         again.stop()
     finally:
         groups.stop()
-        topics.close()
