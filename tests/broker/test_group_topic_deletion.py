@@ -18,8 +18,8 @@ from headrace.protocol import ApiKey, ErrorCode, messages
 from kafkawire import WireClient
 
 from test_group_consumer_protocol import hb
-from test_group_protocol import FAST, commit, commit_errors, create_topic, describe, fetch_offsets
-from test_group_protocol import join, sync
+from test_group_protocol import (
+    FAST, commit, commit_errors, create_topic, describe, fetch_offsets, join, sync)
 
 
 def delete_topic(c, name):
