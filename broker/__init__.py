@@ -25,7 +25,16 @@ API modules (each ``handle(broker, header, request)``), by family
     transaction admin   describe_producers.py, describe_transactions.py, list_transactions.py
 
 Coordinators and their state
-    group coordinator modules (group_*.py) and consumer_group.py
+    group_coordinator.py        groups of both kinds: start-up, offsets, deletion, expiry, and
+                                the purge of a deleted topic's offsets
+    classic_coordinator.py      classic groups: join, sync, heartbeat, leave, the rebalance
+    classic_group.py            the classic group and member model
+    group_state.py              the classic state machine as tables
+    consumer_group.py           KIP-848 consumer groups: server-side assignment, reconciliation
+    group_sessions.py           member session timers (both kinds)
+    offset_store.py             committed offsets in ``__consumer_offsets`` (both kinds)
+    group_membership.py         a classic group's membership records there
+    group_offsets.py            the record layouts of ``__consumer_offsets`` and its replay
     transaction_coordinator.py  transactional ids, fencing, commit and abort
     transaction_state.py        its state machine as tables
     transaction_log.py          its records in ``__transaction_state``

@@ -30,9 +30,9 @@ and its place in the target (epoch -2, no new group epoch) until its session exp
 joining with that instance id within the session takes the old member's place under its own
 member id: same assignment, no rebalance. While the old member has not left, a join with its
 instance id gets UNRELEASED_INSTANCE_ID.
-Committed offsets use the same ``__consumer_offsets`` records as classic groups; an Empty
-classic group (e.g. one that only has offsets) becomes a consumer group on the first
-heartbeat.
+Committed offsets use the same ``__consumer_offsets`` records as classic groups
+(``offset_store``); an Empty classic group (e.g. one that only has offsets) becomes a consumer
+group on the first heartbeat, keeping its offsets.
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 import uuid
 
 from headrace.protocol import ErrorCode
+
+from .background import wall_clock_ms
+from .group_sessions import SessionTimers
 
 log = logging.getLogger("headrace.groups")
 
@@ -54,9 +56,23 @@ LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
 
 class ConsumerMember:
     __slots__ = (
-        "member_id", "instance_id", "rack_id", "client_id", "client_host", "epoch",
-        "previous_epoch", "subscribed", "regex", "assignor", "rebalance_timeout_ms", "owned",
-        "assigned", "last_sent", "deadline", "timer", "revoke_timer",
+        "member_id",
+        "instance_id",
+        "rack_id",
+        "client_id",
+        "client_host",
+        "epoch",
+        "previous_epoch",
+        "subscribed",
+        "regex",
+        "assignor",
+        "rebalance_timeout_ms",
+        "owned",
+        "assigned",
+        "last_sent",
+        "deadline",
+        "timer",
+        "revoke_timer",
     )
 
     def __init__(self, member_id: str, client_id: str) -> None:
@@ -106,14 +122,20 @@ class ConsumerGroup:
             return "Empty"
         if self.assignment_epoch < self.epoch:
             return "Assigning"
-        if any(m.epoch != self.assignment_epoch or m.assigned != self.target.get(m.member_id, set())
-               for m in self.members.values()):
+        if any(
+            m.epoch != self.assignment_epoch or m.assigned != self.target.get(m.member_id, set())
+            for m in self.members.values()
+        ):
             return "Reconciling"
         return "Stable"
 
 
-def assign(members: dict[str, ConsumerMember], topics: dict[str, tuple[uuid.UUID, int]],
-           previous: dict[str, set], assignor: str) -> dict[str, set]:
+def assign(
+    members: dict[str, ConsumerMember],
+    topics: dict[str, tuple[uuid.UUID, int]],
+    previous: dict[str, set],
+    assignor: str,
+) -> dict[str, set]:
     """The target assignment: member id -> {(topic id, partition)}."""
     target: dict[str, set] = {m: set() for m in members}
     if assignor == "range":
@@ -140,7 +162,9 @@ def assign(members: dict[str, ConsumerMember], topics: dict[str, tuple[uuid.UUID
     quota = -(-len(wanted) // max(1, len({m for s in wanted.values() for m in s})))
     free = []
     for tp, subs in sorted(wanted.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-        keeper = next((m for m in subs if tp in previous.get(m, ()) and len(target[m]) < quota), None)
+        keeper = next(
+            (m for m in subs if tp in previous.get(m, ()) and len(target[m]) < quota), None
+        )
         if keeper is None:
             free.append(tp)
         else:
@@ -152,22 +176,38 @@ def assign(members: dict[str, ConsumerMember], topics: dict[str, tuple[uuid.UUID
 
 
 class ConsumerGroupCoordinator:
-    """The KIP-848 half of the coordinator; ``classic`` is the GroupCoordinator."""
+    """The KIP-848 groups; ``classic`` (the ClassicGroupCoordinator) hands over Empty classic
+    groups of the same id."""
 
-    def __init__(self, classic, config) -> None:
+    def __init__(
+        self,
+        topics,
+        classic,
+        *,
+        session_ms: int,  # group.consumer.session.timeout.ms
+        heartbeat_ms: int,  # group.consumer.heartbeat.interval.ms
+        max_size: int,  # group.consumer.max.size
+        now_ms=wall_clock_ms,
+    ) -> None:
+        self.topics = topics
         self.classic = classic
+        self.session_ms = session_ms
+        self.heartbeat_ms = heartbeat_ms
+        self.max_size = max_size
+        self.now_ms = now_ms
         self.groups: dict[str, ConsumerGroup] = {}
-        self.session_ms = int(config["group.consumer.session.timeout.ms"])
-        self.heartbeat_ms = int(config["group.consumer.heartbeat.interval.ms"])
-        self.max_size = int(config["group.consumer.max.size"])
+        self.sessions = SessionTimers(
+            lambda g, m: self._remove(g, m, "session expired"), lambda m: self.session_ms
+        )
 
     def stop(self) -> None:
         for g in self.groups.values():
             for m in g.members.values():
                 m.cancel_timers()
 
-    def heartbeat(self, broker, request, client_id: str):
+    def heartbeat(self, request, client_id: str):
         """(error, message, member id, epoch, assignment or None)."""
+        member: ConsumerMember | None
         group_id = request.group_id
         if not group_id:
             return E.INVALID_GROUP_ID, "empty group id", None, 0, None
@@ -175,31 +215,50 @@ class ConsumerGroupCoordinator:
         if group is None:
             classic = self.classic.groups.get(group_id)
             if classic is not None and classic.members:
-                return E.GROUP_ID_NOT_FOUND, f"{group_id} is a classic group with members", None, 0, None
+                return (
+                    E.GROUP_ID_NOT_FOUND,
+                    f"{group_id} is a classic group with members",
+                    None,
+                    0,
+                    None,
+                )
             group = self.groups[group_id] = ConsumerGroup(group_id)
             if classic is not None:  # an empty classic group: keep its offsets
                 group.offsets = classic.offsets
-                self.classic._remove_group(classic)
-                self.classic._persist_group(classic, tombstone=True)  # its stored metadata goes
+                self.classic.remove_group(classic)  # its stored metadata goes
         epoch = request.member_epoch
         member_id = request.member_id
         assignor = request.server_assignor
         if assignor is not None and assignor not in ASSIGNORS:
             return E.UNSUPPORTED_ASSIGNOR, f"unknown assignor {assignor}", member_id, 0, None
         if epoch == 0:
-            if not request.subscribed_topic_names and not getattr(request, "subscribed_topic_regex", None):
+            if not request.subscribed_topic_names and not getattr(
+                request, "subscribed_topic_regex", None
+            ):
                 if request.subscribed_topic_names is None:
-                    return E.INVALID_REQUEST, "a joining member must give its subscription", member_id, 0, None
+                    return (
+                        E.INVALID_REQUEST,
+                        "a joining member must give its subscription",
+                        member_id,
+                        0,
+                        None,
+                    )
             instance_id = request.instance_id
             static = self._static_member(group, instance_id) if instance_id else None
             if static is not None and static.member_id != member_id:
                 if static.epoch != STATIC_LEAVE_EPOCH:
-                    return (E.UNRELEASED_INSTANCE_ID,
-                            f"Static member {member_id} with instance id {instance_id} cannot join "
-                            f"the group because the instance id is owned by {static.member_id} "
-                            f"member.", member_id, 0, None)
-                member = self._replace_static(group, static, member_id or str(uuid.uuid4()),
-                                              client_id)
+                    return (
+                        E.UNRELEASED_INSTANCE_ID,
+                        f"Static member {member_id} with instance id {instance_id} cannot join "
+                        f"the group because the instance id is owned by {static.member_id} "
+                        f"member.",
+                        member_id,
+                        0,
+                        None,
+                    )
+                member = self._replace_static(
+                    group, static, member_id or str(uuid.uuid4()), client_id
+                )
                 before = (tuple(member.subscribed), member.regex, member.assignor)
                 self._update(member, request)
                 if (tuple(member.subscribed), member.regex, member.assignor) != before:
@@ -218,8 +277,12 @@ class ConsumerGroupCoordinator:
                 member.epoch = 0
                 self._update(member, request)
                 group.epoch += 1
-                log.info("consumer group %s: member %s joined (epoch %d)", group_id,
-                         member.member_id, group.epoch)
+                log.info(
+                    "consumer group %s: member %s joined (epoch %d)",
+                    group_id,
+                    member.member_id,
+                    group.epoch,
+                )
         elif epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             member = group.members.get(member_id)
             if member is None:
@@ -230,8 +293,12 @@ class ConsumerGroupCoordinator:
                     member.revoke_timer.cancel()
                     member.revoke_timer = None
                 member.epoch = STATIC_LEAVE_EPOCH
-                log.info("consumer group %s: static member %s (instance %s) left for now",
-                         group_id, member_id, member.instance_id)
+                log.info(
+                    "consumer group %s: static member %s (instance %s) left for now",
+                    group_id,
+                    member_id,
+                    member.instance_id,
+                )
                 return E.NONE, None, member_id, epoch, None
             self._remove(group, member, "left")
             return E.NONE, None, member_id, epoch, None
@@ -239,7 +306,10 @@ class ConsumerGroupCoordinator:
             member = group.members.get(member_id)
             if member is None:
                 return E.UNKNOWN_MEMBER_ID, None, member_id, epoch, None
-            if member.epoch == STATIC_LEAVE_EPOCH or epoch not in (member.epoch, member.previous_epoch):
+            if member.epoch == STATIC_LEAVE_EPOCH or epoch not in (
+                member.epoch,
+                member.previous_epoch,
+            ):
                 return E.FENCED_MEMBER_EPOCH, None, member_id, epoch, None
             before = (tuple(member.subscribed), member.regex, member.assignor)
             self._update(member, request)
@@ -247,8 +317,8 @@ class ConsumerGroupCoordinator:
                 group.epoch += 1
         if request.topic_partitions is not None:
             member.owned = {(t.topic_id, p) for t in request.topic_partitions for p in t.partitions}
-        self._touch(group, member)
-        self._refresh_target(broker, group)
+        self.sessions.touch(group, member)
+        self._refresh_target(group)
         self._reconcile(group, member)
         sent = None
         if member.last_sent != frozenset(member.assigned):
@@ -271,7 +341,7 @@ class ConsumerGroupCoordinator:
         if request.rebalance_timeout_ms >= 0:
             member.rebalance_timeout_ms = request.rebalance_timeout_ms
 
-    def _refresh_target(self, broker, group: ConsumerGroup) -> None:
+    def _refresh_target(self, group: ConsumerGroup) -> None:
         names = set()
         for m in group.members.values():
             names.update(m.subscribed)
@@ -280,10 +350,10 @@ class ConsumerGroupCoordinator:
                     pattern = re.compile(m.regex)
                 except re.error:
                     continue
-                names.update(n for n in broker.topics.topics if pattern.fullmatch(n))
+                names.update(n for n in self.topics.topics if pattern.fullmatch(n))
         topics = {}
         for name in sorted(names):
-            t = broker.topics.get(name)
+            t = self.topics.get(name)
             if t is not None:
                 topics[name] = (t.topic_id, len(t.partitions))
         topology = tuple(sorted((n, str(i), c) for n, (i, c) in topics.items()))
@@ -293,12 +363,16 @@ class ConsumerGroupCoordinator:
                 group.epoch += 1
         if group.assignment_epoch == group.epoch:
             return
-        group.assignor_name = next((m.assignor for m in group.members.values() if m.assignor), "uniform")
+        group.assignor_name = next(
+            (m.assignor for m in group.members.values() if m.assignor), "uniform"
+        )
         if any(m.regex for m in group.members.values()):
             for m in group.members.values():  # a regex member subscribes to what it matches
                 if m.regex:
                     pattern = re.compile(m.regex)
-                    m.subscribed = sorted(set(m.subscribed) | {n for n in topics if pattern.fullmatch(n)})
+                    m.subscribed = sorted(
+                        set(m.subscribed) | {n for n in topics if pattern.fullmatch(n)}
+                    )
         group.target = assign(group.members, topics, group.target, group.assignor_name)
         group.assignment_epoch = group.epoch
 
@@ -309,8 +383,12 @@ class ConsumerGroupCoordinator:
             member.assigned = member.owned & target
             if member.revoke_timer is None:
                 member.revoke_timer = asyncio.get_running_loop().call_later(
-                    member.rebalance_timeout_ms / 1000, self._revocation_overdue, group, member,
-                    member.epoch)
+                    member.rebalance_timeout_ms / 1000,
+                    self._revocation_overdue,
+                    group,
+                    member,
+                    member.epoch,
+                )
             return
         if member.revoke_timer is not None:
             member.revoke_timer.cancel()
@@ -329,15 +407,22 @@ class ConsumerGroupCoordinator:
     def _static_member(group: ConsumerGroup, instance_id: str) -> ConsumerMember | None:
         return next((m for m in group.members.values() if m.instance_id == instance_id), None)
 
-    def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, member_id: str,
-                        client_id: str) -> ConsumerMember:
+    def _replace_static(
+        self, group: ConsumerGroup, old: ConsumerMember, member_id: str, client_id: str
+    ) -> ConsumerMember:
         """A static member rejoins under a new member id: it takes the old one's subscription,
         assignment and target; the group epoch stays."""
         old.cancel_timers()
         del group.members[old.member_id]
         member = ConsumerMember(member_id, client_id)
-        for name in ("instance_id", "rack_id", "subscribed", "regex", "assignor",
-                     "rebalance_timeout_ms"):
+        for name in (
+            "instance_id",
+            "rack_id",
+            "subscribed",
+            "regex",
+            "assignor",
+            "rebalance_timeout_ms",
+        ):
             setattr(member, name, getattr(old, name))
         member.owned = set(old.assigned)
         member.assigned = set(old.assigned)
@@ -345,8 +430,13 @@ class ConsumerGroupCoordinator:
         group.members[member_id] = member
         if old.member_id in group.target:
             group.target[member_id] = group.target.pop(old.member_id)
-        log.info("consumer group %s: static member %s (instance %s) rejoined as %s", group.group_id,
-                 old.member_id, old.instance_id, member_id)
+        log.info(
+            "consumer group %s: static member %s (instance %s) rejoined as %s",
+            group.group_id,
+            old.member_id,
+            old.instance_id,
+            member_id,
+        )
         return member
 
     def _revocation_overdue(self, group: ConsumerGroup, member: ConsumerMember, epoch: int) -> None:
@@ -354,8 +444,12 @@ class ConsumerGroupCoordinator:
         if group.members.get(member.member_id) is not member or member.epoch != epoch:
             return
         if member.owned - group.target.get(member.member_id, set()):
-            self._remove(group, member, f"did not revoke its partitions within its rebalance "
-                                        f"timeout ({member.rebalance_timeout_ms} ms)")
+            self._remove(
+                group,
+                member,
+                f"did not revoke its partitions within its rebalance "
+                f"timeout ({member.rebalance_timeout_ms} ms)",
+            )
 
     def _remove(self, group: ConsumerGroup, member: ConsumerMember, why: str) -> None:
         member.cancel_timers()
@@ -363,24 +457,14 @@ class ConsumerGroupCoordinator:
         group.target.pop(member.member_id, None)
         group.epoch += 1
         if not group.members:
-            group.empty_since_ms = int(time.time() * 1000)
-        log.info("consumer group %s: member %s %s (epoch %d)", group.group_id, member.member_id, why, group.epoch)
-
-    def _touch(self, group: ConsumerGroup, member: ConsumerMember) -> None:
-        loop = asyncio.get_running_loop()
-        member.deadline = loop.time() + self.session_ms / 1000
-        if member.timer is None:
-            member.timer = loop.call_at(member.deadline, self._expire, group, member)
-
-    def _expire(self, group: ConsumerGroup, member: ConsumerMember) -> None:
-        member.timer = None
-        if group.members.get(member.member_id) is not member:
-            return
-        loop = asyncio.get_running_loop()
-        if member.deadline > loop.time():
-            member.timer = loop.call_at(member.deadline, self._expire, group, member)
-            return
-        self._remove(group, member, "session expired")
+            group.empty_since_ms = self.now_ms()
+        log.info(
+            "consumer group %s: member %s %s (epoch %d)",
+            group.group_id,
+            member.member_id,
+            why,
+            group.epoch,
+        )
 
     def check_commit(self, group: ConsumerGroup, member_id: str, epoch: int) -> int:
         if epoch < 0 and not member_id:

@@ -24,8 +24,11 @@ def _assignment(broker, parts):
     out = []
     for tid, ps in by_topic.items():
         topic = broker.topics.by_id.get(tid)
-        out.append(R.TopicPartitions(topic_id=tid, topic_name=topic.name if topic else "",
-                                     partitions=sorted(ps)))
+        out.append(
+            R.TopicPartitions(
+                topic_id=tid, topic_name=topic.name if topic else "", partitions=sorted(ps)
+            )
+        )
     return R.Assignment(topic_partitions=out)
 
 
@@ -36,25 +39,46 @@ def handle(broker, header, request):
         group = broker.groups.consumer.groups.get(group_id)
         if group is None:
             classic = broker.groups.groups.get(group_id)
-            message = (f"Group {group_id} is not a consumer group." if classic is not None
-                       else f"Group {group_id} not found.")
-            groups.append(R.DescribedGroup(error_code=ErrorCode.GROUP_ID_NOT_FOUND,
-                                           error_message=message,
-                                           group_id=group_id, group_state="Dead",
-                                           authorized_operations=ops))
+            message = (
+                f"Group {group_id} is not a consumer group."
+                if classic is not None
+                else f"Group {group_id} not found."
+            )
+            groups.append(
+                R.DescribedGroup(
+                    error_code=ErrorCode.GROUP_ID_NOT_FOUND,
+                    error_message=message,
+                    group_id=group_id,
+                    group_state="Dead",
+                    authorized_operations=ops,
+                )
+            )
             continue
-        groups.append(R.DescribedGroup(
-            error_code=ErrorCode.NONE, group_id=group_id, group_state=group.state_name,
-            group_epoch=group.epoch, assignment_epoch=group.assignment_epoch,
-            assignor_name=group.assignor_name, authorized_operations=ops,
-            members=[
-                R.Member(member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
-                         member_epoch=m.epoch, client_id=m.client_id, client_host=m.client_host,
-                         subscribed_topic_names=list(m.subscribed), subscribed_topic_regex=m.regex,
-                         assignment=_assignment(broker, m.assigned),
-                         target_assignment=_assignment(broker, group.target.get(m.member_id, ())),
-                         member_type=CONSUMER_MEMBER)
-                for m in group.members.values()
-            ],
-        ))
+        groups.append(
+            R.DescribedGroup(
+                error_code=ErrorCode.NONE,
+                group_id=group_id,
+                group_state=group.state_name,
+                group_epoch=group.epoch,
+                assignment_epoch=group.assignment_epoch,
+                assignor_name=group.assignor_name,
+                authorized_operations=ops,
+                members=[
+                    R.Member(
+                        member_id=m.member_id,
+                        instance_id=m.instance_id,
+                        rack_id=m.rack_id,
+                        member_epoch=m.epoch,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        subscribed_topic_names=list(m.subscribed),
+                        subscribed_topic_regex=m.regex,
+                        assignment=_assignment(broker, m.assigned),
+                        target_assignment=_assignment(broker, group.target.get(m.member_id, ())),
+                        member_type=CONSUMER_MEMBER,
+                    )
+                    for m in group.members.values()
+                ],
+            )
+        )
     return R(throttle_time_ms=0, groups=groups)

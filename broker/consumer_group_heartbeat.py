@@ -18,16 +18,25 @@ R = messages.ConsumerGroupHeartbeatResponse
 def handle(broker, header, request):
     coordinator = broker.groups.consumer
     error, message, member_id, epoch, assigned = coordinator.heartbeat(
-        broker, request, header.client_id or "")
+        request, header.client_id or ""
+    )
     assignment = None
     if assigned is not None:
         by_topic: dict = {}
         for tid, p in assigned:
             by_topic.setdefault(tid, []).append(p)
-        assignment = R.Assignment(topic_partitions=[
-            R.TopicPartitions(topic_id=tid, partitions=sorted(ps)) for tid, ps in by_topic.items()])
+        assignment = R.Assignment(
+            topic_partitions=[
+                R.TopicPartitions(topic_id=tid, partitions=sorted(ps))
+                for tid, ps in by_topic.items()
+            ]
+        )
     return R(
-        throttle_time_ms=0, error_code=error, error_message=message, member_id=member_id,
-        member_epoch=epoch, heartbeat_interval_ms=coordinator.heartbeat_ms if not error else 0,
+        throttle_time_ms=0,
+        error_code=error,
+        error_message=message,
+        member_id=member_id,
+        member_epoch=epoch,
+        heartbeat_interval_ms=coordinator.heartbeat_ms if not error else 0,
         assignment=assignment,
     )

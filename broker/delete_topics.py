@@ -1,7 +1,9 @@
 """DeleteTopics (key 20), versions 1-6: by name, or from v6 by name or topic ID.
 
 A deleted topic disappears from metadata at once; its directories are renamed with a
-``-delete`` suffix and removed (leftovers are removed at the next start).
+``-delete`` suffix and removed (leftovers are removed at the next start). The group
+coordinator is then told, and purges every group's committed offsets for the topic (with
+tombstones), so that a topic re-created under the same name is consumed from its start.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ async def handle(broker, header, request):
     else:
         wanted = [(name, None) for name in request.topic_names]
     results = []
+    deleted = set()
     for name, topic_id in wanted:
         topic = broker.topics.find(name, topic_id)
         result = R.DeletableTopicResult(name=name, error_code=ErrorCode.NONE)
@@ -27,11 +30,18 @@ async def handle(broker, header, request):
             result.topic_id = topic_id
         results.append(result)
         if topic is None:
-            result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name is not None else ErrorCode.UNKNOWN_TOPIC_ID
+            result.error_code = (
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if name is not None
+                else ErrorCode.UNKNOWN_TOPIC_ID
+            )
             continue
         if not broker.config["delete.topic.enable"]:
             result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
             continue
         result.name, result.topic_id = topic.name, topic.topic_id
         await broker.topics.delete(topic)
+        deleted.add(topic.name)
+    if deleted:
+        await broker.groups.on_topics_deleted(deleted)
     return R(throttle_time_ms=0, responses=results)

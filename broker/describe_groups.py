@@ -33,27 +33,39 @@ def handle(broker, header, request):
             else:
                 message = f"Group {group_id} not found."
             v6 = version >= 6
-            out.append(R.DescribedGroup(
-                error_code=ErrorCode.GROUP_ID_NOT_FOUND if v6 else ErrorCode.NONE,
-                error_message=message if v6 else None, group_id=group_id, group_state="Dead",
-                protocol_type="", protocol_data="", members=[], authorized_operations=ops))
+            out.append(
+                R.DescribedGroup(
+                    error_code=ErrorCode.GROUP_ID_NOT_FOUND if v6 else ErrorCode.NONE,
+                    error_message=message if v6 else None,
+                    group_id=group_id,
+                    group_state="Dead",
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                    authorized_operations=ops,
+                )
+            )
             continue
         stable = group.state is STABLE
-        out.append(R.DescribedGroup(
-            error_code=ErrorCode.NONE,
-            group_id=group_id,
-            group_state=group.state.value,
-            protocol_type=group.protocol_type or "",
-            protocol_data=(group.protocol_name or "") if stable else "",
-            members=[
-                R.DescribedGroupMember(
-                    member_id=m.member_id, group_instance_id=m.instance_id,
-                    client_id=m.client_id, client_host=m.client_host,
-                    member_metadata=m.metadata(group.protocol_name) if stable else b"",
-                    member_assignment=m.assignment if stable else b"",
-                )
-                for m in group.members.values()
-            ],
-            authorized_operations=ops,
-        ))
+        out.append(
+            R.DescribedGroup(
+                error_code=ErrorCode.NONE,
+                group_id=group_id,
+                group_state=group.state.value,
+                protocol_type=group.protocol_type or "",
+                protocol_data=(group.protocol_name or "") if stable else "",
+                members=[
+                    R.DescribedGroupMember(
+                        member_id=m.member_id,
+                        group_instance_id=m.instance_id,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        member_metadata=m.metadata(group.protocol_name) if stable else b"",
+                        member_assignment=m.assignment if stable else b"",
+                    )
+                    for m in group.members.values()
+                ],
+                authorized_operations=ops,
+            )
+        )
     return R(throttle_time_ms=0, groups=out)

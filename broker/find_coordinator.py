@@ -38,11 +38,20 @@ def _answer(broker, key: str, key_type: int) -> tuple[int, str | None, int, str,
 def handle(broker, header, request):
     if header.api_version < 4:
         error, message, node, host, port = _answer(broker, request.key, request.key_type)
-        return R(throttle_time_ms=0, error_code=error, error_message=message, node_id=node,
-                 host=host, port=port)
+        return R(
+            throttle_time_ms=0,
+            error_code=error,
+            error_message=message,
+            node_id=node,
+            host=host,
+            port=port,
+        )
     coordinators = []
     for key in request.coordinator_keys:
         error, message, node, host, port = _answer(broker, key, request.key_type)
-        coordinators.append(R.Coordinator(key=key, node_id=node, host=host, port=port,
-                                          error_code=error, error_message=message))
+        coordinators.append(
+            R.Coordinator(
+                key=key, node_id=node, host=host, port=port, error_code=error, error_message=message
+            )
+        )
     return R(throttle_time_ms=0, coordinators=coordinators)

@@ -174,13 +174,26 @@ def group_key(group_id: str) -> bytes:
 
 
 def group_value(g: StoredGroup) -> bytes:
-    out = [_I16.pack(GROUP_VALUE_VERSION), _string(g.protocol_type), _I32.pack(g.generation),
-           _nullable(g.protocol), _nullable(g.leader), _I64.pack(g.state_timestamp),
-           _I32.pack(len(g.members))]
+    out = [
+        _I16.pack(GROUP_VALUE_VERSION),
+        _string(g.protocol_type),
+        _I32.pack(g.generation),
+        _nullable(g.protocol),
+        _nullable(g.leader),
+        _I64.pack(g.state_timestamp),
+        _I32.pack(len(g.members)),
+    ]
     for m in g.members:
-        out += [_string(m.member_id), _nullable(m.instance_id), _string(m.client_id),
-                _string(m.client_host), _I32.pack(m.rebalance_timeout_ms),
-                _I32.pack(m.session_timeout_ms), _bytes(m.subscription), _bytes(m.assignment)]
+        out += [
+            _string(m.member_id),
+            _nullable(m.instance_id),
+            _string(m.client_id),
+            _string(m.client_host),
+            _I32.pack(m.rebalance_timeout_ms),
+            _I32.pack(m.session_timeout_ms),
+            _bytes(m.subscription),
+            _bytes(m.assignment),
+        ]
     return b"".join(out)
 
 
@@ -223,9 +236,18 @@ def parse_group_value(value: bytes) -> StoredGroup:
         client_id, client_host = r.string(), r.string()
         rebalance = r.take(_I32) if version >= 1 else -1
         session = r.take(_I32)
-        members.append(StoredMember(member_id, instance_id, client_id, client_host,
-                                    rebalance if rebalance >= 0 else session, session, data(),
-                                    data()))
+        members.append(
+            StoredMember(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                rebalance if rebalance >= 0 else session,
+                session,
+                data(),
+                data(),
+            )
+        )
     return StoredGroup(protocol_type, generation, protocol, leader, timestamp, tuple(members))
 
 
@@ -234,8 +256,10 @@ def build_commit_batch(entries: list[tuple[bytes, bytes | None]], now_ms: int) -
     return bytearray(build_batch([Record(key=k, value=v, timestamp=now_ms) for k, v in entries]))
 
 
-def replay(partition_logs, metadata: dict[str, StoredGroup] | None = None,
-           ) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
+def replay(
+    partition_logs,
+    metadata: dict[str, StoredGroup] | None = None,
+) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
     """Read every log from its start (in a worker thread): group -> {(topic, p): offset}.
     Classic groups' stored membership goes into ``metadata`` when one is given."""
     groups: dict[str, dict[tuple[str, int], CommittedOffset]] = {}

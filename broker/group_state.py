@@ -10,10 +10,10 @@ A classic group is in one of five states (Kafka's names, shown by DescribeGroups
       │                 │      └──every member gone──▶ Empty                   │ leader's SyncGroup
       │                 │                                                      ▼
       │                 └──────── join, leave, expiry, metadata change ────── Stable
-      └─ (any state) ──delete / all offsets expired──▶ Dead
+      └─ (any state) ──delete / all offsets expired or gone with their topics──▶ Dead
 
-``TRANSITIONS`` lists the states each state may be entered from; ``GroupCoordinator`` moves a
-group only through ``transition``, which checks it. The tables below say how Heartbeat,
+``TRANSITIONS`` lists the states each state may be entered from; ``ClassicGroupCoordinator``
+moves a group only through ``transition``, which checks it. The tables below say how Heartbeat,
 SyncGroup and a member's OffsetCommit are answered in each state once the member and its
 generation have been checked; ``WAIT`` means the answer comes later (a SyncGroup waits for the
 leader's assignment), ``ACCEPT`` that the request goes ahead.

@@ -13,8 +13,10 @@ MIN_VERSION, MAX_VERSION = 0, 4
 
 
 def handle(broker, header, request):
-    error = broker.groups.heartbeat(
-        request.group_id, request.generation_id, request.member_id,
+    error = broker.groups.classic.heartbeat(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
         request.group_instance_id if header.api_version >= 3 else None,
     )
     return messages.HeartbeatResponse(throttle_time_ms=0, error_code=error)

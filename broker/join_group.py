@@ -2,7 +2,7 @@
 
 From v4 a member without an id first gets MEMBER_ID_REQUIRED and an id to join with
 (KIP-394); static members (``group_instance_id``, v5+) skip that step. The answer waits
-until the join phase of the rebalance ends (see ``group_coordinator``); the leader's answer
+until the join phase of the rebalance ends (see ``classic_coordinator``); the leader's answer
 carries every member's metadata. v0 has no rebalance timeout: the session timeout serves.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, messages
 
-from .group_coordinator import JoinResult
+from .classic_group import JoinResult, MemberSpec
 
 API_KEY = ApiKey.JOIN_GROUP
 MIN_VERSION, MAX_VERSION = 0, 9
@@ -21,10 +21,20 @@ R = messages.JoinGroupResponse
 def handle(broker, header, request):
     version = header.api_version
     rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
-    outcome = broker.groups.join(
-        request.group_id, request.member_id, request.group_instance_id if version >= 5 else None,
-        header.client_id or "", "", request.session_timeout_ms, rebalance_timeout,
-        request.protocol_type, request.protocols, require_known_member=version >= 4,
+    spec = MemberSpec(
+        client_id=header.client_id or "",
+        client_host="",
+        session_timeout_ms=request.session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+    )
+    outcome = broker.groups.classic.join(
+        request.group_id,
+        request.member_id,
+        request.group_instance_id if version >= 5 else None,
+        spec,
+        require_known_member=version >= 4,
     )
     if isinstance(outcome, JoinResult):
         return _response(outcome, version)

@@ -14,10 +14,10 @@ R = messages.LeaveGroupResponse
 
 def handle(broker, header, request):
     if header.api_version < 3:
-        _, errors = broker.groups.leave(request.group_id, [(request.member_id, None)])
+        _, errors = broker.groups.classic.leave(request.group_id, [(request.member_id, None)])
         return R(throttle_time_ms=0, error_code=errors[0])
     members = [(m.member_id, m.group_instance_id) for m in request.members]
-    error, errors = broker.groups.leave(request.group_id, members)
+    error, errors = broker.groups.classic.leave(request.group_id, members)
     return R(
         throttle_time_ms=0,
         error_code=error,

@@ -1,7 +1,7 @@
 """ListGroups (key 16), versions 0-5: every group, filtered by state (v4+) and type (v5+).
 
-Classic groups have type "classic", KIP-848 groups "consumer". Groups that only hold committed offsets
-are listed Empty, with no protocol type.
+Classic groups have type "classic", KIP-848 groups "consumer". Groups that only hold committed
+offsets are listed Empty, with no protocol type.
 """
 
 from __future__ import annotations
@@ -29,12 +29,24 @@ def handle(broker, header, request):
             continue
         if types and GROUP_TYPE not in types:
             continue
-        out.append(R.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type or "",
-                                 group_state=group.state.value, group_type=GROUP_TYPE))
+        out.append(
+            R.ListedGroup(
+                group_id=group.group_id,
+                protocol_type=group.protocol_type or "",
+                group_state=group.state.value,
+                group_type=GROUP_TYPE,
+            )
+        )
     for group in broker.groups.consumer.groups.values():  # KIP-848 groups
         state = group.state_name
         if (states and state.lower() not in states) or (types and "consumer" not in types):
             continue
-        out.append(R.ListedGroup(group_id=group.group_id, protocol_type="consumer",
-                                 group_state=state, group_type="consumer"))
+        out.append(
+            R.ListedGroup(
+                group_id=group.group_id,
+                protocol_type="consumer",
+                group_state=state,
+                group_type="consumer",
+            )
+        )
     return R(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=out)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
-from .group_coordinator import OFFSET_METADATA_MAX_BYTES, CommittedOffset, now_ms
+from .background import wall_clock_ms
+from .group_coordinator import OFFSET_METADATA_MAX_BYTES, CommittedOffset
 
 API_KEY = ApiKey.OFFSET_COMMIT
 MIN_VERSION, MAX_VERSION = 2, 10
@@ -26,10 +27,12 @@ def handle(broker, header, request):
     version = header.api_version
     by_id = version >= 10
     error, group = broker.groups.check_commit(
-        request.group_id, request.generation_id_or_member_epoch, request.member_id,
+        request.group_id,
+        request.generation_id_or_member_epoch,
+        request.member_id,
         request.group_instance_id if version >= 7 else None,
     )
-    now = now_ms()
+    now = wall_clock_ms()
     topics = []
     entries = []  # (response partition, topic, partition, committed offset)
     for t in request.topics:
@@ -37,19 +40,27 @@ def handle(broker, header, request):
         out = R.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[])
         topics.append(out)
         for p in t.partitions:
-            resp = R.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=error)
+            resp = R.OffsetCommitResponsePartition(
+                partition_index=p.partition_index, error_code=error
+            )
             out.partitions.append(resp)
             if error:
                 continue
             if topic is None:
-                resp.error_code = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                resp.error_code = (
+                    ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
             elif not 0 <= p.partition_index < len(topic.partitions):
                 resp.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif p.committed_metadata is not None and len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+            elif (
+                p.committed_metadata is not None
+                and len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES
+            ):
                 resp.error_code = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
-                c = CommittedOffset(p.committed_offset, p.committed_leader_epoch,
-                                    p.committed_metadata or "", now)
+                c = CommittedOffset(
+                    p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", now
+                )
                 entries.append((resp, topic.name, p.partition_index, c))
     response = R(throttle_time_ms=0, topics=topics)
     if not entries:

@@ -28,12 +28,9 @@ def handle(broker, header, request):
             throttle_time_ms=0,
             error_code=error,
             topics=[
-                R.OffsetFetchResponseTopic(name=name, partitions=[
-                    R.OffsetFetchResponsePartition(
-                        partition_index=p, committed_offset=o, committed_leader_epoch=e,
-                        metadata=m, error_code=ErrorCode.NONE)
-                    for p, o, e, m in parts
-                ])
+                R.OffsetFetchResponseTopic(
+                    name=name, partitions=_partitions(R.OffsetFetchResponsePartition, parts)
+                )
                 for name, _, parts in answers
             ],
         )
@@ -41,16 +38,35 @@ def handle(broker, header, request):
     groups = []
     for g in request.groups:
         error, answers = _group(broker, g.group_id, g.topics, by_id)
-        groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error, topics=[
-            R.OffsetFetchResponseTopics(name=name, topic_id=topic_id, partitions=[
-                R.OffsetFetchResponsePartitions(
-                    partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=m,
-                    error_code=ErrorCode.NONE)
-                for p, o, e, m in parts
-            ])
-            for name, topic_id, parts in answers
-        ]))
+        groups.append(
+            R.OffsetFetchResponseGroup(
+                group_id=g.group_id,
+                error_code=error,
+                topics=[
+                    R.OffsetFetchResponseTopics(
+                        name=name,
+                        topic_id=topic_id,
+                        partitions=_partitions(R.OffsetFetchResponsePartitions, parts),
+                    )
+                    for name, topic_id, parts in answers
+                ],
+            )
+        )
     return R(throttle_time_ms=0, groups=groups)
+
+
+def _partitions(cls, parts):
+    """One group's answers for a topic as response partitions (``cls``: the version's)."""
+    return [
+        cls(
+            partition_index=p,
+            committed_offset=o,
+            committed_leader_epoch=e,
+            metadata=m,
+            error_code=ErrorCode.NONE,
+        )
+        for p, o, e, m in parts
+    ]
 
 
 def _group(broker, group_id, topics, by_id):
@@ -78,6 +94,8 @@ def _group(broker, group_id, topics, by_id):
         parts = []
         for p in t.partition_indexes:
             c = offsets.get((name, p))
-            parts.append((p, -1, -1, "") if c is None else (p, c.offset, c.leader_epoch, c.metadata))
+            parts.append(
+                (p, -1, -1, "") if c is None else (p, c.offset, c.leader_epoch, c.metadata)
+            )
         answers.append((t.name if not by_id else "", t.topic_id if by_id else NO_ID, parts))
     return ErrorCode.NONE, answers

@@ -127,7 +127,7 @@ class Broker:
         self.topics = TopicManager(self.data_dir, config, self.group_commit)
         self.cluster_id = ""  # read from (or written to) the data directory at start
         self.producer_ids = ProducerIdManager(self.data_dir)
-        self.groups = GroupCoordinator(self)
+        self.groups = GroupCoordinator(self.node_id, self.topics, config)
         self.cleaner = LogCleaner(
             self.topics,
             retention_check_ms=int(config["log.retention.check.interval.ms"]),

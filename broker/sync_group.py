@@ -17,8 +17,10 @@ R = messages.SyncGroupResponse
 
 def handle(broker, header, request):
     version = header.api_version
-    outcome = broker.groups.sync(
-        request.group_id, request.generation_id, request.member_id,
+    outcome = broker.groups.classic.sync(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
         request.group_instance_id if version >= 3 else None,
         request.protocol_type if version >= 5 else None,
         request.protocol_name if version >= 5 else None,

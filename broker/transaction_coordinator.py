@@ -57,7 +57,6 @@ from headrace.storage import StorageError
 
 from . import group_offsets, transaction_log
 from .background import run_every, wall_clock_ms
-from .group_coordinator import ClassicGroup
 from .group_offsets import OFFSETS_TOPIC, CommittedOffset
 from .placement import rendezvous
 from .transaction_log import TRANSACTION_TOPIC, TransactionMetadata
@@ -383,14 +382,7 @@ class TransactionCoordinator:
                               offsets: dict[tuple[str, int], CommittedOffset]) -> int:
         """A committing transaction's offsets become the group's: written as a plain commit
         (before the markers, so that replaying ``__consumer_offsets`` needs no markers)."""
-        groups = self.groups
-        group = groups.groups.get(group_id)
-        consumer = getattr(groups, "consumer", None)
-        if group is None and consumer is not None:
-            group = consumer.groups.get(group_id)
-        if group is None:
-            group = groups.groups[group_id] = ClassicGroup(group_id)
-        return await groups.write_offsets(group, [(t, p, c) for (t, p), c in offsets.items()])
+        return await self.groups.commit_offsets(group_id, offsets)
 
     async def _recover_offsets(self, txn: TransactionMetadata) -> None:
         """After a restart: the offsets a decided transaction committed, read back from

@@ -216,7 +216,8 @@ STD = kit.STANDARD_SCENARIOS
 # consumer protocol (group.protocol=consumer)
 JAVA_SCENARIOS = STD + ("group-consumer-protocol",)
 TOOL_SCENARIOS = ("kafka-topics", "kafka-console-producer", "kafka-console-consumer",
-                  "kafka-consumer-groups", "kafka-consumer-groups-kip848", "kafka-configs",
+                  "kafka-consumer-groups", "kafka-consumer-groups-kip848",
+                  "kafka-consumer-groups-deleted-topic", "kafka-configs",
                   "kafka-producer-perf-test", "kafka-consumer-perf-test", "kafka-transactions")
 SPARK_SCENARIOS = ("batch-read", "streaming-windows", "streaming-restart", "starting-offsets",
                    "starting-offsets-by-timestamp", "subscribe-pattern")

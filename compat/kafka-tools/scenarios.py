@@ -240,6 +240,42 @@ def kafka_consumer_groups_kip848(bootstrap: str, prefix: str) -> None:
     consumer_groups(bootstrap, prefix, kip848=True)
 
 
+def kafka_consumer_groups_deleted_topic(bootstrap: str, prefix: str) -> None:
+    """A group has offsets for two topics, another only for one of them; that topic is
+    deleted: its offsets go with it (and the second group, left without offsets), so
+    --describe and --reset-offsets --all-topics work on what remains."""
+    gone, kept, group, only = f"{prefix}-gone", f"{prefix}-kept", f"{prefix}-g", f"{prefix}-o"
+    b = ["--bootstrap-server", bootstrap]
+    for topic in (gone, kept):
+        tool(TOPICS, [*b, "--create", "--topic", topic, "--partitions", "2",
+                      "--replication-factor", "1"])
+        kp_produce(bootstrap, topic, [(p, None, b"v%d" % i, []) for i in range(5)
+                                      for p in range(2)])
+    tool(GROUPS, [*b, "--reset-offsets", "--group", group, "--topic", gone, "--topic", kept,
+                  "--to-latest", "--execute"])
+    tool(GROUPS, [*b, "--reset-offsets", "--group", only, "--topic", gone, "--to-latest",
+                  "--execute"])
+
+    def rows() -> list[list[str]]:
+        text = tool(GROUPS, [*b, "--describe", "--group", group])
+        return sorted(ln.split()[1:6] for ln in text.splitlines() if ln.split()[:1] == [group])
+
+    expect(rows() == [[t, str(p), "5", "5", "0"] for t in (gone, kept) for p in range(2)],
+           f"--describe before the deletion: {rows()}")
+    tool(TOPICS, [*b, "--delete", "--topic", gone])
+    kit.wait_until(lambda: gone not in topics_list(bootstrap), "the deleted topic to disappear",
+                   step=0.5)
+    expect(rows() == [[kept, str(p), "5", "5", "0"] for p in range(2)],
+           f"--describe after the deletion: {rows()}")
+    tool(GROUPS, [*b, "--reset-offsets", "--group", group, "--all-topics", "--to-earliest",
+                  "--execute"])
+    expect(rows() == [[kept, str(p), "0", "5", "5"] for p in range(2)],
+           f"after --reset-offsets --all-topics --to-earliest: {rows()}")
+    listed = tool(GROUPS, [*b, "--list"]).split()
+    expect(group in listed and only not in listed,
+           f"--list after the deletion (want {group}, not {only}): {listed}")
+
+
 def kafka_configs(bootstrap: str, prefix: str) -> None:
     topic = f"{prefix}-t"
     b = ["--bootstrap-server", bootstrap]
@@ -315,6 +351,7 @@ SCENARIOS = {
     "kafka-console-consumer": kafka_console_consumer,
     "kafka-consumer-groups": kafka_consumer_groups,
     "kafka-consumer-groups-kip848": kafka_consumer_groups_kip848,
+    "kafka-consumer-groups-deleted-topic": kafka_consumer_groups_deleted_topic,
     "kafka-configs": kafka_configs,
     "kafka-producer-perf-test": kafka_producer_perf_test,
     "kafka-consumer-perf-test": kafka_consumer_perf_test,

@@ -1,0 +1,134 @@
+"""Committed offsets of every group, classic and KIP-848, kept in ``__consumer_offsets``.
+
+How this works
+--------------
+A group's offsets are cached on the group object (``group.offsets``: (topic, partition) ->
+``CommittedOffset``); the log is the truth. ``write`` appends one record batch to the group's
+partition of ``__consumer_offsets`` (a record per offset; a tombstone, no value, for a deleted
+one), updates the cache at once (log order) and answers once the group commit has flushed that
+log, so an acknowledged commit survives ``kill -9``. ``load`` replays the topic at start-up
+(see ``group_offsets`` for the record layouts).
+
+Offsets go away three ways, each written as tombstones so a restart does not bring them back:
+deleted by an admin (DeleteGroups, OffsetDelete), expired (``expired``: groups without members
+keep them ``offsets.retention.minutes`` after they emptied, or after the commit for groups that
+never had members) and purged with their topic (``for_topics``, after DeleteTopics).
+
+The classic groups' metadata records share the partition and the write path (``append`` and
+``flush``, see ``group_membership``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from headrace.protocol import ErrorCode
+
+from . import group_offsets
+from .group_offsets import OFFSETS_TOPIC, CommittedOffset, StoredGroup
+
+log = logging.getLogger("headrace.groups")
+
+E = ErrorCode
+Entry = tuple[str, int, CommittedOffset | None]  # topic, partition, offset (None: delete it)
+
+
+class OffsetStore:
+    def __init__(self, topics, num_partitions: int, retention_ms: int, now_ms) -> None:
+        self.topics = topics
+        self.num_partitions = num_partitions  # offsets.topic.num.partitions
+        self.retention_ms = retention_ms  # offsets.retention.minutes
+        self.now_ms = now_ms
+        self._topic_ready: asyncio.Future | None = None
+
+    async def load(self) -> tuple[dict[str, dict], dict[str, StoredGroup]]:
+        """Replay the topic: (group -> its offsets, group -> its last classic metadata)."""
+        topic = self.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return {}, {}
+        stored: dict[str, StoredGroup] = {}
+        logs = [p.log for p in topic.partitions]
+        loaded = await asyncio.to_thread(group_offsets.replay, logs, stored)
+        return loaded, stored
+
+    async def partition(self, group_id: str):
+        """The partition of ``__consumer_offsets`` holding ``group_id`` (the topic is made on
+        first use, with ``offsets.topic.num.partitions`` partitions)."""
+        topic = self.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            if self._topic_ready is None:
+                self._topic_ready = asyncio.ensure_future(
+                    self.topics.create(
+                        OFFSETS_TOPIC,
+                        self.num_partitions,
+                        {"cleanup.policy": "compact", "segment.bytes": 100 * 1024 * 1024},
+                    )
+                )
+            try:
+                topic = await asyncio.shield(self._topic_ready)
+            except FileExistsError:
+                topic = self.topics.get(OFFSETS_TOPIC)
+        return topic.partitions[group_offsets.partition_for(group_id, len(topic.partitions))]
+
+    def append(self, partition, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append (key, value-or-None) records as one batch; an error code."""
+        batch = group_offsets.build_commit_batch(records, self.now_ms())
+        error, _, _ = partition.append(memoryview(batch), len(batch))
+        return error
+
+    async def flush(self, partition) -> int:
+        try:
+            await self.topics.flush([partition])
+        except Exception:
+            log.exception("flushing %s failed", OFFSETS_TOPIC)
+            return E.KAFKA_STORAGE_ERROR
+        return E.NONE
+
+    async def write(self, group, entries: list[Entry]) -> int:
+        """Append and flush; update the cache in log order. Returns an error code."""
+        if not entries:
+            return E.NONE
+        partition = await self.partition(group.group_id)
+        error = self.append(
+            partition,
+            [
+                (
+                    group_offsets.offset_key(group.group_id, t, p),
+                    None if c is None else group_offsets.offset_value(c),
+                )
+                for t, p, c in entries
+            ],
+        )
+        if error:
+            return error
+        for t, p, c in entries:
+            if c is None:
+                group.offsets.pop((t, p), None)
+            else:
+                group.offsets[(t, p)] = c
+        return await self.flush(partition)
+
+    async def delete_all(self, group) -> int:
+        return await self.write(group, [(t, p, None) for t, p in list(group.offsets)])
+
+    def expired(self, group, now: int) -> list[Entry]:
+        """Tombstones for the offsets of ``group`` (one without members) past retention."""
+        doomed: list[Entry] = []
+        for (t, p), c in group.offsets.items():
+            if c.expire_timestamp >= 0:
+                deadline = c.expire_timestamp
+            else:
+                base = c.commit_timestamp
+                if group.protocol_type is not None and group.empty_since_ms is not None:
+                    base = group.empty_since_ms
+                deadline = base + self.retention_ms
+            if now >= deadline:
+                doomed.append((t, p, None))
+        return doomed
+
+    @staticmethod
+    def for_topics(group, names) -> list[Entry]:
+        """Tombstones for the offsets of ``group`` in the topics ``names``."""
+        doomed: list[Entry] = [(t, p, None) for t, p in group.offsets if t in names]
+        return doomed
