@@ -29,7 +29,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from headrace.protocol.records import compress, decompress
+from headrace.protocol.compression import compress, decompress
 from headrace.storage import StorageError, clean
 
 log = logging.getLogger("headrace")
