@@ -54,6 +54,10 @@ __all__ = [
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1
 
+# Bound here once: a method call on an imported name is compiled as an attribute load that
+# builds a bound method on every call.
+_pack_int64 = INT64.pack_into
+
 
 def iter_batches(records, start: int = 0) -> Iterator[tuple[int, int, BatchHeader]]:
     """Yield ``(pos, size, header)`` for each batch in ``records`` (bytes-like).
@@ -64,12 +68,13 @@ def iter_batches(records, start: int = 0) -> Iterator[tuple[int, int, BatchHeade
     end = len(records)
     pos = start
     unpack = HEADER.unpack_from
+    make = BatchHeader._make
     while pos < end:
         if end - pos < BATCH_HEADER_SIZE:
             raise CorruptRecordError(
                 f"{end - pos} bytes left at {pos}, less than a batch header", pos, truncated=True
             )
-        h = BatchHeader._make(unpack(records, pos))
+        h = make(unpack(records, pos))
         if h.magic != MAGIC:
             raise CorruptRecordError(f"batch at {pos} has magic {h.magic}, expected 2", pos)
         if h.batch_length < MIN_BATCH_LENGTH:
@@ -87,7 +92,7 @@ def iter_batches(records, start: int = 0) -> Iterator[tuple[int, int, BatchHeade
 
 def set_base_offset(buf, pos: int, base_offset: int) -> None:
     """Write ``base_offset`` into the batch at ``buf[pos:]`` in place (bytearray/memoryview)."""
-    INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
+    _pack_int64(buf, pos + BASE_OFFSET_OFFSET, base_offset)
 
 
 def set_log_append_time(buf, pos: int, size: int, timestamp: int) -> None:
