@@ -204,8 +204,8 @@ class _DecoderGen(_Gen):
                 else:
                     self.struct(ind, f.struct, lhs, end)
             elif t in _FIXED:
-                s = self.src.const(_struct_fmt(_FIXED[t]), "_S")
-                e(ind, f"{lhs}, = {s}.unpack_from(buf, pos); pos += {_FIXED_SIZE[_FIXED[t]]}")
+                s, size = self.fixed_struct([f])
+                e(ind, f"{lhs}, = {s}.unpack_from(buf, pos); pos += {size}")
             elif t == "uuid":
                 e(ind, f"{lhs} = _uuid(_UUID.unpack_from(buf, pos)[0]); pos += 16")
             elif t in ("string", "bytes", "records"):
@@ -382,7 +382,7 @@ class _EncoderGen(_Gen):
                 else:
                     self.struct(ind, f.struct, val, out, can_split)
             elif t in _FIXED:
-                s = self.src.const(_struct_fmt(_FIXED[t]), "_S")
+                s, _ = self.fixed_struct([f])
                 e(ind, f"{out} += {s}.pack({val})")
             elif t == "uuid":
                 e(ind, f"{out} += {val}.bytes")
