@@ -46,8 +46,14 @@ class EncodeError(ValueError):
 
 # Fixed-width types: struct format character and size.
 _FIXED = {
-    "int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "uint32": "I",
-    "float64": "d", "bool": "?",
+    "int8": "b",
+    "int16": "h",
+    "int32": "i",
+    "int64": "q",
+    "uint16": "H",
+    "uint32": "I",
+    "float64": "d",
+    "bool": "?",
 }
 _FIXED_SIZE = {"b": 1, "h": 2, "i": 4, "q": 8, "H": 2, "I": 4, "d": 8, "?": 1}
 
@@ -104,7 +110,11 @@ class _Source:
         return f"{prefix}{self._n}"
 
     def const(self, value, prefix="_K") -> str:
-        key = (type(value), id(value)) if not isinstance(value, (int, str, bytes, float)) else (type(value), value)
+        key = (
+            (type(value), id(value))
+            if not isinstance(value, (int, str, bytes, float))
+            else (type(value), value)
+        )
         name = self._consts.get(key)
         if name is None:
             name = self.var(prefix)
@@ -161,7 +171,6 @@ class _Gen:
 
 
 class _DecoderGen(_Gen):
-
     def err(self, indent, msg_expr: str):
         self.src.emit(indent, f"raise DecodeError({msg_expr})")
 
@@ -220,7 +229,11 @@ class _DecoderGen(_Gen):
                 x = self.src.var("x")
                 e(ind + 1, f"{x} = pos + {n}")
                 e(ind + 1, f"if {x} > {end}:")
-                self.err(ind + 2, f"'{self.label}: {f.name} length %d exceeds the %d bytes left' % ({n}, {end} - pos)")
+                self.err(
+                    ind + 2,
+                    f"'{self.label}: {f.name} length %d exceeds the %d bytes left'"
+                    f" % ({n}, {end} - pos)",
+                )
                 if t == "string":
                     e(ind + 1, f"{lhs} = str(buf[pos:{x}], 'utf-8')")
                 elif t == "bytes":
@@ -236,7 +249,10 @@ class _DecoderGen(_Gen):
         self.read_length(ind, n, flex, wide=True)
         self.null_check(ind, f, n, lhs)
         e(ind, f"elif {n} > {end} - pos:")
-        self.err(ind + 1, f"'{self.label}: {f.name} count %d exceeds the %d bytes left' % ({n}, {end} - pos)")
+        self.err(
+            ind + 1,
+            f"'{self.label}: {f.name} count %d exceeds the %d bytes left' % ({n}, {end} - pos)",
+        )
         e(ind, "else:")
         if t in _FIXED:
             fmt = _FIXED[t]
@@ -308,7 +324,10 @@ class _DecoderGen(_Gen):
         self.read_uvarint(i2, size)
         e(i2, f"{te} = pos + {size}")
         e(i2, f"if {te} > {end}:")
-        self.err(i2 + 1, f"'{self.label}: tagged field %d size %d exceeds the bytes left' % ({tag}, {size})")
+        self.err(
+            i2 + 1,
+            f"'{self.label}: tagged field %d size %d exceeds the bytes left' % ({tag}, {size})",
+        )
         kw = "if"
         for f in sorted(tagged, key=lambda f: f.tag):
             e(i2, f"{kw} {tag} == {f.tag}:")
@@ -324,7 +343,6 @@ class _DecoderGen(_Gen):
         e(i3, f"if {target}._unknown_tags is None: {target}._unknown_tags = []")
         e(i3, f"{target}._unknown_tags.append(({tag}, bytes(buf[pos:{te}])))")
         e(i3, f"pos = {te}")
-
 
     def function(self):
         """The compiled ``decode(buf, pos)``."""
@@ -348,7 +366,6 @@ def get_decoder(cls, version: int):
 
 
 class _EncoderGen(_Gen):
-
     def write_uvarint(self, ind, out, expr):
         e = self.src.emit
         n = self.src.var("u")
@@ -465,7 +482,9 @@ class _EncoderGen(_Gen):
                 group.append(f)
             else:
                 flush()
-                self.value(ind, f, f"{obj}.{f.attr}", out, _field_flexible(f, v, self.flex), can_split)
+                self.value(
+                    ind, f, f"{obj}.{f.attr}", out, _field_flexible(f, v, self.flex), can_split
+                )
         flush()
         if not self.flex:
             return

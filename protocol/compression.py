@@ -19,9 +19,16 @@ import struct
 from headrace.record_format import INT32, CorruptRecordError, read_uvarint
 
 __all__ = [
-    "COMPRESSION_NONE", "COMPRESSION_GZIP", "COMPRESSION_SNAPPY", "COMPRESSION_LZ4",
-    "COMPRESSION_ZSTD", "DECOMPRESSED_MAX", "UnsupportedCompressionError",
-    "available_compressions", "compress", "decompress",
+    "COMPRESSION_NONE",
+    "COMPRESSION_GZIP",
+    "COMPRESSION_SNAPPY",
+    "COMPRESSION_LZ4",
+    "COMPRESSION_ZSTD",
+    "DECOMPRESSED_MAX",
+    "UnsupportedCompressionError",
+    "available_compressions",
+    "compress",
+    "decompress",
 ]
 
 COMPRESSION_NONE = 0
@@ -126,6 +133,7 @@ def _lz4():
         import lz4.frame as f
     except ImportError:
         raise UnsupportedCompressionError("lz4 needs the lz4 package") from None
+
     def decompress(data, limit: int) -> bytes:
         d = f.LZ4FrameDecompressor()
         out = d.decompress(bytes(data), max_length=limit + 1)
@@ -135,8 +143,11 @@ def _lz4():
 
     return (
         lambda b: f.compress(
-            bytes(b), block_size=f.BLOCKSIZE_MAX64KB, block_linked=False,
-            content_checksum=False, store_size=False,
+            bytes(b),
+            block_size=f.BLOCKSIZE_MAX64KB,
+            block_linked=False,
+            content_checksum=False,
+            store_size=False,
         ),
         decompress,
     )

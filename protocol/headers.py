@@ -20,8 +20,12 @@ from .api import ApiKey, is_flexible
 from .codec import DecodeError
 
 __all__ = [
-    "RequestHeader", "decode_request_header", "encode_request_header",
-    "encode_response_header", "response_header_is_flexible", "request_header_is_flexible",
+    "RequestHeader",
+    "decode_request_header",
+    "encode_request_header",
+    "encode_response_header",
+    "response_header_is_flexible",
+    "request_header_is_flexible",
 ]
 
 _HDR = struct.Struct(">hhih")

@@ -16,8 +16,8 @@ through ``headrace.protocol.compression``.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from headrace.record_format import (
     ATTR_COMPRESSION_MASK,
@@ -46,9 +46,20 @@ from headrace.record_format import (
 from .compression import COMPRESSION_NONE, UnsupportedCompressionError, compress, decompress
 
 __all__ = [
-    "BatchHeader", "CorruptRecordError", "Record", "read_batch_header", "iter_batches",
-    "crc_matches", "compute_crc", "set_base_offset", "set_log_append_time", "build_batch",
-    "decode_records", "BATCH_HEADER_SIZE", "LOG_OVERHEAD", "MIN_BATCH_LENGTH",
+    "BatchHeader",
+    "CorruptRecordError",
+    "Record",
+    "read_batch_header",
+    "iter_batches",
+    "crc_matches",
+    "compute_crc",
+    "set_base_offset",
+    "set_log_append_time",
+    "build_batch",
+    "decode_records",
+    "BATCH_HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "MIN_BATCH_LENGTH",
 ]
 
 TIMESTAMP_CREATE_TIME = 0
@@ -184,9 +195,21 @@ def build_batch(
     )
     batch = bytearray(BATCH_HEADER_SIZE)
     HEADER.pack_into(
-        batch, 0, base_offset, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(payload),
-        partition_leader_epoch, MAGIC, 0, attributes, len(records) - 1, base_ts, max(stamps),
-        producer_id, producer_epoch, base_sequence, len(records),
+        batch,
+        0,
+        base_offset,
+        BATCH_HEADER_SIZE - LOG_OVERHEAD + len(payload),
+        partition_leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        len(records) - 1,
+        base_ts,
+        max(stamps),
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
     )
     batch += payload
     set_crc(batch)

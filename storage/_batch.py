@@ -8,20 +8,34 @@ never parsed here.
 from __future__ import annotations
 
 import os
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 from headrace.record_format import BATCH_HEADER_SIZE as HEADER_SIZE
-from headrace.record_format import CRC_START, LAST_OFFSET_DELTA_OFFSET, LOG_OVERHEAD
+from headrace.record_format import (
+    CRC_START,
+    LAST_OFFSET_DELTA_OFFSET,
+    LOG_OVERHEAD,
+    MAX_TIMESTAMP_OFFSET,
+)
 from headrace.record_format import HEADER_PREFIX as PREFIX  # baseOffset .. crc
 from headrace.record_format import INT32 as LAST_OFFSET_DELTA
 from headrace.record_format import INT64 as MAX_TIMESTAMP
 from headrace.record_format import MAGIC as MAGIC_V2
-from headrace.record_format import MAX_TIMESTAMP_OFFSET
 
 __all__ = [
-    "BadBatch", "BatchInfo", "iter_batches", "HEADER_SIZE", "LOG_OVERHEAD", "CRC_START",
-    "LAST_OFFSET_DELTA_OFFSET", "MAX_TIMESTAMP_OFFSET", "MAGIC_V2", "PREFIX",
-    "LAST_OFFSET_DELTA", "MAX_TIMESTAMP",
+    "BadBatch",
+    "BatchInfo",
+    "iter_batches",
+    "HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "CRC_START",
+    "LAST_OFFSET_DELTA_OFFSET",
+    "MAX_TIMESTAMP_OFFSET",
+    "MAGIC_V2",
+    "PREFIX",
+    "LAST_OFFSET_DELTA",
+    "MAX_TIMESTAMP",
 ]
 
 # Scanning reads this much at a time when batches are small; after a large batch it reads just
@@ -68,6 +82,6 @@ def iter_batches(fd: int, position: int, end: int, headers: bool = False) -> Ite
         last = base + LAST_OFFSET_DELTA.unpack_from(buf, i + LAST_OFFSET_DELTA_OFFSET)[0]
         max_ts = MAX_TIMESTAMP.unpack_from(buf, i + MAX_TIMESTAMP_OFFSET)[0]
         info = BatchInfo(position, size, base, last, max_ts)
-        yield (info, bytes(buf[i:i + HEADER_SIZE])) if headers else info
+        yield (info, bytes(buf[i : i + HEADER_SIZE])) if headers else info
         position += size
         read_size = HEADER_SIZE if size >= SCAN_CHUNK // 2 else SCAN_CHUNK

@@ -11,17 +11,19 @@ batch's baseOffset and baseTimestamp, which a rewritten batch keeps.
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 from headrace.record_format import CorruptRecordError, read_varint
 
+
 class RecordInfo(NamedTuple):
-    start: int          # position of the length varint in the records section
-    end: int            # position after the record
+    start: int  # position of the length varint in the records section
+    end: int  # position after the record
     offset_delta: int
     timestamp_delta: int
     key: bytes | None
-    tombstone: bool     # the value is null
+    tombstone: bool  # the value is null
 
 
 BadRecords = CorruptRecordError  # the records section does not parse
@@ -44,7 +46,7 @@ def walk_records(buf, count: int) -> Iterator[RecordInfo]:
         if key_len >= 0:
             if pos + key_len > rec_end:
                 raise BadRecords("key runs past the record")
-            key = bytes(buf[pos:pos + key_len])
+            key = bytes(buf[pos : pos + key_len])
             pos += key_len
         value_len, pos = read_varint(buf, pos, rec_end)
         yield RecordInfo(start, rec_end, off_delta, ts_delta, key, value_len < 0)

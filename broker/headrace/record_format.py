@@ -52,19 +52,6 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-__all__ = [
-    "BatchHeader", "CorruptRecordError", "read_batch_header", "compute_crc", "crc_matches",
-    "set_crc", "read_varint", "read_uvarint", "uvarint_bytes",
-    "HEADER", "HEADER_PREFIX", "INT16", "INT32", "INT64", "UINT32",
-    "BATCH_HEADER_SIZE", "LOG_OVERHEAD", "MIN_BATCH_LENGTH", "MAGIC", "CRC_START",
-    "BASE_OFFSET_OFFSET", "BATCH_LENGTH_OFFSET", "PARTITION_LEADER_EPOCH_OFFSET",
-    "MAGIC_OFFSET", "CRC_OFFSET", "ATTRIBUTES_OFFSET", "LAST_OFFSET_DELTA_OFFSET",
-    "BASE_TIMESTAMP_OFFSET", "MAX_TIMESTAMP_OFFSET", "PRODUCER_ID_OFFSET",
-    "PRODUCER_EPOCH_OFFSET", "BASE_SEQUENCE_OFFSET", "RECORDS_COUNT_OFFSET",
-    "ATTR_COMPRESSION_MASK", "ATTR_TIMESTAMP_TYPE", "ATTR_TRANSACTIONAL", "ATTR_CONTROL",
-    "ATTR_DELETE_HORIZON",
-]
-
 # Byte offsets of the header fields.
 BASE_OFFSET_OFFSET = 0
 BATCH_LENGTH_OFFSET = 8
@@ -169,7 +156,8 @@ def read_batch_header(buf, pos: int = 0) -> BatchHeader:
     if len(buf) - pos < BATCH_HEADER_SIZE:
         raise CorruptRecordError(
             f"{len(buf) - pos} bytes left at {pos}, a batch header needs {BATCH_HEADER_SIZE}",
-            pos, truncated=True,
+            pos,
+            truncated=True,
         )
     return BatchHeader._make(HEADER.unpack_from(buf, pos))
 
