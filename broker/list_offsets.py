@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 
 from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol.compression import UnsupportedCompressionError
 from headrace.protocol.records import (
     CorruptRecordError,
-    UnsupportedCompressionError,
     decode_records,
 )
 

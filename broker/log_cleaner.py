@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Callable
 
-from headrace.protocol.records import compress, decompress
+from headrace.protocol.compression import compress, decompress
 from headrace.storage import StorageError, clean
 
 from .background import run_every, wall_clock_ms

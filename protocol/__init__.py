@@ -1,19 +1,33 @@
 """Headrace's Kafka codec: bytes in, typed messages out. No I/O.
 
+Files, in the order to read them:
+
+- ``api.py``: API keys, version tables and the entry points below (what the broker calls)
+- ``headers.py``: request and response headers
+- ``messages.py``: the message classes (``messages.FetchResponse``...), built on first use
+- ``schema.py``: Apache Kafka's JSON schemas read into ``MessageSpec`` trees and classes
+  (``schemas/``: the KIP-848 schemas the kafka-python wheel lacks)
+- ``codec.py``: compiles a (message, version) into straight-line encode/decode functions
+- ``errors.py``: ``ErrorCode``
+- ``records.py``: record batches v2: the hot-path header walk, a builder and a decoder, over
+  ``headrace.record_format`` (the byte layout, header parse, CRC-32C and varints)
+- ``compression.py``: the batch compression codecs, with bounded decompression
+
 Public surface:
 
 - ``decode_request_header(frame) -> (RequestHeader, body_offset)``
 - ``decode_request(api_key, version, buf, offset=0) -> message``
 - ``encode_response(api_key, version, msg) -> list of bytes-like chunks``
-- ``encode_response_header(correlation_id, flexible)``, ``response_header_is_flexible(api_key, version)``
-- ``encode_request`` / ``decode_response`` (clients and tests), ``encode_message`` / ``decode_message``
+- ``encode_response_header(correlation_id, flexible)``,
+  ``response_header_is_flexible(api_key, version)``
+- ``encode_request`` / ``decode_response`` (clients and tests), ``encode_message`` /
+  ``decode_message``
 - ``valid_versions(api_key)``, ``is_flexible(api_key, version)``, ``ApiKey``, ``ErrorCode``
-- ``messages``: the message classes (``messages.FetchResponse``...), built on first use
-- ``records``: record batch v2 views and builders
+- ``messages``, ``records``, ``compression``: the modules above
 - ``DecodeError`` (malformed input), ``EncodeError``, ``UnsupportedVersionError``
 """
 
-from . import messages, records
+from . import compression, messages, records
 from .api import (
     ApiKey,
     UnsupportedVersionError,
@@ -41,10 +55,30 @@ from .headers import (
 )
 
 __all__ = [
-    "ApiKey", "DecodeError", "EncodeError", "ErrorCode", "RECORDS_CHUNK_MIN", "RequestHeader",
-    "UnsupportedVersionError", "decode_message", "decode_request", "decode_request_header",
-    "decode_response", "decode_response_header", "encode_message", "encode_request",
-    "encode_request_header", "encode_response", "encode_response_header",
-    "has_unknown_tagged_fields", "is_flexible", "messages", "records", "request_class", "response_class",
-    "response_header_is_flexible", "valid_versions",
+    "ApiKey",
+    "DecodeError",
+    "EncodeError",
+    "ErrorCode",
+    "RECORDS_CHUNK_MIN",
+    "RequestHeader",
+    "UnsupportedVersionError",
+    "compression",
+    "decode_message",
+    "decode_request",
+    "decode_request_header",
+    "decode_response",
+    "decode_response_header",
+    "encode_message",
+    "encode_request",
+    "encode_request_header",
+    "encode_response",
+    "encode_response_header",
+    "has_unknown_tagged_fields",
+    "is_flexible",
+    "messages",
+    "records",
+    "request_class",
+    "response_class",
+    "response_header_is_flexible",
+    "valid_versions",
 ]

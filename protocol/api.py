@@ -15,9 +15,19 @@ from .codec import DecodeError, EncodeError, get_decoder, get_encoder
 from .schema import load_message
 
 __all__ = [
-    "ApiKey", "UnsupportedVersionError", "valid_versions", "is_flexible", "request_class",
-    "response_class", "decode_request", "encode_request", "decode_response", "encode_response",
-    "decode_message", "encode_message", "has_unknown_tagged_fields",
+    "ApiKey",
+    "UnsupportedVersionError",
+    "valid_versions",
+    "is_flexible",
+    "request_class",
+    "response_class",
+    "decode_request",
+    "encode_request",
+    "decode_response",
+    "encode_response",
+    "decode_message",
+    "encode_message",
+    "has_unknown_tagged_fields",
 ]
 
 
@@ -81,7 +91,8 @@ class ApiKey(IntEnum):
 
     @property
     def schema_name(self) -> str:
-        """CamelCase name used by the schema files: ``ApiKey.LIST_OFFSETS.schema_name == "ListOffsets"``."""
+        """CamelCase name used by the schema files:
+        ``ApiKey.LIST_OFFSETS.schema_name == "ListOffsets"``."""
         return "".join(w.capitalize() for w in self.name.split("_"))
 
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 import struct
 import uuid
 
+from headrace.record_format import read_uvarint, uvarint_bytes
+
 from .schema import FieldSpec, StructSpec
 
 __all__ = ["DecodeError", "EncodeError", "get_decoder", "get_encoder", "RECORDS_CHUNK_MIN"]
@@ -44,8 +46,14 @@ class EncodeError(ValueError):
 
 # Fixed-width types: struct format character and size.
 _FIXED = {
-    "int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "uint32": "I",
-    "float64": "d", "bool": "?",
+    "int8": "b",
+    "int16": "h",
+    "int32": "i",
+    "int64": "q",
+    "uint16": "H",
+    "uint32": "I",
+    "float64": "d",
+    "bool": "?",
 }
 _FIXED_SIZE = {"b": 1, "h": 2, "i": 4, "q": 8, "H": 2, "I": 4, "d": 8, "?": 1}
 
@@ -55,32 +63,6 @@ _S_I8 = struct.Struct(">b")
 _S_I16 = struct.Struct(">h")
 _S_I32 = struct.Struct(">i")
 _S_UUID = struct.Struct(">16s")
-
-
-def _uvarint_tail(buf, pos, first):
-    """Finish reading an unsigned varint whose first byte (``first``) had the high bit set."""
-    value = first & 0x7F
-    shift = 7
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise DecodeError("unsigned varint longer than 5 bytes")
-
-
-def _uvarint_bytes(n: int) -> bytes:
-    if n < 0:
-        raise EncodeError(f"negative varint {n}")
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _uuid_from(b: bytes) -> uuid.UUID:
@@ -108,8 +90,8 @@ class _Source:
             "DecodeError": DecodeError,
             "EncodeError": EncodeError,
             "_new": object.__new__,
-            "_uvt": _uvarint_tail,
-            "_uvb": _uvarint_bytes,
+            "_uvr": read_uvarint,
+            "_uvb": uvarint_bytes,
             "_uuid": _uuid_from,
             "_ua": _unpack_array,
             "_pa": _pack_array,
@@ -128,7 +110,11 @@ class _Source:
         return f"{prefix}{self._n}"
 
     def const(self, value, prefix="_K") -> str:
-        key = (type(value), id(value)) if not isinstance(value, (int, str, bytes, float)) else (type(value), value)
+        key = (
+            (type(value), id(value))
+            if not isinstance(value, (int, str, bytes, float))
+            else (type(value), value)
+        )
         name = self._consts.get(key)
         if name is None:
             name = self.var(prefix)
@@ -164,23 +150,34 @@ def _is_tagged(f: FieldSpec, version: int) -> bool:
     return f.tag is not None and version in f.tagged
 
 
+class _Gen:
+    """What the decoder and encoder generators share: one message version and the source of
+    the one function being written for it."""
+
+    def __init__(self, spec, version: int):
+        self.spec = spec
+        self.v = version
+        self.flex = version in spec.flexible
+        self.label = f"{spec.name} v{version}"
+        self.src = _Source()
+
+    def fixed_struct(self, fields) -> tuple[str, int]:
+        """The name of a precompiled Struct for these fixed-width fields, and its size."""
+        fmt = "".join(_FIXED[f.type] for f in fields)
+        return self.src.const(_struct_fmt(fmt), "_S"), sum(_FIXED_SIZE[c] for c in fmt)
+
+
 # -- decoding ----------------------------------------------------------------------------------
 
 
-class _DecoderGen:
-    def __init__(self, version: int, flexible: bool, label: str):
-        self.v = version
-        self.flex = flexible
-        self.src = _Source()
-        self.label = label
-
+class _DecoderGen(_Gen):
     def err(self, indent, msg_expr: str):
         self.src.emit(indent, f"raise DecodeError({msg_expr})")
 
     def read_uvarint(self, ind: int, target: str):
         e = self.src.emit
         e(ind, f"{target} = buf[pos]; pos += 1")
-        e(ind, f"if {target} & 0x80: {target}, pos = _uvt(buf, pos, {target})")
+        e(ind, f"if {target} & 0x80: {target}, pos = _uvr(buf, pos - 1)")
 
     def read_length(self, ind, target, flex, wide: bool):
         """Reads a length/count into ``target``; -1 means null."""
@@ -216,8 +213,8 @@ class _DecoderGen:
                 else:
                     self.struct(ind, f.struct, lhs, end)
             elif t in _FIXED:
-                s = self.src.const(_struct_fmt(_FIXED[t]), "_S")
-                e(ind, f"{lhs}, = {s}.unpack_from(buf, pos); pos += {_FIXED_SIZE[_FIXED[t]]}")
+                s, size = self.fixed_struct([f])
+                e(ind, f"{lhs}, = {s}.unpack_from(buf, pos); pos += {size}")
             elif t == "uuid":
                 e(ind, f"{lhs} = _uuid(_UUID.unpack_from(buf, pos)[0]); pos += 16")
             elif t in ("string", "bytes", "records"):
@@ -232,7 +229,11 @@ class _DecoderGen:
                 x = self.src.var("x")
                 e(ind + 1, f"{x} = pos + {n}")
                 e(ind + 1, f"if {x} > {end}:")
-                self.err(ind + 2, f"'{self.label}: {f.name} length %d exceeds the %d bytes left' % ({n}, {end} - pos)")
+                self.err(
+                    ind + 2,
+                    f"'{self.label}: {f.name} length %d exceeds the %d bytes left'"
+                    f" % ({n}, {end} - pos)",
+                )
                 if t == "string":
                     e(ind + 1, f"{lhs} = str(buf[pos:{x}], 'utf-8')")
                 elif t == "bytes":
@@ -248,7 +249,10 @@ class _DecoderGen:
         self.read_length(ind, n, flex, wide=True)
         self.null_check(ind, f, n, lhs)
         e(ind, f"elif {n} > {end} - pos:")
-        self.err(ind + 1, f"'{self.label}: {f.name} count %d exceeds the %d bytes left' % ({n}, {end} - pos)")
+        self.err(
+            ind + 1,
+            f"'{self.label}: {f.name} count %d exceeds the %d bytes left' % ({n}, {end} - pos)",
+        )
         e(ind, "else:")
         if t in _FIXED:
             fmt = _FIXED[t]
@@ -280,9 +284,7 @@ class _DecoderGen:
         def flush():
             if not group:
                 return
-            fmt = "".join(_FIXED[g.type] for g in group)
-            size = sum(_FIXED_SIZE[c] for c in fmt)
-            s = self.src.const(_struct_fmt(fmt), "_S")
+            s, size = self.fixed_struct(group)
             lhs = ", ".join(f"{target}.{g.attr}" for g in group)
             e(ind, f"{lhs}, = {s}.unpack_from(buf, pos); pos += {size}")
             group.clear()
@@ -322,7 +324,10 @@ class _DecoderGen:
         self.read_uvarint(i2, size)
         e(i2, f"{te} = pos + {size}")
         e(i2, f"if {te} > {end}:")
-        self.err(i2 + 1, f"'{self.label}: tagged field %d size %d exceeds the bytes left' % ({tag}, {size})")
+        self.err(
+            i2 + 1,
+            f"'{self.label}: tagged field %d size %d exceeds the bytes left' % ({tag}, {size})",
+        )
         kw = "if"
         for f in sorted(tagged, key=lambda f: f.tag):
             e(i2, f"{kw} {tag} == {f.tag}:")
@@ -339,33 +344,28 @@ class _DecoderGen:
         e(i3, f"{target}._unknown_tags.append(({tag}, bytes(buf[pos:{te}])))")
         e(i3, f"pos = {te}")
 
+    def function(self):
+        """The compiled ``decode(buf, pos)``."""
+        e = self.src.emit
+        e(0, "def decode(buf, pos):")
+        e(1, "end = len(buf)")
+        self.struct(1, self.spec.root, "o", "end")
+        e(1, "return o, pos")
+        return self.src.compile("decode", f"<decode {self.label}>")
+
 
 def get_decoder(cls, version: int):
     """``decode(buf: memoryview, pos: int) -> (message, end_pos)`` for cls at version."""
     fn = cls._decoders.get(version)
     if fn is None:
-        spec = cls._spec
-        label = f"{spec.name} v{version}"
-        gen = _DecoderGen(version, version in spec.flexible, label)
-        gen.src.emit(0, "def decode(buf, pos):")
-        gen.src.emit(1, "end = len(buf)")
-        gen.struct(1, spec.root, "o", "end")
-        gen.src.emit(1, "return o, pos")
-        fn = gen.src.compile("decode", f"<decode {label}>")
-        cls._decoders[version] = fn
+        fn = cls._decoders[version] = _DecoderGen(cls._spec, version).function()
     return fn
 
 
 # -- encoding ----------------------------------------------------------------------------------
 
 
-class _EncoderGen:
-    def __init__(self, version: int, flexible: bool, label: str):
-        self.v = version
-        self.flex = flexible
-        self.src = _Source()
-        self.label = label
-
+class _EncoderGen(_Gen):
     def write_uvarint(self, ind, out, expr):
         e = self.src.emit
         n = self.src.var("u")
@@ -399,7 +399,7 @@ class _EncoderGen:
                 else:
                     self.struct(ind, f.struct, val, out, can_split)
             elif t in _FIXED:
-                s = self.src.const(_struct_fmt(_FIXED[t]), "_S")
+                s, _ = self.fixed_struct([f])
                 e(ind, f"{out} += {s}.pack({val})")
             elif t == "uuid":
                 e(ind, f"{out} += {val}.bytes")
@@ -468,8 +468,7 @@ class _EncoderGen:
         def flush():
             if not group:
                 return
-            fmt = "".join(_FIXED[g.type] for g in group)
-            s = self.src.const(_struct_fmt(fmt), "_S")
+            s, _ = self.fixed_struct(group)
             e(ind, f"{out} += {s}.pack({', '.join(f'{obj}.{g.attr}' for g in group)})")
             group.clear()
 
@@ -483,7 +482,9 @@ class _EncoderGen:
                 group.append(f)
             else:
                 flush()
-                self.value(ind, f, f"{obj}.{f.attr}", out, _field_flexible(f, v, self.flex), can_split)
+                self.value(
+                    ind, f, f"{obj}.{f.attr}", out, _field_flexible(f, v, self.flex), can_split
+                )
         flush()
         if not self.flex:
             return
@@ -506,14 +507,25 @@ class _EncoderGen:
         e(ind, f"_tags({out}, {tl}, {unk})")
         self.src.ns["_tags"] = _write_tags
 
+    def function(self):
+        """The compiled ``encode(o)``."""
+        e = self.src.emit
+        e(0, "def encode(o):")
+        e(1, "chunks = []")
+        e(1, "out = bytearray()")
+        self.struct(1, self.spec.root, "o", "out", True)
+        e(1, "if out: chunks.append(out)")
+        e(1, "return chunks")
+        return self.src.compile("encode", f"<encode {self.label}>")
+
 
 def _write_tags(out: bytearray, known: list, unknown) -> None:
     if unknown:
         known = sorted(known + list(unknown), key=lambda kv: kv[0])
-    out += _uvarint_bytes(len(known))
+    out += uvarint_bytes(len(known))
     for tag, data in known:
-        out += _uvarint_bytes(tag)
-        out += _uvarint_bytes(len(data))
+        out += uvarint_bytes(tag)
+        out += uvarint_bytes(len(data))
         out += data
 
 
@@ -521,15 +533,5 @@ def get_encoder(cls, version: int):
     """``encode(message) -> list of bytes-like chunks`` for cls at version."""
     fn = cls._encoders.get(version)
     if fn is None:
-        spec = cls._spec
-        label = f"{spec.name} v{version}"
-        gen = _EncoderGen(version, version in spec.flexible, label)
-        gen.src.emit(0, "def encode(o):")
-        gen.src.emit(1, "chunks = []")
-        gen.src.emit(1, "out = bytearray()")
-        gen.struct(1, spec.root, "o", "out", True)
-        gen.src.emit(1, "if out: chunks.append(out)")
-        gen.src.emit(1, "return chunks")
-        fn = gen.src.compile("encode", f"<encode {label}>")
-        cls._encoders[version] = fn
+        fn = cls._encoders[version] = _EncoderGen(cls._spec, version).function()
     return fn

@@ -14,12 +14,18 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from headrace.record_format import CorruptRecordError, read_uvarint
+
 from .api import ApiKey, is_flexible
 from .codec import DecodeError
 
 __all__ = [
-    "RequestHeader", "decode_request_header", "encode_request_header",
-    "encode_response_header", "response_header_is_flexible", "request_header_is_flexible",
+    "RequestHeader",
+    "decode_request_header",
+    "encode_request_header",
+    "encode_response_header",
+    "response_header_is_flexible",
+    "request_header_is_flexible",
 ]
 
 _HDR = struct.Struct(">hhih")
@@ -74,31 +80,19 @@ def decode_request_header(frame, offset: int = 0) -> tuple[RequestHeader, int]:
     return header, pos
 
 
-def _read_uvarint(buf, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise DecodeError("truncated varint in request header")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise DecodeError("unsigned varint longer than 5 bytes")
-
-
 def _skip_tagged_fields(buf, pos: int) -> int:
-    count, pos = _read_uvarint(buf, pos)
-    if count > len(buf) - pos:
-        raise DecodeError(f"header tagged field count {count} exceeds the frame")
-    for _ in range(count):
-        _, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
-        pos += size
-        if pos > len(buf):
-            raise DecodeError("header tagged field runs past the frame")
+    try:
+        count, pos = read_uvarint(buf, pos)
+        if count > len(buf) - pos:
+            raise DecodeError(f"header tagged field count {count} exceeds the frame")
+        for _ in range(count):
+            _, pos = read_uvarint(buf, pos)
+            size, pos = read_uvarint(buf, pos)
+            pos += size
+            if pos > len(buf):
+                raise DecodeError("header tagged field runs past the frame")
+    except CorruptRecordError as e:  # a bad varint
+        raise DecodeError(f"header tagged fields: {e}") from None
     return pos
 
 

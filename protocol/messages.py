@@ -21,4 +21,6 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | {n for n in schema_names() if n not in ("RequestHeader", "ResponseHeader")})
+    return sorted(
+        set(globals()) | {n for n in schema_names() if n not in ("RequestHeader", "ResponseHeader")}
+    )

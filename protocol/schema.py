@@ -21,12 +21,12 @@ False, "", b"", a fresh empty list, ``uuid.UUID(int=0)``, a fresh default struct
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import keyword
 import re
 import threading
 import uuid
-import importlib.util
 from pathlib import Path
 
 __all__ = ["VersionRange", "FieldSpec", "StructSpec", "MessageSpec", "load_message", "Struct"]
@@ -51,7 +51,7 @@ class VersionRange:
         self.lo, self.hi = lo, hi
 
     @classmethod
-    def parse(cls, text: str | None) -> "VersionRange":
+    def parse(cls, text: str | None) -> VersionRange:
         if text is None or text == "none":
             return cls(1, 0)
         text = text.strip()
@@ -85,8 +85,18 @@ class FieldSpec:
     """One field of a struct. ``type`` is the element type for arrays."""
 
     __slots__ = (
-        "name", "attr", "type", "is_array", "struct", "versions", "nullable", "tagged",
-        "tag", "ignorable", "default_text", "flexible_override",
+        "name",
+        "attr",
+        "type",
+        "is_array",
+        "struct",
+        "versions",
+        "nullable",
+        "tagged",
+        "tag",
+        "ignorable",
+        "default_text",
+        "flexible_override",
     )
 
     def __init__(self, raw: dict):
@@ -146,7 +156,9 @@ class FieldSpec:
         return (self.is_array or self.struct is not None) and self.default_text != "null"
 
     def __repr__(self) -> str:
-        return f"FieldSpec({self.name}: {'[]' if self.is_array else ''}{self.type} v{self.versions})"
+        return (
+            f"FieldSpec({self.name}: {'[]' if self.is_array else ''}{self.type} v{self.versions})"
+        )
 
 
 class StructSpec:

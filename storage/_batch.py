@@ -1,44 +1,42 @@
-"""The few record batch (magic v2) header fields storage needs, read with struct.
+"""Scanning a segment file's record batches by their headers, with ``os.pread``.
 
-Byte layout of the 61-byte header (big-endian); the batch is ``12 + batchLength`` bytes long:
-
-    offset  size  field
-         0     8  baseOffset
-         8     4  batchLength            bytes after this field
-        12     4  partitionLeaderEpoch
-        16     1  magic                  = 2
-        17     4  crc                    CRC-32C of bytes 21 .. end of batch
-        21     2  attributes
-        23     4  lastOffsetDelta
-        27     8  baseTimestamp
-        35     8  maxTimestamp
-        43     8  producerId
-        51     2  producerEpoch
-        53     4  baseSequence
-        57     4  recordsCount
-
-Records are never parsed.
+The batch layout is documented (and its constants and structs defined) in
+``headrace.record_format``; the names below are the ones storage uses for them. Records are
+never parsed here.
 """
 
 from __future__ import annotations
 
 import os
-import struct
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
-HEADER_SIZE = 61
-LOG_OVERHEAD = 12  # baseOffset + batchLength
-MAGIC_OFFSET = 16
-CRC_OFFSET = 17
-CRC_START = 21  # the CRC covers attributes .. end
-LAST_OFFSET_DELTA_OFFSET = 23
-MAX_TIMESTAMP_OFFSET = 35
-MAGIC_V2 = 2
+from headrace.record_format import BATCH_HEADER_SIZE as HEADER_SIZE
+from headrace.record_format import (
+    CRC_START,
+    LAST_OFFSET_DELTA_OFFSET,
+    LOG_OVERHEAD,
+    MAX_TIMESTAMP_OFFSET,
+)
+from headrace.record_format import HEADER_PREFIX as PREFIX  # baseOffset .. crc
+from headrace.record_format import INT32 as LAST_OFFSET_DELTA
+from headrace.record_format import INT64 as MAX_TIMESTAMP
+from headrace.record_format import MAGIC as MAGIC_V2
 
-# baseOffset, batchLength, partitionLeaderEpoch, magic, crc
-PREFIX = struct.Struct(">qiibI")
-LAST_OFFSET_DELTA = struct.Struct(">i")
-MAX_TIMESTAMP = struct.Struct(">q")
+__all__ = [
+    "BadBatch",
+    "BatchInfo",
+    "iter_batches",
+    "HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "CRC_START",
+    "LAST_OFFSET_DELTA_OFFSET",
+    "MAX_TIMESTAMP_OFFSET",
+    "MAGIC_V2",
+    "PREFIX",
+    "LAST_OFFSET_DELTA",
+    "MAX_TIMESTAMP",
+]
 
 # Scanning reads this much at a time when batches are small; after a large batch it reads just
 # the next header, so skipping big batches does not read their data.
@@ -84,6 +82,6 @@ def iter_batches(fd: int, position: int, end: int, headers: bool = False) -> Ite
         last = base + LAST_OFFSET_DELTA.unpack_from(buf, i + LAST_OFFSET_DELTA_OFFSET)[0]
         max_ts = MAX_TIMESTAMP.unpack_from(buf, i + MAX_TIMESTAMP_OFFSET)[0]
         info = BatchInfo(position, size, base, last, max_ts)
-        yield (info, bytes(buf[i:i + HEADER_SIZE])) if headers else info
+        yield (info, bytes(buf[i : i + HEADER_SIZE])) if headers else info
         position += size
         read_size = HEADER_SIZE if size >= SCAN_CHUNK // 2 else SCAN_CHUNK

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol.compression import available_compressions
 from headrace.protocol.records import (
     Record,
-    available_compressions,
     build_batch,
     decode_records,
     iter_batches,

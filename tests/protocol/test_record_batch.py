@@ -4,11 +4,13 @@ import struct
 
 import pytest
 
+from headrace.protocol.compression import (
+    COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_NONE, COMPRESSION_SNAPPY, COMPRESSION_ZSTD,
+    UnsupportedCompressionError, available_compressions,
+)
 from headrace.protocol.records import (
-    BATCH_HEADER_SIZE, COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_NONE, COMPRESSION_SNAPPY,
-    COMPRESSION_ZSTD, CorruptRecordError, Record, UnsupportedCompressionError,
-    available_compressions, build_batch, compute_crc, crc_matches, decode_records,
-    iter_batches, read_batch_header, set_base_offset,
+    BATCH_HEADER_SIZE, CorruptRecordError, Record, build_batch, compute_crc, crc_matches,
+    decode_records, iter_batches, read_batch_header, set_base_offset,
 )
 
 RECORDS = [
@@ -119,7 +121,7 @@ def test_unknown_compression():
 def test_snappy_reads_raw_blocks_too():
     if COMPRESSION_SNAPPY not in available_compressions():
         pytest.skip("no snappy module")
-    from headrace.protocol import records as r
+    from headrace.protocol import compression as r
     compress, _ = r._snappy_raw()
     plain = build_batch(RECORDS)
     body = compress(plain[BATCH_HEADER_SIZE:])
@@ -156,7 +158,7 @@ def test_crc32c_known_vector_and_crcmod_cross_check():
 
 @pytest.mark.parametrize("compression", [c for c in available_compressions() if c])
 def test_decompression_is_bounded(compression):
-    from headrace.protocol.records import compress, decompress
+    from headrace.protocol.compression import compress, decompress
 
     data = bytes(8 << 20)  # 8 MiB of zeros: a few KiB compressed
     packed = compress(compression, data)
@@ -167,7 +169,7 @@ def test_decompression_is_bounded(compression):
 
 
 def test_a_compression_bomb_in_a_batch_is_corrupt_not_an_allocation():
-    from headrace.protocol.records import DECOMPRESSED_MAX
+    from headrace.protocol.compression import DECOMPRESSED_MAX
 
     bomb = Record(key=None, value=bytes(DECOMPRESSED_MAX + 1), timestamp=1)
     batch = build_batch([bomb], compression=COMPRESSION_GZIP)
