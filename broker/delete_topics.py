@@ -3,7 +3,8 @@
 A deleted topic disappears from metadata at once; its directories are renamed with a
 ``-delete`` suffix and removed (leftovers are removed at the next start). The group
 coordinator is then told, and purges every group's committed offsets for the topic (with
-tombstones), so that a topic re-created under the same name is consumed from its start.
+tombstones), so that a topic re-created under the same name is consumed from its start; so is
+the transaction coordinator, whose open transactions drop their pending offsets for it.
 """
 
 from __future__ import annotations
@@ -43,5 +44,6 @@ async def handle(broker, header, request):
         await broker.topics.delete(topic)
         deleted.add(topic.name)
     if deleted:
+        broker.transactions.on_topics_deleted(deleted)
         await broker.groups.on_topics_deleted(deleted)
     return R(throttle_time_ms=0, responses=results)

@@ -323,6 +323,15 @@ class TransactionCoordinator:
                             offsets: dict[tuple[str, int], CommittedOffset]) -> None:
         self.pending_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
 
+    def on_topics_deleted(self, names: set[str]) -> None:
+        """Topics are gone: open transactions drop the offsets they would commit for them,
+        so that a topic re-created under the same name is not given the old topic's offsets
+        when the transaction commits."""
+        for groups in self.pending_offsets.values():
+            for offsets in groups.values():
+                for key in [k for k in offsets if k[0] in names]:
+                    del offsets[key]
+
     # completing ---------------------------------------------------------------------------------
 
     async def _fence_and_abort(self, txn: TransactionMetadata) -> int:

@@ -179,3 +179,34 @@ def test_the_old_group_reads_a_recreated_topic_from_its_start(broker_factory, ki
         assert consume(kind, b.bootstrap, "t", "g", 20) == list(range(20))
     finally:
         admin.close()
+
+
+def test_an_open_transaction_does_not_commit_offsets_for_a_deleted_topic(broker_factory):
+    """The transaction coordinator keeps offsets of its own about the topic (those of an open
+    transaction): they go with the topic, so its namesake does not inherit them at commit."""
+    from test_transactions_wire import FAST as TXN_FAST
+    from test_transactions_wire import end_txn, init_pid
+
+    b = broker_factory({**FAST, **TXN_FAST})
+    with WireClient(b.port) as c:
+        create_topic(c, "t", 1)
+        create_topic(c, "u", 1)
+        err, pid, epoch = init_pid(c, "tx")
+        assert err == 0
+        r = c.request(ApiKey.ADD_OFFSETS_TO_TXN, 3, messages.AddOffsetsToTxnRequest(
+            transactional_id="tx", producer_id=pid, producer_epoch=epoch, group_id="g"))
+        assert r.error_code == 0
+        T = messages.TxnOffsetCommitRequest
+        r = c.request(ApiKey.TXN_OFFSET_COMMIT, 3, T(
+            transactional_id="tx", group_id="g", producer_id=pid, producer_epoch=epoch,
+            generation_id=-1, member_id="", group_instance_id=None, topics=[
+                T.TxnOffsetCommitRequestTopic(name=name, partitions=[
+                    T.TxnOffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=5, committed_metadata="")])
+                for name in ("t", "u")]))
+        assert [p.error_code for t in r.topics for p in t.partitions] == [0, 0]
+
+        delete_topic(c, "t")
+        create_topic(c, "t", 1)
+        assert end_txn(c, "tx", pid, epoch, True) == 0
+        assert fetch_offsets(c, "g") == {("u", 0): 5}
