@@ -22,8 +22,11 @@ async def handle(broker, header, request):
         return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_GROUP_ID)
     partition = await broker.groups.offsets_partition(request.group_id)
     error = await broker.transactions.add_partitions(
-        request.transactional_id, request.producer_id, request.producer_epoch,
-        {(OFFSETS_TOPIC, partition.index)})
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        {(OFFSETS_TOPIC, partition.index)},
+    )
     if error == ErrorCode.PRODUCER_FENCED and header.api_version < 2:
         error = ErrorCode.INVALID_PRODUCER_EPOCH
     return R(throttle_time_ms=0, error_code=error)

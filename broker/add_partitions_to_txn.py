@@ -28,8 +28,12 @@ async def _one(broker, version, tid, pid, epoch, topics, verify_only=False):
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     unknown = {(n, p) for n, p in wanted if _unknown(broker, n, p)}
     if unknown:
-        codes = {w: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if w in unknown
-                 else ErrorCode.OPERATION_NOT_ATTEMPTED for w in wanted}
+        codes = {
+            w: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if w in unknown
+            else ErrorCode.OPERATION_NOT_ATTEMPTED
+            for w in wanted
+        }
     else:
         error = await broker.transactions.add_partitions(tid, pid, epoch, set(wanted), verify_only)
         if error == ErrorCode.PRODUCER_FENCED and version < 2:
@@ -37,23 +41,44 @@ async def _one(broker, version, tid, pid, epoch, topics, verify_only=False):
         codes = {w: error for w in wanted}
     results = []
     for t in topics:
-        results.append(R.AddPartitionsToTxnTopicResult(name=t.name, results_by_partition=[
-            R.AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=codes[(t.name, p)])
-            for p in t.partitions]))
+        results.append(
+            R.AddPartitionsToTxnTopicResult(
+                name=t.name,
+                results_by_partition=[
+                    R.AddPartitionsToTxnPartitionResult(
+                        partition_index=p, partition_error_code=codes[(t.name, p)]
+                    )
+                    for p in t.partitions
+                ],
+            )
+        )
     return results
 
 
 async def handle(broker, header, request):
     version = header.api_version
     if version <= 3:
-        results = await _one(broker, version, request.v3_and_below_transactional_id,
-                             request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
-                             request.v3_and_below_topics)
+        results = await _one(
+            broker,
+            version,
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            request.v3_and_below_topics,
+        )
         return R(throttle_time_ms=0, results_by_topic_v3_and_below=results)
     out = []
     for txn in request.transactions:
-        results = await _one(broker, version, txn.transactional_id, txn.producer_id,
-                             txn.producer_epoch, txn.topics, txn.verify_only)
-        out.append(R.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
-                                              topic_results=results))
+        results = await _one(
+            broker,
+            version,
+            txn.transactional_id,
+            txn.producer_id,
+            txn.producer_epoch,
+            txn.topics,
+            txn.verify_only,
+        )
+        out.append(
+            R.AddPartitionsToTxnResult(transactional_id=txn.transactional_id, topic_results=results)
+        )
     return R(throttle_time_ms=0, error_code=ErrorCode.NONE, results_by_transaction=out)

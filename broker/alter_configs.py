@@ -12,7 +12,7 @@ is refused with INVALID_REQUEST. ``validate_only`` checks without changing anyth
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -32,8 +32,10 @@ class Refused(Exception):
 def find_topic(broker, resource_type: int, name: str):
     """The topic a resource names, or Refused."""
     if resource_type == BROKER:
-        raise Refused(ErrorCode.INVALID_REQUEST,
-                      "broker settings are static: set them in the broker's properties file")
+        raise Refused(
+            ErrorCode.INVALID_REQUEST,
+            "broker settings are static: set them in the broker's properties file",
+        )
     if resource_type != TOPIC:
         raise Refused(ErrorCode.INVALID_REQUEST, f"resource type {resource_type} is not supported")
     topic = broker.topics.get(name)
@@ -66,8 +68,10 @@ async def alter(broker, request, response_class, new_configs: Callable) -> objec
     responses = []
     for res in request.resources:
         out = response_class.AlterConfigsResourceResponse(
-            error_code=ErrorCode.NONE, error_message=None,
-            resource_type=res.resource_type, resource_name=res.resource_name,
+            error_code=ErrorCode.NONE,
+            error_message=None,
+            resource_type=res.resource_type,
+            resource_name=res.resource_name,
         )
         responses.append(out)
         try:

@@ -23,7 +23,9 @@ def _api_keys():
     ApiVersion = messages.ApiVersionsResponse.ApiVersion
     return [
         ApiVersion(
-            api_key=key, min_version=_LISTED_MIN.get(key, api.MIN_VERSION), max_version=api.MAX_VERSION
+            api_key=key,
+            min_version=_LISTED_MIN.get(key, api.MIN_VERSION),
+            max_version=api.MAX_VERSION,
         )
         for key, api in sorted(APIS.items())
     ]

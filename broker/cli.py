@@ -39,8 +39,9 @@ def _parser() -> argparse.ArgumentParser:
         "--override", action="append", default=[], metavar="KEY=VALUE", help="set one setting"
     )
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
-    serve.add_argument("--ready-file", metavar="PATH",
-                       help="write host:port here once listening (removed at exit)")
+    serve.add_argument(
+        "--ready-file", metavar="PATH", help="write host:port here once listening (removed at exit)"
+    )
     commands.add_parser("settings", help="list the settings and their defaults")
     return parser
 

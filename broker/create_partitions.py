@@ -15,8 +15,9 @@ async def handle(broker, header, request):
     for t in request.topics:
         topic = broker.topics.get(t.name)
         error, message = _check(broker, topic, t)
-        results.append(R.CreatePartitionsTopicResult(name=t.name, error_code=error,
-                                                     error_message=message))
+        results.append(
+            R.CreatePartitionsTopicResult(name=t.name, error_code=error, error_message=message)
+        )
         if not error and not request.validate_only:
             await broker.topics.add_partitions(topic, t.count)
     return R(throttle_time_ms=0, results=results)
@@ -28,12 +29,16 @@ def _check(broker, topic, t) -> tuple[int, str | None]:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{t.name}' does not exist."
     current = len(topic.partitions)
     if t.count <= current:
-        return (ErrorCode.INVALID_PARTITIONS,
-                f"Topic currently has {current} partitions, {t.count} would not be an increase.")
+        return (
+            ErrorCode.INVALID_PARTITIONS,
+            f"Topic currently has {current} partitions, {t.count} would not be an increase.",
+        )
     if t.assignments is not None and (
         len(t.assignments) != t.count - current
         or any(a.broker_ids != [broker.node_id] for a in t.assignments)
     ):
-        return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"Every new partition must be on broker {broker.node_id}, the only one.")
+        return (
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"Every new partition must be on broker {broker.node_id}, the only one.",
+        )
     return ErrorCode.NONE, None

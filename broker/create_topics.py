@@ -52,7 +52,11 @@ async def handle(broker, header, request):
         result.replication_factor = 1
         result.configs = [
             R.CreatableTopicConfigs(
-                name=e.name, value=e.value, read_only=False, config_source=e.source, is_sensitive=False
+                name=e.name,
+                value=e.value,
+                read_only=False,
+                config_source=e.source,
+                is_sensitive=False,
             )
             for e in topic_configs
         ]
@@ -87,7 +91,9 @@ def _check(broker, t, names) -> tuple[int, dict]:
             )
         partitions = len(indexes)
     else:
-        partitions = int(broker.config["num.partitions"]) if t.num_partitions == -1 else t.num_partitions
+        partitions = (
+            int(broker.config["num.partitions"]) if t.num_partitions == -1 else t.num_partitions
+        )
         if partitions < 1:
             raise _Refused(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be at least 1.")
         if t.replication_factor not in (-1, 1):

@@ -19,7 +19,9 @@ def handle(broker, header, request):
         endpoint_type=request.endpoint_type,
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
-        brokers=[R.DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port, rack=None)],
+        brokers=[
+            R.DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port, rack=None)
+        ],
         cluster_authorized_operations=(
             CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else -(1 << 31)
         ),

@@ -43,7 +43,9 @@ def config_entries(broker, topic) -> list[Entry]:
         if name in topic.configs:
             synonyms.append((name, _text(topic.configs[name]), TOPIC_CONFIG))
         if setting.name in broker.config.explicit:
-            synonyms.append((setting.name, _text(broker.config[setting.name]), STATIC_BROKER_CONFIG))
+            synonyms.append(
+                (setting.name, _text(broker.config[setting.name]), STATIC_BROKER_CONFIG)
+            )
         synonyms.append((setting.name, _text(setting.default), DEFAULT_CONFIG))
         _, value, source = synonyms[0]
         entries.append(Entry(name, value, source, setting.type, setting.doc, tuple(synonyms)))
@@ -103,7 +105,8 @@ def handle(broker, header, request):
                     is_default=e.source == DEFAULT_CONFIG,
                     is_sensitive=False,
                     synonyms=[
-                        R.DescribeConfigsSynonym(name=n, value=v, source=s) for n, v, s in e.synonyms
+                        R.DescribeConfigsSynonym(name=n, value=v, source=s)
+                        for n, v, s in e.synonyms
                     ]
                     if request.include_synonyms
                     else [],

@@ -19,8 +19,10 @@ R = messages.DescribeProducersResponse
 def handle(broker, header, request):
     topics = []
     for t in request.topics:
-        partitions = [_partition(broker.topics.partition(t.name, index), index)
-                      for index in t.partition_indexes]
+        partitions = [
+            _partition(broker.topics.partition(t.name, index), index)
+            for index in t.partition_indexes
+        ]
         topics.append(R.TopicResponse(name=t.name, partitions=partitions))
     return R(throttle_time_ms=0, topics=topics)
 
@@ -28,19 +30,25 @@ def handle(broker, header, request):
 def _partition(partition, index: int):
     """The producers ``partition`` (None: there is no such partition) knows."""
     if partition is None:
-        return R.PartitionResponse(partition_index=index,
-                                   error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                   active_producers=[])
+        return R.PartitionResponse(
+            partition_index=index,
+            error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            active_producers=[],
+        )
     state = partition.producers
     active = []
     for pid in sorted(set(state.producers) | set(state.ongoing)):
         entry = state.producers.get(pid)
-        active.append(R.ProducerState(
-            producer_id=pid,
-            producer_epoch=entry.epoch if entry else -1,
-            last_sequence=entry.batches[-1][1] if entry and entry.batches else -1,
-            last_timestamp=entry.last_timestamp if entry else -1,
-            coordinator_epoch=entry.coordinator_epoch if entry else -1,
-            current_txn_start_offset=state.ongoing.get(pid, -1)))
-    return R.PartitionResponse(partition_index=index, error_code=ErrorCode.NONE,
-                               active_producers=active)
+        active.append(
+            R.ProducerState(
+                producer_id=pid,
+                producer_epoch=entry.epoch if entry else -1,
+                last_sequence=entry.batches[-1][1] if entry and entry.batches else -1,
+                last_timestamp=entry.last_timestamp if entry else -1,
+                coordinator_epoch=entry.coordinator_epoch if entry else -1,
+                current_txn_start_offset=state.ongoing.get(pid, -1),
+            )
+        )
+    return R.PartitionResponse(
+        partition_index=index, error_code=ErrorCode.NONE, active_producers=active
+    )

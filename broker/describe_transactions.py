@@ -19,17 +19,31 @@ def handle(broker, header, request):
     for tid in request.transactional_ids:
         txn = broker.transactions.describe(tid)
         if txn is None:
-            states.append(R.TransactionState(error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
-                                             transactional_id=tid, transaction_state="",
-                                             producer_id=-1, producer_epoch=-1,
-                                             transaction_start_time_ms=-1, topics=[]))
+            states.append(
+                R.TransactionState(
+                    error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                    transactional_id=tid,
+                    transaction_state="",
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    transaction_start_time_ms=-1,
+                    topics=[],
+                )
+            )
             continue
         by_topic: dict[str, list[int]] = {}
         for name, index in sorted(txn.partitions):
             by_topic.setdefault(name, []).append(index)
-        states.append(R.TransactionState(
-            error_code=ErrorCode.NONE, transactional_id=tid, transaction_state=txn.state.name,
-            transaction_timeout_ms=txn.timeout_ms, transaction_start_time_ms=txn.start_ms,
-            producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
-            topics=[R.TopicData(topic=n, partitions=ps) for n, ps in by_topic.items()]))
+        states.append(
+            R.TransactionState(
+                error_code=ErrorCode.NONE,
+                transactional_id=tid,
+                transaction_state=txn.state.name,
+                transaction_timeout_ms=txn.timeout_ms,
+                transaction_start_time_ms=txn.start_ms,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                topics=[R.TopicData(topic=n, partitions=ps) for n, ps in by_topic.items()],
+            )
+        )
     return R(throttle_time_ms=0, transaction_states=states)

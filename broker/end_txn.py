@@ -19,8 +19,9 @@ R = messages.EndTxnResponse
 
 
 async def handle(broker, header, request):
-    error = await broker.transactions.end_txn(request.transactional_id, request.producer_id,
-                                              request.producer_epoch, request.committed)
+    error = await broker.transactions.end_txn(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+    )
     if error == ErrorCode.PRODUCER_FENCED and header.api_version < 2:
         error = ErrorCode.INVALID_PRODUCER_EPOCH
     return R(throttle_time_ms=0, error_code=error)

@@ -49,16 +49,18 @@ async def handle(broker, header, request):
             out.partitions.append(resp)
             partition = topic.partition(p.partition) if topic is not None else None
             if partition is None:
-                resp.error_code = (ErrorCode.UNKNOWN_TOPIC_ID if by_id
-                                   else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                resp.error_code = (
+                    ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
                 resp.high_watermark = -1
                 continue
             wanted.append((resp, partition, p.fetch_offset, p.partition_max_bytes))
     read_committed = request.isolation_level == 1
     while True:
         stable = [part.last_stable_offset for _, part, _, _ in wanted]
-        total = await loop.run_in_executor(broker.read_pool, _read_all, wanted, request.max_bytes,
-                                           stable, read_committed)
+        total = await loop.run_in_executor(
+            broker.read_pool, _read_all, wanted, request.max_bytes, stable, read_committed
+        )
         errors = any(resp.error_code for resp, *_ in wanted)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
@@ -69,7 +71,7 @@ async def handle(broker, header, request):
             part.waiters.append(wakeup)
         try:
             await asyncio.wait_for(wakeup, remaining)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             for part in parts:
@@ -100,8 +102,11 @@ def _read_all(wanted, max_bytes: int, stable: list[int], read_committed: bool) -
         if budget <= 0 and total:
             continue
         try:
-            data = log.read(offset, max(budget, 1),
-                            max_offset=resp.last_stable_offset if read_committed else high_watermark)
+            data = log.read(
+                offset,
+                max(budget, 1),
+                max_offset=resp.last_stable_offset if read_committed else high_watermark,
+            )
         except OffsetOutOfRange:
             resp.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
             continue

@@ -43,10 +43,11 @@ def _changed(topic, res) -> dict[str, object]:
             configs.pop(c.name, None)
         elif op in (APPEND, SUBTRACT):
             if setting.type != "list":
-                raise Refused(ErrorCode.INVALID_CONFIG,
-                              f"{c.name} is not a list: APPEND and SUBTRACT do not apply")
-            current = _items(topic.setting(c.name) if c.name not in configs
-                             else configs[c.name])
+                raise Refused(
+                    ErrorCode.INVALID_CONFIG,
+                    f"{c.name} is not a list: APPEND and SUBTRACT do not apply",
+                )
+            current = _items(topic.setting(c.name) if c.name not in configs else configs[c.name])
             given = _items(c.value or "")
             if op == APPEND:
                 new = current + [w for w in given if w not in current]

@@ -62,13 +62,19 @@ class ProducerIdManager:
 
 async def handle(broker, header, request):
     if request.transactional_id == "":
-        return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, producer_id=-1,
-                 producer_epoch=-1)
+        return R(
+            throttle_time_ms=0,
+            error_code=ErrorCode.INVALID_REQUEST,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     if request.transactional_id is not None:
         version = header.api_version
         error, pid, epoch = await broker.transactions.init_producer_id(
-            request.transactional_id, request.transaction_timeout_ms,
-            request.producer_id if version >= 3 else -1, request.producer_epoch if version >= 3 else -1,
+            request.transactional_id,
+            request.transaction_timeout_ms,
+            request.producer_id if version >= 3 else -1,
+            request.producer_epoch if version >= 3 else -1,
         )
         if error == ErrorCode.PRODUCER_FENCED and version < 4:
             error = ErrorCode.INVALID_PRODUCER_EPOCH

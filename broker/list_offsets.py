@@ -36,14 +36,19 @@ async def handle(broker, header, request):
             partition = topic.partition(p.partition_index) if topic is not None else None
             if partition is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                partitions.append(R.ListOffsetsPartitionResponse(partition_index=p.partition_index,
-                                                                 error_code=code))
+                partitions.append(
+                    R.ListOffsetsPartitionResponse(
+                        partition_index=p.partition_index, error_code=code
+                    )
+                )
                 continue
             log = partition.log
             if p.timestamp == LATEST and header.api_version >= 2 and request.isolation_level == 1:
                 timestamp, offset = -1, partition.last_stable_offset
             else:
-                timestamp, offset = await loop.run_in_executor(broker.read_pool, _lookup, log, p.timestamp)
+                timestamp, offset = await loop.run_in_executor(
+                    broker.read_pool, _lookup, log, p.timestamp
+                )
             partitions.append(
                 R.ListOffsetsPartitionResponse(
                     partition_index=p.partition_index,

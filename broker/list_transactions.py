@@ -35,8 +35,12 @@ def handle(broker, header, request):
     try:
         regex = re.compile(pattern) if pattern else None
     except re.error:
-        return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_REGULAR_EXPRESSION,
-                 unknown_state_filters=[], transaction_states=[])
+        return R(
+            throttle_time_ms=0,
+            error_code=ErrorCode.INVALID_REGULAR_EXPRESSION,
+            unknown_state_filters=[],
+            transaction_states=[],
+        )
     now = int(time.time() * 1000)
     states = []
     for txn in broker.transactions.transactions():
@@ -49,7 +53,14 @@ def handle(broker, header, request):
             continue
         if regex is not None and not regex.fullmatch(tid):
             continue
-        states.append(R.TransactionState(transactional_id=tid, producer_id=txn.producer_id,
-                                         transaction_state=txn.state.name))
-    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, unknown_state_filters=unknown,
-             transaction_states=states)
+        states.append(
+            R.TransactionState(
+                transactional_id=tid, producer_id=txn.producer_id, transaction_state=txn.state.name
+            )
+        )
+    return R(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        unknown_state_filters=unknown,
+        transaction_states=states,
+    )

@@ -26,9 +26,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Callable
 
 from headrace.protocol.compression import compress, decompress
 from headrace.storage import StorageError, clean
@@ -68,13 +68,25 @@ class LogCleaner:
         self.passes = 0
 
     def start(self) -> None:
-        self._tasks.append(asyncio.create_task(run_every(
-            self.retention_check_ms / 1000, partial(self.run_once, True, False),
-            "log cleaner retention pass")))
+        self._tasks.append(
+            asyncio.create_task(
+                run_every(
+                    self.retention_check_ms / 1000,
+                    partial(self.run_once, True, False),
+                    "log cleaner retention pass",
+                )
+            )
+        )
         if self.compaction:
-            self._tasks.append(asyncio.create_task(run_every(
-                self.backoff_ms / 1000, partial(self.run_once, False, True),
-                "log cleaner compaction pass")))
+            self._tasks.append(
+                asyncio.create_task(
+                    run_every(
+                        self.backoff_ms / 1000,
+                        partial(self.run_once, False, True),
+                        "log cleaner compaction pass",
+                    )
+                )
+            )
 
     async def stop(self) -> None:
         """Stop between partitions; wait for the partition being worked on."""
@@ -104,11 +116,16 @@ class LogCleaner:
                     log.warning("retention roll of %s failed: %s", p.log.directory, e)
         bounds = None
         if compaction:
-            bounds = [(p.last_stable_offset, p.producers.active_producers())
-                      if p.log.config.compacts else None for p in partitions]
+            bounds = [
+                (p.last_stable_offset, p.producers.active_producers())
+                if p.log.config.compacts
+                else None
+                for p in partitions
+            ]
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._pass, partitions, retention, bounds)
         self.passes += 1
+
     def _pass(self, partitions, retention: bool, bounds) -> None:
         for i, p in enumerate(partitions):
             if self._stopping.is_set():
@@ -118,15 +135,29 @@ class LogCleaner:
                 if retention:
                     n = plog.apply_retention()
                     if n:
-                        log.info("retention deleted %d segment(s) of %s; log start offset %d",
-                                 n, plog.directory, plog.log_start_offset)
+                        log.info(
+                            "retention deleted %d segment(s) of %s; log start offset %d",
+                            n,
+                            plog.directory,
+                            plog.log_start_offset,
+                        )
                 if bounds is not None and bounds[i] is not None and plog.config.compacts:
                     below, producers = bounds[i]
-                    result = clean(plog, decompress=decompress, compress=compress,
-                                   below=below, producers=producers, map_bytes=self._map_bytes)
+                    result = clean(
+                        plog,
+                        decompress=decompress,
+                        compress=compress,
+                        below=below,
+                        producers=producers,
+                        map_bytes=self._map_bytes,
+                    )
                     if result is not None:
-                        log.info("compacted %s: %d -> %d bytes, %d records removed",
-                                 plog.directory, result.bytes_before, result.bytes_after,
-                                 result.records_removed)
+                        log.info(
+                            "compacted %s: %d -> %d bytes, %d records removed",
+                            plog.directory,
+                            result.bytes_before,
+                            result.bytes_after,
+                            result.records_removed,
+                        )
             except StorageError as e:
                 log.warning("log cleaner: %s", e)

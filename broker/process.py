@@ -85,9 +85,20 @@ class BrokerProcess:
         return self.proc.pid if self.proc is not None else 0
 
     def command(self, ready_file: Path) -> list[str]:
-        cmd = [sys.executable, "-m", "headrace", "serve", "--host", "127.0.0.1",
-               "--port", str(self.port), "--data-dir", str(self.data_dir),
-               "--ready-file", str(ready_file)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "headrace",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            "--ready-file",
+            str(ready_file),
+        ]
         for key, value in self.overrides.items():
             cmd += ["--override", f"{key}={value}"]
         return cmd + self.args
@@ -97,14 +108,20 @@ class BrokerProcess:
         if self.pythonpath:
             env = dict(os.environ)
             env["PYTHONPATH"] = os.pathsep.join(
-                [str(self.pythonpath)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+                [str(self.pythonpath)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+            )
         log = open(self.log_file, "a") if self.log_file else None
         with tempfile.TemporaryDirectory(prefix="headrace-start-") as tmp:
             ready = Path(tmp) / "ready"
             self.spawned_at = time.monotonic()
             proc = self.proc = subprocess.Popen(
-                self.command(ready), stdin=subprocess.DEVNULL, stdout=log or subprocess.DEVNULL,
-                stderr=subprocess.PIPE, text=True, env=env, preexec_fn=pinned(self.cpus),
+                self.command(ready),
+                stdin=subprocess.DEVNULL,
+                stdout=log or subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                preexec_fn=pinned(self.cpus),
             )
             self._reader = threading.Thread(target=self._pump, args=(proc, log), daemon=True)
             self._reader.start()

@@ -34,7 +34,9 @@ def handle(broker, header, request):
     to_flush = []
     for t in request.topic_data:
         topic = topics.find(None if version >= 13 else t.name, t.topic_id)
-        unknown = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        unknown = (
+            ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
         partitions = []
         for p in t.partition_data:
             partition = topic.partition(p.index) if topic is not None else None
@@ -43,7 +45,9 @@ def handle(broker, header, request):
                 continue
             verify = None
             if request.transactional_id is not None:
-                verify = partial(broker.transactions.verify, request.transactional_id, topic.name, p.index)
+                verify = partial(
+                    broker.transactions.verify, request.transactional_id, topic.name, p.index
+                )
             append_time = -1
             if topic.setting("message.timestamp.type") == "LogAppendTime":
                 append_time = int(time.time() * 1000)
@@ -64,7 +68,9 @@ def handle(broker, header, request):
                     log_start_offset=partition.log.log_start_offset,
                 )
             )
-        responses.append(R.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=partitions))
+        responses.append(
+            R.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=partitions)
+        )
     response = R(responses=responses, throttle_time_ms=0)
     if to_flush:
         return _after_flush(broker.topics.flush(to_flush), response, request.acks)
@@ -89,7 +95,10 @@ def _all_failed(request, version, code):
             R.TopicProduceResponse(
                 name=t.name,
                 topic_id=t.topic_id,
-                partition_responses=[R.PartitionProduceResponse(index=p.index, error_code=code) for p in t.partition_data],
+                partition_responses=[
+                    R.PartitionProduceResponse(index=p.index, error_code=code)
+                    for p in t.partition_data
+                ],
             )
             for t in request.topic_data
         ]

@@ -109,8 +109,14 @@ class ProducerStateManager:
         return entry
 
     def record(
-        self, producer_id: int, epoch: int, first_seq: int, last_seq: int, base_offset: int,
-        timestamp: int = -1, transactional: bool = False,
+        self,
+        producer_id: int,
+        epoch: int,
+        first_seq: int,
+        last_seq: int,
+        base_offset: int,
+        timestamp: int = -1,
+        transactional: bool = False,
     ) -> None:
         entry = self._entry(producer_id, epoch)
         if first_seq >= 0:
@@ -132,12 +138,19 @@ class ProducerStateManager:
         first = self.ongoing.get(producer_id)
         if kind != ABORT or first is None:
             return None
-        stable = min((o for p, o in self.ongoing.items() if p != producer_id),
-                     default=marker_offset + 1)
+        stable = min(
+            (o for p, o in self.ongoing.items() if p != producer_id), default=marker_offset + 1
+        )
         return AbortedTxn(producer_id, first, marker_offset, stable)
 
-    def complete(self, producer_id: int, epoch: int, kind: int, marker_offset: int,
-                 coordinator_epoch: int = -1) -> None:
+    def complete(
+        self,
+        producer_id: int,
+        epoch: int,
+        kind: int,
+        marker_offset: int,
+        coordinator_epoch: int = -1,
+    ) -> None:
         """A commit or abort marker was appended at ``marker_offset``: the transaction is
         closed here."""
         entry = self.producers.get(producer_id)
@@ -151,8 +164,10 @@ class ProducerStateManager:
         """For compaction: producer id -> (base offset of its last batch with a sequence, or
         -1 when none is known in its current epoch; its epoch). Compaction keeps that batch
         (or, with -1, the producer's marker of that epoch), even with no records left."""
-        return {pid: (e.batches[-1][2] if e.batches else -1, e.epoch)
-                for pid, e in self.producers.items()}
+        return {
+            pid: (e.batches[-1][2] if e.batches else -1, e.epoch)
+            for pid, e in self.producers.items()
+        }
 
     def last_stable_offset(self, log_end_offset: int) -> int:
         if not self.ongoing:

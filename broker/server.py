@@ -69,44 +69,43 @@ log = logging.getLogger("headrace")
 
 # one module per Kafka API, in API key order; ApiVersions lists exactly these
 API_MODULES = (
-    "produce",                     # 0
-    "fetch",                       # 1
-    "list_offsets",                # 2
-    "metadata",                    # 3
-    "offset_commit",               # 8
-    "offset_fetch",                # 9
-    "find_coordinator",            # 10
-    "join_group",                  # 11
-    "heartbeat",                   # 12
-    "leave_group",                 # 13
-    "sync_group",                  # 14
-    "describe_groups",             # 15
-    "list_groups",                 # 16
-    "api_versions",                # 18
-    "create_topics",               # 19
-    "delete_topics",               # 20
-    "delete_records",              # 21
-    "init_producer_id",            # 22
-    "add_partitions_to_txn",       # 24
-    "add_offsets_to_txn",          # 25
-    "end_txn",                     # 26
-    "txn_offset_commit",           # 28
-    "describe_configs",            # 32
-    "alter_configs",               # 33
-    "create_partitions",           # 37
-    "delete_groups",               # 42
-    "incremental_alter_configs",   # 44
-    "offset_delete",               # 47
-    "describe_cluster",            # 60
-    "describe_producers",          # 61
-    "describe_transactions",       # 65
-    "list_transactions",           # 66
-    "consumer_group_heartbeat",    # 68
-    "consumer_group_describe",     # 69
+    "produce",  # 0
+    "fetch",  # 1
+    "list_offsets",  # 2
+    "metadata",  # 3
+    "offset_commit",  # 8
+    "offset_fetch",  # 9
+    "find_coordinator",  # 10
+    "join_group",  # 11
+    "heartbeat",  # 12
+    "leave_group",  # 13
+    "sync_group",  # 14
+    "describe_groups",  # 15
+    "list_groups",  # 16
+    "api_versions",  # 18
+    "create_topics",  # 19
+    "delete_topics",  # 20
+    "delete_records",  # 21
+    "init_producer_id",  # 22
+    "add_partitions_to_txn",  # 24
+    "add_offsets_to_txn",  # 25
+    "end_txn",  # 26
+    "txn_offset_commit",  # 28
+    "describe_configs",  # 32
+    "alter_configs",  # 33
+    "create_partitions",  # 37
+    "delete_groups",  # 42
+    "incremental_alter_configs",  # 44
+    "offset_delete",  # 47
+    "describe_cluster",  # 60
+    "describe_producers",  # 61
+    "describe_transactions",  # 65
+    "list_transactions",  # 66
+    "consumer_group_heartbeat",  # 68
+    "consumer_group_describe",  # 69
 )
 APIS = {
-    m.API_KEY: m
-    for m in (importlib.import_module(f".{name}", __package__) for name in API_MODULES)
+    m.API_KEY: m for m in (importlib.import_module(f".{name}", __package__) for name in API_MODULES)
 }
 
 CLEAN_SHUTDOWN = ".clean_shutdown"
@@ -136,12 +135,15 @@ class Broker:
             dedupe_buffer_bytes=int(config["log.cleaner.dedupe.buffer.size"]),
         )
         self.transactions = TransactionCoordinator(
-            self.topics, self.producer_ids, self.groups,
+            self.topics,
+            self.producer_ids,
+            self.groups,
             node_id=self.node_id,
             max_timeout_ms=int(config["transaction.max.timeout.ms"]),
             expiration_ms=int(config["transactional.id.expiration.ms"]),
             check_interval_ms=int(
-                config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]),
+                config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
+            ),
             state_partitions=int(config["transaction.state.log.num.partitions"]),
             state_segment_bytes=int(config["transaction.state.log.segment.bytes"]),
         )
@@ -176,12 +178,16 @@ class Broker:
             raise StartupError(f"cannot listen on {self.host}:{self.port}: {e.strerror}") from e
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
-        self._tasks.append(asyncio.create_task(
-            run_every(self._flush_interval, self._flush_due, "periodic flush")))
+        self._tasks.append(
+            asyncio.create_task(run_every(self._flush_interval, self._flush_due, "periodic flush"))
+        )
         self.cleaner.start()
         log.info(
             "headrace listening on %s:%d, data in %s (%.0f ms)",
-            self.host, self.port, self.data_dir, (time.monotonic() - started) * 1000,
+            self.host,
+            self.port,
+            self.data_dir,
+            (time.monotonic() - started) * 1000,
         )
 
     def _open_data_dir(self) -> None:
@@ -245,13 +251,13 @@ class Broker:
         checkpoint = int(self.config["log.flush.offset.checkpoint.interval.ms"]) / 1000
         if topic is not None:
             return min(int(topic.setting("flush.ms")) / 1000, checkpoint)
-        return min((self._flush_interval(t) for t in self.topics.all_topics()),
-                   default=checkpoint)
+        return min((self._flush_interval(t) for t in self.topics.all_topics()), default=checkpoint)
 
     async def _flush_due(self) -> None:
         now = asyncio.get_running_loop().time()
         due = [
-            p for p in self.topics.all_partitions()
+            p
+            for p in self.topics.all_partitions()
             if p.unflushed and now - p.flushed_at >= self._flush_interval(p.topic)
         ]
         if due:
@@ -275,8 +281,9 @@ class Broker:
             raise CloseConnection(f"unsupported version {version} of api key {header.api_key}")
         try:
             # bytes after the body are ignored, as Kafka does (librdkafka sends some)
-            body = decode_message(request_class(header.api_key), version, frame, offset,
-                                  exact=False)
+            body = decode_message(
+                request_class(header.api_key), version, frame, offset, exact=False
+            )
         except DecodeError as e:
             raise CloseConnection(f"malformed {api.__name__} v{version} request: {e}") from None
         outcome = api.handle(self, header, body)

@@ -15,9 +15,9 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from headrace.pipeline import GroupCommit
 from headrace.protocol.errors import ErrorCode
@@ -75,8 +75,16 @@ def topic_name_error(name: str) -> str | None:
 class Partition:
     """One partition: its log, producer state and fetchers waiting for new data."""
 
-    __slots__ = ("topic", "index", "log", "producers", "waiters", "unflushed", "flushed_at",
-                 "_segments")
+    __slots__ = (
+        "topic",
+        "index",
+        "log",
+        "producers",
+        "waiters",
+        "unflushed",
+        "flushed_at",
+        "_segments",
+    )
 
     def __init__(self, topic: Topic, index: int, log: Log, producers: ProducerStateManager):
         self.topic = topic
@@ -159,8 +167,15 @@ class Partition:
         if base < 0:
             return ErrorCode.KAFKA_STORAGE_ERROR, -1, 0
         if pid >= 0:
-            self.producers.record(pid, first.producer_epoch, first.base_sequence, last_seq, base,
-                                  max_timestamp, first.is_transactional)
+            self.producers.record(
+                pid,
+                first.producer_epoch,
+                first.base_sequence,
+                last_seq,
+                base,
+                max_timestamp,
+                first.is_transactional,
+            )
         self._appended(count)
         return ErrorCode.NONE, base, count
 
@@ -212,8 +227,9 @@ class Partition:
         self._appended(batches[0][2].records_count)
         return ErrorCode.NONE
 
-    def append_marker(self, producer_id: int, epoch: int, commit: bool,
-                      coordinator_epoch: int) -> int:
+    def append_marker(
+        self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int
+    ) -> int:
         """Append a commit or abort marker for the producer's transaction. Returns the error
         code (INVALID_PRODUCER_EPOCH for a marker older than what this partition knows)."""
         error = self.producers.check_marker(producer_id, epoch)

@@ -48,8 +48,8 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from headrace.protocol import ErrorCode
 from headrace.protocol.records import decode_records, iter_batches
@@ -144,8 +144,13 @@ class TransactionCoordinator:
                 if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
                     await self._recover_offsets(txn)
                     await self._complete(txn, txn.state is PREPARE_COMMIT)
-        self._tasks.append(asyncio.create_task(
-            run_every(self.check_interval_ms / 1000, self.check_transactions, "transaction check")))
+        self._tasks.append(
+            asyncio.create_task(
+                run_every(
+                    self.check_interval_ms / 1000, self.check_transactions, "transaction check"
+                )
+            )
+        )
 
     def stop(self) -> None:
         for task in self._tasks:
@@ -162,9 +167,13 @@ class TransactionCoordinator:
         topic = topics.get(TRANSACTION_TOPIC)
         if topic is None:
             if self._topic_ready is None:
-                self._topic_ready = asyncio.ensure_future(topics.create(
-                    TRANSACTION_TOPIC, self.state_partitions,
-                    {"cleanup.policy": "compact", "segment.bytes": self.state_segment_bytes}))
+                self._topic_ready = asyncio.ensure_future(
+                    topics.create(
+                        TRANSACTION_TOPIC,
+                        self.state_partitions,
+                        {"cleanup.policy": "compact", "segment.bytes": self.state_segment_bytes},
+                    )
+                )
             try:
                 topic = await asyncio.shield(self._topic_ready)
             except FileExistsError:
@@ -219,8 +228,9 @@ class TransactionCoordinator:
 
     # requests -----------------------------------------------------------------------------------
 
-    async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int = -1,
-                               epoch: int = -1) -> tuple[int, int, int]:
+    async def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1
+    ) -> tuple[int, int, int]:
         """(error, producer id, epoch) for InitProducerId with a transactional id."""
         if not 0 < timeout_ms <= self.max_timeout_ms:
             return E.INVALID_TRANSACTION_TIMEOUT, -1, -1
@@ -229,8 +239,9 @@ class TransactionCoordinator:
             pid = await self.producer_ids.next_id()
             if transactional_id in self.txns:
                 return E.CONCURRENT_TRANSACTIONS, -1, -1
-            new = TransactionMetadata(transactional_id, pid, 0, timeout_ms, EMPTY, set(),
-                                      self.now_ms())
+            new = TransactionMetadata(
+                transactional_id, pid, 0, timeout_ms, EMPTY, set(), self.now_ms()
+            )
             new.pending = True
             self.txns[transactional_id] = new  # placeholder while the first record is written
             error = await self._change(None, replace(new, pending=False))
@@ -254,15 +265,29 @@ class TransactionCoordinator:
         pid, new_epoch = txn.producer_id, txn.producer_epoch + 1
         if new_epoch >= MAX_EPOCH:
             pid, new_epoch = await self.producer_ids.next_id(), 0
-        new = replace(txn, producer_id=pid, producer_epoch=new_epoch, timeout_ms=timeout_ms,
-                      state=EMPTY, partitions=set(), update_ms=self.now_ms(), start_ms=-1)
+        new = replace(
+            txn,
+            producer_id=pid,
+            producer_epoch=new_epoch,
+            timeout_ms=timeout_ms,
+            state=EMPTY,
+            partitions=set(),
+            update_ms=self.now_ms(),
+            start_ms=-1,
+        )
         error = await self._change(txn, new)
         if error:
             return error, -1, -1
         return E.NONE, pid, new_epoch
 
-    async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
-                             partitions: set[tuple[str, int]], verify_only: bool = False) -> int:
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: set[tuple[str, int]],
+        verify_only: bool = False,
+    ) -> int:
         error, txn = self._check(transactional_id, producer_id, epoch, ADD_PARTITIONS)
         if error:
             return error
@@ -272,12 +297,18 @@ class TransactionCoordinator:
         if txn.state is ONGOING and partitions <= txn.partitions:
             return E.NONE
         now = self.now_ms()
-        new = replace(txn, state=ONGOING, partitions=txn.partitions | partitions, update_ms=now,
-                      start_ms=txn.start_ms if txn.state is ONGOING else now)
+        new = replace(
+            txn,
+            state=ONGOING,
+            partitions=txn.partitions | partitions,
+            update_ms=now,
+            start_ms=txn.start_ms if txn.state is ONGOING else now,
+        )
         return await self._change(txn, new)
 
-    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int,
-                      commit: bool) -> int:
+    async def end_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
+    ) -> int:
         error, txn = self._check(transactional_id, producer_id, epoch)
         if error:
             return error
@@ -286,15 +317,17 @@ class TransactionCoordinator:
             return E.NONE
         if action is not ACCEPT:
             return action
-        prepared = replace(txn, state=PREPARE_COMMIT if commit else PREPARE_ABORT,
-                           update_ms=self.now_ms())
+        prepared = replace(
+            txn, state=PREPARE_COMMIT if commit else PREPARE_ABORT, update_ms=self.now_ms()
+        )
         error = await self._change(txn, prepared)
         if error:
             return error
         return await self._complete(self.txns[transactional_id], commit)
 
-    def verify(self, transactional_id: str | None, topic: str, partition: int, producer_id: int,
-               epoch: int) -> int:
+    def verify(
+        self, transactional_id: str | None, topic: str, partition: int, producer_id: int, epoch: int
+    ) -> int:
         """May this producer append a transactional batch to the partition? (Produce)"""
         txn = self.txns.get(transactional_id) if transactional_id is not None else None
         if txn is None or txn.producer_id != producer_id:
@@ -305,8 +338,9 @@ class TransactionCoordinator:
             return E.INVALID_TXN_STATE
         return E.NONE
 
-    def check_offset_commit(self, transactional_id: str, producer_id: int, epoch: int,
-                            group_id: str) -> int:
+    def check_offset_commit(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+    ) -> int:
         """May this producer commit offsets for ``group_id`` in its transaction?"""
         error, txn = self._check(transactional_id, producer_id, epoch, TXN_OFFSET_COMMIT)
         if error:
@@ -319,8 +353,9 @@ class TransactionCoordinator:
             return E.INVALID_TXN_STATE
         return E.NONE
 
-    def add_pending_offsets(self, producer_id: int, group_id: str,
-                            offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+    def add_pending_offsets(
+        self, producer_id: int, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]
+    ) -> None:
         self.pending_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
 
     def on_topics_deleted(self, names: set[str]) -> None:
@@ -341,8 +376,9 @@ class TransactionCoordinator:
         pid, epoch = txn.producer_id, txn.producer_epoch + 1
         if epoch > MAX_EPOCH:
             epoch = MAX_EPOCH
-        prepared = replace(txn, producer_id=pid, producer_epoch=epoch, state=PREPARE_ABORT,
-                           update_ms=self.now_ms())
+        prepared = replace(
+            txn, producer_id=pid, producer_epoch=epoch, state=PREPARE_ABORT, update_ms=self.now_ms()
+        )
         error = await self._change(txn, prepared)
         if error:
             return error
@@ -358,8 +394,12 @@ class TransactionCoordinator:
                 for group_id, committed in offsets.items():
                     error = await self._commit_offsets(group_id, committed)
                     if error:
-                        log.warning("offsets of %s for group %s: error %d",
-                                    prepared.transactional_id, group_id, error)
+                        log.warning(
+                            "offsets of %s for group %s: error %d",
+                            prepared.transactional_id,
+                            group_id,
+                            error,
+                        )
                         return error  # still decided: the timer completes it
             self.pending_offsets.pop(prepared.producer_id, None)
             touched = []
@@ -367,11 +407,17 @@ class TransactionCoordinator:
                 partition = self.topics.partition(topic_name, index)
                 if partition is None:
                     continue  # deleted meanwhile
-                error = partition.append_marker(prepared.producer_id, prepared.producer_epoch,
-                                                commit, COORDINATOR_EPOCH)
+                error = partition.append_marker(
+                    prepared.producer_id, prepared.producer_epoch, commit, COORDINATOR_EPOCH
+                )
                 if error:
-                    log.warning("marker for %s in %s-%d: error %d", prepared.transactional_id,
-                                topic_name, index, error)
+                    log.warning(
+                        "marker for %s in %s-%d: error %d",
+                        prepared.transactional_id,
+                        topic_name,
+                        index,
+                        error,
+                    )
                 touched.append(partition)
                 if os.environ.get("HEADRACE_TEST_CRASH") == "after-first-marker":
                     await self.topics.flush([partition])
@@ -383,12 +429,17 @@ class TransactionCoordinator:
             return E.COORDINATOR_NOT_AVAILABLE  # still decided: the timer completes it
         finally:
             prepared.pending = False
-        done = replace(prepared, state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
-                       partitions=set(), update_ms=self.now_ms())
+        done = replace(
+            prepared,
+            state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
+            partitions=set(),
+            update_ms=self.now_ms(),
+        )
         return await self._change(prepared, done)
 
-    async def _commit_offsets(self, group_id: str,
-                              offsets: dict[tuple[str, int], CommittedOffset]) -> int:
+    async def _commit_offsets(
+        self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]
+    ) -> int:
         """A committing transaction's offsets become the group's: written as a plain commit
         (before the markers, so that replaying ``__consumer_offsets`` needs no markers)."""
         return await self.groups.commit_offsets(group_id, offsets)
@@ -405,8 +456,9 @@ class TransactionCoordinator:
             first = partition.producers.ongoing.get(txn.producer_id)
             if first is None:
                 continue
-            found = await asyncio.to_thread(_read_txn_offsets, partition.log, first,
-                                            txn.producer_id)
+            found = await asyncio.to_thread(
+                _read_txn_offsets, partition.log, first, txn.producer_id
+            )
             for group_id, offsets in found.items():
                 self.add_pending_offsets(txn.producer_id, group_id, offsets)
 
@@ -419,8 +471,11 @@ class TransactionCoordinator:
             if txn.pending or self.txns.get(txn.transactional_id) is not txn:
                 continue
             if txn.state is ONGOING and now > txn.start_ms + txn.timeout_ms:
-                log.info("aborting transaction of %s: open longer than %d ms",
-                         txn.transactional_id, txn.timeout_ms)
+                log.info(
+                    "aborting transaction of %s: open longer than %d ms",
+                    txn.transactional_id,
+                    txn.timeout_ms,
+                )
                 await self._fence_and_abort(txn)
             elif txn.state in COMPLETING and txn.state is not PREPARE_EPOCH_FENCE:
                 await self._complete(txn, txn.state is PREPARE_COMMIT)

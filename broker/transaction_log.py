@@ -119,8 +119,9 @@ def parse_value(transactional_id: str, data: bytes) -> TransactionMetadata:
         for _ in range(r.take(_I32)):
             partitions.add((topic, r.take(_I32)))
     update_ms, start_ms = r.take(_TAIL)
-    return TransactionMetadata(transactional_id, pid, epoch, timeout, BY_CODE[code], partitions,
-                               update_ms, start_ms)
+    return TransactionMetadata(
+        transactional_id, pid, epoch, timeout, BY_CODE[code], partitions, update_ms, start_ms
+    )
 
 
 def replay(partition_logs) -> dict[str, TransactionMetadata]:

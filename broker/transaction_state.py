@@ -52,8 +52,16 @@ COMPLETE_ABORT = TxnState("CompleteAbort", 5)
 DEAD = TxnState("Dead", 6)
 PREPARE_EPOCH_FENCE = TxnState("PrepareEpochFence", 7)
 
-ALL = (EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, DEAD,
-       PREPARE_EPOCH_FENCE)
+ALL = (
+    EMPTY,
+    ONGOING,
+    PREPARE_COMMIT,
+    PREPARE_ABORT,
+    COMPLETE_COMMIT,
+    COMPLETE_ABORT,
+    DEAD,
+    PREPARE_EPOCH_FENCE,
+)
 BY_CODE = {s.code: s for s in ALL}
 BY_NAME = {s.name: s for s in ALL}
 
@@ -126,8 +134,13 @@ END_TXN: dict[tuple[TxnState, bool], object] = {
 # TxnOffsetCommit (checked with the coordinator: the group's offsets partition must be in
 # the ongoing transaction).
 TXN_OFFSET_COMMIT: dict[TxnState, object] = {
-    s: (ACCEPT if s is ONGOING else E.CONCURRENT_TRANSACTIONS if s in COMPLETING
-        else E.INVALID_TXN_STATE)
+    s: (
+        ACCEPT
+        if s is ONGOING
+        else E.CONCURRENT_TRANSACTIONS
+        if s in COMPLETING
+        else E.INVALID_TXN_STATE
+    )
     for s in ALL
 }
 

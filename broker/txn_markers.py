@@ -33,13 +33,29 @@ _KEY = struct.Struct(">hh")
 _VALUE = struct.Struct(">hi")
 
 
-def control_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                  timestamp: int | None = None) -> bytearray:
+def control_batch(
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    timestamp: int | None = None,
+) -> bytearray:
     """A writable control batch (base offset 0: set it before appending)."""
-    record = Record(key=_KEY.pack(0, COMMIT if commit else ABORT),
-                    value=_VALUE.pack(0, coordinator_epoch), timestamp=timestamp)
-    return bytearray(build_batch([record], producer_id=producer_id, producer_epoch=producer_epoch,
-                                 base_sequence=-1, is_transactional=True, is_control=True))
+    record = Record(
+        key=_KEY.pack(0, COMMIT if commit else ABORT),
+        value=_VALUE.pack(0, coordinator_epoch),
+        timestamp=timestamp,
+    )
+    return bytearray(
+        build_batch(
+            [record],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=-1,
+            is_transactional=True,
+            is_control=True,
+        )
+    )
 
 
 def control_type(batch) -> int:

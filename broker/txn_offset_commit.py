@@ -24,12 +24,22 @@ R = messages.TxnOffsetCommitResponse
 
 
 def _respond(request, codes):
-    return R(throttle_time_ms=0, topics=[
-        R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
-            R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
-                                               error_code=codes(t.name, p.partition_index))
-            for p in t.partitions])
-        for t in request.topics])
+    return R(
+        throttle_time_ms=0,
+        topics=[
+            R.TxnOffsetCommitResponseTopic(
+                name=t.name,
+                partitions=[
+                    R.TxnOffsetCommitResponsePartition(
+                        partition_index=p.partition_index,
+                        error_code=codes(t.name, p.partition_index),
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+    )
 
 
 def handle(broker, header, request):
@@ -38,12 +48,14 @@ def handle(broker, header, request):
     if not group_id:
         return _respond(request, lambda t, p: ErrorCode.INVALID_GROUP_ID)
     error = broker.transactions.check_offset_commit(
-        request.transactional_id, request.producer_id, request.producer_epoch, group_id)
+        request.transactional_id, request.producer_id, request.producer_epoch, group_id
+    )
     if error == ErrorCode.PRODUCER_FENCED and version < 3:
         error = ErrorCode.INVALID_PRODUCER_EPOCH
     if not error and version >= 3 and request.member_id and request.generation_id >= 0:
-        error, _ = broker.groups.check_commit(group_id, request.generation_id, request.member_id,
-                                              request.group_instance_id)
+        error, _ = broker.groups.check_commit(
+            group_id, request.generation_id, request.member_id, request.group_instance_id
+        )
     if error:
         return _respond(request, lambda t, p: error)
     now = now_ms()
@@ -53,13 +65,19 @@ def handle(broker, header, request):
         for p in t.partitions:
             if broker.topics.partition(t.name, p.partition_index) is None:
                 codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif p.committed_metadata is not None and len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+            elif (
+                p.committed_metadata is not None
+                and len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES
+            ):
                 codes[(t.name, p.partition_index)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
                 codes[(t.name, p.partition_index)] = ErrorCode.NONE
                 offsets[(t.name, p.partition_index)] = CommittedOffset(
-                    p.committed_offset, p.committed_leader_epoch if version >= 2 else -1,
-                    p.committed_metadata or "", now)
+                    p.committed_offset,
+                    p.committed_leader_epoch if version >= 2 else -1,
+                    p.committed_metadata or "",
+                    now,
+                )
     if not offsets:
         return _respond(request, lambda t, p: codes[(t, p)])
     return _write(broker, request, group_id, offsets, codes, now)
@@ -67,15 +85,27 @@ def handle(broker, header, request):
 
 async def _write(broker, request, group_id, offsets, codes, now):
     partition = await broker.groups.offsets_partition(group_id)
-    records = [Record(key=group_offsets.offset_key(group_id, t, p),
-                      value=group_offsets.offset_value(c), timestamp=now)
-               for (t, p), c in offsets.items()]
-    batch = bytearray(build_batch(records, producer_id=request.producer_id,
-                                  producer_epoch=request.producer_epoch, base_sequence=-1,
-                                  is_transactional=True))
+    records = [
+        Record(
+            key=group_offsets.offset_key(group_id, t, p),
+            value=group_offsets.offset_value(c),
+            timestamp=now,
+        )
+        for (t, p), c in offsets.items()
+    ]
+    batch = bytearray(
+        build_batch(
+            records,
+            producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch,
+            base_sequence=-1,
+            is_transactional=True,
+        )
+    )
     # checked again: the transaction may have changed while the offsets topic was created
     error = broker.transactions.check_offset_commit(
-        request.transactional_id, request.producer_id, request.producer_epoch, group_id)
+        request.transactional_id, request.producer_id, request.producer_epoch, group_id
+    )
     if not error:
         error = partition.append_transactional(batch, request.producer_id, request.producer_epoch)
     if not error:
