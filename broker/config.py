@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 LONG_MAX = (1 << 63) - 1
 
@@ -27,7 +28,7 @@ class Setting:
     topic: str | None = None  # the topic setting whose default this broker setting provides
 
 
-def _parse(setting: Setting, text: str) -> object:
+def _parse(setting: Setting, text: str) -> Any:
     text = text.strip()
     try:
         if setting.type == "boolean":
@@ -269,7 +270,8 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "transaction.max.timeout.ms",
             "int",
             900000,
-            "Largest transaction timeout a producer may ask for (else INVALID_TRANSACTION_TIMEOUT).",
+            "Largest transaction timeout a producer may ask for"
+            " (else INVALID_TRANSACTION_TIMEOUT).",
         ),
         Setting(
             "transactional.id.expiration.ms",
@@ -324,7 +326,7 @@ _TOPIC_RANGES = {
 }
 
 
-def validate_topic_setting(name: str, value: str) -> object:
+def validate_topic_setting(name: str, value: str) -> Any:
     """Parse a per-topic setting; raises ConfigError for unknown names or bad values."""
     setting = TOPIC_SETTINGS.get(name)
     if setting is None:
@@ -355,7 +357,8 @@ class BrokerConfig:
             if choices is not None and self.explicit[name] not in choices:
                 raise ConfigError(f"{name}: {text!r} is not one of {sorted(choices)}")
 
-    def __getitem__(self, name: str) -> object:
+    def __getitem__(self, name: str) -> Any:
+        """The setting's value, of the setting's own type (bool, int, float, str or list)."""
         if name in self.explicit:
             return self.explicit[name]
         return BROKER_SETTINGS[name].default

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 KEEP_LINES = 2000
@@ -57,7 +58,7 @@ class BrokerProcess:
         self,
         data_dir: str | Path,
         overrides: dict[str, object] | None = None,
-        args: list[str] = (),
+        args: Sequence[str] = (),
         port: int = 0,
         *,
         log_file: Path | None = None,
@@ -135,6 +136,7 @@ class BrokerProcess:
         return self
 
     def _pump(self, proc: subprocess.Popen, log) -> None:
+        assert proc.stderr is not None  # started with stderr=PIPE
         for line in proc.stderr:
             self.lines.append(line.rstrip("\n"))
             if len(self.lines) > KEEP_LINES:

@@ -44,7 +44,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from headrace.pipeline import CloseConnection, GroupCommit, Limits, Request, serve
+from headrace.pipeline import CloseConnection, GroupCommit, Limits, Request, Router, serve
 from headrace.protocol import (
     ApiKey,
     DecodeError,
@@ -149,7 +149,7 @@ class Broker:
         )
         self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
         self._server: asyncio.base_events.Server | None = None
-        self._router = None
+        self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
 
     @property
@@ -227,10 +227,12 @@ class Broker:
         self._server.close()
         for task in self._tasks:
             task.cancel()
-        await self._router.drain(timeout=5.0)
-        for conn in list(self._router.connections):
+        router = self._router
+        assert router is not None  # set together with _server
+        await router.drain(timeout=5.0)
+        for conn in list(router.connections):
             conn.close()
-        await self._router.close()
+        await router.close()
         await self.cleaner.stop()
         self.groups.stop()
         self.transactions.stop()

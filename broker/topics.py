@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from headrace.pipeline import GroupCommit
 from headrace.protocol.errors import ErrorCode
@@ -185,7 +186,7 @@ class Partition:
         log = self.log
         base = offset = log.log_end_offset
         max_timestamp = -1
-        for pos, size, h in batches:
+        for pos, _, h in batches:
             set_base_offset(records, pos, offset)
             offset += h.records_count
             if h.max_timestamp > max_timestamp:
@@ -270,7 +271,8 @@ class Topic:
         """Partition ``index``, or None when the topic has no such partition."""
         return self.partitions[index] if 0 <= index < len(self.partitions) else None
 
-    def setting(self, name: str) -> object:
+    def setting(self, name: str) -> Any:
+        """The topic's value of ``name``: its own if set, else the broker's default."""
         if name in self.configs:
             return self.configs[name]
         return self.broker_config[TOPIC_SETTINGS[name].name]
@@ -373,7 +375,9 @@ class TopicManager:
 
     def find(self, name: str | None, topic_id: uuid.UUID | None) -> Topic | None:
         """The topic a request names: by ``name`` when it has one, else by ``topic_id``."""
-        return self.topics.get(name) if name is not None else self.by_id.get(topic_id)
+        if name is not None:
+            return self.topics.get(name)
+        return self.by_id.get(topic_id) if topic_id is not None else None
 
     async def create(self, name: str, partitions: int, configs: dict[str, object]) -> Topic:
         """Create a topic; the caller has validated the name, count and settings."""

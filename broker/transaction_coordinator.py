@@ -261,6 +261,7 @@ class TransactionCoordinator:
                 return error, -1, -1
             txn = self.txns[transactional_id]
         elif action is not ACCEPT:
+            assert isinstance(action, int)  # the tables' other entries are error codes
             return action, -1, -1
         pid, new_epoch = txn.producer_id, txn.producer_epoch + 1
         if new_epoch >= MAX_EPOCH:
@@ -316,6 +317,7 @@ class TransactionCoordinator:
         if action is DONE:
             return E.NONE
         if action is not ACCEPT:
+            assert isinstance(action, int)  # the tables' other entries are error codes
             return action
         prepared = replace(
             txn, state=PREPARE_COMMIT if commit else PREPARE_ABORT, update_ms=self.now_ms()

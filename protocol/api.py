@@ -12,7 +12,7 @@ import struct
 from enum import IntEnum
 
 from .codec import DecodeError, EncodeError, get_decoder, get_encoder
-from .schema import load_message
+from .schema import GeneratedClass, load_message
 
 __all__ = [
     "ApiKey",
@@ -100,11 +100,11 @@ class UnsupportedVersionError(DecodeError):
     """The API key is unknown or the version is outside what its schema defines."""
 
 
-_request_classes: dict[int, type] = {}
-_response_classes: dict[int, type] = {}
+_request_classes: dict[int, GeneratedClass] = {}
+_response_classes: dict[int, GeneratedClass] = {}
 
 
-def _class_for(api_key: int, suffix: str, table: dict) -> type:
+def _class_for(api_key: int, suffix: str, table: dict) -> GeneratedClass:
     cls = table.get(api_key)
     if cls is None:
         try:
@@ -115,12 +115,12 @@ def _class_for(api_key: int, suffix: str, table: dict) -> type:
     return cls
 
 
-def request_class(api_key: int) -> type:
+def request_class(api_key: int) -> GeneratedClass:
     """The request message class for ``api_key`` (e.g. ``ProduceRequest`` for 0)."""
     return _class_for(api_key, "Request", _request_classes)
 
 
-def response_class(api_key: int) -> type:
+def response_class(api_key: int) -> GeneratedClass:
     """The response message class for ``api_key``."""
     return _class_for(api_key, "Response", _response_classes)
 

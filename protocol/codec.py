@@ -271,6 +271,7 @@ class _DecoderGen(_Gen):
         if f.default_is_mutable():
             if f.is_array:
                 return "[]"
+            assert f.struct is not None  # a mutable default that is not an array is a struct
             return self.src.const(f.struct.cls, "_C") + "()"
         return self.src.const(f.default_value(), "_D") if f.default_value() is not None else "None"
 
@@ -329,7 +330,7 @@ class _DecoderGen(_Gen):
             f"'{self.label}: tagged field %d size %d exceeds the bytes left' % ({tag}, {size})",
         )
         kw = "if"
-        for f in sorted(tagged, key=lambda f: f.tag):
+        for f in sorted(tagged, key=lambda f: f.tag or 0):  # tagged fields have tags
             e(i2, f"{kw} {tag} == {f.tag}:")
             kw = "elif"
             self.value(i2 + 1, f, f"{target}.{f.attr}", te, True)
@@ -496,7 +497,7 @@ class _EncoderGen(_Gen):
             return
         tl = self.src.var("tl")
         e(ind, f"{tl} = []")
-        for f in sorted(tagged, key=lambda f: f.tag):
+        for f in sorted(tagged, key=lambda f: f.tag or 0):  # tagged fields have tags
             val = self.src.var("w")
             e(ind, f"{val} = {obj}.{f.attr}")
             e(ind, f"if {self.nondefault_expr(f, val)}:")

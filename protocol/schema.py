@@ -28,6 +28,11 @@ import re
 import threading
 import uuid
 from pathlib import Path
+from typing import Any
+
+# A class generated from a schema at run time: its fields and class attributes (API_KEY,
+# VALID_VERSIONS, ...) are set then, so a static checker cannot know them.
+GeneratedClass = Any
 
 __all__ = ["VersionRange", "FieldSpec", "StructSpec", "MessageSpec", "load_message", "Struct"]
 
@@ -166,7 +171,7 @@ class StructSpec:
 
     def __init__(self, name: str, fields: list[FieldSpec], versions: VersionRange):
         self.name, self.fields, self.versions = name, fields, versions
-        self.cls = None
+        self.cls: GeneratedClass = None  # built by load_message
 
 
 class MessageSpec:
@@ -262,7 +267,7 @@ class Struct:
 
     __slots__ = ()
     _fields: tuple[str, ...] = ()
-    __hash__ = None  # mutable
+    __hash__ = None  # type: ignore[assignment]  # mutable: unhashable, as for a list
 
     def __repr__(self) -> str:
         parts = []
@@ -325,10 +330,10 @@ def _make_class(spec: StructSpec, qualname: str, module: str):
 
 
 _lock = threading.RLock()
-_messages: dict[str, type] = {}
+_messages: dict[str, GeneratedClass] = {}
 
 
-def load_message(name: str) -> type:
+def load_message(name: str) -> GeneratedClass:
     """The class for schema ``name`` (e.g. "FetchResponse"), built on first use."""
     cls = _messages.get(name)
     if cls is not None:
