@@ -1,8 +1,7 @@
 """Scanning a segment file's record batches by their headers, with ``os.pread``.
 
 The batch layout is documented (and its constants and structs defined) in
-``headrace.record_format``; the names below are the ones storage uses for them. Records are
-never parsed here.
+``headrace.record_format``. Records are never parsed here.
 """
 
 from __future__ import annotations
@@ -11,32 +10,16 @@ import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from headrace.record_format import BATCH_HEADER_SIZE as HEADER_SIZE
 from headrace.record_format import (
-    CRC_START,
+    BATCH_HEADER_SIZE,
+    HEADER_PREFIX,
+    INT32,
+    INT64,
     LAST_OFFSET_DELTA_OFFSET,
     LOG_OVERHEAD,
+    MAGIC,
     MAX_TIMESTAMP_OFFSET,
 )
-from headrace.record_format import HEADER_PREFIX as PREFIX  # baseOffset .. crc
-from headrace.record_format import INT32 as LAST_OFFSET_DELTA
-from headrace.record_format import INT64 as MAX_TIMESTAMP
-from headrace.record_format import MAGIC as MAGIC_V2
-
-__all__ = [
-    "BadBatch",
-    "BatchInfo",
-    "iter_batches",
-    "HEADER_SIZE",
-    "LOG_OVERHEAD",
-    "CRC_START",
-    "LAST_OFFSET_DELTA_OFFSET",
-    "MAX_TIMESTAMP_OFFSET",
-    "MAGIC_V2",
-    "PREFIX",
-    "LAST_OFFSET_DELTA",
-    "MAX_TIMESTAMP",
-]
 
 # Scanning reads this much at a time when batches are small; after a large batch it reads just
 # the next header, so skipping big batches does not read their data.
@@ -67,21 +50,21 @@ def iter_batches(fd: int, position: int, end: int, headers: bool = False) -> Ite
     read_size = SCAN_CHUNK
     while position < end:
         i = position - buf_pos
-        if i + HEADER_SIZE > len(buf):
-            if position + HEADER_SIZE > end:
+        if i + BATCH_HEADER_SIZE > len(buf):
+            if position + BATCH_HEADER_SIZE > end:
                 raise BadBatch(f"torn header at position {position}")
-            buf = os.pread(fd, max(HEADER_SIZE, min(read_size, end - position)), position)
+            buf = os.pread(fd, max(BATCH_HEADER_SIZE, min(read_size, end - position)), position)
             buf_pos = position
             i = 0
-            if len(buf) < HEADER_SIZE:
+            if len(buf) < BATCH_HEADER_SIZE:
                 raise BadBatch(f"short read at position {position}")
-        base, length, _epoch, magic, _crc = PREFIX.unpack_from(buf, i)
+        base, length, _epoch, magic, _crc = HEADER_PREFIX.unpack_from(buf, i)
         size = LOG_OVERHEAD + length
-        if size < HEADER_SIZE or magic != MAGIC_V2 or position + size > end:
+        if size < BATCH_HEADER_SIZE or magic != MAGIC or position + size > end:
             raise BadBatch(f"bad batch header at position {position}")
-        last = base + LAST_OFFSET_DELTA.unpack_from(buf, i + LAST_OFFSET_DELTA_OFFSET)[0]
-        max_ts = MAX_TIMESTAMP.unpack_from(buf, i + MAX_TIMESTAMP_OFFSET)[0]
+        last = base + INT32.unpack_from(buf, i + LAST_OFFSET_DELTA_OFFSET)[0]
+        max_ts = INT64.unpack_from(buf, i + MAX_TIMESTAMP_OFFSET)[0]
         info = BatchInfo(position, size, base, last, max_ts)
-        yield (info, bytes(buf[i : i + HEADER_SIZE])) if headers else info
+        yield (info, bytes(buf[i : i + BATCH_HEADER_SIZE])) if headers else info
         position += size
-        read_size = HEADER_SIZE if size >= SCAN_CHUNK // 2 else SCAN_CHUNK
+        read_size = BATCH_HEADER_SIZE if size >= SCAN_CHUNK // 2 else SCAN_CHUNK

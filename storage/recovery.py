@@ -29,21 +29,20 @@ import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
-import crc32c
-
-from . import _files
-from ._batch import (
-    CRC_START,
-    HEADER_SIZE,
-    LAST_OFFSET_DELTA,
+from headrace.record_format import (
+    BATCH_HEADER_SIZE,
+    HEADER_PREFIX,
+    INT32,
+    INT64,
     LAST_OFFSET_DELTA_OFFSET,
     LOG_OVERHEAD,
-    MAGIC_V2,
-    MAX_TIMESTAMP,
+    MAGIC,
     MAX_TIMESTAMP_OFFSET,
-    PREFIX,
-    BatchInfo,
+    crc_matches,
 )
+
+from . import _files
+from ._batch import BatchInfo
 from .checkpoint import read_checkpoint
 from .segment import INT32_MAX, LogSegment
 
@@ -152,29 +151,29 @@ def iter_valid_batches(
     pos = 0
     buf = memoryview(b"")
     buf_pos = 0
-    while pos + HEADER_SIZE <= size:
-        if pos + HEADER_SIZE > buf_pos + len(buf):
+    while pos + BATCH_HEADER_SIZE <= size:
+        if pos + BATCH_HEADER_SIZE > buf_pos + len(buf):
             buf = memoryview(os.pread(fd, min(READ_CHUNK, size - pos), pos))
             buf_pos = pos
-            if len(buf) < HEADER_SIZE:
+            if len(buf) < BATCH_HEADER_SIZE:
                 return
         i = pos - buf_pos
-        base, length, _epoch, magic, crc = PREFIX.unpack_from(buf, i)
+        base, length, _epoch, magic, _crc = HEADER_PREFIX.unpack_from(buf, i)
         bsize = LOG_OVERHEAD + length
-        if bsize < HEADER_SIZE or magic != MAGIC_V2 or pos + bsize > size:
+        if bsize < BATCH_HEADER_SIZE or magic != MAGIC or pos + bsize > size:
             return
         if i + bsize > len(buf):
             buf = memoryview(os.pread(fd, max(bsize, min(READ_CHUNK, size - pos)), pos))
             buf_pos, i = pos, 0
             if len(buf) < bsize:
                 return
-        if crc32c.crc32c(buf[i + CRC_START : i + bsize]) != crc:
+        if not crc_matches(buf[i : i + bsize]):
             return
-        delta = LAST_OFFSET_DELTA.unpack_from(buf, i + LAST_OFFSET_DELTA_OFFSET)[0]
+        delta = INT32.unpack_from(buf, i + LAST_OFFSET_DELTA_OFFSET)[0]
         last = base + delta
         if base < next_offset or delta < 0 or last - segment_base > INT32_MAX:
             return
-        max_ts = MAX_TIMESTAMP.unpack_from(buf, i + MAX_TIMESTAMP_OFFSET)[0]
+        max_ts = INT64.unpack_from(buf, i + MAX_TIMESTAMP_OFFSET)[0]
         yield BatchInfo(pos, bsize, base, last, max_ts)
         next_offset = last + 1
         pos += bsize

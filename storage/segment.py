@@ -27,8 +27,10 @@ from __future__ import annotations
 import os
 import time
 
+from headrace.record_format import BATCH_HEADER_SIZE, INT64, MAX_TIMESTAMP_OFFSET
+
 from . import _files
-from ._batch import HEADER_SIZE, MAX_TIMESTAMP, MAX_TIMESTAMP_OFFSET, BadBatch, iter_batches
+from ._batch import BadBatch, iter_batches
 from ._fd import FileRef
 from .index import OffsetIndex, TimeIndex
 from .txn_index import TransactionIndex
@@ -324,10 +326,10 @@ class LogSegment:
 
 def read_first_batch_timestamp(fd: int, size: int) -> int:
     """The maxTimestamp of the first batch of a segment file of ``size`` bytes; -1 if none."""
-    if size >= HEADER_SIZE:
-        header = os.pread(fd, HEADER_SIZE, 0)
-        if len(header) == HEADER_SIZE:
-            return MAX_TIMESTAMP.unpack_from(header, MAX_TIMESTAMP_OFFSET)[0]
+    if size >= BATCH_HEADER_SIZE:
+        header = os.pread(fd, BATCH_HEADER_SIZE, 0)
+        if len(header) == BATCH_HEADER_SIZE:
+            return INT64.unpack_from(header, MAX_TIMESTAMP_OFFSET)[0]
     return -1
 
 

@@ -8,10 +8,20 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 from collections.abc import Callable
 
-from .._batch import HEADER_SIZE, BadBatch, iter_batches
+from headrace.record_format import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER_SIZE,
+    INT16,
+    INT32,
+    INT64,
+    RECORDS_COUNT_OFFSET,
+)
+
+from .._batch import BadBatch, iter_batches
 from .._records import walk_records
 
 _log = logging.getLogger(__name__)
@@ -19,22 +29,6 @@ _log = logging.getLogger(__name__)
 # (codec id, data) -> data: the caller's compressor, and its decompressor (given a view)
 Codec = Callable[[int, bytes], bytes]
 Decompressor = Callable[[int, bytes | memoryview], bytes]
-
-ATTR = struct.Struct(">h")
-INT16 = struct.Struct(">h")
-INT32 = struct.Struct(">i")
-INT64 = struct.Struct(">q")
-UINT32 = struct.Struct(">I")
-ATTRIBUTES_OFFSET = 21
-BASE_TIMESTAMP_OFFSET = 27
-RECORDS_COUNT_OFFSET = 57
-PRODUCER_ID_OFFSET = 43
-PRODUCER_EPOCH_OFFSET = 51
-COMPRESSION_MASK = 0x07
-LOG_APPEND_TIME = 0x08
-TRANSACTIONAL = 0x10
-CONTROL = 0x20
-DELETE_HORIZON = 0x40
 
 
 def read_batches(ref, size: int):
@@ -48,12 +42,12 @@ def read_batches(ref, size: int):
 
 def data_records(data: bytes, decompress: Decompressor | None) -> tuple[memoryview, list] | None:
     """(records section, walked records) of a data batch, or None to treat it as opaque."""
-    attributes = ATTR.unpack_from(data, ATTRIBUTES_OFFSET)[0]
-    if attributes & CONTROL:
+    attributes = INT16.unpack_from(data, ATTRIBUTES_OFFSET)[0]
+    if attributes & ATTR_CONTROL:
         return None
     count = INT32.unpack_from(data, RECORDS_COUNT_OFFSET)[0]
-    payload = memoryview(data)[HEADER_SIZE:]
-    codec = attributes & COMPRESSION_MASK
+    payload = memoryview(data)[BATCH_HEADER_SIZE:]
+    codec = attributes & ATTR_COMPRESSION_MASK
     try:
         if codec:
             if decompress is None:

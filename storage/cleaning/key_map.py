@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import hashlib
 
-from .batches import (
-    ATTR,
+from headrace.record_format import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
     ATTRIBUTES_OFFSET,
-    CONTROL,
+    INT16,
     INT64,
     PRODUCER_ID_OFFSET,
-    TRANSACTIONAL,
-    Decompressor,
-    data_records,
-    read_batches,
 )
+
+from .batches import Decompressor, data_records, read_batches
 from .plan import Plan
 from .transactions import Transactions, control_type
 
@@ -50,12 +49,12 @@ def offset_map(
         for info, data in read_batches(ref, size):
             if info.last_offset < first_dirty:
                 continue
-            attributes = ATTR.unpack_from(data, ATTRIBUTES_OFFSET)[0]
+            attributes = INT16.unpack_from(data, ATTRIBUTES_OFFSET)[0]
             pid = INT64.unpack_from(data, PRODUCER_ID_OFFSET)[0]
-            if attributes & CONTROL:
+            if attributes & ATTR_CONTROL:
                 txns.on_marker(pid, control_type(data), info.last_offset)
                 continue
-            if txns.on_batch(pid, bool(attributes & TRANSACTIONAL), info.last_offset):
+            if txns.on_batch(pid, bool(attributes & ATTR_TRANSACTIONAL), info.last_offset):
                 continue  # aborted: its keys must not hide committed records
             walked = data_records(data, decompress)
             if walked is None:

@@ -20,27 +20,28 @@ from __future__ import annotations
 
 import os
 
-import crc32c
-
-from .. import _files
-from .._batch import HEADER_SIZE, LOG_OVERHEAD, BatchInfo
-from ..segment import LogSegment
-from .batches import (
-    ATTR,
+from headrace.record_format import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
     ATTRIBUTES_OFFSET,
     BASE_TIMESTAMP_OFFSET,
-    COMPRESSION_MASK,
-    CONTROL,
+    BATCH_HEADER_SIZE,
+    INT16,
     INT32,
     INT64,
-    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MAX_TIMESTAMP_OFFSET,
     PRODUCER_ID_OFFSET,
     RECORDS_COUNT_OFFSET,
-    TRANSACTIONAL,
-    UINT32,
-    data_records,
-    read_batches,
+    set_crc,
 )
+
+from .. import _files
+from .._batch import BatchInfo
+from ..segment import LogSegment
+from .batches import data_records, read_batches
 from .key_map import digest
 from .transactions import filter_marker, is_last_of_producer
 
@@ -92,7 +93,7 @@ def rewrite_group(cleaned_dir: str, group: list[tuple], rules: Rules, index_inte
             view = memoryview(batch)
             while view:
                 view = view[os.write(fd, view) :]
-            max_ts = INT64.unpack_from(batch, 35)[0]
+            max_ts = INT64.unpack_from(batch, MAX_TIMESTAMP_OFFSET)[0]
             written.append(
                 BatchInfo(position, len(batch), info.base_offset, info.last_offset, max_ts)
             )
@@ -110,11 +111,11 @@ def rewrite_group(cleaned_dir: str, group: list[tuple], rules: Rules, index_inte
 
 def filter_batch(info: BatchInfo, data: bytes, rules: Rules):
     """(batch bytes, records dropped), or None when nothing of the batch is kept."""
-    attributes = ATTR.unpack_from(data, ATTRIBUTES_OFFSET)[0]
+    attributes = INT16.unpack_from(data, ATTRIBUTES_OFFSET)[0]
     pid = INT64.unpack_from(data, PRODUCER_ID_OFFSET)[0]
-    if attributes & CONTROL:
+    if attributes & ATTR_CONTROL:
         return filter_marker(info, data, attributes, pid, rules)
-    aborted = rules.txns.on_batch(pid, bool(attributes & TRANSACTIONAL), info.last_offset)
+    aborted = rules.txns.on_batch(pid, bool(attributes & ATTR_TRANSACTIONAL), info.last_offset)
     records: list
     if aborted:
         payload, records = memoryview(b""), []  # nothing kept: returns before payload is used
@@ -125,8 +126,8 @@ def filter_batch(info: BatchInfo, data: bytes, rules: Rules):
         payload, records = walked
     count = INT32.unpack_from(data, RECORDS_COUNT_OFFSET)[0]
     base_ts = INT64.unpack_from(data, BASE_TIMESTAMP_OFFSET)[0]
-    log_append = attributes & LOG_APPEND_TIME
-    batch_max_ts = INT64.unpack_from(data, 35)[0]
+    log_append = attributes & ATTR_TIMESTAMP_TYPE
+    batch_max_ts = INT64.unpack_from(data, MAX_TIMESTAMP_OFFSET)[0]
     kept = []
     offsets = rules.offsets
     for r in records:
@@ -147,7 +148,7 @@ def filter_batch(info: BatchInfo, data: bytes, rules: Rules):
                 return data, 0
             return with_records(data, b"", 0, None), count  # header kept: its sequence
         return None
-    codec = attributes & COMPRESSION_MASK
+    codec = attributes & ATTR_COMPRESSION_MASK
     body = b"".join(bytes(payload[r.start : r.end]) for r in kept)
     if codec:
         if rules.compress is None:
@@ -159,11 +160,11 @@ def filter_batch(info: BatchInfo, data: bytes, rules: Rules):
 
 def with_records(data: bytes, body: bytes, count: int, max_ts: int | None) -> bytes:
     """``data``'s header over a new records section: length, count, max timestamp, CRC."""
-    batch = bytearray(data[:HEADER_SIZE])
+    batch = bytearray(data[:BATCH_HEADER_SIZE])
     batch += body
     INT32.pack_into(batch, 8, len(batch) - LOG_OVERHEAD)
     INT32.pack_into(batch, RECORDS_COUNT_OFFSET, count)
     if max_ts is not None:
-        INT64.pack_into(batch, 35, max_ts)
-    UINT32.pack_into(batch, 17, crc32c.crc32c(memoryview(batch)[21:]))
+        INT64.pack_into(batch, MAX_TIMESTAMP_OFFSET, max_ts)
+    set_crc(batch)
     return bytes(batch)

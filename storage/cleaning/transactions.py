@@ -18,24 +18,23 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
-import crc32c
-
-from .._batch import HEADER_SIZE, BatchInfo
-from .._records import walk_records
-from ..txn_index import AbortedTxn
-from .batches import (
-    ATTR,
+from headrace.record_format import (
+    ATTR_DELETE_HORIZON,
     ATTRIBUTES_OFFSET,
     BASE_TIMESTAMP_OFFSET,
-    DELETE_HORIZON,
+    BATCH_HEADER_SIZE,
     INT16,
     INT32,
     INT64,
     PRODUCER_EPOCH_OFFSET,
     PRODUCER_ID_OFFSET,
     RECORDS_COUNT_OFFSET,
-    UINT32,
+    set_crc,
 )
+
+from .._batch import BatchInfo
+from .._records import walk_records
+from ..txn_index import AbortedTxn
 
 if TYPE_CHECKING:
     from .rewrite import Rules
@@ -54,7 +53,7 @@ def control_type(data: bytes) -> int | None:
     if count == 0:
         return None
     try:
-        for r in walk_records(memoryview(data)[HEADER_SIZE:], count):
+        for r in walk_records(memoryview(data)[BATCH_HEADER_SIZE:], count):
             if r.key is None or len(r.key) < CONTROL_KEY.size:
                 return -1
             return CONTROL_KEY.unpack_from(r.key)[1]
@@ -135,12 +134,12 @@ def filter_marker(info: BatchInfo, data: bytes, attributes: int, pid: int, rules
         return data, 0
     if is_last_of_producer(data, info.base_offset, True, rules.producers):
         return data, 0
-    if attributes & DELETE_HORIZON:
+    if attributes & ATTR_DELETE_HORIZON:
         if INT64.unpack_from(data, BASE_TIMESTAMP_OFFSET)[0] <= rules.now_ms:
             return None
         return data, 0
     batch = bytearray(data)
-    ATTR.pack_into(batch, ATTRIBUTES_OFFSET, attributes | DELETE_HORIZON)
+    INT16.pack_into(batch, ATTRIBUTES_OFFSET, attributes | ATTR_DELETE_HORIZON)
     INT64.pack_into(batch, BASE_TIMESTAMP_OFFSET, rules.now_ms + rules.delete_retention_ms)
-    UINT32.pack_into(batch, 17, crc32c.crc32c(memoryview(batch)[21:]))
+    set_crc(batch)
     return bytes(batch), 0
