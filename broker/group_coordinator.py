@@ -40,14 +40,12 @@ __all__ = [
     "CommittedOffset",
     "JoinResult",
     "OFFSET_METADATA_MAX_BYTES",
-    "now_ms",
 ]
 
 log = logging.getLogger("headrace.groups")
 
 E = ErrorCode
 OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
-now_ms = wall_clock_ms  # as txn_offset_commit imports it
 
 
 class GroupCoordinator:

@@ -15,7 +15,8 @@ from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
 
 from . import group_offsets
-from .group_coordinator import OFFSET_METADATA_MAX_BYTES, CommittedOffset, now_ms
+from .background import wall_clock_ms
+from .group_coordinator import OFFSET_METADATA_MAX_BYTES, CommittedOffset
 
 API_KEY = ApiKey.TXN_OFFSET_COMMIT
 MIN_VERSION, MAX_VERSION = 0, 4
@@ -58,7 +59,7 @@ def handle(broker, header, request):
         )
     if error:
         return _respond(request, lambda t, p: error)
-    now = now_ms()
+    now = wall_clock_ms()
     codes = {}
     offsets = {}
     for t in request.topics:
