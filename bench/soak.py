@@ -19,9 +19,9 @@ same time:
 
 Every second the broker's RSS and open descriptors (``/proc/<pid>``) and the probe's round
 trip are written to ``soak.csv`` and, at the end, plotted. Flat lines are the bar: the run
-fails (exit 1), or stops early past ``--max-rss-mib``, when the RSS of the last quarter exceeds that of the second quarter by more
+fails (exit 1) when the RSS of the last quarter exceeds that of the second quarter by more
 than ``--rss-growth`` (default 20%), when descriptors grow likewise, or when a probe took
-longer than a second.
+longer than a second; it stops at once when the RSS passes ``--max-rss-mib``.
 """
 
 from __future__ import annotations
