@@ -39,6 +39,7 @@ Coordinators and their state
     transaction_state.py        its state machine as tables
     transaction_log.py          its records in ``__transaction_state``
     txn_markers.py              control batches and the aborted-transactions index
-    placement.py                rendezvous hashing: which node coordinates a key
+    placement.py                rendezvous hashing: which broker coordinates a key, and where
+                                each partition's replicas live
     log_cleaner.py              retention and compaction in the background
 """
