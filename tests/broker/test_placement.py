@@ -1,0 +1,215 @@
+"""Placement: rendezvous picks and replica assignment, simulated on 100 brokers (no processes).
+
+The bars for 10,000 partitions on 100 brokers, at replication factor 1 and 3 (the latter on
+10 racks): the busiest broker holds at most 5% more than the mean; a broker joining moves at
+most 1/N of the replicas plus 2%; a broker leaving moves its own replicas plus at most 2%;
+the answer does not depend on the order of the inputs or on the process.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from headrace.broker import placement
+from headrace.broker.placement import BrokerInfo, assign_replicas, partition_key, rendezvous
+
+PARTITIONS = [(f"topic-{i % 97}", i // 97) for i in range(10_000)]
+BROKERS = 100
+LEAVING = 37  # any broker
+
+
+def _cluster(count: int, racks: int | None, without: int | None = None) -> dict[int, BrokerInfo]:
+    return {
+        b: BrokerInfo(1.0, None if racks is None else f"rack-{b % racks}")
+        for b in range(count)
+        if b != without
+    }
+
+
+def _loads(assignment) -> Counter:
+    return Counter(b for replicas in assignment.values() for b in replicas)
+
+
+def _moved(before, after) -> int:
+    """Replicas that are on a broker after that they were not on before."""
+    return sum(len(set(after[p]) - set(before[p])) for p in before)
+
+
+def _digest(assignment) -> str:
+    canonical = sorted([t, p, r] for (t, p), r in assignment.items())
+    return hashlib.sha256(json.dumps(canonical).encode()).hexdigest()
+
+
+@functools.cache
+def _simulate(rf: int, racks: int | None):
+    """The placements before, after broker 100 joins, and after broker ``LEAVING`` leaves."""
+    base = assign_replicas(PARTITIONS, _cluster(BROKERS, racks), rf)
+    joined = assign_replicas(PARTITIONS, _cluster(BROKERS + 1, racks), rf)
+    left = assign_replicas(PARTITIONS, _cluster(BROKERS, racks, without=LEAVING), rf)
+    return rf, racks, base, joined, left
+
+
+@pytest.fixture(params=[(1, None), (3, 10)], ids=["rf1", "rf3-racks"])
+def simulation(request):
+    return _simulate(*request.param)
+
+
+def test_busiest_broker_within_five_percent_of_the_mean(simulation):
+    rf, _, base, _, _ = simulation
+    loads = _loads(base)
+    mean = len(PARTITIONS) * rf / BROKERS
+    assert len(loads) == BROKERS
+    assert max(loads.values()) <= mean * 1.05
+
+
+def test_preferred_leaders_are_spread(simulation):
+    _, _, base, _, _ = simulation
+    leaders = Counter(replicas[0] for replicas in base.values())
+    assert max(leaders.values()) <= len(PARTITIONS) / BROKERS * 1.1
+
+
+def test_replicas_are_on_distinct_brokers_and_racks(simulation):
+    rf, racks, base, _, _ = simulation
+    for replicas in base.values():
+        assert len(set(replicas)) == rf
+        if racks is not None:
+            assert len({b % racks for b in replicas}) == rf
+
+
+def test_a_joining_broker_moves_at_most_its_share_plus_two_percent(simulation):
+    rf, _, base, joined, _ = simulation
+    total = len(PARTITIONS) * rf
+    assert _moved(base, joined) <= total * (1 / (BROKERS + 1) + 0.02)
+    assert _loads(joined)[BROKERS] > 0.9 * total / (BROKERS + 1)  # the newcomer takes its share
+
+
+def test_a_leaving_broker_moves_its_replicas_plus_at_most_two_percent(simulation):
+    rf, _, base, _, left = simulation
+    total = len(PARTITIONS) * rf
+    own = _loads(base)[LEAVING]
+    assert LEAVING not in _loads(left)
+    assert _moved(base, left) <= own + total * 0.02
+
+
+def test_same_answer_in_another_process_from_inputs_in_another_order():
+    rf, racks, base, _, _ = _simulate(3, 10)
+    script = (
+        "import hashlib, json, random, sys\n"
+        "from headrace.broker.placement import BrokerInfo, assign_replicas\n"
+        "rf, racks, count = json.loads(sys.argv[1])\n"
+        "parts = [(f'topic-{i % 97}', i // 97) for i in range(10_000)]\n"
+        "random.Random(7).shuffle(parts)\n"
+        "brokers = {b: BrokerInfo(1.0, None if racks is None else f'rack-{b % racks}')\n"
+        "           for b in reversed(range(count))}\n"
+        "result = assign_replicas(iter(parts), brokers, rf)\n"
+        "canonical = sorted([t, p, r] for (t, p), r in result.items())\n"
+        "print(hashlib.sha256(json.dumps(canonical).encode()).hexdigest())\n"
+    )
+    env = dict(os.environ, PYTHONHASHSEED="12345")
+    out = subprocess.run(
+        [sys.executable, "-c", script, json.dumps([rf, racks, BROKERS])],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert out.stdout.strip() == _digest(base)
+
+
+def test_a_broker_of_weight_two_gets_about_twice_the_partitions():
+    brokers = {b: BrokerInfo(2.0 if b % 2 else 1.0) for b in range(20)}
+    parts = [("t", i) for i in range(6_000)]
+    loads = _loads(assign_replicas(parts, brokers, 1))
+    heavy = sum(loads[b] for b in brokers if b % 2) / 10
+    light = sum(loads[b] for b in brokers if not b % 2) / 10
+    assert 1.9 <= heavy / light <= 2.1
+    for b, info in brokers.items():
+        share = len(parts) * info.weight / 30
+        assert loads[b] <= math.ceil(share * placement.LOAD_FACTOR)
+
+
+def test_same_inputs_in_another_order_give_the_same_answer():
+    parts = [(f"t{i % 5}", i) for i in range(500)]
+    shuffled = parts[:]
+    random.Random(3).shuffle(shuffled)
+    brokers = {b: BrokerInfo(1.0 + b % 3, f"r{b % 4}") for b in range(12)}
+    reordered = dict(reversed(list(brokers.items())))
+    assert assign_replicas(parts, brokers, 3) == assign_replicas(shuffled + parts, reordered, 3)
+
+
+def test_scores_match_the_module_score_function():
+    ids, weights = [3, 11, 42], [1.0, 2.0, 0.5]
+    keys = [("orders", 0), ("orders", 1), ("payments", 7)]
+    for key, ranking in zip(keys, placement._rankings(keys, ids, weights), strict=True):
+        for negative, i in ranking:
+            assert -negative == pytest.approx(
+                placement.score(partition_key(*key), ids[i], weights[i])
+            )
+        assert [s for s, _ in ranking] == sorted(s for s, _ in ranking)
+
+
+def test_weight_zero_brokers_take_nothing():
+    brokers = {b: BrokerInfo(0.0 if b == 2 else 1.0) for b in range(5)}
+    result = assign_replicas([("t", i) for i in range(200)], brokers, 2)
+    assert 2 not in _loads(result)
+    assert rendezvous("group", {b: info.weight for b, info in brokers.items()}, k=5) == [
+        b for b in rendezvous("group", {0: 1.0, 1: 1.0, 3: 1.0, 4: 1.0}, k=4)
+    ]
+
+
+def test_fewer_racks_than_replicas_spread_as_evenly_as_possible():
+    brokers = {b: BrokerInfo(1.0, f"r{b % 2}") for b in range(6)}
+    result = assign_replicas([("t", i) for i in range(300)], brokers, 3)
+    for replicas in result.values():
+        assert len(set(replicas)) == 3
+        assert sorted(Counter(b % 2 for b in replicas).values()) == [1, 2]
+
+
+def test_a_small_rack_still_gets_one_replica_of_each_partition():
+    # Rack "a" is one broker of the eleven, yet every partition needs a replica there.
+    brokers = {0: BrokerInfo(1.0, "a"), **{b: BrokerInfo(1.0, "b") for b in range(1, 11)}}
+    result = assign_replicas([("t", i) for i in range(200)], brokers, 2)
+    assert all(0 in replicas and len(set(replicas)) == 2 for replicas in result.values())
+
+
+def test_bad_replication_factors_and_weights_are_refused():
+    brokers = {b: BrokerInfo() for b in range(3)}
+    with pytest.raises(ValueError):
+        assign_replicas([("t", 0)], brokers, 4)
+    with pytest.raises(ValueError):
+        assign_replicas([("t", 0)], brokers, 0)
+    with pytest.raises(ValueError):
+        assign_replicas([("t", 0)], {**brokers, 3: BrokerInfo(-1.0)}, 1)
+    assert assign_replicas([], brokers, 3) == {}
+
+
+def test_rendezvous_picks_the_highest_scores():
+    nodes = {1: 1.0, 2: 3.0, 7: 0.5, 9: 0.0}
+    for key in ("group-a", "group-b", b"txn-1"):
+        expected = sorted(
+            (n for n in nodes if nodes[n] > 0), key=lambda n: -placement.score(key, n, nodes[n])
+        )
+        assert rendezvous(key, nodes, k=3) == expected
+        assert rendezvous(key, nodes) == expected[:1]
+    assert rendezvous("g", {5: 1.0}) == [5]
+
+
+def test_rendezvous_single_picks_follow_weights_and_move_little():
+    keys = [f"group-{i}" for i in range(3_000)]
+    nodes = {b: 1.0 for b in range(10)}
+    before = {k: rendezvous(k, nodes)[0] for k in keys}
+    after = {k: rendezvous(k, {**nodes, 10: 1.0})[0] for k in keys}
+    changed = [k for k in keys if before[k] != after[k]]
+    assert all(after[k] == 10 for k in changed)
+    assert len(changed) < len(keys) / 11 * 1.3
