@@ -34,7 +34,7 @@ follow by score.
 
 Guarantees, measured with 100 equal brokers and 10,000 partitions (tests/broker/
 test_placement.py holds the bars): the busiest broker holds at most ``LOAD_FACTOR`` times its
-share, rounded up (1.03 times the mean at RF 1 and 3, against 1.27 and 1.12 for plain
+share, rounded up (1.03 times the mean at RF 1 and 3, against 1.25 and 1.14 for plain
 rendezvous; preferred leaders 1.03 and 1.05); a broker joining moves 1.3-1.4% of the replicas
 at RF 1 and 1.1-1.2% at RF 3 (1/N is 1.0%: the rest is partitions pushed along when every
 capacity drops by 1%); a broker leaving moves its own replicas plus 0.6-0.7% (RF 1) or 0.2-0.3%
