@@ -33,6 +33,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -247,3 +248,26 @@ class ZooKeeperServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def run_foreground(port: int = 2181, data_dir: str = "zookeeper-data") -> int:
+    """``headrace zookeeper``: one server, its log on stderr, until Ctrl-C or SIGTERM."""
+    zk = ZooKeeperServer(data_dir, port=port, log_file="-")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        try:
+            zk.start()
+        except (RuntimeError, TimeoutError) as e:  # JavaToolMissing is a RuntimeError
+            print(f"headrace: {e}", file=sys.stderr)
+            return 3
+        print(
+            f"ZooKeeper {zk.version} ready on {zk.connect_string}, data in {zk.data_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
+        assert zk.proc is not None
+        return zk.proc.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        zk.stop()
