@@ -11,8 +11,8 @@ How this works: the class path of ``org.apache.zookeeper:zookeeper`` is resolved
 Maven (``headrace.broker.maven``, cached in ``~/.cache/headrace``) together with three jars the
 server needs but its pom declares ``provided`` (so Maven leaves them out): metrics-core (without
 it: ClassNotFoundException com.codahale.metrics.Reservoir at start), snappy-java (without it the
-server's main thread dies loading the snapshot code while the client port stays open, so clients
-hang in CONNECTING) and slf4j-simple (the log). Then ``java ... ZooKeeperServerMain zoo.cfg``
+server's main thread dies on NoClassDefFoundError org/xerial/snappy/SnappyInputStream while the
+client port stays open, so clients hang in CONNECTING) and slf4j-simple (the log). Then ``java ... ZooKeeperServerMain zoo.cfg``
 starts it in about a second. ``zoo.cfg`` is written into the data directory: the snapshots and
 transaction logs are kept there too (``version-2/``), the server's log goes to ``zookeeper.log``.
 
@@ -21,9 +21,12 @@ just an open port: the port accepts connections before the server serves them.
 
 Only 127.0.0.1 is bound (``clientPortAddress``), the admin HTTP server is off, and the
 ``srvr``, ``ruok`` and ``mntr`` four-letter words are enabled. The JVM is kept small
-(``JVM_FLAGS``): a 256 MB heap cap, the serial collector (no parallel GC threads), the C1
-compiler only (starts faster, fewer compiler threads) and a smaller code cache; a standalone
-server with a handful of clients then stays around 100 MB resident.
+(``JVM_FLAGS``): a 256 MB heap cap starting at 16 MB, the serial collector (no parallel GC
+threads), the C1 compiler only and a smaller code cache and thread stacks. Measured on a busy
+2-core machine: ready 0.4 to 1.2 s after the spawn (class path cached), 55 MB resident idle and
+65 to 85 MB with 20 sessions and 1000 nodes (the JVM's defaults: 65 MB and 115 to 120 MB). The
+first resolution takes about 6 s with an empty ``~/.m2`` (339 files, Maven's plugins included),
+3.5 s when only the class path file is missing.
 """
 
 from __future__ import annotations
