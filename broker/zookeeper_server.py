@@ -12,9 +12,10 @@ Maven (``headrace.broker.maven``, cached in ``~/.cache/headrace``) together with
 server needs but its pom declares ``provided`` (so Maven leaves them out): metrics-core (without
 it: ClassNotFoundException com.codahale.metrics.Reservoir at start), snappy-java (without it the
 server's main thread dies on NoClassDefFoundError org/xerial/snappy/SnappyInputStream while the
-client port stays open, so clients hang in CONNECTING) and slf4j-simple (the log). Then ``java ... ZooKeeperServerMain zoo.cfg``
-starts it in about a second. ``zoo.cfg`` is written into the data directory: the snapshots and
-transaction logs are kept there too (``version-2/``), the server's log goes to ``zookeeper.log``.
+client port stays open, so clients hang in CONNECTING) and slf4j-simple (the log). Then
+``java ... ZooKeeperServerMain zoo.cfg`` starts it in about a second. ``zoo.cfg`` is written
+into the data directory: the snapshots and transaction logs are kept there too (``version-2/``),
+the server's log goes to ``zookeeper.log``.
 
 Ready means a real ZooKeeper request succeeded (a session is opened and ``/`` is listed), never
 just an open port: the port accepts connections before the server serves them.
