@@ -98,7 +98,14 @@ def classpath(version: str = ZOOKEEPER_VERSION, refresh: bool = False) -> str:
     return pom_classpath(f"zookeeper-{version}", _POM.format(version=version), refresh)
 
 
+# the readiness probe's failed attempts are expected: kazoo's warnings about them go nowhere
+_PROBE_LOG = logging.getLogger("headrace.zookeeper.probe")
+_PROBE_LOG.propagate = False
+_PROBE_LOG.addHandler(logging.NullHandler())
+
+
 def _free_port() -> int:
+    """A port free on 127.0.0.1 now (ZooKeeper binds it a moment later: a small race)."""
     with socket.socket() as s:
         s.bind((HOST, 0))
         return s.getsockname()[1]
@@ -190,9 +197,6 @@ class ZooKeeperServer:
         """Wait until a session opens and ``/`` can be listed (the process must stay alive)."""
         from kazoo.client import KazooClient
 
-        quiet = logging.getLogger("headrace.zookeeper.probe")
-        quiet.propagate = False
-        quiet.addHandler(logging.NullHandler())
         deadline = time.monotonic() + timeout
         while True:
             if self.proc is None or self.proc.poll() is not None:
@@ -200,7 +204,7 @@ class ZooKeeperServer:
                 raise RuntimeError(f"ZooKeeper exited with {code}:\n{self.tail()}")
             # a short session timeout: kazoo waits that long for an answer to its connect
             # request, and a server that accepts connections may not answer yet
-            client = KazooClient(self.connect_string, timeout=0.5, logger=quiet)
+            client = KazooClient(self.connect_string, timeout=0.5, logger=_PROBE_LOG)
             try:
                 client.start(timeout=1.0)
                 client.get_children("/")
