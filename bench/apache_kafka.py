@@ -3,7 +3,7 @@
 No tarball: Maven resolves ``org.apache.kafka:kafka_2.13`` (broker), ``kafka-tools``,
 ``kafka-clients`` and the reload4j logging backend from ``bench/kafka/pom.xml`` once, and the
 resulting class path is cached in ``~/.cache/headrace/`` (``$HEADRACE_CACHE`` overrides it).
-Everything listens on 127.0.0.1 only. Standard library only.
+Everything listens on 127.0.0.1 only. The Maven resolution is ``headrace.broker.maven``'s.
 
 Library use::
 
@@ -47,12 +47,13 @@ import sys
 import time
 from pathlib import Path
 
+from headrace.broker.maven import CACHE_DIR, build_classpath, cached_classpath
+
 KAFKA_VERSION = "3.9.2"
 KAFKA4_VERSION = "4.0.2"  # also works: pass version=KAFKA4_VERSION (log4j2 instead of reload4j)
 HOST = "127.0.0.1"
 HERE = Path(__file__).resolve().parent
 POM_DIR = HERE / "kafka"
-CACHE_DIR = Path(os.environ.get("HEADRACE_CACHE", Path.home() / ".cache" / "headrace"))
 
 # The heap and GC flags Kafka's own start scripts use.
 BROKER_JVM_FLAGS = [
@@ -81,12 +82,11 @@ def classpath(version: str = KAFKA_VERSION, refresh: bool = False) -> str:
     digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:12]
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     cp_file = CACHE_DIR / f"kafka-{version}-{digest}.classpath"
-    if cp_file.exists() and not refresh:
-        cp = cp_file.read_text().strip()
-        if cp and all(os.path.exists(p) for p in cp.split(os.pathsep)):
-            return cp
+    cp = None if refresh else cached_classpath(cp_file)
+    if cp is not None:
+        return cp
     profile = "log4j2" if _major(version) >= 4 else "log4j1"
-    _run_maven_classpath(POM_DIR, cp_file, [f"-Dkafka.version={version}", f"-P{profile}"])
+    build_classpath(POM_DIR, cp_file, [f"-Dkafka.version={version}", f"-P{profile}"])
     return cp_file.read_text().strip()
 
 
@@ -100,34 +100,6 @@ def log_flags(version: str, tool: bool) -> list[str]:
     if _major(version) >= 4:
         return [f"-Dlog4j2.configurationFile={POM_DIR / (prefix + 'log4j2.properties')}"]
     return [f"-Dlog4j.configuration=file:{POM_DIR / (prefix + 'log4j.properties')}"]
-
-
-def _run_maven_classpath(project_dir: Path, out_file: Path, extra: list[str]) -> None:
-    """``mvn dependency:build-classpath`` with a progress line every few seconds."""
-    tmp = out_file.with_suffix(".tmp")
-    cmd = ["mvn", "-B", "dependency:build-classpath", f"-Dmdep.outputFile={tmp}", *extra]
-    _log(f"resolving with Maven in {project_dir} (first run downloads from Maven Central)")
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=project_dir, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    downloaded = 0
-    tail: list[str] = []
-    last = start
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        tail = (tail + [line.rstrip()])[-40:]
-        if "Downloaded from" in line:
-            downloaded += 1
-        now = time.monotonic()
-        if now - last >= 2.0:
-            _log(f"maven: {downloaded} files downloaded, {now - start:.0f}s")
-            last = now
-    rc = proc.wait()
-    if rc != 0 or not tmp.exists():
-        raise RuntimeError("Maven resolution failed:\n" + "\n".join(tail))
-    tmp.replace(out_file)
-    _log(f"resolved in {time.monotonic() - start:.1f}s ({downloaded} files downloaded); "
-         f"class path cached in {out_file}")
 
 
 # --------------------------------------------------------------------------------------------

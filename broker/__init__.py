@@ -9,6 +9,8 @@ The process
     producer_state.py a partition's producers: idempotent sequences, open transactions
     background.py     ``run_every``: the loop behind every periodic job
     cli.py, process.py  the ``headrace`` command; a broker in a child process (tests, tools)
+    zookeeper_server.py a standalone ZooKeeper from Maven Central's jars (``headrace zookeeper``,
+                      the tests); maven.py resolves and caches such class paths
 
 API modules (each ``handle(broker, header, request)``), by family
     produce and fetch   produce.py, fetch.py, list_offsets.py

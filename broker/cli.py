@@ -8,6 +8,11 @@ stop it cleanly: in-flight requests are answered, every log is flushed and a cle
 marker is written. ``--ready-file PATH``: once the data is recovered and the broker listens,
 ``host:port`` (the bound port, also when asked for port 0) is written to PATH atomically, for
 whatever started the broker to wait on (see ``headrace.broker.process``); it is removed at exit.
+
+    headrace zookeeper [--port 2181] [--data-dir DIR]
+
+Runs a standalone ZooKeeper (Maven Central's jars, see ``headrace.broker.zookeeper_server``)
+on 127.0.0.1 in the foreground, data in ./zookeeper-data by default; needs Java and Maven.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
         "--ready-file", metavar="PATH", help="write host:port here once listening (removed at exit)"
     )
     commands.add_parser("settings", help="list the settings and their defaults")
+    zk = commands.add_parser("zookeeper", help="run a standalone ZooKeeper on 127.0.0.1")
+    zk.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
+    zk.add_argument("--data-dir", default="zookeeper-data", help="default ./zookeeper-data")
     return parser
 
 
@@ -52,6 +60,10 @@ def main(argv: list[str] | None = None) -> None:
         for s in BROKER_SETTINGS.values():
             print(f"{s.name}={s.default}\n    {s.doc}")
         return
+    if args.command == "zookeeper":
+        from .zookeeper_server import run_foreground
+
+        sys.exit(run_foreground(args.port, args.data_dir))
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
