@@ -9,10 +9,12 @@ those run in a worker thread; the maps below are changed on the event loop only.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
 import re
+import resource
 import shutil
 import uuid
 from collections.abc import Iterable
@@ -61,6 +63,36 @@ def stored_records(plog: Log, *, skip_transactional: bool = False):
                 for _, _, key, value, _ in decode_records(memoryview(data)[pos : pos + size]):
                     yield key, value
             offset = h.base_offset + h.last_offset_delta + 1
+
+
+class TopicCreationError(Exception):
+    """Creating a topic's partitions failed and was undone. ``error_code`` is Kafka's answer
+    for that topic (KAFKA_STORAGE_ERROR for a disk or file problem, UNKNOWN_SERVER_ERROR
+    otherwise); the message names the cause."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+    @classmethod
+    def of(cls, name: str, e: BaseException) -> TopicCreationError:
+        cause: BaseException | None = e
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__cause__
+        if isinstance(cause, OSError) and cause.errno in (errno.EMFILE, errno.ENFILE):
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            why = f"too many open files (the broker's open-files limit is {soft})"
+        elif isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            why = "no space left on the device of the data directory"
+        else:
+            why = str(e) or type(e).__name__
+        code = (
+            ErrorCode.KAFKA_STORAGE_ERROR
+            if isinstance(e, (OSError, StorageError))
+            else ErrorCode.UNKNOWN_SERVER_ERROR
+        )
+        return cls(code, f"Cannot create the partitions of topic '{name}': {why}; nothing kept.")
 
 
 def topic_name_error(name: str) -> str | None:
@@ -332,17 +364,29 @@ class TopicManager:
         log = Log.open(path, topic.log_config(), recover=recover)
         return Partition(topic, index, log, ProducerStateManager.load(path, log))
 
-    def _save(self) -> None:
+    def _save(self, pending: Topic | None = None, partitions: int = 0) -> None:
+        """Replace ``topics.json`` atomically; with ``pending``, as if that topic (new, or
+        growing) had ``partitions`` partitions. Nothing is left behind if it fails."""
         data = {
             t.name: {"id": str(t.topic_id), "partitions": len(t.partitions), "configs": t.configs}
             for t in self.topics.values()
         }
+        if pending is not None:
+            data[pending.name] = {
+                "id": str(pending.topic_id),
+                "partitions": partitions,
+                "configs": pending.configs,
+            }
         tmp = self.data_dir / (TOPICS_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.data_dir / TOPICS_FILE)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.data_dir / TOPICS_FILE)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         fsync_directory(self.data_dir)
 
     # changes (on the event loop; disk work in a thread) ---------------------------------------
@@ -380,28 +424,53 @@ class TopicManager:
         return self.by_id.get(topic_id) if topic_id is not None else None
 
     async def create(self, name: str, partitions: int, configs: dict[str, object]) -> Topic:
-        """Create a topic; the caller has validated the name, count and settings."""
+        """Create a topic; the caller has validated the name, count and settings. All or
+        nothing: on any failure (``TopicCreationError``) no directory of it is left, nor an
+        entry in ``topics.json`` or in the maps."""
         async with self._lock:
             if name in self.topics:
                 raise FileExistsError(name)
             topic = Topic(name, uuid.uuid4(), configs, self.config)
+            topic.partitions = await asyncio.to_thread(self._grow, topic, partitions)
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
-            try:
-                await asyncio.to_thread(self._add_partitions, topic, partitions)
-            except BaseException:
-                del self.topics[name], self.by_id[topic.topic_id]
-                raise
             return topic
 
     async def add_partitions(self, topic: Topic, total: int) -> None:
+        """Grow ``topic`` to ``total`` partitions (CreatePartitions), all or nothing as
+        ``create``."""
         async with self._lock:
-            await asyncio.to_thread(self._add_partitions, topic, total)
+            topic.partitions = await asyncio.to_thread(self._grow, topic, total)
 
-    def _add_partitions(self, topic: Topic, total: int) -> None:
-        opened = [self._open_partition(topic, i, True) for i in range(len(topic.partitions), total)]
-        topic.partitions = topic.partitions + opened
-        self._save()
+    def _grow(self, topic: Topic, total: int) -> list[Partition]:
+        """(In a worker thread.) Open partitions ``len(topic.partitions)`` to ``total - 1`` and
+        save ``topics.json`` with them; returns every partition, the topic's own first. On a
+        failure the new partitions are closed and the directories made for them removed,
+        then ``TopicCreationError`` says why."""
+        opened: list[Partition] = []
+        made: list[Path] = []
+        try:
+            for i in range(len(topic.partitions), total):
+                path = self.data_dir / f"{topic.name}-{i}"
+                if not path.exists():
+                    made.append(path)
+                opened.append(self._open_partition(topic, i, True))
+            self._save(topic, total)
+        except Exception as e:
+            for p in opened:
+                try:
+                    p.log.close()
+                except Exception:
+                    log.exception("closing %s after a failed creation", p.log.directory)
+            for path in made:
+                shutil.rmtree(path, ignore_errors=True)
+            if made:
+                try:
+                    fsync_directory(self.data_dir)
+                except OSError:
+                    pass
+            raise TopicCreationError.of(topic.name, e) from e
+        return topic.partitions + opened
 
     async def set_configs(self, topic: Topic, configs: dict[str, object]) -> None:
         """Replace a topic's explicit settings (AlterConfigs); its logs use them at once."""
@@ -417,9 +486,17 @@ class TopicManager:
                 p.log.update_config(log_config)
 
     async def delete(self, topic: Topic) -> None:
+        """Forget a topic and remove its files. ``topics.json`` is saved without it first: if
+        that fails (an ``OSError``) the topic stays, untouched."""
         async with self._lock:
             self.topics.pop(topic.name, None)
             self.by_id.pop(topic.topic_id, None)
+            try:
+                await asyncio.to_thread(self._save)
+            except BaseException:
+                self.topics[topic.name] = topic
+                self.by_id[topic.topic_id] = topic
+                raise
             for p in topic.partitions:
                 for w in p.waiters:
                     if not w.done():
@@ -427,10 +504,15 @@ class TopicManager:
             await asyncio.to_thread(self._delete_files, topic)
 
     def _delete_files(self, topic: Topic) -> None:
-        self._save()
+        """Close and remove the partitions' directories (renamed first, so that one left
+        behind by a failure or a crash is removed at the next start)."""
         for p in topic.partitions:
-            p.log.close()
             path = Path(p.log.directory)
-            doomed = path.with_name(f"{path.name}.{topic.topic_id.hex}{DELETED_SUFFIX}")
-            os.replace(path, doomed)
+            try:
+                p.log.close()
+                doomed = path.with_name(f"{path.name}.{topic.topic_id.hex}{DELETED_SUFFIX}")
+                os.replace(path, doomed)
+            except (OSError, StorageError):
+                log.exception("cannot remove %s of deleted topic %s", path, topic.name)
+                continue
             shutil.rmtree(doomed, ignore_errors=True)
