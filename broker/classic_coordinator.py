@@ -72,12 +72,15 @@ class ClassicGroupCoordinator:
         min_session_ms: int,  # group.min.session.timeout.ms
         max_session_ms: int,  # group.max.session.timeout.ms
         max_size: int,  # group.max.size
+        max_groups: int = 2**31 - 1,  # group.max.groups
         now_ms=wall_clock_ms,
     ) -> None:
         self.initial_delay_ms = initial_delay_ms
         self.min_session_ms = min_session_ms
         self.max_session_ms = max_session_ms
         self.max_size = max_size
+        self.max_groups = max_groups
+        self.other_groups = lambda: 0  # how many groups of the other kind there are
         self.membership = membership
         self.now_ms = now_ms
         self.groups: dict[str, ClassicGroup] = {}
@@ -86,6 +89,10 @@ class ClassicGroupCoordinator:
             lambda m: m.session_timeout_ms,
             lambda m: m.join_waiter is not None or m.sync_waiter is not None,
         )
+
+    def room_for_group(self) -> bool:
+        """May one more group be made (``group.max.groups``, both kinds counted)?"""
+        return len(self.groups) + self.other_groups() < self.max_groups
 
     def new_group(self, group_id: str) -> ClassicGroup:
         group = self.groups[group_id] = ClassicGroup(group_id, self.now_ms)
@@ -136,6 +143,8 @@ class ClassicGroupCoordinator:
         if group is None:
             if member_id:
                 return JoinResult(E.UNKNOWN_MEMBER_ID, member_id=member_id)
+            if not self.room_for_group():
+                return JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
             group = self.new_group(group_id)
         if group.state is DEAD:
             return JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
@@ -502,6 +511,8 @@ class ClassicGroupCoordinator:
             if group is not None and group.members:
                 return E.UNKNOWN_MEMBER_ID, None  # an active group only takes its members' commits
             if group is None:
+                if not self.room_for_group():
+                    return E.COORDINATOR_NOT_AVAILABLE, None
                 group = self.new_group(group_id)
             return E.NONE, group
         if group is None:

@@ -69,6 +69,7 @@ class GroupCoordinator:
             min_session_ms=int(config["group.min.session.timeout.ms"]),
             max_session_ms=int(config["group.max.session.timeout.ms"]),
             max_size=int(config["group.max.size"]),
+            max_groups=int(config["group.max.groups"]),
             now_ms=now_ms,
         )
         self.groups: dict[str, ClassicGroup] = self.classic.groups
@@ -80,6 +81,7 @@ class GroupCoordinator:
             max_size=int(config["group.consumer.max.size"]),
             now_ms=now_ms,
         )
+        self.classic.other_groups = lambda: len(self.consumer.groups)
         self._tasks: list[asyncio.Task] = []
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -153,6 +155,11 @@ class GroupCoordinator:
         if group is None:
             group = self.classic.new_group(group_id)
         return await self.offsets.write(group, entries)
+
+    def room_for(self, group_id: str) -> bool:
+        """Is ``group_id`` known, or may it be made (``group.max.groups``)?"""
+        known = group_id in self.groups or group_id in self.consumer.groups
+        return known or self.classic.room_for_group()
 
     def fetch_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         group = self.groups.get(group_id) or self.consumer.groups.get(group_id)

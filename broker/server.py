@@ -145,6 +145,7 @@ class Broker:
             node_id=self.node_id,
             max_timeout_ms=int(config["transaction.max.timeout.ms"]),
             expiration_ms=int(config["transactional.id.expiration.ms"]),
+            max_ids=int(config["transactional.id.max.count"]),
             check_interval_ms=int(
                 config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
             ),
@@ -185,6 +186,12 @@ class Broker:
             self.port = self._server.sockets[0].getsockname()[1]
         self._tasks.append(
             asyncio.create_task(run_every(self._flush_interval, self._flush_due, "periodic flush"))
+        )
+        expiry_s = int(self.config["producer.id.expiration.check.interval.ms"]) / 1000
+        self._tasks.append(
+            asyncio.create_task(
+                run_every(expiry_s, self.topics.expire_producers, "producer id expiration")
+            )
         )
         self.cleaner.start()
         log.info(

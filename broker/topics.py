@@ -4,6 +4,13 @@ Topic metadata (id, partition count, per-topic settings) is kept in ``topics.jso
 data directory, replaced atomically on every change; each partition's log lives in
 ``<topic>-<partition>/``, as in Kafka. Opening, creating and deleting logs touch the disk, so
 those run in a worker thread; the maps below are changed on the event loop only.
+
+Creating a topic or growing one is all or nothing: the new partitions are opened and
+``topics.json`` saved in the worker thread, and the maps change only when both worked; on any
+failure (too many open files, a full disk, a bad setting) the partitions opened are closed and
+the directories made for them removed (``TopicCreationError`` says why). The broker holds at
+most ``max.broker.partitions`` partitions. Each partition forgets producers idle for
+``producer.id.expiration.ms`` (``expire_producers``, run periodically by the broker).
 """
 
 from __future__ import annotations
@@ -65,10 +72,11 @@ def stored_records(plog: Log, *, skip_transactional: bool = False):
             offset = h.base_offset + h.last_offset_delta + 1
 
 
-class TopicCreationError(Exception):
+class TopicCreationError(StorageError):
     """Creating a topic's partitions failed and was undone. ``error_code`` is Kafka's answer
     for that topic (KAFKA_STORAGE_ERROR for a disk or file problem, UNKNOWN_SERVER_ERROR
-    otherwise); the message names the cause."""
+    otherwise); the message names the cause. A ``StorageError``, so that code which makes
+    internal topics on first use handles it as before."""
 
     def __init__(self, error_code: int, message: str) -> None:
         super().__init__(message)
@@ -401,6 +409,17 @@ class TopicManager:
             logs.append(p.log)
         return self._flush_stage.flush(logs)
 
+    async def expire_producers(self) -> None:
+        """Forget every partition's producers idle for ``producer.id.expiration.ms``."""
+        idle_s = int(self.config["producer.id.expiration.ms"]) / 1000
+        expired = 0
+        for i, p in enumerate(self.all_partitions()):
+            expired += p.producers.expire(idle_s)
+            if i % 1000 == 999:
+                await asyncio.sleep(0)  # let requests in between
+        if expired:
+            log.info("expired %d idle producer ids", expired)
+
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
 
@@ -431,6 +450,7 @@ class TopicManager:
             if name in self.topics:
                 raise FileExistsError(name)
             topic = Topic(name, uuid.uuid4(), configs, self.config)
+            self._check_room(name, partitions)
             topic.partitions = await asyncio.to_thread(self._grow, topic, partitions)
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
@@ -440,7 +460,19 @@ class TopicManager:
         """Grow ``topic`` to ``total`` partitions (CreatePartitions), all or nothing as
         ``create``."""
         async with self._lock:
+            self._check_room(topic.name, total - len(topic.partitions))
             topic.partitions = await asyncio.to_thread(self._grow, topic, total)
+
+    def _check_room(self, name: str, more: int) -> None:
+        """Refuse (POLICY_VIOLATION) ``more`` partitions past ``max.broker.partitions``."""
+        limit = int(self.config["max.broker.partitions"])
+        now = sum(len(t.partitions) for t in self.topics.values())
+        if now + more > limit:
+            raise TopicCreationError(
+                ErrorCode.POLICY_VIOLATION,
+                f"Cannot add {more} partitions to topic '{name}': the broker has {now} and "
+                f"max.broker.partitions is {limit}.",
+            )
 
     def _grow(self, topic: Topic, total: int) -> list[Partition]:
         """(In a worker thread.) Open partitions ``len(topic.partitions)`` to ``total - 1`` and
@@ -449,7 +481,11 @@ class TopicManager:
         then ``TopicCreationError`` says why."""
         opened: list[Partition] = []
         made: list[Path] = []
+        # one descriptor kept free for the undo: closing a log writes its checkpoint, which
+        # needs one more while the open-files limit is reached
+        spare = -1
         try:
+            spare = os.open(os.devnull, os.O_RDONLY)
             for i in range(len(topic.partitions), total):
                 path = self.data_dir / f"{topic.name}-{i}"
                 if not path.exists():
@@ -457,6 +493,9 @@ class TopicManager:
                 opened.append(self._open_partition(topic, i, True))
             self._save(topic, total)
         except Exception as e:
+            if spare >= 0:
+                os.close(spare)
+                spare = -1
             for p in opened:
                 try:
                     p.log.close()
@@ -470,6 +509,9 @@ class TopicManager:
                 except OSError:
                     pass
             raise TopicCreationError.of(topic.name, e) from e
+        finally:
+            if spare >= 0:
+                os.close(spare)
         return topic.partitions + opened
 
     async def set_configs(self, topic: Topic, configs: dict[str, object]) -> None:
