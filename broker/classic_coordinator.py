@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 
 from headrace.protocol import ErrorCode
 
@@ -72,15 +73,15 @@ class ClassicGroupCoordinator:
         min_session_ms: int,  # group.min.session.timeout.ms
         max_session_ms: int,  # group.max.session.timeout.ms
         max_size: int,  # group.max.size
-        max_groups: int = 2**31 - 1,  # group.max.groups
         now_ms=wall_clock_ms,
     ) -> None:
         self.initial_delay_ms = initial_delay_ms
         self.min_session_ms = min_session_ms
         self.max_session_ms = max_session_ms
         self.max_size = max_size
-        self.max_groups = max_groups
-        self.other_groups = lambda: 0  # how many groups of the other kind there are
+        # may one more group be made? (group.max.groups: the group coordinator counts both
+        # kinds of group and sets this)
+        self.room_for_group: Callable[[], bool] = lambda: True
         self.membership = membership
         self.now_ms = now_ms
         self.groups: dict[str, ClassicGroup] = {}
@@ -89,10 +90,6 @@ class ClassicGroupCoordinator:
             lambda m: m.session_timeout_ms,
             lambda m: m.join_waiter is not None or m.sync_waiter is not None,
         )
-
-    def room_for_group(self) -> bool:
-        """May one more group be made (``group.max.groups``, both kinds counted)?"""
-        return len(self.groups) + self.other_groups() < self.max_groups
 
     def new_group(self, group_id: str) -> ClassicGroup:
         group = self.groups[group_id] = ClassicGroup(group_id, self.now_ms)

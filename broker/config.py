@@ -241,8 +241,8 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "group.max.groups",
             "int",
             100000,
-            "Most groups (of both kinds) the coordinator keeps; a request that would make one "
-            "more gets COORDINATOR_NOT_AVAILABLE until groups expire or are deleted.",
+            "Most groups (of both kinds) the coordinator keeps; a request that would make one"
+            " more gets COORDINATOR_NOT_AVAILABLE (groups holding nothing are forgotten first).",
         ),
         Setting(
             "offsets.retention.minutes",
