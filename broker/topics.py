@@ -284,8 +284,10 @@ class TopicManager:
     def _grow(self, topic: Topic, total: int) -> list[Partition]:
         """(In a worker thread.) Open partitions ``len(topic.partitions)`` to ``total - 1`` and
         save ``topics.json`` with them; returns every partition, the topic's own first. On a
-        failure the new partitions are closed and the directories made for them removed,
-        then ``TopicCreationError`` says why."""
+        failure the new partitions are closed and their directories removed, then
+        ``TopicCreationError`` says why. A directory already there for a new partition is
+        a leftover of a creation interrupted by a crash (``topics.json`` does not list it): it
+        is removed first, so no old data comes back under the new topic."""
         opened: list[Partition] = []
         made: list[Path] = []
         # one descriptor kept free for the undo: closing a log writes its checkpoint, which
@@ -295,8 +297,10 @@ class TopicManager:
             spare = os.open(os.devnull, os.O_RDONLY)
             for i in range(len(topic.partitions), total):
                 path = self.data_dir / f"{topic.name}-{i}"
-                if not path.exists():
-                    made.append(path)
+                if path.exists():  # left by a creation a crash interrupted: not this topic's
+                    log.warning("removing %s, not in %s", path, TOPICS_FILE)
+                    shutil.rmtree(path)
+                made.append(path)
                 opened.append(self._open_partition(topic, i, True))
             self._save(topic, total)
         except Exception as e:

@@ -114,3 +114,30 @@ def test_full_disk_leaves_nothing_of_the_topic(small_disk):
             assert partitions(c, "huge") == -1
     finally:
         b.kill()
+
+
+def test_a_leftover_directory_does_not_come_back_under_a_new_topic(tmp_path):
+    """A crash between making a topic's directories and saving topics.json leaves them
+    behind; a later topic of that name starts empty."""
+    import shutil
+
+    data = tmp_path / "data"
+    b = BrokerProcess(data, {"auto.create.topics.enable": "false"}).start()
+    try:
+        with WireClient(b.port) as c:
+            assert create(c, ("old", 1))[0].error_code == ErrorCode.NONE
+            for _ in range(3):
+                assert produce(c, "old") == ErrorCode.NONE
+        b.stop()
+        shutil.copytree(data / "old-0", data / "new-0")  # as a crash would leave it
+        b.start()
+        with WireClient(b.port) as c:
+            assert create(c, ("new", 1))[0].error_code == ErrorCode.NONE
+            L = messages.ListOffsetsRequest
+            r = c.request(ApiKey.LIST_OFFSETS, 7, L(replica_id=-1, isolation_level=0, topics=[
+                L.ListOffsetsTopic(name=n, partitions=[
+                    L.ListOffsetsPartition(partition_index=0, timestamp=-1)])
+                for n in ("old", "new")]))
+            assert [t.partitions[0].offset for t in r.topics] == [3, 0]
+    finally:
+        b.kill()
