@@ -122,3 +122,20 @@ def test_groups_holding_nothing_make_room(tmp_path):
             assert groups(c) == ["legit"]
     finally:
         b.kill()
+
+
+def test_members_per_group_are_bounded(tmp_path):
+    """``group.max.size`` counts classic members and the member ids handed out for a rejoin;
+    ``group.consumer.max.size`` the members of a consumer group."""
+    b = BrokerProcess(tmp_path / "data", {
+        **SETTINGS, "group.max.size": "5", "group.consumer.max.size": "5"}).start()
+    try:
+        with WireClient(b.port) as c:
+            create(c, "t")
+            codes = [join(c, "classic") for _ in range(20)]
+            assert codes == [ErrorCode.MEMBER_ID_REQUIRED] * 5 + [
+                ErrorCode.GROUP_MAX_SIZE_REACHED] * 15
+            codes = [heartbeat(c, "consumer") for _ in range(20)]
+            assert codes == [ErrorCode.NONE] * 5 + [ErrorCode.GROUP_MAX_SIZE_REACHED] * 15
+    finally:
+        b.kill()
