@@ -28,10 +28,10 @@ their request context and use the coordinators' public methods.
 Start-up (``start``) locks the data directory (``.lock``: one broker per directory; a second
 one exits at once, naming the holder's pid), loads the logs, replays the groups' and
 transactions' state, starts serving, then the background jobs (``background.run_every``: the
-periodic flush here, offset expiry, the transaction timer, the log cleaner's passes). It reads
-the clean-shutdown marker: without it, every log is recovered (torn tails cut). Shutdown
-stops accepting, answers what is in flight, stops the background jobs, flushes every log,
-writes the marker.
+periodic flush and the expiry of idle producers here, offset expiry, the transaction timer,
+the log cleaner's passes). It reads the clean-shutdown marker: without it, every log is
+recovered (torn tails cut). Shutdown stops accepting, answers what is in flight, stops the
+background jobs, flushes every log, writes the marker and releases the lock.
 """
 
 from __future__ import annotations
@@ -240,8 +240,9 @@ class Broker:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        pid = f"{os.getpid()}\n".encode()
+        os.pwrite(fd, pid, 0)
+        os.ftruncate(fd, len(pid))
         self._lock_fd = fd
 
     def _unlock_data_dir(self) -> None:
