@@ -41,6 +41,8 @@ from .producer_state import ProducerStateManager
 log = logging.getLogger("headrace")
 
 TOPICS_FILE = "topics.json"
+RESERVE = ".reserve"  # see TopicManager._reserve
+RESERVE_BYTES = 64 * 1024
 DELETED_SUFFIX = "-delete"
 MAX_NAME = 249
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -290,11 +292,9 @@ class TopicManager:
         is removed first, so no old data comes back under the new topic."""
         opened: list[Partition] = []
         made: list[Path] = []
-        # one descriptor kept free for the undo: closing a log writes its checkpoint, which
-        # needs one more while the open-files limit is reached
         spare = -1
         try:
-            spare = os.open(os.devnull, os.O_RDONLY)
+            spare = self._reserve()
             for i in range(len(topic.partitions), total):
                 path = self.data_dir / f"{topic.name}-{i}"
                 if path.exists():  # left by a creation a crash interrupted: not this topic's
@@ -307,23 +307,48 @@ class TopicManager:
             if spare >= 0:
                 os.close(spare)
                 spare = -1
-            for p in opened:
-                try:
-                    p.log.close()
-                except Exception:
-                    log.exception("closing %s after a failed creation", p.log.directory)
-            for path in made:
-                shutil.rmtree(path, ignore_errors=True)
-            if made:
-                try:
-                    fsync_directory(self.data_dir)
-                except OSError:
-                    pass
+            self._undo(opened, made)
+            opened.clear()
             raise TopicCreationError.of(topic.name, e) from e
         finally:
             if spare >= 0:
                 os.close(spare)
         return topic.partitions + opened
+
+    def _reserve(self) -> int:
+        """A descriptor holding an unlinked file of ``RESERVE_BYTES``: closed before an undo,
+        it gives back the descriptor, inode and blocks that closing a log needs (its
+        checkpoint) when the open-files limit is reached or the disk is full."""
+        path = self.data_dir / RESERVE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.unlink(path)
+            os.write(fd, bytes(RESERVE_BYTES))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _undo(self, opened: list[Partition], made: list[Path]) -> None:
+        """Close the partitions of a failed creation and remove the directories made for it,
+        newest first: each removal frees what closing the next log needs."""
+        for path in made[len(opened) :]:  # the partition that failed to open
+            shutil.rmtree(path, ignore_errors=True)
+        failed = 0
+        for p, path in reversed(list(zip(opened, made))):
+            try:
+                p.log.close()
+            except Exception:
+                failed += 1  # its descriptors close when the log is collected
+            shutil.rmtree(path, ignore_errors=True)
+        for path in made:  # again: a removal may have lacked a descriptor before the closes
+            shutil.rmtree(path, ignore_errors=True)
+        if failed:
+            log.warning("%d logs of a failed creation could not be closed cleanly", failed)
+        try:
+            fsync_directory(self.data_dir)
+        except OSError:
+            pass
 
     async def set_configs(self, topic: Topic, configs: dict[str, object]) -> None:
         """Replace a topic's explicit settings (AlterConfigs); its logs use them at once."""
