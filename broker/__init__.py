@@ -5,7 +5,8 @@ Files in the order a reader should open them:
 The process
     server.py         ``Broker``: how the pieces are wired, start-up, request dispatch, shutdown
     config.py         broker and topic settings, Kafka's names, types and defaults
-    topics.py         topics and partitions: their logs, the append path, ``flush``
+    topics.py         topics: the table, topics.json, all-or-nothing creation, ``flush``
+    partition.py      one partition: its log, the append path, waiting fetches
     producer_state.py a partition's producers: idempotent sequences, open transactions
     background.py     ``run_every``: the loop behind every periodic job
     cli.py, process.py  the ``headrace`` command; a broker in a child process (tests, tools)

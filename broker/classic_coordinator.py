@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 
 from headrace.protocol import ErrorCode
 
@@ -78,6 +79,9 @@ class ClassicGroupCoordinator:
         self.min_session_ms = min_session_ms
         self.max_session_ms = max_session_ms
         self.max_size = max_size
+        # may one more group be made? (group.max.groups: the group coordinator counts both
+        # kinds of group and sets this)
+        self.room_for_group: Callable[[], bool] = lambda: True
         self.membership = membership
         self.now_ms = now_ms
         self.groups: dict[str, ClassicGroup] = {}
@@ -136,6 +140,8 @@ class ClassicGroupCoordinator:
         if group is None:
             if member_id:
                 return JoinResult(E.UNKNOWN_MEMBER_ID, member_id=member_id)
+            if not self.room_for_group():
+                return JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
             group = self.new_group(group_id)
         if group.state is DEAD:
             return JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
@@ -502,6 +508,8 @@ class ClassicGroupCoordinator:
             if group is not None and group.members:
                 return E.UNKNOWN_MEMBER_ID, None  # an active group only takes its members' commits
             if group is None:
+                if not self.room_for_group():
+                    return E.COORDINATOR_NOT_AVAILABLE, None
                 group = self.new_group(group_id)
             return E.NONE, group
         if group is None:

@@ -82,6 +82,13 @@ BROKER_SETTINGS: dict[str, Setting] = {
             64 * 1024 * 1024,
             "Request bytes in flight per connection before reading from it stops.",
         ),
+        Setting(
+            "max.broker.partitions",
+            "int",
+            100000,
+            "Most partitions (of every topic, internal ones too) on this broker; a CreateTopics"
+            " or CreatePartitions beyond gets POLICY_VIOLATION.",
+        ),
         Setting("num.io.threads", "int", 4, "Handler queues; a connection always uses one."),
         Setting(
             "log.segment.bytes",
@@ -231,6 +238,13 @@ BROKER_SETTINGS: dict[str, Setting] = {
         Setting("group.max.session.timeout.ms", "int", 1800000, "Largest session timeout allowed."),
         Setting("group.max.size", "int", 2147483647, "Most members in one consumer group."),
         Setting(
+            "group.max.groups",
+            "int",
+            100000,
+            "Most groups (of both kinds) the coordinator keeps; a request that would make one"
+            " more gets COORDINATOR_NOT_AVAILABLE (groups holding nothing are forgotten first).",
+        ),
+        Setting(
             "offsets.retention.minutes",
             "int",
             10080,
@@ -267,6 +281,19 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Most members in one consumer-protocol group.",
         ),
         Setting(
+            "producer.id.expiration.ms",
+            "int",
+            86400000,
+            "Forget a partition's idempotent producer this long after its last batch"
+            " (unless it has an open transaction there).",
+        ),
+        Setting(
+            "producer.id.expiration.check.interval.ms",
+            "int",
+            600000,
+            "How often idle producers are looked for.",
+        ),
+        Setting(
             "transaction.max.timeout.ms",
             "int",
             900000,
@@ -278,6 +305,13 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "int",
             604800000,
             "Forget a transactional id this long after its last transaction ended.",
+        ),
+        Setting(
+            "transactional.id.max.count",
+            "int",
+            100000,
+            "Most transactional ids kept; InitProducerId with a new one beyond gets"
+            " COORDINATOR_NOT_AVAILABLE until idle ids expire.",
         ),
         Setting(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms",

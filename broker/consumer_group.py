@@ -222,6 +222,8 @@ class ConsumerGroupCoordinator:
                     0,
                     None,
                 )
+            if classic is None and not self.classic.room_for_group():
+                return E.COORDINATOR_NOT_AVAILABLE, "group.max.groups reached", None, 0, None
             group = self.groups[group_id] = ConsumerGroup(group_id)
             if classic is not None:  # an empty classic group: keep its offsets
                 group.offsets = classic.offsets

@@ -1,8 +1,18 @@
-"""CreatePartitions (key 37), versions 0-3: add partitions to a topic (never remove)."""
+"""CreatePartitions (key 37), versions 0-3: add partitions to a topic (never remove).
+
+A topic's growth is all or nothing: when a new partition cannot be made (too many open
+files, a full disk...) none is kept and the topic's result carries the error and its cause.
+"""
 
 from __future__ import annotations
 
+import logging
+
 from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .topics import TopicCreationError
+
+log = logging.getLogger("headrace")
 
 API_KEY = ApiKey.CREATE_PARTITIONS
 MIN_VERSION, MAX_VERSION = 0, 3
@@ -15,11 +25,14 @@ async def handle(broker, header, request):
     for t in request.topics:
         topic = broker.topics.get(t.name)
         error, message = _check(broker, topic, t)
-        results.append(
-            R.CreatePartitionsTopicResult(name=t.name, error_code=error, error_message=message)
-        )
+        result = R.CreatePartitionsTopicResult(name=t.name, error_code=error, error_message=message)
+        results.append(result)
         if not error and not request.validate_only:
-            await broker.topics.add_partitions(topic, t.count)
+            try:
+                await broker.topics.add_partitions(topic, t.count)
+            except TopicCreationError as e:
+                result.error_code, result.error_message = e.error_code, e.message
+                log.warning("CreatePartitions: %s", e.message)
     return R(throttle_time_ms=0, results=results)
 
 

@@ -5,16 +5,22 @@ Checks, per topic: a legal name (INVALID_TOPIC_EXCEPTION), not already there
 (INVALID_PARTITIONS), replication factor 1 or -1, as there is one broker
 (INVALID_REPLICATION_FACTOR), manual assignments only to this broker
 (INVALID_REPLICA_ASSIGNMENT), known topic settings with valid values (INVALID_CONFIG).
-``validate_only`` checks without creating.
+``validate_only`` checks without creating. A topic whose partitions cannot all be created
+(too many open files, a full disk...) is not created at all and gets KAFKA_STORAGE_ERROR (or
+UNKNOWN_SERVER_ERROR) with the cause in its error message; other topics are unaffected.
 """
 
 from __future__ import annotations
+
+import logging
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 from .config import TOPIC_SETTINGS, ConfigError, validate_topic_setting
 from .describe_configs import config_entries
-from .topics import topic_name_error
+from .topics import TopicCreationError, topic_name_error
+
+log = logging.getLogger("headrace")
 
 API_KEY = ApiKey.CREATE_TOPICS
 MIN_VERSION, MAX_VERSION = 2, 7
@@ -40,9 +46,9 @@ async def handle(broker, header, request):
                 result.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
                 result.error_message = f"Topic '{t.name}' already exists."
                 continue
-            except OSError as e:
-                result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
-                result.error_message = str(e)
+            except TopicCreationError as e:
+                result.error_code, result.error_message = e.error_code, e.message
+                log.warning("CreateTopics: %s", e.message)
                 continue
             result.topic_id = topic.topic_id
             topic_configs = config_entries(broker, topic)

@@ -41,7 +41,11 @@ async def handle(broker, header, request):
             result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
             continue
         result.name, result.topic_id = topic.name, topic.topic_id
-        await broker.topics.delete(topic)
+        try:
+            await broker.topics.delete(topic)
+        except OSError as e:  # topics.json could not be saved: the topic stays
+            result.error_code, result.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
+            continue
         deleted.add(topic.name)
     if deleted:
         broker.transactions.on_topics_deleted(deleted)

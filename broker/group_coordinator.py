@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from headrace.protocol import ErrorCode
 
@@ -46,6 +47,7 @@ log = logging.getLogger("headrace.groups")
 
 E = ErrorCode
 OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+RECLAIM_EVERY_S = 1.0  # at group.max.groups, how often groups holding nothing are looked for
 
 
 class GroupCoordinator:
@@ -80,6 +82,9 @@ class GroupCoordinator:
             max_size=int(config["group.consumer.max.size"]),
             now_ms=now_ms,
         )
+        self.max_groups = int(config["group.max.groups"])
+        self._reclaimed_at = -RECLAIM_EVERY_S
+        self.classic.room_for_group = self.room_for_group
         self._tasks: list[asyncio.Task] = []
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -153,6 +158,25 @@ class GroupCoordinator:
         if group is None:
             group = self.classic.new_group(group_id)
         return await self.offsets.write(group, entries)
+
+    def room_for(self, group_id: str) -> bool:
+        """Is ``group_id`` known, or may it be made (``group.max.groups``)?"""
+        known = group_id in self.groups or group_id in self.consumer.groups
+        return known or self.room_for_group()
+
+    def room_for_group(self) -> bool:
+        """May one more group be made? At ``group.max.groups`` (both kinds counted), groups
+        that hold nothing (Empty, no members, no offsets: what made-up group ids leave) are
+        forgotten first, at most once a second, rather than at the next expiry pass."""
+        if len(self.groups) + len(self.consumer.groups) < self.max_groups:
+            return True
+        now = time.monotonic()
+        if now - self._reclaimed_at >= RECLAIM_EVERY_S:
+            self._reclaimed_at = now
+            for group in self._all_groups():
+                if not getattr(group, "pending", None):
+                    self._forget_if_empty(group)
+        return len(self.groups) + len(self.consumer.groups) < self.max_groups
 
     def fetch_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         group = self.groups.get(group_id) or self.consumer.groups.get(group_id)

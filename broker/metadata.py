@@ -10,7 +10,7 @@ from __future__ import annotations
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 from .group_offsets import INTERNAL_TOPICS
-from .topics import topic_name_error
+from .topics import TopicCreationError, topic_name_error
 
 API_KEY = ApiKey.METADATA
 MIN_VERSION, MAX_VERSION = 0, 13
@@ -55,6 +55,8 @@ async def _create_then_respond(broker, header, request, found, missing, creatabl
                     topic = await broker.topics.create(t.name, partitions, {})
                 except FileExistsError:
                     topic = broker.topics.get(t.name)
+                except TopicCreationError:
+                    topic = None  # undone; the topic is reported missing
             if topic is not None:
                 found.append(topic)
                 continue

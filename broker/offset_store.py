@@ -24,6 +24,7 @@ import asyncio
 import logging
 
 from headrace.protocol import ErrorCode
+from headrace.storage import StorageError
 
 from . import group_offsets
 from .group_offsets import OFFSETS_TOPIC, CommittedOffset, StoredGroup
@@ -65,10 +66,15 @@ class OffsetStore:
                         {"cleanup.policy": "compact", "segment.bytes": 100 * 1024 * 1024},
                     )
                 )
+            ready = self._topic_ready
             try:
-                topic = await asyncio.shield(self._topic_ready)
+                topic = await asyncio.shield(ready)
             except FileExistsError:
                 topic = self.topics.get(OFFSETS_TOPIC)
+            except StorageError:
+                if self._topic_ready is ready:
+                    self._topic_ready = None  # undone: the next request tries again
+                raise
         return topic.partitions[group_offsets.partition_for(group_id, len(topic.partitions))]
 
     def append(self, partition, records: list[tuple[bytes, bytes | None]]) -> int:
@@ -89,7 +95,11 @@ class OffsetStore:
         """Append and flush; update the cache in log order. Returns an error code."""
         if not entries:
             return E.NONE
-        partition = await self.partition(group.group_id)
+        try:
+            partition = await self.partition(group.group_id)
+        except StorageError:
+            log.exception("cannot create %s", OFFSETS_TOPIC)
+            return E.COORDINATOR_NOT_AVAILABLE
         error = self.append(
             partition,
             [

@@ -20,6 +20,7 @@ couple of milliseconds to the start-up time.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -64,6 +65,7 @@ class BrokerProcess:
         log_file: Path | None = None,
         cpus: set[int] | None = None,
         pythonpath: Path | None = None,
+        rlimit_nofile: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.overrides = dict(overrides or {})
@@ -72,6 +74,7 @@ class BrokerProcess:
         self.log_file = log_file  # the log lines go here too
         self.cpus = cpus  # CPU affinity of the broker process
         self.pythonpath = pythonpath  # put first on PYTHONPATH (e.g. a snapshot of a commit)
+        self.rlimit_nofile = rlimit_nofile  # the broker's open-files limit (soft and hard)
         self.proc: subprocess.Popen | None = None
         self.lines: list[str] = []
         self.seen = 0  # lines read since the first start (``lines`` keeps the last ones)
@@ -122,7 +125,7 @@ class BrokerProcess:
                 stderr=subprocess.PIPE,
                 text=True,
                 env=env,
-                preexec_fn=pinned(self.cpus),
+                preexec_fn=self._preexec(),
             )
             self._reader = threading.Thread(target=self._pump, args=(proc, log), daemon=True)
             self._reader.start()
@@ -134,6 +137,18 @@ class BrokerProcess:
                 time.sleep(POLL_S)
             self.port = int(ready.read_text().rsplit(":", 1)[1])
         return self
+
+    def _preexec(self):
+        pin, nofile = pinned(self.cpus), self.rlimit_nofile
+        if nofile is None:
+            return pin
+
+        def setup() -> None:
+            if pin is not None:
+                pin()
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+        return setup
 
     def _pump(self, proc: subprocess.Popen, log) -> None:
         assert proc.stderr is not None  # started with stderr=PIPE

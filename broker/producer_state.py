@@ -22,6 +22,11 @@ offset, LSO after it), which the storage engine keeps beside the segment holding
 and deletes with it. A marker also carries the producer's current epoch, so a marker written
 after the coordinator bumped the epoch fences the old producer here too.
 
+Producers idle for ``producer.id.expiration.ms`` (by the broker's clock: no batch, no marker)
+and without an open transaction here are forgotten (``expire``, run by the topic table every
+``producer.id.expiration.check.interval.ms``), so the table holds only recent producers
+however many producer ids clients make up.
+
 Snapshots (``producer-state-<offset>.json`` in the partition directory, the state of every
 batch below ``offset``) are written when the log rolls a segment and when it closes; the
 newest two are kept. On open the newest snapshot at or below the log end is loaded (newer
@@ -39,6 +44,7 @@ import logging
 import os
 import re
 import struct
+import time
 from collections import deque
 from pathlib import Path
 
@@ -70,13 +76,14 @@ def snapshot_name(offset: int) -> str:
 
 
 class ProducerEntry:
-    __slots__ = ("epoch", "batches", "last_timestamp", "coordinator_epoch")
+    __slots__ = ("epoch", "batches", "last_timestamp", "coordinator_epoch", "active_at")
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
         self.batches: deque[tuple[int, int, int]] = deque(maxlen=CACHED_BATCHES)
         self.last_timestamp = -1
         self.coordinator_epoch = -1
+        self.active_at = time.monotonic()  # the broker's clock at its last batch or marker
 
 
 class ProducerStateManager:
@@ -119,6 +126,7 @@ class ProducerStateManager:
         transactional: bool = False,
     ) -> None:
         entry = self._entry(producer_id, epoch)
+        entry.active_at = time.monotonic()
         if first_seq >= 0:
             entry.batches.append((first_seq, last_seq, base_offset))
         entry.last_timestamp = timestamp
@@ -158,7 +166,22 @@ class ProducerStateManager:
             # the coordinator bumped the epoch: the next batch must start at sequence 0
             entry = self.producers[producer_id] = ProducerEntry(epoch)
         entry.coordinator_epoch = coordinator_epoch
+        entry.active_at = time.monotonic()
         self.ongoing.pop(producer_id, None)
+
+    def expire(self, idle_s: float) -> int:
+        """Forget producers that appended nothing for ``idle_s`` seconds (by the broker's
+        clock) and have no open transaction here (Kafka's ``producer.id.expiration.ms``); a
+        forgotten producer's next batch is accepted at any sequence. Returns how many."""
+        cutoff = time.monotonic() - idle_s
+        doomed = [
+            pid
+            for pid, e in self.producers.items()
+            if e.active_at < cutoff and pid not in self.ongoing
+        ]
+        for pid in doomed:
+            del self.producers[pid]
+        return len(doomed)
 
     def active_producers(self) -> dict[int, tuple[int, int]]:
         """For compaction: producer id -> (base offset of its last batch with a sequence, or

@@ -25,20 +25,23 @@ group coordinator for transactional offsets, the node id, the settings they read
 the broker, so each can be built and tested alone. The API modules get the ``Broker`` as
 their request context and use the coordinators' public methods.
 
-Start-up (``start``) opens the data directory and loads the logs, replays the groups' and
+Start-up (``start``) locks the data directory (``.lock``: one broker per directory; a second
+one exits at once, naming the holder's pid), loads the logs, replays the groups' and
 transactions' state, starts serving, then the background jobs (``background.run_every``: the
-periodic flush here, offset expiry, the transaction timer, the log cleaner's passes). It reads
-the clean-shutdown marker: without it, every log is recovered (torn tails cut). Shutdown
-stops accepting, answers what is in flight, stops the background jobs, flushes every log,
-writes the marker.
+periodic flush and the expiry of idle producers here, offset expiry, the transaction timer,
+the log cleaner's passes). It reads the clean-shutdown marker: without it, every log is
+recovered (torn tails cut). Shutdown stops accepting, answers what is in flight, stops the
+background jobs, flushes every log, writes the marker and releases the lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import fcntl
 import importlib
 import logging
+import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -110,6 +113,7 @@ APIS = {
 
 CLEAN_SHUTDOWN = ".clean_shutdown"
 META = "meta.properties"
+LOCK = ".lock"
 
 
 class StartupError(Exception):
@@ -141,6 +145,7 @@ class Broker:
             node_id=self.node_id,
             max_timeout_ms=int(config["transaction.max.timeout.ms"]),
             expiration_ms=int(config["transactional.id.expiration.ms"]),
+            max_ids=int(config["transactional.id.max.count"]),
             check_interval_ms=int(
                 config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
             ),
@@ -151,6 +156,7 @@ class Broker:
         self._server: asyncio.base_events.Server | None = None
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
+        self._lock_fd = -1  # the data directory's lock, held from start to stop
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -181,6 +187,12 @@ class Broker:
         self._tasks.append(
             asyncio.create_task(run_every(self._flush_interval, self._flush_due, "periodic flush"))
         )
+        expiry_s = int(self.config["producer.id.expiration.check.interval.ms"]) / 1000
+        self._tasks.append(
+            asyncio.create_task(
+                run_every(expiry_s, self.topics.expire_producers, "producer id expiration")
+            )
+        )
         self.cleaner.start()
         log.info(
             "headrace listening on %s:%d, data in %s (%.0f ms)",
@@ -193,6 +205,7 @@ class Broker:
     def _open_data_dir(self) -> None:
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._lock_data_dir()
             probe = self.data_dir / ".probe"
             probe.write_bytes(b"")
             probe.unlink()
@@ -204,11 +217,38 @@ class Broker:
         try:
             self.topics.load(recover=not clean)
         except (StorageError, OSError, ValueError) as e:
+            self._unlock_data_dir()
             raise StartupError(f"cannot open the logs in {self.data_dir}: {e}") from e
         marker.unlink(missing_ok=True)
         fsync_directory(self.data_dir)
         if not clean:
             log.info("no clean-shutdown marker: logs were recovered")
+
+    def _lock_data_dir(self) -> None:
+        """One broker per data directory, as Kafka's ``.lock``: an exclusive ``flock`` taken
+        before anything in the directory is read, held until ``stop`` (the kernel releases it
+        when the process dies, however it dies). The file holds the holder's pid."""
+        fd = os.open(self.data_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StartupError(
+                f"data directory {self.data_dir} is in use by another broker (pid {holder})"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        pid = f"{os.getpid()}\n".encode()
+        os.pwrite(fd, pid, 0)
+        os.ftruncate(fd, len(pid))
+        self._lock_fd = fd
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the only descriptor releases the flock
+            self._lock_fd = -1
 
     def _cluster_id(self) -> str:
         path = self.data_dir / META
@@ -246,6 +286,7 @@ class Broker:
         self.topics.close()
         (self.data_dir / CLEAN_SHUTDOWN).write_bytes(b"")
         fsync_directory(self.data_dir)
+        self._unlock_data_dir()
 
     def _flush_interval(self, topic=None) -> float:
         """How old unflushed data may get: ``flush.ms``, and at the latest

@@ -1,18 +1,27 @@
-"""Topics and partitions: their metadata, their logs, and the append path of a produce.
+"""Topics: their metadata and partitions (``partition.py``: one partition and the append path).
 
 Topic metadata (id, partition count, per-topic settings) is kept in ``topics.json`` in the
 data directory, replaced atomically on every change; each partition's log lives in
 ``<topic>-<partition>/``, as in Kafka. Opening, creating and deleting logs touch the disk, so
 those run in a worker thread; the maps below are changed on the event loop only.
+
+Creating a topic or growing one is all or nothing: the new partitions are opened and
+``topics.json`` saved in the worker thread, and the maps change only when both worked; on any
+failure (too many open files, a full disk, a bad setting) the partitions opened are closed and
+the directories made for them removed (``TopicCreationError`` says why). The broker holds at
+most ``max.broker.partitions`` partitions. Each partition forgets producers idle for
+``producer.id.expiration.ms`` (``expire_producers``, run periodically by the broker).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
 import re
+import resource
 import shutil
 import uuid
 from collections.abc import Iterable
@@ -22,23 +31,18 @@ from typing import Any
 
 from headrace.pipeline import GroupCommit
 from headrace.protocol.errors import ErrorCode
-from headrace.protocol.records import (
-    CorruptRecordError,
-    crc_matches,
-    decode_records,
-    iter_batches,
-    set_base_offset,
-    set_log_append_time,
-)
+from headrace.protocol.records import decode_records, iter_batches
 from headrace.storage import Log, LogConfig, StorageError, fsync_directory
 
 from .config import TOPIC_SETTINGS, BrokerConfig
-from .producer_state import ProducerStateManager, last_sequence, write_snapshot_data
-from .txn_markers import ABORT, COMMIT, control_batch
+from .partition import Partition
+from .producer_state import ProducerStateManager
 
 log = logging.getLogger("headrace")
 
 TOPICS_FILE = "topics.json"
+RESERVE = ".reserve"  # see TopicManager._reserve
+RESERVE_BYTES = 64 * 1024
 DELETED_SUFFIX = "-delete"
 MAX_NAME = 249
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -63,6 +67,37 @@ def stored_records(plog: Log, *, skip_transactional: bool = False):
             offset = h.base_offset + h.last_offset_delta + 1
 
 
+class TopicCreationError(StorageError):
+    """Creating a topic's partitions failed and was undone. ``error_code`` is Kafka's answer
+    for that topic (KAFKA_STORAGE_ERROR for a disk or file problem, UNKNOWN_SERVER_ERROR
+    otherwise); the message names the cause. A ``StorageError``, so that code which makes
+    internal topics on first use handles it as before."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+    @classmethod
+    def of(cls, name: str, e: BaseException) -> TopicCreationError:
+        cause: BaseException | None = e
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__cause__
+        if isinstance(cause, OSError) and cause.errno in (errno.EMFILE, errno.ENFILE):
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            why = f"too many open files (the broker's open-files limit is {soft})"
+        elif isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            why = "no space left on the device of the data directory"
+        else:
+            why = str(e) or type(e).__name__
+        code = (
+            ErrorCode.KAFKA_STORAGE_ERROR
+            if isinstance(e, (OSError, StorageError))
+            else ErrorCode.UNKNOWN_SERVER_ERROR
+        )
+        return cls(code, f"Cannot create the partitions of topic '{name}': {why}; nothing kept.")
+
+
 def topic_name_error(name: str) -> str | None:
     if not name or name in (".", ".."):
         return "topic name is empty, '.' or '..'"
@@ -71,192 +106,6 @@ def topic_name_error(name: str) -> str | None:
     if not _LEGAL_NAME.match(name):
         return "topic name may contain only ASCII letters, digits, '.', '_' and '-'"
     return None
-
-
-class Partition:
-    """One partition: its log, producer state and fetchers waiting for new data."""
-
-    __slots__ = (
-        "topic",
-        "index",
-        "log",
-        "producers",
-        "waiters",
-        "unflushed",
-        "flushed_at",
-        "_segments",
-    )
-
-    def __init__(self, topic: Topic, index: int, log: Log, producers: ProducerStateManager):
-        self.topic = topic
-        self.index = index
-        self.log = log
-        self.producers = producers
-        self.waiters: list[asyncio.Future] = []
-        self.unflushed = 0  # messages appended since the last flush was asked for
-        self.flushed_at = 0.0  # event-loop time of that flush
-        self._segments = log.segment_count  # a change means the log rolled: snapshot
-
-    @property
-    def last_stable_offset(self) -> int:
-        """Below it every transaction is decided; ``read_committed`` readers stop here."""
-        return self.producers.last_stable_offset(self.log.log_end_offset)
-
-    def mark_flushed(self, now: float) -> None:
-        self.unflushed = 0
-        self.flushed_at = now
-
-    @property
-    def high_watermark(self) -> int:
-        return self.log.log_end_offset
-
-    def append(
-        self, records: memoryview, max_batch: int, verify=None, log_append_time: int = -1
-    ) -> tuple[int, int, int]:
-        """Validate, assign offsets and append one produce payload.
-
-        Returns (error code, base offset, messages appended). Offsets are written into the
-        payload in place; the CRC does not cover them. Nothing is appended unless every batch
-        is valid. A transactional batch is accepted only when ``verify(producer id, epoch)``
-        (the transaction coordinator's check that this partition is in the producer's open
-        transaction) answers NONE. With ``log_append_time`` >= 0 (a LogAppendTime topic) every
-        batch is stamped with it.
-        """
-        try:
-            batches = list(iter_batches(records))
-        except CorruptRecordError:
-            return ErrorCode.CORRUPT_MESSAGE, -1, 0
-        if not batches:
-            return ErrorCode.CORRUPT_MESSAGE, -1, 0
-        count = 0
-        for pos, size, h in batches:
-            if size > max_batch:
-                return ErrorCode.MESSAGE_TOO_LARGE, -1, 0
-            if h.records_count != h.last_offset_delta + 1 or h.records_count <= 0:
-                return ErrorCode.CORRUPT_MESSAGE, -1, 0
-            if not crc_matches(records[pos : pos + size]):
-                return ErrorCode.CORRUPT_MESSAGE, -1, 0
-            count += h.records_count
-        first = batches[0][2]
-        pid = first.producer_id
-        if pid >= 0:
-            if len(batches) != 1:
-                return ErrorCode.INVALID_RECORD, -1, 0
-            if first.is_control:
-                return ErrorCode.INVALID_RECORD, -1, 0
-            last_seq = last_sequence(first.base_sequence, first.last_offset_delta)
-            error, retry_offset = self.producers.check(
-                pid, first.producer_epoch, first.base_sequence, last_seq
-            )
-            if error:
-                return error, -1, 0
-            if retry_offset >= 0:
-                return ErrorCode.NONE, retry_offset, 0
-            if first.is_transactional:
-                if verify is None:
-                    return ErrorCode.INVALID_TXN_STATE, -1, 0
-                error = verify(pid, first.producer_epoch)
-                if error:
-                    return error, -1, 0
-        elif first.is_transactional or first.is_control:
-            return ErrorCode.INVALID_RECORD, -1, 0
-        if log_append_time >= 0:
-            for pos, size, _ in batches:
-                set_log_append_time(records, pos, size, log_append_time)
-            batches = list(iter_batches(records))
-        base, max_timestamp = self._write(records, batches)
-        if base < 0:
-            return ErrorCode.KAFKA_STORAGE_ERROR, -1, 0
-        if pid >= 0:
-            self.producers.record(
-                pid,
-                first.producer_epoch,
-                first.base_sequence,
-                last_seq,
-                base,
-                max_timestamp,
-                first.is_transactional,
-            )
-        self._appended(count)
-        return ErrorCode.NONE, base, count
-
-    def _write(self, records, batches, aborted_txn=None) -> tuple[int, int]:
-        """Set offsets and append; (base offset, max timestamp), base -1 on a storage error.
-        ``aborted_txn``: the index entry of an abort marker being appended."""
-        log = self.log
-        base = offset = log.log_end_offset
-        max_timestamp = -1
-        for pos, _, h in batches:
-            set_base_offset(records, pos, offset)
-            offset += h.records_count
-            if h.max_timestamp > max_timestamp:
-                max_timestamp = h.max_timestamp
-        try:
-            log.append(records, base, offset - 1, max_timestamp, aborted_txn=aborted_txn)
-        except StorageError:
-            return -1, -1
-        if log.segment_count != self._segments:
-            self._segments = log.segment_count
-            self._snapshot_in_background(base)
-        return base, max_timestamp
-
-    def _snapshot_in_background(self, offset: int) -> None:
-        """Snapshot the producer state below ``offset`` (the rolled segment's end; the batch at
-        ``offset`` is not recorded yet) and write it in a worker thread."""
-        data = self.producers.snapshot(offset)
-        directory = Path(self.log.directory)
-
-        def write():
-            try:
-                write_snapshot_data(directory, data)
-            except OSError:
-                log.exception("producer state snapshot of %s failed", directory)
-
-        asyncio.get_running_loop().run_in_executor(None, write)
-
-    def append_transactional(self, batch: bytearray, producer_id: int, epoch: int) -> int:
-        """Append a batch the coordinator wrote for a transaction (transactional offset
-        commits): no sequence numbers. Returns the error code."""
-        error = self.producers.check_marker(producer_id, epoch)
-        if error:
-            return error
-        batches = list(iter_batches(batch))
-        base, max_timestamp = self._write(batch, batches)
-        if base < 0:
-            return ErrorCode.KAFKA_STORAGE_ERROR
-        self.producers.record(producer_id, epoch, -1, -1, base, max_timestamp, True)
-        self._appended(batches[0][2].records_count)
-        return ErrorCode.NONE
-
-    def append_marker(
-        self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int
-    ) -> int:
-        """Append a commit or abort marker for the producer's transaction. Returns the error
-        code (INVALID_PRODUCER_EPOCH for a marker older than what this partition knows)."""
-        error = self.producers.check_marker(producer_id, epoch)
-        if error:
-            return error
-        batch = control_batch(producer_id, epoch, commit, coordinator_epoch)
-        kind = COMMIT if commit else ABORT
-        aborted = self.producers.marker_entry(producer_id, kind, self.log.log_end_offset)
-        base, _ = self._write(batch, list(iter_batches(batch)), aborted)
-        if base < 0:
-            return ErrorCode.KAFKA_STORAGE_ERROR
-        self.producers.complete(producer_id, epoch, kind, base, coordinator_epoch)
-        self._appended(1)
-        return ErrorCode.NONE
-
-    def _appended(self, count: int) -> None:
-        self.unflushed += count
-        if self.waiters:
-            waiters, self.waiters = self.waiters, []
-            for w in waiters:
-                if not w.done():
-                    w.set_result(None)
-
-    def close(self) -> None:
-        self.log.close()
-        self.producers.write_snapshot(Path(self.log.directory), self.log.log_end_offset)
 
 
 @dataclass(eq=False)
@@ -332,17 +181,29 @@ class TopicManager:
         log = Log.open(path, topic.log_config(), recover=recover)
         return Partition(topic, index, log, ProducerStateManager.load(path, log))
 
-    def _save(self) -> None:
+    def _save(self, pending: Topic | None = None, partitions: int = 0) -> None:
+        """Replace ``topics.json`` atomically; with ``pending``, as if that topic (new, or
+        growing) had ``partitions`` partitions. Nothing is left behind if it fails."""
         data = {
             t.name: {"id": str(t.topic_id), "partitions": len(t.partitions), "configs": t.configs}
             for t in self.topics.values()
         }
+        if pending is not None:
+            data[pending.name] = {
+                "id": str(pending.topic_id),
+                "partitions": partitions,
+                "configs": pending.configs,
+            }
         tmp = self.data_dir / (TOPICS_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.data_dir / TOPICS_FILE)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.data_dir / TOPICS_FILE)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         fsync_directory(self.data_dir)
 
     # changes (on the event loop; disk work in a thread) ---------------------------------------
@@ -356,6 +217,17 @@ class TopicManager:
             p.mark_flushed(now)
             logs.append(p.log)
         return self._flush_stage.flush(logs)
+
+    async def expire_producers(self) -> None:
+        """Forget every partition's producers idle for ``producer.id.expiration.ms``."""
+        idle_s = int(self.config["producer.id.expiration.ms"]) / 1000
+        expired = 0
+        for i, p in enumerate(self.all_partitions()):
+            expired += p.producers.expire(idle_s)
+            if i % 1000 == 999:
+                await asyncio.sleep(0)  # let requests in between
+        if expired:
+            log.info("expired %d idle producer ids", expired)
 
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
@@ -380,28 +252,103 @@ class TopicManager:
         return self.by_id.get(topic_id) if topic_id is not None else None
 
     async def create(self, name: str, partitions: int, configs: dict[str, object]) -> Topic:
-        """Create a topic; the caller has validated the name, count and settings."""
+        """Create a topic; the caller has validated the name, count and settings. All or
+        nothing: on any failure (``TopicCreationError``) no directory of it is left, nor an
+        entry in ``topics.json`` or in the maps."""
         async with self._lock:
             if name in self.topics:
                 raise FileExistsError(name)
             topic = Topic(name, uuid.uuid4(), configs, self.config)
+            self._check_room(name, partitions)
+            topic.partitions = await asyncio.to_thread(self._grow, topic, partitions)
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
-            try:
-                await asyncio.to_thread(self._add_partitions, topic, partitions)
-            except BaseException:
-                del self.topics[name], self.by_id[topic.topic_id]
-                raise
             return topic
 
     async def add_partitions(self, topic: Topic, total: int) -> None:
+        """Grow ``topic`` to ``total`` partitions (CreatePartitions), all or nothing as
+        ``create``."""
         async with self._lock:
-            await asyncio.to_thread(self._add_partitions, topic, total)
+            self._check_room(topic.name, total - len(topic.partitions))
+            topic.partitions = await asyncio.to_thread(self._grow, topic, total)
 
-    def _add_partitions(self, topic: Topic, total: int) -> None:
-        opened = [self._open_partition(topic, i, True) for i in range(len(topic.partitions), total)]
-        topic.partitions = topic.partitions + opened
-        self._save()
+    def _check_room(self, name: str, more: int) -> None:
+        """Refuse (POLICY_VIOLATION) ``more`` partitions past ``max.broker.partitions``."""
+        limit = int(self.config["max.broker.partitions"])
+        now = sum(len(t.partitions) for t in self.topics.values())
+        if now + more > limit:
+            raise TopicCreationError(
+                ErrorCode.POLICY_VIOLATION,
+                f"Cannot add {more} partitions to topic '{name}': the broker has {now} and "
+                f"max.broker.partitions is {limit}.",
+            )
+
+    def _grow(self, topic: Topic, total: int) -> list[Partition]:
+        """(In a worker thread.) Open partitions ``len(topic.partitions)`` to ``total - 1`` and
+        save ``topics.json`` with them; returns every partition, the topic's own first. On a
+        failure the new partitions are closed and their directories removed, then
+        ``TopicCreationError`` says why. A directory already there for a new partition is
+        a leftover of a creation interrupted by a crash (``topics.json`` does not list it): it
+        is removed first, so no old data comes back under the new topic."""
+        opened: list[Partition] = []
+        made: list[Path] = []
+        spare = -1
+        try:
+            spare = self._reserve()
+            for i in range(len(topic.partitions), total):
+                path = self.data_dir / f"{topic.name}-{i}"
+                if path.exists():  # left by a creation a crash interrupted: not this topic's
+                    log.warning("removing %s, not in %s", path, TOPICS_FILE)
+                    shutil.rmtree(path)
+                made.append(path)
+                opened.append(self._open_partition(topic, i, True))
+            self._save(topic, total)
+        except Exception as e:
+            if spare >= 0:
+                os.close(spare)
+                spare = -1
+            self._undo(opened, made)
+            opened.clear()
+            raise TopicCreationError.of(topic.name, e) from e
+        finally:
+            if spare >= 0:
+                os.close(spare)
+        return topic.partitions + opened
+
+    def _reserve(self) -> int:
+        """A descriptor holding an unlinked file of ``RESERVE_BYTES``: closed before an undo,
+        it gives back the descriptor, inode and blocks that closing a log needs (its
+        checkpoint) when the open-files limit is reached or the disk is full."""
+        path = self.data_dir / RESERVE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.unlink(path)
+            os.write(fd, bytes(RESERVE_BYTES))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _undo(self, opened: list[Partition], made: list[Path]) -> None:
+        """Close the partitions of a failed creation and remove the directories made for it,
+        newest first: each removal frees what closing the next log needs."""
+        for path in made[len(opened) :]:  # the partition that failed to open
+            shutil.rmtree(path, ignore_errors=True)
+        failed = 0
+        for p, path in reversed(list(zip(opened, made))):
+            try:
+                p.log.close()
+            except Exception:
+                failed += 1  # its descriptors close when the log is collected
+            shutil.rmtree(path, ignore_errors=True)
+        for path in made:  # again: a removal may have lacked a descriptor before the closes
+            shutil.rmtree(path, ignore_errors=True)
+        if failed:
+            log.warning("%d logs of a failed creation could not be closed cleanly", failed)
+        try:
+            fsync_directory(self.data_dir)
+        except OSError:
+            pass
 
     async def set_configs(self, topic: Topic, configs: dict[str, object]) -> None:
         """Replace a topic's explicit settings (AlterConfigs); its logs use them at once."""
@@ -417,9 +364,17 @@ class TopicManager:
                 p.log.update_config(log_config)
 
     async def delete(self, topic: Topic) -> None:
+        """Forget a topic and remove its files. ``topics.json`` is saved without it first: if
+        that fails (an ``OSError``) the topic stays, untouched."""
         async with self._lock:
             self.topics.pop(topic.name, None)
             self.by_id.pop(topic.topic_id, None)
+            try:
+                await asyncio.to_thread(self._save)
+            except BaseException:
+                self.topics[topic.name] = topic
+                self.by_id[topic.topic_id] = topic
+                raise
             for p in topic.partitions:
                 for w in p.waiters:
                     if not w.done():
@@ -427,10 +382,15 @@ class TopicManager:
             await asyncio.to_thread(self._delete_files, topic)
 
     def _delete_files(self, topic: Topic) -> None:
-        self._save()
+        """Close and remove the partitions' directories (renamed first, so that one left
+        behind by a failure or a crash is removed at the next start)."""
         for p in topic.partitions:
-            p.log.close()
             path = Path(p.log.directory)
-            doomed = path.with_name(f"{path.name}.{topic.topic_id.hex}{DELETED_SUFFIX}")
-            os.replace(path, doomed)
+            try:
+                p.log.close()
+                doomed = path.with_name(f"{path.name}.{topic.topic_id.hex}{DELETED_SUFFIX}")
+                os.replace(path, doomed)
+            except (OSError, StorageError):
+                log.exception("cannot remove %s of deleted topic %s", path, topic.name)
+                continue
             shutil.rmtree(doomed, ignore_errors=True)

@@ -28,7 +28,8 @@ requests for it get CONCURRENT_TRANSACTIONS.
   visible to ``read_committed`` readers when the producer hears of it.
 * A timer aborts transactions open longer than their timeout (with an epoch bump: the
   producer is fenced), finishes decisions whose markers could not be written, and forgets
-  ids idle for ``transactional.id.expiration.ms``.
+  ids idle for ``transactional.id.expiration.ms``. At most ``transactional.id.max.count``
+  ids are kept: a new one beyond gets COORDINATOR_NOT_AVAILABLE.
 * Start-up replays ``__transaction_state`` and finishes every Prepare* decision found there
   (a crash between the decision and its markers). Open transactions stay open: their
   producer may carry on, a new producer with the id aborts them, or they time out.
@@ -111,6 +112,7 @@ class TransactionCoordinator:
         max_timeout_ms: int,
         expiration_ms: int,
         check_interval_ms: int,
+        max_ids: int = 2**31 - 1,
         state_partitions: int,
         state_segment_bytes: int,
         now_ms: Callable[[], int] = wall_clock_ms,
@@ -122,6 +124,7 @@ class TransactionCoordinator:
         self.max_timeout_ms = max_timeout_ms
         self.expiration_ms = expiration_ms
         self.check_interval_ms = check_interval_ms
+        self.max_ids = max_ids  # transactional.id.max.count
         self.state_partitions = state_partitions
         self.state_segment_bytes = state_segment_bytes
         self.now_ms = now_ms
@@ -174,10 +177,15 @@ class TransactionCoordinator:
                         {"cleanup.policy": "compact", "segment.bytes": self.state_segment_bytes},
                     )
                 )
+            ready = self._topic_ready
             try:
-                topic = await asyncio.shield(self._topic_ready)
+                topic = await asyncio.shield(ready)
             except FileExistsError:
                 topic = topics.get(TRANSACTION_TOPIC)
+            except StorageError:
+                if self._topic_ready is ready:
+                    self._topic_ready = None  # undone: the next request tries again
+                raise
         index = group_offsets.partition_for(transactional_id, len(topic.partitions))
         return topic.partitions[index]
 
@@ -236,6 +244,8 @@ class TransactionCoordinator:
             return E.INVALID_TRANSACTION_TIMEOUT, -1, -1
         txn = self.txns.get(transactional_id)
         if txn is None:
+            if len(self.txns) >= self.max_ids:
+                return E.COORDINATOR_NOT_AVAILABLE, -1, -1  # until idle ids expire
             pid = await self.producer_ids.next_id()
             if transactional_id in self.txns:
                 return E.CONCURRENT_TRANSACTIONS, -1, -1

@@ -51,6 +51,8 @@ def handle(broker, header, request):
     error = broker.transactions.check_offset_commit(
         request.transactional_id, request.producer_id, request.producer_epoch, group_id
     )
+    if not error and not broker.groups.room_for(group_id):
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE  # group.max.groups: no new group
     if error == ErrorCode.PRODUCER_FENCED and version < 3:
         error = ErrorCode.INVALID_PRODUCER_EPOCH
     if not error and version >= 3 and request.member_id and request.generation_id >= 0:

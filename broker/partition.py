@@ -1,0 +1,221 @@
+"""One partition: its log, its producers' state, the fetches waiting for it, and the append
+path of a produce (validation, offsets, producer checks, transaction markers).
+
+``Partition.append`` validates a produce payload as a whole before anything is written: batch
+sizes, record counts and CRCs, then the producer's sequence and epoch (``producer_state``) and,
+for a transactional batch, the coordinator's check that the partition is in the producer's
+open transaction. Offsets are written into the payload in place (the CRC does not cover them).
+After an append every waiting fetch is woken. When the log rolls a segment, the producer state
+is snapshotted in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from headrace.protocol.errors import ErrorCode
+from headrace.protocol.records import (
+    CorruptRecordError,
+    crc_matches,
+    iter_batches,
+    set_base_offset,
+    set_log_append_time,
+)
+from headrace.storage import Log, StorageError
+
+from .producer_state import ProducerStateManager, last_sequence, write_snapshot_data
+from .txn_markers import ABORT, COMMIT, control_batch
+
+if TYPE_CHECKING:
+    from .topics import Topic
+
+log = logging.getLogger("headrace")
+
+
+class Partition:
+    """One partition: its log, producer state and fetchers waiting for new data."""
+
+    __slots__ = (
+        "topic",
+        "index",
+        "log",
+        "producers",
+        "waiters",
+        "unflushed",
+        "flushed_at",
+        "_segments",
+    )
+
+    def __init__(self, topic: Topic, index: int, log: Log, producers: ProducerStateManager):
+        self.topic = topic
+        self.index = index
+        self.log = log
+        self.producers = producers
+        self.waiters: list[asyncio.Future] = []
+        self.unflushed = 0  # messages appended since the last flush was asked for
+        self.flushed_at = 0.0  # event-loop time of that flush
+        self._segments = log.segment_count  # a change means the log rolled: snapshot
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Below it every transaction is decided; ``read_committed`` readers stop here."""
+        return self.producers.last_stable_offset(self.log.log_end_offset)
+
+    def mark_flushed(self, now: float) -> None:
+        self.unflushed = 0
+        self.flushed_at = now
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.log_end_offset
+
+    def append(
+        self, records: memoryview, max_batch: int, verify=None, log_append_time: int = -1
+    ) -> tuple[int, int, int]:
+        """Validate, assign offsets and append one produce payload.
+
+        Returns (error code, base offset, messages appended). Offsets are written into the
+        payload in place; the CRC does not cover them. Nothing is appended unless every batch
+        is valid. A transactional batch is accepted only when ``verify(producer id, epoch)``
+        (the transaction coordinator's check that this partition is in the producer's open
+        transaction) answers NONE. With ``log_append_time`` >= 0 (a LogAppendTime topic) every
+        batch is stamped with it.
+        """
+        try:
+            batches = list(iter_batches(records))
+        except CorruptRecordError:
+            return ErrorCode.CORRUPT_MESSAGE, -1, 0
+        if not batches:
+            return ErrorCode.CORRUPT_MESSAGE, -1, 0
+        count = 0
+        for pos, size, h in batches:
+            if size > max_batch:
+                return ErrorCode.MESSAGE_TOO_LARGE, -1, 0
+            if h.records_count != h.last_offset_delta + 1 or h.records_count <= 0:
+                return ErrorCode.CORRUPT_MESSAGE, -1, 0
+            if not crc_matches(records[pos : pos + size]):
+                return ErrorCode.CORRUPT_MESSAGE, -1, 0
+            count += h.records_count
+        first = batches[0][2]
+        pid = first.producer_id
+        if pid >= 0:
+            if len(batches) != 1:
+                return ErrorCode.INVALID_RECORD, -1, 0
+            if first.is_control:
+                return ErrorCode.INVALID_RECORD, -1, 0
+            last_seq = last_sequence(first.base_sequence, first.last_offset_delta)
+            error, retry_offset = self.producers.check(
+                pid, first.producer_epoch, first.base_sequence, last_seq
+            )
+            if error:
+                return error, -1, 0
+            if retry_offset >= 0:
+                return ErrorCode.NONE, retry_offset, 0
+            if first.is_transactional:
+                if verify is None:
+                    return ErrorCode.INVALID_TXN_STATE, -1, 0
+                error = verify(pid, first.producer_epoch)
+                if error:
+                    return error, -1, 0
+        elif first.is_transactional or first.is_control:
+            return ErrorCode.INVALID_RECORD, -1, 0
+        if log_append_time >= 0:
+            for pos, size, _ in batches:
+                set_log_append_time(records, pos, size, log_append_time)
+            batches = list(iter_batches(records))
+        base, max_timestamp = self._write(records, batches)
+        if base < 0:
+            return ErrorCode.KAFKA_STORAGE_ERROR, -1, 0
+        if pid >= 0:
+            self.producers.record(
+                pid,
+                first.producer_epoch,
+                first.base_sequence,
+                last_seq,
+                base,
+                max_timestamp,
+                first.is_transactional,
+            )
+        self._appended(count)
+        return ErrorCode.NONE, base, count
+
+    def _write(self, records, batches, aborted_txn=None) -> tuple[int, int]:
+        """Set offsets and append; (base offset, max timestamp), base -1 on a storage error.
+        ``aborted_txn``: the index entry of an abort marker being appended."""
+        log = self.log
+        base = offset = log.log_end_offset
+        max_timestamp = -1
+        for pos, _, h in batches:
+            set_base_offset(records, pos, offset)
+            offset += h.records_count
+            if h.max_timestamp > max_timestamp:
+                max_timestamp = h.max_timestamp
+        try:
+            log.append(records, base, offset - 1, max_timestamp, aborted_txn=aborted_txn)
+        except StorageError:
+            return -1, -1
+        if log.segment_count != self._segments:
+            self._segments = log.segment_count
+            self._snapshot_in_background(base)
+        return base, max_timestamp
+
+    def _snapshot_in_background(self, offset: int) -> None:
+        """Snapshot the producer state below ``offset`` (the rolled segment's end; the batch at
+        ``offset`` is not recorded yet) and write it in a worker thread."""
+        data = self.producers.snapshot(offset)
+        directory = Path(self.log.directory)
+
+        def write():
+            try:
+                write_snapshot_data(directory, data)
+            except OSError:
+                log.exception("producer state snapshot of %s failed", directory)
+
+        asyncio.get_running_loop().run_in_executor(None, write)
+
+    def append_transactional(self, batch: bytearray, producer_id: int, epoch: int) -> int:
+        """Append a batch the coordinator wrote for a transaction (transactional offset
+        commits): no sequence numbers. Returns the error code."""
+        error = self.producers.check_marker(producer_id, epoch)
+        if error:
+            return error
+        batches = list(iter_batches(batch))
+        base, max_timestamp = self._write(batch, batches)
+        if base < 0:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        self.producers.record(producer_id, epoch, -1, -1, base, max_timestamp, True)
+        self._appended(batches[0][2].records_count)
+        return ErrorCode.NONE
+
+    def append_marker(
+        self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int
+    ) -> int:
+        """Append a commit or abort marker for the producer's transaction. Returns the error
+        code (INVALID_PRODUCER_EPOCH for a marker older than what this partition knows)."""
+        error = self.producers.check_marker(producer_id, epoch)
+        if error:
+            return error
+        batch = control_batch(producer_id, epoch, commit, coordinator_epoch)
+        kind = COMMIT if commit else ABORT
+        aborted = self.producers.marker_entry(producer_id, kind, self.log.log_end_offset)
+        base, _ = self._write(batch, list(iter_batches(batch)), aborted)
+        if base < 0:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        self.producers.complete(producer_id, epoch, kind, base, coordinator_epoch)
+        self._appended(1)
+        return ErrorCode.NONE
+
+    def _appended(self, count: int) -> None:
+        self.unflushed += count
+        if self.waiters:
+            waiters, self.waiters = self.waiters, []
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+
+    def close(self) -> None:
+        self.log.close()
+        self.producers.write_snapshot(Path(self.log.directory), self.log.log_end_offset)
