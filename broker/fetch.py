@@ -40,6 +40,11 @@ MIN_VERSION, MAX_VERSION = 4, 18
 R = messages.FetchResponse
 
 
+def response_bytes(broker, request) -> int:
+    """The most a response holds in memory: ``max_bytes``, at most ``fetch.max.bytes``."""
+    return max(1, min(request.max_bytes, int(broker.config["fetch.max.bytes"])))
+
+
 async def handle(broker, header, request):
     version = header.api_version
     by_id = version >= 13
@@ -63,7 +68,7 @@ async def handle(broker, header, request):
                 continue
             wanted.append((resp, partition, p.fetch_offset, p.partition_max_bytes))
     read_committed = request.isolation_level == 1
-    cap = min(request.max_bytes, int(broker.config["fetch.max.bytes"])) if wanted else 0
+    cap = response_bytes(broker, request) if wanted else 0
     budget = broker.fetch_budget
     while True:
         reservation = await budget.reserve(cap, deadline)

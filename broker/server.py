@@ -9,7 +9,10 @@ A module returns the response message, ``None`` for no response (acks=0), or an 
 either when the answer comes later (a produce waiting for its flush, a long-polling fetch, an
 admin request doing disk work in a thread). An awaitable may also give ``(message, on_sent)``:
 ``on_sent`` is called once the response has left through the socket (Fetch releases its
-share of ``fetch_budget``, the broker-wide budget for response bytes in memory, there).
+share of ``fetch_budget``, the broker-wide budget for response bytes in memory, there). A
+module whose responses can be large says how large with ``response_bytes(broker, request)``;
+the connection counts that as unsent until the response is written, so a client that does not
+read gets none of its next requests handled.
 Encoding the response header and body happens here, once, for every API.
 
 Requests the broker cannot parse close the connection, as Kafka does: an unknown API key, a
@@ -311,6 +314,9 @@ class Broker:
             )
         except DecodeError as e:
             raise CloseConnection(f"malformed {api.__name__} v{version} request: {e}") from None
+        size = getattr(api, "response_bytes", None)
+        if size is not None:  # count it against the connection before its next request
+            request.expect(size(self, body))
         outcome = api.handle(self, header, body)
         if outcome is None:
             return None

@@ -26,8 +26,9 @@ asyncio ``BufferedProtocol``: the event loop reads straight into our buffers.
   connection, the bytes also for the whole broker (``Limits``); over a cap the connection
   stops reading.
 * Backpressure, write side: the transport reports every partial write (high-water mark 0)
-  and the moment its buffer is empty again. While the unsent responses (parked plus those in
-  the transport's buffer) exceed ``Limits.response_bytes`` bytes or
+  and the moment its buffer is empty again. While the unsent responses (parked, in the
+  transport's buffer, and what handled requests said their responses may take,
+  ``Request.expect``) exceed ``Limits.response_bytes`` bytes or
   ``Limits.requests_per_connection`` responses, the connection is not ``writable``: the
   router takes none of its queued requests and it stops reading, until the client has read
   what it was sent. A client that does not read only stalls itself.
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 
 RECEIVE_FIRST = 4 * 1024  # the receive buffer a connection gets when bytes arrive
 RECEIVE_MAX = 256 * 1024  # it doubles up to this while reads fill it
-FRAME_FIRST = 16 * 1024  # a frame's own buffer starts at least here, and quadruples as it fills
+FRAME_FIRST = 4 * 1024  # a frame's own buffer starts at least here, and quadruples as it fills
 MIN_FRAME = 8  # api key, api version and correlation id alone take 8 bytes
 _SIZE = 4
 _REJECT_LOG_S = 10.0  # log refused connections at most this often
@@ -166,6 +167,8 @@ class Connection(asyncio.BufferedProtocol):
         self._next_write = 0  # sequence number of the next response to write
         self._done: dict[int, Response | list | None] = {}  # parked: completed out of order
         self._parked_bytes = 0
+        self._expected: dict[int, int] = {}  # seq -> bytes its response may hold (Request.expect)
+        self._expected_bytes = 0
         self._sizes: dict[int, int] = {}
         self._in_flight = 0
         self._unsent: list = []  # on_sent callbacks of responses still in the transport
@@ -209,6 +212,8 @@ class Connection(asyncio.BufferedProtocol):
         self.requests.clear()
         parked, self._done = self._done, {}
         self._parked_bytes = 0
+        self._expected.clear()
+        self._expected_bytes = 0
         for response in parked.values():
             if isinstance(response, Response):
                 response.on_sent()
@@ -311,6 +316,12 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
         self._router.submit(self, seq, frame)
 
+    def expect(self, seq: int, size: int) -> None:
+        """See ``Request.expect``."""
+        if not self.closed and size > 0:
+            self._expected[seq] = self._expected.get(seq, 0) + size
+            self._expected_bytes += size
+
     def accepted(self) -> None:
         """The handler took a request of this connection: the full frame size applies."""
         if not self._accepted:
@@ -324,7 +335,7 @@ class Connection(asyncio.BufferedProtocol):
         """Whether the client has taken enough of its responses for more to be made."""
         if self.closed or self._transport is None:
             return False
-        unsent = self._parked_bytes + self._transport.get_write_buffer_size()
+        unsent = self._parked_bytes + self._expected_bytes + self._transport.get_write_buffer_size()
         return (
             unsent <= self._limits.response_bytes
             and len(self._done) + self._unsent_count < self._limits.requests_per_connection
@@ -337,6 +348,8 @@ class Connection(asyncio.BufferedProtocol):
             if isinstance(response, Response):
                 response.on_sent()
             return
+        if self._expected:
+            self._expected_bytes -= self._expected.pop(seq, 0)  # its real bytes count from now
         if seq != self._next_write:
             self._done[seq] = response
             if response is not None:
@@ -395,7 +408,6 @@ class Connection(asyncio.BufferedProtocol):
         """Nothing in flight either way (for ``connections.max.idle.ms``)."""
         return (
             self._next_seq == self._next_write
-            and self._frame is None
             and self._transport is not None
             and not self._transport.get_write_buffer_size()
         )

@@ -72,6 +72,12 @@ class Request:
     seq: int
     frame: bytearray
 
+    def expect(self, size: int) -> None:
+        """The response may hold up to ``size`` bytes in memory: count them as the connection's
+        unsent response bytes from now until it completes, so that none of the connection's
+        next requests is handled while that is over its limit."""
+        self.connection.expect(self.seq, size)
+
 
 class Handler(Protocol):
     def handle(self, request: Request) -> Outcome: ...
