@@ -148,6 +148,40 @@ class Limits:
 class Connection(asyncio.BufferedProtocol):
     """A Kafka client connection (see the module docstring)."""
 
+    __slots__ = (
+        "id",
+        "peer",
+        "host",
+        "_router",
+        "_limits",
+        "_transport",
+        "_buf",
+        "_view",
+        "_receive_size",
+        "_start",
+        "_end",
+        "_frame",
+        "_frame_filled",
+        "_frame_size",
+        "_next_seq",
+        "_next_write",
+        "_done",
+        "_parked_bytes",
+        "_expected",
+        "_expected_bytes",
+        "_sizes",
+        "_in_flight",
+        "_unsent",
+        "_unsent_count",
+        "_accepted",
+        "_reading",
+        "_stopped",
+        "requests",
+        "scheduled",
+        "active_at",
+        "closed",
+    )
+
     def __init__(self, router: Router, limits: Limits) -> None:
         self.id = next(_ids)
         self.peer: str = ""
