@@ -38,11 +38,16 @@ def fds(pid: int) -> int:
 
 
 def raise_nofile(n: int, pid: int | None = None) -> None:
-    """Let this process (and ``pid``, if given) open ``n`` files (we run as root)."""
+    """Let this process (and ``pid``, if given) open ``n`` files, or as many as the hard limit
+    allows when raising it is not permitted."""
     for target in [0] + ([pid] if pid else []):
         soft, hard = resource.prlimit(target, resource.RLIMIT_NOFILE)
-        if soft < n:
+        if soft >= n:
+            continue
+        try:
             resource.prlimit(target, resource.RLIMIT_NOFILE, (n, max(hard, n)))
+        except (PermissionError, ValueError):
+            resource.prlimit(target, resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def api_versions_frame(correlation_id: int = 1) -> bytes:
