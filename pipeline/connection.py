@@ -10,8 +10,11 @@ asyncio ``BufferedProtocol``: the event loop reads straight into our buffers.
   ``RECEIVE_MAX`` while reads fill it, and is dropped again once every byte in it has been
   taken out as a frame. A frame that does not fit in what is left of that buffer gets a
   ``bytearray`` of its own and the loop reads the rest of it directly into that, so a 1 MiB
-  produce is copied from the socket once; that buffer starts small and quadruples as it
-  fills, so a peer that announces 100 MiB and sends little holds little memory.
+  produce is copied from the socket once. Once the connection has sent a valid request, that
+  buffer has the frame's whole size at once while the broker's request budget
+  (``Limits.per_broker``) has room for it in its first half, and counts against the budget
+  from then on; otherwise it starts small and quadruples as it fills, so a peer that announces
+  100 MiB and sends little holds little memory.
 * The size is checked before anything is allocated: below ``MIN_FRAME`` or above the limit
   closes the connection. Until the handler has accepted one request of the connection the
   limit is ``Limits.max_first_frame`` (small, as Kafka's 512 KiB before authentication) and
@@ -163,6 +166,7 @@ class Connection(asyncio.BufferedProtocol):
         "_frame",
         "_frame_filled",
         "_frame_size",
+        "_frame_reserved",
         "_next_seq",
         "_next_write",
         "_done",
@@ -197,6 +201,7 @@ class Connection(asyncio.BufferedProtocol):
         self._frame: bytearray | None = None  # a large frame being read in place
         self._frame_filled = 0
         self._frame_size = 0  # its declared size: the buffer grows towards it as bytes arrive
+        self._frame_reserved = 0  # bytes of it counted in Limits.in_flight (allocated at once)
         self._next_seq = 0  # sequence number of the next request read
         self._next_write = 0  # sequence number of the next response to write
         self._done: dict[int, Response | list | None] = {}  # parked: completed out of order
@@ -240,8 +245,8 @@ class Connection(asyncio.BufferedProtocol):
         self._limits.leave(self.host)
         self.host = None
         self._limits.forget(self)
-        self._limits.release(self._in_flight)
-        self._in_flight = 0
+        self._limits.release(self._in_flight + self._frame_reserved)
+        self._in_flight = self._frame_reserved = 0
         self._sizes.clear()
         self.requests.clear()
         parked, self._done = self._done, {}
@@ -285,6 +290,8 @@ class Connection(asyncio.BufferedProtocol):
             self._frame_filled += nbytes
             if self._frame_filled == self._frame_size:
                 frame, self._frame = self._frame, None
+                self._limits.in_flight -= self._frame_reserved  # _dispatch counts it again
+                self._frame_reserved = 0
                 self._dispatch(frame)
             return
         self._end += nbytes
@@ -318,7 +325,15 @@ class Connection(asyncio.BufferedProtocol):
                 continue
             if _SIZE + size > len(buf) - start:
                 # does not fit in what is left of the buffer: give it a buffer of its own
-                frame = bytearray(min(size, max(FRAME_FIRST, 2 * available)))
+                limits = self._limits
+                if self._accepted and limits.in_flight + size <= limits.per_broker // 2:
+                    # the broker's request budget has room: the whole frame at once, counted
+                    first = size
+                    limits.in_flight += size
+                    self._frame_reserved = size
+                else:
+                    first = min(size, max(FRAME_FIRST, 2 * available))
+                frame = bytearray(first)
                 frame[:available] = view[start + _SIZE : self._end]
                 self._frame, self._frame_filled, self._frame_size = frame, available, size
                 self._start = self._end = 0
