@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECEIVE_FIRST = 4 * 1024  # the receive buffer a connection gets when bytes arrive
-RECEIVE_MAX = 256 * 1024  # it doubles up to this while reads fill it
+RECEIVE_MAX = 64 * 1024  # it doubles up to this while reads fill it
 FRAME_FIRST = 4 * 1024  # a frame's own buffer starts at least here, and quadruples as it fills
 MIN_FRAME = 8  # api key, api version and correlation id alone take 8 bytes
 _SIZE = 4
