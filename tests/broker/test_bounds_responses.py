@@ -195,3 +195,70 @@ def test_thousands_of_pipelined_requests_never_read_are_bounded_and_all_answered
         assert struct.unpack(">i", body[:4])[0] == i
     sender.join(10)
     sock.close()
+
+
+def records_of(response) -> bytes:
+    return bytes(response.responses[0].partitions[0].records or b"")
+
+
+def test_fetches_wait_for_the_response_budget_and_answer_empty_at_their_deadline(big_topic):
+    broker = big_topic
+    hogs = []
+    for _ in range(2):  # two clients that never read hold 2 x 55 MiB of the 128 MiB budget
+        s = unread_socket(broker.port)
+        s.sendall(api_versions_frame() + frame(ApiKey.FETCH, 12, 2, fetch_request(60 * MB)))
+        hogs.append(s)
+    time.sleep(1.5)
+    with WireClient(broker.port, timeout=30) as client:
+        started = time.monotonic()
+        r = client.request(ApiKey.FETCH, 12, fetch_request(60 * MB, max_wait_ms=500))
+        waited = time.monotonic() - started
+        assert records_of(r) == b"", "no room in the budget: answered without records"
+        assert r.responses[0].partitions[0].error_code == ErrorCode.NONE
+        assert r.responses[0].partitions[0].high_watermark > 0
+        assert 0.4 < waited < 1.5, waited
+        for s in hogs:
+            s.close()
+        time.sleep(0.5)
+        r = client.request(ApiKey.FETCH, 12, fetch_request(60 * MB, max_wait_ms=500))
+        assert len(records_of(r)) >= DATA, "their reservations came back when they closed"
+
+
+def test_fetch_max_bytes_caps_a_response(tmp_path):
+    b = BrokerProcess(tmp_path / "data", {"fetch.max.bytes": str(MB)}).start()
+    try:
+        with WireClient(b.port, timeout=30) as client:
+            C = messages.CreateTopicsRequest
+            client.request(
+                ApiKey.CREATE_TOPICS,
+                7,
+                C(topics=[C.CreatableTopic(name=TOPIC, num_partitions=1, replication_factor=1)]),
+            )
+            for _ in range(10):
+                client.request(
+                    ApiKey.PRODUCE,
+                    9,
+                    P(
+                        transactional_id=None,
+                        acks=1,
+                        timeout_ms=10_000,
+                        topic_data=[
+                            P.TopicProduceData(
+                                name=TOPIC,
+                                partition_data=[
+                                    P.PartitionProduceData(
+                                        index=0,
+                                        records=build_batch(
+                                            [Record(key=None, value=bytes(300_000))]
+                                        ),
+                                    )
+                                ],
+                            )
+                        ],
+                    ),
+                )
+            r = client.request(ApiKey.FETCH, 12, fetch_request(100 * MB, max_wait_ms=0))
+            got = len(records_of(r))
+            assert 3 * 300_000 < got <= MB, got  # whole batches up to fetch.max.bytes
+    finally:
+        b.kill()
