@@ -212,3 +212,17 @@ def test_connections_max_idle_ms_closes_idle_connections_only(tmp_path):
             )  # still open
     finally:
         b.kill()
+
+
+def test_per_ip_overrides_are_checked_at_start_up():
+    from headrace.broker.config import BrokerConfig, ConfigError, connection_overrides
+
+    assert connection_overrides("127.0.0.1:200, broker-host:5,[::1]:7") == {
+        "127.0.0.1": 200,
+        "broker-host": 5,
+        "::1": 7,
+    }
+    with pytest.raises(ConfigError):
+        BrokerConfig({"max.connections.per.ip.overrides": "127.0.0.1"})
+    with pytest.raises(ConfigError):
+        BrokerConfig({"max.connections.per.ip.overrides": "127.0.0.1:many"})
