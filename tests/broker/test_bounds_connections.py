@@ -9,6 +9,8 @@ import socket
 import struct
 import time
 
+import pytest
+
 from boundsprobe import (
     MB,
     Watch,
