@@ -10,7 +10,6 @@ import struct
 import time
 
 import pytest
-
 from boundsprobe import (
     MB,
     Watch,
