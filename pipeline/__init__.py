@@ -8,8 +8,9 @@ calls the ``Handler`` it is given.
 Files, in reading order:
 
 * ``router.py``: handler queues, what a handler returns, idle connections closed.
-* ``connection.py``: framing, receive buffers, ordered responses, backpressure on both sides,
-  and ``Limits`` (every cap of the request path, connection admission).
+* ``connection.py``: framing, receive buffers, ordered responses, backpressure on both sides.
+* ``limits.py``: ``Limits``, every cap of the request path and the broker-wide counters
+  (request bytes in flight, connections per address).
 * ``budget.py``: ``ByteBudget``, broker-wide bytes reserved before memory is used (fetch
   responses) and released once the response has left.
 * ``flush.py``: ``GroupCommit``, the flush stage.
@@ -20,8 +21,9 @@ from __future__ import annotations
 import asyncio
 
 from .budget import ByteBudget, Reservation
-from .connection import Connection, Limits
+from .connection import Connection
 from .flush import GroupCommit
+from .limits import Limits
 from .router import CloseConnection, Handler, Request, Response, Router
 
 __all__ = [

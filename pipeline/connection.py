@@ -35,8 +35,8 @@ asyncio ``BufferedProtocol``: the event loop reads straight into our buffers.
   ``Limits.requests_per_connection`` responses, the connection is not ``writable``: the
   router takes none of its queued requests and it stops reading, until the client has read
   what it was sent. A client that does not read only stalls itself.
-* Admission: ``Limits.admit`` counts connections in total and per peer address; one over a
-  limit is accepted and closed at once.
+* Admission: ``Limits.admit`` (limits.py) counts connections in total and per peer address;
+  one over a limit is accepted and closed at once.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 from .router import Response
 
 if TYPE_CHECKING:
+    from .limits import Limits
     from .router import Chunks, Request, Router
 
 log = logging.getLogger(__name__)
@@ -60,92 +61,8 @@ RECEIVE_MAX = 64 * 1024  # it doubles up to this while reads fill it
 FRAME_FIRST = 4 * 1024  # a frame's own buffer starts at least here, and quadruples as it fills
 MIN_FRAME = 8  # api key, api version and correlation id alone take 8 bytes
 _SIZE = 4
-_REJECT_LOG_S = 10.0  # log refused connections at most this often
 
 _ids = itertools.count(1)
-
-
-class Limits:
-    """The request path's caps (see the module docstring) and its broker-wide counters."""
-
-    def __init__(
-        self,
-        *,
-        max_frame: int,
-        per_connection: int,
-        per_broker: int,
-        requests_per_connection: int,
-        max_first_frame: int | None = None,
-        response_bytes: int = 4 << 20,
-        max_connections: int = 1 << 30,
-        max_connections_per_ip: int = 1 << 30,
-        per_ip_overrides: dict[str, int] | None = None,
-        idle_ms: int | None = None,
-    ) -> None:
-        self.max_frame = max_frame
-        self.max_first_frame = max_frame if max_first_frame is None else max_first_frame
-        self.per_connection = per_connection
-        self.per_broker = per_broker
-        self.requests_per_connection = requests_per_connection
-        self.response_bytes = response_bytes
-        self.max_connections = max_connections
-        self.max_connections_per_ip = max_connections_per_ip
-        self.per_ip_overrides = dict(per_ip_overrides or {})
-        self.idle_ms = idle_ms
-        self.in_flight = 0
-        self.connections = 0
-        self._per_ip: dict[str, int] = {}
-        self._paused: set[Connection] = set()
-        self._refused = 0  # since the last log line about it
-        self._refused_logged_at = 0.0
-
-    def acquire(self, conn: Connection, size: int) -> None:
-        self.in_flight += size
-        if self.in_flight > self.per_broker:
-            self._paused.add(conn)
-
-    def release(self, size: int) -> None:
-        self.in_flight -= size
-        if self._paused and self.in_flight <= self.per_broker:
-            paused, self._paused = self._paused, set()
-            for conn in paused:
-                conn._update_reading()
-
-    def over(self, conn: Connection) -> bool:
-        return conn in self._paused
-
-    def forget(self, conn: Connection) -> None:
-        self._paused.discard(conn)
-
-    def admit(self, host: str) -> str | None:
-        """Count a new connection from ``host``; the reason it is refused, or None."""
-        count = self._per_ip.get(host, 0)
-        if self.connections >= self.max_connections:
-            return f"max.connections ({self.max_connections}) reached"
-        cap = self.per_ip_overrides.get(host, self.max_connections_per_ip)
-        if count >= cap:
-            return f"max.connections.per.ip ({cap}) reached for {host}"
-        self.connections += 1
-        self._per_ip[host] = count + 1
-        return None
-
-    def leave(self, host: str) -> None:
-        self.connections -= 1
-        count = self._per_ip[host] - 1
-        if count:
-            self._per_ip[host] = count
-        else:
-            del self._per_ip[host]
-
-    def refused(self, peer: str, reason: str) -> None:
-        """Log refused connections, at most one line per ``_REJECT_LOG_S``."""
-        self._refused += 1
-        now = time.monotonic()
-        if now - self._refused_logged_at >= _REJECT_LOG_S:
-            log.warning(
-                "closed %d new connection(s) (the last from %s): %s", self._refused, peer, reason
-            )
-            self._refused, self._refused_logged_at = 0, now
 
 
 class Connection(asyncio.BufferedProtocol):
