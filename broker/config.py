@@ -89,6 +89,51 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Most partitions (of every topic, internal ones too) on this broker; a CreateTopics"
             " or CreatePartitions beyond gets POLICY_VIOLATION.",
         ),
+        Setting(
+            "connection.max.response.bytes",
+            "long",
+            4 * 1024 * 1024,
+            "Unsent response bytes per connection (waiting for an earlier response, or in the"
+            " socket's write buffer) above which its requests are neither read nor handled"
+            " until the client reads.",
+        ),
+        Setting(
+            "queued.max.response.bytes",
+            "long",
+            256 * 1024 * 1024,
+            "Fetch response bytes in memory for the whole broker; a fetch reserves its share"
+            " before reading and waits (within its max_wait_ms) while there is none.",
+        ),
+        Setting(
+            "fetch.max.bytes",
+            "int",
+            55 * 1024 * 1024,
+            "Largest fetch response (a request's max_bytes is cut to this).",
+        ),
+        Setting(
+            "max.connections",
+            "int",
+            10000,
+            "Connections open at once; a new one over it is accepted and closed at once.",
+        ),
+        Setting(
+            "max.connections.per.ip",
+            "int",
+            1000,
+            "Connections open at once from one address.",
+        ),
+        Setting(
+            "max.connections.per.ip.overrides",
+            "string",
+            "",
+            "Per-address exceptions to max.connections.per.ip: host:count,host:count.",
+        ),
+        Setting(
+            "connections.max.idle.ms",
+            "long",
+            600000,
+            "Close a connection with nothing in flight and no traffic for this long (-1: never).",
+        ),
         Setting("num.io.threads", "int", 4, "Handler queues; a connection always uses one."),
         Setting(
             "log.segment.bytes",
@@ -390,6 +435,7 @@ class BrokerConfig:
             choices = _BROKER_CHOICES.get(name)
             if choices is not None and self.explicit[name] not in choices:
                 raise ConfigError(f"{name}: {text!r} is not one of {sorted(choices)}")
+        connection_overrides(str(self["max.connections.per.ip.overrides"]))  # valid?
 
     def __getitem__(self, name: str) -> Any:
         """The setting's value, of the setting's own type (bool, int, float, str or list)."""
@@ -424,6 +470,20 @@ class BrokerConfig:
         if advertised and host in ("", "0.0.0.0", "::"):
             host = "127.0.0.1"
         return host or "0.0.0.0", int(port)
+
+
+def connection_overrides(text: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count,host:count`` as a dict."""
+    overrides = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, _, count = item.rpartition(":")
+        if not host or not count.strip().isdigit():
+            raise ConfigError(f"max.connections.per.ip.overrides: {item!r} is not host:count")
+        overrides[host.strip().strip("[]")] = int(count)
+    return overrides
 
 
 def read_properties(text: str) -> dict[str, str]:

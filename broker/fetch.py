@@ -6,8 +6,15 @@ thread pool, never on the event loop. When fewer than ``min_bytes`` are availabl
 request waits, until ``max_wait_ms`` at the most, on the partitions' "log end advanced"
 signal (every append wakes the fetches waiting on that partition) and reads again.
 
-Limits: ``partition_max_bytes`` per partition and ``max_bytes`` for the response, except
-that the first partition with data always gets at least one whole batch, as in Kafka.
+Limits: ``partition_max_bytes`` per partition and ``max_bytes`` for the response (cut to the
+broker's ``fetch.max.bytes``), except that the first partition with data always gets at least
+one whole batch, as in Kafka.
+
+Memory: before each read the fetch reserves what it may return from ``broker.fetch_budget``
+(the broker-wide ``queued.max.response.bytes``), and the reservation is released once the
+response has left through the socket (or the connection closed); between reads of a long
+poll it holds nothing. While the budget has no room the fetch waits, within its
+``max_wait_ms``; if that passes first, it answers without records.
 From v13 topics are identified by topic ID. Fetch sessions are not kept: every response
 says session 0, so clients send full fetch requests.
 
@@ -33,6 +40,11 @@ MIN_VERSION, MAX_VERSION = 4, 18
 R = messages.FetchResponse
 
 
+def response_bytes(broker, request) -> int:
+    """The most a response holds in memory: ``max_bytes``, at most ``fetch.max.bytes``."""
+    return max(1, min(request.max_bytes, int(broker.config["fetch.max.bytes"])))
+
+
 async def handle(broker, header, request):
     version = header.api_version
     by_id = version >= 13
@@ -56,15 +68,24 @@ async def handle(broker, header, request):
                 continue
             wanted.append((resp, partition, p.fetch_offset, p.partition_max_bytes))
     read_committed = request.isolation_level == 1
+    cap = response_bytes(broker, request) if wanted else 0
+    budget = broker.fetch_budget
     while True:
-        stable = [part.last_stable_offset for _, part, _, _ in wanted]
-        total = await loop.run_in_executor(
-            broker.read_pool, _read_all, wanted, request.max_bytes, stable, read_committed
-        )
+        reservation = await budget.reserve(cap, deadline)
+        try:
+            stable = [part.last_stable_offset for _, part, _, _ in wanted]
+            total = await loop.run_in_executor(
+                broker.read_pool, _read_all, wanted, reservation.size, stable, read_committed
+            )
+        except BaseException:
+            reservation.release()
+            raise
+        reservation.grow(total - reservation.size)  # one batch over the limit at the most
         errors = any(resp.error_code for resp, *_ in wanted)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
             break
+        reservation.release()
         wakeup = loop.create_future()
         parts = [part for _, part, _, _ in wanted]
         for part in parts:
@@ -84,7 +105,8 @@ async def handle(broker, header, request):
             resp.aborted_transactions = None
         elif not resp.records:
             resp.aborted_transactions = []
-    return R(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses)
+    response = R(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses)
+    return response, reservation.release
 
 
 def _read_all(wanted, max_bytes: int, stable: list[int], read_committed: bool) -> int:
@@ -99,8 +121,8 @@ def _read_all(wanted, max_bytes: int, stable: list[int], read_committed: bool) -
         resp.last_stable_offset = min(lso, high_watermark)
         resp.log_start_offset = log.log_start_offset
         budget = min(partition_max, max_bytes - total)
-        if budget <= 0 and total:
-            continue
+        if budget <= 0 and (total or max_bytes <= 0):
+            continue  # no room (max_bytes 0: no share of the response budget, no records)
         try:
             data = log.read(
                 offset,

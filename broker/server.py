@@ -7,8 +7,13 @@ connection: it decodes the request header, finds the API module (one per Kafka A
 in ``APIS``), decodes the body and calls the module's ``handle(broker, header, request)``.
 A module returns the response message, ``None`` for no response (acks=0), or an awaitable of
 either when the answer comes later (a produce waiting for its flush, a long-polling fetch, an
-admin request doing disk work in a thread). Encoding the response header and body happens
-here, once, for every API.
+admin request doing disk work in a thread). An awaitable may also give ``(message, on_sent)``:
+``on_sent`` is called once the response has left through the socket (Fetch releases its
+share of ``fetch_budget``, the broker-wide budget for response bytes in memory, there). A
+module whose responses can be large says how large with ``response_bytes(broker, request)``;
+the connection counts that as unsent until the response is written, so a client that does not
+read gets none of its next requests handled.
+Encoding the response header and body happens here, once, for every API.
 
 Requests the broker cannot parse close the connection, as Kafka does: an unknown API key, a
 version outside what we list (except ApiVersions, which answers UNSUPPORTED_VERSION with the
@@ -47,7 +52,16 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from headrace.pipeline import CloseConnection, GroupCommit, Limits, Request, Router, serve
+from headrace.pipeline import (
+    ByteBudget,
+    CloseConnection,
+    GroupCommit,
+    Limits,
+    Request,
+    Response,
+    Router,
+    serve,
+)
 from headrace.protocol import (
     ApiKey,
     DecodeError,
@@ -61,7 +75,7 @@ from headrace.protocol import (
 from headrace.storage import StorageError, fsync_directory
 
 from .background import run_every
-from .config import BrokerConfig
+from .config import BrokerConfig, connection_overrides
 from .group_coordinator import GroupCoordinator
 from .init_producer_id import ProducerIdManager
 from .log_cleaner import LogCleaner
@@ -112,6 +126,9 @@ APIS = {
 }
 
 CLEAN_SHUTDOWN = ".clean_shutdown"
+# a connection's frames are capped at this until it has sent one valid request (as Kafka caps
+# them before authentication), then at socket.request.max.bytes
+FIRST_REQUEST_MAX_BYTES = 512 * 1024
 META = "meta.properties"
 LOCK = ".lock"
 
@@ -153,6 +170,8 @@ class Broker:
             state_segment_bytes=int(config["transaction.state.log.segment.bytes"]),
         )
         self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
+        # fetch responses in memory: reserved before reading, released once sent
+        self.fetch_budget = ByteBudget(int(config["queued.max.response.bytes"]))
         self._server: asyncio.base_events.Server | None = None
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
@@ -170,11 +189,18 @@ class Broker:
         await asyncio.to_thread(self._open_data_dir)
         await self.groups.start()
         await self.transactions.start()
+        config = self.config
         limits = Limits(
-            max_frame=int(self.config["socket.request.max.bytes"]),
-            per_connection=int(self.config["connection.max.request.bytes"]),
-            per_broker=int(self.config["queued.max.request.bytes"]),
-            requests_per_connection=int(self.config["queued.max.requests"]),
+            max_frame=int(config["socket.request.max.bytes"]),
+            max_first_frame=min(FIRST_REQUEST_MAX_BYTES, int(config["socket.request.max.bytes"])),
+            per_connection=int(config["connection.max.request.bytes"]),
+            per_broker=int(config["queued.max.request.bytes"]),
+            requests_per_connection=int(config["queued.max.requests"]),
+            response_bytes=int(config["connection.max.response.bytes"]),
+            max_connections=int(config["max.connections"]),
+            max_connections_per_ip=int(config["max.connections.per.ip"]),
+            per_ip_overrides=connection_overrides(str(config["max.connections.per.ip.overrides"])),
+            idle_ms=int(config["connections.max.idle.ms"]),
         )
         try:
             self._server, self._router = await serve(
@@ -329,6 +355,9 @@ class Broker:
             )
         except DecodeError as e:
             raise CloseConnection(f"malformed {api.__name__} v{version} request: {e}") from None
+        size = getattr(api, "response_bytes", None)
+        if size is not None:  # count it against the connection before its next request
+            request.expect(size(self, body))
         outcome = api.handle(self, header, body)
         if outcome is None:
             return None
@@ -347,8 +376,15 @@ class Broker:
         body[0] = head + body[0]  # one small write for header and the first part of the body
         return body
 
-    async def _encode_later(self, header, awaitable) -> list | None:
+    async def _encode_later(self, header, awaitable) -> list | Response | None:
         response = await awaitable
+        if isinstance(response, tuple):  # (message, on_sent): told once it has left
+            message, on_sent = response
+            try:
+                return Response(self._encode(header, message), on_sent)
+            except BaseException:
+                on_sent()
+                raise
         return None if response is None else self._encode(header, response)
 
 

@@ -5,22 +5,38 @@ How this works
 Kafka frames are a 4-byte big-endian size followed by that many bytes. ``Connection`` is an
 asyncio ``BufferedProtocol``: the event loop reads straight into our buffers.
 
-* Small frames are read into a shared receive buffer (``RECEIVE_BUFFER`` bytes) and copied out
-  one frame at a time into their own ``bytearray``; a frame larger than the space left in that
-  buffer gets a ``bytearray`` of its own and the loop reads the rest of it directly into that,
-  so a 1 MiB produce is copied from the socket once. That buffer starts at
-  ``FIRST_ALLOCATION`` bytes and doubles as data arrives, so a peer that announces 100 MiB and
-  sends little holds little memory.
-* The size is checked before anything is allocated: a size below ``MIN_FRAME`` or above the
-  limit (Kafka's ``socket.request.max.bytes``) closes the connection.
-* Each frame gets an arrival sequence number and goes to the router; the connection does not
-  wait for it. Responses may complete in any order: ``complete(seq, chunks)`` parks them until
-  every earlier one has been written (a reorder buffer keyed by sequence number). ``None``
-  means "no response" (acks=0 produce) and only advances the sequence.
-* Backpressure: requests in flight (read but not yet answered) and their bytes are counted
-  per connection, the bytes also for the whole broker (``Limits``). Over a cap, or while the
-  transport's write buffer is above its high-water mark, the connection stops reading (and
-  stops taking frames out of what it has already read) until responses drain.
+* Receive memory follows the bytes that arrived. An idle connection holds no receive buffer;
+  when bytes come, it gets a small one (``RECEIVE_FIRST``), which doubles up to
+  ``RECEIVE_MAX`` while reads fill it, and is dropped again once every byte in it has been
+  taken out as a frame. A frame that does not fit in what is left of that buffer gets a
+  ``bytearray`` of its own and the loop reads the rest of it directly into that, so a 1 MiB
+  produce is copied from the socket once. Once the connection has sent a valid request, that
+  buffer has the frame's whole size at once while the broker's request budget
+  (``Limits.per_broker``) has room for it in its first half, and counts against the budget
+  from then on; otherwise it starts small and quadruples as it fills, so a peer that announces
+  100 MiB and sends little holds little memory.
+* The size is checked before anything is allocated: below ``MIN_FRAME`` or above the limit
+  closes the connection. Until the handler has accepted one request of the connection the
+  limit is ``Limits.max_first_frame`` (small, as Kafka's 512 KiB before authentication) and
+  only one request is read at a time; after it, ``Limits.max_frame``.
+* Each frame gets an arrival sequence number and joins the connection's request queue, which
+  the router drains; the connection does not wait for it. Responses may complete in any order:
+  ``complete(seq, response)`` parks them until every earlier one has been written (a reorder
+  buffer keyed by sequence number). ``None`` means "no response" (acks=0 produce) and only
+  advances the sequence. A ``Response`` carries ``on_sent``, called once its bytes have left
+  through the socket (or the connection closed).
+* Backpressure, read side: requests read but not answered, and their bytes, are counted per
+  connection, the bytes also for the whole broker (``Limits``); over a cap the connection
+  stops reading.
+* Backpressure, write side: the transport reports every partial write (high-water mark 0)
+  and the moment its buffer is empty again. While the unsent responses (parked, in the
+  transport's buffer, and what handled requests said their responses may take,
+  ``Request.expect``) exceed ``Limits.response_bytes`` bytes or
+  ``Limits.requests_per_connection`` responses, the connection is not ``writable``: the
+  router takes none of its queued requests and it stops reading, until the client has read
+  what it was sent. A client that does not read only stalls itself.
+* Admission: ``Limits.admit`` (limits.py) counts connections in total and per peer address;
+  one over a limit is accepted and closed at once.
 """
 
 from __future__ import annotations
@@ -28,77 +44,97 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
+from collections import deque
 from typing import TYPE_CHECKING
 
+from .router import Response
+
 if TYPE_CHECKING:
-    from .router import Router
+    from .limits import Limits
+    from .router import Chunks, Request, Router
 
 log = logging.getLogger(__name__)
 
-RECEIVE_BUFFER = 256 * 1024
-FIRST_ALLOCATION = 1024 * 1024  # a large frame's buffer starts here and doubles as bytes arrive
+RECEIVE_FIRST = 4 * 1024  # the receive buffer a connection gets when bytes arrive
+RECEIVE_MAX = 64 * 1024  # it doubles up to this while reads fill it
+FRAME_FIRST = 4 * 1024  # a frame's own buffer starts at least here, and quadruples as it fills
 MIN_FRAME = 8  # api key, api version and correlation id alone take 8 bytes
 _SIZE = 4
 
 _ids = itertools.count(1)
 
 
-class Limits:
-    """Caps on request bytes in flight, per connection and for the whole broker."""
-
-    def __init__(
-        self, *, max_frame: int, per_connection: int, per_broker: int, requests_per_connection: int
-    ) -> None:
-        self.max_frame = max_frame
-        self.per_connection = per_connection
-        self.per_broker = per_broker
-        self.requests_per_connection = requests_per_connection
-        self.in_flight = 0
-        self._paused: set[Connection] = set()
-
-    def acquire(self, conn: Connection, size: int) -> None:
-        self.in_flight += size
-        if self.in_flight > self.per_broker:
-            self._paused.add(conn)
-
-    def release(self, size: int) -> None:
-        self.in_flight -= size
-        if self._paused and self.in_flight <= self.per_broker:
-            paused, self._paused = self._paused, set()
-            for conn in paused:
-                conn._update_reading()
-
-    def over(self, conn: Connection) -> bool:
-        return conn in self._paused
-
-    def forget(self, conn: Connection) -> None:
-        self._paused.discard(conn)
-
-
 class Connection(asyncio.BufferedProtocol):
     """A Kafka client connection (see the module docstring)."""
+
+    __slots__ = (
+        "id",
+        "peer",
+        "host",
+        "_router",
+        "_limits",
+        "_transport",
+        "_buf",
+        "_view",
+        "_receive_size",
+        "_start",
+        "_end",
+        "_frame",
+        "_frame_filled",
+        "_frame_size",
+        "_frame_reserved",
+        "_next_seq",
+        "_next_write",
+        "_done",
+        "_parked_bytes",
+        "_expected",
+        "_expected_bytes",
+        "_sizes",
+        "_in_flight",
+        "_unsent",
+        "_unsent_count",
+        "_accepted",
+        "_reading",
+        "_stopped",
+        "requests",
+        "scheduled",
+        "active_at",
+        "closed",
+    )
 
     def __init__(self, router: Router, limits: Limits) -> None:
         self.id = next(_ids)
         self.peer: str = ""
+        self.host: str | None = None  # the peer's address, once admitted
         self._router = router
         self._limits = limits
         self._transport: asyncio.Transport | None = None
-        self._buf = bytearray(RECEIVE_BUFFER)
-        self._view = memoryview(self._buf)
+        self._buf: bytearray | None = None  # the receive buffer, only while it holds bytes
+        self._view = memoryview(b"")
+        self._receive_size = RECEIVE_FIRST
         self._start = 0  # unread data is self._buf[_start:_end]
         self._end = 0
         self._frame: bytearray | None = None  # a large frame being read in place
         self._frame_filled = 0
         self._frame_size = 0  # its declared size: the buffer grows towards it as bytes arrive
+        self._frame_reserved = 0  # bytes of it counted in Limits.in_flight (allocated at once)
         self._next_seq = 0  # sequence number of the next request read
         self._next_write = 0  # sequence number of the next response to write
-        self._done: dict[int, list | None] = {}
+        self._done: dict[int, Response | list | None] = {}  # parked: completed out of order
+        self._parked_bytes = 0
+        self._expected: dict[int, int] = {}  # seq -> bytes its response may hold (Request.expect)
+        self._expected_bytes = 0
         self._sizes: dict[int, int] = {}
         self._in_flight = 0
+        self._unsent: list = []  # on_sent callbacks of responses still in the transport
+        self._unsent_count = 0  # responses handed to the transport that may not have left
+        self._accepted = False  # the handler has accepted one request
         self._reading = True
-        self._write_paused = False
         self._stopped = False  # no more requests: the broker is shutting down
+        self.requests: deque[Request] = deque()  # read, waiting for the router
+        self.scheduled = False  # in a router queue
+        self.active_at = time.monotonic()  # last traffic either way
         self.closed = False
 
     # asyncio protocol callbacks -----------------------------------------------------------
@@ -107,44 +143,77 @@ class Connection(asyncio.BufferedProtocol):
         self._transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        host = str(peer[0]) if peer else "?"
+        refused = self._limits.admit(host)
+        if refused is not None:
+            self._limits.refused(self.peer, refused)
+            self.closed = True
+            transport.close()
+            return
+        self.host = host
+        # pause_writing on every partial write, resume_writing once all has left
+        transport.set_write_buffer_limits(high=0, low=0)  # type: ignore[attr-defined]
         self._router.opened(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.host is None:
+            return  # refused at admission
+        self._limits.leave(self.host)
+        self.host = None
         self._limits.forget(self)
-        self._limits.release(self._in_flight)
-        self._in_flight = 0
+        self._limits.release(self._in_flight + self._frame_reserved)
+        self._in_flight = self._frame_reserved = 0
         self._sizes.clear()
-        self._done.clear()
+        self.requests.clear()
+        parked, self._done = self._done, {}
+        self._parked_bytes = 0
+        self._expected.clear()
+        self._expected_bytes = 0
+        for response in parked.values():
+            if isinstance(response, Response):
+                response.on_sent()
+        self._sent()
+        self._buf = self._frame = None
+        self._view = memoryview(b"")
         self._router.closed(self)
 
     def pause_writing(self) -> None:
-        self._write_paused = True
-        self._update_reading()
+        pass  # the write buffer is not empty: ``_sent`` waits for resume_writing
 
     def resume_writing(self) -> None:
-        self._write_paused = False
+        self.active_at = time.monotonic()
+        self._sent()
+        self._router.schedule(self)
         self._update_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         frame = self._frame
         if frame is not None:
             if self._frame_filled == len(frame):
-                # grow by doubling, so memory follows the bytes that really arrived
-                frame.extend(bytes(min(len(frame), self._frame_size - len(frame))))
+                # grow as bytes arrive, so memory follows what the peer really sent
+                frame.extend(bytes(min(3 * len(frame), self._frame_size - len(frame))))
             return memoryview(frame)[self._frame_filled :]
-        if self._end == len(self._buf):
+        if self._buf is None:
+            self._buf = bytearray(self._receive_size)
+            self._view = memoryview(self._buf)
+        elif self._end == len(self._buf):
             self._compact()
         return self._view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.active_at = time.monotonic()
         if self._frame is not None:
             self._frame_filled += nbytes
             if self._frame_filled == self._frame_size:
                 frame, self._frame = self._frame, None
+                self._limits.in_flight -= self._frame_reserved  # _dispatch counts it again
+                self._frame_reserved = 0
                 self._dispatch(frame)
             return
         self._end += nbytes
+        if self._end == len(self._view) and self._receive_size < RECEIVE_MAX:
+            self._receive_size *= 2  # reads fill the buffer: a bigger one next time
         self._parse()
 
     def eof_received(self) -> bool | None:
@@ -154,32 +223,53 @@ class Connection(asyncio.BufferedProtocol):
 
     def _parse(self) -> None:
         buf = self._buf
+        if buf is None:
+            return
+        view = self._view
         while self._reading and not self.closed and self._end - self._start >= _SIZE:
             start = self._start
             size = int.from_bytes(buf[start : start + _SIZE], "big", signed=True)
-            if size < MIN_FRAME or size > self._limits.max_frame:
+            limit = self._limits.max_frame if self._accepted else self._limits.max_first_frame
+            if size < MIN_FRAME or size > limit:
                 log.warning("closing %s: frame size %d out of bounds", self.peer, size)
                 self.close()
                 return
             available = self._end - start - _SIZE
             if available >= size:
-                frame = bytearray(self._view[start + _SIZE : start + _SIZE + size])
+                frame = bytearray(view[start + _SIZE : start + _SIZE + size])
                 self._start = start + _SIZE + size
                 self._dispatch(frame)
                 continue
             if _SIZE + size > len(buf) - start:
                 # does not fit in what is left of the buffer: give it a buffer of its own
-                frame = bytearray(max(min(size, FIRST_ALLOCATION), available))
-                frame[:available] = self._view[start + _SIZE : self._end]
+                limits = self._limits
+                if self._accepted and limits.in_flight + size <= limits.per_broker // 2:
+                    # the broker's request budget has room: the whole frame at once, counted
+                    first = size
+                    limits.in_flight += size
+                    self._frame_reserved = size
+                else:
+                    first = min(size, max(FRAME_FIRST, 2 * available))
+                frame = bytearray(first)
+                frame[:available] = view[start + _SIZE : self._end]
                 self._frame, self._frame_filled, self._frame_size = frame, available, size
                 self._start = self._end = 0
             break
         if self._start == self._end:
             self._start = self._end = 0
+            self._buf, self._view = None, memoryview(b"")  # nothing left in it: drop it
 
     def _compact(self) -> None:
+        assert self._buf is not None
         n = self._end - self._start
-        self._buf[:n] = self._view[self._start : self._end]
+        if self._start == 0 or self._receive_size > len(self._buf):
+            # full from the start (or reads keep filling it): a bigger buffer
+            size = max(self._receive_size, 2 * len(self._buf) if self._start == 0 else 0)
+            buf = bytearray(size)
+            buf[:n] = self._view[self._start : self._end]
+            self._buf, self._view = buf, memoryview(buf)
+        else:
+            self._buf[:n] = self._view[self._start : self._end]
         self._start, self._end = 0, n
 
     def _dispatch(self, frame: bytearray) -> None:
@@ -192,28 +282,82 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
         self._router.submit(self, seq, frame)
 
+    def expect(self, seq: int, size: int) -> None:
+        """See ``Request.expect``."""
+        if not self.closed and size > 0:
+            self._expected[seq] = self._expected.get(seq, 0) + size
+            self._expected_bytes += size
+
+    def accepted(self) -> None:
+        """The handler took a request of this connection: the full frame size applies."""
+        if not self._accepted:
+            self._accepted = True
+            self._update_reading()
+
     # responses ----------------------------------------------------------------------------
 
-    def complete(self, seq: int, chunks: list | None) -> None:
+    @property
+    def writable(self) -> bool:
+        """Whether the client has taken enough of its responses for more to be made."""
+        if self.closed or self._transport is None:
+            return False
+        unsent = self._parked_bytes + self._expected_bytes + self._transport.get_write_buffer_size()
+        return (
+            unsent <= self._limits.response_bytes
+            and len(self._done) + self._unsent_count < self._limits.requests_per_connection
+        )
+
+    def complete(self, seq: int, response: Response | Chunks | None) -> None:
         """Hand over the response to request ``seq``: its frame without the size prefix, as a
-        list of bytes-like chunks (``None``: the request has no response)."""
+        list of bytes-like chunks, or a ``Response`` (``None``: the request has no response)."""
         if self.closed:
+            if isinstance(response, Response):
+                response.on_sent()
             return
-        self._done[seq] = chunks
+        if self._expected:
+            self._expected_bytes -= self._expected.pop(seq, 0)  # its real bytes count from now
         if seq != self._next_write:
+            self._done[seq] = response
+            if response is not None:
+                chunks = response.chunks if isinstance(response, Response) else response
+                self._parked_bytes += sum(len(c) for c in chunks)
             return
         done, transport = self._done, self._transport
+        assert transport is not None  # set in connection_made
         freed = 0
-        while self._next_write in done:
-            chunks = done.pop(self._next_write)
-            if chunks:
+        while True:
+            if response is not None:
+                if isinstance(response, Response):
+                    chunks = response.chunks
+                    self._unsent.append(response.on_sent)
+                else:
+                    chunks = response
                 size = sum(len(c) for c in chunks)
-                transport.writelines([size.to_bytes(_SIZE, "big"), *chunks])  # type: ignore
+                transport.writelines([size.to_bytes(_SIZE, "big"), *chunks])
+                self._unsent_count += 1
             freed += self._sizes.pop(self._next_write)
             self._next_write += 1
+            if self._next_write not in done:
+                break
+            response = done.pop(self._next_write)
+            if response is not None:
+                chunks = response.chunks if isinstance(response, Response) else response
+                self._parked_bytes -= sum(len(c) for c in chunks)
+        self.active_at = time.monotonic()
+        if not transport.get_write_buffer_size():
+            self._sent()
         self._in_flight -= freed
         self._limits.release(freed)
+        self._router.schedule(self)
         self._update_reading()
+
+    def _sent(self) -> None:
+        """Everything handed to the transport has left (or never will: closed)."""
+        self._unsent_count = 0
+        if self._unsent:
+            callbacks, self._unsent = self._unsent, []
+            for on_sent in callbacks:
+                on_sent()
 
     def close(self) -> None:
         if not self.closed and self._transport is not None:
@@ -225,15 +369,25 @@ class Connection(asyncio.BufferedProtocol):
         self._stopped = True
         self._update_reading()
 
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight either way (for ``connections.max.idle.ms``)."""
+        return (
+            self._next_seq == self._next_write
+            and self._transport is not None
+            and not self._transport.get_write_buffer_size()
+        )
+
     def _update_reading(self) -> None:
         if self.closed or self._transport is None:
             return
         want = not (
             self._stopped
-            or self._write_paused
+            or (not self._accepted and self._next_seq > 0)
             or self._in_flight > self._limits.per_connection
             or self._next_seq - self._next_write >= self._limits.requests_per_connection
             or self._limits.over(self)
+            or not self.writable
         )
         if want != self._reading:
             self._reading = want

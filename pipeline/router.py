@@ -2,9 +2,16 @@
 
 How this works
 --------------
-Every request goes to queue ``connection.id % queues``; one task drains each queue. A
-connection therefore always lands in the same queue, so its requests are handled one after
-another in arrival order, while different connections spread over the queues.
+Each connection keeps the requests it has read in its own queue (``connection.requests``).
+A connection with requests waiting is scheduled on handler queue ``connection.id % queues``;
+one task drains each handler queue, taking one request of the first connection, then putting
+that connection back at the end if it has more. A connection always lands in the same queue,
+so its requests are handled one after another in arrival order, while different connections
+spread over the queues and take turns within one.
+
+A connection that is not ``writable`` (its client has not taken enough of its responses) is
+not scheduled: its requests wait, unhandled, until the responses drain and the connection
+asks to be scheduled again (``schedule``). So a client that does not read stalls only itself.
 
 ``Handler.handle(request)`` does the ordering-relevant work synchronously (decode, validate,
 assign offsets, append to the page cache) and returns one of:
@@ -16,17 +23,24 @@ assign offsets, append to the page cache) and returns one of:
   durable, or when a long-polling fetch has data). The queue does not wait for it and moves
   on to the next request at once: this is what keeps a connection pipelined.
 
-Raising ``CloseConnection`` closes the connection, as Kafka does for requests it cannot parse.
+* a ``Response``: chunks plus ``on_sent``, called once they have left through the socket
+  (or the connection closed), to release memory reserved for them.
+
+A handler that returns without raising has accepted the request's header: the connection may
+then send frames up to the full size limit (``Connection.accepted``). Raising
+``CloseConnection`` closes the connection, as Kafka does for requests it cannot parse.
+``watch_idle`` closes connections idle for longer than a limit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -34,7 +48,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Chunks = list  # list of bytes-like objects, written with transport.writelines
-Outcome = Chunks | None | Awaitable[Chunks | None]
+
+
+class Response(NamedTuple):
+    """Response chunks, and what to call once they have left through the socket."""
+
+    chunks: Chunks
+    on_sent: Callable[[], None]
+
+
+Outcome = Chunks | Response | None | Awaitable[Chunks | Response | None]
 
 
 class CloseConnection(Exception):
@@ -49,6 +72,12 @@ class Request:
     seq: int
     frame: bytearray
 
+    def expect(self, size: int) -> None:
+        """The response may hold up to ``size`` bytes in memory: count them as the connection's
+        unsent response bytes from now until it completes, so that none of the connection's
+        next requests is handled while that is over its limit."""
+        self.connection.expect(self.seq, size)
+
 
 class Handler(Protocol):
     def handle(self, request: Request) -> Outcome: ...
@@ -61,7 +90,7 @@ class Router:
 
     def __init__(self, handler: Handler, queues: int = 4) -> None:
         self._handler = handler
-        self._queues: list[deque[Request]] = [deque() for _ in range(queues)]
+        self._queues: list[deque[Connection]] = [deque() for _ in range(queues)]
         self._wakeups = [asyncio.Event() for _ in range(queues)]
         self._tasks = [
             asyncio.get_running_loop().create_task(self._drain(i), name=f"handler-queue-{i}")
@@ -78,28 +107,42 @@ class Router:
         self._handler.connection_closed(conn)
 
     def submit(self, conn: Connection, seq: int, frame: bytearray) -> None:
+        conn.requests.append(Request(conn, seq, frame))
+        self.schedule(conn)
+
+    def schedule(self, conn: Connection) -> None:
+        """Put ``conn`` in its handler queue if it has requests waiting and may answer them."""
+        if conn.scheduled or not conn.requests or not conn.writable:
+            return
+        conn.scheduled = True
         i = conn.id % len(self._queues)
-        self._queues[i].append(Request(conn, seq, frame))
+        self._queues[i].append(conn)
         self._wakeups[i].set()
 
     @property
     def queued(self) -> int:
-        return sum(len(q) for q in self._queues)
+        return sum(len(conn.requests) for conn in self.connections)
 
     async def _drain(self, i: int) -> None:
         queue, wakeup = self._queues[i], self._wakeups[i]
         while True:
             await wakeup.wait()
             wakeup.clear()
+            handled = 0
             while queue:
-                self._handle(queue.popleft())
-                if len(queue) > 64:
+                conn = queue.popleft()
+                conn.scheduled = False
+                if conn.closed or not conn.requests:
+                    continue
+                if conn.writable:
+                    self._handle(conn.requests.popleft())
+                    self.schedule(conn)
+                handled += 1
+                if handled % 64 == 0:
                     await asyncio.sleep(0)  # let other queues and the network have a turn
 
     def _handle(self, request: Request) -> None:
         conn = request.connection
-        if conn.closed:
-            return
         try:
             outcome = self._handler.handle(request)
         except CloseConnection as e:
@@ -110,7 +153,8 @@ class Router:
             log.exception("closing %s: request handler failed", conn.peer)
             conn.close()
             return
-        if outcome is None or isinstance(outcome, list):
+        conn.accepted()
+        if outcome is None or isinstance(outcome, (list, Response)):
             conn.complete(request.seq, outcome)
             return
         future = asyncio.ensure_future(outcome)
@@ -130,6 +174,20 @@ class Router:
             conn.close()
             return
         conn.complete(request.seq, future.result())
+
+    def watch_idle(self, idle_ms: int) -> None:
+        """Close connections with nothing in flight and no traffic for ``idle_ms``."""
+        self._tasks.append(
+            asyncio.get_running_loop().create_task(self._close_idle(idle_ms / 1000), name="idle")
+        )
+
+    async def _close_idle(self, idle_s: float) -> None:
+        while True:
+            await asyncio.sleep(min(max(idle_s / 10, 0.05), 30.0))
+            cutoff = time.monotonic() - idle_s
+            for conn in [c for c in self.connections if c.active_at < cutoff and c.idle]:
+                log.info("closing %s: idle for more than %.0f ms", conn.peer, idle_s * 1000)
+                conn.close()
 
     async def drain(self, timeout: float) -> None:
         """Stop reading requests; wait until those read are handled and answered."""
