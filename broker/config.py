@@ -159,6 +159,21 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Storage I/O: os (pwrite/fsync/pread) or io_uring (the liburing package).",
         ),
         Setting(
+            "log.max.open.files",
+            "int",
+            -1,
+            "Most file descriptors all logs keep open at once (segment files and indexes are "
+            "opened on demand, least recently used closed first); -1: half of the soft "
+            "RLIMIT_NOFILE at start-up. At least 8.",
+        ),
+        Setting(
+            "num.recovery.threads.per.data.dir",
+            "int",
+            2,
+            "Threads that open the logs at start-up (and recover them after a crash) and "
+            "close them at shutdown.",
+        ),
+        Setting(
             "log.retention.check.interval.ms",
             "long",
             300000,

@@ -4,6 +4,11 @@ Topic metadata (id, partition count, per-topic settings) is kept in ``topics.jso
 data directory, replaced atomically on every change; each partition's log lives in
 ``<topic>-<partition>/``, as in Kafka. Opening, creating and deleting logs touch the disk, so
 those run in a worker thread; the maps below are changed on the event loop only.
+
+Every log opens its files under one descriptor budget, ``TopicManager.open_files``
+(``log.max.open.files``; see headrace.storage.open_files), so the number of partitions is not
+bounded by RLIMIT_NOFILE. Start-up opens the logs and shutdown closes them with
+``num.recovery.threads.per.data.dir`` threads.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,10 +36,15 @@ from headrace.protocol.records import (
     set_base_offset,
     set_log_append_time,
 )
-from headrace.storage import Log, LogConfig, StorageError, fsync_directory
+from headrace.storage import Log, LogConfig, OpenFiles, StorageError, fsync_directory
 
 from .config import TOPIC_SETTINGS, BrokerConfig
-from .producer_state import ProducerStateManager, last_sequence, write_snapshot_data
+from .producer_state import (
+    ProducerStateManager,
+    last_sequence,
+    snapshot_name,
+    write_snapshot_data,
+)
 from .txn_markers import ABORT, COMMIT, control_batch
 
 log = logging.getLogger("headrace")
@@ -85,6 +96,7 @@ class Partition:
         "unflushed",
         "flushed_at",
         "_segments",
+        "_opened_end",
     )
 
     def __init__(self, topic: Topic, index: int, log: Log, producers: ProducerStateManager):
@@ -96,6 +108,7 @@ class Partition:
         self.unflushed = 0  # messages appended since the last flush was asked for
         self.flushed_at = 0.0  # event-loop time of that flush
         self._segments = log.segment_count  # a change means the log rolled: snapshot
+        self._opened_end = log.log_end_offset
 
     @property
     def last_stable_offset(self) -> int:
@@ -256,7 +269,10 @@ class Partition:
 
     def close(self) -> None:
         self.log.close()
-        self.producers.write_snapshot(Path(self.log.directory), self.log.log_end_offset)
+        directory, end = Path(self.log.directory), self.log.log_end_offset
+        if end == self._opened_end and (directory / snapshot_name(end)).exists():
+            return  # nothing appended since the open: the snapshot at the end is current
+        self.producers.write_snapshot(directory, end)
 
 
 @dataclass(eq=False)
@@ -301,6 +317,8 @@ class TopicManager:
         self.data_dir = data_dir
         self.config = config
         self._flush_stage = flush_stage
+        self.open_files = OpenFiles(int(config["log.max.open.files"]))
+        self._threads = max(1, int(config["num.recovery.threads.per.data.dir"]))
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self._lock = asyncio.Lock()
@@ -315,21 +333,33 @@ class TopicManager:
             saved = json.loads((self.data_dir / TOPICS_FILE).read_text())
         except FileNotFoundError:
             saved = {}
+        jobs = []
         for name, meta in saved.items():
             topic = Topic(name, uuid.UUID(meta["id"]), dict(meta["configs"]), self.config)
-            for i in range(meta["partitions"]):
-                topic.partitions.append(self._open_partition(topic, i, recover))
+            jobs += [(topic, i) for i in range(meta["partitions"])]
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
+        opened = self._in_threads(lambda j: self._open_partition(j[0], j[1], recover), jobs)
+        for (topic, _), partition in zip(jobs, opened):
+            topic.partitions.append(partition)
 
     def close(self) -> None:
-        for topic in self.topics.values():
-            for p in topic.partitions:
-                p.close()
+        self._in_threads(Partition.close, self.all_partitions())
+
+    def _in_threads(self, fn: Callable[[Any], Any], items: Sequence) -> list:
+        """``[fn(item) for item in items]`` in ``num.recovery.threads.per.data.dir`` threads,
+        a chunk of items per task; raises the first failure (after every task is done)."""
+        if self._threads == 1 or len(items) < 2:
+            return [fn(item) for item in items]
+        chunk = max(1, min(256, len(items) // (4 * self._threads)))
+        chunks = [items[i : i + chunk] for i in range(0, len(items), chunk)]
+        with ThreadPoolExecutor(self._threads, thread_name_prefix="headrace-logs") as pool:
+            futures = [pool.submit(lambda c: [fn(item) for item in c], c) for c in chunks]
+        return [result for f in futures for result in f.result()]
 
     def _open_partition(self, topic: Topic, index: int, recover: bool) -> Partition:
         path = self.data_dir / f"{topic.name}-{index}"
-        log = Log.open(path, topic.log_config(), recover=recover)
+        log = Log.open(path, topic.log_config(), recover=recover, files=self.open_files)
         return Partition(topic, index, log, ProducerStateManager.load(path, log))
 
     def _save(self) -> None:

@@ -3,6 +3,7 @@
 Public surface:
 
     Log, LogConfig          open/append/read/flush/truncate one partition's log
+    OpenFiles               the descriptor budget logs open their files under (LRU, shared)
     AbortedTxn              an entry of a segment's aborted-transactions index (.txnindex)
     clean, CleanResult      one compaction pass over a log (see cleaning/)
     OffsetOutOfRange        read or delete below the log start or above the log end offset
@@ -35,11 +36,12 @@ Files, in the order to open them:
     txn_index.py    the aborted-transactions index (.txnindex), AbortedTxn
     checkpoint.py   the log-offsets-checkpoint file
     io.py           I/O backends (os, io_uring) for writes, fsyncs and reads
+    open_files.py   OpenFiles: open files on demand within a budget, least recently used
+                    closed first; pins, fsync before closing a dirty file
     cleaning/       log compaction (its __init__ maps its files)
     _files.py       every file name in a partition directory; fsync by name
     _batch.py       the v2 batch header fields storage reads; iter_batches
     _records.py     the record walk compaction needs (keys, tombstones)
-    _fd.py          FileRef: a descriptor that stays open while someone reads it
     errors.py       StorageError, OffsetOutOfRange
 """
 
@@ -47,6 +49,7 @@ from ._files import fsync_directory
 from .cleaning import CleanResult, clean
 from .errors import OffsetOutOfRange, StorageError
 from .log import Log, LogConfig
+from .open_files import OpenFiles, OpenFilesExhausted
 from .txn_index import AbortedTxn
 
 __all__ = [
@@ -55,6 +58,8 @@ __all__ = [
     "Log",
     "LogConfig",
     "OffsetOutOfRange",
+    "OpenFiles",
+    "OpenFilesExhausted",
     "StorageError",
     "clean",
     "fsync_directory",

@@ -47,17 +47,22 @@ in-memory state (segment list, sizes, index mirrors, offsets); all file I/O happ
 it, except for truncation (rare), the swap's renames, and the first search of an old
 segment's index (maps the index file, or rebuilds it when unusable).
 
-Append writes the batch with one ``os.write`` to the active segment, then publishes the new
+Descriptors: every file is opened on demand under the OpenFiles budget passed to ``open``
+(open_files.py; the broker shares one among all its logs, ``log.max.open.files``), so a log
+that is not written or read holds no descriptor. A file is pinned while a thread uses it.
+
+Append writes the batch with one ``pwrite`` to the active segment, then publishes the new
 size and log end offset under the lock; readers never look past a published size, so they
-never see a partial append. Readers take a reference to the segment's file (FileRef) under
-the lock and ``pread`` after releasing it; a segment deleted meanwhile stays readable through
-that reference. Truncation and ``replace_segments`` bump ``_generation``; a reader that sees
-it change retries.
+never see a partial append. Readers pin the segment's file under the lock and ``pread`` after
+releasing it; a segment deleted meanwhile stays readable through that pin. Truncation and
+``replace_segments`` bump ``_generation``; a reader that sees it change retries.
 
 Flush snapshots (log end offset, the segments with unflushed bytes, the index files of
 segments rolled since the last flush) under the lock, fsyncs outside it, then advances the
-recovery point to the snapshot's log end offset. The offsets checkpoint is rewritten at most
-once a second by flush, and always by close.
+recovery point to the snapshot's log end offset. A segment whose descriptor was closed since
+it was written was fsynced before the close (``OpenFiles.sync``). The offsets checkpoint is
+rewritten at most once a second by flush, and by close unless the file already says the
+same (a log opened cleanly and left alone writes nothing).
 """
 
 from __future__ import annotations
@@ -70,12 +75,12 @@ from typing import NamedTuple
 
 from . import _files, recovery, retention, swap
 from ._batch import BadBatch, iter_batches
-from ._fd import FileRef
 from .append import LogAppends
 from .checkpoint import Checkpoint, write_checkpoint
 from .config import LogConfig
 from .errors import OffsetOutOfRange, StorageError
 from .io import get_backend
+from .open_files import CachedFile, OpenFiles
 from .reads import LogReads
 from .segment import LogSegment
 
@@ -86,7 +91,7 @@ _DEFAULT_CONFIG = LogConfig()  # frozen: one instance serves every log opened wi
 class InactiveSegments(NamedTuple):
     """A snapshot of the log's leading inactive segments (see ``Log.inactive_segments``)."""
 
-    segments: list[tuple[LogSegment, int, FileRef]]  # (segment, its size, its file)
+    segments: list[tuple[LogSegment, int, CachedFile]]  # (segment, its size, its file)
     ends: list[int]  # each segment's offsets lie below this (the next base offset)
     generation: int  # pass to replace_segments
     log_start_offset: int
@@ -104,10 +109,12 @@ class Log(LogAppends, LogReads):
         log_start_offset: int,
         log_end_offset: int,
         recovery_point: int,
+        files: OpenFiles,
     ) -> None:
         self.directory = directory
         self.config = config
         self._io = get_backend(config.io_backend)
+        self._files = files
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
@@ -123,6 +130,7 @@ class Log(LogAppends, LogReads):
         self._rolled_index_paths: list[str] = []  # index files of rolled, unflushed segments
         self._max_ts: tuple[int, int] | None = None
         self._checkpointed = (recovery_point, log_start_offset)
+        self._on_disk: Checkpoint | None = None  # the checkpoint file's content, when known
         self._last_checkpoint = time.monotonic()
         self._closed = False
         self.cleaner_offset = log_start_offset  # offsets below it were compacted at least once
@@ -144,8 +152,18 @@ class Log(LogAppends, LogReads):
     # -- opening -------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path, config: LogConfig = _DEFAULT_CONFIG, *, recover: bool) -> Log:
+    def open(
+        cls,
+        path,
+        config: LogConfig = _DEFAULT_CONFIG,
+        *,
+        recover: bool,
+        files: OpenFiles | None = None,
+    ) -> Log:
         """Open (or create) the log in directory ``path``.
+
+        ``files``: the descriptor budget the log's files are opened under (the broker passes
+        one for all its logs); by default the process-wide ``OpenFiles.shared()``.
 
         A compaction swap interrupted by a crash is finished first (``complete_pending_swap``).
         ``recover=True`` after an unclean stop: checks every segment from the one holding the
@@ -155,8 +173,9 @@ class Log(LogAppends, LogReads):
         """
         directory = os.fspath(path)
         try:
+            files = files or OpenFiles.shared()
             cls.complete_pending_swap(directory)
-            loaded = recovery.load(directory, config.index_interval_bytes, recover)
+            loaded = recovery.load(directory, config.index_interval_bytes, recover, files)
             log = cls(
                 directory,
                 config,
@@ -164,10 +183,12 @@ class Log(LogAppends, LogReads):
                 loaded.log_start_offset,
                 loaded.log_end_offset,
                 loaded.recovery_point,
+                files,
             )
             if loaded.cleaner_offset is not None:
                 log.cleaner_offset = loaded.cleaner_offset
-            if not loaded.clean:
+            log._on_disk = loaded.checkpoint
+            if not loaded.clean and not log._checkpoint_still_true():
                 log._write_checkpoint(clean=False)
             return log
         except OSError as e:
@@ -196,24 +217,19 @@ class Log(LogAppends, LogReads):
                 # that segment, and recovery rebuilds the indexes of every segment from the
                 # one holding the recovery point on. A rolled segment's indexes are fsynced
                 # once, by name, at the first flush after the roll.
-                active = self._active
-                todo = [
-                    (s, s.size, s.log_ref)
-                    if s is active
-                    else (s, s.size, s.log_ref, s.offset_index.write_ref, s.time_index.write_ref)
-                    for s in self._segments
-                    if s.flushed_size < s.size
-                ]
+                todo = [(s, s.size) for s in self._segments if s.flushed_size < s.size]
+                files = [s.log_file for s, _ in todo]
                 rolled, self._rolled_index_paths = self._rolled_index_paths, []
-                for s in self._segments:
-                    if s.txn_index.dirty:
-                        s.txn_index.dirty = False
-                        rolled.append(s.txn_index.path)
+                txns = [s.txn_index for s in self._segments if s.txn_index.dirty]
+                for txn in txns:
+                    txn.dirty = False
+                    if txn.writer is not None:
+                        files.append(txn.writer)
+                    else:
+                        rolled.append(txn.path)
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
             try:
-                self._io.fsync_many(
-                    ref.fd for _seg, _size, *refs in todo for ref in refs if ref is not None
-                )
+                self._files.sync(files, self._io)
                 for path in rolled:
                     _files.fsync_path(path, missing_ok=True)
                 if dir_dirty:
@@ -222,10 +238,12 @@ class Log(LogAppends, LogReads):
                 with self._lock:
                     self._dir_dirty = self._dir_dirty or dir_dirty
                     self._rolled_index_paths[:0] = rolled
+                    for txn in txns:
+                        txn.dirty = True
                 raise StorageError(f"flush of {self.directory} failed: {e}") from e
             with self._lock:
                 if generation == self._generation:
-                    for seg, size, *_ in todo:
+                    for seg, size in todo:
                         if size > seg.flushed_size:
                             seg.flushed_size = size
                     if leo > self.recovery_point:
@@ -250,12 +268,36 @@ class Log(LogAppends, LogReads):
                     cp = Checkpoint(
                         rp, start, self.log_end_offset, active.base_offset, active.size, cleaned
                     )
-            try:
-                write_checkpoint(self.directory, cp)
-            except OSError as e:
-                raise StorageError(f"checkpoint of {self.directory} failed: {e}") from e
+            if cp != self._on_disk:
+                try:
+                    write_checkpoint(self.directory, cp)
+                except OSError as e:
+                    self._on_disk = None
+                    raise StorageError(f"checkpoint of {self.directory} failed: {e}") from e
+                self._on_disk = cp
             self._checkpointed = (rp, start)
             self._last_checkpoint = time.monotonic()
+
+    def _checkpoint_still_true(self) -> bool:
+        """Whether the checkpoint file read at open says what a new one would (after a
+        recovery that found nothing beyond the recovery point): then it is not rewritten."""
+        cp = self._on_disk
+        if cp is None:
+            return False
+        cleaned = self.cleaner_offset if self.cleaner_offset > self.log_start_offset else None
+        if (cp.recovery_point, cp.log_start_offset, cp.cleaner_offset) != (
+            self.recovery_point,
+            self.log_start_offset,
+            cleaned,
+        ):
+            return False
+        # a clean-close checkpoint may stay only if it describes the recovered files
+        active = self._active
+        return cp.end_offset is None or (cp.end_offset, cp.end_segment, cp.end_size) == (
+            self.log_end_offset,
+            active.base_offset,
+            active.size,
+        )
 
     # -- segments ---------------------------------------------------------------------------------
 
@@ -288,7 +330,7 @@ class Log(LogAppends, LogReads):
                     and self._segment_max_ts(i)[0] > max_timestamp_at_most
                 ):
                     break
-                chosen.append((seg, seg.size, seg.log_ref))
+                chosen.append((seg, seg.size, seg.log_file))
             return InactiveSegments(
                 chosen,
                 self._bases[1 : len(chosen) + 1],
@@ -333,7 +375,10 @@ class Log(LogAppends, LogReads):
                 swap.commit(staged, directory)
                 self.complete_pending_swap(directory)
                 interval = self.config.index_interval_bytes
-                new = [LogSegment.open_existing(directory, base, interval) for base in new_bases]
+                new = [
+                    LogSegment.open_existing(directory, base, interval, self._files)
+                    for base in new_bases
+                ]
             except OSError as e:
                 raise StorageError(f"compaction swap in {directory} failed: {e}") from e
             for seg in old:
@@ -367,10 +412,11 @@ class Log(LogAppends, LogReads):
                 seg, i = self._locate(offset)
                 _, position = seg.offset_index.lookup(offset)
                 cut = None
-                for b in iter_batches(seg.log_ref.fd, position, seg.size):
-                    if b.last_offset >= offset:
-                        cut = b
-                        break
+                with seg.log_file.use() as fd:
+                    for b in iter_batches(fd, position, seg.size):
+                        if b.last_offset >= offset:
+                            cut = b
+                            break
                 if cut is None:
                     return
                 self._generation += 1
@@ -400,7 +446,9 @@ class Log(LogAppends, LogReads):
             for s in self._segments:
                 s.deleted = True
                 s.delete()
-            new = LogSegment.create(self.directory, offset, self.config.index_interval_bytes)
+            new = LogSegment.create(
+                self.directory, offset, self.config.index_interval_bytes, self._files
+            )
             self._segments = [new]
             self._bases = [offset]
             self._active = new
