@@ -1,9 +1,10 @@
 """Many partitions on one broker: descriptors, memory, and start/stop times (not a test).
 
-Starts a broker (``BrokerProcess``, RLIMIT_NOFILE raised to ``--nofile``, or the hard limit
-when that is lower), creates ``--topics`` x ``--partitions`` partitions through CreateTopics,
-produces one small batch to ``--write`` partitions spread over the topics and fetches them
-back, then measures, with the broker's descriptor count (/proc/<pid>/fd) and RSS at each step:
+Starts a broker (``BrokerProcess``; RLIMIT_NOFILE raised to ``--nofile``, or to the hard
+limit when that is lower and cannot be raised), creates ``--topics`` x ``--partitions``
+partitions through CreateTopics, produces one small batch to ``--write`` partitions spread
+over the topics and fetches them back, then measures, with the broker's descriptor count
+(/proc/<pid>/fd) and RSS at each step:
 
   * clean stop (SIGTERM until the process exits),
   * clean start (spawn until the broker listens, with the clean-shutdown marker),
@@ -160,6 +161,19 @@ def check(client: WireClient, chosen: dict[str, list[int]], tags: list[bytes]) -
             assert got[(topic, i)] == want, (topic, i, got[(topic, i)], want)
 
 
+def raise_nofile(wanted: int) -> int:
+    """Set RLIMIT_NOFILE to ``wanted`` (soft and hard), or as near as allowed."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, max(wanted, hard)))
+        return wanted
+    except (ValueError, OSError):
+        got = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (got, hard))
+        say(f"RLIMIT_NOFILE: the hard limit here is {hard}; the broker gets {got}")
+        return got
+
+
 def timed_start(broker: BrokerProcess) -> float:
     started = time.monotonic()
     broker.start(timeout=3600)
@@ -177,13 +191,10 @@ def main() -> None:
     ap.add_argument("--override", action="append", default=[], help="broker setting k=v")
     args = ap.parse_args()
 
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    nofile = args.nofile if hard == resource.RLIM_INFINITY else min(args.nofile, hard)
-    if nofile < args.nofile:
-        say(f"RLIMIT_NOFILE: the hard limit here is {hard}; the broker gets {nofile}")
+    nofile = raise_nofile(args.nofile)  # the broker inherits it
     overrides = dict(kv.split("=", 1) for kv in args.override)
     root = Path(tempfile.mkdtemp(prefix="headrace-partitions-", dir=args.dir))
-    broker = BrokerProcess(root / "data", overrides, nofile=nofile, log_file=root / "broker.log")
+    broker = BrokerProcess(root / "data", overrides, log_file=root / "broker.log")
     total = args.topics * args.partitions
     chosen = targets(args.topics, args.partitions, args.write)
     written = sum(len(p) for p in chosen.values())

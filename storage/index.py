@@ -102,12 +102,18 @@ class _SparseIndex:
             writer.retire()
         self._buf = None
 
-    def activate(self) -> None:
-        """Load the file into memory for appending (the segment became active)."""
+    def activate(self) -> bool:
+        """Load the file into memory for appending (the segment became active); whether the
+        file was there (it is created empty if not)."""
         if self._writer is not None:
-            return
+            return True
         self._unload()
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        found = True
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            found = False
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
             whole = size - size % self.ENTRY_SIZE
@@ -120,6 +126,7 @@ class _SparseIndex:
         self._buf = data
         self._file_len = whole
         self._writer = self.files.file(self.path, os.O_WRONLY | os.O_CREAT)
+        return found
 
     def deactivate(self) -> None:
         """Drop the in-memory copy and the write descriptor (mapped again on demand)."""

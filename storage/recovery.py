@@ -21,7 +21,8 @@ aborted-transaction entries whose markers are gone are dropped. When a segment w
 every later segment is deleted. The recovered files are fsynced and the recovery point
 becomes the new log end offset. When nothing lies beyond the recovery point and nothing was
 cut, there is nothing new to make durable: no fsync (and ``Log.open`` keeps the checkpoint
-file when it still says the same), so recovering many idle partitions costs reads only.
+file when it still says the same), so recovering many idle partitions costs reads only; the
+directory is fsynced only when segments were cut or deleted or rolled since the last flush.
 
 Descriptors: segments are opened under the log's OpenFiles budget (``open_existing`` only
 stats the file); a recovered segment's file is pinned while it is checked.
@@ -74,8 +75,7 @@ def load(directory: str, index_interval_bytes: int, recover: bool, files: OpenFi
     """Open (or create) the segments in ``directory``; recover them unless cleanly closed."""
     interval = index_interval_bytes
     os.makedirs(directory, exist_ok=True)
-    _files.remove_temp_files(directory)
-    bases = _files.list_segment_bases(directory)
+    bases = _files.remove_temp_files_and_list_bases(directory)
     cp = read_checkpoint(directory)
     if not bases:
         base = cp.log_start_offset if cp else 0
@@ -97,8 +97,7 @@ def load(directory: str, index_interval_bytes: int, recover: bool, files: OpenFi
         assert cp is not None and cp.end_offset is not None  # as ``clean`` checked
         leo = cp.end_offset
         recovery_point = min(cp.recovery_point, leo)
-        missing = not (active.offset_index.exists() and active.time_index.exists())
-        active.activate()
+        missing = not active.activate()
         if missing:
             active.rebuild_indexes()
         elif not active.ensure_indexes(leo):
@@ -126,11 +125,10 @@ def _recover(
     first = max(0, bisect.bisect_right(bases, recovery_point) - 1)
     next_offset = segs[first].base_offset
     leo = next_offset
-    changed = False
+    cut = False
     for i in range(first, len(segs)):
         seg = segs[i]
-        last, cut, rewrote = recover_segment(seg, next_offset)
-        changed = changed or cut or rewrote
+        last, cut, _rewrote = recover_segment(seg, next_offset)
         if last is not None:
             next_offset = last + 1
         leo = next_offset if last is not None else seg.base_offset
@@ -147,10 +145,15 @@ def _recover(
                 doomed.close()
             del segs[i + 1 :]
             break
-    if changed or leo > recovery_point:
+    # Durable before the recovery point moves: the data beyond it, a truncation, and the
+    # directory entries of segments rolled since the last flush or deleted here. A rebuilt
+    # index needs neither: indexes are hints, checked when loaded.
+    new_data = leo > recovery_point
+    if cut or new_data:
         for seg in segs[first:]:
             with seg.log_file.use() as fd:
                 os.fsync(fd)
+    if cut or (new_data and len(segs) > first + 1):
         _files.fsync_directory(directory)
     for seg in segs[first:]:
         seg.flushed_size = seg.size

@@ -288,9 +288,10 @@ class LogSegment:
 
     # -- state changes -----------------------------------------------------------------------
 
-    def activate(self) -> None:
-        self.offset_index.activate()
-        self.time_index.activate()
+    def activate(self) -> bool:
+        """Load the indexes for appending; whether both files were there."""
+        found = self.offset_index.activate()
+        return self.time_index.activate() and found
 
     def deactivate(self) -> None:
         self.offset_index.deactivate()
