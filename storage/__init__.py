@@ -23,12 +23,13 @@ segment list: retention, DeleteRecords, truncation and the cleaner's swap
 
 Files, in the order to open them:
 
-    log.py          Log: its state and invariants, threads, flush, checkpoint, truncation,
-                    retention and DeleteRecords, replace_segments, close
+    log.py          Log: its state and invariants, threads, truncation, retention and
+                    DeleteRecords, replace_segments, close
     config.py       LogConfig (segment.bytes, retention.ms, cleanup.policy, ...)
     recovery.py     Log.open: loading segments and the checkpoint; recovery after a crash
     append.py       Log.append and roll
     reads.py        Log.read, batch_headers, offset_for_timestamp, aborted_txns
+    flush.py        Log.flush and the offsets checkpoint
     retention.py    which leading segments retention and DeleteRecords remove
     swap.py         the on-disk steps of replace_segments, and finishing one after a crash
     segment.py      LogSegment: one .log file and its indexes

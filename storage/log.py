@@ -22,13 +22,14 @@ part of the class:
 
     recovery.py     opening: load the segments and the checkpoint, recover after a crash
     append.py       append, roll (LogAppends)
+    flush.py        flush and the offsets checkpoint (LogFlush)
     reads.py        read, batch_headers, offset_for_timestamp, max_timestamp, aborted_txns
                     (LogReads)
     retention.py    which leading segments retention and DeleteRecords remove (policy)
     swap.py         the on-disk steps of replace_segments (the compaction swap)
     log_state.py    the state's declaration, and the segment lookups over it
-    log.py          the state, flush and the checkpoint, truncation, retention and
-                    DeleteRecords, replace_segments, close
+    log.py          the state, opening, truncation, retention and DeleteRecords,
+                    replace_segments, close
 
 Threads. One *owner* thread (the broker's event loop) calls ``append``, ``roll``,
 ``truncate_to``, ``update_config``, ``close`` and ``delete``. One *flush* thread at a time may
@@ -76,9 +77,10 @@ from typing import NamedTuple
 from . import _files, recovery, retention, swap
 from ._batch import BadBatch, iter_batches
 from .append import LogAppends
-from .checkpoint import Checkpoint, write_checkpoint
+from .checkpoint import Checkpoint, still_true
 from .config import LogConfig
 from .errors import OffsetOutOfRange, StorageError
+from .flush import LogFlush
 from .io import get_backend
 from .open_files import CachedFile, OpenFiles
 from .reads import LogReads
@@ -98,7 +100,7 @@ class InactiveSegments(NamedTuple):
     cleaner_offset: int
 
 
-class Log(LogAppends, LogReads):
+class Log(LogAppends, LogReads, LogFlush):
     """One partition's log, in its own directory (Kafka's ``topic-partition`` folder)."""
 
     def __init__(
@@ -187,8 +189,8 @@ class Log(LogAppends, LogReads):
             )
             if loaded.cleaner_offset is not None:
                 log.cleaner_offset = loaded.cleaner_offset
-            log._on_disk = loaded.checkpoint
-            if not loaded.clean and not log._checkpoint_still_true():
+            log._on_disk = on_disk = loaded.checkpoint
+            if not loaded.clean and not still_true(on_disk, log._checkpoint_now(clean=True)):
                 log._write_checkpoint(clean=False)
             return log
         except OSError as e:
@@ -200,104 +202,12 @@ class Log(LogAppends, LogReads):
         drop one that had not reached it (see swap.py). ``open`` calls it first."""
         swap.complete_pending_swap(directory)
 
-    # -- flushing ------------------------------------------------------------------------------
-
-    def flush(self) -> None:
-        """Fsync everything appended before the call, then advance the recovery point.
-
-        Safe to call from a flush thread while the owner keeps appending.
-        """
-        with self._flush_lock:
-            if self._closed:
-                return
-            with self._lock:
-                leo = self.log_end_offset
-                generation = self._generation
-                # The active segment's indexes are not fsynced: the new recovery point lies in
-                # that segment, and recovery rebuilds the indexes of every segment from the
-                # one holding the recovery point on. A rolled segment's indexes are fsynced
-                # once, by name, at the first flush after the roll.
-                todo = [(s, s.size) for s in self._segments if s.flushed_size < s.size]
-                files = [s.log_file for s, _ in todo]
-                rolled, self._rolled_index_paths = self._rolled_index_paths, []
-                txns = [s.txn_index for s in self._segments if s.txn_index.dirty]
-                for txn in txns:
-                    txn.dirty = False
-                    if txn.writer is not None:
-                        files.append(txn.writer)
-                    else:
-                        rolled.append(txn.path)
-                dir_dirty, self._dir_dirty = self._dir_dirty, False
-            try:
-                self._files.sync(files, self._io)
-                for path in rolled:
-                    _files.fsync_path(path, missing_ok=True)
-                if dir_dirty:
-                    _files.fsync_directory(self.directory)
-            except OSError as e:
-                with self._lock:
-                    self._dir_dirty = self._dir_dirty or dir_dirty
-                    self._rolled_index_paths[:0] = rolled
-                    for txn in txns:
-                        txn.dirty = True
-                raise StorageError(f"flush of {self.directory} failed: {e}") from e
-            with self._lock:
-                if generation == self._generation:
-                    for seg, size in todo:
-                        if size > seg.flushed_size:
-                            seg.flushed_size = size
-                    if leo > self.recovery_point:
-                        self.recovery_point = leo
-            self._maybe_checkpoint()
-
     def _maybe_checkpoint(self, force: bool = False) -> None:
         if (self.recovery_point, self.log_start_offset) == self._checkpointed and not force:
             return
         if not force and time.monotonic() - self._last_checkpoint < CHECKPOINT_INTERVAL_S:
             return
         self._write_checkpoint(clean=False)
-
-    def _write_checkpoint(self, clean: bool) -> None:
-        with self._checkpoint_lock:
-            with self._lock:
-                rp, start = self.recovery_point, self.log_start_offset
-                active = self._active
-                cleaned = self.cleaner_offset if self.cleaner_offset > start else None
-                cp = Checkpoint(rp, start, cleaner_offset=cleaned)
-                if clean:
-                    cp = Checkpoint(
-                        rp, start, self.log_end_offset, active.base_offset, active.size, cleaned
-                    )
-            if cp != self._on_disk:
-                try:
-                    write_checkpoint(self.directory, cp)
-                except OSError as e:
-                    self._on_disk = None
-                    raise StorageError(f"checkpoint of {self.directory} failed: {e}") from e
-                self._on_disk = cp
-            self._checkpointed = (rp, start)
-            self._last_checkpoint = time.monotonic()
-
-    def _checkpoint_still_true(self) -> bool:
-        """Whether the checkpoint file read at open says what a new one would (after a
-        recovery that found nothing beyond the recovery point): then it is not rewritten."""
-        cp = self._on_disk
-        if cp is None:
-            return False
-        cleaned = self.cleaner_offset if self.cleaner_offset > self.log_start_offset else None
-        if (cp.recovery_point, cp.log_start_offset, cp.cleaner_offset) != (
-            self.recovery_point,
-            self.log_start_offset,
-            cleaned,
-        ):
-            return False
-        # a clean-close checkpoint may stay only if it describes the recovered files
-        active = self._active
-        return cp.end_offset is None or (cp.end_offset, cp.end_segment, cp.end_size) == (
-            self.log_end_offset,
-            active.base_offset,
-            active.size,
-        )
 
     # -- segments ---------------------------------------------------------------------------------
 
