@@ -191,6 +191,11 @@ class OpenFiles:
             if f.users == 0 and f.retired and f.res is not None:
                 self._close_locked(f, self._detach(f))
 
+    def _close_if_idle(self, f: CachedFile) -> None:
+        with self._cond:
+            if f.res is not None and f.users == 0 and not f.dirty:
+                self._close_locked(f, self._detach(f))
+
     def _retire(self, f: CachedFile) -> None:
         with self._cond:
             f.retired = True
@@ -344,6 +349,11 @@ class CachedFile:
             yield fd
         finally:
             self.release(wrote)
+
+    def close_if_idle(self) -> None:
+        """Close the descriptor now if nobody uses it and it holds no unflushed data (a file
+        opened for a one-off scan, such as recovery, need not wait for eviction)."""
+        self.owner._close_if_idle(self)
 
     def retire(self) -> None:
         """The file is deleted, replaced or its log closed: close it once unused."""

@@ -157,6 +157,7 @@ def _recover(
         _files.fsync_directory(directory)
     for seg in segs[first:]:
         seg.flushed_size = seg.size
+        seg.log_file.close_if_idle()  # opened for the check only: the log holds no descriptor
     return segs, leo
 
 

@@ -87,6 +87,11 @@ def test_idle_logs_hold_no_descriptors(tmp_path, cfg):
     assert all(log.segment_count > 1 for log in logs)
     for log in logs:
         log.close()
+    logs = [Log.open(tmp_path / f"t-{i}", cfg, recover=True, files=files) for i in range(20)]
+    assert fd_count() == before  # recovery closes what it opened to check
+    assert files.open_count == 0
+    for log in logs:
+        log.close()
 
 
 def test_evicted_dirty_file_is_fsynced_before_close_and_flush_covers_it(tmp_path, cfg):
