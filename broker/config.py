@@ -170,8 +170,8 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "num.recovery.threads.per.data.dir",
             "int",
             2,
-            "Threads that open the logs at start-up (and recover them after a crash) and "
-            "close them at shutdown.",
+            "Threads that recover the logs at start-up after a crash and close them at "
+            "shutdown (a clean start opens them in one thread).",
         ),
         Setting(
             "log.retention.check.interval.ms",

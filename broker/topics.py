@@ -7,8 +7,8 @@ those run in a worker thread; the maps below are changed on the event loop only.
 
 Every log opens its files under one descriptor budget, ``TopicManager.open_files``
 (``log.max.open.files``; see headrace.storage.open_files), so the number of partitions is not
-bounded by RLIMIT_NOFILE. Start-up opens the logs and shutdown closes them with
-``num.recovery.threads.per.data.dir`` threads.
+bounded by RLIMIT_NOFILE. Recovery after a crash and shutdown open and close the logs with
+``num.recovery.threads.per.data.dir`` threads; a clean start opens them in one.
 """
 
 from __future__ import annotations
@@ -339,21 +339,31 @@ class TopicManager:
             jobs += [(topic, i) for i in range(meta["partitions"])]
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
-        opened = self._in_threads(lambda j: self._open_partition(j[0], j[1], recover), jobs)
+        # A clean open is CPU work under the GIL: more threads only slow it (measured: 1000
+        # logs in 0.22 s with one thread, 0.28 s with two, 0.43 s with four). Recovery and
+        # close wait on fsyncs, and gain from threads.
+        threads = self._threads if recover else 1
+        opened = self._in_threads(
+            lambda j: self._open_partition(j[0], j[1], recover), jobs, threads
+        )
         for (topic, _), partition in zip(jobs, opened):
             topic.partitions.append(partition)
 
     def close(self) -> None:
         self._in_threads(Partition.close, self.all_partitions())
 
-    def _in_threads(self, fn: Callable[[Any], Any], items: Sequence) -> list:
-        """``[fn(item) for item in items]`` in ``num.recovery.threads.per.data.dir`` threads,
-        a chunk of items per task; raises the first failure (after every task is done)."""
-        if self._threads == 1 or len(items) < 2:
+    def _in_threads(
+        self, fn: Callable[[Any], Any], items: Sequence, threads: int | None = None
+    ) -> list:
+        """``[fn(item) for item in items]`` in ``threads`` threads (default
+        ``num.recovery.threads.per.data.dir``), a chunk of items per task; raises the first
+        failure (after every task is done)."""
+        threads = threads or self._threads
+        if threads == 1 or len(items) < 2:
             return [fn(item) for item in items]
-        chunk = max(1, min(256, len(items) // (4 * self._threads)))
+        chunk = max(1, min(256, len(items) // (4 * threads)))
         chunks = [items[i : i + chunk] for i in range(0, len(items), chunk)]
-        with ThreadPoolExecutor(self._threads, thread_name_prefix="headrace-logs") as pool:
+        with ThreadPoolExecutor(threads, thread_name_prefix="headrace-logs") as pool:
             futures = [pool.submit(lambda c: [fn(item) for item in c], c) for c in chunks]
         return [result for f in futures for result in f.result()]
 
