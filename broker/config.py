@@ -211,6 +211,21 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Storage I/O: os (pwrite/fsync/pread) or io_uring (the liburing package).",
         ),
         Setting(
+            "log.max.open.files",
+            "int",
+            -1,
+            "Most file descriptors all logs keep open at once (segment files and indexes are "
+            "opened on demand, least recently used closed first); -1: half of the soft "
+            "RLIMIT_NOFILE at start-up. At least 8.",
+        ),
+        Setting(
+            "num.recovery.threads.per.data.dir",
+            "int",
+            2,
+            "Threads that recover the logs at start-up after a crash and close them at "
+            "shutdown (a clean start opens them in one thread).",
+        ),
+        Setting(
             "log.retention.check.interval.ms",
             "long",
             300000,

@@ -26,7 +26,12 @@ from headrace.protocol.records import (
 )
 from headrace.storage import Log, StorageError
 
-from .producer_state import ProducerStateManager, last_sequence, write_snapshot_data
+from .producer_state import (
+    ProducerStateManager,
+    last_sequence,
+    snapshot_name,
+    write_snapshot_data,
+)
 from .txn_markers import ABORT, COMMIT, control_batch
 
 if TYPE_CHECKING:
@@ -47,6 +52,7 @@ class Partition:
         "unflushed",
         "flushed_at",
         "_segments",
+        "_opened_end",
     )
 
     def __init__(self, topic: Topic, index: int, log: Log, producers: ProducerStateManager):
@@ -58,6 +64,7 @@ class Partition:
         self.unflushed = 0  # messages appended since the last flush was asked for
         self.flushed_at = 0.0  # event-loop time of that flush
         self._segments = log.segment_count  # a change means the log rolled: snapshot
+        self._opened_end = log.log_end_offset
 
     @property
     def last_stable_offset(self) -> int:
@@ -218,4 +225,7 @@ class Partition:
 
     def close(self) -> None:
         self.log.close()
-        self.producers.write_snapshot(Path(self.log.directory), self.log.log_end_offset)
+        directory, end = Path(self.log.directory), self.log.log_end_offset
+        if end == self._opened_end and (directory / snapshot_name(end)).exists():
+            return  # nothing appended since the open: the snapshot at the end is current
+        self.producers.write_snapshot(directory, end)

@@ -34,12 +34,24 @@ KEEP_LINES = 2000
 POLL_S = 0.002  # how often ``start`` looks for the ready file
 
 
-def pinned(cpus: set[int] | None):
+def pinned(cpus: set[int] | None, nofile: int | None = None):
     """A ``preexec_fn`` for ``subprocess.Popen`` that pins the child (and so every thread it
-    starts) to ``cpus``; None when ``cpus`` is None."""
-    if cpus is None:
+    starts) to ``cpus`` and sets its RLIMIT_NOFILE to ``nofile`` (the hard limit too where
+    allowed, else the soft one up to the hard limit); None when both are None."""
+    if cpus is None and nofile is None:
         return None
-    return lambda: os.sched_setaffinity(0, cpus)
+
+    def preexec() -> None:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+        if nofile is not None:
+            _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+            except (ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (min(nofile, hard), hard))
+
+    return preexec
 
 
 def terminate(proc: subprocess.Popen, timeout: float, sig: int = signal.SIGTERM) -> int:
@@ -74,7 +86,7 @@ class BrokerProcess:
         self.log_file = log_file  # the log lines go here too
         self.cpus = cpus  # CPU affinity of the broker process
         self.pythonpath = pythonpath  # put first on PYTHONPATH (e.g. a snapshot of a commit)
-        self.rlimit_nofile = rlimit_nofile  # the broker's open-files limit (soft and hard)
+        self.rlimit_nofile = rlimit_nofile  # RLIMIT_NOFILE of the broker (None: inherited)
         self.proc: subprocess.Popen | None = None
         self.lines: list[str] = []
         self.seen = 0  # lines read since the first start (``lines`` keeps the last ones)
@@ -125,7 +137,7 @@ class BrokerProcess:
                 stderr=subprocess.PIPE,
                 text=True,
                 env=env,
-                preexec_fn=self._preexec(),
+                preexec_fn=pinned(self.cpus, self.rlimit_nofile),
             )
             self._reader = threading.Thread(target=self._pump, args=(proc, log), daemon=True)
             self._reader.start()
@@ -137,18 +149,6 @@ class BrokerProcess:
                 time.sleep(POLL_S)
             self.port = int(ready.read_text().rsplit(":", 1)[1])
         return self
-
-    def _preexec(self):
-        pin, nofile = pinned(self.cpus), self.rlimit_nofile
-        if nofile is None:
-            return pin
-
-        def setup() -> None:
-            if pin is not None:
-                pin()
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
-        return setup
 
     def _pump(self, proc: subprocess.Popen, log) -> None:
         assert proc.stderr is not None  # started with stderr=PIPE

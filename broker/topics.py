@@ -5,6 +5,11 @@ data directory, replaced atomically on every change; each partition's log lives 
 ``<topic>-<partition>/``, as in Kafka. Opening, creating and deleting logs touch the disk, so
 those run in a worker thread; the maps below are changed on the event loop only.
 
+Every log opens its files under one descriptor budget, ``TopicManager.open_files``
+(``log.max.open.files``; see headrace.storage.open_files), so the number of partitions is not
+bounded by RLIMIT_NOFILE. Recovery after a crash and shutdown open and close the logs with
+``num.recovery.threads.per.data.dir`` threads; a clean start opens them in one.
+
 Creating a topic or growing one is all or nothing: the new partitions are opened and
 ``topics.json`` saved in the worker thread, and the maps change only when both worked; on any
 failure (too many open files, a full disk, a bad setting) the partitions opened are closed and
@@ -24,7 +29,8 @@ import re
 import resource
 import shutil
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +38,7 @@ from typing import Any
 from headrace.pipeline import GroupCommit
 from headrace.protocol.errors import ErrorCode
 from headrace.protocol.records import decode_records, iter_batches
-from headrace.storage import Log, LogConfig, StorageError, fsync_directory
+from headrace.storage import Log, LogConfig, OpenFiles, StorageError, fsync_directory
 
 from .config import TOPIC_SETTINGS, BrokerConfig
 from .partition import Partition
@@ -150,6 +156,8 @@ class TopicManager:
         self.data_dir = data_dir
         self.config = config
         self._flush_stage = flush_stage
+        self.open_files = OpenFiles(int(config["log.max.open.files"]))
+        self._threads = max(1, int(config["num.recovery.threads.per.data.dir"]))
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self._lock = asyncio.Lock()
@@ -164,21 +172,43 @@ class TopicManager:
             saved = json.loads((self.data_dir / TOPICS_FILE).read_text())
         except FileNotFoundError:
             saved = {}
+        jobs = []
         for name, meta in saved.items():
             topic = Topic(name, uuid.UUID(meta["id"]), dict(meta["configs"]), self.config)
-            for i in range(meta["partitions"]):
-                topic.partitions.append(self._open_partition(topic, i, recover))
+            jobs += [(topic, i) for i in range(meta["partitions"])]
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
+        # A clean open is CPU work under the GIL: more threads only slow it (measured: 1000
+        # logs in 0.22 s with one thread, 0.28 s with two, 0.43 s with four). Recovery and
+        # close wait on fsyncs, and gain from threads.
+        threads = self._threads if recover else 1
+        opened = self._in_threads(
+            lambda j: self._open_partition(j[0], j[1], recover), jobs, threads
+        )
+        for (topic, _), partition in zip(jobs, opened, strict=True):
+            topic.partitions.append(partition)
 
     def close(self) -> None:
-        for topic in self.topics.values():
-            for p in topic.partitions:
-                p.close()
+        self._in_threads(Partition.close, self.all_partitions())
+
+    def _in_threads(
+        self, fn: Callable[[Any], Any], items: Sequence, threads: int | None = None
+    ) -> list:
+        """``[fn(item) for item in items]`` in ``threads`` threads (default
+        ``num.recovery.threads.per.data.dir``), a chunk of items per task; raises the first
+        failure (after every task is done)."""
+        threads = threads or self._threads
+        if threads == 1 or len(items) < 2:
+            return [fn(item) for item in items]
+        chunk = max(1, min(256, len(items) // (4 * threads)))
+        chunks = [items[i : i + chunk] for i in range(0, len(items), chunk)]
+        with ThreadPoolExecutor(threads, thread_name_prefix="headrace-logs") as pool:
+            futures = [pool.submit(lambda c: [fn(item) for item in c], c) for c in chunks]
+        return [result for f in futures for result in f.result()]
 
     def _open_partition(self, topic: Topic, index: int, recover: bool) -> Partition:
         path = self.data_dir / f"{topic.name}-{index}"
-        log = Log.open(path, topic.log_config(), recover=recover)
+        log = Log.open(path, topic.log_config(), recover=recover, files=self.open_files)
         return Partition(topic, index, log, ProducerStateManager.load(path, log))
 
     def _save(self, pending: Topic | None = None, partitions: int = 0) -> None:

@@ -3,6 +3,7 @@
 Public surface:
 
     Log, LogConfig          open/append/read/flush/truncate one partition's log
+    OpenFiles               the descriptor budget logs open their files under (LRU, shared)
     AbortedTxn              an entry of a segment's aborted-transactions index (.txnindex)
     clean, CleanResult      one compaction pass over a log (see cleaning/)
     OffsetOutOfRange        read or delete below the log start or above the log end offset
@@ -22,12 +23,13 @@ segment list: retention, DeleteRecords, truncation and the cleaner's swap
 
 Files, in the order to open them:
 
-    log.py          Log: its state and invariants, threads, flush, checkpoint, truncation,
-                    retention and DeleteRecords, replace_segments, close
+    log.py          Log: its state and invariants, threads, truncation, retention and
+                    DeleteRecords, replace_segments, close
     config.py       LogConfig (segment.bytes, retention.ms, cleanup.policy, ...)
     recovery.py     Log.open: loading segments and the checkpoint; recovery after a crash
     append.py       Log.append and roll
     reads.py        Log.read, batch_headers, offset_for_timestamp, aborted_txns
+    flush.py        Log.flush and the offsets checkpoint
     retention.py    which leading segments retention and DeleteRecords remove
     swap.py         the on-disk steps of replace_segments, and finishing one after a crash
     segment.py      LogSegment: one .log file and its indexes
@@ -35,11 +37,12 @@ Files, in the order to open them:
     txn_index.py    the aborted-transactions index (.txnindex), AbortedTxn
     checkpoint.py   the log-offsets-checkpoint file
     io.py           I/O backends (os, io_uring) for writes, fsyncs and reads
+    open_files.py   OpenFiles: open files on demand within a budget, least recently used
+                    closed first; pins, fsync before closing a dirty file
     cleaning/       log compaction (its __init__ maps its files)
     _files.py       every file name in a partition directory; fsync by name
     _batch.py       the v2 batch header fields storage reads; iter_batches
     _records.py     the record walk compaction needs (keys, tombstones)
-    _fd.py          FileRef: a descriptor that stays open while someone reads it
     errors.py       StorageError, OffsetOutOfRange
 """
 
@@ -47,6 +50,7 @@ from ._files import fsync_directory
 from .cleaning import CleanResult, clean
 from .errors import OffsetOutOfRange, StorageError
 from .log import Log, LogConfig
+from .open_files import OpenFiles, OpenFilesExhausted
 from .txn_index import AbortedTxn
 
 __all__ = [
@@ -55,6 +59,8 @@ __all__ = [
     "Log",
     "LogConfig",
     "OffsetOutOfRange",
+    "OpenFiles",
+    "OpenFilesExhausted",
     "StorageError",
     "clean",
     "fsync_directory",

@@ -90,10 +90,19 @@ def list_segment_bases(directory: str) -> list[int]:
     return bases
 
 
-def remove_temp_files(directory: str) -> None:
+def remove_temp_files_and_list_bases(directory: str) -> list[int]:
+    """Remove half-written ``.tmp`` files; the base offsets of the segments, ascending (one
+    directory listing for both: opening many partitions lists each directory once)."""
+    bases = []
     for name in os.listdir(directory):
         if name.endswith(TEMP_SUFFIX):
             os.unlink(os.path.join(directory, name))
+            continue
+        base = parse_segment_base(name)
+        if base is not None:
+            bases.append(base)
+    bases.sort()
+    return bases
 
 
 def segment_file_names(base_offset: int) -> list[str]:

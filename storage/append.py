@@ -5,7 +5,8 @@ How this works
 ``append`` runs on the log's owner thread. It rolls first when the active segment is full
 (``segment_bytes``, index entries), too old (``segment_ms``, or ``max_compaction_lag_ms`` on a
 compacted log) or would overflow the index's relative offsets; then it writes the batch with
-one write at the segment's end, writes index entries (and the aborted-transaction entry of an
+one write at the segment's end (its descriptor pinned, reopened if the budget closed it),
+writes index entries (and the aborted-transaction entry of an
 abort marker) and only then publishes the new size and log end offset under the lock, so a
 reader never sees part of an append. A failed write is undone: the file is cut back and the
 index files return to their published entries.
@@ -67,32 +68,15 @@ class LogAppends(LogState):
             position = seg.size
             if position + n > INT32_MAX:
                 raise ValueError("append larger than a segment can hold")
-            self._io.write_all(seg.log_ref.fd, batch, n, position)
+            fd = seg.log_file.acquire()  # reopened if its descriptor was closed meanwhile
         except OSError as e:
             raise StorageError(f"append to {self.directory} failed: {e}") from e
-        if aborted_txn is not None:
-            try:
-                seg.txn_index.append(aborted_txn)
-            except OSError as e:
-                undo_write(seg.log_ref.fd, position)
-                raise StorageError(f"append to {self.directory} failed: {e}") from e
-        assert seg.max_ts is not None  # known while the segment is active
-        if seg.bytes_since_index <= seg.index_interval_bytes and max_timestamp <= seg.max_ts:
-            seg.bytes_since_index += n  # the common case: no index entry, no new maximum
-            oi = ti = None
-        else:
-            saved = seg.index_state()
-            try:
-                oi, ti = seg.index_entries_for(position, n, base_offset, last_offset, max_timestamp)
-                if oi is not None:
-                    seg.offset_index.write_entry(oi)
-                if ti is not None:
-                    seg.time_index.write_entry(ti)
-            except OSError as e:
-                # undo: the batch is not published, the index files go back to their entries
-                seg.restore_index_state_to(saved)
-                undo_write(seg.log_ref.fd, position)
-                raise StorageError(f"append to {self.directory} failed: {e}") from e
+        try:
+            oi, ti = self._write(
+                seg, fd, batch, n, position, base_offset, last_offset, max_timestamp, aborted_txn
+            )
+        finally:
+            seg.log_file.release(wrote=True)
         with self._lock:
             seg.size = position + n
             if oi is not None:
@@ -105,6 +89,48 @@ class LogAppends(LogState):
             mt = self._max_ts
             if mt is not None and max_timestamp > mt[0]:
                 self._max_ts = (max_timestamp, last_offset)
+
+    def _write(
+        self,
+        seg: LogSegment,
+        fd: int,
+        batch,
+        n: int,
+        position: int,
+        base_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        aborted_txn: AbortedTxn | None,
+    ) -> tuple[bytes | None, bytes | None]:
+        """Write the batch and its index entries at ``position`` through ``fd`` (pinned);
+        undo everything on failure. Returns the index entries to publish."""
+        try:
+            self._io.write_all(fd, batch, n, position)
+        except OSError as e:
+            raise StorageError(f"append to {self.directory} failed: {e}") from e
+        if aborted_txn is not None:
+            try:
+                seg.txn_index.append(aborted_txn)
+            except OSError as e:
+                undo_write(fd, position)
+                raise StorageError(f"append to {self.directory} failed: {e}") from e
+        assert seg.max_ts is not None  # known while the segment is active
+        if seg.bytes_since_index <= seg.index_interval_bytes and max_timestamp <= seg.max_ts:
+            seg.bytes_since_index += n  # the common case: no index entry, no new maximum
+            return None, None
+        saved = seg.index_state()
+        try:
+            oi, ti = seg.index_entries_for(position, n, base_offset, last_offset, max_timestamp)
+            if oi is not None:
+                seg.offset_index.write_entry(oi)
+            if ti is not None:
+                seg.time_index.write_entry(ti)
+        except OSError as e:
+            # undo: the batch is not published, the index files go back to their entries
+            seg.restore_index_state_to(saved)
+            undo_write(fd, position)
+            raise StorageError(f"append to {self.directory} failed: {e}") from e
+        return oi, ti
 
     def roll(self) -> None:
         """Start a new active segment now, unless the active one is empty (owner thread)."""
@@ -140,7 +166,7 @@ class LogAppends(LogState):
             if final is not None:
                 old.time_index.write_entry(final)
             new = LogSegment.create(
-                self.directory, self.log_end_offset, self.config.index_interval_bytes
+                self.directory, self.log_end_offset, self.config.index_interval_bytes, self._files
             )
         except OSError:
             old.restore_index_state_to(saved)

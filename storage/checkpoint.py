@@ -62,6 +62,21 @@ def read_checkpoint(directory: str) -> Checkpoint | None:
         return None
 
 
+def still_true(on_disk: Checkpoint | None, now: Checkpoint) -> bool:
+    """Whether the file's checkpoint ``on_disk`` says what is true of the log now (``now``,
+    with the clean-close fields): then a log recovered without finding anything new keeps
+    it rather than rewriting it. Clean-close fields may stay only if they describe the files.
+    """
+    if on_disk is None:
+        return False
+    same = (on_disk.recovery_point, on_disk.log_start_offset, on_disk.cleaner_offset) == (
+        now.recovery_point,
+        now.log_start_offset,
+        now.cleaner_offset,
+    )
+    return same and (on_disk.end_offset is None or on_disk == now)
+
+
 def write_checkpoint(directory: str, cp: Checkpoint) -> None:
     lines = [
         f"version {VERSION}",

@@ -1,15 +1,21 @@
 """Sparse offset and time indexes, one of each per segment.
 
-Index files are append-only: an entry is written with one ``os.write`` when it is added, so the
+Index files are append-only: an entry is written with one ``pwrite`` when it is added, so the
 number of valid entries is always ``file size // entry size`` (a torn trailing entry is
 dropped), and nothing needs trimming on roll or close. The active segment's indexes are
 mirrored in a bytearray; an inactive segment's index is memory-mapped read-only the first time
 it is searched, so old indexes live in the page cache rather than in the Python heap.
 
+Descriptors come from the log's OpenFiles budget (open_files.py): the active index's write
+descriptor is opened when an entry is written (at the end of the file, by position, so a
+reopened descriptor writes in the right place), and a mapping of an inactive index counts as
+an open file that may be unmapped when unused and mapped again on the next search. Every
+search of a mapped index pins the mapping for the length of the search.
+
 Entries are never rewritten in place: a rebuilt index is written to a temporary file and
-renamed over the old one, so an existing mapping never sees its file shrink. Index files carry
-no checksum; they are hints, sanity-checked when loaded and rebuilt from the segment when in
-doubt.
+renamed over the old one (skipped when the file already holds exactly those entries), so an
+existing mapping never sees its file shrink. Index files carry no checksum; they are hints,
+sanity-checked when loaded and rebuilt from the segment when in doubt.
 
 Callers (LogSegment, under the log's lock) keep the in-memory side consistent: ``write_entry``
 touches only the file, ``add_entry`` only memory.
@@ -17,87 +23,122 @@ touches only the file, ``add_entry`` only memory.
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
-from typing import Self
+from collections.abc import Callable
+from typing import Any, Self, TypeVar
 
 from . import _files
-from ._fd import FileRef
+from .open_files import CachedFile, MappedFile, OpenFiles
+
+_T = TypeVar("_T")
 
 
 class _SparseIndex:
     ENTRY: struct.Struct
     ENTRY_SIZE: int
 
-    __slots__ = ("path", "base_offset", "_buf", "_ref", "torn")
+    __slots__ = ("path", "base_offset", "files", "_buf", "_mapped", "_writer", "_file_len", "torn")
 
-    def __init__(self, path: str, base_offset: int) -> None:
+    def __init__(self, path: str, base_offset: int, files: OpenFiles | None = None) -> None:
         self.path = path
         self.base_offset = base_offset
-        self._buf: bytearray | mmap.mmap | bytes | None = None  # None: not loaded
-        self._ref: FileRef | None = None  # write handle while active
+        self.files = files or OpenFiles.shared()
+        # the entries in memory: the active index's mirror, or b"" for an empty file; None:
+        # not loaded, or mapped (``_mapped``)
+        self._buf: bytearray | bytes | None = None
+        self._mapped: MappedFile | None = None
+        self._writer: CachedFile | None = None  # write descriptor while active
+        self._file_len = 0  # bytes in the file while active
         self.torn = False  # the file ended in a partial entry when loaded
 
     # -- loading ------------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, path: str, base_offset: int) -> Self:
+    def create(cls, path: str, base_offset: int, files: OpenFiles | None = None) -> Self:
         """A new, empty, active index (an existing file is truncated)."""
-        index = cls(path, base_offset)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        index._ref = FileRef(fd)
+        index = cls(path, base_offset, files)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         index._buf = bytearray()
+        index._writer = index.files.file(path, os.O_WRONLY | os.O_CREAT)
         return index
 
     def exists(self) -> bool:
         return os.path.exists(self.path)
 
-    def load(self) -> bytearray | mmap.mmap | bytes:
-        """The entries: an inactive index's file is mapped first (raises FileNotFoundError
-        when missing)."""
+    def _call(self, fn: Callable[[Any], _T]) -> _T:
+        """``fn(entries)``: the in-memory entries, or the mapping pinned for the call (an
+        inactive index is mapped first; raises FileNotFoundError when the file is missing)."""
         buf = self._buf
-        if buf is not None:
-            return buf
-        with open(self.path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            n = size // self.ENTRY_SIZE
-            self.torn = size % self.ENTRY_SIZE != 0
-            if n == 0:
-                buf = b""
-            else:
-                buf = mmap.mmap(f.fileno(), n * self.ENTRY_SIZE, access=mmap.ACCESS_READ)
-        self._buf = buf
-        return buf
+        if buf is None:
+            mapped = self._mapped
+            if mapped is None:
+                mapped = self._map()
+                buf = self._buf
+            if mapped is not None:
+                view = mapped.acquire()
+                try:
+                    return fn(view)
+                finally:
+                    mapped.release()
+        return fn(buf)
 
-    def activate(self) -> None:
-        """Load the file into memory and open it for appending (the segment became active)."""
-        if self._ref is not None:
-            return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        ref = FileRef(fd)
-        size = os.fstat(fd).st_size
-        whole = size - size % self.ENTRY_SIZE
-        self.torn = whole != size
-        data = bytearray(os.pread(fd, whole, 0)) if whole else bytearray()
-        if whole != size:
-            os.ftruncate(fd, whole)
-        os.lseek(fd, whole, os.SEEK_SET)
+    def _map(self) -> MappedFile | None:
+        size = os.stat(self.path).st_size
+        n = size // self.ENTRY_SIZE
+        self.torn = size % self.ENTRY_SIZE != 0
+        if n == 0:
+            self._buf = b""
+            return None
+        self._mapped = self.files.mapped(self.path, n * self.ENTRY_SIZE)
+        return self._mapped
+
+    def _unload(self) -> None:
+        mapped, self._mapped = self._mapped, None
+        if mapped is not None:
+            mapped.retire()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.retire()
+        self._buf = None
+
+    def activate(self) -> bool:
+        """Load the file into memory for appending (the segment became active); whether the
+        file was there (it is created empty if not)."""
+        if self._writer is not None:
+            return True
+        self._unload()
+        found = True
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            found = False
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            whole = size - size % self.ENTRY_SIZE
+            self.torn = whole != size
+            data = bytearray(os.pread(fd, whole, 0)) if whole else bytearray()
+            if whole != size:
+                os.ftruncate(fd, whole)
+        finally:
+            os.close(fd)
         self._buf = data
-        self._ref = ref
+        self._file_len = whole
+        self._writer = self.files.file(self.path, os.O_WRONLY | os.O_CREAT)
+        return found
 
     def deactivate(self) -> None:
-        """Drop the in-memory copy and the write handle (reloaded by mapping on demand)."""
-        self._ref = None
-        self._buf = None
+        """Drop the in-memory copy and the write descriptor (mapped again on demand)."""
+        self._unload()
 
     @property
     def active(self) -> bool:
-        return self._ref is not None
+        return self._writer is not None
 
     @property
-    def write_ref(self) -> FileRef | None:
-        return self._ref
+    def writer(self) -> CachedFile | None:
+        return self._writer
 
     # -- entries ------------------------------------------------------------------------------
 
@@ -106,18 +147,20 @@ class _SparseIndex:
         return buf is not None and len(buf) >= max_entries * self.ENTRY_SIZE
 
     def __len__(self) -> int:
-        return len(self.load()) // self.ENTRY_SIZE
+        return self._call(len) // self.ENTRY_SIZE
 
     def entry(self, i: int) -> tuple[int, int]:
-        return self.ENTRY.unpack_from(self.load(), i * self.ENTRY_SIZE)
+        return self._call(lambda buf: self.ENTRY.unpack_from(buf, i * self.ENTRY_SIZE))
 
     def last_entry(self) -> tuple[int, int] | None:
-        n = len(self)
-        return self.entry(n - 1) if n else None
+        def last(buf):
+            n = len(buf) // self.ENTRY_SIZE
+            return self.ENTRY.unpack_from(buf, (n - 1) * self.ENTRY_SIZE) if n else None
 
-    def _floor(self, value: int, field: int) -> int:
+        return self._call(last)
+
+    def _floor(self, buf, value: int, field: int) -> int:
         """Greatest i whose field ``field`` (0 or 1) is <= value, or -1."""
-        buf = self.load()
         size = self.ENTRY_SIZE
         unpack = self.ENTRY.unpack_from
         lo, hi = 0, len(buf) // size
@@ -130,7 +173,7 @@ class _SparseIndex:
         return lo - 1
 
     def raw(self) -> bytes:
-        return bytes(self.load())
+        return self._call(bytes)
 
     # -- changes (active index only) -------------------------------------------------------------
 
@@ -139,9 +182,12 @@ class _SparseIndex:
 
     def write_entry(self, data: bytes) -> None:
         """Append one packed entry to the file (one write)."""
-        ref = self._ref
-        assert ref is not None, "the index is not active"
-        os.write(ref.fd, data)
+        writer = self._writer
+        assert writer is not None, "the index is not active"
+        with writer.use(wrote=True) as fd:
+            if os.pwrite(fd, data, self._file_len) != len(data):
+                raise OSError("short write to an index")
+        self._file_len += len(data)
 
     def add_entry(self, data: bytes) -> None:
         """Append one packed entry to the in-memory copy."""
@@ -151,58 +197,75 @@ class _SparseIndex:
 
     def resync_file(self) -> None:
         """Cut the file back to the in-memory entries (after a failed or partial write)."""
-        if self._ref is None or self._buf is None:
+        if self._writer is None or self._buf is None:
             return
         keep = len(self._buf)
-        if os.fstat(self._ref.fd).st_size != keep:
-            os.ftruncate(self._ref.fd, keep)
-        os.lseek(self._ref.fd, keep, os.SEEK_SET)
+        with self._writer.use(wrote=True) as fd:
+            if os.fstat(fd).st_size != keep:
+                os.ftruncate(fd, keep)
+        self._file_len = keep
 
     def truncate_entries(self, n: int) -> None:
         """Keep the first n entries (active index only)."""
-        buf, ref = self._buf, self._ref
-        assert isinstance(buf, bytearray) and ref is not None, "the index is not active"
+        buf, writer = self._buf, self._writer
+        assert isinstance(buf, bytearray) and writer is not None, "the index is not active"
         keep = n * self.ENTRY_SIZE
         if keep < len(buf):
             del buf[keep:]
-            os.ftruncate(ref.fd, keep)
-            os.lseek(ref.fd, keep, os.SEEK_SET)
+            with writer.use(wrote=True) as fd:
+                os.ftruncate(fd, keep)
+            self._file_len = keep
 
-    def replace(self, data: bytes) -> None:
-        """Replace the whole file with ``data`` (temp file + rename), keeping active/inactive."""
+    def replace(self, data: bytes) -> bool:
+        """Replace the whole file with ``data`` (temp file + rename), keeping active/inactive.
+
+        A file that already holds exactly ``data`` is left as it is (recovery rebuilds every
+        index it checks; most come out unchanged). Returns whether the file was rewritten."""
         was_active = self.active
-        tmp = _files.temp_path(self.path)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        self._ref = None
-        self._buf = None
+        rewrite = not _holds(self.path, data)
+        if rewrite:
+            tmp = _files.temp_path(self.path)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        self._unload()
         self.torn = False
         if was_active:
             self.activate()
+        return rewrite
 
     def fsync(self) -> None:
-        ref = self._ref
-        if ref is not None:
-            os.fsync(ref.fd)
+        writer = self._writer
+        if writer is not None:
+            self.files.sync([writer])
 
     def delete(self) -> None:
-        """Unlink the file; a mapping or copy already loaded stays usable."""
+        """Unlink the file; a search that pinned the mapping before finishes."""
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        self._unload()
 
     def close(self) -> None:
-        ref, self._ref = self._ref, None
-        self._buf = None
-        if ref is not None:
-            ref.close()
+        self._unload()
+
+
+def _holds(path: str, data: bytes) -> bool:
+    """Whether the file at ``path`` holds exactly ``data``."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        return os.fstat(fd).st_size == len(data) and os.pread(fd, len(data) + 1, 0) == data
+    finally:
+        os.close(fd)
 
 
 class OffsetIndex(_SparseIndex):
@@ -227,20 +290,29 @@ class OffsetIndex(_SparseIndex):
 
         Returns (base_offset, 0) when there is none: the segment's start is always a boundary.
         """
-        i = self._floor(offset - self.base_offset, 0)
-        if i < 0:
-            return self.base_offset, 0
-        rel, pos = self.entry(i)
-        return self.base_offset + rel, pos
+
+        def find(buf) -> tuple[int, int]:
+            i = self._floor(buf, offset - self.base_offset, 0)
+            if i < 0:
+                return self.base_offset, 0
+            rel, pos = self.ENTRY.unpack_from(buf, i * self.ENTRY_SIZE)
+            return self.base_offset + rel, pos
+
+        return self._call(find)
 
     def boundary_at_or_before(self, position: int, max_offset: int) -> int:
         """The greatest indexed position <= ``position`` whose batch's base offset <= max_offset."""
-        i = min(self._floor(position, 1), self._floor(max_offset - self.base_offset, 0))
-        return self.entry(i)[1] if i >= 0 else 0
+
+        def find(buf) -> int:
+            rel = max_offset - self.base_offset
+            i = min(self._floor(buf, position, 1), self._floor(buf, rel, 0))
+            return self.ENTRY.unpack_from(buf, i * self.ENTRY_SIZE)[1] if i >= 0 else 0
+
+        return self._call(find)
 
     def entries_before_position(self, position: int) -> int:
         """How many entries point below ``position``."""
-        return self._floor(position - 1, 1) + 1
+        return self._call(lambda buf: self._floor(buf, position - 1, 1) + 1)
 
     def check(self, segment_size: int, next_base: int | None) -> bool:
         """Cheap consistency test of an index against its segment."""
@@ -288,10 +360,14 @@ class TimeIndex(_SparseIndex):
         Every batch up to and including that offset has maxTimestamp < ``timestamp``, so a
         search for the first batch with maxTimestamp >= ``timestamp`` may start there.
         """
-        i = self._floor(timestamp - 1, 0)
-        if i < 0:
-            return None
-        return self.base_offset + self.entry(i)[1]
+
+        def find(buf) -> int | None:
+            i = self._floor(buf, timestamp - 1, 0)
+            if i < 0:
+                return None
+            return self.base_offset + self.ENTRY.unpack_from(buf, i * self.ENTRY_SIZE)[1]
+
+        return self._call(find)
 
     def check(self, next_base: int | None) -> bool:
         n = len(self)

@@ -30,6 +30,11 @@ write-plus-fsync rate because ring writes queued behind the fsyncs. So appends u
 (``liburing`` takes ``bytes``/``bytearray`` only, so a memoryview is copied first).
 
 Errors surface as OSError with the kernel's errno in both backends (ENOSPC, EIO, EBADF...).
+
+Descriptors: every fd passed to a backend is pinned by the caller in the log's OpenFiles
+budget (open_files.py) for the whole call, submission to completion, so neither backend can
+see it closed or reused under it; both therefore honour ``log.max.open.files`` as they are.
+The io_uring rings (one per thread that used the backend) are descriptors outside the budget.
 """
 
 from __future__ import annotations

@@ -22,13 +22,14 @@ part of the class:
 
     recovery.py     opening: load the segments and the checkpoint, recover after a crash
     append.py       append, roll (LogAppends)
+    flush.py        flush and the offsets checkpoint (LogFlush)
     reads.py        read, batch_headers, offset_for_timestamp, max_timestamp, aborted_txns
                     (LogReads)
     retention.py    which leading segments retention and DeleteRecords remove (policy)
     swap.py         the on-disk steps of replace_segments (the compaction swap)
     log_state.py    the state's declaration, and the segment lookups over it
-    log.py          the state, flush and the checkpoint, truncation, retention and
-                    DeleteRecords, replace_segments, close
+    log.py          the state, opening, truncation, retention and DeleteRecords,
+                    replace_segments, close
 
 Threads. One *owner* thread (the broker's event loop) calls ``append``, ``roll``,
 ``truncate_to``, ``update_config``, ``close`` and ``delete``. One *flush* thread at a time may
@@ -47,17 +48,22 @@ in-memory state (segment list, sizes, index mirrors, offsets); all file I/O happ
 it, except for truncation (rare), the swap's renames, and the first search of an old
 segment's index (maps the index file, or rebuilds it when unusable).
 
-Append writes the batch with one ``os.write`` to the active segment, then publishes the new
+Descriptors: every file is opened on demand under the OpenFiles budget passed to ``open``
+(open_files.py; the broker shares one among all its logs, ``log.max.open.files``), so a log
+that is not written or read holds no descriptor. A file is pinned while a thread uses it.
+
+Append writes the batch with one ``pwrite`` to the active segment, then publishes the new
 size and log end offset under the lock; readers never look past a published size, so they
-never see a partial append. Readers take a reference to the segment's file (FileRef) under
-the lock and ``pread`` after releasing it; a segment deleted meanwhile stays readable through
-that reference. Truncation and ``replace_segments`` bump ``_generation``; a reader that sees
-it change retries.
+never see a partial append. Readers pin the segment's file under the lock and ``pread`` after
+releasing it; a segment deleted meanwhile stays readable through that pin. Truncation and
+``replace_segments`` bump ``_generation``; a reader that sees it change retries.
 
 Flush snapshots (log end offset, the segments with unflushed bytes, the index files of
 segments rolled since the last flush) under the lock, fsyncs outside it, then advances the
-recovery point to the snapshot's log end offset. The offsets checkpoint is rewritten at most
-once a second by flush, and always by close.
+recovery point to the snapshot's log end offset. A segment whose descriptor was closed since
+it was written was fsynced before the close (``OpenFiles.sync``). The offsets checkpoint is
+rewritten at most once a second by flush, and by close unless the file already says the
+same (a log opened cleanly and left alone writes nothing).
 """
 
 from __future__ import annotations
@@ -70,12 +76,13 @@ from typing import NamedTuple
 
 from . import _files, recovery, retention, swap
 from ._batch import BadBatch, iter_batches
-from ._fd import FileRef
 from .append import LogAppends
-from .checkpoint import Checkpoint, write_checkpoint
+from .checkpoint import Checkpoint, still_true
 from .config import LogConfig
 from .errors import OffsetOutOfRange, StorageError
+from .flush import LogFlush
 from .io import get_backend
+from .open_files import CachedFile, OpenFiles
 from .reads import LogReads
 from .segment import LogSegment
 
@@ -86,14 +93,14 @@ _DEFAULT_CONFIG = LogConfig()  # frozen: one instance serves every log opened wi
 class InactiveSegments(NamedTuple):
     """A snapshot of the log's leading inactive segments (see ``Log.inactive_segments``)."""
 
-    segments: list[tuple[LogSegment, int, FileRef]]  # (segment, its size, its file)
+    segments: list[tuple[LogSegment, int, CachedFile]]  # (segment, its size, its file)
     ends: list[int]  # each segment's offsets lie below this (the next base offset)
     generation: int  # pass to replace_segments
     log_start_offset: int
     cleaner_offset: int
 
 
-class Log(LogAppends, LogReads):
+class Log(LogAppends, LogReads, LogFlush):
     """One partition's log, in its own directory (Kafka's ``topic-partition`` folder)."""
 
     def __init__(
@@ -104,10 +111,12 @@ class Log(LogAppends, LogReads):
         log_start_offset: int,
         log_end_offset: int,
         recovery_point: int,
+        files: OpenFiles,
     ) -> None:
         self.directory = directory
         self.config = config
         self._io = get_backend(config.io_backend)
+        self._files = files
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
@@ -123,6 +132,7 @@ class Log(LogAppends, LogReads):
         self._rolled_index_paths: list[str] = []  # index files of rolled, unflushed segments
         self._max_ts: tuple[int, int] | None = None
         self._checkpointed = (recovery_point, log_start_offset)
+        self._on_disk: Checkpoint | None = None  # the checkpoint file's content, when known
         self._last_checkpoint = time.monotonic()
         self._closed = False
         self.cleaner_offset = log_start_offset  # offsets below it were compacted at least once
@@ -144,8 +154,18 @@ class Log(LogAppends, LogReads):
     # -- opening -------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path, config: LogConfig = _DEFAULT_CONFIG, *, recover: bool) -> Log:
+    def open(
+        cls,
+        path,
+        config: LogConfig = _DEFAULT_CONFIG,
+        *,
+        recover: bool,
+        files: OpenFiles | None = None,
+    ) -> Log:
         """Open (or create) the log in directory ``path``.
+
+        ``files``: the descriptor budget the log's files are opened under (the broker passes
+        one for all its logs); by default the process-wide ``OpenFiles.shared()``.
 
         A compaction swap interrupted by a crash is finished first (``complete_pending_swap``).
         ``recover=True`` after an unclean stop: checks every segment from the one holding the
@@ -155,8 +175,9 @@ class Log(LogAppends, LogReads):
         """
         directory = os.fspath(path)
         try:
+            files = files or OpenFiles.shared()
             cls.complete_pending_swap(directory)
-            loaded = recovery.load(directory, config.index_interval_bytes, recover)
+            loaded = recovery.load(directory, config.index_interval_bytes, recover, files)
             log = cls(
                 directory,
                 config,
@@ -164,10 +185,12 @@ class Log(LogAppends, LogReads):
                 loaded.log_start_offset,
                 loaded.log_end_offset,
                 loaded.recovery_point,
+                files,
             )
             if loaded.cleaner_offset is not None:
                 log.cleaner_offset = loaded.cleaner_offset
-            if not loaded.clean:
+            log._on_disk = on_disk = loaded.checkpoint
+            if not loaded.clean and not still_true(on_disk, log._checkpoint_now(clean=True)):
                 log._write_checkpoint(clean=False)
             return log
         except OSError as e:
@@ -179,83 +202,12 @@ class Log(LogAppends, LogReads):
         drop one that had not reached it (see swap.py). ``open`` calls it first."""
         swap.complete_pending_swap(directory)
 
-    # -- flushing ------------------------------------------------------------------------------
-
-    def flush(self) -> None:
-        """Fsync everything appended before the call, then advance the recovery point.
-
-        Safe to call from a flush thread while the owner keeps appending.
-        """
-        with self._flush_lock:
-            if self._closed:
-                return
-            with self._lock:
-                leo = self.log_end_offset
-                generation = self._generation
-                # The active segment's indexes are not fsynced: the new recovery point lies in
-                # that segment, and recovery rebuilds the indexes of every segment from the
-                # one holding the recovery point on. A rolled segment's indexes are fsynced
-                # once, by name, at the first flush after the roll.
-                active = self._active
-                todo = [
-                    (s, s.size, s.log_ref)
-                    if s is active
-                    else (s, s.size, s.log_ref, s.offset_index.write_ref, s.time_index.write_ref)
-                    for s in self._segments
-                    if s.flushed_size < s.size
-                ]
-                rolled, self._rolled_index_paths = self._rolled_index_paths, []
-                for s in self._segments:
-                    if s.txn_index.dirty:
-                        s.txn_index.dirty = False
-                        rolled.append(s.txn_index.path)
-                dir_dirty, self._dir_dirty = self._dir_dirty, False
-            try:
-                self._io.fsync_many(
-                    ref.fd for _seg, _size, *refs in todo for ref in refs if ref is not None
-                )
-                for path in rolled:
-                    _files.fsync_path(path, missing_ok=True)
-                if dir_dirty:
-                    _files.fsync_directory(self.directory)
-            except OSError as e:
-                with self._lock:
-                    self._dir_dirty = self._dir_dirty or dir_dirty
-                    self._rolled_index_paths[:0] = rolled
-                raise StorageError(f"flush of {self.directory} failed: {e}") from e
-            with self._lock:
-                if generation == self._generation:
-                    for seg, size, *_ in todo:
-                        if size > seg.flushed_size:
-                            seg.flushed_size = size
-                    if leo > self.recovery_point:
-                        self.recovery_point = leo
-            self._maybe_checkpoint()
-
     def _maybe_checkpoint(self, force: bool = False) -> None:
         if (self.recovery_point, self.log_start_offset) == self._checkpointed and not force:
             return
         if not force and time.monotonic() - self._last_checkpoint < CHECKPOINT_INTERVAL_S:
             return
         self._write_checkpoint(clean=False)
-
-    def _write_checkpoint(self, clean: bool) -> None:
-        with self._checkpoint_lock:
-            with self._lock:
-                rp, start = self.recovery_point, self.log_start_offset
-                active = self._active
-                cleaned = self.cleaner_offset if self.cleaner_offset > start else None
-                cp = Checkpoint(rp, start, cleaner_offset=cleaned)
-                if clean:
-                    cp = Checkpoint(
-                        rp, start, self.log_end_offset, active.base_offset, active.size, cleaned
-                    )
-            try:
-                write_checkpoint(self.directory, cp)
-            except OSError as e:
-                raise StorageError(f"checkpoint of {self.directory} failed: {e}") from e
-            self._checkpointed = (rp, start)
-            self._last_checkpoint = time.monotonic()
 
     # -- segments ---------------------------------------------------------------------------------
 
@@ -288,7 +240,7 @@ class Log(LogAppends, LogReads):
                     and self._segment_max_ts(i)[0] > max_timestamp_at_most
                 ):
                     break
-                chosen.append((seg, seg.size, seg.log_ref))
+                chosen.append((seg, seg.size, seg.log_file))
             return InactiveSegments(
                 chosen,
                 self._bases[1 : len(chosen) + 1],
@@ -333,7 +285,10 @@ class Log(LogAppends, LogReads):
                 swap.commit(staged, directory)
                 self.complete_pending_swap(directory)
                 interval = self.config.index_interval_bytes
-                new = [LogSegment.open_existing(directory, base, interval) for base in new_bases]
+                new = [
+                    LogSegment.open_existing(directory, base, interval, self._files)
+                    for base in new_bases
+                ]
             except OSError as e:
                 raise StorageError(f"compaction swap in {directory} failed: {e}") from e
             for seg in old:
@@ -367,10 +322,11 @@ class Log(LogAppends, LogReads):
                 seg, i = self._locate(offset)
                 _, position = seg.offset_index.lookup(offset)
                 cut = None
-                for b in iter_batches(seg.log_ref.fd, position, seg.size):
-                    if b.last_offset >= offset:
-                        cut = b
-                        break
+                with seg.log_file.use() as fd:
+                    for b in iter_batches(fd, position, seg.size):
+                        if b.last_offset >= offset:
+                            cut = b
+                            break
                 if cut is None:
                     return
                 self._generation += 1
@@ -400,7 +356,9 @@ class Log(LogAppends, LogReads):
             for s in self._segments:
                 s.deleted = True
                 s.delete()
-            new = LogSegment.create(self.directory, offset, self.config.index_interval_bytes)
+            new = LogSegment.create(
+                self.directory, offset, self.config.index_interval_bytes, self._files
+            )
             self._segments = [new]
             self._bases = [offset]
             self._active = new

@@ -15,6 +15,7 @@ from .segment import LogSegment
 
 if TYPE_CHECKING:
     from .config import LogConfig
+    from .open_files import OpenFiles
 
 
 class LogState:
@@ -25,6 +26,7 @@ class LogState:
     recovery_point: int
     cleaner_offset: int  # offsets below it were compacted at least once
     _io: Any  # the I/O backend (io.py)
+    _files: OpenFiles  # the descriptor budget the log's files are opened under
     _lock: threading.Lock  # guards everything below
     _segments: list[LogSegment]  # by base offset; the last one is active
     _bases: list[int]  # their base offsets

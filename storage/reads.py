@@ -3,11 +3,13 @@
 How this works
 --------------
 A read takes what it needs under the log's lock (the segment holding the offset, its
-published size, a reference to its file, the index position to start from, the log's
-``_generation``) and reads the file after releasing it. It never looks past a published size,
-so it never sees a partial append; a segment deleted meanwhile stays readable through the
-file reference. When ``_generation`` changed during the read (truncation, a compaction swap)
-the result may mix old and new data, so the read looks again.
+published size, a pin on its file, the index position to start from, the log's
+``_generation``) and reads the file after releasing it, then unpins it. It never looks past a
+published size, so it never sees a partial append; a segment deleted meanwhile stays
+readable through the pin (the descriptor closes when the read is done). When
+``_generation`` changed during the read (truncation, a compaction swap) the result may mix
+old and new data, so the read looks again. ``batch_headers`` pins a file for a chunk of
+headers at a time, never while its caller holds the generator.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from collections.abc import Iterator
 from typing import Final
 
 from ._batch import BadBatch, iter_batches
-from ._fd import FileRef
 from .errors import OffsetOutOfRange, StorageError
 from .log_state import LogState
 from .segment import LogSegment
@@ -33,6 +34,7 @@ class _NoBatch(enum.Enum):
 
 
 _NO_BATCH: Final = _NoBatch.NO_BATCH
+_HEADERS_PER_PIN = 1024  # batch_headers reads this many headers per use of a file
 
 
 class LogReads(LogState):
@@ -58,20 +60,25 @@ class LogReads(LogState):
                     if max_offset is None
                     else min(max_offset, self.log_end_offset)
                 )
-                seg, _ = self._locate(offset)
-                _, position = seg.offset_index.lookup(offset)
+                try:
+                    seg, _ = self._locate(offset)
+                    _, position = seg.offset_index.lookup(offset)
+                    fd = seg.log_file.acquire()
+                except OSError as e:
+                    raise StorageError(f"read of {self.directory} at {offset}: {e}") from e
                 limit = seg.size
-                ref = seg.log_ref
                 generation = self._generation
             try:
                 result = self._read_segment(
-                    seg, ref, position, limit, offset, max_bytes, hw, generation
+                    seg, fd, position, limit, offset, max_bytes, hw, generation
                 )
             except (OSError, BadBatch) as e:
                 with self._lock:
                     if generation != self._generation:
                         continue
                 raise StorageError(f"read of {self.directory} at {offset} failed: {e}") from e
+            finally:
+                seg.log_file.release()
             if result is None:
                 continue  # truncated meanwhile: look again
             if result is _NO_BATCH:
@@ -87,7 +94,7 @@ class LogReads(LogState):
     def _read_segment(
         self,
         seg: LogSegment,
-        ref: FileRef,
+        fd: int,
         position: int,
         limit: int,
         offset: int,
@@ -95,7 +102,6 @@ class LogReads(LogState):
         hw: int,
         generation: int,
     ) -> bytes | _NoBatch | None:
-        fd = ref.fd
         first = None
         for b in iter_batches(fd, position, limit):
             if b.last_offset >= offset:
@@ -141,24 +147,45 @@ class LogReads(LogState):
                 segments = self._segments[i:]
                 generation = self._generation
             for seg in segments:
-                with self._lock:
-                    if seg.deleted:
-                        continue  # removed meanwhile (below the new log start, or truncated)
-                    seg.ensure_indexes(self._next_base(seg))
-                    _, position = seg.offset_index.lookup(max(offset, seg.base_offset))
-                    limit = seg.size
-                    ref = seg.log_ref
-                try:
-                    for info, header in iter_batches(ref.fd, position, limit, headers=True):
+                position = None
+                while True:  # a chunk of headers per pin of the file
+                    with self._lock:
+                        if seg.deleted:
+                            break  # removed meanwhile (below the new log start, or truncated)
+                        try:
+                            if position is None:
+                                seg.ensure_indexes(self._next_base(seg))
+                                start = max(offset, seg.base_offset)
+                                position = seg.offset_index.lookup(start)[1]
+                            fd = seg.log_file.acquire()
+                        except OSError as e:
+                            raise StorageError(f"scan of segment {seg.base_offset}: {e}") from e
+                        limit = seg.size
+                    chunk = []
+                    try:
+                        for item in iter_batches(fd, position, limit, headers=True):
+                            chunk.append(item)
+                            if len(chunk) == _HEADERS_PER_PIN:
+                                break
+                    except (OSError, BadBatch) as e:
+                        with self._lock:
+                            changed = generation != self._generation
+                        if changed:
+                            break  # truncated or replaced under us: look again from ``offset``
+                        raise StorageError(f"scan of segment {seg.base_offset} failed: {e}") from e
+                    finally:
+                        seg.log_file.release()
+                    for info, header in chunk:
                         if info.last_offset >= offset:
                             offset = info.last_offset + 1
                             yield header
-                except (OSError, BadBatch) as e:
-                    with self._lock:
-                        changed = generation != self._generation
-                    if changed:
-                        break  # truncated or replaced under us: look again from ``offset``
-                    raise StorageError(f"scan of segment {seg.base_offset} failed: {e}") from e
+                    if len(chunk) < _HEADERS_PER_PIN:
+                        break  # the end of the segment
+                    last = chunk[-1][0]
+                    position = last.position + last.size
+                with self._lock:
+                    if generation != self._generation:
+                        break
             else:
                 return
 
@@ -177,17 +204,22 @@ class LogReads(LogState):
                 seg.ensure_indexes(self._next_base(seg))
                 if seg.known_max_ts()[0] < timestamp:
                     continue
-                start_at = seg.time_index.offset_before(timestamp)
-                position = 0 if start_at is None else seg.offset_index.lookup(start_at)[1]
+                try:
+                    start_at = seg.time_index.offset_before(timestamp)
+                    position = 0 if start_at is None else seg.offset_index.lookup(start_at)[1]
+                    fd = seg.log_file.acquire()
+                except OSError as e:
+                    raise StorageError(f"time lookup in {self.directory}: {e}") from e
                 limit = seg.size
-                ref = seg.log_ref
                 log_start = self.log_start_offset
             try:
-                for b in iter_batches(ref.fd, position, limit):
+                for b in iter_batches(fd, position, limit):
                     if b.max_timestamp >= timestamp and b.last_offset >= log_start:
-                        return b.base_offset, os.pread(ref.fd, b.size, b.position)
+                        return b.base_offset, os.pread(fd, b.size, b.position)
             except (OSError, BadBatch) as e:
                 raise StorageError(f"time lookup in {self.directory} failed: {e}") from e
+            finally:
+                seg.log_file.release()
         return None
 
     def max_timestamp(self) -> tuple[int, int]:

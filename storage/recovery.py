@@ -16,9 +16,16 @@ batch only if
     offset.
 
 The file is truncated after the last accepted batch and both indexes are rebuilt from the
-accepted batches; aborted-transaction entries whose markers are gone are dropped. When a
-segment was cut short every later segment is deleted. The recovered files are fsynced and the
-recovery point becomes the new log end offset.
+accepted batches (an index file that already holds exactly those entries is left alone);
+aborted-transaction entries whose markers are gone are dropped. When a segment was cut short
+every later segment is deleted. The recovered files are fsynced and the recovery point
+becomes the new log end offset. When nothing lies beyond the recovery point and nothing was
+cut, there is nothing new to make durable: no fsync (and ``Log.open`` keeps the checkpoint
+file when it still says the same), so recovering many idle partitions costs reads only; the
+directory is fsynced only when segments were cut or deleted or rolled since the last flush.
+
+Descriptors: segments are opened under the log's OpenFiles budget (``open_existing`` only
+stats the file); a recovered segment's file is pinned while it is checked.
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ from headrace.record_format import (
 
 from . import _files
 from ._batch import BatchInfo
-from .checkpoint import read_checkpoint
+from .checkpoint import Checkpoint, read_checkpoint
+from .open_files import OpenFiles
 from .segment import INT32_MAX, LogSegment
 
 _log = logging.getLogger(__name__)
@@ -60,22 +68,22 @@ class LoadedLog(NamedTuple):
     recovery_point: int
     cleaner_offset: int | None  # from the checkpoint, clamped to the log's offsets
     clean: bool  # opened without recovery (nothing to checkpoint)
+    checkpoint: Checkpoint | None  # the checkpoint file as read
 
 
-def load(directory: str, index_interval_bytes: int, recover: bool) -> LoadedLog:
+def load(directory: str, index_interval_bytes: int, recover: bool, files: OpenFiles) -> LoadedLog:
     """Open (or create) the segments in ``directory``; recover them unless cleanly closed."""
     interval = index_interval_bytes
     os.makedirs(directory, exist_ok=True)
-    _files.remove_temp_files(directory)
-    bases = _files.list_segment_bases(directory)
+    bases = _files.remove_temp_files_and_list_bases(directory)
     cp = read_checkpoint(directory)
     if not bases:
         base = cp.log_start_offset if cp else 0
-        seg = LogSegment.create(directory, base, interval)
+        seg = LogSegment.create(directory, base, interval, files)
         _files.fsync_directory(directory)
-        return LoadedLog([seg], base, base, base, None, True)
+        return LoadedLog([seg], base, base, base, None, True, None)
 
-    segs = [LogSegment.open_existing(directory, b, interval) for b in bases]
+    segs = [LogSegment.open_existing(directory, b, interval, files) for b in bases]
     active = segs[-1]
     clean = (
         not recover
@@ -89,8 +97,7 @@ def load(directory: str, index_interval_bytes: int, recover: bool) -> LoadedLog:
         assert cp is not None and cp.end_offset is not None  # as ``clean`` checked
         leo = cp.end_offset
         recovery_point = min(cp.recovery_point, leo)
-        missing = not (active.offset_index.exists() and active.time_index.exists())
-        active.activate()
+        missing = not active.activate()
         if missing:
             active.rebuild_indexes()
         elif not active.ensure_indexes(leo):
@@ -108,7 +115,7 @@ def load(directory: str, index_interval_bytes: int, recover: bool) -> LoadedLog:
     cleaner_offset = None
     if cp is not None and cp.cleaner_offset is not None:
         cleaner_offset = max(log_start, min(cp.cleaner_offset, leo))
-    return LoadedLog(segs, log_start, leo, recovery_point, cleaner_offset, clean)
+    return LoadedLog(segs, log_start, leo, recovery_point, cleaner_offset, clean, cp)
 
 
 def _recover(
@@ -118,9 +125,10 @@ def _recover(
     first = max(0, bisect.bisect_right(bases, recovery_point) - 1)
     next_offset = segs[first].base_offset
     leo = next_offset
+    cut = False
     for i in range(first, len(segs)):
         seg = segs[i]
-        last, cut = recover_segment(seg, next_offset)
+        last, cut, _rewrote = recover_segment(seg, next_offset)
         if last is not None:
             next_offset = last + 1
         leo = next_offset if last is not None else seg.base_offset
@@ -137,10 +145,19 @@ def _recover(
                 doomed.close()
             del segs[i + 1 :]
             break
+    # Durable before the recovery point moves: the data beyond it, a truncation, and the
+    # directory entries of segments rolled since the last flush or deleted here. A rebuilt
+    # index needs neither: indexes are hints, checked when loaded.
+    new_data = leo > recovery_point
+    if cut or new_data:
+        for seg in segs[first:]:
+            with seg.log_file.use() as fd:
+                os.fsync(fd)
+    if cut or (new_data and len(segs) > first + 1):
+        _files.fsync_directory(directory)
     for seg in segs[first:]:
-        os.fsync(seg.log_ref.fd)
         seg.flushed_size = seg.size
-    _files.fsync_directory(directory)
+        seg.log_file.close_if_idle()  # opened for the check only: the log holds no descriptor
     return segs, leo
 
 
@@ -179,29 +196,37 @@ def iter_valid_batches(
         pos += bsize
 
 
-def recover_segment(seg: LogSegment, next_offset: int) -> tuple[int | None, bool]:
+def recover_segment(seg: LogSegment, next_offset: int) -> tuple[int | None, bool, bool]:
     """Check one segment, truncate it after its last valid batch and rebuild its indexes.
 
     ``next_offset`` is the lowest base offset the first batch may have. Returns (the last
-    valid offset or None if no batch is valid, whether the segment was cut short).
+    valid offset or None if no batch is valid, whether the segment was cut short, whether an
+    index file was rewritten).
     """
     end = 0  # end of the last valid batch
     last: int | None = None  # its last offset
 
+    fd = seg.log_file.acquire()
+    cut = False
+
     def walk() -> Iterator[BatchInfo]:
         nonlocal end, last
         for b in iter_valid_batches(
-            seg.log_ref.fd, seg.size, seg.base_offset, max(next_offset, seg.base_offset)
+            fd, seg.size, seg.base_offset, max(next_offset, seg.base_offset)
         ):
             end = b.position + b.size
             last = b.last_offset
             yield b
 
-    seg.write_indexes(walk())
-    cut = end < seg.size
-    if cut:
-        os.ftruncate(seg.log_ref.fd, end)
-        seg.size = end
+    try:
+        rewrote = seg.write_indexes(walk())
+        cut = end < seg.size
+        if cut:
+            os.ftruncate(fd, end)
+            seg.size = end
+    finally:
+        seg.log_file.release(wrote=cut)
     # aborted transactions whose markers did not survive (the broker re-adds lost ones)
-    seg.txn_index.truncate_from(seg.base_offset if last is None else last + 1)
-    return last, cut
+    if seg.txn_index.truncate_from(seg.base_offset if last is None else last + 1):
+        rewrote = True
+    return last, cut, rewrote

@@ -18,8 +18,13 @@ moment when the segment's largest timestamp grew since the last time index entry
 segment stops being active (roll, close) a final time index entry records its largest
 timestamp, so ``max_timestamp`` of an inactive segment is the last time index entry.
 
+Descriptors: the ``.log`` file is a CachedFile of the log's OpenFiles budget
+(open_files.py), opened on demand; an inactive segment is known by its name and size alone.
+``open_existing`` stats the file and opens nothing.
+
 Threads: the Log's lock guards every attribute here. File writes happen on the log's owner
-thread; readers take ``log_ref`` under the lock and ``pread`` after releasing it (see FileRef).
+thread; readers pin ``log_file`` under the lock and ``pread`` after releasing the lock (the
+pin keeps the descriptor open, even if the segment is deleted meanwhile).
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from headrace.record_format import BATCH_HEADER_SIZE, INT64, MAX_TIMESTAMP_OFFSE
 
 from . import _files
 from ._batch import BadBatch, iter_batches
-from ._fd import FileRef
 from .index import OffsetIndex, TimeIndex
+from .open_files import OpenFiles, OpenFilesExhausted
 from .txn_index import TransactionIndex
 
 INT32_MAX = (1 << 31) - 1
@@ -42,7 +47,8 @@ class LogSegment:
     __slots__ = (
         "directory",
         "base_offset",
-        "log_ref",
+        "files",
+        "log_file",
         "size",
         "flushed_size",
         "offset_index",
@@ -63,18 +69,23 @@ class LogSegment:
         self,
         directory: str,
         base_offset: int,
-        log_ref: FileRef,
+        files: OpenFiles,
         size: int,
         index_interval_bytes: int,
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
-        self.log_ref = log_ref
+        self.files = files
+        self.log_file = files.file(_files.log_path(directory, base_offset), os.O_RDWR)
         self.size = size  # published bytes: readers never look past this
         self.flushed_size = 0  # bytes known fsynced
-        self.offset_index = OffsetIndex(_files.index_path(directory, base_offset), base_offset)
-        self.time_index = TimeIndex(_files.time_index_path(directory, base_offset), base_offset)
-        self.txn_index = TransactionIndex(_files.txn_index_path(directory, base_offset))
+        self.offset_index = OffsetIndex(
+            _files.index_path(directory, base_offset), base_offset, files
+        )
+        self.time_index = TimeIndex(
+            _files.time_index_path(directory, base_offset), base_offset, files
+        )
+        self.txn_index = TransactionIndex(_files.txn_index_path(directory, base_offset), files)
         self.index_interval_bytes = index_interval_bytes
         self.bytes_since_index = 0
         self.max_ts: int | None = None  # None: not known yet (inactive, index not loaded)
@@ -88,15 +99,16 @@ class LogSegment:
     # -- construction ------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: str, base_offset: int, index_interval_bytes: int) -> LogSegment:
+    def create(
+        cls, directory: str, base_offset: int, index_interval_bytes: int, files: OpenFiles
+    ) -> LogSegment:
         """A new, empty, active segment (existing files of that name are truncated)."""
-        fd = os.open(
-            _files.log_path(directory, base_offset), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644
-        )
-        seg = cls(directory, base_offset, FileRef(fd), 0, index_interval_bytes)
-        seg.offset_index = OffsetIndex.create(seg.offset_index.path, base_offset)
-        seg.time_index = TimeIndex.create(seg.time_index.path, base_offset)
-        seg.txn_index = TransactionIndex.empty(seg.txn_index.path)
+        path = _files.log_path(directory, base_offset)
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
+        seg = cls(directory, base_offset, files, 0, index_interval_bytes)
+        seg.offset_index = OffsetIndex.create(seg.offset_index.path, base_offset, files)
+        seg.time_index = TimeIndex.create(seg.time_index.path, base_offset, files)
+        seg.txn_index = TransactionIndex.empty(seg.txn_index.path, files)
         seg.max_ts = -1
         seg.last_time_entry_ts = -1
         seg.indexes_checked = True
@@ -104,12 +116,11 @@ class LogSegment:
 
     @classmethod
     def open_existing(
-        cls, directory: str, base_offset: int, index_interval_bytes: int
+        cls, directory: str, base_offset: int, index_interval_bytes: int, files: OpenFiles
     ) -> LogSegment:
-        """An inactive segment over existing files; no data is read."""
-        fd = os.open(_files.log_path(directory, base_offset), os.O_RDWR)
-        size = os.fstat(fd).st_size
-        seg = cls(directory, base_offset, FileRef(fd), size, index_interval_bytes)
+        """An inactive segment over existing files; nothing is opened or read."""
+        size = os.stat(_files.log_path(directory, base_offset)).st_size
+        seg = cls(directory, base_offset, files, size, index_interval_bytes)
         seg.flushed_size = size
         return seg
 
@@ -118,7 +129,8 @@ class LogSegment:
     def first_batch_timestamp(self) -> int:
         """The maxTimestamp of the segment's first batch; -1 when empty or without one."""
         if self.rolling_ts is None:
-            self.rolling_ts = read_first_batch_timestamp(self.log_ref.fd, self.size)
+            with self.log_file.use() as fd:
+                self.rolling_ts = read_first_batch_timestamp(fd, self.size)
         return self.rolling_ts
 
     def time_waited_for_roll(self, max_timestamp: int, now: float) -> float:
@@ -144,6 +156,8 @@ class LogSegment:
             return False
         try:
             ok = self.offset_index.check(self.size, next_base) and self.time_index.check(next_base)
+        except OpenFilesExhausted:
+            raise  # no descriptor to look with: says nothing about the index
         except (OSError, ValueError):
             ok = False
         if not ok:
@@ -231,9 +245,11 @@ class LogSegment:
 
     def rebuild_indexes(self) -> None:
         """Rebuild both index files from the batches (trusting sizes; no CRC checks)."""
-        self.write_indexes(_iter_until_bad(self.log_ref.fd, self.size))
+        with self.log_file.use() as fd:
+            self.write_indexes(_iter_until_bad(fd, self.size))
 
-    def write_indexes(self, batches) -> None:
+    def write_indexes(self, batches) -> bool:
+        """Rebuild both index files from ``batches``; whether a file changed."""
         self.bytes_since_index = 0
         self.max_ts, self.max_ts_offset = -1, -1
         self.last_time_entry_ts = -1
@@ -250,9 +266,10 @@ class LogSegment:
             final = self.final_time_entry()
             if final:
                 ti_parts.append(final)
-        self.offset_index.replace(b"".join(oi_parts))
-        self.time_index.replace(b"".join(ti_parts))
+        rewrote = self.offset_index.replace(b"".join(oi_parts))
+        rewrote = self.time_index.replace(b"".join(ti_parts)) or rewrote
         self.indexes_checked = True
+        return rewrote
 
     def restore_index_state(self) -> None:
         """Recompute the running index counters of a segment that becomes active again.
@@ -263,16 +280,18 @@ class LogSegment:
         start = last[1] if last else 0
         self._max_ts_from_time_index()
         self.bytes_since_index = 0
-        for b in iter_batches(self.log_ref.fd, start, self.size):
-            if b.max_timestamp > self.max_ts:
-                self.max_ts, self.max_ts_offset = b.max_timestamp, b.last_offset
-            self.bytes_since_index += b.size
+        with self.log_file.use() as fd:
+            for b in iter_batches(fd, start, self.size):
+                if b.max_timestamp > self.max_ts:
+                    self.max_ts, self.max_ts_offset = b.max_timestamp, b.last_offset
+                self.bytes_since_index += b.size
 
     # -- state changes -----------------------------------------------------------------------
 
-    def activate(self) -> None:
-        self.offset_index.activate()
-        self.time_index.activate()
+    def activate(self) -> bool:
+        """Load the indexes for appending; whether both files were there."""
+        found = self.offset_index.activate()
+        return self.time_index.activate() and found
 
     def deactivate(self) -> None:
         self.offset_index.deactivate()
@@ -283,7 +302,8 @@ class LogSegment:
 
         The segment must be active (its indexes in memory).
         """
-        os.ftruncate(self.log_ref.fd, position)
+        with self.log_file.use(wrote=True) as fd:
+            os.ftruncate(fd, position)
         self.size = position
         self.rolling_ts = None
         if position == 0:
@@ -298,27 +318,23 @@ class LogSegment:
         self.txn_index.truncate_from(offset)
         self.restore_index_state()
 
-    def fsync(self) -> None:
-        os.fsync(self.log_ref.fd)
-        self.offset_index.fsync()
-        self.time_index.fsync()
-        self.txn_index.fsync()
-
     def delete(self) -> None:
-        """Remove the files. Open handles stay usable by whoever still holds them."""
+        """Remove the files. A reader that pinned one before finishes its read."""
         try:
-            os.unlink(_files.log_path(self.directory, self.base_offset))
+            os.unlink(self.log_file.path)
         except FileNotFoundError:
             pass
+        self.log_file.retire()
         self.offset_index.delete()
         self.time_index.delete()
         self.txn_index.delete()
 
     def close(self) -> None:
+        """Close the descriptors (now, or when their last user is done); no more use."""
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()
-        self.log_ref.close()
+        self.log_file.retire()
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"

@@ -18,7 +18,8 @@ Invariant: ``lastOffset`` increases strictly through the file, and every lastOff
 the segment's offset range.
 
 Threads: appends come from the log's owner thread (or the cleaner, on a file nobody else
-sees yet); readers may call ``entries`` concurrently and get an immutable tuple.
+sees yet); readers may call ``entries`` concurrently and get an immutable tuple. The write
+descriptor is a CachedFile of the log's OpenFiles budget, opened when an entry is written.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import os
 import struct
 from typing import NamedTuple
 
-from ._fd import FileRef
 from ._files import fsync_path
+from .open_files import CachedFile, OpenFiles
 
 ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = ENTRY.size  # 34
@@ -46,19 +47,20 @@ class AbortedTxn(NamedTuple):
 
 
 class TransactionIndex:
-    __slots__ = ("path", "_entries", "_ref", "_file_entries", "dirty")
+    __slots__ = ("path", "files", "_entries", "_writer", "_file_entries", "dirty")
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, files: OpenFiles) -> None:
         self.path = path
+        self.files = files
         self._entries: tuple[AbortedTxn, ...] | None = None  # None: not read yet
-        self._ref: FileRef | None = None
-        self._file_entries = 0  # whole entries in the file (valid once _ref is open)
+        self._writer: CachedFile | None = None
+        self._file_entries = 0  # whole entries in the file (valid once _writer is set)
         self.dirty = False  # written since the last fsync
 
     @classmethod
-    def empty(cls, path: str) -> TransactionIndex:
+    def empty(cls, path: str, files: OpenFiles) -> TransactionIndex:
         """The index of a new segment: no file yet (an old file of that name is removed)."""
-        index = cls(path)
+        index = cls(path, files)
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -81,40 +83,45 @@ class TransactionIndex:
         entries = self.entries()
         if entries and entry.last_offset <= entries[-1].last_offset:
             raise ValueError("aborted transactions must be added in marker order")
-        if self._ref is None:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-            self._ref = FileRef(fd)
+        writer = self._writer
+        if writer is None:
+            writer = self.files.file(self.path, os.O_WRONLY | os.O_CREAT)
+            with writer.use(wrote=True) as fd:
+                if os.fstat(fd).st_size != len(entries) * ENTRY_SIZE:
+                    os.ftruncate(fd, len(entries) * ENTRY_SIZE)  # a torn or unreadable tail
+            self._writer = writer
             self._file_entries = len(entries)
-            if os.fstat(fd).st_size != len(entries) * ENTRY_SIZE:
-                os.ftruncate(fd, len(entries) * ENTRY_SIZE)  # a torn or unreadable tail
         position = self._file_entries * ENTRY_SIZE
         data = entry.pack()
-        try:
-            if os.pwrite(self._ref.fd, data, position) != len(data):
-                raise OSError("short write to the transaction index")
-        except OSError:
+        with writer.use(wrote=True) as fd:
             try:
-                os.ftruncate(self._ref.fd, position)
+                if os.pwrite(fd, data, position) != len(data):
+                    raise OSError("short write to the transaction index")
             except OSError:
-                pass
-            raise
+                try:
+                    os.ftruncate(fd, position)
+                except OSError:
+                    pass
+                raise
         self._file_entries += 1
         self._entries = entries + (entry,)
         self.dirty = True
 
-    def truncate_from(self, offset: int) -> None:
-        """Drop the entries whose marker is at or above ``offset``."""
+    def truncate_from(self, offset: int) -> bool:
+        """Drop the entries whose marker is at or above ``offset``; whether any were."""
         entries = self.entries()
         keep = sum(1 for e in entries if e.last_offset < offset)
         if keep == len(entries):
-            return
+            return False
         self._entries = entries[:keep]
-        if self._ref is not None:
-            os.ftruncate(self._ref.fd, keep * ENTRY_SIZE)
+        if self._writer is not None:
+            with self._writer.use(wrote=True) as fd:
+                os.ftruncate(fd, keep * ENTRY_SIZE)
             self._file_entries = keep
         elif os.path.exists(self.path):
             os.truncate(self.path, keep * ENTRY_SIZE)
         self.dirty = True
+        return True
 
     def write_all(self, entries) -> None:
         """Write a fresh file holding ``entries`` (a cleaned segment's index); fsynced."""
@@ -127,24 +134,25 @@ class TransactionIndex:
             os.fsync(f.fileno())
 
     def fsync(self) -> None:
-        if self._ref is not None:
-            os.fsync(self._ref.fd)
+        """Make the entries durable (with the file's descriptor when it has one)."""
+        if self._writer is not None:
+            self.files.sync([self._writer])
         elif self.dirty:
             fsync_path(self.path, missing_ok=True)
         self.dirty = False
 
-    def close(self) -> None:
-        if self._ref is not None:
-            self._ref.close()
-            self._ref = None
-
     @property
-    def write_ref(self) -> FileRef | None:
-        return self._ref
+    def writer(self) -> CachedFile | None:
+        return self._writer
+
+    def close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.retire()
 
     def delete(self) -> None:
-        """Remove the file; a thread still holding ``write_ref`` may go on using it."""
-        self._ref = None
+        """Remove the file."""
+        self.close()
         try:
             os.unlink(self.path)
         except FileNotFoundError:

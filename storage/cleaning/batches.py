@@ -30,14 +30,30 @@ _log = logging.getLogger(__name__)
 Codec = Callable[[int, bytes], bytes]
 Decompressor = Callable[[int, bytes | memoryview], bytes]
 
+_READ_PER_PIN = 1 << 20
 
-def read_batches(ref, size: int):
-    """(BatchInfo, batch bytes) of a segment file, up to ``size``."""
-    for info in iter_batches(ref.fd, 0, size):
-        data = os.pread(ref.fd, info.size, info.position)
-        if len(data) != info.size:
-            raise BadBatch(f"short read at {info.position}")
-        yield info, data
+
+def read_batches(file, size: int):
+    """(BatchInfo, batch bytes) of a segment file (a CachedFile), up to ``size``. The file is
+    pinned while about a MiB of batches is read, not while the caller works on them."""
+    position = 0
+    while position < size:
+        chunk = []
+        read = 0
+        with file.use() as fd:
+            for info in iter_batches(fd, position, size):
+                data = os.pread(fd, info.size, info.position)
+                if len(data) != info.size:
+                    raise BadBatch(f"short read at {info.position}")
+                chunk.append((info, data))
+                read += info.size
+                if read >= _READ_PER_PIN:
+                    break
+        if not chunk:
+            return
+        yield from chunk
+        last = chunk[-1][0]
+        position = last.position + last.size
 
 
 def data_records(data: bytes, decompress: Decompressor | None) -> tuple[memoryview, list] | None:

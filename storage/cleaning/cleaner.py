@@ -118,6 +118,8 @@ def _clean_once(log, now_ms, decompress, compress, force, below, producers, map_
             removed += rewrite_group(staged, group, rules, cfg.index_interval_bytes)
     except (OSError, BadBatch) as e:
         swap.discard(log.directory)
+        if any(seg.deleted for seg, _, _ in plan.segments):
+            return None  # retention or truncation removed a segment meanwhile: nothing to do
         raise StorageError(f"compaction of {log.directory} failed: {e}") from e
     old = [seg for seg, _, _ in plan.segments]
     new = log.replace_segments(

@@ -80,7 +80,10 @@ def _first_batch_timestamp(seg, size: int, ref) -> int:
     # the segment's cached value when it has one; else read it (without caching: the log's
     # owner thread may change the segment meanwhile)
     ts = seg.rolling_ts
-    return read_first_batch_timestamp(ref.fd, size) if ts is None else ts
+    if ts is not None:
+        return ts
+    with ref.use() as fd:
+        return read_first_batch_timestamp(fd, size)
 
 
 def limit(plan: Plan, map_end: int) -> None:

@@ -76,8 +76,15 @@ class Rules:
 def rewrite_group(cleaned_dir: str, group: list[tuple], rules: Rules, index_interval: int) -> int:
     """Write one group's surviving batches as a segment in ``cleaned_dir``; records removed."""
     base = group[0][0].base_offset
-    out = LogSegment.create(cleaned_dir, base, index_interval)
-    fd = out.log_ref.fd
+    out = LogSegment.create(cleaned_dir, base, index_interval, group[0][0].files)
+    try:
+        with out.log_file.use(wrote=True) as fd:
+            return _rewrite(out, fd, group, rules)
+    finally:
+        out.close()
+
+
+def _rewrite(out: LogSegment, fd: int, group: list[tuple], rules: Rules) -> int:
     position = 0
     written: list[BatchInfo] = []
     removed = 0
@@ -105,7 +112,6 @@ def rewrite_group(cleaned_dir: str, group: list[tuple], rules: Rules, index_inte
     os.fsync(fd)
     for path in (out.offset_index.path, out.time_index.path):
         _files.fsync_path(path)
-    out.close()
     return removed
 
 

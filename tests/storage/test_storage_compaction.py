@@ -68,7 +68,8 @@ def all_records(log):
             off = int.from_bytes(b[:8], "big") + int.from_bytes(b[23:27], "big") + 1
     for seg in list(log._segments):
         size = seg.size  # (the active segment grows meanwhile in the threaded test)
-        valid = list(iter_valid_batches(seg.log_ref.fd, size, seg.base_offset, 0))
+        with seg.log_file.use() as fd:
+            valid = list(iter_valid_batches(fd, size, seg.base_offset, 0))
         assert sum(v.size for v in valid) == size
     return out
 

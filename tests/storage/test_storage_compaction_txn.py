@@ -3,6 +3,7 @@ committed ones and are removed; markers stay while they decide records, then get
 horizon and go; an active idempotent producer's last batch keeps its header; the key map is
 bounded (several passes); max.compaction.lag.ms forces a pass and rolls the active segment."""
 
+import os
 import struct
 
 from headrace.storage import AbortedTxn, LogConfig, clean
@@ -40,9 +41,8 @@ def batches(log):
     keys) of every stored batch."""
     out = []
     for seg in log._segments:
-        with open(seg.log_ref.fd, "rb", closefd=False) as f:
-            f.seek(0)
-            data = f.read(seg.size)
+        with seg.log_file.use() as fd:
+            data = os.pread(fd, seg.size, 0)
         for b in split_batches(data):
             attrs = struct.unpack_from(">h", b, 21)[0]
             base_ts, = struct.unpack_from(">q", b, 27)

@@ -129,6 +129,7 @@ def test_every_indexed_position_is_a_batch_start(open_log):
         index = seg.offset_index
         for i in range(len(index)):
             rel, pos = index.entry(i)
-            data = os.pread(seg.log_ref.fd, 8, pos)
+            with seg.log_file.use() as fd:
+                data = os.pread(fd, 8, pos)
             assert int.from_bytes(data, "big") == seg.base_offset + rel
             assert seg.base_offset + rel in starts

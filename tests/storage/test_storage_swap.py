@@ -17,8 +17,10 @@ CFG = LogConfig(segment_bytes=4096, index_interval_bytes=256, segment_index_byte
 def stage_merged(log, old):
     """Stage one segment holding the batches of ``old`` (consecutive segments), unchanged."""
     staged = swap.stage(log.directory)
-    out = LogSegment.create(staged, old[0].base_offset, log.config.index_interval_bytes)
-    fd = out.log_ref.fd
+    out = LogSegment.create(
+        staged, old[0].base_offset, log.config.index_interval_bytes, log._files
+    )
+    fd = out.log_file.acquire()
     for seg in old:
         with open(os.path.join(log.directory, f"{seg.base_offset:020d}.log"), "rb") as f:
             data = f.read()
@@ -27,6 +29,7 @@ def stage_merged(log, old):
     out.deactivate()
     out.write_indexes(iter_batches(fd, 0, out.size))
     os.fsync(fd)
+    out.log_file.release()
     out.close()
     return staged
 
