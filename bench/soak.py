@@ -10,7 +10,8 @@ same time:
 
 * well-behaved load, through confluent-kafka: an idempotent producer (acks=all), a consumer
   group of two members reading it, and a transactional producer committing small transactions;
-* abusive clients, each in its own thread, reconnecting when the broker closes them:
+* abusive clients, each in its own thread, reconnecting when the broker closes them, from
+  other loopback addresses than the well-behaved clients (as other hosts would be):
   a *slow reader* that pipelines Fetch requests for megabytes and never reads a response,
   a *connection flood* of idle connections and of connections that announce a 100 MiB frame
   and send 10 bytes, a *slow writer* trickling frames a byte at a time, and a *request
@@ -140,8 +141,10 @@ class Abuser(threading.Thread):
         super().__init__(daemon=True, name=type(self).__name__)
         self.port, self.stop = port, stop
 
+    source = "127.0.0.2"  # abusers come from another address than the well-behaved clients
+
     def connect(self) -> socket.socket:
-        s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        s = socket.create_connection(("127.0.0.1", self.port), 5, (self.source, 0))
         s.setblocking(False)
         return s
 
@@ -175,6 +178,8 @@ class SlowReader(Abuser):
 
 class ConnectionFlood(Abuser):
     """Holds many idle connections, some announcing a 100 MiB frame after 10 bytes of it."""
+
+    source = "127.0.0.3"  # an address of its own: it holds up to max.connections.per.ip
 
     def __init__(self, port, stop, count: int) -> None:
         super().__init__(port, stop)
@@ -302,7 +307,12 @@ def plot(rows: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=30.0)
-    ap.add_argument("--connections", type=int, default=2000, help="held by the connection flood")
+    ap.add_argument(
+        "--connections",
+        type=int,
+        default=900,
+        help="held by the connection flood (from one address: max.connections.per.ip is 1000)",
+    )
     ap.add_argument("--rss-growth", type=float, default=0.20)
     ap.add_argument(
         "--max-rss-mib",

@@ -21,8 +21,7 @@ assign offsets, append to the page cache) and returns one of:
 * ``None``: the request has no response (an acks=0 produce);
 * an awaitable of either: the response completes later (after the flush stage made the data
   durable, or when a long-polling fetch has data). The queue does not wait for it and moves
-  on to the next request at once: this is what keeps a connection pipelined.
-
+  on to the next request at once: this is what keeps a connection pipelined;
 * a ``Response``: chunks plus ``on_sent``, called once they have left through the socket
   (or the connection closed), to release memory reserved for them.
 
