@@ -20,8 +20,19 @@ from headrace.protocol import (
     encode_request_header,
     messages,
 )
+from headrace.protocol.records import Record, build_batch
 
 MB = 1 << 20
+
+
+def produce_one(client: WireClient, topic: str, value: bytes) -> int:
+    """Produce one record of ``value`` to partition 0 of ``topic`` (acks=1); the error code."""
+    P = messages.ProduceRequest
+    batch = build_batch([Record(key=None, value=value)])
+    r = client.request(ApiKey.PRODUCE, 9, P(
+        transactional_id=None, acks=1, timeout_ms=10_000, topic_data=[P.TopicProduceData(
+            name=topic, partition_data=[P.PartitionProduceData(index=0, records=batch)])]))
+    return r.responses[0].partition_responses[0].error_code
 
 
 def rss(pid: int) -> int:

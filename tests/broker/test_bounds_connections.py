@@ -17,6 +17,7 @@ from boundsprobe import (
     closed_soon,
     fds,
     open_idle,
+    produce_one,
     raise_nofile,
     round_trip,
     rss,
@@ -25,7 +26,6 @@ from kafkawire import WireClient
 
 from headrace.broker.process import BrokerProcess
 from headrace.protocol import ApiKey, ErrorCode, messages
-from headrace.protocol.records import Record, build_batch
 
 MANY = 3000
 
@@ -113,31 +113,9 @@ def test_the_first_request_of_a_connection_is_capped_at_512_kib(tmp_path):
                 3,
                 messages.ApiVersionsRequest(client_software_name="t", client_software_version="1"),
             )
-            P = messages.ProduceRequest
-            r = client.request(
-                ApiKey.PRODUCE,
-                9,
-                P(
-                    transactional_id=None,
-                    acks=1,
-                    timeout_ms=10_000,
-                    topic_data=[
-                        P.TopicProduceData(
-                            name="big-first",
-                            partition_data=[
-                                P.PartitionProduceData(
-                                    index=0,
-                                    records=build_batch(
-                                        [Record(key=None, value=bytes(600 * 1024))]
-                                    ),
-                                )
-                            ],
-                        )
-                    ],
-                ),
-            )
+            code = produce_one(client, "big-first", bytes(600 * 1024))
             # answered (the topic does not exist), not closed
-            assert r.responses[0].partition_responses[0].error_code in (
+            assert code in (
                 ErrorCode.NONE,
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             )

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from boundsprobe import MB, Watch, api_versions_frame, rss
+from boundsprobe import MB, Watch, api_versions_frame, produce_one, rss
 from kafkawire import WireClient
 
 from headrace.broker.process import BrokerProcess
@@ -23,7 +23,6 @@ from headrace.protocol import (
     encode_request_header,
     messages,
 )
-from headrace.protocol.records import Record, build_batch
 
 F = messages.FetchRequest
 P = messages.ProduceRequest
@@ -67,26 +66,7 @@ def fill(port: int) -> None:
         assert r.topics[0].error_code == ErrorCode.NONE
         value = bytes(1_000_000)
         for _ in range(DATA // len(value) + 1):
-            r = client.request(
-                ApiKey.PRODUCE,
-                9,
-                P(
-                    transactional_id=None,
-                    acks=1,
-                    timeout_ms=10_000,
-                    topic_data=[
-                        P.TopicProduceData(
-                            name=TOPIC,
-                            partition_data=[
-                                P.PartitionProduceData(
-                                    index=0, records=build_batch([Record(key=None, value=value)])
-                                )
-                            ],
-                        )
-                    ],
-                ),
-            )
-            assert r.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+            assert produce_one(client, TOPIC, value) == ErrorCode.NONE
 
 
 def unread_socket(port: int) -> socket.socket:
@@ -235,28 +215,7 @@ def test_fetch_max_bytes_caps_a_response(tmp_path):
                 C(topics=[C.CreatableTopic(name=TOPIC, num_partitions=1, replication_factor=1)]),
             )
             for _ in range(10):
-                client.request(
-                    ApiKey.PRODUCE,
-                    9,
-                    P(
-                        transactional_id=None,
-                        acks=1,
-                        timeout_ms=10_000,
-                        topic_data=[
-                            P.TopicProduceData(
-                                name=TOPIC,
-                                partition_data=[
-                                    P.PartitionProduceData(
-                                        index=0,
-                                        records=build_batch(
-                                            [Record(key=None, value=bytes(300_000))]
-                                        ),
-                                    )
-                                ],
-                            )
-                        ],
-                    ),
-                )
+                produce_one(client, TOPIC, bytes(300_000))
             r = client.request(ApiKey.FETCH, 12, fetch_request(100 * MB, max_wait_ms=0))
             got = len(records_of(r))
             assert 3 * 300_000 < got <= MB, got  # whole batches up to fetch.max.bytes
