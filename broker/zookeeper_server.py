@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .maven import JavaToolMissing, pom_classpath, require_tools
+from .process import terminate
 
 ZOOKEEPER_VERSION = "3.9.5"
 HOST = "127.0.0.1"
@@ -240,13 +241,8 @@ class ZooKeeperServer:
 
     def _end(self, sig: int, timeout: float) -> None:
         proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(sig)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            terminate(proc, timeout, sig)
         if self._log is not None:
             self._log.close()
             self._log = None
