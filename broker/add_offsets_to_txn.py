@@ -8,8 +8,9 @@ it. Fencing is PRODUCER_FENCED from v2, INVALID_PRODUCER_EPOCH before.
 from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.storage import StorageError
 
-from .group_offsets import OFFSETS_TOPIC
+from .group_offsets import OFFSETS_TOPIC, partition_for
 
 API_KEY = ApiKey.ADD_OFFSETS_TO_TXN
 MIN_VERSION, MAX_VERSION = 0, 4
@@ -20,12 +21,17 @@ R = messages.AddOffsetsToTxnResponse
 async def handle(broker, header, request):
     if not request.group_id:
         return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_GROUP_ID)
-    partition = await broker.groups.offsets_partition(request.group_id)
+    if not broker.transactions.owns(request.transactional_id):
+        return R(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
+    try:
+        topic = await broker.groups.offsets.topic()
+    except StorageError:
+        return R(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
     error = await broker.transactions.add_partitions(
         request.transactional_id,
         request.producer_id,
         request.producer_epoch,
-        {(OFFSETS_TOPIC, partition.index)},
+        {(OFFSETS_TOPIC, partition_for(request.group_id, topic.count))},
     )
     if error == ErrorCode.PRODUCER_FENCED and header.api_version < 2:
         error = ErrorCode.INVALID_PRODUCER_EPOCH

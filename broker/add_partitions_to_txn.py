@@ -21,13 +21,16 @@ R = messages.AddPartitionsToTxnResponse
 
 
 def _unknown(broker, name: str, index: int) -> bool:
-    return name == TRANSACTION_TOPIC or broker.topics.partition(name, index) is None
+    topic = broker.topics.get(name)
+    return name == TRANSACTION_TOPIC or topic is None or not 0 <= index < topic.count
 
 
 async def _one(broker, version, tid, pid, epoch, topics, verify_only=False):
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     unknown = {(n, p) for n, p in wanted if _unknown(broker, n, p)}
-    if unknown:
+    if not broker.transactions.owns(tid):
+        codes = {w: ErrorCode.NOT_COORDINATOR for w in wanted}
+    elif unknown:
         codes = {
             w: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             if w in unknown

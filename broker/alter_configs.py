@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .cluster import TopicChangeError
 from .config import ConfigError, validate_topic_setting
 from .describe_configs import BROKER, TOPIC
 
@@ -59,6 +60,8 @@ async def apply(broker, topic, configs: dict[str, object], validate_only: bool) 
             await broker.topics.set_configs(topic, configs)
         except OSError as e:
             raise Refused(ErrorCode.KAFKA_STORAGE_ERROR, str(e)) from None
+        except TopicChangeError as e:
+            raise Refused(e.error_code, e.message) from None
 
 
 async def alter(broker, request, response_class, new_configs: Callable) -> object:

@@ -57,6 +57,35 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "advertised.listeners", "string", "", "Address given to clients (default: listeners)."
         ),
         Setting("log.dirs", "string", "./headrace-data", "The data directory."),
+        Setting(
+            "broker.id",
+            "int",
+            -1,
+            "Kafka's ZooKeeper-era name of node.id: when set (not -1), the id this broker has.",
+        ),
+        Setting(
+            "zookeeper.connect",
+            "string",
+            "",
+            "Cluster mode: ZooKeeper's host:port[,host:port...][/chroot]. Empty: one broker"
+            " on its own.",
+        ),
+        Setting(
+            "zookeeper.session.timeout.ms",
+            "int",
+            18000,
+            "ZooKeeper session timeout: how long after a broker stops answering the cluster"
+            " takes it for gone.",
+        ),
+        Setting(
+            "zookeeper.connection.timeout.ms",
+            "int",
+            -1,
+            "How long start-up waits for ZooKeeper (-1: zookeeper.session.timeout.ms).",
+        ),
+        Setting(
+            "broker.rack", "string", "", "The rack of this broker (placement spreads over racks)."
+        ),
         Setting("num.partitions", "int", 1, "Partitions of a topic created without a count."),
         Setting("default.replication.factor", "short", 1, "Replication factor (one broker: 1)."),
         Setting("auto.create.topics.enable", "boolean", True, "Create topics on first use."),

@@ -357,7 +357,7 @@ class ConsumerGroupCoordinator:
         for name in sorted(names):
             t = self.topics.get(name)
             if t is not None:
-                topics[name] = (t.topic_id, len(t.partitions))
+                topics[name] = (t.topic_id, t.count)
         topology = tuple(sorted((n, str(i), c) for n, (i, c) in topics.items()))
         if topology != group.topology:
             group.topology = topology

@@ -37,6 +37,16 @@ def handle(broker, header, request):
     groups = []
     for group_id in request.group_ids:
         group = broker.groups.consumer.groups.get(group_id)
+        if not broker.groups.owns(group_id):
+            groups.append(
+                R.DescribedGroup(
+                    error_code=ErrorCode.NOT_COORDINATOR,
+                    group_id=group_id,
+                    group_state="",
+                    authorized_operations=ops,
+                )
+            )
+            continue
         if group is None:
             classic = broker.groups.groups.get(group_id)
             message = (

@@ -2,6 +2,8 @@
 
 A topic's growth is all or nothing: when a new partition cannot be made (too many open
 files, a full disk...) none is kept and the topic's result carries the error and its cause.
+In a cluster the new partitions are placed over the live brokers (or where the request's
+assignments say: one live broker each) and written to the topic's znode.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import logging
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .cluster import TopicChangeError
+from .create_topics import check_assignment
 from .topics import TopicCreationError
 
 log = logging.getLogger("headrace")
@@ -28,9 +32,10 @@ async def handle(broker, header, request):
         result = R.CreatePartitionsTopicResult(name=t.name, error_code=error, error_message=message)
         results.append(result)
         if not error and not request.validate_only:
+            replicas = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
             try:
-                await broker.topics.add_partitions(topic, t.count)
-            except TopicCreationError as e:
+                await broker.topics.add_partitions(topic, t.count, replicas)
+            except (TopicCreationError, TopicChangeError) as e:
                 result.error_code, result.error_message = e.error_code, e.message
                 log.warning("CreatePartitions: %s", e.message)
     return R(throttle_time_ms=0, results=results)
@@ -40,18 +45,20 @@ def _check(broker, topic, t) -> tuple[int, str | None]:
     """(error code, message) for a request to grow ``topic`` to ``t.count`` partitions."""
     if topic is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{t.name}' does not exist."
-    current = len(topic.partitions)
+    current = topic.count
     if t.count <= current:
         return (
             ErrorCode.INVALID_PARTITIONS,
             f"Topic currently has {current} partitions, {t.count} would not be an increase.",
         )
-    if t.assignments is not None and (
-        len(t.assignments) != t.count - current
-        or any(a.broker_ids != [broker.node_id] for a in t.assignments)
-    ):
-        return (
-            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-            f"Every new partition must be on broker {broker.node_id}, the only one.",
-        )
+    if t.assignments is not None:
+        if len(t.assignments) != t.count - current:
+            return (
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"{len(t.assignments)} assignments for {t.count - current} new partitions.",
+            )
+        for a in t.assignments:
+            problem = check_assignment(broker, a.broker_ids)
+            if problem:
+                return ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem
     return ErrorCode.NONE, None

@@ -2,9 +2,11 @@
 
 Checks, per topic: a legal name (INVALID_TOPIC_EXCEPTION), not already there
 (TOPIC_ALREADY_EXISTS), a partition count >= 1 or -1 for ``num.partitions``
-(INVALID_PARTITIONS), replication factor 1 or -1, as there is one broker
-(INVALID_REPLICATION_FACTOR), manual assignments only to this broker
-(INVALID_REPLICA_ASSIGNMENT), known topic settings with valid values (INVALID_CONFIG).
+(INVALID_PARTITIONS), replication factor 1 or -1, as partitions have one replica
+(INVALID_REPLICATION_FACTOR), manual assignments of one live broker per partition (on a
+single broker, this one) (INVALID_REPLICA_ASSIGNMENT), known topic settings with valid values
+(INVALID_CONFIG). In a cluster, partitions without a manual assignment are placed over the
+live brokers by rendezvous hashing (``Cluster.create_topic``).
 ``validate_only`` checks without creating. A topic whose partitions cannot all be created
 (too many open files, a full disk...) is not created at all and gets KAFKA_STORAGE_ERROR (or
 UNKNOWN_SERVER_ERROR) with the cause in its error message; other topics are unaffected.
@@ -16,6 +18,7 @@ import logging
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .cluster import TopicChangeError
 from .config import TOPIC_SETTINGS, ConfigError, validate_topic_setting
 from .describe_configs import config_entries
 from .topics import TopicCreationError, topic_name_error
@@ -35,18 +38,18 @@ async def handle(broker, header, request):
         result = R.CreatableTopicResult(name=t.name, error_code=ErrorCode.NONE, error_message=None)
         results.append(result)
         try:
-            partitions, configs = _check(broker, t, names)
+            partitions, replicas, configs = _check(broker, t, names)
         except _Refused as e:
             result.error_code, result.error_message = e.args
             continue
         if not request.validate_only:
             try:
-                topic = await broker.topics.create(t.name, partitions, configs)
+                topic = await broker.topics.create(t.name, partitions, configs, replicas)
             except FileExistsError:
                 result.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
                 result.error_message = f"Topic '{t.name}' already exists."
                 continue
-            except TopicCreationError as e:
+            except (TopicCreationError, TopicChangeError) as e:
                 result.error_code, result.error_message = e.error_code, e.message
                 log.warning("CreateTopics: %s", e.message)
                 continue
@@ -73,7 +76,22 @@ class _Refused(Exception):
     pass
 
 
-def _check(broker, t, names) -> tuple[int, dict]:
+def live_brokers(broker) -> set[int]:
+    """The brokers partitions may be placed on: this one, or in a cluster the live ones."""
+    return set(broker.cluster.brokers) if broker.cluster is not None else {broker.node_id}
+
+
+def check_assignment(broker, broker_ids) -> str | None:
+    """What is wrong with a manual assignment of one partition, if anything."""
+    live = live_brokers(broker)
+    if len(broker_ids) != 1:
+        return "Each partition has one replica: replication is not supported yet."
+    if broker_ids[0] not in live:
+        return f"Broker {broker_ids[0]} is not a live broker (live: {sorted(live)})."
+    return None
+
+
+def _check(broker, t, names) -> tuple[int, list[list[int]] | None, dict]:
     if names.count(t.name) > 1:
         raise _Refused(ErrorCode.INVALID_REQUEST, f"Topic '{t.name}' appears more than once.")
     problem = topic_name_error(t.name)
@@ -90,22 +108,27 @@ def _check(broker, t, names) -> tuple[int, dict]:
         indexes = sorted(a.partition_index for a in t.assignments)
         if indexes != list(range(len(indexes))):
             raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions must be 0..n-1.")
-        if any(a.broker_ids != [broker.node_id] for a in t.assignments):
-            raise _Refused(
-                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                f"Every replica must be on broker {broker.node_id}, the only one.",
-            )
+        for a in sorted(t.assignments, key=lambda a: a.partition_index):
+            problem = check_assignment(broker, a.broker_ids)
+            if problem:
+                raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
         partitions = len(indexes)
+        replicas = [
+            list(a.broker_ids) for a in sorted(t.assignments, key=lambda a: a.partition_index)
+        ]
     else:
+        replicas = None
         partitions = (
             int(broker.config["num.partitions"]) if t.num_partitions == -1 else t.num_partitions
         )
         if partitions < 1:
             raise _Refused(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be at least 1.")
-        if t.replication_factor not in (-1, 1):
+        live = len(live_brokers(broker))
+        if t.replication_factor not in (-1, 1) or not live:
             raise _Refused(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"Replication factor: {t.replication_factor} larger than available brokers: 1.",
+                f"Replication factor: {t.replication_factor} is not supported (partitions have"
+                f" one replica; available brokers: {live}).",
             )
     configs = {}
     for c in t.configs:
@@ -115,7 +138,7 @@ def _check(broker, t, names) -> tuple[int, dict]:
             configs[c.name] = validate_topic_setting(c.name, c.value)
         except ConfigError as e:
             raise _Refused(ErrorCode.INVALID_CONFIG, str(e)) from None
-    return partitions, configs
+    return partitions, replicas, configs
 
 
 __all__ = ["TOPIC_SETTINGS", "handle"]

@@ -34,7 +34,11 @@ async def handle(broker, header, request):
             results.append(result)
             partition = topic.partition(p.partition_index) if topic is not None else None
             if partition is None:
-                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                result.error_code = (
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    if topic is None
+                    else topic.partition_error(p.partition_index)
+                )
                 continue
             if "delete" not in str(topic.setting("cleanup.policy")):
                 result.error_code = ErrorCode.POLICY_VIOLATION

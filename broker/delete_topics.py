@@ -1,8 +1,9 @@
 """DeleteTopics (key 20), versions 1-6: by name, or from v6 by name or topic ID.
 
 A deleted topic disappears from metadata at once; its directories are renamed with a
-``-delete`` suffix and removed (leftovers are removed at the next start). The group
-coordinator is then told, and purges every group's committed offsets for the topic (with
+``-delete`` suffix and removed (leftovers are removed at the next start); in a cluster its
+znode is deleted and every broker does this for its partitions. The group coordinator (of
+every broker) is then told, and purges every group's committed offsets for the topic (with
 tombstones), so that a topic re-created under the same name is consumed from its start; so is
 the transaction coordinator, whose open transactions drop their pending offsets for it.
 """
@@ -10,6 +11,8 @@ the transaction coordinator, whose open transactions drop their pending offsets 
 from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .cluster import TopicChangeError
 
 API_KEY = ApiKey.DELETE_TOPICS
 MIN_VERSION, MAX_VERSION = 1, 6
@@ -23,7 +26,6 @@ async def handle(broker, header, request):
     else:
         wanted = [(name, None) for name in request.topic_names]
     results = []
-    deleted = set()
     for name, topic_id in wanted:
         topic = broker.topics.find(name, topic_id)
         result = R.DeletableTopicResult(name=name, error_code=ErrorCode.NONE)
@@ -45,9 +47,6 @@ async def handle(broker, header, request):
             await broker.topics.delete(topic)
         except OSError as e:  # topics.json could not be saved: the topic stays
             result.error_code, result.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(e)
-            continue
-        deleted.add(topic.name)
-    if deleted:
-        broker.transactions.on_topics_deleted(deleted)
-        await broker.groups.on_topics_deleted(deleted)
+        except TopicChangeError as e:
+            result.error_code, result.error_message = e.error_code, e.message
     return R(throttle_time_ms=0, responses=results)

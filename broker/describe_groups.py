@@ -27,6 +27,19 @@ def handle(broker, header, request):
     out = []
     for group_id in request.groups:
         group = broker.groups.groups.get(group_id)
+        if not broker.groups.owns(group_id):
+            out.append(
+                R.DescribedGroup(
+                    error_code=ErrorCode.NOT_COORDINATOR,
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                    authorized_operations=ops,
+                )
+            )
+            continue
         if group is None or group.state is DEAD:
             if group_id in broker.groups.consumer.groups:
                 message = f"Group {group_id} is not a classic group."

@@ -19,20 +19,23 @@ R = messages.DescribeProducersResponse
 def handle(broker, header, request):
     topics = []
     for t in request.topics:
+        topic = broker.topics.get(t.name)
         partitions = [
-            _partition(broker.topics.partition(t.name, index), index)
+            _partition(topic, topic.partition(index) if topic else None, index)
             for index in t.partition_indexes
         ]
         topics.append(R.TopicResponse(name=t.name, partitions=partitions))
     return R(throttle_time_ms=0, topics=topics)
 
 
-def _partition(partition, index: int):
-    """The producers ``partition`` (None: there is no such partition) knows."""
+def _partition(topic, partition, index: int):
+    """The producers ``partition`` (None: not here, or no such partition) knows."""
     if partition is None:
         return R.PartitionResponse(
             partition_index=index,
-            error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            error_code=(
+                topic.partition_error(index) if topic else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            ),
             active_producers=[],
         )
     state = partition.producers

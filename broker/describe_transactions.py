@@ -18,10 +18,14 @@ def handle(broker, header, request):
     states = []
     for tid in request.transactional_ids:
         txn = broker.transactions.describe(tid)
-        if txn is None:
+        if txn is None or not broker.transactions.owns(tid):
             states.append(
                 R.TransactionState(
-                    error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                    error_code=(
+                        ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+                        if broker.transactions.owns(tid)
+                        else ErrorCode.NOT_COORDINATOR
+                    ),
                     transactional_id=tid,
                     transaction_state="",
                     producer_id=-1,

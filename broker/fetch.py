@@ -61,9 +61,12 @@ async def handle(broker, header, request):
             out.partitions.append(resp)
             partition = topic.partition(p.partition) if topic is not None else None
             if partition is None:
-                resp.error_code = (
-                    ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                )
+                if topic is not None:
+                    resp.error_code = topic.partition_error(p.partition)
+                elif by_id:
+                    resp.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                else:
+                    resp.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 resp.high_watermark = -1
                 continue
             wanted.append((resp, partition, p.fetch_offset, p.partition_max_bytes))

@@ -30,10 +30,9 @@ from .classic_coordinator import ClassicGroupCoordinator
 from .classic_group import ClassicGroup, JoinResult
 from .consumer_group import ConsumerGroup, ConsumerGroupCoordinator
 from .group_membership import MembershipLog
-from .group_offsets import CommittedOffset
+from .group_offsets import OFFSETS_TOPIC, CommittedOffset, partition_for
 from .group_state import DEAD, EMPTY
 from .offset_store import Entry, OffsetStore
-from .placement import rendezvous
 
 __all__ = [
     "GroupCoordinator",
@@ -118,9 +117,23 @@ class GroupCoordinator:
         self.consumer.stop()
         self.classic.stop()
 
-    def coordinator_for(self, key: str) -> int:
-        """The node that coordinates ``key`` (a group id): rendezvous over the brokers."""
-        return rendezvous(key, {self.node_id: 1.0})[0]
+    async def coordinator_for(self, group_id: str) -> int:
+        """The broker that coordinates ``group_id``: the leader of its partition of
+        ``__consumer_offsets`` (made on first use), as in Kafka; -1 when it has none."""
+        topic = await self.offsets.topic()
+        cluster = self.topics.cluster
+        if cluster is None:
+            return self.node_id
+        return cluster.leader(OFFSETS_TOPIC, partition_for(group_id, topic.count))
+
+    def owns(self, group_id: str) -> bool:
+        """Does this broker coordinate ``group_id`` now? Always on a single broker; in a
+        cluster when it holds the group's partition of ``__consumer_offsets`` and is not
+        fenced. Group requests elsewhere get NOT_COORDINATOR."""
+        topic = self.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return self.topics.cluster is None
+        return topic.partition(partition_for(group_id, topic.count)) is not None
 
     # offsets ------------------------------------------------------------------------------------
 

@@ -4,15 +4,18 @@ producers.
 Every call without a transactional id gets a new producer id, epoch 0. Ids are handed out
 from blocks of ``BLOCK`` reserved in ``producer-ids`` in the data directory (written and
 fsynced before the first id of a block is used), so no id is given twice, even across a
-crash. A call with a transactional id goes to the transaction coordinator: the id's producer
-id with its epoch bumped (fencing the previous producer; an open transaction of it is
-aborted first). Fenced answers are PRODUCER_FENCED from v4, INVALID_PRODUCER_EPOCH before.
+crash; in a cluster the blocks come from ZooKeeper (``Cluster.producer_id_block``), so no two
+brokers give the same id. A call with a transactional id goes to the transaction
+coordinator: the id's producer id with its epoch bumped (fencing the previous producer; an
+open transaction of it is aborted first). Fenced answers are PRODUCER_FENCED from v4,
+INVALID_PRODUCER_EPOCH before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from headrace.protocol import ApiKey, ErrorCode, messages
@@ -26,10 +29,14 @@ FILE = "producer-ids"
 
 
 class ProducerIdManager:
-    """Producer ids from blocks reserved in ``data_dir``; the file is read at the first id."""
+    """Producer ids from blocks reserved in ``data_dir`` (the file is read at the first id),
+    or taken from ``blocks`` (an async callable: the first id of a new block of a size)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(
+        self, data_dir: Path, blocks: Callable[[int], Awaitable[int]] | None = None
+    ) -> None:
         self._path = data_dir / FILE
+        self._blocks = blocks
         self._reserved = self._next = -1  # not read yet
         self._lock = asyncio.Lock()
 
@@ -42,6 +49,9 @@ class ProducerIdManager:
 
     async def next_id(self) -> int:
         async with self._lock:
+            if self._blocks is not None and self._next >= self._reserved:
+                self._next = await self._blocks(BLOCK)
+                self._reserved = self._next + BLOCK
             if self._reserved < 0:
                 await asyncio.to_thread(self._load)
             if self._next >= self._reserved:
@@ -70,6 +80,13 @@ async def handle(broker, header, request):
         )
     if request.transactional_id is not None:
         version = header.api_version
+        if not broker.transactions.owns(request.transactional_id):
+            return R(
+                throttle_time_ms=0,
+                error_code=ErrorCode.NOT_COORDINATOR,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
         error, pid, epoch = await broker.transactions.init_producer_id(
             request.transactional_id,
             request.transaction_timeout_ms,

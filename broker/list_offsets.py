@@ -35,7 +35,11 @@ async def handle(broker, header, request):
         for p in t.partitions:
             partition = topic.partition(p.partition_index) if topic is not None else None
             if partition is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                code = (
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    if topic is None
+                    else topic.partition_error(p.partition_index)
+                )
                 partitions.append(
                     R.ListOffsetsPartitionResponse(
                         partition_index=p.partition_index, error_code=code

@@ -1,8 +1,11 @@
 """Metadata (key 3), versions 0-13: brokers, topics, partitions and leaders.
 
-One broker leads every partition. Topics are named (or, from v10, identified by topic ID).
-An unknown topic is created when ``auto.create.topics.enable`` is on and the request allows
-it (v4+); otherwise it gets UNKNOWN_TOPIC_OR_PARTITION.
+On a single broker it leads every partition. In a cluster the brokers, leaders, leader
+epochs and the controller come from ZooKeeper (``Cluster``); a partition whose broker is down
+has leader -1 and LEADER_NOT_AVAILABLE, its replica listed as offline. Topics are named
+(or, from v10, identified by topic ID). An unknown topic is created when
+``auto.create.topics.enable`` is on and the request allows it (v4+); otherwise it gets
+UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -65,29 +68,22 @@ async def _create_then_respond(broker, header, request, found, missing, creatabl
 
 
 def _response(broker, header, topics, missing, request):
-    node = broker.node_id
-    host, port = broker.advertised
     include_ops = header.api_version >= 8 and request.include_topic_authorized_operations
+    cluster = broker.cluster
     out = []
     for topic in topics:
+        record = cluster.topics.get(topic.name) if cluster is not None else None
         out.append(
             M.MetadataResponseTopic(
                 error_code=ErrorCode.NONE,
                 name=topic.name,
                 topic_id=topic.topic_id,
                 is_internal=topic.name in INTERNAL_TOPICS,
-                partitions=[
-                    M.MetadataResponsePartition(
-                        error_code=ErrorCode.NONE,
-                        partition_index=p.index,
-                        leader_id=node,
-                        leader_epoch=0,
-                        replica_nodes=[node],
-                        isr_nodes=[node],
-                        offline_replicas=[],
-                    )
-                    for p in topic.partitions
-                ],
+                partitions=(
+                    _placed(cluster, topic.name, record)
+                    if record is not None
+                    else [_here(broker.node_id, i) for i in range(topic.count)]
+                ),
                 **({"topic_authorized_operations": TOPIC_OPERATIONS} if include_ops else {}),
             )
         )
@@ -99,10 +95,52 @@ def _response(broker, header, topics, missing, request):
         else:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         out.append(M.MetadataResponseTopic(error_code=code, name=t.name, topic_id=t.topic_id))
+    if cluster is None:
+        host, port = broker.advertised
+        brokers = [
+            M.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)
+        ]
+        controller = broker.node_id
+    else:
+        brokers = [
+            M.MetadataResponseBroker(node_id=b, host=e.host, port=e.port, rack=e.rack)
+            for b, e in sorted(cluster.brokers.items())
+        ]
+        controller = cluster.controller_id
     return M(
         throttle_time_ms=0,
-        brokers=[M.MetadataResponseBroker(node_id=node, host=host, port=port, rack=None)],
+        brokers=brokers,
         cluster_id=broker.cluster_id,
-        controller_id=node,
+        controller_id=controller,
         topics=out,
     )
+
+
+def _here(node: int, index: int):
+    return M.MetadataResponsePartition(
+        error_code=ErrorCode.NONE,
+        partition_index=index,
+        leader_id=node,
+        leader_epoch=0,
+        replica_nodes=[node],
+        isr_nodes=[node],
+        offline_replicas=[],
+    )
+
+
+def _placed(cluster, name: str, record) -> list:
+    out = []
+    for i, replicas in enumerate(record.replicas):
+        leader = cluster.leader(name, i)
+        out.append(
+            M.MetadataResponsePartition(
+                error_code=ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                partition_index=i,
+                leader_id=leader,
+                leader_epoch=record.leader_epochs[i],
+                replica_nodes=list(replicas),
+                isr_nodes=[leader] if leader >= 0 else [],
+                offline_replicas=[r for r in replicas if r not in cluster.brokers],
+            )
+        )
+    return out

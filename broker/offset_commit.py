@@ -32,6 +32,8 @@ def handle(broker, header, request):
         request.member_id,
         request.group_instance_id if version >= 7 else None,
     )
+    if not broker.groups.owns(request.group_id):
+        error, group = ErrorCode.NOT_COORDINATOR, None
     now = wall_clock_ms()
     topics = []
     entries = []  # (response partition, topic, partition, committed offset)
@@ -50,7 +52,7 @@ def handle(broker, header, request):
                 resp.error_code = (
                     ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 )
-            elif not 0 <= p.partition_index < len(topic.partitions):
+            elif not 0 <= p.partition_index < topic.count:
                 resp.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif (
                 p.committed_metadata is not None

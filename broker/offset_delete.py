@@ -16,6 +16,8 @@ R = messages.OffsetDeleteResponse
 
 
 async def handle(broker, header, request):
+    if not broker.groups.owns(request.group_id):
+        return R(error_code=ErrorCode.NOT_COORDINATOR, throttle_time_ms=0, topics=[])
     group = broker.groups.groups.get(request.group_id)
     if group is None:
         return R(error_code=ErrorCode.GROUP_ID_NOT_FOUND, throttle_time_ms=0, topics=[])
@@ -26,7 +28,7 @@ async def handle(broker, header, request):
         parts = []
         for p in t.partitions:
             resp = R.OffsetDeleteResponsePartition(partition_index=p.partition_index, error_code=0)
-            if topic is None or not 0 <= p.partition_index < len(topic.partitions):
+            if topic is None or not 0 <= p.partition_index < topic.count:
                 resp.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif subscribed is None or t.name in subscribed:
                 resp.error_code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC

@@ -53,9 +53,9 @@ class OffsetStore:
         loaded = await asyncio.to_thread(group_offsets.replay, logs, stored)
         return loaded, stored
 
-    async def partition(self, group_id: str):
-        """The partition of ``__consumer_offsets`` holding ``group_id`` (the topic is made on
-        first use, with ``offsets.topic.num.partitions`` partitions)."""
+    async def topic(self):
+        """``__consumer_offsets``, made on first use with ``offsets.topic.num.partitions``
+        partitions (in a cluster, placed over the brokers like any topic)."""
         topic = self.topics.get(OFFSETS_TOPIC)
         if topic is None:
             if self._topic_ready is None:
@@ -75,7 +75,13 @@ class OffsetStore:
                 if self._topic_ready is ready:
                     self._topic_ready = None  # undone: the next request tries again
                 raise
-        return topic.partitions[group_offsets.partition_for(group_id, len(topic.partitions))]
+        return topic
+
+    async def partition(self, group_id: str):
+        """The partition of ``__consumer_offsets`` holding ``group_id``; ``NotHere`` when it
+        is on another broker."""
+        topic = await self.topic()
+        return topic.held_partition(group_offsets.partition_for(group_id, topic.count))
 
     def append(self, partition, records: list[tuple[bytes, bytes | None]]) -> int:
         """Append (key, value-or-None) records as one batch; an error code."""

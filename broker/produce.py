@@ -41,7 +41,8 @@ def handle(broker, header, request):
         for p in t.partition_data:
             partition = topic.partition(p.index) if topic is not None else None
             if partition is None:
-                partitions.append(R.PartitionProduceResponse(index=p.index, error_code=unknown))
+                code = unknown if topic is None else topic.partition_error(p.index)
+                partitions.append(R.PartitionProduceResponse(index=p.index, error_code=code))
                 continue
             verify = None
             if request.transactional_id is not None:

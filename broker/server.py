@@ -75,6 +75,7 @@ from headrace.protocol import (
 from headrace.storage import StorageError, fsync_directory
 
 from .background import run_every
+from .cluster import Cluster, ClusterError, Endpoint
 from .config import BrokerConfig, connection_overrides
 from .group_coordinator import GroupCoordinator
 from .init_producer_id import ProducerIdManager
@@ -140,13 +141,22 @@ class StartupError(Exception):
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.node_id = int(config["node.id"])
+        broker_id = int(config["broker.id"])
+        self.node_id = broker_id if broker_id >= 0 else int(config["node.id"])
         self.host, self.port = config.listener()
         self.data_dir = Path(str(config["log.dirs"])).absolute()
         self.group_commit = GroupCommit()
         self.topics = TopicManager(self.data_dir, config, self.group_commit)
+        self.topics.on_deleted = self._topics_deleted
+        # cluster mode: membership and topic metadata in ZooKeeper (cluster.py)
+        self.cluster: Cluster | None = None
+        if config["zookeeper.connect"]:
+            self.cluster = Cluster(config, self.node_id)
+            self.topics.cluster = self.cluster
         self.cluster_id = ""  # read from (or written to) the data directory at start
-        self.producer_ids = ProducerIdManager(self.data_dir)
+        self.producer_ids = ProducerIdManager(
+            self.data_dir, self.cluster.producer_id_block if self.cluster else None
+        )
         self.groups = GroupCoordinator(self.node_id, self.topics, config)
         self.cleaner = LogCleaner(
             self.topics,
@@ -187,8 +197,9 @@ class Broker:
     async def start(self) -> None:
         started = time.monotonic()
         await asyncio.to_thread(self._open_data_dir)
-        await self.groups.start()
-        await self.transactions.start()
+        if self.cluster is None:
+            await self.groups.start()
+            await self.transactions.start()
         config = self.config
         limits = Limits(
             max_frame=int(config["socket.request.max.bytes"]),
@@ -210,6 +221,8 @@ class Broker:
             raise StartupError(f"cannot listen on {self.host}:{self.port}: {e.strerror}") from e
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
+        if self.cluster is not None:
+            await self._join_cluster()
         self._tasks.append(
             asyncio.create_task(run_every(self._flush_interval, self._flush_due, "periodic flush"))
         )
@@ -227,6 +240,44 @@ class Broker:
             self.data_dir,
             (time.monotonic() - started) * 1000,
         )
+
+    async def _join_cluster(self) -> None:
+        """Register, read the topics (the logs follow them), load the coordinators' state,
+        then serve: until then every partition and coordinator answers as fenced."""
+        assert self.cluster is not None
+        host, port = self.advertised
+        rack = str(self.config["broker.rack"]) or None
+        try:
+            await self.cluster.start(self.topics, Endpoint(host, port, rack))
+            if self.cluster_id not in ("", self.cluster.cluster_id):
+                await self.cluster.stop()
+                raise ClusterError(
+                    f"data directory {self.data_dir} belongs to cluster {self.cluster_id}, "
+                    f"not to {self.cluster.cluster_id} of {self.cluster.connect}"
+                )
+        except ClusterError as e:
+            await self._abandon()
+            raise StartupError(str(e)) from None
+        await self.groups.start()
+        await self.transactions.start()
+        self.cluster.serve()
+        self.cluster_id = self.cluster.cluster_id
+        await asyncio.to_thread(self._write_meta, self.cluster_id)
+
+    async def _abandon(self) -> None:
+        """Undo a start that failed after listening."""
+        assert self._server is not None and self._router is not None
+        self._server.close()
+        await self._router.close()
+        await self.group_commit.close()
+        await asyncio.to_thread(self._close_data_dir)
+        self._server = None
+
+    async def _topics_deleted(self, names: set[str]) -> None:
+        """Topics are gone (deleted here, or in a cluster by any broker): the coordinators
+        purge what they keep about them."""
+        self.transactions.on_topics_deleted(names)
+        await self.groups.on_topics_deleted(names)
 
     def _open_data_dir(self) -> None:
         try:
@@ -277,14 +328,22 @@ class Broker:
             self._lock_fd = -1
 
     def _cluster_id(self) -> str:
+        """The data directory's cluster id; a new directory gets one (in a cluster, the
+        cluster's, written once it is known)."""
         path = self.data_dir / META
         if path.exists():
             for line in path.read_text().splitlines():
                 if line.startswith("cluster.id="):
                     return line.split("=", 1)[1].strip()
+        if self.cluster is not None:
+            return ""
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        path.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
+        self._write_meta(cluster_id)
         return cluster_id
+
+    def _write_meta(self, cluster_id: str) -> None:
+        path = self.data_dir / META
+        path.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
 
     async def stop(self) -> None:
         """Stop accepting, answer in-flight requests, flush everything, mark the stop clean."""
@@ -299,6 +358,8 @@ class Broker:
         for conn in list(router.connections):
             conn.close()
         await router.close()
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self.cleaner.stop()
         self.groups.stop()
         self.transactions.stop()

@@ -17,6 +17,8 @@ R = messages.SyncGroupResponse
 
 def handle(broker, header, request):
     version = header.api_version
+    if not broker.groups.owns(request.group_id):
+        return _response(broker, request, ErrorCode.NOT_COORDINATOR, b"")
     outcome = broker.groups.classic.sync(
         request.group_id,
         request.generation_id,

@@ -2,8 +2,11 @@
 
 Topic metadata (id, partition count, per-topic settings) is kept in ``topics.json`` in the
 data directory, replaced atomically on every change; each partition's log lives in
-``<topic>-<partition>/``, as in Kafka. Opening, creating and deleting logs touch the disk, so
-those run in a worker thread; the maps below are changed on the event loop only.
+``<topic>-<partition>/``, as in Kafka. In a cluster (``cluster.py``) the metadata lives in
+ZooKeeper: changes are written there, and ``apply`` makes this broker's copy follow it (it
+holds only the partitions placed on it, ``Topic.held``; ``topics.json`` lists them, so that a
+restart opens them before it has read ZooKeeper). Opening, creating and deleting logs touch
+the disk, so those run in a worker thread; the maps below are changed on the event loop only.
 
 Every log opens its files under one descriptor budget, ``TopicManager.open_files``
 (``log.max.open.files``; see headrace.storage.open_files), so the number of partitions is not
@@ -29,11 +32,11 @@ import re
 import resource
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headrace.pipeline import GroupCommit
 from headrace.protocol.errors import ErrorCode
@@ -43,6 +46,9 @@ from headrace.storage import Log, LogConfig, OpenFiles, StorageError, fsync_dire
 from .config import TOPIC_SETTINGS, BrokerConfig
 from .partition import Partition
 from .producer_state import ProducerStateManager
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
 
 log = logging.getLogger("headrace")
 
@@ -104,6 +110,12 @@ class TopicCreationError(StorageError):
         return cls(code, f"Cannot create the partitions of topic '{name}': {why}; nothing kept.")
 
 
+class NotHere(StorageError):
+    """A partition this broker does not hold (in a cluster: another broker leads it, or this
+    one is fenced); a coordinator whose state partition it is answers NOT_COORDINATOR or
+    COORDINATOR_NOT_AVAILABLE, and the client finds the coordinator again."""
+
+
 def topic_name_error(name: str) -> str | None:
     if not name or name in (".", ".."):
         return "topic name is empty, '.' or '..'"
@@ -114,17 +126,43 @@ def topic_name_error(name: str) -> str | None:
     return None
 
 
+def _always() -> bool:
+    return True
+
+
 @dataclass(eq=False)
 class Topic:
     name: str
     topic_id: uuid.UUID
     configs: dict[str, object]  # per-topic settings set explicitly
     broker_config: BrokerConfig
-    partitions: list[Partition] = field(default_factory=list)
+    count: int = 0  # partitions of the topic; in a cluster, on every broker
+    held: dict[int, Partition] = field(default_factory=dict)  # the ones on this broker
+    leading: Callable[[], bool] = _always  # False while a cluster broker is fenced
+
+    @property
+    def partitions(self) -> list[Partition]:
+        """The partitions on this broker (every partition, on a single broker), by index."""
+        return list(self.held.values())
 
     def partition(self, index: int) -> Partition | None:
-        """Partition ``index``, or None when the topic has no such partition."""
-        return self.partitions[index] if 0 <= index < len(self.partitions) else None
+        """Partition ``index`` when this broker holds it and may serve it, else None."""
+        p = self.held.get(index)
+        return p if p is not None and self.leading() else None
+
+    def held_partition(self, index: int) -> Partition:
+        """``partition(index)``, or NotHere."""
+        p = self.partition(index)
+        if p is None:
+            raise NotHere(f"partition {index} of {self.name} is not on this broker")
+        return p
+
+    def partition_error(self, index: int) -> int:
+        """Why ``partition(index)`` is None: the partition is elsewhere (or this broker is
+        fenced) or does not exist."""
+        if 0 <= index < self.count:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     def setting(self, name: str) -> Any:
         """The topic's value of ``name``: its own if set, else the broker's default."""
@@ -161,6 +199,10 @@ class TopicManager:
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self._lock = asyncio.Lock()
+        # cluster mode: where the topics' metadata lives (headrace.broker.cluster.Cluster)
+        self.cluster: Cluster | None = None
+        # called once topics are gone (the broker's coordinators purge what they keep of them)
+        self.on_deleted: Callable[[set[str]], Awaitable[None]] = self._no_one_told
 
     # start and stop (called in a worker thread before serving and after it) ---------------
 
@@ -174,8 +216,9 @@ class TopicManager:
             saved = {}
         jobs = []
         for name, meta in saved.items():
-            topic = Topic(name, uuid.UUID(meta["id"]), dict(meta["configs"]), self.config)
-            jobs += [(topic, i) for i in range(meta["partitions"])]
+            topic = self._topic(name, uuid.UUID(meta["id"]), dict(meta["configs"]))
+            topic.count = meta["partitions"]
+            jobs += [(topic, i) for i in meta.get("held", range(topic.count))]
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
         # A clean open is CPU work under the GIL: more threads only slow it (measured: 1000
@@ -185,8 +228,8 @@ class TopicManager:
         opened = self._in_threads(
             lambda j: self._open_partition(j[0], j[1], recover), jobs, threads
         )
-        for (topic, _), partition in zip(jobs, opened, strict=True):
-            topic.partitions.append(partition)
+        for (topic, i), partition in zip(jobs, opened, strict=True):
+            topic.held[i] = partition
 
     def close(self) -> None:
         self._in_threads(Partition.close, self.all_partitions())
@@ -211,19 +254,29 @@ class TopicManager:
         log = Log.open(path, topic.log_config(), recover=recover, files=self.open_files)
         return Partition(topic, index, log, ProducerStateManager.load(path, log))
 
-    def _save(self, pending: Topic | None = None, partitions: int = 0) -> None:
+    def _topic(self, name: str, topic_id: uuid.UUID, configs: dict[str, object]) -> Topic:
+        return Topic(name, topic_id, configs, self.config, leading=self._leading)
+
+    def _leading(self) -> bool:
+        return self.cluster is None or not self.cluster.fenced
+
+    def _save(self, pending: Topic | None = None, count: int = 0, held=()) -> None:
         """Replace ``topics.json`` atomically; with ``pending``, as if that topic (new, or
-        growing) had ``partitions`` partitions. Nothing is left behind if it fails."""
-        data = {
-            t.name: {"id": str(t.topic_id), "partitions": len(t.partitions), "configs": t.configs}
-            for t in self.topics.values()
-        }
+        growing) had ``count`` partitions and held ``held`` besides its own. Nothing is left
+        behind if it fails. In a cluster it says which partitions this broker holds."""
+        data = {}
+        for t in self.topics.values():
+            data[t.name] = {"id": str(t.topic_id), "partitions": t.count, "configs": t.configs}
+            if self.cluster is not None:
+                data[t.name]["held"] = sorted(t.held)
         if pending is not None:
             data[pending.name] = {
                 "id": str(pending.topic_id),
-                "partitions": partitions,
+                "partitions": count,
                 "configs": pending.configs,
             }
+            if self.cluster is not None:
+                data[pending.name]["held"] = sorted({*pending.held, *held})
         tmp = self.data_dir / (TOPICS_FILE + ".tmp")
         try:
             with open(tmp, "w") as f:
@@ -281,31 +334,50 @@ class TopicManager:
             return self.topics.get(name)
         return self.by_id.get(topic_id) if topic_id is not None else None
 
-    async def create(self, name: str, partitions: int, configs: dict[str, object]) -> Topic:
-        """Create a topic; the caller has validated the name, count and settings. All or
-        nothing: on any failure (``TopicCreationError``) no directory of it is left, nor an
-        entry in ``topics.json`` or in the maps."""
+    async def create(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, object],
+        replicas: list[list[int]] | None = None,
+    ) -> Topic:
+        """Create a topic; the caller has validated the name, count and settings (and, in a
+        cluster, the explicit ``replicas`` of each partition, if given). All or nothing: on
+        any failure (``TopicCreationError``) no directory of it is left, nor an entry in
+        ``topics.json`` or in the maps. In a cluster the topic is written to ZooKeeper, and
+        this broker opens the partitions placed on it before this returns."""
+        if self.cluster is not None:
+            await self.cluster.create_topic(name, partitions, configs, replicas)
+            topic = self.topics.get(name)
+            if topic is None:
+                raise TopicCreationError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{name} was deleted")
+            return topic
         async with self._lock:
             if name in self.topics:
                 raise FileExistsError(name)
-            topic = Topic(name, uuid.uuid4(), configs, self.config)
+            topic = self._topic(name, uuid.uuid4(), configs)
             self._check_room(name, partitions)
-            topic.partitions = await asyncio.to_thread(self._grow, topic, partitions)
+            await asyncio.to_thread(self._grow, topic, range(partitions), partitions)
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
             return topic
 
-    async def add_partitions(self, topic: Topic, total: int) -> None:
+    async def add_partitions(
+        self, topic: Topic, total: int, replicas: list[list[int]] | None = None
+    ) -> None:
         """Grow ``topic`` to ``total`` partitions (CreatePartitions), all or nothing as
-        ``create``."""
+        ``create``; in a cluster through ZooKeeper, as ``create``."""
+        if self.cluster is not None:
+            await self.cluster.add_partitions(topic.name, total, replicas)
+            return
         async with self._lock:
-            self._check_room(topic.name, total - len(topic.partitions))
-            topic.partitions = await asyncio.to_thread(self._grow, topic, total)
+            self._check_room(topic.name, total - topic.count)
+            await asyncio.to_thread(self._grow, topic, range(topic.count, total), total)
 
     def _check_room(self, name: str, more: int) -> None:
         """Refuse (POLICY_VIOLATION) ``more`` partitions past ``max.broker.partitions``."""
         limit = int(self.config["max.broker.partitions"])
-        now = sum(len(t.partitions) for t in self.topics.values())
+        now = sum(len(t.held) for t in self.topics.values())
         if now + more > limit:
             raise TopicCreationError(
                 ErrorCode.POLICY_VIOLATION,
@@ -313,26 +385,27 @@ class TopicManager:
                 f"max.broker.partitions is {limit}.",
             )
 
-    def _grow(self, topic: Topic, total: int) -> list[Partition]:
-        """(In a worker thread.) Open partitions ``len(topic.partitions)`` to ``total - 1`` and
-        save ``topics.json`` with them; returns every partition, the topic's own first. On a
-        failure the new partitions are closed and their directories removed, then
-        ``TopicCreationError`` says why. A directory already there for a new partition is
-        a leftover of a creation interrupted by a crash (``topics.json`` does not list it): it
+    def _grow(self, topic: Topic, indexes: Iterable[int], count: int) -> None:
+        """(In a worker thread.) Open partitions ``indexes`` of ``topic`` (which has ``count``
+        partitions) and save ``topics.json`` with them, then add them to ``topic.held`` and
+        set its count. On a failure the new partitions are closed and their directories
+        removed, then ``TopicCreationError`` says why. A directory already there for a new
+        partition is a leftover of a creation interrupted by a crash, or of a topic of the
+        same name deleted while this broker was away (``topics.json`` does not list it): it
         is removed first, so no old data comes back under the new topic."""
         opened: list[Partition] = []
         made: list[Path] = []
         spare = -1
         try:
             spare = self._reserve()
-            for i in range(len(topic.partitions), total):
+            for i in indexes:
                 path = self.data_dir / f"{topic.name}-{i}"
                 if path.exists():  # left by a creation a crash interrupted: not this topic's
                     log.warning("removing %s, not in %s", path, TOPICS_FILE)
                     shutil.rmtree(path)
                 made.append(path)
                 opened.append(self._open_partition(topic, i, True))
-            self._save(topic, total)
+            self._save(topic, count, [p.index for p in opened])
         except Exception as e:
             if spare >= 0:
                 os.close(spare)
@@ -343,7 +416,9 @@ class TopicManager:
         finally:
             if spare >= 0:
                 os.close(spare)
-        return topic.partitions + opened
+        # one assignment: the event loop may be iterating the old dict meanwhile
+        topic.held = dict(sorted({**topic.held, **{p.index: p for p in opened}}.items()))
+        topic.count = count
 
     def _reserve(self) -> int:
         """A descriptor holding an unlinked file of ``RESERVE_BYTES``: closed before an undo,
@@ -381,7 +456,11 @@ class TopicManager:
             pass
 
     async def set_configs(self, topic: Topic, configs: dict[str, object]) -> None:
-        """Replace a topic's explicit settings (AlterConfigs); its logs use them at once."""
+        """Replace a topic's explicit settings (AlterConfigs); its logs use them at once. In a
+        cluster through ZooKeeper: every broker's logs follow."""
+        if self.cluster is not None:
+            await self.cluster.set_configs(topic.name, configs)
+            return
         async with self._lock:
             old, topic.configs = topic.configs, dict(configs)
             try:
@@ -389,27 +468,85 @@ class TopicManager:
             except BaseException:
                 topic.configs = old
                 raise
-            log_config = topic.log_config()
-            for p in topic.partitions:
-                p.log.update_config(log_config)
+            self._configs_changed(topic)
+
+    def _configs_changed(self, topic: Topic) -> None:
+        log_config = topic.log_config()
+        for p in topic.partitions:
+            p.log.update_config(log_config)
 
     async def delete(self, topic: Topic) -> None:
-        """Forget a topic and remove its files. ``topics.json`` is saved without it first: if
-        that fails (an ``OSError``) the topic stays, untouched."""
+        """Forget a topic and remove its files, then tell ``on_deleted``. ``topics.json`` is
+        saved without it first: if that fails (an ``OSError``) the topic stays, untouched. In
+        a cluster the topic's znode is deleted and every broker forgets its partitions."""
+        if self.cluster is not None:
+            await self.cluster.delete_topic(topic.name)
+            return
         async with self._lock:
-            self.topics.pop(topic.name, None)
-            self.by_id.pop(topic.topic_id, None)
-            try:
-                await asyncio.to_thread(self._save)
-            except BaseException:
-                self.topics[topic.name] = topic
-                self.by_id[topic.topic_id] = topic
-                raise
-            for p in topic.partitions:
-                for w in p.waiters:
-                    if not w.done():
-                        w.set_result(None)
-            await asyncio.to_thread(self._delete_files, topic)
+            await self._forget(topic)
+        await self.on_deleted({topic.name})
+
+    async def _forget(self, topic: Topic) -> None:
+        self.topics.pop(topic.name, None)
+        self.by_id.pop(topic.topic_id, None)
+        try:
+            await asyncio.to_thread(self._save)
+        except BaseException:
+            self.topics[topic.name] = topic
+            self.by_id[topic.topic_id] = topic
+            raise
+        for p in topic.partitions:
+            for w in p.waiters:
+                if not w.done():
+                    w.set_result(None)
+        await asyncio.to_thread(self._delete_files, topic)
+
+    async def _no_one_told(self, names: set[str]) -> None:
+        pass
+
+    # cluster mode --------------------------------------------------------------------------------
+
+    async def apply(self, name: str) -> None:
+        """Make this broker's copy of topic ``name`` what the cluster says
+        (``cluster.topics[name]``, read once the lock is held, so the newest wins): open the
+        partitions placed on this broker, follow the settings and the partition count, and
+        forget the topic when it is gone or was re-created under a new id. Partitions that
+        cannot be opened (open-files limit, full disk) are logged and left offline."""
+        assert self.cluster is not None
+        deleted = False
+        async with self._lock:
+            record = self.cluster.topics.get(name)
+            topic = self.topics.get(name)
+            if topic is not None and (record is None or record.topic_id != topic.topic_id):
+                await self._forget(topic)
+                topic, deleted = None, True
+            if record is not None:
+                await self._follow(name, topic, record)
+        if deleted:
+            await self.on_deleted({name})
+
+    async def _follow(self, name: str, topic: Topic | None, record) -> None:
+        assert self.cluster is not None
+        node = self.cluster.node_id
+        mine = [i for i, replicas in enumerate(record.replicas) if node in replicas]
+        new = topic is None
+        if topic is None:
+            topic = self._topic(name, record.topic_id, dict(record.configs))
+        elif topic.configs != record.configs:
+            topic.configs = dict(record.configs)
+            self._configs_changed(topic)
+        wanted = [i for i in mine if i not in topic.held]
+        try:
+            if wanted:
+                self._check_room(name, len(wanted))
+            if wanted or new or topic.count != len(record.replicas):
+                await asyncio.to_thread(self._grow, topic, wanted, len(record.replicas))
+        except TopicCreationError as e:
+            log.error("partitions %s of topic %s are offline here: %s", wanted, name, e.message)
+            topic.count = len(record.replicas)
+        if new:
+            self.topics[name] = topic
+            self.by_id[topic.topic_id] = topic
 
     def _delete_files(self, topic: Topic) -> None:
         """Close and remove the partitions' directories (renamed first, so that one left

@@ -59,7 +59,6 @@ from headrace.storage import StorageError
 from . import group_offsets, transaction_log
 from .background import run_every, wall_clock_ms
 from .group_offsets import OFFSETS_TOPIC, CommittedOffset
-from .placement import rendezvous
 from .transaction_log import TRANSACTION_TOPIC, TransactionMetadata
 from .transaction_state import (
     ABORT_FIRST,
@@ -159,13 +158,28 @@ class TransactionCoordinator:
         for task in self._tasks:
             task.cancel()
 
-    def coordinator_for(self, transactional_id: str) -> int:
-        """The node that coordinates ``transactional_id``: rendezvous over the brokers."""
-        return rendezvous(transactional_id, {self.node_id: 1.0})[0]
+    async def coordinator_for(self, transactional_id: str) -> int:
+        """The broker that coordinates ``transactional_id``: the leader of its partition of
+        ``__transaction_state`` (made on first use), as in Kafka; -1 when it has none."""
+        topic = await self._state_topic()
+        cluster = self.topics.cluster
+        if cluster is None:
+            return self.node_id
+        index = group_offsets.partition_for(transactional_id, topic.count)
+        return cluster.leader(TRANSACTION_TOPIC, index)
+
+    def owns(self, transactional_id: str) -> bool:
+        """Does this broker coordinate ``transactional_id`` now? (See GroupCoordinator.owns.)"""
+        topic = self.topics.get(TRANSACTION_TOPIC)
+        if topic is None:
+            return self.topics.cluster is None
+        index = group_offsets.partition_for(transactional_id, topic.count)
+        return topic.partition(index) is not None
 
     # writing state ------------------------------------------------------------------------------
 
-    async def _state_partition(self, transactional_id: str):
+    async def _state_topic(self):
+        """``__transaction_state``, made on first use."""
         topics = self.topics
         topic = topics.get(TRANSACTION_TOPIC)
         if topic is None:
@@ -186,8 +200,11 @@ class TransactionCoordinator:
                 if self._topic_ready is ready:
                     self._topic_ready = None  # undone: the next request tries again
                 raise
-        index = group_offsets.partition_for(transactional_id, len(topic.partitions))
-        return topic.partitions[index]
+        return topic
+
+    async def _state_partition(self, transactional_id: str):
+        topic = await self._state_topic()
+        return topic.held_partition(group_offsets.partition_for(transactional_id, topic.count))
 
     async def _change(self, old: TransactionMetadata | None, new: TransactionMetadata) -> int:
         """Write ``new`` (a changed copy of ``old``; DEAD: a tombstone), flush, then make it
@@ -360,7 +377,7 @@ class TransactionCoordinator:
         topic = self.topics.get(OFFSETS_TOPIC)
         if topic is None:
             return E.INVALID_TXN_STATE
-        index = group_offsets.partition_for(group_id, len(topic.partitions))
+        index = group_offsets.partition_for(group_id, topic.count)
         if (OFFSETS_TOPIC, index) not in txn.partitions:
             return E.INVALID_TXN_STATE
         return E.NONE

@@ -48,6 +48,8 @@ def handle(broker, header, request):
     group_id = request.group_id
     if not group_id:
         return _respond(request, lambda t, p: ErrorCode.INVALID_GROUP_ID)
+    if not broker.groups.owns(group_id):
+        return _respond(request, lambda t, p: ErrorCode.NOT_COORDINATOR)
     error = broker.transactions.check_offset_commit(
         request.transactional_id, request.producer_id, request.producer_epoch, group_id
     )
@@ -66,7 +68,8 @@ def handle(broker, header, request):
     offsets = {}
     for t in request.topics:
         for p in t.partitions:
-            if broker.topics.partition(t.name, p.partition_index) is None:
+            topic = broker.topics.get(t.name)
+            if topic is None or not 0 <= p.partition_index < topic.count:
                 codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif (
                 p.committed_metadata is not None

@@ -39,7 +39,7 @@ def coordinator(topics, data_dir) -> TransactionCoordinator:
 
 async def test_transaction_coordinator_without_a_broker(topics, tmp_path):
     txns = coordinator(topics, tmp_path)
-    assert txns.coordinator_for("tx") == 7
+    assert await txns.coordinator_for("tx") == 7
     error, pid, epoch = await txns.init_producer_id("tx", 30_000)
     assert (error, epoch) == (ErrorCode.NONE, 0)
     assert txns.describe("tx").state is EMPTY

@@ -1,0 +1,527 @@
+"""Cluster mode (``zookeeper.connect``): membership and topic metadata in ZooKeeper.
+
+How this works
+--------------
+Under the chroot of ``zookeeper.connect`` (Kafka's ZooKeeper-era map, simplified):
+
+  /cluster/id                  the cluster id, made by the first broker
+  /brokers/ids/<id>            ephemeral, one per live broker: {"host", "port", "rack"}
+  /brokers/topics/<name>       a topic: {"topic_id", "replicas": [[ids] per partition],
+                               "leader_epochs": [...], "configs": {...}}
+  /controller                  kazoo's election recipe: the first contender is the controller
+  /latest_producer_id_block    the first producer id not yet handed out, taken by CAS
+
+Reading: kazoo's watches run on kazoo's threads; they only hand the new value to the event
+loop, where ``brokers``, ``topics`` and ``controller_id`` change. A topic event older than what
+is known (by the znode's modification zxid) is dropped. Every topic change is passed on to
+``TopicManager.apply``, which opens the partitions placed on this broker, follows settings and
+partition counts, and forgets deleted topics (files, and the coordinators' state about them).
+
+Writing: CreateTopics, CreatePartitions, AlterConfigs and DeleteTopics, at whichever broker
+they arrive, write the topic's znode (create; compare-and-set on its version; delete), then
+apply the result here at once, so the client's answer comes once this broker serves the new
+metadata; the others follow through their watches. A new topic's partitions are placed by
+``placement.assign_replicas`` over the live brokers. Each partition has one replica, its
+leader (replication is not built yet); placement does not change after creation, and a broker
+that is down leaves its partitions without a leader (LEADER_NOT_AVAILABLE in Metadata) until
+it is back.
+
+Producer ids: every broker takes blocks of ids from ``/latest_producer_id_block`` by
+compare-and-set, so no id is handed out twice in the cluster.
+
+Sessions: registration is an ephemeral znode. A restarted broker whose previous session has
+not expired yet waits for it (up to the session timeout); a live broker with the same id is a
+start-up error. When this broker loses its session (kazoo's LOST), or its connection stays
+suspended for two thirds of the session timeout (the cluster may have given it up), it is
+*fenced*: every partition answers NOT_LEADER_OR_FOLLOWER and every coordinator
+NOT_COORDINATOR (``Topic.partition`` returns None), until it has a session again, has
+registered again and has re-read every topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+from .placement import BrokerInfo, assign_replicas
+
+if TYPE_CHECKING:
+    from .topics import TopicManager
+
+log = logging.getLogger("headrace.cluster")
+
+BROKERS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CLUSTER_ID = "/cluster/id"
+PRODUCER_IDS = "/latest_producer_id_block"
+
+
+class ClusterError(Exception):
+    """Cluster mode cannot start (ZooKeeper unreachable, broker id taken...)."""
+
+
+class TopicChangeError(Exception):
+    """A topic change the cluster refused; ``error_code`` is Kafka's answer for it."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass
+class TopicRecord:
+    """A topic as the cluster knows it (the znode's content)."""
+
+    topic_id: uuid.UUID
+    replicas: list[list[int]]  # per partition, the leader first
+    leader_epochs: list[int]
+    configs: dict[str, Any] = field(default_factory=dict)
+    version: int = -1  # the znode's version: writes compare-and-set on it
+    mzxid: int = 0  # the znode's last modification: older watch events are dropped
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "topic_id": str(self.topic_id),
+                "replicas": self.replicas,
+                "leader_epochs": self.leader_epochs,
+                "configs": self.configs,
+            },
+            sort_keys=True,
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes, stat) -> TopicRecord:
+        d = json.loads(data)
+        return cls(
+            uuid.UUID(d["topic_id"]),
+            [list(r) for r in d["replicas"]],
+            list(d["leader_epochs"]),
+            dict(d["configs"]),
+            stat.version,
+            stat.mzxid,
+        )
+
+
+class Cluster:
+    """This broker's view of the cluster, and its writes to it. ``start`` connects, registers
+    and reads everything; the watches keep the view current from then on."""
+
+    def __init__(self, config, node_id: int) -> None:
+        self.node_id = node_id
+        self.endpoint = Endpoint("", 0)  # known once the broker listens
+        self.connect = str(config["zookeeper.connect"])
+        self.session_s = int(config["zookeeper.session.timeout.ms"]) / 1000
+        connection_ms = int(config["zookeeper.connection.timeout.ms"])
+        self.connection_s = connection_ms / 1000 if connection_ms > 0 else self.session_s
+        self.zk = KazooClient(
+            hosts=self.connect,
+            timeout=self.session_s,
+            connection_retry={"max_tries": -1, "max_delay": 1.0},
+            command_retry={"max_tries": 3, "max_delay": 1.0},
+        )
+        self.brokers: dict[int, Endpoint] = {}
+        self.topics: dict[str, TopicRecord] = {}
+        self.controller_id = -1
+        self.cluster_id = ""
+        self.fenced = True
+        self.topic_manager: TopicManager | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._suspended: asyncio.TimerHandle | None = None
+        self._lost = False
+        self._stopping = threading.Event()
+        self._not_leading = threading.Event()
+        self._election = self.zk.Election(CONTROLLER, identifier=str(node_id))
+        self._watched: set[str] = set()
+
+    # start and stop -------------------------------------------------------------------------
+
+    async def start(self, topic_manager: TopicManager, endpoint: Endpoint) -> None:
+        """Connect, register, read the brokers and topics and apply them; then watch. The
+        broker stays fenced until ``serve``."""
+        self._loop = asyncio.get_running_loop()
+        self.topic_manager = topic_manager
+        self.endpoint = endpoint
+        try:
+            await asyncio.to_thread(self.zk.start, self.connection_s)
+        except KazooTimeoutError:
+            self.zk.stop()
+            self.zk.close()
+            raise ClusterError(
+                f"cannot reach ZooKeeper at {self.connect} within {self.connection_s:g} s "
+                "(zookeeper.connection.timeout.ms)"
+            ) from None
+        try:
+            self.cluster_id = await asyncio.to_thread(self._prepare)
+            await asyncio.to_thread(self._register)
+        except BaseException:
+            await asyncio.to_thread(self._close)
+            raise
+        self.zk.add_listener(self._session_changed)
+        await self._read_all()
+        self.zk.ChildrenWatch(BROKERS, self._from_zk(self._brokers_changed))
+        self.zk.ChildrenWatch(TOPICS, self._from_zk(self._topic_names_changed))
+        self.zk.ChildrenWatch(
+            CONTROLLER, self._from_zk(lambda _: self._spawn(self._read_controller()))
+        )
+        threading.Thread(target=self._elect, name="headrace-election", daemon=True).start()
+        log.info(
+            "broker %d registered in %s (cluster %s, %d brokers, %d topics)",
+            self.node_id,
+            self.connect,
+            self.cluster_id,
+            len(self.brokers),
+            len(self.topics),
+        )
+
+    def serve(self) -> None:
+        """Start serving the partitions placed here (the coordinators have loaded)."""
+        self.fenced = False
+
+    async def stop(self) -> None:
+        """Leave the cluster: the registration and a controller role end with the session."""
+        self._stopping.set()
+        self._not_leading.set()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
+        try:
+            self.zk.stop()
+        finally:
+            self.zk.close()
+
+    def _prepare(self) -> str:
+        """(In a thread.) The paths every broker uses, and the cluster id."""
+        for path in (BROKERS, TOPICS, CONTROLLER):
+            self.zk.ensure_path(path)
+        try:
+            self.zk.create(CLUSTER_ID, uuid.uuid4().hex[:22].encode(), makepath=True)
+        except NodeExistsError:
+            pass
+        data, _ = self.zk.get(CLUSTER_ID)
+        return data.decode()
+
+    def _register(self) -> None:
+        """(In a thread.) The ephemeral registration. A znode of this id left by a previous
+        session (a broker killed, not stopped) is waited for until the session timeout; one
+        that outlives it belongs to a live broker, and this one cannot start."""
+        path = f"{BROKERS}/{self.node_id}"
+        data = json.dumps(
+            {"host": self.endpoint.host, "port": self.endpoint.port, "rack": self.endpoint.rack}
+        ).encode()
+        deadline = time.monotonic() + self.session_s + 1
+        while True:
+            try:
+                self.zk.create(path, data, ephemeral=True, makepath=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                held, stat = self.zk.get(path)
+            except NoNodeError:
+                continue
+            if stat.ephemeralOwner == self.zk.client_id[0]:
+                return  # ours already (a retried create)
+            if time.monotonic() > deadline:
+                holder = json.loads(held)
+                raise ClusterError(
+                    f"broker id {self.node_id} is already registered in ZooKeeper at "
+                    f"{self.connect} by a live broker at {holder['host']}:{holder['port']}"
+                )
+            time.sleep(0.25)
+
+    # the view -------------------------------------------------------------------------
+
+    def _from_zk(self, fn):
+        """A watch callback (kazoo's thread) that runs ``fn`` on the event loop."""
+        loop = self._loop
+        assert loop is not None
+
+        def watch(*args) -> None:
+            if not self._stopping.is_set():
+                loop.call_soon_threadsafe(fn, *args)
+
+        return watch
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("cluster metadata update failed", exc_info=task.exception())
+
+    async def _read_all(self) -> None:
+        """Read brokers, controller and every topic, and apply the topics (the local ones
+        that are gone from the cluster too)."""
+        await self._read_brokers(await asyncio.to_thread(self.zk.get_children, BROKERS))
+        await self._read_controller()
+        names = await asyncio.to_thread(self.zk.get_children, TOPICS)
+        records = await asyncio.to_thread(self._read_topics, names)
+        self.topics = {n: r for n, r in records.items() if r is not None}
+        assert self.topic_manager is not None
+        for name in sorted(set(self.topics) | set(self.topic_manager.topics)):
+            await self.topic_manager.apply(name)
+
+    def _read_topics(self, names) -> dict[str, TopicRecord | None]:
+        out: dict[str, TopicRecord | None] = {}
+        for name in names:
+            try:
+                data, stat = self.zk.get(f"{TOPICS}/{name}")
+            except NoNodeError:
+                out[name] = None
+                continue
+            out[name] = TopicRecord.decode(data, stat)
+        return out
+
+    def _brokers_changed(self, ids: list[str]) -> None:
+        self._spawn(self._read_brokers(ids))
+
+    async def _read_brokers(self, ids: list[str]) -> None:
+        def read() -> dict[int, Endpoint]:
+            found = {}
+            for name in ids:
+                try:
+                    data, _ = self.zk.get(f"{BROKERS}/{name}")
+                except NoNodeError:
+                    continue
+                d = json.loads(data)
+                found[int(name)] = Endpoint(d["host"], int(d["port"]), d.get("rack"))
+            return found
+
+        self.brokers = await asyncio.to_thread(read)
+
+    async def _read_controller(self) -> None:
+        contenders = await asyncio.to_thread(self._election.contenders)
+        self.controller_id = int(contenders[0]) if contenders else -1
+
+    def _topic_names_changed(self, names: list[str]) -> None:
+        for name in names:
+            if name not in self._watched:
+                self._watched.add(name)
+                self.zk.DataWatch(f"{TOPICS}/{name}", self._from_zk_data(name))
+
+    def _from_zk_data(self, name: str):
+        watch = self._from_zk(self._topic_changed)
+
+        def changed(data, stat) -> bool | None:
+            watch(name, data, stat)
+            if data is None:  # deleted: a topic made again under this name is a new child
+                self._watched.discard(name)
+                return False
+            return None
+
+        return changed
+
+    def _topic_changed(self, name: str, data: bytes | None, stat) -> None:
+        known = self.topics.get(name)
+        if data is None:
+            if known is None:
+                return
+            self.topics.pop(name, None)
+        else:
+            record = TopicRecord.decode(data, stat)
+            if known is not None and known.mzxid >= record.mzxid:
+                return
+            self.topics[name] = record
+        assert self.topic_manager is not None
+        self._spawn(self.topic_manager.apply(name))
+
+    def leader(self, topic: str, partition: int) -> int:
+        """The partition's leader, or -1 (unknown partition, or its broker is down)."""
+        record = self.topics.get(topic)
+        if record is None or not 0 <= partition < len(record.replicas):
+            return -1
+        replicas = record.replicas[partition]
+        return replicas[0] if replicas and replicas[0] in self.brokers else -1
+
+    # sessions -------------------------------------------------------------------------
+
+    def _session_changed(self, state: str) -> None:
+        """kazoo's connection listener (its thread)."""
+        if self._loop is not None and not self._stopping.is_set():
+            self._loop.call_soon_threadsafe(self._on_session, state)
+
+    def _on_session(self, state: str) -> None:
+        if state == KazooState.SUSPENDED:
+            if self._suspended is None:
+                assert self._loop is not None
+                self._suspended = self._loop.call_later(self.session_s * 2 / 3, self._fence)
+            return
+        if self._suspended is not None:
+            self._suspended.cancel()
+            self._suspended = None
+        if state == KazooState.LOST:
+            self._lost = True
+            self._fence()
+        elif state == KazooState.CONNECTED and (self._lost or self.fenced):
+            self._spawn(self._rejoin())
+
+    def _fence(self) -> None:
+        if not self.fenced:
+            log.warning(
+                "broker %d lost its ZooKeeper session: not serving partitions", self.node_id
+            )
+        self.fenced = True
+        self._not_leading.set()
+
+    async def _rejoin(self) -> None:
+        """After a lost session: register again, re-read everything, serve again."""
+        await asyncio.to_thread(self._register)
+        self._lost = False
+        await self._read_all()
+        self.fenced = False
+        log.info("broker %d registered again: serving", self.node_id)
+
+    # the controller role -------------------------------------------------------------------------
+
+    def _elect(self) -> None:
+        """(A thread.) Contend for the controller role for as long as the broker runs; the
+        role ends when this broker's session does."""
+        while not self._stopping.is_set():
+            try:
+                self._election.run(self._lead)
+            except KazooException:
+                log.exception("controller election")
+            self._stopping.wait(1.0)
+
+    def _lead(self) -> None:
+        log.info("broker %d is the controller", self.node_id)
+        self._not_leading.clear()
+        self._not_leading.wait()
+
+    # writes -------------------------------------------------------------------------
+
+    def _live(self) -> dict[int, BrokerInfo]:
+        return {b: BrokerInfo(rack=e.rack) for b, e in self.brokers.items()}
+
+    async def create_topic(
+        self,
+        name: str,
+        count: int,
+        configs: dict[str, Any],
+        replicas: list[list[int]] | None = None,
+    ) -> None:
+        """Write a new topic (placed over the live brokers unless ``replicas`` says where),
+        then open its partitions here. FileExistsError when the name is taken."""
+        if replicas is None:
+            live = self._live()
+            if not live:
+                raise TopicChangeError(39, "no broker is registered")  # INVALID_REPLICATION_FACTOR
+            placed = await asyncio.to_thread(
+                assign_replicas, [(name, i) for i in range(count)], live, 1
+            )
+            replicas = [placed[(name, i)] for i in range(count)]
+        record = TopicRecord(uuid.uuid4(), replicas, [0] * len(replicas), dict(configs))
+        try:
+            _, stat = await asyncio.to_thread(
+                self.zk.create, f"{TOPICS}/{name}", record.encode(), include_data=True
+            )
+        except NodeExistsError:
+            raise FileExistsError(name) from None
+        await self._written(name, record, stat)
+
+    async def add_partitions(
+        self, name: str, total: int, replicas: list[list[int]] | None = None
+    ) -> None:
+        """Grow a topic to ``total`` partitions, the new ones placed over the live brokers
+        unless ``replicas`` says where."""
+
+        def grow(record: TopicRecord) -> TopicRecord:
+            new = range(len(record.replicas), total)
+            extra = replicas
+            if extra is None:
+                placed = assign_replicas([(name, i) for i in new], self._live(), 1)
+                extra = [placed[(name, i)] for i in new]
+            record.replicas = record.replicas + extra
+            record.leader_epochs = record.leader_epochs + [0] * len(extra)
+            return record
+
+        await self._change(name, grow)
+
+    async def set_configs(self, name: str, configs: dict[str, Any]) -> None:
+        def set_them(record: TopicRecord) -> TopicRecord:
+            record.configs = dict(configs)
+            return record
+
+        await self._change(name, set_them)
+
+    async def delete_topic(self, name: str) -> None:
+        try:
+            await asyncio.to_thread(self.zk.delete, f"{TOPICS}/{name}", recursive=True)
+        except NoNodeError:
+            pass
+        if self.topics.pop(name, None) is not None:
+            assert self.topic_manager is not None
+            await self.topic_manager.apply(name)
+
+    async def _change(self, name: str, change) -> None:
+        """Read, change and compare-and-set a topic's znode until no one else wrote between."""
+        path = f"{TOPICS}/{name}"
+        while True:
+            try:
+                data, stat = await asyncio.to_thread(self.zk.get, path)
+            except NoNodeError:
+                raise TopicChangeError(3, f"topic {name} does not exist") from None
+            record = change(TopicRecord.decode(data, stat))
+            try:
+                new_stat = await asyncio.to_thread(
+                    self.zk.set, path, record.encode(), version=stat.version
+                )
+            except BadVersionError:
+                continue
+            await self._written(name, record, new_stat)
+            return
+
+    async def _written(self, name: str, record: TopicRecord, stat) -> None:
+        record.version, record.mzxid = stat.version, stat.mzxid
+        known = self.topics.get(name)
+        if known is None or known.mzxid < record.mzxid:
+            self.topics[name] = record
+        assert self.topic_manager is not None
+        await self.topic_manager.apply(name)
+
+    async def producer_id_block(self, size: int) -> int:
+        """The first of ``size`` producer ids now this broker's alone."""
+
+        def take() -> int:
+            self.zk.ensure_path(PRODUCER_IDS)
+            while True:
+                data, stat = self.zk.get(PRODUCER_IDS)
+                start = int(data or b"0")
+                try:
+                    self.zk.set(PRODUCER_IDS, str(start + size).encode(), stat.version)
+                except BadVersionError:
+                    continue
+                return start
+
+        return await asyncio.to_thread(take)
