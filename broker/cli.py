@@ -1,13 +1,15 @@
 """The ``headrace`` command.
 
     headrace serve [--host H] [--port P] [--data-dir DIR] [--config FILE] [--override k=v ...]
-                   [--log-level LEVEL] [--ready-file PATH]
+                   [--log-level LEVEL] [--ready-file PATH] [--workers N]
 
 Starts a broker (127.0.0.1:9092, data in ./headrace-data by default). SIGTERM and Ctrl-C
 stop it cleanly: in-flight requests are answered, every log is flushed and a clean-shutdown
 marker is written. ``--ready-file PATH``: once the data is recovered and the broker listens,
 ``host:port`` (the bound port, also when asked for port 0) is written to PATH atomically, for
 whatever started the broker to wait on (see ``headrace.broker.process``); it is removed at exit.
+``--workers N`` (cluster mode only, where it defaults to one per core) runs N brokers of the
+cluster, see ``headrace.broker.workers``.
 
     headrace zookeeper [--port 2181] [--data-dir DIR]
 
@@ -47,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--ready-file", metavar="PATH", help="write host:port here once listening (removed at exit)"
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="brokers to run on this machine (cluster mode only; default: one per core)",
+    )
     commands.add_parser("settings", help="list the settings and their defaults")
     zk = commands.add_parser("zookeeper", help="run a standalone ZooKeeper on 127.0.0.1")
     zk.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
@@ -80,9 +87,21 @@ def main(argv: list[str] | None = None) -> None:
         if extra:
             config = BrokerConfig.load(args.config, overrides + extra)
         config.listener()
+        workers = args.workers
+        if workers is None:
+            workers = len(os.sched_getaffinity(0)) if config["zookeeper.connect"] else 1
+        if workers < 1 or (workers > 1 and not config["zookeeper.connect"]):
+            raise ConfigError("--workers N wants N >= 1, and N > 1 needs zookeeper.connect")
     except (ConfigError, OSError) as e:
         print(f"headrace: {e}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)
+    if workers > 1:
+        from . import workers as worker_processes
+
+        argv = (["--config", args.config] if args.config else []) + ["--log-level", args.log_level]
+        for item in overrides + extra:
+            argv += ["--override", item]
+        sys.exit(worker_processes.run(config, argv, workers, args.ready_file))
     sys.exit(_run(config, args.ready_file))
 
 

@@ -91,6 +91,7 @@ class BrokerProcess:
         self.lines: list[str] = []
         self.seen = 0  # lines read since the first start (``lines`` keeps the last ones)
         self.spawned_at: float | None = None  # time.monotonic() just before the spawn
+        self.ports: list[int] = []  # every worker's port (--workers N), the first is ``port``
 
     @property
     def bootstrap(self) -> str:
@@ -147,7 +148,9 @@ class BrokerProcess:
                     self.kill()
                     raise RuntimeError(self._failure())
                 time.sleep(POLL_S)
-            self.port = int(ready.read_text().rsplit(":", 1)[1])
+            # one line per broker (several with --workers): the first is this one's address
+            self.ports = [int(line.rsplit(":", 1)[1]) for line in ready.read_text().split()]
+            self.port = self.ports[0]
         return self
 
     def _pump(self, proc: subprocess.Popen, log) -> None:

@@ -264,3 +264,31 @@ def test_an_unreachable_zookeeper_is_a_clear_start_up_error(tmp_path):
     )
     assert done.returncode == 3
     assert f"cannot reach ZooKeeper at 127.0.0.1:{port} within 2 s" in done.stderr
+
+
+def test_workers_run_one_broker_per_core_in_one_cluster(tmp_path, zk_connect):
+    parent = BrokerProcess(
+        tmp_path / "data",
+        {"zookeeper.connect": zk_connect, "zookeeper.session.timeout.ms": SESSION_MS},
+        args=["--workers", "2"],
+    )
+    parent.start()
+    try:
+        assert len(parent.ports) == 2
+        with WireClient(parent.ports[1]) as c:
+            md = c.request(ApiKey.METADATA, 12, messages.MetadataRequest(topics=None, allow_auto_topic_creation=False))
+        assert sorted((b.node_id, b.port) for b in md.brokers) == [(1, parent.ports[0]), (2, parent.ports[1])]
+        servers = ",".join(f"127.0.0.1:{p}" for p in parent.ports)
+        admin = AdminClient({"bootstrap.servers": servers})
+        admin.create_topics([NewTopic("w", 8)])["w"].result(timeout=30)
+        producer = Producer({"bootstrap.servers": servers})
+        for i in range(800):
+            producer.produce("w", value=b"%d" % i, partition=i % 8)
+        assert producer.flush(30) == 0
+        assert sorted(d.name for d in (tmp_path / "data").iterdir()) == ["node-1", "node-2"]
+        held = [len(list((tmp_path / "data" / n).glob("w-*"))) for n in ("node-1", "node-2")]
+        assert sum(held) == 8 and min(held) >= 3
+    finally:
+        assert parent.stop() == 0  # both workers stopped cleanly
+    for n in ("node-1", "node-2"):
+        assert (tmp_path / "data" / n / ".clean_shutdown").exists()
