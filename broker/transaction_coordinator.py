@@ -102,8 +102,9 @@ E = ErrorCode
 MAX_EPOCH = (1 << 15) - 1
 COORDINATOR_EPOCH = 0  # the coordinator of a transactional id never moves yet
 MARKER_VERSION = 1  # WriteTxnMarkers version sent to other brokers
-MARKER_TIMEOUT_S = 10.0  # for one WriteTxnMarkers request
-MARKER_ATTEMPTS = 3  # per completion, before leaving the rest to the timer
+MARKER_TIMEOUT_S = 5.0  # for one WriteTxnMarkers request
+MARKER_ATTEMPTS = 3  # per completion asked for by a client, before leaving it to the timer
+TIMER_CONCURRENCY = 32  # transactions the timer aborts or completes at once
 MARKER_BACKOFF_S = 0.1  # doubled after each attempt
 # marker codes after which a partition needs no more tries (INVALID_PRODUCER_EPOCH: a newer
 # epoch of the producer has been seen there, which already closed this transaction)
@@ -173,8 +174,8 @@ class TransactionCoordinator:
             if self.txns:
                 log.info("loaded %d transactional ids", len(self.txns))
             for txn in list(self.txns.values()):
-                if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                    await self._complete(txn, txn.state is PREPARE_COMMIT)
+                if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):  # else the timer's
+                    await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
         self._tasks.append(
             asyncio.create_task(
                 run_every(
@@ -408,7 +409,9 @@ class TransactionCoordinator:
 
     # completing ---------------------------------------------------------------------------------
 
-    async def _fence_and_abort(self, txn: TransactionMetadata) -> int:
+    async def _fence_and_abort(
+        self, txn: TransactionMetadata, attempts: int = MARKER_ATTEMPTS
+    ) -> int:
         """Abort an open transaction with the epoch bumped, fencing its producer."""
         check_transition(txn.state, PREPARE_EPOCH_FENCE)
         check_transition(PREPARE_EPOCH_FENCE, PREPARE_ABORT)
@@ -421,14 +424,16 @@ class TransactionCoordinator:
         error = await self._change(txn, prepared)
         if error:
             return error
-        return await self._complete(self.txns[txn.transactional_id], commit=False)
+        return await self._complete(self.txns[txn.transactional_id], False, attempts)
 
-    async def _complete(self, prepared: TransactionMetadata, commit: bool) -> int:
+    async def _complete(
+        self, prepared: TransactionMetadata, commit: bool, attempts: int = MARKER_ATTEMPTS
+    ) -> int:
         """Write the markers of a decided transaction, then complete it."""
         _crash_point("after-prepare")
         prepared.pending = True
         try:
-            error = await self._write_markers(prepared, commit)
+            error = await self._write_markers(prepared, commit, attempts)
         finally:
             prepared.pending = False
         if error:
@@ -441,15 +446,15 @@ class TransactionCoordinator:
         )
         return await self._change(prepared, done)
 
-    async def _write_markers(self, txn: TransactionMetadata, commit: bool) -> int:
+    async def _write_markers(self, txn: TransactionMetadata, commit: bool, attempts: int) -> int:
         """The markers of ``txn`` on each of its partitions not marked yet, written and
         flushed: here for the partitions led here, by WriteTxnMarkers to the leader of the
-        others (tried ``MARKER_ATTEMPTS`` times, the leader looked up again each time).
+        others (up to ``attempts`` times, the leader looked up again each time).
         Returns NONE once every partition has its marker, else COORDINATOR_NOT_AVAILABLE."""
         ident = (txn.transactional_id, txn.producer_id, txn.producer_epoch)
         marked = self._marked.setdefault(ident, set())
         backoff = MARKER_BACKOFF_S
-        for attempt in range(MARKER_ATTEMPTS):
+        for attempt in range(attempts):
             todo = sorted(txn.partitions - marked)
             if not todo:
                 break
@@ -491,7 +496,7 @@ class TransactionCoordinator:
                         )
             if not retry:
                 break
-            if attempt + 1 < MARKER_ATTEMPTS:
+            if attempt + 1 < attempts:
                 await asyncio.sleep(backoff)
                 backoff *= 2
         if txn.partitions - marked:
@@ -554,22 +559,38 @@ class TransactionCoordinator:
     # the timer ----------------------------------------------------------------------------------
 
     async def check_transactions(self, now: int | None = None) -> None:
-        """Abort timed-out transactions, finish stuck decisions, expire idle ids."""
+        """Abort timed-out transactions, finish stuck decisions (one try each, several at
+        once: a broker that does not answer holds up only its own transactions), expire idle
+        ids."""
         now = self.now_ms() if now is None else now
+        slots = asyncio.Semaphore(TIMER_CONCURRENCY)
+
+        async def markers(txn: TransactionMetadata) -> None:
+            async with slots:
+                if txn.pending or self.txns.get(txn.transactional_id) is not txn:
+                    return
+                if txn.state is ONGOING:
+                    log.info(
+                        "aborting transaction of %s: open longer than %d ms",
+                        txn.transactional_id,
+                        txn.timeout_ms,
+                    )
+                    await self._fence_and_abort(txn, attempts=1)
+                else:
+                    await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
+
+        work = []
         for txn in list(self.txns.values()):
             if txn.pending or self.txns.get(txn.transactional_id) is not txn:
                 continue
             if txn.state is ONGOING and now > txn.start_ms + txn.timeout_ms:
-                log.info(
-                    "aborting transaction of %s: open longer than %d ms",
-                    txn.transactional_id,
-                    txn.timeout_ms,
-                )
-                await self._fence_and_abort(txn)
+                work.append(markers(txn))
             elif txn.state in COMPLETING and txn.state is not PREPARE_EPOCH_FENCE:
-                await self._complete(txn, txn.state is PREPARE_COMMIT)
+                work.append(markers(txn))
             elif txn.state in IDLE and now > txn.update_ms + self.expiration_ms:
                 await self._change(txn, replace(txn, state=DEAD, update_ms=now))
+        if work:
+            await asyncio.gather(*work)
 
     # administration -----------------------------------------------------------------------------
 
