@@ -16,17 +16,16 @@ import threading
 import time
 
 import pytest
+from kafkawire import WireClient
+from test_transactions_wire import FAST, add_partitions, end_txn, fetch, init_pid, produce
+from test_write_txn_markers import add_offsets, committed, txn_offset_commit, write_markers
 
 from headrace.broker.config import BrokerConfig
-from headrace.broker.group_offsets import OFFSETS_TOPIC, partition_for
+from headrace.broker.group_offsets import OFFSETS_TOPIC
 from headrace.broker.server import Broker
 from headrace.broker.transaction_log import TRANSACTION_TOPIC
 from headrace.broker.transaction_state import COMPLETE_COMMIT, PREPARE_COMMIT
 from headrace.protocol import ErrorCode
-
-from kafkawire import WireClient
-from test_transactions_wire import FAST, add_partitions, end_txn, fetch, init_pid, produce
-from test_write_txn_markers import add_offsets, committed, txn_offset_commit, write_markers
 
 E = ErrorCode
 COORDINATOR, LEADER = 1, 2
@@ -93,7 +92,6 @@ def test_markers_reach_the_partitions_leader(cluster):
     coord, leader = cluster.start(COORDINATOR), cluster.start(LEADER)
     for broker in (coord, leader):  # the topic is known everywhere; its data lives on the leader
         cluster.run(broker.topics.create("t", 1, {}))
-    index = partition_for("g", int(FAST["offsets.topic.num.partitions"]))
     with WireClient(coord.port) as c, WireClient(leader.port) as d:
         _, pid, epoch = init_pid(c, "x")
         assert add_partitions(c, "x", pid, epoch, [("t", [0])]) == {("t", 0): 0}

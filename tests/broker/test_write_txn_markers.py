@@ -7,14 +7,13 @@ across a restart."""
 from __future__ import annotations
 
 import confluent_kafka as ck
+from kafkawire import WireClient
+from test_transactions import read
+from test_transactions_wire import FAST, add_partitions, create_topic, init_pid
 
 from headrace.broker.group_offsets import partition_for
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
-
-from kafkawire import WireClient
-from test_transactions import read
-from test_transactions_wire import FAST, add_partitions, create_topic, fetch, init_pid, produce
 
 E = ErrorCode
 W = messages.WriteTxnMarkersRequest
@@ -46,8 +45,8 @@ def txn_offset_commit(c, tid, group, pid, epoch, offsets):
 
 
 def committed(c, group):
-    O = messages.OffsetFetchRequest
-    r = c.request(ApiKey.OFFSET_FETCH, 7, O(group_id=group, topics=None, require_stable=False))
+    F = messages.OffsetFetchRequest
+    r = c.request(ApiKey.OFFSET_FETCH, 7, F(group_id=group, topics=None, require_stable=False))
     return {(t.name, p.partition_index): p.committed_offset
             for t in r.topics for p in t.partitions if p.committed_offset >= 0}
 
