@@ -364,6 +364,19 @@ class Cluster:
         replicas = record.replicas[partition]
         return replicas[0] if replicas and replicas[0] in self.brokers else -1
 
+    def leader_of(self, topic: str, partition: int) -> int | None:
+        """``leader``, but None for a partition the cluster does not have (transaction
+        markers skip those)."""
+        record = self.topics.get(topic)
+        if record is None or not 0 <= partition < len(record.replicas):
+            return None
+        return self.leader(topic, partition)
+
+    def address_of(self, node: int) -> tuple[str, int] | None:
+        """Where a live broker listens (the inter-broker client's address book)."""
+        endpoint = self.brokers.get(node)
+        return (endpoint.host, endpoint.port) if endpoint is not None else None
+
     # sessions -------------------------------------------------------------------------
 
     def _session_changed(self, state: str) -> None:
@@ -447,6 +460,13 @@ class Cluster:
                 self.zk.create, f"{TOPICS}/{name}", record.encode(), include_data=True
             )
         except NodeExistsError:
+            # made by another broker: serve it here before saying so (its watch may lag)
+            try:
+                data, stat = await asyncio.to_thread(self.zk.get, f"{TOPICS}/{name}")
+            except NoNodeError:
+                pass
+            else:
+                await self._written(name, TopicRecord.decode(data, stat), stat)
             raise FileExistsError(name) from None
         await self._written(name, record, stat)
 

@@ -15,6 +15,13 @@ classic groups with members come back Stable (each member with a fresh session).
 topics that no longer exist are purged then (a crash between a topic's deletion and the purge
 of its offsets would otherwise bring them back). A group left Empty without offsets is removed
 (a classic one with a tombstone for its metadata), as Kafka does.
+
+Offsets committed inside a transaction (TxnOffsetCommit) are held here, by producer id then
+group (``txn_offsets``), until the transaction's marker reaches the group's partition of
+``__consumer_offsets`` (``complete_txn``, called by WriteTxnMarkers before it appends the
+marker): a commit writes them again as a plain commit (the replay skips transactional
+batches, so it needs no markers), an abort drops them. ``start`` reads back those of
+transactions still open, so a transaction decided before a crash commits them at recovery.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from .consumer_group import ConsumerGroup, ConsumerGroupCoordinator
 from .group_membership import MembershipLog
 from .group_offsets import OFFSETS_TOPIC, CommittedOffset, partition_for
 from .group_state import DEAD, EMPTY
-from .offset_store import Entry, OffsetStore
+from .offset_store import Entry, OffsetStore, PendingOffsets
 
 __all__ = [
     "GroupCoordinator",
@@ -84,6 +91,7 @@ class GroupCoordinator:
         self.max_groups = int(config["group.max.groups"])
         self._reclaimed_at = -RECLAIM_EVERY_S
         self.classic.room_for_group = self.room_for_group
+        self.txn_offsets: PendingOffsets = {}  # producer id -> group id -> offsets
         self._tasks: list[asyncio.Task] = []
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -102,6 +110,9 @@ class GroupCoordinator:
             restored += bool(meta.members)
         if restored:
             log.info("restored the membership of %d classic groups", restored)
+        for producer_id, pending in (await self.offsets.load_pending()).items():
+            for group_id, offsets in pending.items():
+                self.add_txn_offsets(producer_id, group_id, offsets)
         gone = {t for g in self.groups.values() for t, _ in g.offsets if self.topics.get(t) is None}
         if gone:
             await self.on_topics_deleted(gone)
@@ -172,6 +183,41 @@ class GroupCoordinator:
             group = self.classic.new_group(group_id)
         return await self.offsets.write(group, entries)
 
+    def add_txn_offsets(
+        self, producer_id: int, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]
+    ) -> None:
+        """Offsets of ``group_id`` committed in the open transaction of ``producer_id``
+        (written to the log as its transactional batch): held until the marker."""
+        self.txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
+
+    async def complete_txn(self, producer_id: int, partition: int, commit: bool) -> int:
+        """The transaction of ``producer_id`` ends on partition ``partition`` of
+        ``__consumer_offsets`` (its marker follows): the offsets it holds for the groups of
+        that partition become their committed offsets (commit) or are dropped (abort). An
+        error code; on error they stay held, for the marker's next try."""
+        held = self.txn_offsets.get(producer_id)
+        topic = self.topics.get(OFFSETS_TOPIC)
+        if not held or topic is None:
+            return E.NONE
+        for group_id in [g for g in held if partition_for(g, topic.count) == partition]:
+            offsets = held.get(group_id)
+            if offsets is None:
+                continue  # completed meanwhile (the same marker sent twice)
+            if commit:
+                error = await self.commit_offsets(group_id, offsets)
+                if error:
+                    log.warning(
+                        "offsets of producer %d for group %s: error %d",
+                        producer_id,
+                        group_id,
+                        error,
+                    )
+                    return error
+            held.pop(group_id, None)
+        if not held and self.txn_offsets.get(producer_id) is held:
+            del self.txn_offsets[producer_id]
+        return E.NONE
+
     def room_for(self, group_id: str) -> bool:
         """Is ``group_id`` known, or may it be made (``group.max.groups``)?"""
         known = group_id in self.groups or group_id in self.consumer.groups
@@ -236,7 +282,12 @@ class GroupCoordinator:
     async def on_topics_deleted(self, names: set[str]) -> None:
         """Topics are gone: every group's offsets for their partitions get tombstones, and
         groups left Empty without offsets are removed (Kafka's onPartitionsDeleted), so a
-        topic re-created under the same name is read from the start."""
+        topic re-created under the same name is read from the start. Offsets held for open
+        transactions go too, so the namesake does not get them when the transaction commits."""
+        for held in self.txn_offsets.values():
+            for offsets in held.values():
+                for key in [k for k in offsets if k[0] in names]:
+                    del offsets[key]
         purged = 0
         for group in self._all_groups():
             doomed = self.offsets.for_topics(group, names)

@@ -16,14 +16,20 @@ never had members) and purged with their topic (``for_topics``, after DeleteTopi
 
 The classic groups' metadata records share the partition and the write path (``append`` and
 ``flush``, see ``group_membership``).
+
+Offsets committed in a transaction (TxnOffsetCommit) are written as the producer's
+transactional batches, which the replay skips; ``load_pending`` reads back those of
+transactions still open (no marker yet) for the group coordinator to hold until the marker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 
 from headrace.protocol import ErrorCode
+from headrace.protocol.records import decode_records, iter_batches
 from headrace.storage import StorageError
 
 from . import group_offsets
@@ -33,6 +39,8 @@ log = logging.getLogger("headrace.groups")
 
 E = ErrorCode
 Entry = tuple[str, int, CommittedOffset | None]  # topic, partition, offset (None: delete it)
+# producer id -> group id -> offsets committed in its open transaction
+PendingOffsets = dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]]
 
 
 class OffsetStore:
@@ -52,6 +60,18 @@ class OffsetStore:
         logs = [p.log for p in topic.partitions]
         loaded = await asyncio.to_thread(group_offsets.replay, logs, stored)
         return loaded, stored
+
+    async def load_pending(self) -> PendingOffsets:
+        """The offsets of transactions still open in the topic's partitions (at start-up)."""
+        topic = self.topics.get(OFFSETS_TOPIC)
+        pending: PendingOffsets = {}
+        if topic is None:
+            return pending
+        for partition in topic.partitions:
+            ongoing = dict(partition.producers.ongoing)  # producer id -> first offset
+            if ongoing:
+                await asyncio.to_thread(_read_txn_offsets, partition.log, ongoing, pending)
+        return pending
 
     async def topic(self):
         """``__consumer_offsets``, made on first use with ``offsets.topic.num.partitions``
@@ -148,3 +168,29 @@ class OffsetStore:
         """Tombstones for the offsets of ``group`` in the topics ``names``."""
         doomed: list[Entry] = [(t, p, None) for t, p in group.offsets if t in names]
         return doomed
+
+
+def _read_txn_offsets(plog, ongoing: dict[int, int], found: PendingOffsets) -> None:
+    """Add to ``found`` the offsets in the transactional batches of the ``ongoing`` producers
+    (producer id -> first offset of its open transaction), reading from the first of them."""
+    offset, end = min(ongoing.values()), plog.log_end_offset
+    while offset < end:
+        data = plog.read(offset, 1 << 20, max_offset=end)
+        start = offset
+        for pos, size, h in iter_batches(data) if data else ():
+            offset = h.base_offset + h.last_offset_delta + 1
+            first = ongoing.get(h.producer_id)
+            if first is None or h.base_offset < first or not h.is_transactional or h.is_control:
+                continue
+            try:
+                for _, _, k, v, _ in decode_records(memoryview(data)[pos : pos + size]):
+                    parsed = group_offsets.parse_key(k) if k is not None else None
+                    if parsed is None or v is None:
+                        continue
+                    group, topic, part = parsed
+                    groups = found.setdefault(h.producer_id, {})
+                    groups.setdefault(group, {})[(topic, part)] = group_offsets.parse_value(v)
+            except (ValueError, struct.error, UnicodeDecodeError):
+                log.warning("skipping a malformed transactional batch in %s", OFFSETS_TOPIC)
+        if offset <= start:
+            break  # nothing readable there

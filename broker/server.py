@@ -25,8 +25,10 @@ How the pieces are wired
 stage (``GroupCommit``), the topic table (``TopicManager``: every topic and partition, and
 ``topics.flush(partitions)``, the one way to make appends durable), the producer id source
 (``ProducerIdManager``), the group coordinator, the log cleaner and the transaction
-coordinator. The last two are handed what they use (the topic table, the producer ids, the
-group coordinator for transactional offsets, the node id, the settings they read) rather than
+coordinator, and the ``BrokerClient`` the transaction coordinator sends markers to other
+brokers with (closed at stop). The last two are handed what they use (the topic table, the
+producer ids, the group coordinator for transactional offsets, the node id, the settings they
+read, the broker client) rather than
 the broker, so each can be built and tested alone. The API modules get the ``Broker`` as
 their request context and use the coordinators' public methods.
 
@@ -75,6 +77,7 @@ from headrace.protocol import (
 from headrace.storage import StorageError, fsync_directory
 
 from .background import run_every
+from .broker_client import BrokerClient
 from .cluster import Cluster, ClusterError, Endpoint
 from .config import BrokerConfig, connection_overrides
 from .group_coordinator import GroupCoordinator
@@ -108,6 +111,7 @@ API_MODULES = (
     "add_partitions_to_txn",  # 24
     "add_offsets_to_txn",  # 25
     "end_txn",  # 26
+    "write_txn_markers",  # 27
     "txn_offset_commit",  # 28
     "describe_configs",  # 32
     "alter_configs",  # 33
@@ -158,6 +162,12 @@ class Broker:
             self.data_dir, self.cluster.producer_id_block if self.cluster else None
         )
         self.groups = GroupCoordinator(self.node_id, self.topics, config)
+        # requests to the other brokers (transaction markers); the cluster's registry gives
+        # their addresses, a single broker has none
+        self.broker_client = BrokerClient(
+            self.cluster.address_of if self.cluster else lambda node_id: None,
+            client_id=f"headrace-broker-{self.node_id}",
+        )
         self.cleaner = LogCleaner(
             self.topics,
             retention_check_ms=int(config["log.retention.check.interval.ms"]),
@@ -178,6 +188,8 @@ class Broker:
             ),
             state_partitions=int(config["transaction.state.log.num.partitions"]),
             state_segment_bytes=int(config["transaction.state.log.segment.bytes"]),
+            leader_of=self.cluster.leader_of if self.cluster else None,
+            broker_client=self.broker_client,
         )
         self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
         # fetch responses in memory: reserved before reading, released once sent
@@ -276,7 +288,6 @@ class Broker:
     async def _topics_deleted(self, names: set[str]) -> None:
         """Topics are gone (deleted here, or in a cluster by any broker): the coordinators
         purge what they keep about them."""
-        self.transactions.on_topics_deleted(names)
         await self.groups.on_topics_deleted(names)
 
     def _open_data_dir(self) -> None:
@@ -363,6 +374,7 @@ class Broker:
         await self.cleaner.stop()
         self.groups.stop()
         self.transactions.stop()
+        await self.broker_client.close()
         await self.group_commit.close()
         await asyncio.to_thread(self._close_data_dir)
         self.read_pool.shutdown(wait=True)

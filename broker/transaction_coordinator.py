@@ -16,23 +16,36 @@ requests for it get CONCURRENT_TRANSACTIONS.
 * AddPartitionsToTxn / AddOffsetsToTxn add partitions (for offsets: the group's partition of
   ``__consumer_offsets``) and make the transaction Ongoing; its timeout starts then.
 * Produce: a transactional batch is accepted only for a partition in the producer's Ongoing
-  transaction with the current epoch (``verify``). The partition remembers where the
-  transaction starts, which holds its last stable offset back until the marker.
+  transaction with the current epoch (``verify``), when this broker coordinates the
+  transactional id (``coordinates``); elsewhere the partition's producer state fences old
+  epochs, as in Kafka before KIP-890. The partition remembers where the transaction starts,
+  which holds its last stable offset back until the marker.
 * TxnOffsetCommit writes the offsets to ``__consumer_offsets`` as a transactional batch;
-  they are kept aside (``pending_offsets``) and reach the group's committed offsets only when
-  the transaction commits: then they are written again as a plain commit, before the markers
-  (the group coordinator's replay skips transactional batches, so it needs no markers).
+  the group coordinator keeps them aside (``GroupCoordinator.add_txn_offsets``) and they
+  become the group's committed offsets only with the commit marker of that partition (see
+  ``write_txn_markers``).
 * EndTxn: PrepareCommit/PrepareAbort is written (the decision), then a control batch goes to
-  every partition of the transaction, the partitions are flushed, and CompleteCommit or
-  CompleteAbort is written; the client is answered after that, so a committed transaction is
-  visible to ``read_committed`` readers when the producer hears of it.
+  every partition of the transaction (``_write_markers``: the partitions led here directly,
+  the others in a WriteTxnMarkers request to their leader, one per broker, all at once), the
+  partitions are flushed, and CompleteCommit or CompleteAbort is written; the client is
+  answered after that, so a committed transaction is visible to ``read_committed`` readers
+  when the producer hears of it. Where a marker could not be written (leader moved or
+  unreachable, disk error) the transaction stays decided and the timer tries again, sending
+  only the markers still missing.
+* The cluster is seen through three callables given at construction: ``leader_of(topic,
+  partition)`` (a node id; None for an unknown partition), ``is_coordinator(transactional
+  id)`` and the ``broker_client`` that reaches other brokers. The defaults are one broker:
+  every partition is led here and every transactional id is coordinated here, so nothing goes
+  over the network.
 * A timer aborts transactions open longer than their timeout (with an epoch bump: the
   producer is fenced), finishes decisions whose markers could not be written, and forgets
   ids idle for ``transactional.id.expiration.ms``. At most ``transactional.id.max.count``
   ids are kept: a new one beyond gets COORDINATOR_NOT_AVAILABLE.
 * Start-up replays ``__transaction_state`` and finishes every Prepare* decision found there
-  (a crash between the decision and its markers). Open transactions stay open: their
-  producer may carry on, a new producer with the id aborts them, or they time out.
+  (a crash between the decision and its markers; the group coordinator has read the pending
+  offsets of open transactions back from ``__consumer_offsets`` before). Open transactions
+  stay open: their producer may carry on, a new producer with the id aborts them, or they
+  time out.
 
 Fencing answers are PRODUCER_FENCED; the API modules turn them into INVALID_PRODUCER_EPOCH
 for request versions older than KIP-588.
@@ -52,13 +65,13 @@ import signal
 from collections.abc import Callable
 from dataclasses import replace
 
-from headrace.protocol import ErrorCode
-from headrace.protocol.records import decode_records, iter_batches
+from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import StorageError
 
 from . import group_offsets, transaction_log
 from .background import run_every, wall_clock_ms
-from .group_offsets import OFFSETS_TOPIC, CommittedOffset
+from .broker_client import NetworkError
+from .group_offsets import OFFSETS_TOPIC
 from .transaction_log import TRANSACTION_TOPIC, TransactionMetadata
 from .transaction_state import (
     ABORT_FIRST,
@@ -80,13 +93,22 @@ from .transaction_state import (
     TXN_OFFSET_COMMIT,
     check_transition,
 )
+from .write_txn_markers import write_here
 
 log = logging.getLogger("headrace.transactions")
 
 E = ErrorCode
 MAX_EPOCH = (1 << 15) - 1
-COORDINATOR_EPOCH = 0  # one broker: the coordinator never moves
-GroupOffsets = dict[str, dict[tuple[str, int], CommittedOffset]]  # group id -> offsets
+COORDINATOR_EPOCH = 0  # the coordinator of a transactional id never moves yet
+MARKER_VERSION = 1  # WriteTxnMarkers version sent to other brokers
+MARKER_TIMEOUT_S = 5.0  # for one WriteTxnMarkers request
+MARKER_ATTEMPTS = 3  # per completion asked for by a client, before leaving it to the timer
+TIMER_CONCURRENCY = 32  # transactions the timer aborts or completes at once
+MARKER_BACKOFF_S = 0.1  # doubled after each attempt
+# marker codes after which a partition needs no more tries (INVALID_PRODUCER_EPOCH: a newer
+# epoch of the producer has been seen there, which already closed this transaction)
+MARKER_DONE = {E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.INVALID_PRODUCER_EPOCH}
+Key = tuple[str, int]
 
 
 def _crash_point(name: str) -> None:
@@ -99,7 +121,8 @@ def _crash_point(name: str) -> None:
 class TransactionCoordinator:
     """Built from what it uses: the topic table (``__transaction_state`` and the partitions
     of transactions live there), the producer id source, the group coordinator (a committed
-    transaction's offsets become the group's), this node's id and the settings it reads."""
+    transaction's offsets become the group's), this node's id, the settings it reads and the
+    cluster's callables (see the module doc)."""
 
     def __init__(
         self,
@@ -115,6 +138,9 @@ class TransactionCoordinator:
         state_partitions: int,
         state_segment_bytes: int,
         now_ms: Callable[[], int] = wall_clock_ms,
+        leader_of: Callable[[str, int], int | None] | None = None,
+        is_coordinator: Callable[[str], bool] | None = None,
+        broker_client=None,
     ) -> None:
         self.topics = topics
         self.producer_ids = producer_ids
@@ -127,9 +153,13 @@ class TransactionCoordinator:
         self.state_partitions = state_partitions
         self.state_segment_bytes = state_segment_bytes
         self.now_ms = now_ms
+        self.leader_of = leader_of or (lambda topic, partition: node_id)
+        self.is_coordinator = is_coordinator
+        self.broker_client = broker_client
         self.txns: dict[str, TransactionMetadata] = {}
-        # producer id -> group id -> offsets committed in its open transaction
-        self.pending_offsets: dict[int, GroupOffsets] = {}
+        # (transactional id, producer id, epoch) of a decided transaction -> its partitions
+        # whose marker is written (while some others' are not)
+        self._marked: dict[tuple[str, int, int], set[Key]] = {}
         self._topic_ready: asyncio.Future | None = None
         self._tasks: list[asyncio.Task] = []
 
@@ -143,9 +173,8 @@ class TransactionCoordinator:
             if self.txns:
                 log.info("loaded %d transactional ids", len(self.txns))
             for txn in list(self.txns.values()):
-                if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                    await self._recover_offsets(txn)
-                    await self._complete(txn, txn.state is PREPARE_COMMIT)
+                if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):  # else the timer's
+                    await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
         self._tasks.append(
             asyncio.create_task(
                 run_every(
@@ -169,12 +198,20 @@ class TransactionCoordinator:
         return cluster.leader(TRANSACTION_TOPIC, index)
 
     def owns(self, transactional_id: str) -> bool:
-        """Does this broker coordinate ``transactional_id`` now? (See GroupCoordinator.owns.)"""
+        """Does this broker coordinate ``transactional_id`` now? (See GroupCoordinator.owns;
+        ``is_coordinator``, when given, decides instead.) Produce and TxnOffsetCommit check a
+        transaction's state only there."""
+        if self.is_coordinator is not None:
+            return self.is_coordinator(transactional_id)
         topic = self.topics.get(TRANSACTION_TOPIC)
         if topic is None:
             return self.topics.cluster is None
         index = group_offsets.partition_for(transactional_id, topic.count)
         return topic.partition(index) is not None
+
+    def is_leader(self, topic: str, partition: int) -> bool:
+        """Does this broker lead the partition (or know nothing of it)? (WriteTxnMarkers)"""
+        return self.leader_of(topic, partition) in (None, self.node_id)
 
     # writing state ------------------------------------------------------------------------------
 
@@ -382,23 +419,11 @@ class TransactionCoordinator:
             return E.INVALID_TXN_STATE
         return E.NONE
 
-    def add_pending_offsets(
-        self, producer_id: int, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]
-    ) -> None:
-        self.pending_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
-
-    def on_topics_deleted(self, names: set[str]) -> None:
-        """Topics are gone: open transactions drop the offsets they would commit for them,
-        so that a topic re-created under the same name is not given the old topic's offsets
-        when the transaction commits."""
-        for groups in self.pending_offsets.values():
-            for offsets in groups.values():
-                for key in [k for k in offsets if k[0] in names]:
-                    del offsets[key]
-
     # completing ---------------------------------------------------------------------------------
 
-    async def _fence_and_abort(self, txn: TransactionMetadata) -> int:
+    async def _fence_and_abort(
+        self, txn: TransactionMetadata, attempts: int = MARKER_ATTEMPTS
+    ) -> int:
         """Abort an open transaction with the epoch bumped, fencing its producer."""
         check_transition(txn.state, PREPARE_EPOCH_FENCE)
         check_transition(PREPARE_EPOCH_FENCE, PREPARE_ABORT)
@@ -411,53 +436,20 @@ class TransactionCoordinator:
         error = await self._change(txn, prepared)
         if error:
             return error
-        return await self._complete(self.txns[txn.transactional_id], commit=False)
+        return await self._complete(self.txns[txn.transactional_id], False, attempts)
 
-    async def _complete(self, prepared: TransactionMetadata, commit: bool) -> int:
-        """Write the markers of a decided transaction, flush them, then complete it."""
+    async def _complete(
+        self, prepared: TransactionMetadata, commit: bool, attempts: int = MARKER_ATTEMPTS
+    ) -> int:
+        """Write the markers of a decided transaction, then complete it."""
         _crash_point("after-prepare")
         prepared.pending = True
         try:
-            offsets = self.pending_offsets.get(prepared.producer_id, {})
-            if commit:
-                for group_id, committed in offsets.items():
-                    error = await self._commit_offsets(group_id, committed)
-                    if error:
-                        log.warning(
-                            "offsets of %s for group %s: error %d",
-                            prepared.transactional_id,
-                            group_id,
-                            error,
-                        )
-                        return error  # still decided: the timer completes it
-            self.pending_offsets.pop(prepared.producer_id, None)
-            touched = []
-            for topic_name, index in sorted(prepared.partitions):
-                partition = self.topics.partition(topic_name, index)
-                if partition is None:
-                    continue  # deleted meanwhile
-                error = partition.append_marker(
-                    prepared.producer_id, prepared.producer_epoch, commit, COORDINATOR_EPOCH
-                )
-                if error:
-                    log.warning(
-                        "marker for %s in %s-%d: error %d",
-                        prepared.transactional_id,
-                        topic_name,
-                        index,
-                        error,
-                    )
-                touched.append(partition)
-                if os.environ.get("HEADRACE_TEST_CRASH") == "after-first-marker":
-                    await self.topics.flush([partition])
-                    _crash_point("after-first-marker")
-            if touched:
-                await self.topics.flush(touched)
-        except StorageError:
-            log.exception("markers of transactional id %s", prepared.transactional_id)
-            return E.COORDINATOR_NOT_AVAILABLE  # still decided: the timer completes it
+            error = await self._write_markers(prepared, commit, attempts)
         finally:
             prepared.pending = False
+        if error:
+            return error  # still decided: the timer completes it
         done = replace(
             prepared,
             state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
@@ -466,50 +458,151 @@ class TransactionCoordinator:
         )
         return await self._change(prepared, done)
 
-    async def _commit_offsets(
-        self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]
-    ) -> int:
-        """A committing transaction's offsets become the group's: written as a plain commit
-        (before the markers, so that replaying ``__consumer_offsets`` needs no markers)."""
-        return await self.groups.commit_offsets(group_id, offsets)
+    async def _write_markers(self, txn: TransactionMetadata, commit: bool, attempts: int) -> int:
+        """The markers of ``txn`` on each of its partitions not marked yet, written and
+        flushed: here for the partitions led here, by WriteTxnMarkers to the leader of the
+        others (up to ``attempts`` times, the leader looked up again each time).
+        Returns NONE once every partition has its marker, else COORDINATOR_NOT_AVAILABLE."""
+        ident = (txn.transactional_id, txn.producer_id, txn.producer_epoch)
+        marked = self._marked.setdefault(ident, set())
+        backoff = MARKER_BACKOFF_S
+        for attempt in range(attempts):
+            todo = sorted(txn.partitions - marked)
+            if not todo:
+                break
+            by_node: dict[int, list[Key]] = {}
+            for key in todo:
+                leader = self.leader_of(*key)
+                if leader is None:
+                    marked.add(key)  # deleted meanwhile
+                else:
+                    by_node.setdefault(leader, []).append(key)
+            sends = [
+                self._markers_here(txn, commit, keys)
+                if node == self.node_id
+                else self._markers_to(node, txn, commit, keys)
+                for node, keys in by_node.items()
+            ]
+            retry = False
+            for codes in await asyncio.gather(*sends):
+                for (topic, index), code in codes.items():
+                    if code in MARKER_DONE:
+                        marked.add((topic, index))
+                        if code != E.NONE and code != E.UNKNOWN_TOPIC_OR_PARTITION:
+                            log.warning(
+                                "marker for %s in %s-%d: error %d",
+                                txn.transactional_id,
+                                topic,
+                                index,
+                                code,
+                            )
+                    else:
+                        retry = True
+                        log.info(
+                            "marker for %s in %s-%d: error %d (attempt %d)",
+                            txn.transactional_id,
+                            topic,
+                            index,
+                            code,
+                            attempt + 1,
+                        )
+            if not retry:
+                break
+            if attempt + 1 < attempts:
+                await asyncio.sleep(backoff)
+                backoff *= 2
+        if txn.partitions - marked:
+            return E.COORDINATOR_NOT_AVAILABLE  # still decided: the timer completes it
+        self._marked.pop(ident, None)
+        return E.NONE
 
-    async def _recover_offsets(self, txn: TransactionMetadata) -> None:
-        """After a restart: the offsets a decided transaction committed, read back from
-        ``__consumer_offsets`` (its batches from the transaction's first offset on)."""
-        if txn.state is not PREPARE_COMMIT:
-            return
-        for name, index in txn.partitions:
-            partition = self.topics.partition(name, index) if name == OFFSETS_TOPIC else None
-            if partition is None:
-                continue
-            first = partition.producers.ongoing.get(txn.producer_id)
-            if first is None:
-                continue
-            found = await asyncio.to_thread(
-                _read_txn_offsets, partition.log, first, txn.producer_id
+    async def _markers_here(self, txn, commit: bool, keys: list[Key]) -> dict[Key, int]:
+        pid, epoch = txn.producer_id, txn.producer_epoch
+        codes = {}
+        if os.environ.get("HEADRACE_TEST_CRASH") == "after-first-marker":
+            codes = await write_here(
+                self.topics, self.groups, pid, epoch, commit, COORDINATOR_EPOCH, keys[:1]
             )
-            for group_id, offsets in found.items():
-                self.add_pending_offsets(txn.producer_id, group_id, offsets)
+            _crash_point("after-first-marker")
+            keys = keys[1:]
+        codes.update(
+            await write_here(self.topics, self.groups, pid, epoch, commit, COORDINATOR_EPOCH, keys)
+        )
+        return codes
+
+    async def _markers_to(self, node: int, txn, commit: bool, keys: list[Key]) -> dict[Key, int]:
+        """WriteTxnMarkers to ``node`` for ``keys``: a code per partition (NETWORK_EXCEPTION
+        for all when the request failed)."""
+        W = messages.WriteTxnMarkersRequest
+        by_topic: dict[str, list[int]] = {}
+        for name, index in keys:
+            by_topic.setdefault(name, []).append(index)
+        request = W(
+            markers=[
+                W.WritableTxnMarker(
+                    producer_id=txn.producer_id,
+                    producer_epoch=txn.producer_epoch,
+                    transaction_result=commit,
+                    topics=[
+                        W.WritableTxnMarkerTopic(name=name, partition_indexes=indexes)
+                        for name, indexes in by_topic.items()
+                    ],
+                    coordinator_epoch=COORDINATOR_EPOCH,
+                )
+            ]
+        )
+        if self.broker_client is None:
+            return dict.fromkeys(keys, E.NETWORK_EXCEPTION)
+        try:
+            response = await self.broker_client.send(
+                node, ApiKey.WRITE_TXN_MARKERS, MARKER_VERSION, request, MARKER_TIMEOUT_S
+            )
+        except NetworkError as e:
+            log.info("markers of %s to node %d: %s", txn.transactional_id, node, e)
+            return dict.fromkeys(keys, E.NETWORK_EXCEPTION)
+        codes: dict[Key, int] = dict.fromkeys(keys, E.UNKNOWN_SERVER_ERROR)  # unless answered
+        for result in response.markers:
+            for t in result.topics:
+                for p in t.partitions:
+                    if (t.name, p.partition_index) in codes:
+                        codes[(t.name, p.partition_index)] = p.error_code
+        return codes
 
     # the timer ----------------------------------------------------------------------------------
 
     async def check_transactions(self, now: int | None = None) -> None:
-        """Abort timed-out transactions, finish stuck decisions, expire idle ids."""
+        """Abort timed-out transactions, finish stuck decisions (one try each, several at
+        once: a broker that does not answer holds up only its own transactions), expire idle
+        ids."""
         now = self.now_ms() if now is None else now
+        slots = asyncio.Semaphore(TIMER_CONCURRENCY)
+
+        async def markers(txn: TransactionMetadata) -> None:
+            async with slots:
+                if txn.pending or self.txns.get(txn.transactional_id) is not txn:
+                    return
+                if txn.state is ONGOING:
+                    log.info(
+                        "aborting transaction of %s: open longer than %d ms",
+                        txn.transactional_id,
+                        txn.timeout_ms,
+                    )
+                    await self._fence_and_abort(txn, attempts=1)
+                else:
+                    await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
+
+        work = []
         for txn in list(self.txns.values()):
             if txn.pending or self.txns.get(txn.transactional_id) is not txn:
                 continue
             if txn.state is ONGOING and now > txn.start_ms + txn.timeout_ms:
-                log.info(
-                    "aborting transaction of %s: open longer than %d ms",
-                    txn.transactional_id,
-                    txn.timeout_ms,
-                )
-                await self._fence_and_abort(txn)
+                work.append(markers(txn))
             elif txn.state in COMPLETING and txn.state is not PREPARE_EPOCH_FENCE:
-                await self._complete(txn, txn.state is PREPARE_COMMIT)
+                work.append(markers(txn))
             elif txn.state in IDLE and now > txn.update_ms + self.expiration_ms:
                 await self._change(txn, replace(txn, state=DEAD, update_ms=now))
+        if work:
+            await asyncio.gather(*work)
 
     # administration -----------------------------------------------------------------------------
 
@@ -519,23 +612,3 @@ class TransactionCoordinator:
     def transactions(self) -> list[TransactionMetadata]:
         """Every known transactional id's metadata, by id."""
         return [self.txns[tid] for tid in sorted(self.txns)]
-
-
-def _read_txn_offsets(plog, start: int, producer_id: int) -> GroupOffsets:
-    found: GroupOffsets = {}
-    offset, end = start, plog.log_end_offset
-    while offset < end:
-        data = plog.read(offset, 1 << 20, max_offset=end)
-        if not data:
-            break
-        for pos, size, h in iter_batches(data):
-            offset = h.base_offset + h.last_offset_delta + 1
-            if h.producer_id != producer_id or not h.is_transactional or h.is_control:
-                continue
-            for _, _, k, v, _ in decode_records(memoryview(data)[pos : pos + size]):
-                parsed = group_offsets.parse_key(k) if k is not None else None
-                if parsed is None or v is None:
-                    continue
-                group, topic, part = parsed
-                found.setdefault(group, {})[(topic, part)] = group_offsets.parse_value(v)
-    return found

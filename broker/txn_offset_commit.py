@@ -1,12 +1,14 @@
 """TxnOffsetCommit (key 28), versions 0-4: offsets committed inside a transaction.
 
-The producer must have added the group to its open transaction (AddOffsetsToTxn) with its
-current epoch, else INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING or PRODUCER_FENCED
-(INVALID_PRODUCER_EPOCH before v3); from v3 a member id and generation are checked against
-the group like OffsetCommit's. The offsets are written to the group's partition of
-``__consumer_offsets`` as one transactional batch of the producer and held by the
-coordinator until the transaction ends: a commit makes them the group's committed offsets,
-an abort drops them (and the abort marker hides the batch from the replay at start-up).
+When this broker is also the transaction coordinator of the transactional id, the producer
+must have added the group to its open transaction (AddOffsetsToTxn) with its current epoch,
+else INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING or PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
+before v3); elsewhere the partition's producer state fences an old epoch, as in Kafka before
+KIP-890. From v3 a member id and generation are checked against the group like
+OffsetCommit's. The offsets are written to the group's partition of ``__consumer_offsets`` as
+one transactional batch of the producer and held by the group coordinator until the
+transaction's marker reaches that partition: a commit makes them the group's committed
+offsets, an abort drops them (see ``GroupCoordinator.complete_txn``).
 """
 
 from __future__ import annotations
@@ -50,9 +52,7 @@ def handle(broker, header, request):
         return _respond(request, lambda t, p: ErrorCode.INVALID_GROUP_ID)
     if not broker.groups.owns(group_id):
         return _respond(request, lambda t, p: ErrorCode.NOT_COORDINATOR)
-    error = broker.transactions.check_offset_commit(
-        request.transactional_id, request.producer_id, request.producer_epoch, group_id
-    )
+    error = _check_transaction(broker, request, group_id)
     if not error and not broker.groups.room_for(group_id):
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE  # group.max.groups: no new group
     if error == ErrorCode.PRODUCER_FENCED and version < 3:
@@ -86,10 +86,20 @@ def handle(broker, header, request):
                 )
     if not offsets:
         return _respond(request, lambda t, p: codes[(t, p)])
-    return _write(broker, request, group_id, offsets, codes, now)
+    return _write(broker, request, group_id, offsets, codes, now, version)
 
 
-async def _write(broker, request, group_id, offsets, codes, now):
+def _check_transaction(broker, request, group_id) -> int:
+    """The transaction coordinator's check, when it is this broker."""
+    txns = broker.transactions
+    if not txns.owns(request.transactional_id):
+        return ErrorCode.NONE
+    return txns.check_offset_commit(
+        request.transactional_id, request.producer_id, request.producer_epoch, group_id
+    )
+
+
+async def _write(broker, request, group_id, offsets, codes, now, version):
     partition = await broker.groups.offsets_partition(group_id)
     records = [
         Record(
@@ -109,13 +119,13 @@ async def _write(broker, request, group_id, offsets, codes, now):
         )
     )
     # checked again: the transaction may have changed while the offsets topic was created
-    error = broker.transactions.check_offset_commit(
-        request.transactional_id, request.producer_id, request.producer_epoch, group_id
-    )
+    error = _check_transaction(broker, request, group_id)
     if not error:
         error = partition.append_transactional(batch, request.producer_id, request.producer_epoch)
+    if error in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):  # per version
+        error = ErrorCode.PRODUCER_FENCED if version >= 3 else ErrorCode.INVALID_PRODUCER_EPOCH
     if not error:
-        broker.transactions.add_pending_offsets(request.producer_id, group_id, offsets)
+        broker.groups.add_txn_offsets(request.producer_id, group_id, offsets)
         try:
             await broker.topics.flush([partition])
         except Exception:

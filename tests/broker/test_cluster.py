@@ -38,6 +38,7 @@ def cluster(tmp_path, zk_connect):
                     "zookeeper.session.timeout.ms": SESSION_MS,
                     **overrides,
                 },
+                args=["--workers", "1"],  # the default in cluster mode is one per core
             )
             brokers.append(b)
             made.append(b.start())
@@ -243,7 +244,8 @@ def test_producer_ids_are_unique_across_brokers(cluster):
 def test_a_broker_id_already_registered_is_refused(cluster, tmp_path, zk_connect):
     cluster(1)
     twin = BrokerProcess(
-        tmp_path / "twin", {"zookeeper.connect": zk_connect, "node.id": 1, "zookeeper.session.timeout.ms": 2000}
+        tmp_path / "twin", {"zookeeper.connect": zk_connect, "node.id": 1, "zookeeper.session.timeout.ms": 2000},
+        args=["--workers", "1"],
     )
     with pytest.raises(RuntimeError) as e:
         twin.start(timeout=20)
@@ -259,7 +261,7 @@ def test_an_unreachable_zookeeper_is_a_clear_start_up_error(tmp_path):
         port = s.getsockname()[1]
     done = subprocess.run(
         [sys.executable, "-m", "headrace", "serve", "--port", "0", "--data-dir", str(tmp_path / "d"),
-         "--override", f"zookeeper.connect=127.0.0.1:{port}", "--override", "zookeeper.connection.timeout.ms=2000"],
+         "--override", f"zookeeper.connect=127.0.0.1:{port}", "--override", "zookeeper.connection.timeout.ms=2000", "--workers", "1"],
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 3
@@ -292,3 +294,65 @@ def test_workers_run_one_broker_per_core_in_one_cluster(tmp_path, zk_connect):
         assert parent.stop() == 0  # both workers stopped cleanly
     for n in ("node-1", "node-2"):
         assert (tmp_path / "data" / n / ".clean_shutdown").exists()
+
+
+def test_transactions_span_brokers(cluster):
+    """A transactional copy from one topic to another, offsets sent to the transaction: the
+    coordinators and the partitions are on different brokers."""
+    brokers = cluster(3)
+    create(brokers, "in", 6)
+    create(brokers, "out", 6)
+    servers = bootstrap(brokers)
+    producer = Producer({"bootstrap.servers": servers})
+    for i in range(300):
+        producer.produce("in", value=b"%d" % i, partition=i % 6)
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {"bootstrap.servers": servers, "group.id": "copier", "auto.offset.reset": "earliest",
+         "enable.auto.commit": False, "isolation.level": "read_committed"}
+    )
+    consumer.subscribe(["in"])
+    txn = Producer({"bootstrap.servers": servers, "transactional.id": "copy-1"})
+    txn.init_transactions(30)
+    copied = 0
+    aborted_once = False
+    deadline = time.monotonic() + 90
+    while copied < 300 and time.monotonic() < deadline:
+        batch = [m for m in consumer.consume(100, 1.0) if not m.error()]
+        if not batch:
+            continue
+        txn.begin_transaction()
+        for m in batch:
+            txn.produce("out", value=m.value(), partition=m.partition())
+        txn.send_offsets_to_transaction(
+            consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
+        )
+        if not aborted_once:  # the first transaction is aborted: its records never show
+            txn.abort_transaction(30)
+            aborted_once = True
+            for tp in consumer.committed(consumer.assignment(), timeout=10):
+                consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
+            continue
+        txn.commit_transaction(30)
+        copied += len(batch)
+    consumer.close()
+    assert copied == 300
+    reader = Consumer(
+        {"bootstrap.servers": servers, "group.id": "check", "auto.offset.reset": "earliest",
+         "isolation.level": "read_committed", "enable.auto.commit": False}
+    )
+    reader.assign([TopicPartition("out", p, 0) for p in range(6)])
+    values = []
+    deadline = time.monotonic() + 30
+    while len(values) < 300 and time.monotonic() < deadline:
+        m = reader.poll(0.5)
+        if m is not None and not m.error():
+            values.append(int(m.value()))
+    reader.close()
+    assert sorted(values) == list(range(300))  # each once: the aborted copy never appears
+    check = Consumer({"bootstrap.servers": servers, "group.id": "copier"})
+    committed = check.committed([TopicPartition("in", p) for p in range(6)], timeout=10)
+    check.close()
+    assert sum(tp.offset for tp in committed) == 300
+    md = metadata(brokers[0], ["__transaction_state", "__consumer_offsets", "out"])
+    assert all(len({p.leader_id for p in t.partitions}) > 1 for t in md.topics)

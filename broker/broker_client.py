@@ -1,0 +1,224 @@
+"""The client one broker uses to send requests to another (WriteTxnMarkers...).
+
+How this works
+--------------
+``BrokerClient`` keeps at most one connection per remote node, opened on first use at the
+address ``address_of(node_id)`` gives (the cluster's broker registry; ``None``: unknown node).
+``send(node_id, api_key, version, message, timeout)`` encodes the request with the next
+correlation id, writes it and waits for its response; requests are pipelined on the
+connection and one reader task matches each response frame to its request by correlation id.
+
+Bounds: at most ``max_in_flight`` requests wait on a connection (the others wait for a slot,
+within their timeout); a response frame's length is checked against ``max_response_bytes``
+before anything is read or allocated for it (over it: the connection is closed and every
+request on it fails).
+
+Failures raise ``NetworkError``: no address, the connection refused, lost or closed, a frame
+over the limit, or the timeout (``RequestTimedOut``). A lost connection fails every request
+waiting on it; a timed-out request closes its connection too (its answer could still arrive,
+and the correlation id would then be stale), as Kafka's clients do. The next ``send`` to that
+node connects again. Versions are fixed by the caller (one that Headrace serves): no
+ApiVersions exchange. ``close`` (at broker stop) closes every connection and fails what waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Callable
+
+from headrace.protocol import (
+    DecodeError,
+    RequestHeader,
+    decode_response,
+    decode_response_header,
+    encode_request,
+    encode_request_header,
+    response_header_is_flexible,
+)
+
+log = logging.getLogger("headrace.broker_client")
+
+Address = tuple[str, int]
+MAX_IN_FLIGHT = 16
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+CONNECT_TIMEOUT_S = 5.0
+_SIZE = struct.Struct(">i")
+
+
+class NetworkError(ConnectionError):
+    """The request could not be sent or its response not received."""
+
+
+class RequestTimedOut(NetworkError):
+    """No response within the request's timeout."""
+
+
+class BrokerClient:
+    def __init__(
+        self,
+        address_of: Callable[[int], Address | None],
+        *,
+        client_id: str = "headrace-broker",
+        max_in_flight: int = MAX_IN_FLIGHT,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+    ) -> None:
+        self.address_of = address_of
+        self.client_id = client_id
+        self.max_in_flight = max_in_flight
+        self.max_response_bytes = max_response_bytes
+        self.connect_timeout = connect_timeout
+        self._connections: dict[int, _Connection] = {}
+        self._closed = False
+
+    async def send(self, node_id: int, api_key: int, version: int, message, timeout: float):
+        """The decoded response of ``message`` sent to ``node_id``; ``NetworkError`` if none."""
+        if self._closed:
+            raise NetworkError("the broker client is closed")
+        conn = self._connections.get(node_id)
+        if conn is None:
+            conn = self._connections[node_id] = _Connection(self, node_id)
+        try:
+            return await asyncio.wait_for(conn.request(api_key, version, message), timeout)
+        except TimeoutError:
+            raise RequestTimedOut(f"no response from node {node_id} in {timeout:.1f} s") from None
+
+    def disconnect(self, node_id: int) -> None:
+        """Close the connection to ``node_id`` (its address changed, or it left)."""
+        conn = self._connections.pop(node_id, None)
+        if conn is not None:
+            conn.fail(NetworkError(f"disconnected from node {node_id}"))
+
+    def in_flight(self, node_id: int) -> int:
+        """Requests sent to ``node_id`` and not answered yet."""
+        conn = self._connections.get(node_id)
+        return 0 if conn is None else len(conn.waiting)
+
+    async def close(self) -> None:
+        self._closed = True
+        connections, self._connections = list(self._connections.values()), {}
+        for conn in connections:
+            conn.fail(NetworkError("the broker client is closed"))
+        for conn in connections:
+            await conn.closed()
+
+
+class _Connection:
+    """One socket to one node, with its reader task and the requests waiting on it."""
+
+    def __init__(self, client: BrokerClient, node_id: int) -> None:
+        self.client = client
+        self.node_id = node_id
+        self.slots = asyncio.Semaphore(client.max_in_flight)
+        self.connecting = asyncio.Lock()
+        self.writer: asyncio.StreamWriter | None = None
+        self.reader_task: asyncio.Task | None = None
+        # correlation id -> (future, api key, version)
+        self.waiting: dict[int, tuple[asyncio.Future, int, int]] = {}
+        self.correlation_id = 0
+
+    async def request(self, api_key: int, version: int, message):
+        body = encode_request(api_key, version, message)  # before taking a slot: may raise
+        async with self.slots:
+            writer = await self._connected()
+            self.correlation_id = (self.correlation_id + 1) & 0x7FFFFFFF
+            cid = self.correlation_id
+            header = encode_request_header(
+                RequestHeader(api_key, version, cid, self.client.client_id)
+            )
+            future = asyncio.get_running_loop().create_future()
+            self.waiting[cid] = (future, api_key, version)
+            try:
+                writer.write(_SIZE.pack(len(header) + len(body)) + header + body)
+                await writer.drain()
+                return await future
+            except NetworkError:
+                raise
+            except OSError as e:
+                self.fail(NetworkError(f"node {self.node_id}: {e}"), writer)
+                raise NetworkError(f"node {self.node_id}: {e}") from None
+            except asyncio.CancelledError:
+                # timed out (or the caller stopped) after sending: the answer may still come,
+                # and the remote may still be busy with it; start afresh
+                self.fail(RequestTimedOut(f"node {self.node_id}: request abandoned"), writer)
+                raise
+            finally:
+                self.waiting.pop(cid, None)
+                if future.done() and not future.cancelled():
+                    future.exception()  # retrieved, whichever way this ended
+
+    async def _connected(self) -> asyncio.StreamWriter:
+        async with self.connecting:
+            if self.writer is not None and not self.writer.is_closing():
+                return self.writer
+            address = self.client.address_of(self.node_id)
+            if address is None:
+                raise NetworkError(f"no address for node {self.node_id}")
+            host, port = address
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port), self.client.connect_timeout
+                )
+            except (OSError, TimeoutError) as e:
+                where = f"node {self.node_id} at {host}:{port}"
+                raise NetworkError(f"cannot connect to {where}: {e!r}") from None
+            self.writer = writer
+            self.reader_task = asyncio.create_task(self._read(reader, writer))
+            return writer
+
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        limit = self.client.max_response_bytes
+        error: NetworkError
+        try:
+            while True:
+                size = _SIZE.unpack(await reader.readexactly(4))[0]
+                if not 4 <= size <= limit:
+                    error = NetworkError(
+                        f"node {self.node_id} sent a response frame of {size} bytes (limit {limit})"
+                    )
+                    break
+                frame = await reader.readexactly(size)
+                self._deliver(frame)
+        except (asyncio.IncompleteReadError, OSError) as e:
+            error = NetworkError(f"connection to node {self.node_id} lost: {e!r}")
+        except asyncio.CancelledError:
+            error = NetworkError(f"connection to node {self.node_id} closed")
+        self.fail(error, writer)
+
+    def _deliver(self, frame: bytes) -> None:
+        cid = _SIZE.unpack_from(frame)[0]
+        entry = self.waiting.get(cid)
+        if entry is None:
+            return  # its request gave up (the connection is being closed)
+        future, api_key, version = entry
+        if future.done():
+            return
+        try:
+            flexible = response_header_is_flexible(api_key, version)
+            _, offset = decode_response_header(frame, flexible)
+            future.set_result(decode_response(api_key, version, frame, offset))
+        except DecodeError as e:
+            future.set_exception(NetworkError(f"malformed response from node {self.node_id}: {e}"))
+
+    def fail(self, error: NetworkError, writer: asyncio.StreamWriter | None = None) -> None:
+        """Close the socket and fail every request waiting on it. With ``writer``: only if
+        that is still the current socket (a new one may have been opened since)."""
+        if writer is not None and writer is not self.writer:
+            writer.close()
+            return
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            writer.close()
+        task = self.reader_task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        for future, _, _ in list(self.waiting.values()):
+            if not future.done():
+                future.set_exception(error)
+
+    async def closed(self) -> None:
+        task = self.reader_task
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
