@@ -57,6 +57,8 @@ def create(brokers, name: str, partitions: int, **kw) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
     futures = admin.create_topics([NewTopic(name, partitions, **kw)], operation_timeout=10)
     futures[name].result(timeout=30)
+    for b in brokers:  # the other brokers follow through their watches, a moment later
+        wait_for(lambda b=b: len(leaders(b, name)) == partitions, 10, f"{name} on every broker")
 
 
 def wait_for(check, timeout: float = 20, what: str = "condition"):
