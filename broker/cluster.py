@@ -135,6 +135,7 @@ class Cluster:
         self.node_id = node_id
         self.endpoint = Endpoint("", 0)  # known once the broker listens
         self.connect = str(config["zookeeper.connect"])
+        self.max_broker_partitions = int(config["max.broker.partitions"])
         self.session_s = int(config["zookeeper.session.timeout.ms"]) / 1000
         connection_ms = int(config["zookeeper.connection.timeout.ms"])
         self.connection_s = connection_ms / 1000 if connection_ms > 0 else self.session_s
@@ -149,6 +150,7 @@ class Cluster:
         self.controller_id = -1
         self.cluster_id = ""
         self.fenced = True
+        self.serving = False  # until ``serve``: a reconnection before it must not unfence
         self.topic_manager: TopicManager | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -201,6 +203,7 @@ class Cluster:
 
     def serve(self) -> None:
         """Start serving the partitions placed here (the coordinators have loaded)."""
+        self.serving = True
         self.fenced = False
 
     async def stop(self) -> None:
@@ -396,7 +399,7 @@ class Cluster:
         if state == KazooState.LOST:
             self._lost = True
             self._fence()
-        elif state == KazooState.CONNECTED and (self._lost or self.fenced):
+        elif state == KazooState.CONNECTED and self.serving and (self._lost or self.fenced):
             self._spawn(self._rejoin())
 
     def _fence(self) -> None:
@@ -454,6 +457,7 @@ class Cluster:
                 assign_replicas, [(name, i) for i in range(count)], live, 1
             )
             replicas = [placed[(name, i)] for i in range(count)]
+        self._check_room(name, replicas)
         record = TopicRecord(uuid.uuid4(), replicas, [0] * len(replicas), dict(configs))
         try:
             _, stat = await asyncio.to_thread(
@@ -470,6 +474,25 @@ class Cluster:
             raise FileExistsError(name) from None
         await self._written(name, record, stat)
 
+    def _check_room(self, name: str, replicas: list[list[int]]) -> None:
+        """Refuse (POLICY_VIOLATION) new partitions that would put a broker over
+        ``max.broker.partitions`` (every broker's own setting applies to the partitions it
+        opens; this is the creating broker's view, as the whole topic is refused here)."""
+        load: dict[int, int] = {}
+        for record in self.topics.values():
+            for r in record.replicas:
+                for b in r:
+                    load[b] = load.get(b, 0) + 1
+        for r in replicas:
+            for b in r:
+                load[b] = load.get(b, 0) + 1
+                if load[b] > self.max_broker_partitions:
+                    raise TopicChangeError(
+                        44,  # POLICY_VIOLATION
+                        f"Cannot add the partitions of topic '{name}': broker {b} would hold more"
+                        f" than max.broker.partitions ({self.max_broker_partitions}).",
+                    )
+
     async def add_partitions(
         self, name: str, total: int, replicas: list[list[int]] | None = None
     ) -> None:
@@ -482,6 +505,7 @@ class Cluster:
             if extra is None:
                 placed = assign_replicas([(name, i) for i in new], self._live(), 1)
                 extra = [placed[(name, i)] for i in new]
+            self._check_room(name, extra)
             record.replicas = record.replicas + extra
             record.leader_epochs = record.leader_epochs + [0] * len(extra)
             return record

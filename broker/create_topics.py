@@ -78,7 +78,7 @@ class _Refused(Exception):
 
 def live_brokers(broker) -> set[int]:
     """The brokers partitions may be placed on: this one, or in a cluster the live ones."""
-    return set(broker.cluster.brokers) if broker.cluster is not None else {broker.node_id}
+    return set(broker.brokers())
 
 
 def check_assignment(broker, broker_ids) -> str | None:

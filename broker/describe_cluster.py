@@ -13,26 +13,16 @@ CLUSTER_OPERATIONS = sum(1 << op for op in (4, 7, 8, 9, 10, 11, 12))  # all clus
 
 
 def handle(broker, header, request):
-    cluster = broker.cluster
-    if cluster is None:
-        host, port = broker.advertised
-        brokers = [
-            R.DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port, rack=None)
-        ]
-        controller = broker.node_id
-    else:
-        brokers = [
-            R.DescribeClusterBroker(broker_id=b, host=e.host, port=e.port, rack=e.rack)
-            for b, e in sorted(cluster.brokers.items())
-        ]
-        controller = cluster.controller_id
     return R(
         throttle_time_ms=0,
         error_code=ErrorCode.NONE,
         endpoint_type=request.endpoint_type,
         cluster_id=broker.cluster_id,
-        controller_id=controller,
-        brokers=brokers,
+        controller_id=broker.controller_id,
+        brokers=[
+            R.DescribeClusterBroker(broker_id=b, host=e.host, port=e.port, rack=e.rack)
+            for b, e in broker.brokers().items()
+        ],
         cluster_authorized_operations=(
             CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else -(1 << 31)
         ),

@@ -95,23 +95,15 @@ def _response(broker, header, topics, missing, request):
         else:
             code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         out.append(M.MetadataResponseTopic(error_code=code, name=t.name, topic_id=t.topic_id))
-    if cluster is None:
-        host, port = broker.advertised
-        brokers = [
-            M.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)
-        ]
-        controller = broker.node_id
-    else:
-        brokers = [
-            M.MetadataResponseBroker(node_id=b, host=e.host, port=e.port, rack=e.rack)
-            for b, e in sorted(cluster.brokers.items())
-        ]
-        controller = cluster.controller_id
+    brokers = [
+        M.MetadataResponseBroker(node_id=b, host=e.host, port=e.port, rack=e.rack)
+        for b, e in broker.brokers().items()
+    ]
     return M(
         throttle_time_ms=0,
         brokers=brokers,
         cluster_id=broker.cluster_id,
-        controller_id=controller,
+        controller_id=broker.controller_id,
         topics=out,
     )
 

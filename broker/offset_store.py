@@ -49,7 +49,6 @@ class OffsetStore:
         self.num_partitions = num_partitions  # offsets.topic.num.partitions
         self.retention_ms = retention_ms  # offsets.retention.minutes
         self.now_ms = now_ms
-        self._topic_ready: asyncio.Future | None = None
 
     async def load(self) -> tuple[dict[str, dict], dict[str, StoredGroup]]:
         """Replay the topic: (group -> its offsets, group -> its last classic metadata)."""
@@ -76,26 +75,11 @@ class OffsetStore:
     async def topic(self):
         """``__consumer_offsets``, made on first use with ``offsets.topic.num.partitions``
         partitions (in a cluster, placed over the brokers like any topic)."""
-        topic = self.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            if self._topic_ready is None:
-                self._topic_ready = asyncio.ensure_future(
-                    self.topics.create(
-                        OFFSETS_TOPIC,
-                        self.num_partitions,
-                        {"cleanup.policy": "compact", "segment.bytes": 100 * 1024 * 1024},
-                    )
-                )
-            ready = self._topic_ready
-            try:
-                topic = await asyncio.shield(ready)
-            except FileExistsError:
-                topic = self.topics.get(OFFSETS_TOPIC)
-            except StorageError:
-                if self._topic_ready is ready:
-                    self._topic_ready = None  # undone: the next request tries again
-                raise
-        return topic
+        return await self.topics.internal(
+            OFFSETS_TOPIC,
+            self.num_partitions,
+            {"cleanup.policy": "compact", "segment.bytes": 100 * 1024 * 1024},
+        )
 
     async def partition(self, group_id: str):
         """The partition of ``__consumer_offsets`` holding ``group_id``; ``NotHere`` when it

@@ -199,6 +199,17 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
         self._lock_fd = -1  # the data directory's lock, held from start to stop
 
+    def brokers(self) -> dict[int, Endpoint]:
+        """The live brokers by id: this one, or in a cluster every registered one."""
+        if self.cluster is not None:
+            return dict(sorted(self.cluster.brokers.items()))
+        host, port = self.advertised
+        return {self.node_id: Endpoint(host, port)}
+
+    @property
+    def controller_id(self) -> int:
+        return self.cluster.controller_id if self.cluster is not None else self.node_id
+
     @property
     def advertised(self) -> tuple[str, int]:
         host, port = self.config.listener(advertised=True)

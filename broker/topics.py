@@ -201,6 +201,7 @@ class TopicManager:
         self._lock = asyncio.Lock()
         # cluster mode: where the topics' metadata lives (headrace.broker.cluster.Cluster)
         self.cluster: Cluster | None = None
+        self._internal: dict[str, asyncio.Future] = {}  # internal topics being made
         # called once topics are gone (the broker's coordinators purge what they keep of them)
         self.on_deleted: Callable[[set[str]], Awaitable[None]] = self._no_one_told
 
@@ -361,6 +362,29 @@ class TopicManager:
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
             return topic
+
+    async def internal(self, name: str, partitions: int, configs: dict[str, object]) -> Topic:
+        """The internal topic ``name`` (``__consumer_offsets``, ``__transaction_state``), made
+        on first use; concurrent first uses wait for one creation. A failed creation raises
+        (a ``StorageError``) and the next use tries again."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            return topic
+        ready = self._internal.get(name)
+        if ready is None:
+            ready = self._internal[name] = asyncio.ensure_future(
+                self.create(name, partitions, configs)
+            )
+        try:
+            return await asyncio.shield(ready)
+        except FileExistsError:  # made meanwhile (in a cluster: by another broker)
+            topic = self.topics.get(name)
+            if topic is None:
+                raise
+            return topic
+        finally:
+            if ready.done() and self._internal.get(name) is ready:
+                del self._internal[name]
 
     async def add_partitions(
         self, topic: Topic, total: int, replicas: list[list[int]] | None = None

@@ -160,7 +160,6 @@ class TransactionCoordinator:
         # (transactional id, producer id, epoch) of a decided transaction -> its partitions
         # whose marker is written (while some others' are not)
         self._marked: dict[tuple[str, int, int], set[Key]] = {}
-        self._topic_ready: asyncio.Future | None = None
         self._tasks: list[asyncio.Task] = []
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -217,27 +216,11 @@ class TransactionCoordinator:
 
     async def _state_topic(self):
         """``__transaction_state``, made on first use."""
-        topics = self.topics
-        topic = topics.get(TRANSACTION_TOPIC)
-        if topic is None:
-            if self._topic_ready is None:
-                self._topic_ready = asyncio.ensure_future(
-                    topics.create(
-                        TRANSACTION_TOPIC,
-                        self.state_partitions,
-                        {"cleanup.policy": "compact", "segment.bytes": self.state_segment_bytes},
-                    )
-                )
-            ready = self._topic_ready
-            try:
-                topic = await asyncio.shield(ready)
-            except FileExistsError:
-                topic = topics.get(TRANSACTION_TOPIC)
-            except StorageError:
-                if self._topic_ready is ready:
-                    self._topic_ready = None  # undone: the next request tries again
-                raise
-        return topic
+        return await self.topics.internal(
+            TRANSACTION_TOPIC,
+            self.state_partitions,
+            {"cleanup.policy": "compact", "segment.bytes": self.state_segment_bytes},
+        )
 
     async def _state_partition(self, transactional_id: str):
         topic = await self._state_topic()

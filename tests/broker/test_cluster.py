@@ -358,3 +358,16 @@ def test_transactions_span_brokers(cluster):
     assert sum(tp.offset for tp in committed) == 300
     md = metadata(brokers[0], ["__transaction_state", "__consumer_offsets", "out"])
     assert all(len({p.leader_id for p in t.partitions}) > 1 for t in md.topics)
+
+
+def test_a_topic_that_would_put_a_broker_over_its_partition_limit_is_refused(cluster):
+    brokers = cluster(3, **{"max.broker.partitions": 12})
+    create(brokers, "fits", 24)
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    fs = admin.create_topics([NewTopic("too-many", 30)])
+    with pytest.raises(Exception) as e:
+        fs["too-many"].result(timeout=30)
+    assert e.value.args[0].code() == KafkaError.POLICY_VIOLATION
+    assert "max.broker.partitions" in e.value.args[0].str()
+    assert leaders(brokers[0], "too-many") == {}  # nothing was written
+    assert not any(list(b.data_dir.glob("too-many-*")) for b in brokers)
