@@ -213,14 +213,16 @@ class ApacheKafka:
         self.properties_file.write_text(text)
         return self.properties_file
 
-    def format_storage(self, cp: str) -> None:
-        """Format the log directory with a fresh cluster id, unless it already is formatted."""
+    def format_storage(self, cp: str, cluster_id: str | None = None) -> None:
+        """Format the log directory with ``cluster_id`` (every node of a cluster needs the
+        same one; default: a fresh one), unless it already is formatted."""
         if (self.data_dir / "kraft-logs" / "meta.properties").exists():
             return
         java = ["java", *TOOL_JVM_FLAGS, *log_flags(self.version, tool=True),
                 "-cp", cp, "kafka.tools.StorageTool"]
-        cluster_id = subprocess.run([*java, "random-uuid"], check=True, capture_output=True,
-                                    text=True).stdout.strip().splitlines()[-1]
+        if cluster_id is None:
+            cluster_id = subprocess.run([*java, "random-uuid"], check=True, capture_output=True,
+                                        text=True).stdout.strip().splitlines()[-1]
         res = subprocess.run([*java, "format", "-t", cluster_id, "-c", str(self.properties_file),
                               "--ignore-formatted"], capture_output=True, text=True)
         if res.returncode != 0:

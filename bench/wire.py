@@ -49,8 +49,10 @@ def _varint(n: int) -> bytes:
         z >>= 7
 
 
-def record_batch(value: bytes, timestamp_ms: int | None = None) -> bytes:
-    """A record batch v2 holding one record (no key, no headers), base offset 0.
+def record_batch(value: bytes, timestamp_ms: int | None = None, count: int = 1) -> bytes:
+    """A record batch v2 holding ``count`` records of ``value`` (no key, no headers), base
+    offset 0. The base offset is outside the CRC, so the same bytes can be sent again and again
+    (the broker assigns the offsets).
 
     Layout: baseOffset i64, batchLength i32, partitionLeaderEpoch i32, magic i8 = 2,
     crc u32 (CRC-32C of everything after it), attributes i16, lastOffsetDelta i32,
@@ -58,9 +60,13 @@ def record_batch(value: bytes, timestamp_ms: int | None = None) -> bytes:
     recordCount i32, records.
     """
     ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-    body = b"\x00" + _varint(0) + _varint(0) + _varint(-1) + _varint(len(value)) + value + _varint(0)
-    record = _varint(len(body)) + body
-    after_crc = struct.pack(">hiqqqhii", 0, 0, ts, ts, -1, -1, -1, 1) + record
+    records = []
+    for delta in range(count):
+        body = (b"\x00" + _varint(0) + _varint(delta) + _varint(-1) + _varint(len(value)) + value
+                + _varint(0))
+        records.append(_varint(len(body)) + body)
+    after_crc = (struct.pack(">hiqqqhii", 0, count - 1, ts, ts, -1, -1, -1, count)
+                 + b"".join(records))
     crc = crc32c.crc32c(after_crc)
     head = struct.pack(">iBI", -1, 2, crc)
     return struct.pack(">qi", 0, len(head) + len(after_crc)) + head + after_crc
@@ -93,6 +99,7 @@ class WireClient:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.correlation_id = 0
+        self.brokers: dict[int, tuple[str, int]] = {}  # filled by metadata()
 
     def close(self) -> None:
         self.sock.close()
@@ -144,8 +151,10 @@ class WireClient:
         else:
             body = struct.pack(">i", len(topics)) + b"".join(_str(t) for t in topics)
         r = self.request(METADATA, 1, body)
+        self.brokers = {}  # node id: (host, port), of the last Metadata response
         for _ in range(r.take(">i")):  # brokers: node id, host, port, rack
-            r.take(">i"), r.string(), r.take(">i"), r.string()
+            node, host, port, _rack = r.take(">i"), r.string(), r.take(">i"), r.string()
+            self.brokers[node] = (host or "", port)
         r.take(">i")  # controller id
         out = {}
         for _ in range(r.take(">i")):
@@ -162,10 +171,18 @@ class WireClient:
             out[name] = (terr, parts)
         return out
 
-    def create_topic(self, name: str, partitions: int, timeout_ms: int = 30000) -> int:
-        """CreateTopics v2; returns the error code (0, or 36 TOPIC_ALREADY_EXISTS, ...)."""
-        body = (struct.pack(">i", 1) + _str(name) + struct.pack(">ihii", partitions, 1, 0, 0)
-                + struct.pack(">i?", timeout_ms, False))
+    def create_topic(self, name: str, partitions: int, timeout_ms: int = 30000,
+                     assignments: dict[int, list[int]] | None = None) -> int:
+        """CreateTopics v2; returns the error code (0, or 36 TOPIC_ALREADY_EXISTS, ...).
+        ``assignments``: {partition: [broker ids]} (manual placement; ``partitions`` is then
+        their count)."""
+        if assignments:
+            placed = b"".join(struct.pack(">ii", p, len(ids)) + struct.pack(f">{len(ids)}i", *ids)
+                              for p, ids in sorted(assignments.items()))
+            topic = struct.pack(">ihi", -1, -1, len(assignments)) + placed + struct.pack(">i", 0)
+        else:
+            topic = struct.pack(">ihii", partitions, 1, 0, 0)
+        body = (struct.pack(">i", 1) + _str(name) + topic + struct.pack(">i?", timeout_ms, False))
         r = self.request(CREATE_TOPICS, 2, body)
         r.take(">i")  # throttle
         for _ in range(r.take(">i")):
@@ -178,15 +195,32 @@ class WireClient:
     def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
                 timeout_ms: int = 30000) -> tuple[int, int]:
         """Produce v3 of one batch to one partition: (error code, base offset)."""
-        body = (_str(None) + struct.pack(">hi", acks, timeout_ms) + struct.pack(">i", 1)
-                + _str(topic) + struct.pack(">i", 1) + struct.pack(">ii", partition, len(batch))
-                + batch)
-        r = self.request(PRODUCE, 3, body)
-        r.take(">i")  # topics
-        r.string()
-        r.take(">i")  # partitions
-        _idx, err, base = r.take(">ihq")
-        return err, base
+        r = self.request(PRODUCE, 3, produce_body(topic, partition, batch, acks, timeout_ms))
+        return produce_result(r)
+
+
+def produce_body(topic: str, partition: int, batch: bytes, acks: int = -1,
+                 timeout_ms: int = 30000) -> bytes:
+    """The body of a Produce v3 request of one batch to one partition."""
+    return (_str(None) + struct.pack(">hi", acks, timeout_ms) + struct.pack(">i", 1)
+            + _str(topic) + struct.pack(">i", 1) + struct.pack(">ii", partition, len(batch))
+            + batch)
+
+
+def request_header(api_key: int, version: int, correlation_id: int, body_len: int) -> bytes:
+    """Size prefix and request header v1 of a request whose body is ``body_len`` bytes."""
+    return struct.pack(">ihhih", 2 + 2 + 4 + 2 + len(CLIENT_ID) + body_len, api_key, version,
+                       correlation_id, len(CLIENT_ID)) + CLIENT_ID
+
+
+def produce_result(r: Reader) -> tuple[int, int]:
+    """(error code, base offset) of a Produce v3 response of one partition (``r`` positioned
+    after the correlation id)."""
+    r.take(">i")  # topics
+    r.string()
+    r.take(">i")  # partitions
+    _idx, err, base = r.take(">ihq")
+    return err, base
 
 
 # -- helpers used by the harness ------------------------------------------------------------

@@ -3,8 +3,15 @@
 Files in the order a reader should open them:
 
 The process
-    server.py         ``Broker``: how the pieces are wired, start-up, request dispatch, shutdown
+    server.py         ``BrokerServer``: how the pieces are wired, start-up, request dispatch,
+                      shutdown
     config.py         broker and topic settings, Kafka's names, types and defaults
+    listeners.py      listeners: names, security protocols, bind and advertised addresses
+    session.py        who is asking: a connection's listener, principal and SASL state
+    tls.py            TLS contexts of SSL and SASL_SSL listeners (PEM files), the certificate
+                      principal
+    sasl.py           SASL's state machine, PLAIN and SCRAM; scram_credentials.py keeps the
+                      SCRAM users salted in the data directory
     topics.py         topics: the table, topics.json, all-or-nothing creation, ``flush``
     partition.py      one partition: its log, the append path, waiting fetches
     producer_state.py a partition's producers: idempotent sequences, open transactions
@@ -15,7 +22,10 @@ The process
 
 API modules (each ``handle(broker, header, request)``), by family
     produce and fetch   produce.py, fetch.py, list_offsets.py
-    cluster             api_versions.py, metadata.py, describe_cluster.py
+    cluster             api_versions.py, metadata.py, describe_cluster.py,
+                        describe_log_dirs.py
+    security            sasl_handshake.py, sasl_authenticate.py,
+                        describe_user_scram_credentials.py, alter_user_scram_credentials.py
     topic admin         create_topics.py, create_partitions.py, delete_topics.py,
                         delete_records.py, describe_configs.py, alter_configs.py,
                         incremental_alter_configs.py

@@ -111,6 +111,18 @@ class ClassicGroupCoordinator:
             group.set_state(DEAD)
         return self.membership.persist(group, tombstone=True)
 
+    def unload(self, group: ClassicGroup, error: int) -> None:
+        """Forget a group another broker now coordinates (no tombstone): its waiting joins
+        and syncs get ``error``."""
+        if group.join_timer:
+            group.join_timer.cancel()
+        for handle in group.pending.values():
+            handle.cancel()
+        for m in list(group.members.values()):
+            self._drop(group, m, error)
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+
     def stop(self) -> None:
         for group in self.groups.values():
             if group.join_timer:

@@ -6,8 +6,10 @@
 Starts a broker (127.0.0.1:9092, data in ./headrace-data by default). SIGTERM and Ctrl-C
 stop it cleanly: in-flight requests are answered, every log is flushed and a clean-shutdown
 marker is written. ``--ready-file PATH``: once the data is recovered and the broker listens,
-``host:port`` (the bound port, also when asked for port 0) is written to PATH atomically, for
-whatever started the broker to wait on (see ``headrace.broker.process``); it is removed at exit.
+one line is written to PATH atomically: ``host:port`` of the first listener (the bound port,
+also when asked for port 0), then, with several listeners, ``NAME://host:port`` of each, for
+whatever started the broker to wait on (see ``headrace.broker.process``); it is removed at
+exit.
 ``--workers N`` (cluster mode only, where it defaults to one per core) runs N brokers of the
 cluster, see ``headrace.broker.workers``.
 
@@ -29,6 +31,7 @@ import sys
 from pathlib import Path
 
 from .config import BROKER_SETTINGS, BrokerConfig, ConfigError
+from .listeners import listeners
 
 EXIT_CONFIG = 2
 EXIT_STARTUP = 3
@@ -45,7 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--override", action="append", default=[], metavar="KEY=VALUE", help="set one setting"
     )
-    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    serve.add_argument(
+        "--log-level",
+        default="INFO",
+        type=_log_level,
+        help="DEBUG, INFO, WARNING, ERROR or CRITICAL (also log4j's TRACE, WARN, FATAL)",
+    )
     serve.add_argument(
         "--ready-file", metavar="PATH", help="write host:port here once listening (removed at exit)"
     )
@@ -61,6 +69,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# log4j's level names (Kafka's) -> Python's
+_LOG4J_LEVELS = {"TRACE": "DEBUG", "WARN": "WARNING", "FATAL": "CRITICAL"}
+
+
+def _log_level(text: str) -> str:
+    level = _LOG4J_LEVELS.get(text.upper(), text.upper())
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a log level (DEBUG, INFO, WARNING, ERROR, CRITICAL)"
+        )
+    return level
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.command == "settings":
@@ -72,21 +93,23 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(run_foreground(args.port, args.data_dir))
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     overrides = list(args.override)
     try:
         config = BrokerConfig.load(args.config, overrides)
         extra = []
         if args.host or args.port is not None:
-            host, port = config.listener()
-            host, port = args.host or host, port if args.port is None else args.port
-            extra.append(f"listeners=PLAINTEXT://{host}:{port}")
+            (listener, *others) = listeners(config)
+            if others:
+                raise ConfigError("--host and --port change one listener; listeners has several")
+            host = args.host or listener.host
+            port = listener.port if args.port is None else args.port
+            extra.append(f"listeners={listener.name}://{host}:{port}")
         if args.data_dir:
             extra.append(f"log.dirs={args.data_dir}")
         if extra:
             config = BrokerConfig.load(args.config, overrides + extra)
-        config.listener()
         workers = args.workers
         if workers is None:
             workers = len(os.sched_getaffinity(0)) if config["zookeeper.connect"] else 1
@@ -106,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(config: BrokerConfig, ready_file: str | None = None) -> int:
-    from .server import Broker, StartupError
+    from .server import BrokerServer, StartupError
 
     try:
         import uvloop
@@ -116,7 +139,7 @@ def _run(config: BrokerConfig, ready_file: str | None = None) -> int:
         runner = uvloop.run
 
     async def serve() -> int:
-        broker = Broker(config)
+        broker = BrokerServer(config)
         try:
             await broker.start()
         except StartupError as e:
@@ -132,7 +155,7 @@ def _run(config: BrokerConfig, ready_file: str | None = None) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         if ready_file:  # after the handlers: a SIGTERM from then on is a clean stop
-            _write_ready(Path(ready_file), broker.host, broker.port)
+            _write_ready(Path(ready_file), broker.ready_line())
         await stop.wait()
         await broker.stop()
         return 0
@@ -144,8 +167,8 @@ def _run(config: BrokerConfig, ready_file: str | None = None) -> int:
             Path(ready_file).unlink(missing_ok=True)
 
 
-def _write_ready(path: Path, host: str, port: int) -> None:
-    """``host:port`` into ``path``, all at once: written beside it, then renamed."""
+def _write_ready(path: Path, line: str) -> None:
+    """``line`` into ``path``, all at once: written beside it, then renamed."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(f"{host}:{port}\n")
+    tmp.write_text(f"{line}\n")
     os.replace(tmp, path)

@@ -7,9 +7,15 @@ Under the chroot of ``zookeeper.connect`` (Kafka's ZooKeeper-era map, simplified
   /cluster/id                  the cluster id, made by the first broker
   /brokers/ids/<id>            ephemeral, one per live broker: {"host", "port", "rack"}
   /brokers/topics/<name>       a topic: {"topic_id", "replicas": [[ids] per partition],
-                               "leader_epochs": [...], "configs": {...}}
+                               "leader_epochs": [...], "configs": {...}, and while partitions
+                               move "reassigning": {index: {"target", "adding", "removing"}},
+                               and "manual": [indexes placed by hand]}
   /controller                  kazoo's election recipe: the first contender is the controller
   /latest_producer_id_block    the first producer id not yet handed out, taken by CAS
+  /cluster/members             the member brokers (controller.py): {"members": {id: {"rack"}},
+                               "removed": [ids]}, by CAS
+  /brokers/confirmed/<id>      the session whose registration of broker <id> the controller
+                               has confirmed (written by the controller)
 
 Reading: kazoo's watches run on kazoo's threads; they only hand the new value to the event
 loop, where ``brokers``, ``topics`` and ``controller_id`` change. A topic event older than what
@@ -22,9 +28,14 @@ they arrive, write the topic's znode (create; compare-and-set on its version; de
 apply the result here at once, so the client's answer comes once this broker serves the new
 metadata; the others follow through their watches. A new topic's partitions are placed by
 ``placement.assign_replicas`` over the live brokers. Each partition has one replica, its
-leader (replication is not built yet); placement does not change after creation, and a broker
-that is down leaves its partitions without a leader (LEADER_NOT_AVAILABLE in Metadata) until
-it is back.
+leader (replication is not built yet); a broker that is down leaves its partitions without a
+leader (LEADER_NOT_AVAILABLE in Metadata) until it is back.
+
+Moves: ``reassign`` writes a partition's move (AlterPartitionReassignments, or the controller)
+and ``finish_move`` its switch, both by compare-and-set; moves.py says how a move runs. The
+elected controller (controller.py; ``_lead`` starts it, fencing stops it) keeps the member
+brokers in ``/cluster/members`` (``update_members``, ``remove_member``) and moves the
+partitions placed automatically to where placement over the members puts them.
 
 Producer ids: every broker takes blocks of ids from ``/latest_producer_id_block`` by
 compare-and-set, so no id is handed out twice in the cluster.
@@ -35,7 +46,12 @@ start-up error. When this broker loses its session (kazoo's LOST), or its connec
 suspended for two thirds of the session timeout (the cluster may have given it up), it is
 *fenced*: every partition answers NOT_LEADER_OR_FOLLOWER and every coordinator
 NOT_COORDINATOR (``Topic.partition`` returns None), until it has a session again, has
-registered again and has re-read every topic.
+registered again, has re-read every topic and the controller has confirmed the new
+registration: the controller confirms each registration it sees (``confirm``, at every check,
+after updating the members and before deciding anything) by writing the registering session
+under ``/brokers/confirmed/<id>``, so a broker coming back takes up its partitions only once
+the controller knows it is back and any decision made meanwhile is in the topics it re-read.
+A broker that is itself the controller confirms itself.
 """
 
 from __future__ import annotations
@@ -61,6 +77,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from .placement import BrokerInfo, assign_replicas
 
 if TYPE_CHECKING:
+    from .controller import Controller
     from .topics import TopicManager
 
 log = logging.getLogger("headrace.cluster")
@@ -70,6 +87,8 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CLUSTER_ID = "/cluster/id"
 PRODUCER_IDS = "/latest_producer_id_block"
+MEMBERS = "/cluster/members"
+CONFIRMED = "/brokers/confirmed"
 
 
 class ClusterError(Exception):
@@ -102,17 +121,25 @@ class TopicRecord:
     configs: dict[str, Any] = field(default_factory=dict)
     version: int = -1  # the znode's version: writes compare-and-set on it
     mzxid: int = 0  # the znode's last modification: older watch events are dropped
+    created_ms: int = 0  # when the znode was made (a namesake of a deleted topic is newer)
+    # partition -> {"target": [ids], "adding": [ids], "removing": [ids]}: moves under way
+    reassigning: dict[int, dict[str, list[int]]] = field(default_factory=dict)
+    # partitions placed by hand (CreateTopics assignments, reassignments): the controller
+    # leaves them where they are
+    manual: set[int] = field(default_factory=set)
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "topic_id": str(self.topic_id),
-                "replicas": self.replicas,
-                "leader_epochs": self.leader_epochs,
-                "configs": self.configs,
-            },
-            sort_keys=True,
-        ).encode()
+        d: dict[str, Any] = {
+            "topic_id": str(self.topic_id),
+            "replicas": self.replicas,
+            "leader_epochs": self.leader_epochs,
+            "configs": self.configs,
+        }
+        if self.reassigning:
+            d["reassigning"] = {str(i): m for i, m in sorted(self.reassigning.items())}
+        if self.manual:
+            d["manual"] = sorted(self.manual)
+        return json.dumps(d, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, data: bytes, stat) -> TopicRecord:
@@ -124,6 +151,12 @@ class TopicRecord:
             dict(d["configs"]),
             stat.version,
             stat.mzxid,
+            stat.ctime,
+            {
+                int(i): {k: list(v) for k, v in m.items()}
+                for i, m in d.get("reassigning", {}).items()
+            },
+            set(d.get("manual", ())),
         )
 
 
@@ -159,6 +192,10 @@ class Cluster:
         self._stopping = threading.Event()
         self._not_leading = threading.Event()
         self._election = self.zk.Election(CONTROLLER, identifier=str(node_id))
+        self.controller: Controller | None = None  # the controller's job, while elected
+        self._confirmed: dict[int, bytes] = {}  # the registrations confirmed (as controller)
+        self.removed: set[int] = set()  # brokers removed while running (being drained)
+        self._elected = False
         self._watched: set[str] = set()
 
     # start and stop -------------------------------------------------------------------------
@@ -191,6 +228,7 @@ class Cluster:
         self.zk.ChildrenWatch(
             CONTROLLER, self._from_zk(lambda _: self._spawn(self._read_controller()))
         )
+        self.zk.DataWatch(MEMBERS, self._from_zk(self._members_changed))
         threading.Thread(target=self._elect, name="headrace-election", daemon=True).start()
         log.info(
             "broker %d registered in %s (cluster %s, %d brokers, %d topics)",
@@ -210,6 +248,8 @@ class Cluster:
         """Leave the cluster: the registration and a controller role end with the session."""
         self._stopping.set()
         self._not_leading.set()
+        if self.controller is not None:
+            self.controller.stop()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.to_thread(self._close)
@@ -322,6 +362,8 @@ class Cluster:
             return found
 
         self.brokers = await asyncio.to_thread(read)
+        if self.controller is not None and self.controller.active:
+            self.controller.changed()
 
     async def _read_controller(self) -> None:
         contenders = await asyncio.to_thread(self._election.contenders)
@@ -409,14 +451,60 @@ class Cluster:
             )
         self.fenced = True
         self._not_leading.set()
+        if self.controller is not None:
+            self.controller.stop()  # a fenced controller decides nothing
 
     async def _rejoin(self) -> None:
-        """After a lost session: register again, re-read everything, serve again."""
+        """After a lost session: register again, re-read everything, wait for the
+        controller's confirmation, serve again."""
         await asyncio.to_thread(self._register)
+        session = self.zk.client_id[0]
         self._lost = False
         await self._read_all()
+        if self.controller_id == self.node_id:
+            await self.confirm([self.node_id])
+        log.info("broker %d registered again: waiting for the controller", self.node_id)
+        while not await asyncio.to_thread(self._is_confirmed, session):
+            if self._lost or self._stopping.is_set():
+                return  # the session ended again: the next rejoin takes over
+            await asyncio.sleep(0.2)
         self.fenced = False
-        log.info("broker %d registered again: serving", self.node_id)
+        log.info("broker %d registered again and confirmed: serving", self.node_id)
+        if self._elected and self.controller is not None:
+            self.controller.start()
+
+    def _is_confirmed(self, session: int) -> bool:
+        """(In a thread.) Has the controller confirmed this broker's registration by
+        ``session``?"""
+        try:
+            data, _ = self.zk.get(f"{CONFIRMED}/{self.node_id}")
+        except NoNodeError:
+            return False
+        return data == str(session).encode()
+
+    async def confirm(self, nodes) -> None:
+        """(The controller.) Confirm the current registration of each of ``nodes``."""
+
+        def run() -> None:
+            for node in nodes:
+                try:
+                    _, stat = self.zk.get(f"{BROKERS}/{node}")
+                except NoNodeError:
+                    continue
+                session = str(stat.ephemeralOwner).encode()
+                if self._confirmed.get(node) == session:
+                    continue
+                path = f"{CONFIRMED}/{node}"
+                try:
+                    self.zk.set(path, session)
+                except NoNodeError:
+                    try:
+                        self.zk.create(path, session, makepath=True)
+                    except NodeExistsError:
+                        self.zk.set(path, session)
+                self._confirmed[node] = session
+
+        await asyncio.to_thread(run)
 
     # the controller role -------------------------------------------------------------------------
 
@@ -427,18 +515,121 @@ class Cluster:
             try:
                 self._election.run(self._lead)
             except KazooException:
-                log.exception("controller election")
+                if not self._stopping.is_set():  # a stop closes the session under it
+                    log.exception("controller election")
             self._stopping.wait(1.0)
 
     def _lead(self) -> None:
         log.info("broker %d is the controller", self.node_id)
         self._not_leading.clear()
+        loop = self._loop
+        if loop is not None and self.controller is not None and not self._stopping.is_set():
+            loop.call_soon_threadsafe(self._controlling, True)
         self._not_leading.wait()
+        if loop is not None and self.controller is not None and not self._stopping.is_set():
+            loop.call_soon_threadsafe(self._controlling, False)
+
+    def _controlling(self, elected: bool) -> None:
+        """(On the loop.) The election's outcome: the controller decides while this broker is
+        elected and not fenced (``_rejoin`` starts it again after a lost session)."""
+        assert self.controller is not None
+        self._elected = elected
+        if elected and not self.fenced and not self._stopping.is_set():
+            self.controller.start()
+        else:
+            self.controller.stop()
+
+    # members -------------------------------------------------------------------------
+
+    def _read_members(self) -> tuple[dict, Any]:
+        """(In a thread.) The members znode's content and stat (made empty if missing)."""
+        try:
+            data, stat = self.zk.get(MEMBERS)
+        except NoNodeError:
+            try:
+                self.zk.create(MEMBERS, b'{"members": {}, "removed": []}', makepath=True)
+            except NodeExistsError:
+                pass
+            data, stat = self.zk.get(MEMBERS)
+        return json.loads(data), stat
+
+    async def _change_members(self, change) -> dict:
+        """Read, change (``change(d)`` returns True when it changed ``d``) and compare-and-set
+        the members znode; the content written (or read, when unchanged)."""
+
+        def run() -> dict:
+            while True:
+                d, stat = self._read_members()
+                if not change(d):
+                    return d
+                try:
+                    self.zk.set(MEMBERS, json.dumps(d, sort_keys=True).encode(), stat.version)
+                except BadVersionError:
+                    continue
+                return d
+
+        return await asyncio.to_thread(run)
+
+    async def update_members(self) -> dict[int, str | None]:
+        """(The controller.) Registered brokers not yet members become members; removed
+        brokers that have stopped are forgotten. The members: id -> rack."""
+        live = dict(self.brokers)
+
+        def change(d: dict) -> bool:
+            members, removed = d["members"], d["removed"]
+            changed = False
+            for b, e in live.items():
+                if str(b) not in members and b not in removed:
+                    members[str(b)] = {"rack": e.rack}
+                    log.info("broker %d is a member of the cluster", b)
+                    changed = True
+            kept = [b for b in removed if b in live]
+            if kept != removed:
+                d["removed"] = kept
+                changed = True
+            return changed
+
+        d = await self._change_members(change)
+        return {int(b): m.get("rack") for b, m in d["members"].items()}
+
+    async def remove_member(self, node: int) -> bool:
+        """Remove a member for good (UnregisterBroker): its partitions move to the others
+        while it runs (it is drained), and a later start makes it a member again. False when
+        it is not a member."""
+        live = set(self.brokers)
+        found = False
+
+        def change(d: dict) -> bool:
+            nonlocal found
+            found = d["members"].pop(str(node), None) is not None
+            if found and node in live and node not in d["removed"]:
+                d["removed"].append(node)
+            return found
+
+        await self._change_members(change)
+        if found:
+            log.info("broker %d was removed from the cluster", node)
+            if self.controller is not None and self.controller.active:
+                self.controller.changed()
+        return found
+
+    def _members_changed(self, data: bytes | None, stat, event=None) -> None:
+        try:
+            self.removed = set(json.loads(data)["removed"]) if data else set()
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable %s", MEMBERS)
+
+    async def members(self) -> dict[int, str | None]:
+        d, _ = await asyncio.to_thread(self._read_members)
+        return {int(b): m.get("rack") for b, m in d["members"].items()}
 
     # writes -------------------------------------------------------------------------
 
     def _live(self) -> dict[int, BrokerInfo]:
-        return {b: BrokerInfo(rack=e.rack) for b, e in self.brokers.items()}
+        """The live brokers new partitions may go to: not those being removed (drained)."""
+        return {
+            b: BrokerInfo(rack=e.rack) for b, e in self.brokers.items() if b not in self.removed
+        }
 
     async def create_topic(
         self,
@@ -449,6 +640,7 @@ class Cluster:
     ) -> None:
         """Write a new topic (placed over the live brokers unless ``replicas`` says where),
         then open its partitions here. FileExistsError when the name is taken."""
+        manual: set[int] = set()
         if replicas is None:
             live = self._live()
             if not live:
@@ -457,8 +649,12 @@ class Cluster:
                 assign_replicas, [(name, i) for i in range(count)], live, 1
             )
             replicas = [placed[(name, i)] for i in range(count)]
+        else:
+            manual = set(range(len(replicas)))
         self._check_room(name, replicas)
         record = TopicRecord(uuid.uuid4(), replicas, [0] * len(replicas), dict(configs))
+        if manual:
+            record.manual = manual
         try:
             _, stat = await asyncio.to_thread(
                 self.zk.create, f"{TOPICS}/{name}", record.encode(), include_data=True
@@ -502,15 +698,88 @@ class Cluster:
         def grow(record: TopicRecord) -> TopicRecord:
             new = range(len(record.replicas), total)
             extra = replicas
-            if extra is None:
-                placed = assign_replicas([(name, i) for i in new], self._live(), 1)
+            if extra is None:  # the whole topic placed, as the controller places it
+                placed = assign_replicas([(name, i) for i in range(total)], self._live(), 1)
                 extra = [placed[(name, i)] for i in new]
+            else:
+                record.manual |= set(new)
             self._check_room(name, extra)
             record.replicas = record.replicas + extra
             record.leader_epochs = record.leader_epochs + [0] * len(extra)
             return record
 
         await self._change(name, grow)
+
+    async def reassign(
+        self, name: str, targets: dict[int, list[int] | None], *, by_hand: bool = True
+    ) -> dict[int, str]:
+        """Start (a list of brokers) or cancel (None) moves of partitions of ``name``, in one
+        compare-and-set; ``by_hand``, the partitions are placed by hand from then on (the
+        controller leaves them alone); otherwise (the controller's moves) a partition placed
+        by hand or already moving meanwhile is skipped. A target equal to where the partition
+        is ends its move (if any). Returns an error message per partition that the caller has
+        not validated and that cannot be changed now (none: all were done)."""
+        refused: dict[int, str] = {}
+
+        def change(record: TopicRecord) -> TopicRecord:
+            refused.clear()
+            for index, target in targets.items():
+                if not 0 <= index < len(record.replicas):
+                    refused[index] = f"partition {index} of {name} does not exist"
+                    continue
+                if not by_hand:
+                    if self.fenced:
+                        raise TopicChangeError(41, "this broker is fenced")  # NOT_CONTROLLER
+                    if index in record.manual or index in record.reassigning:
+                        continue
+                if target is None:
+                    if index not in record.reassigning:
+                        refused[index] = f"no reassignment of {name}-{index} is in progress"
+                    record.reassigning.pop(index, None)
+                    continue
+                if by_hand:
+                    record.manual.add(index)
+                current = record.replicas[index]
+                if list(target) == current:
+                    record.reassigning.pop(index, None)
+                    continue
+                record.reassigning[index] = {
+                    "target": list(target),
+                    "adding": [b for b in target if b not in current],
+                    "removing": [b for b in current if b not in target],
+                }
+            return record
+
+        await self._change(name, change)
+        return refused
+
+    async def finish_move(self, name: str, index: int, leader: int, target: list[int]) -> bool:
+        """The switch of a move (the leader ``leader`` has stopped writes and the copy has
+        everything): ``replicas`` = ``target``, the leader epoch + 1, the move cleared, by
+        compare-and-set. False when the move is no longer the one under way (cancelled, or
+        changed) or this broker no longer leads the partition."""
+        switched = False
+
+        def change(record: TopicRecord) -> TopicRecord | None:
+            nonlocal switched
+            move = record.reassigning.get(index)
+            switched = (
+                move is not None
+                and move["target"] == target
+                and index < len(record.replicas)
+                and record.replicas[index][:1] == [leader]
+            )
+            if switched:
+                record.replicas[index] = list(target)
+                record.leader_epochs[index] += 1
+                del record.reassigning[index]
+                return record
+            return None
+
+        if self.fenced:
+            return False
+        await self._change(name, change)
+        return switched
 
     async def set_configs(self, name: str, configs: dict[str, Any]) -> None:
         def set_them(record: TopicRecord) -> TopicRecord:
@@ -529,7 +798,8 @@ class Cluster:
             await self.topic_manager.apply(name)
 
     async def _change(self, name: str, change) -> None:
-        """Read, change and compare-and-set a topic's znode until no one else wrote between."""
+        """Read, change and compare-and-set a topic's znode until no one else wrote between
+        (``change`` returns the record to write, or None to write nothing)."""
         path = f"{TOPICS}/{name}"
         while True:
             try:
@@ -537,6 +807,8 @@ class Cluster:
             except NoNodeError:
                 raise TopicChangeError(3, f"topic {name} does not exist") from None
             record = change(TopicRecord.decode(data, stat))
+            if record is None:
+                return  # nothing to write
             try:
                 new_stat = await asyncio.to_thread(
                     self.zk.set, path, record.encode(), version=stat.version
@@ -547,7 +819,7 @@ class Cluster:
             return
 
     async def _written(self, name: str, record: TopicRecord, stat) -> None:
-        record.version, record.mzxid = stat.version, stat.mzxid
+        record.version, record.mzxid, record.created_ms = stat.version, stat.mzxid, stat.ctime
         known = self.topics.get(name)
         if known is None or known.mzxid < record.mzxid:
             self.topics[name] = record

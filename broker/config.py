@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import javaproperties
+
 LONG_MAX = (1 << 63) - 1
 
 
@@ -48,6 +50,60 @@ def _parse(setting: Setting, text: str) -> Any:
         raise ConfigError(f"{setting.name}: {text!r} is not a valid {setting.type}") from None
 
 
+# settings a listener may set for itself as listener.name.<name>.<setting> (Kafka's prefix)
+SECURITY_SETTINGS = [
+    Setting("ssl.keystore.type", "string", "PEM", "Format of ssl.keystore.location (PEM only)."),
+    Setting(
+        "ssl.keystore.location",
+        "string",
+        "",
+        "PEM file with the broker's certificate chain and private key (SSL, SASL_SSL).",
+    ),
+    Setting("ssl.key.password", "password", "", "Password of the private key, if encrypted."),
+    Setting(
+        "ssl.truststore.type", "string", "PEM", "Format of ssl.truststore.location (PEM only)."
+    ),
+    Setting(
+        "ssl.truststore.location",
+        "string",
+        "",
+        "PEM file of the CA certificates client certificates are checked against.",
+    ),
+    Setting(
+        "ssl.client.auth",
+        "string",
+        "none",
+        "Client certificates: none, requested (checked when given) or required.",
+    ),
+    Setting("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", "TLS versions accepted."),
+    Setting(
+        "ssl.cipher.suites",
+        "list",
+        "",
+        "TLS 1.2 cipher suites (OpenSSL or IANA names; empty: the library's defaults).",
+    ),
+    Setting(
+        "sasl.enabled.mechanisms",
+        "list",
+        "SCRAM-SHA-256,SCRAM-SHA-512",
+        "SASL mechanisms offered: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.",
+    ),
+    Setting(
+        "sasl.jaas.config",
+        "password",
+        "",
+        'PLAIN users as a JAAS entry: ... PlainLoginModule required user_NAME="PASSWORD" ...;',
+    ),
+    Setting(
+        "connections.max.reauth.ms",
+        "long",
+        0,
+        "SASL session lifetime: a client must re-authenticate within it (0: never).",
+    ),
+]
+LISTENER_SETTINGS = {s.name: s for s in SECURITY_SETTINGS}
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
 BROKER_SETTINGS: dict[str, Setting] = {
     s.name: s
     for s in [
@@ -56,6 +112,20 @@ BROKER_SETTINGS: dict[str, Setting] = {
         Setting(
             "advertised.listeners", "string", "", "Address given to clients (default: listeners)."
         ),
+        Setting(
+            "listener.security.protocol.map",
+            "string",
+            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+            "Security protocol of each listener, NAME:PROTOCOL,... (PLAINTEXT, SSL,"
+            " SASL_PLAINTEXT or SASL_SSL).",
+        ),
+        Setting(
+            "inter.broker.listener.name",
+            "string",
+            "",
+            "The listener other brokers use (default: the one named PLAINTEXT, else the first).",
+        ),
+        *SECURITY_SETTINGS,
         Setting("log.dirs", "string", "./headrace-data", "The data directory."),
         Setting(
             "broker.id",
@@ -85,6 +155,47 @@ BROKER_SETTINGS: dict[str, Setting] = {
         ),
         Setting(
             "broker.rack", "string", "", "The rack of this broker (placement spreads over racks)."
+        ),
+        Setting(
+            "replica.fetch.wait.max.ms",
+            "int",
+            500,
+            "Cluster mode: how long a replica fetch waits at the leader for new data.",
+        ),
+        Setting(
+            "replica.fetch.max.bytes",
+            "int",
+            1048576,
+            "Cluster mode: bytes a replica fetch asks for per partition (at least one batch).",
+        ),
+        Setting(
+            "replica.fetch.response.max.bytes",
+            "int",
+            4194304,
+            "Cluster mode: bytes a replica fetch asks for in all (at most 8 MiB: the"
+            " inter-broker client's frame limit).",
+        ),
+        Setting(
+            "replica.fetch.backoff.ms",
+            "int",
+            1000,
+            "Cluster mode: how long a replica fetcher waits after an error.",
+        ),
+        Setting(
+            "replica.lag.time.max.ms",
+            "int",
+            30000,
+            "Cluster mode: how long a partition being moved stops taking writes while its new"
+            " broker fetches the last of it; past that writes resume and the switch is tried"
+            " again as long after.",
+        ),
+        Setting(
+            "controller.rebalance.interval.ms",
+            "int",
+            10000,
+            "Cluster mode: how often the controller checks that every partition placed"
+            " automatically is where placement over the member brokers puts it (and at each"
+            " change of membership).",
         ),
         Setting("num.partitions", "int", 1, "Partitions of a topic created without a count."),
         Setting("default.replication.factor", "short", 1, "Replication factor (one broker: 1)."),
@@ -162,6 +273,12 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "long",
             600000,
             "Close a connection with nothing in flight and no traffic for this long (-1: never).",
+        ),
+        Setting(
+            "connection.failed.authentication.delay.ms",
+            "int",
+            100,
+            "How long a failed SASL authentication waits before its answer and the close.",
         ),
         Setting("num.io.threads", "int", 4, "Handler queues; a connection always uses one."),
         Setting(
@@ -431,7 +548,12 @@ _TOPIC_CHOICES = {
     "compression.type": {"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"},
 }
 
-_BROKER_CHOICES = {"log.io.backend": {"os", "io_uring"}}
+_BROKER_CHOICES = {
+    "log.io.backend": {"os", "io_uring"},
+    "ssl.keystore.type": {"PEM"},
+    "ssl.truststore.type": {"PEM"},
+    "ssl.client.auth": {"none", "requested", "required"},
+}
 
 _TOPIC_RANGES = {
     "segment.bytes": (61, None),
@@ -470,16 +592,27 @@ class BrokerConfig:
     """Broker settings: defaults, then a properties file, then overrides."""
 
     def __init__(self, values: dict[str, str] | None = None) -> None:
+        from .kafka_settings import fold
+
         self.explicit: dict[str, object] = {}
-        for name, text in (values or {}).items():
-            setting = BROKER_SETTINGS.get(name)
+        # Kafka's settings that change nothing here (listed in a warning at start), its
+        # coarser units and a single KRaft node's settings (kafka_settings.py)
+        values, self.ignored = fold(values or {})
+        for name, text in values.items():
+            setting = BROKER_SETTINGS.get(name) or _listener_setting(name)
             if setting is None:
                 raise ConfigError(f"unknown setting {name!r}")
+            if name.startswith("listener.name."):  # listener names are case-insensitive
+                listener, _, rest = name[len("listener.name.") :].partition(".")
+                name = f"listener.name.{listener.lower()}.{rest.lower()}"
             self.explicit[name] = _parse(setting, text)
-            choices = _BROKER_CHOICES.get(name)
+            choices = _BROKER_CHOICES.get(setting.name)
             if choices is not None and self.explicit[name] not in choices:
                 raise ConfigError(f"{name}: {text!r} is not one of {sorted(choices)}")
         connection_overrides(str(self["max.connections.per.ip.overrides"]))  # valid?
+        from .listeners import listeners
+
+        listeners(self)  # valid?
 
     def __getitem__(self, name: str) -> Any:
         """The setting's value, of the setting's own type (bool, int, float, str or list)."""
@@ -502,18 +635,27 @@ class BrokerConfig:
             values[key.strip()] = value
         return cls(values)
 
-    def listener(self, advertised: bool = False) -> tuple[str, int]:
-        text = str(self["advertised.listeners"] if advertised else "") or str(self["listeners"])
-        first = text.split(",")[0].strip()
-        if "://" in first:
-            first = first.split("://", 1)[1]
-        host, _, port = first.rpartition(":")
-        if not port.isdigit():
-            raise ConfigError(f"listener {text!r} wants host:port")
-        host = host.strip("[]")
-        if advertised and host in ("", "0.0.0.0", "::"):
-            host = "127.0.0.1"
-        return host or "0.0.0.0", int(port)
+    def for_listener(self, listener: str, name: str) -> Any:
+        """A security setting as listener ``listener`` sees it: ``listener.name.<listener>.
+        <name>`` when set (the listener name in lower case, as Kafka writes it), else ``name``."""
+        prefixed = f"listener.name.{listener.lower()}.{name}"
+        if prefixed in self.explicit:
+            return self.explicit[prefixed]
+        return self[name] if name in BROKER_SETTINGS else ""
+
+
+def _listener_setting(name: str) -> Setting | None:
+    """The setting a ``listener.name.<listener>.<setting>`` name sets, if it is one a listener
+    may set for itself (the security settings, and ``<mechanism>.sasl.jaas.config``)."""
+    if not name.startswith("listener.name."):
+        return None
+    _, _, rest = name[len("listener.name.") :].partition(".")
+    setting = LISTENER_SETTINGS.get(rest)
+    if setting is None:
+        mechanism, _, tail = rest.partition(".")
+        if tail == "sasl.jaas.config" and mechanism.upper() in SASL_MECHANISMS:
+            setting = LISTENER_SETTINGS["sasl.jaas.config"]
+    return setting
 
 
 def connection_overrides(text: str) -> dict[str, int]:
@@ -531,14 +673,10 @@ def connection_overrides(text: str) -> dict[str, int]:
 
 
 def read_properties(text: str) -> dict[str, str]:
-    """Java-style properties: key=value or key: value lines, # and ! comments."""
-    values = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if cut <= 0:
-            raise ConfigError(f"line {number}: expected key=value, got {raw!r}")
-        values[line[:cut].strip()] = line[cut + 1 :].strip()
-    return values
+    """A Java properties file as Java reads it (``javaproperties``): ``=``, ``:`` or
+    whitespace separators, ``#`` and ``!`` comments, line continuations, escapes; a later
+    line wins over an earlier one."""
+    try:
+        return javaproperties.loads(text)
+    except ValueError as e:  # an invalid \u escape
+        raise ConfigError(f"properties file: {e}") from None

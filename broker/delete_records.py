@@ -15,6 +15,8 @@ import asyncio
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import OffsetOutOfRange, StorageError
 
+from .storage_errors import storage_failed
+
 API_KEY = ApiKey.DELETE_RECORDS
 MIN_VERSION, MAX_VERSION = 0, 2
 
@@ -53,7 +55,8 @@ async def handle(broker, header, request):
             except OffsetOutOfRange:
                 result.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 continue
-            except StorageError:
+            except StorageError as e:
+                storage_failed(f"{t.name}-{p.partition_index}", "delete records", e)
                 result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                 continue
             result.low_watermark = log.log_start_offset

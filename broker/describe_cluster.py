@@ -21,7 +21,7 @@ def handle(broker, header, request):
         controller_id=broker.controller_id,
         brokers=[
             R.DescribeClusterBroker(broker_id=b, host=e.host, port=e.port, rack=e.rack)
-            for b, e in broker.brokers().items()
+            for b, e in broker.brokers(header.session.listener).items()
         ],
         cluster_authorized_operations=(
             CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else -(1 << 31)

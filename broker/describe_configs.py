@@ -2,7 +2,8 @@
 
 Topic settings show the per-topic value (source TOPIC_CONFIG), else the broker's setting it
 defaults to (STATIC_BROKER_CONFIG when set in the broker's properties, DEFAULT_CONFIG when
-not). Synonyms list that chain when asked for.
+not). Synonyms list that chain when asked for. Passwords (``ssl.key.password``,
+``sasl.jaas.config``) are flagged sensitive and their values never given, as Kafka does.
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ MIN_VERSION, MAX_VERSION = 1, 4
 R = messages.DescribeConfigsResponse
 TOPIC, BROKER = 2, 4
 TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
+CONFIG_TYPES = {
+    "boolean": 1,
+    "string": 2,
+    "int": 3,
+    "short": 4,
+    "long": 5,
+    "double": 6,
+    "list": 7,
+    "password": 9,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,16 +106,17 @@ def handle(broker, header, request):
         for e in entries:
             if keys is not None and e.name not in keys:
                 continue
+            sensitive = e.type == "password"  # as Kafka: never shown, only flagged
             result.configs.append(
                 R.DescribeConfigsResourceResult(
                     name=e.name,
-                    value=e.value,
+                    value=None if sensitive else e.value,
                     read_only=res.resource_type == BROKER,
                     config_source=e.source,
                     is_default=e.source == DEFAULT_CONFIG,
-                    is_sensitive=False,
+                    is_sensitive=sensitive,
                     synonyms=[
-                        R.DescribeConfigsSynonym(name=n, value=v, source=s)
+                        R.DescribeConfigsSynonym(name=n, value=None if sensitive else v, source=s)
                         for n, v, s in e.synonyms
                     ]
                     if request.include_synonyms

@@ -1,10 +1,16 @@
 """Fetch (key 1), versions 4-18: the read path, with long polling.
 
-The stored batches are sent as they are on disk: a read returns bytes from the log, and the
-response encoder passes them through as their own chunk. Reads run in the broker's read
-thread pool, never on the event loop. When fewer than ``min_bytes`` are available the
-request waits, until ``max_wait_ms`` at the most, on the partitions' "log end advanced"
-signal (every append wakes the fetches waiting on that partition) and reads again.
+The stored batches are sent as they are on disk, without copying: a read finds them in the
+log and returns a region of the segment file (``Log.read_region``: descriptor, position,
+length; the file stays pinned), the response encoder passes it through as its own chunk,
+and the connection sends it with ``os.sendfile`` from the page cache to the socket
+(pipeline/writer.py). Records under ``REGION_MIN`` bytes are copied out in the read thread
+instead (a pread is cheaper than a sendfile step for little data), and so are all records
+while regions pin half of ``log.max.open.files`` (the other half stays for everything
+else). Reads run in the broker's read thread pool, never on the event loop. When fewer than
+``min_bytes`` are available the request waits, until ``max_wait_ms`` at the most, on the
+partitions' "log end advanced" signal (every append wakes the fetches waiting on that
+partition) and reads again.
 
 Limits: ``partition_max_bytes`` per partition and ``max_bytes`` for the response (cut to the
 broker's ``fetch.max.bytes``), except that the first partition with data always gets at least
@@ -12,11 +18,17 @@ one whole batch, as in Kafka.
 
 Memory: before each read the fetch reserves what it may return from ``broker.fetch_budget``
 (the broker-wide ``queued.max.response.bytes``), and the reservation is released once the
-response has left through the socket (or the connection closed); between reads of a long
-poll it holds nothing. While the budget has no room the fetch waits, within its
-``max_wait_ms``; if that passes first, it answers without records.
+response has left through the socket (or the connection closed), together with the pins of
+its regions; between reads of a long poll it holds nothing. While the budget has no room the
+fetch waits, within its ``max_wait_ms``; if that passes first, it answers without records.
 From v13 topics are identified by topic ID. Fetch sessions are not kept: every response
 says session 0, so clients send full fetch requests.
+
+Replica fetches (``replica_id`` >= 0, in cluster mode: another broker copying a partition,
+replica_fetcher.py) read up to the log end under the same bounds. Their
+``current_leader_epoch`` is checked (an older one: FENCED_LEADER_EPOCH, a newer one:
+UNKNOWN_LEADER_EPOCH), and their fetch offset, the copy's log end, is handed to
+``broker.moves`` before any wait (it decides when a move switches ownership).
 
 Transactions: every partition reports its last stable offset (LSO: below it every
 transaction is decided). A ``read_committed`` fetch reads only below the LSO and gets the
@@ -30,14 +42,20 @@ before each read.
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from headrace.protocol import ApiKey, ErrorCode, messages
-from headrace.storage import OffsetOutOfRange, StorageError
+from headrace.storage import FileRegion, OffsetOutOfRange, StorageError
+
+from .leader_hints import LeaderHints
+from .storage_errors import storage_failed
 
 API_KEY = ApiKey.FETCH
 MIN_VERSION, MAX_VERSION = 4, 18
 
 R = messages.FetchResponse
+
+REGION_MIN = 64 * 1024  # smaller records are copied out in the read thread, not sent by file
 
 
 def response_bytes(broker, request) -> int:
@@ -50,37 +68,54 @@ async def handle(broker, header, request):
     by_id = version >= 13
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
+    replica = request.replica_id if version < 15 else request.replica_state.replica_id
+    moves = broker.moves if replica >= 0 else None
     wanted = []  # (topic response, partition response, partition or None, fetch offset, max bytes)
     responses = []
+    hints = LeaderHints(broker, R, 12, 16, version)
     for t in request.topics:
         topic = broker.topics.find(None if by_id else t.topic, t.topic_id)
         out = R.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[])
         responses.append(out)
         for p in t.partitions:
-            resp = R.PartitionData(partition_index=p.partition, records=None)
+            # records are empty, never null, even with an error (librdkafka refuses null)
+            resp = R.PartitionData(partition_index=p.partition, records=b"")
             out.partitions.append(resp)
             partition = topic.partition(p.partition) if topic is not None else None
             if partition is None:
                 if topic is not None:
                     resp.error_code = topic.partition_error(p.partition)
+                    hints.add(resp, topic.name, p.partition)
                 elif by_id:
                     resp.error_code = ErrorCode.UNKNOWN_TOPIC_ID
                 else:
                     resp.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 resp.high_watermark = -1
                 continue
+            if moves is not None:
+                error = moves.replica_fetched(
+                    topic.name, p.partition, replica, p.current_leader_epoch, p.fetch_offset
+                )
+                if error:
+                    resp.error_code, resp.high_watermark = error, -1
+                    continue
             wanted.append((resp, partition, p.fetch_offset, p.partition_max_bytes))
     read_committed = request.isolation_level == 1
     cap = response_bytes(broker, request) if wanted else 0
     budget = broker.fetch_budget
     while True:
         reservation = await budget.reserve(cap, deadline)
+        regions: list = []  # the file regions in the response, pinned until it is sent
+        read = None
         try:
             stable = [part.last_stable_offset for _, part, _, _ in wanted]
-            total = await loop.run_in_executor(
-                broker.read_pool, _read_all, wanted, reservation.size, stable, read_committed
+            read = broker.read_pool.submit(
+                _read_all, wanted, reservation.size, stable, read_committed, regions
             )
+            total = await asyncio.wrap_future(read)
         except BaseException:
+            if read is not None:  # once the read thread is done with them (maybe now)
+                read.add_done_callback(functools.partial(_release_after, regions))
             reservation.release()
             raise
         reservation.grow(total - reservation.size)  # one batch over the limit at the most
@@ -88,6 +123,7 @@ async def handle(broker, header, request):
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
             break
+        _release(regions)
         reservation.release()
         wakeup = loop.create_future()
         parts = [part for _, part, _, _ in wanted]
@@ -108,17 +144,48 @@ async def handle(broker, header, request):
             resp.aborted_transactions = None
         elif not resp.records:
             resp.aborted_transactions = []
-    response = R(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses)
-    return response, reservation.release
+    response = R(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        session_id=0,
+        responses=responses,
+        node_endpoints=hints.endpoints(),
+    )
+
+    def on_sent() -> None:
+        _release(regions)
+        reservation.release()
+
+    return response, on_sent
 
 
-def _read_all(wanted, max_bytes: int, stable: list[int], read_committed: bool) -> int:
-    """Fill in each partition's records and offsets (runs in a read thread)."""
+def _release_after(regions: list, _read) -> None:
+    _release(regions)
+
+
+def _release(regions: list) -> None:
+    for region in regions:
+        region.release()
+    regions.clear()
+
+
+def _read_all(
+    wanted, max_bytes: int, stable: list[int], read_committed: bool, regions: list
+) -> int:
+    """Fill in each partition's records and offsets (runs in a read thread); the file regions
+    among the records are added to ``regions``."""
     total = 0
     for (resp, part, offset, partition_max), lso in zip(wanted, stable):
         log = part.log
+        if part.gone:  # moved away (or deleted) during a long poll
+            resp.error_code, resp.high_watermark, resp.records = (
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                -1,
+                b"",
+            )
+            continue
         resp.error_code = ErrorCode.NONE
-        resp.records = None
+        resp.records = b""  # never null: librdkafka drops a response with a null record set
         high_watermark = log.log_end_offset
         resp.high_watermark = high_watermark
         resp.last_stable_offset = min(lso, high_watermark)
@@ -127,29 +194,40 @@ def _read_all(wanted, max_bytes: int, stable: list[int], read_committed: bool) -
         if budget <= 0 and (total or max_bytes <= 0):
             continue  # no room (max_bytes 0: no share of the response budget, no records)
         try:
-            data = log.read(
+            data = log.read_region(
                 offset,
                 max(budget, 1),
                 max_offset=resp.last_stable_offset if read_committed else high_watermark,
+                copy_below=REGION_MIN,
             )
         except OffsetOutOfRange:
             resp.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
             continue
-        except StorageError:
+        except StorageError as e:
+            storage_failed(f"{part.topic.name}-{part.index}", "read", e)
             resp.error_code = ErrorCode.KAFKA_STORAGE_ERROR
             continue
-        if total and len(data) > budget:
+        size = len(data)
+        region = data if isinstance(data, FileRegion) else None
+        if total and size > budget:
+            if region is not None:
+                region.release()
             continue  # only the first partition with data may go over the limits
-        if read_committed and data:
+        if read_committed and size:
             try:
                 aborted = log.aborted_txns(offset, resp.last_stable_offset)
-            except StorageError:
+            except StorageError as e:
+                storage_failed(f"{part.topic.name}-{part.index}", "read", e)
+                if region is not None:
+                    region.release()
                 resp.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                 continue
             resp.aborted_transactions = [
                 R.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
                 for a in aborted
             ]
+        if region is not None:
+            regions.append(region)
         resp.records = data
-        total += len(data)
+        total += size
     return total

@@ -97,7 +97,43 @@ class GroupCoordinator:
     # lifecycle ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        loaded, stored = await self.offsets.load()
+        await self._load(None)
+        self._tasks.append(
+            asyncio.create_task(
+                run_every(self.retention_check_ms / 1000, self.expire_offsets, "offset expiration")
+            )
+        )
+
+    async def partitions_moved(self, gained: list[int], lost: list[int]) -> None:
+        """Partitions of ``__consumer_offsets`` moved here (their groups are loaded from
+        them) or away (their groups are forgotten here, without tombstones: the new
+        coordinator has them; waiting requests get NOT_COORDINATOR)."""
+        topic = self.topics.get(OFFSETS_TOPIC)
+        if lost and topic is not None:
+            doomed = {
+                g.group_id
+                for g in self._all_groups()
+                if partition_for(g.group_id, topic.count) in lost
+            }
+            for group_id in doomed:
+                classic = self.groups.get(group_id)
+                if classic is not None:
+                    self.classic.unload(classic, E.NOT_COORDINATOR)
+                consumer = self.consumer.groups.pop(group_id, None)
+                if consumer is not None:
+                    for m in consumer.members.values():
+                        m.cancel_timers()
+            for held in self.txn_offsets.values():
+                for group_id in doomed & held.keys():
+                    del held[group_id]
+            if doomed:
+                log.info("unloaded %d groups of partitions %s (moved away)", len(doomed), lost)
+        if gained:
+            await self._load(gained)
+
+    async def _load(self, indexes: list[int] | None) -> None:
+        """Load the groups of ``__consumer_offsets`` (its partitions ``indexes``, or all)."""
+        loaded, stored = await self.offsets.load(indexes)
         for group_id, offsets in loaded.items():
             self.classic.new_group(group_id).offsets = offsets
         if loaded:
@@ -110,17 +146,24 @@ class GroupCoordinator:
             restored += bool(meta.members)
         if restored:
             log.info("restored the membership of %d classic groups", restored)
-        for producer_id, pending in (await self.offsets.load_pending()).items():
+        for producer_id, pending in (await self.offsets.load_pending(indexes)).items():
             for group_id, offsets in pending.items():
                 self.add_txn_offsets(producer_id, group_id, offsets)
-        gone = {t for g in self.groups.values() for t, _ in g.offsets if self.topics.get(t) is None}
-        if gone:
-            await self.on_topics_deleted(gone)
-        self._tasks.append(
-            asyncio.create_task(
-                run_every(self.retention_check_ms / 1000, self.expire_offsets, "offset expiration")
-            )
-        )
+        stale: dict[ClassicGroup, list[Entry]] = {}
+        for group_id in loaded:
+            group = self.groups.get(group_id)
+            if group is None:
+                continue
+            entries: list[Entry] = [
+                (t, p, None) for (t, p), c in group.offsets.items() if self._gone(t, c)
+            ]
+            if entries:
+                for t, p, _ in entries:
+                    del group.offsets[(t, p)]
+                stale[group] = entries
+                self._forget_if_empty(group)
+        if stale:
+            self._tasks.append(asyncio.create_task(self._purge_loaded(stale)))
 
     def stop(self) -> None:
         for task in self._tasks:
@@ -278,6 +321,28 @@ class GroupCoordinator:
         if expired:
             log.info("expired %d committed offsets", expired)
         return expired
+
+    def _gone(self, topic: str, committed: CommittedOffset) -> bool:
+        """Offsets loaded for a topic that was deleted meanwhile, or deleted and made again
+        (in a cluster, while this broker was down: committed before the namesake was made)."""
+        t = self.topics.get(topic)
+        return t is None or committed.commit_timestamp < t.created_ms
+
+    async def _purge_loaded(self, stale: dict[ClassicGroup, list[Entry]]) -> None:
+        """Tombstones for the offsets dropped at load because their topic is gone (they are
+        no longer served). A cluster broker starts fenced: written once it coordinates."""
+        count = sum(map(len, stale.values()))
+        while stale:
+            topic = self.topics.get(OFFSETS_TOPIC)
+            for group, entries in list(stale.items()):
+                if self.owns(group.group_id):
+                    if not await self.offsets.write(group, entries):
+                        del stale[group]
+                elif topic is None or partition_for(group.group_id, topic.count) not in topic.held:
+                    del stale[group]  # moved away: the next coordinator drops them at its load
+            if stale:
+                await asyncio.sleep(1)
+        log.info("purged %d committed offsets of topics deleted while the broker was down", count)
 
     async def on_topics_deleted(self, names: set[str]) -> None:
         """Topics are gone: every group's offsets for their partitions get tombstones, and

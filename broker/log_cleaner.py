@@ -130,6 +130,8 @@ class LogCleaner:
         for i, p in enumerate(partitions):
             if self._stopping.is_set():
                 return
+            if p.gone:
+                continue  # moved away or deleted since the pass began
             plog = p.log
             try:
                 if retention:

@@ -97,7 +97,7 @@ def _response(broker, header, topics, missing, request):
         out.append(M.MetadataResponseTopic(error_code=code, name=t.name, topic_id=t.topic_id))
     brokers = [
         M.MetadataResponseBroker(node_id=b, host=e.host, port=e.port, rack=e.rack)
-        for b, e in broker.brokers().items()
+        for b, e in broker.brokers(header.session.listener).items()
     ]
     return M(
         throttle_time_ms=0,

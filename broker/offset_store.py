@@ -50,23 +50,31 @@ class OffsetStore:
         self.retention_ms = retention_ms  # offsets.retention.minutes
         self.now_ms = now_ms
 
-    async def load(self) -> tuple[dict[str, dict], dict[str, StoredGroup]]:
-        """Replay the topic: (group -> its offsets, group -> its last classic metadata)."""
+    def _partitions(self, indexes: list[int] | None) -> list:
         topic = self.topics.get(OFFSETS_TOPIC)
         if topic is None:
-            return {}, {}
+            return []
+        if indexes is None:
+            return topic.partitions
+        return [topic.held[i] for i in indexes if i in topic.held]
+
+    async def load(
+        self, indexes: list[int] | None = None
+    ) -> tuple[dict[str, dict], dict[str, StoredGroup]]:
+        """Replay the topic (or its partitions ``indexes``, moved here): (group -> its
+        offsets, group -> its last classic metadata)."""
         stored: dict[str, StoredGroup] = {}
-        logs = [p.log for p in topic.partitions]
+        logs = [p.log for p in self._partitions(indexes)]
+        if not logs:
+            return {}, {}
         loaded = await asyncio.to_thread(group_offsets.replay, logs, stored)
         return loaded, stored
 
-    async def load_pending(self) -> PendingOffsets:
-        """The offsets of transactions still open in the topic's partitions (at start-up)."""
-        topic = self.topics.get(OFFSETS_TOPIC)
+    async def load_pending(self, indexes: list[int] | None = None) -> PendingOffsets:
+        """The offsets of transactions still open in the topic's partitions (or those of
+        ``indexes``), at start-up or when partitions move here."""
         pending: PendingOffsets = {}
-        if topic is None:
-            return pending
-        for partition in topic.partitions:
+        for partition in self._partitions(indexes):
             ongoing = dict(partition.producers.ongoing)  # producer id -> first offset
             if ongoing:
                 await asyncio.to_thread(_read_txn_offsets, partition.log, ongoing, pending)
@@ -91,6 +99,8 @@ class OffsetStore:
         """Append (key, value-or-None) records as one batch; an error code."""
         batch = group_offsets.build_commit_batch(records, self.now_ms())
         error, _, _ = partition.append(memoryview(batch), len(batch))
+        if error == E.NOT_LEADER_OR_FOLLOWER:  # the partition is moving away
+            return E.NOT_COORDINATOR
         return error
 
     async def flush(self, partition) -> int:

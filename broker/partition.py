@@ -7,6 +7,13 @@ for a transactional batch, the coordinator's check that the partition is in the 
 open transaction. Offsets are written into the payload in place (the CRC does not cover them).
 After an append every waiting fetch is woken. When the log rolls a segment, the producer state
 is snapshotted in a worker thread.
+
+A replica's copy (``append_copied``: a partition being moved here, fetched from its leader)
+appends the leader's batches unchanged, offsets included, and rebuilds the producer state and
+the aborted-transactions entries from their headers as recovery does, so idempotent producers
+and open transactions carry on when the copy becomes the leader. While a move switches
+ownership the leader refuses writes (``frozen``: NOT_LEADER_OR_FOLLOWER, clients retry); a
+partition that moved away or was deleted is ``gone``.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ from .producer_state import (
     snapshot_name,
     write_snapshot_data,
 )
-from .txn_markers import ABORT, COMMIT, control_batch
+from .storage_errors import storage_failed
+from .txn_markers import ABORT, COMMIT, control_batch, control_marker
 
 if TYPE_CHECKING:
     from .topics import Topic
@@ -53,6 +61,8 @@ class Partition:
         "flushed_at",
         "_segments",
         "_opened_end",
+        "frozen",
+        "gone",
     )
 
     def __init__(self, topic: Topic, index: int, log: Log, producers: ProducerStateManager):
@@ -65,6 +75,8 @@ class Partition:
         self.flushed_at = 0.0  # event-loop time of that flush
         self._segments = log.segment_count  # a change means the log rolled: snapshot
         self._opened_end = log.log_end_offset
+        self.frozen = False  # a move is switching ownership: writes are refused
+        self.gone = False  # moved away or deleted: reads and writes are refused
 
     @property
     def last_stable_offset(self) -> int:
@@ -91,6 +103,8 @@ class Partition:
         transaction) answers NONE. With ``log_append_time`` >= 0 (a LogAppendTime topic) every
         batch is stamped with it.
         """
+        if self.frozen or self.gone:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, 0
         try:
             batches = list(iter_batches(records))
         except CorruptRecordError:
@@ -162,17 +176,23 @@ class Partition:
                 max_timestamp = h.max_timestamp
         try:
             log.append(records, base, offset - 1, max_timestamp, aborted_txn=aborted_txn)
-        except StorageError:
+        except StorageError as e:
+            storage_failed(f"{self.topic.name}-{self.index}", "append", e)
             return -1, -1
-        if log.segment_count != self._segments:
-            self._segments = log.segment_count
-            self._snapshot_in_background(base)
+        self._rolled(base)
         return base, max_timestamp
+
+    def _rolled(self, offset: int) -> None:
+        """After an append at ``offset``: snapshot the producer state if the log rolled."""
+        if self.log.segment_count != self._segments:
+            self._segments = self.log.segment_count
+            self._snapshot_in_background(offset)
 
     def _snapshot_in_background(self, offset: int) -> None:
         """Snapshot the producer state below ``offset`` (the rolled segment's end; the batch at
         ``offset`` is not recorded yet) and write it in a worker thread."""
         data = self.producers.snapshot(offset)
+        self.producers.snapshotted = True
         directory = Path(self.log.directory)
 
         def write():
@@ -186,6 +206,8 @@ class Partition:
     def append_transactional(self, batch: bytearray, producer_id: int, epoch: int) -> int:
         """Append a batch the coordinator wrote for a transaction (transactional offset
         commits): no sequence numbers. Returns the error code."""
+        if self.frozen or self.gone:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         error = self.producers.check_marker(producer_id, epoch)
         if error:
             return error
@@ -202,6 +224,8 @@ class Partition:
     ) -> int:
         """Append a commit or abort marker for the producer's transaction. Returns the error
         code (INVALID_PRODUCER_EPOCH for a marker older than what this partition knows)."""
+        if self.frozen or self.gone:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         error = self.producers.check_marker(producer_id, epoch)
         if error:
             return error
@@ -215,6 +239,54 @@ class Partition:
         self._appended(1)
         return ErrorCode.NONE
 
+    def append_copied(self, records: memoryview) -> int:
+        """Append batches fetched from the partition's leader, unchanged (their offsets kept;
+        compaction may have left gaps). Batches below the log end (fetched twice) are
+        skipped. The producer state follows each batch header, and an abort marker brings its
+        aborted-transactions entry, as when the log is recovered. Contiguous data batches go
+        to the log in one append. Returns the messages appended; raises
+        ``CorruptRecordError`` (nothing of the bad batch on is appended) or ``StorageError``."""
+        log, producers = self.log, self.producers
+        run_start = run_end = -1  # the data batches not appended yet: their byte range
+        run_base = run_last = run_ts = -1
+        count = 0
+
+        def flush_run() -> None:
+            nonlocal run_start
+            if run_start >= 0:
+                log.append(records[run_start:run_end], run_base, run_last, run_ts, copied=True)
+                self._rolled(run_base)
+                run_start = -1
+
+        for pos, size, h in iter_batches(records):
+            last = h.base_offset + h.last_offset_delta
+            if last < (run_last + 1 if run_start >= 0 else log.log_end_offset):
+                continue  # already here
+            if not crc_matches(records[pos : pos + size]):
+                raise CorruptRecordError(f"batch at offset {h.base_offset} fails its CRC")
+            if h.is_control and h.producer_id >= 0:
+                flush_run()
+                kind, coordinator_epoch = control_marker(records[pos : pos + size])
+                aborted = producers.marker_entry(h.producer_id, kind, h.base_offset)
+                batch = records[pos : pos + size]
+                log.append(batch, h.base_offset, last, h.max_timestamp, aborted, copied=True)
+                self._rolled(h.base_offset)
+                if kind in (ABORT, COMMIT):
+                    producers.complete(
+                        h.producer_id, h.producer_epoch, kind, h.base_offset, coordinator_epoch
+                    )
+            else:
+                if run_start < 0:
+                    run_start, run_base, run_ts = pos, h.base_offset, h.max_timestamp
+                run_end, run_last = pos + size, last
+                run_ts = max(run_ts, h.max_timestamp)
+                producers.replay(records[pos : pos + size])
+            count += h.records_count
+        flush_run()
+        if count:
+            self._appended(count)
+        return count
+
     def _appended(self, count: int) -> None:
         self.unflushed += count
         if self.waiters:
@@ -225,6 +297,9 @@ class Partition:
 
     def close(self) -> None:
         self.log.close()
+        producers = self.producers
+        if producers.empty and not producers.snapshotted:
+            return  # nothing to remember, and no older snapshot to supersede
         directory, end = Path(self.log.directory), self.log.log_end_offset
         if end == self._opened_end and (directory / snapshot_name(end)).exists():
             return  # nothing appended since the open: the snapshot at the end is current

@@ -92,30 +92,35 @@ class BrokerProcess:
         self.seen = 0  # lines read since the first start (``lines`` keeps the last ones)
         self.spawned_at: float | None = None  # time.monotonic() just before the spawn
         self.ports: list[int] = []  # every worker's port (--workers N), the first is ``port``
+        self.listener_ports: dict[str, int] = {}  # listener name -> port, once started
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def bootstrap_servers(self) -> str:
+        """The same as ``bootstrap`` (the name ``headrace.Broker`` and clients use)."""
+        return self.bootstrap
+
+    def create_topic(self, name: str, partitions: int = 1, **configs: object) -> None:
+        """Create a topic (CreateTopics over the wire); topic settings as keywords with
+        ``_`` for ``.`` (``cleanup_policy="compact"``). Raises ``AdminError`` if refused."""
+        from .admin_request import create_topic
+
+        create_topic(
+            self.bootstrap, name, partitions, {k.replace("_", "."): v for k, v in configs.items()}
+        )
+
+    @property
     def pid(self) -> int:
         return self.proc.pid if self.proc is not None else 0
 
     def command(self, ready_file: Path) -> list[str]:
-        cmd = [
-            sys.executable,
-            "-m",
-            "headrace",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--data-dir",
-            str(self.data_dir),
-            "--ready-file",
-            str(ready_file),
-        ]
+        cmd = [sys.executable, "-m", "headrace", "serve"]
+        if "listeners" not in self.overrides:  # else the listeners say where
+            cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += ["--data-dir", str(self.data_dir), "--ready-file", str(ready_file)]
         for key, value in self.overrides.items():
             cmd += ["--override", f"{key}={value}"]
         return cmd + self.args
@@ -148,9 +153,14 @@ class BrokerProcess:
                     self.kill()
                     raise RuntimeError(self._failure())
                 time.sleep(POLL_S)
-            # one line per broker (several with --workers): the first is this one's address
-            self.ports = [int(line.rsplit(":", 1)[1]) for line in ready.read_text().split()]
+            # one line per broker (several with --workers): the first is this one's; a line is
+            # host:port of its first listener, then NAME://host:port of each listener
+            lines = [line.split() for line in ready.read_text().splitlines() if line.strip()]
+            self.ports = [int(items[0].rsplit(":", 1)[1]) for items in lines]
             self.port = self.ports[0]
+            self.listener_ports = {
+                item.split("://", 1)[0]: int(item.rsplit(":", 1)[1]) for item in lines[0][1:]
+            }
         return self
 
     def _pump(self, proc: subprocess.Popen, log) -> None:

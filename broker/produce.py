@@ -20,6 +20,9 @@ from functools import partial
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import StorageError
 
+from .leader_hints import LeaderHints
+from .storage_errors import storage_failed
+
 API_KEY = ApiKey.PRODUCE
 MIN_VERSION, MAX_VERSION = 3, 13
 
@@ -34,6 +37,7 @@ def handle(broker, header, request):
     topics = broker.topics
     responses = []
     to_flush = []
+    hints = LeaderHints(broker, R, 10, 10, version)
     for t in request.topic_data:
         topic = topics.find(None if version >= 13 else t.name, t.topic_id)
         unknown = (
@@ -44,7 +48,10 @@ def handle(broker, header, request):
             partition = topic.partition(p.index) if topic is not None else None
             if partition is None:
                 code = unknown if topic is None else topic.partition_error(p.index)
-                partitions.append(R.PartitionProduceResponse(index=p.index, error_code=code))
+                answer = R.PartitionProduceResponse(index=p.index, error_code=code)
+                if topic is not None:
+                    hints.add(answer, topic.name, p.index)
+                partitions.append(answer)
                 continue
             verify = None
             if request.transactional_id is not None:
@@ -77,7 +84,7 @@ def handle(broker, header, request):
         responses.append(
             R.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=partitions)
         )
-    response = R(responses=responses, throttle_time_ms=0)
+    response = R(responses=responses, throttle_time_ms=0, node_endpoints=hints.endpoints())
     if to_flush:
         return _after_flush(broker.topics.flush(to_flush), response, request.acks)
     return None if request.acks == 0 else response
@@ -90,10 +97,11 @@ def _epoch_checked_by_the_partition(producer_id: int, epoch: int) -> int:
 async def _after_flush(flushed: asyncio.Future, response, acks: int):
     try:
         await flushed
-    except StorageError:
+    except StorageError as e:
         for t in response.responses:
             for p in t.partition_responses:
                 if p.error_code == ErrorCode.NONE:
+                    storage_failed(f"{t.name}-{p.index}", "flush", e)
                     p.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                     p.base_offset = -1
     return None if acks == 0 else response

@@ -28,13 +28,15 @@ and without an open transaction here are forgotten (``expire``, run by the topic
 however many producer ids clients make up.
 
 Snapshots (``producer-state-<offset>.json`` in the partition directory, the state of every
-batch below ``offset``) are written when the log rolls a segment and when it closes; the
-newest two are kept. On open the newest snapshot at or below the log end is loaded (newer
-ones are deleted: recovery cut the log below them) and the batch headers after it are
-replayed, reading the one record of each control batch to learn commit or abort; an abort
-marker's index entry is added again if the index lost it (the storage engine ignores entries
-it has). Entries of an older broker's single ``transactions.index`` file are moved into the
-segments' indexes, and the file is removed.
+batch below ``offset``) are written when the log rolls a segment and when it closes, except
+that a partition without producer state and without a snapshot writes none at close (most
+partitions of a large broker: their clean start then reads nothing); the newest two are
+kept. On open the newest snapshot at or below the log end is loaded (newer ones are deleted:
+recovery cut the log below them) and the batch headers after it are replayed, reading the
+one record of each control batch to learn commit or abort; an abort marker's index entry is
+added again if the index lost it (the storage engine ignores entries it has). Entries of an
+older broker's single ``transactions.index`` file are moved into the segments' indexes, and
+the file is removed.
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.snapshotted = False  # a snapshot file may exist (found at load, or written)
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> tuple[int, int]:
         """(error code, -1) to append or refuse, or (NONE, base offset) for a retry."""
@@ -249,17 +252,34 @@ class ProducerStateManager:
     def write_snapshot(self, directory: Path, offset: int) -> None:
         write_snapshot_data(directory, self.snapshot(offset))
 
+    @property
+    def empty(self) -> bool:
+        """No producer and no open transaction is known."""
+        return not self.producers and not self.ongoing
+
     @classmethod
-    def load(cls, directory: Path, log) -> ProducerStateManager:
-        """The newest usable snapshot plus the headers after it."""
+    def load(cls, directory: Path, log, *, just_opened: bool = False) -> ProducerStateManager:
+        """The newest usable snapshot plus the headers after it.
+
+        ``just_opened``: ``log`` was opened right before, nothing appended since, so the
+        names it listed at open (``log.other_files``) are current and no listing is needed;
+        and when it opened cleanly (``log.opened_clean``) without any snapshot, it had no
+        producer state (close writes no snapshot of an empty state): nothing is read. After
+        a crash without a snapshot the headers from the log start are replayed."""
         directory = Path(directory)
+        names = log.other_files if just_opened else os.listdir(directory)
+        state = cls()
+        if LEGACY_INDEX_FILE in names:
+            _import_legacy_index(directory, log)
+        offsets = [int(m.group(1)) for n in names if (m := _SNAPSHOT_NAME.match(n))]
+        legacy = SNAPSHOT in names
+        state.snapshotted = bool(offsets) or legacy
+        if just_opened and log.opened_clean and not state.snapshotted:
+            return state
         start = log.log_start_offset
-        data = _newest_snapshot(directory, log.log_end_offset)
+        data = _newest_snapshot(directory, log.log_end_offset, offsets, legacy)
         if data is not None:
             start = max(start, data["offset"])
-        state = cls()
-        _import_legacy_index(directory, log)
-        if data is not None:
             for pid, fields in data["producers"].items():
                 epoch, batches = fields[0], fields[1]
                 entry = state.producers[int(pid)] = ProducerEntry(epoch)
@@ -320,18 +340,20 @@ def _snapshot_offsets(directory: Path) -> list[int]:
     return found
 
 
-def _newest_snapshot(directory: Path, log_end_offset: int) -> dict | None:
-    """The newest readable snapshot at or below the log end; newer ones are deleted (the log
-    was cut below them, so they describe batches that are gone)."""
+def _newest_snapshot(
+    directory: Path, log_end_offset: int, offsets: list[int], legacy: bool
+) -> dict | None:
+    """The newest readable snapshot at or below the log end, of the snapshots at ``offsets``
+    (and the ``legacy`` file); newer ones are deleted (the log was cut below them, so they
+    describe batches that are gone)."""
     candidates = []
-    for offset in _snapshot_offsets(directory):
+    for offset in offsets:
         if offset > log_end_offset:
             (directory / snapshot_name(offset)).unlink(missing_ok=True)
         else:
             candidates.append((offset, directory / snapshot_name(offset)))
-    legacy = directory / SNAPSHOT
-    if legacy.exists():
-        candidates.append((-1, legacy))
+    if legacy:
+        candidates.append((-1, directory / SNAPSHOT))
     for _, path in sorted(candidates, reverse=True):
         try:
             data = json.loads(path.read_text())

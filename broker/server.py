@@ -2,7 +2,7 @@
 
 How this works
 --------------
-``Broker.handle`` is the pipeline's handler. It runs in a handler queue, in arrival order per
+``BrokerServer.handle`` is the pipeline's handler. It runs in a handler queue, in arrival order per
 connection: it decodes the request header, finds the API module (one per Kafka API, listed
 in ``APIS``), decodes the body and calls the module's ``handle(broker, header, request)``.
 A module returns the response message, ``None`` for no response (acks=0), or an awaitable of
@@ -17,11 +17,14 @@ Encoding the response header and body happens here, once, for every API.
 
 Requests the broker cannot parse close the connection, as Kafka does: an unknown API key, a
 version outside what we list (except ApiVersions, which answers UNSUPPORTED_VERSION with the
-list so the client can retry), or a malformed body.
+list so the client can retry), or a malformed body. A module that fails unexpectedly (raises,
+or its awaitable does) gets its request answered with UNKNOWN_SERVER_ERROR wherever the
+response has an error code (``protocol.error_response``) and the traceback logged, as Kafka
+does; the connection stays open (an acks=0 produce, having no response, closes it).
 
 How the pieces are wired
 ------------------------
-``Broker.__init__`` builds everything, and nothing waits for ``start`` to exist: the flush
+``BrokerServer.__init__`` builds everything, and nothing waits for ``start`` to exist: the flush
 stage (``GroupCommit``), the topic table (``TopicManager``: every topic and partition, and
 ``topics.flush(partitions)``, the one way to make appends durable), the producer id source
 (``ProducerIdManager``), the group coordinator, the log cleaner and the transaction
@@ -29,7 +32,7 @@ coordinator, and the ``BrokerClient`` the transaction coordinator sends markers 
 brokers with (closed at stop). The last two are handed what they use (the topic table, the
 producer ids, the group coordinator for transactional offsets, the node id, the settings they
 read, the broker client) rather than
-the broker, so each can be built and tested alone. The API modules get the ``Broker`` as
+the broker, so each can be built and tested alone. The API modules get the ``BrokerServer`` as
 their request context and use the coordinators' public methods.
 
 Start-up (``start``) locks the data directory (``.lock``: one broker per directory; a second
@@ -49,6 +52,7 @@ import fcntl
 import importlib
 import logging
 import os
+import ssl
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -67,10 +71,12 @@ from headrace.pipeline import (
 from headrace.protocol import (
     ApiKey,
     DecodeError,
+    ErrorCode,
     decode_message,
     decode_request_header,
     encode_response,
     encode_response_header,
+    error_response,
     request_class,
     response_header_is_flexible,
 )
@@ -79,12 +85,22 @@ from headrace.storage import StorageError, fsync_directory
 from .background import run_every
 from .broker_client import BrokerClient
 from .cluster import Cluster, ClusterError, Endpoint
-from .config import BrokerConfig, connection_overrides
+from .config import BrokerConfig, ConfigError, connection_overrides
+from .controller import Controller
 from .group_coordinator import GroupCoordinator
+from .group_offsets import OFFSETS_TOPIC
 from .init_producer_id import ProducerIdManager
+from .listeners import Listener, inter_broker, listeners
 from .log_cleaner import LogCleaner
+from .moves import Moves
+from .sasl import AUTHENTICATE, COMPLETE, HANDSHAKE, SaslConfig, SaslSession
+from .sasl import listener_config as sasl_config
+from .scram_credentials import ScramCredentials
+from .session import ANONYMOUS, RequestContext, Session
+from .tls import certificate_principal, server_context
 from .topics import TopicManager
 from .transaction_coordinator import TransactionCoordinator
+from .transaction_log import TRANSACTION_TOPIC
 
 log = logging.getLogger("headrace")
 
@@ -103,6 +119,7 @@ API_MODULES = (
     "sync_group",  # 14
     "describe_groups",  # 15
     "list_groups",  # 16
+    "sasl_handshake",  # 17
     "api_versions",  # 18
     "create_topics",  # 19
     "delete_topics",  # 20
@@ -115,12 +132,19 @@ API_MODULES = (
     "txn_offset_commit",  # 28
     "describe_configs",  # 32
     "alter_configs",  # 33
+    "describe_log_dirs",  # 35
+    "sasl_authenticate",  # 36
     "create_partitions",  # 37
     "delete_groups",  # 42
     "incremental_alter_configs",  # 44
+    "alter_partition_reassignments",  # 45
+    "list_partition_reassignments",  # 46
     "offset_delete",  # 47
+    "describe_user_scram_credentials",  # 50
+    "alter_user_scram_credentials",  # 51
     "describe_cluster",  # 60
     "describe_producers",  # 61
+    "unregister_broker",  # 64
     "describe_transactions",  # 65
     "list_transactions",  # 66
     "consumer_group_heartbeat",  # 68
@@ -142,12 +166,16 @@ class StartupError(Exception):
     """The broker cannot start (data directory unusable, port taken...)."""
 
 
-class Broker:
+class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         broker_id = int(config["broker.id"])
         self.node_id = broker_id if broker_id >= 0 else int(config["node.id"])
-        self.host, self.port = config.listener()
+        # where to listen (listeners.py): the first listener's address is the broker's
+        # host:port in logs and the ready file; bound ports are known after start
+        self.listeners = listeners(config)
+        self.host, self.port = self.listeners[0].host, self.listeners[0].port
+        self.bound: dict[str, int] = {}  # listener name -> the port it listens on
         self.data_dir = Path(str(config["log.dirs"])).absolute()
         self.group_commit = GroupCommit()
         self.topics = TopicManager(self.data_dir, config, self.group_commit)
@@ -191,34 +219,63 @@ class Broker:
             leader_of=self.cluster.leader_of if self.cluster else None,
             broker_client=self.broker_client,
         )
+        # cluster mode: partitions moving here and away (moves.py)
+        self.moves: Moves | None = None
+        if self.cluster is not None:
+            self.moves = Moves(self.node_id, self.topics, self.cluster, self.broker_client, config)
+            self.topics.moves = self.moves
+            self.topics.on_moved = self._partitions_moved
+            self.cluster.controller = Controller(
+                self.cluster, int(config["controller.rebalance.interval.ms"])
+            )
         self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
         # fetch responses in memory: reserved before reading, released once sent
         self.fetch_budget = ByteBudget(int(config["queued.max.response.bytes"]))
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
+        self._tls: dict[str, ssl.SSLContext] = {}  # listener name -> its TLS context
+        self._sasl: dict[str, SaslConfig] = {}  # listener name -> its SASL settings
+        self.scram_credentials = ScramCredentials(self.data_dir)
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
         self._lock_fd = -1  # the data directory's lock, held from start to stop
 
-    def brokers(self) -> dict[int, Endpoint]:
-        """The live brokers by id: this one, or in a cluster every registered one."""
+    def brokers(self, listener: Listener | None = None) -> dict[int, Endpoint]:
+        """The live brokers by id, as a client that came through ``listener`` reaches them:
+        this one, or in a cluster every registered one (a cluster has one listener)."""
         if self.cluster is not None:
             return dict(sorted(self.cluster.brokers.items()))
-        host, port = self.advertised
+        host, port = self.advertised(listener)
         return {self.node_id: Endpoint(host, port)}
 
     @property
     def controller_id(self) -> int:
         return self.cluster.controller_id if self.cluster is not None else self.node_id
 
-    @property
-    def advertised(self) -> tuple[str, int]:
-        host, port = self.config.listener(advertised=True)
-        return host, port if port else self.port
+    def advertised(self, listener: Listener | None = None) -> tuple[str, int]:
+        """The address clients of ``listener`` (default: the inter-broker one) are given."""
+        if listener is None:
+            listener = inter_broker(self.config, self.listeners)
+        port = listener.advertised_port or self.bound.get(listener.name, listener.port)
+        return listener.advertised_host, port
+
+    def ready_line(self) -> str:
+        """What ``--ready-file`` gets: the first listener's bound ``host:port``, then (when
+        there are several) every listener's ``NAME://host:port``."""
+        items = [f"{self.host or '0.0.0.0'}:{self.port}"]
+        for x in self.listeners if len(self.listeners) > 1 else ():
+            items.append(f"{x.name}://{x.host or '0.0.0.0'}:{self.bound[x.name]}")
+        return " ".join(items)
 
     # lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
         started = time.monotonic()
+        if self.config.ignored:
+            log.warning(
+                "settings of Apache Kafka that change nothing in Headrace, ignored: %s",
+                ", ".join(self.config.ignored),
+            )
+        self._tls, self._sasl = self._security()
         await asyncio.to_thread(self._open_data_dir)
         if self.cluster is None:
             await self.groups.start()
@@ -237,13 +294,10 @@ class Broker:
             idle_ms=int(config["connections.max.idle.ms"]),
         )
         try:
-            self._server, self._router = await serve(
-                self, self.host, self.port, limits, queues=int(self.config["num.io.threads"])
-            )
-        except OSError as e:
-            raise StartupError(f"cannot listen on {self.host}:{self.port}: {e.strerror}") from e
-        if self.port == 0:
-            self.port = self._server.sockets[0].getsockname()[1]
+            await self._listen(limits)
+        except StartupError:
+            await self._abandon()
+            raise
         if self.cluster is not None:
             await self._join_cluster()
         self._tasks.append(
@@ -257,18 +311,61 @@ class Broker:
         )
         self.cleaner.start()
         log.info(
-            "headrace listening on %s:%d, data in %s (%.0f ms)",
-            self.host,
-            self.port,
+            "headrace listening on %s, data in %s (%.0f ms)",
+            ", ".join(
+                f"{x.name}://{x.host or '0.0.0.0'}:{self.bound[x.name]} ({x.protocol})"
+                for x in self.listeners
+            ),
             self.data_dir,
             (time.monotonic() - started) * 1000,
         )
+
+    def _security(self) -> tuple[dict[str, ssl.SSLContext], dict[str, SaslConfig]]:
+        """TLS contexts of the SSL and SASL_SSL listeners and SASL settings of the SASL ones,
+        made before anything else so that a bad setting stops the start at once (its message
+        names the setting)."""
+        contexts, sasl = {}, {}
+        try:
+            for listener in self.listeners:
+                if listener.tls:
+                    contexts[listener.name] = server_context(self.config, listener)
+                if listener.sasl:
+                    sasl[listener.name] = sasl_config(self.config, listener)
+        except ConfigError as e:
+            raise StartupError(str(e)) from None
+        return contexts, sasl
+
+    async def _listen(self, limits: Limits) -> None:
+        """One server per listener, all on one router (handler queues and limits are the
+        broker's)."""
+        for listener in self.listeners:
+            try:
+                server, self._router = await serve(
+                    self,
+                    listener.host,
+                    listener.port,
+                    limits,
+                    queues=int(self.config["num.io.threads"]),
+                    ssl=self._tls.get(listener.name),
+                    listener=listener,
+                    router=self._router,
+                )
+            except OSError as e:
+                for server in self._servers:
+                    server.close()
+                raise StartupError(
+                    f"listeners: cannot listen on {listener.name}://{listener.host}:"
+                    f"{listener.port}: {e.strerror}"
+                ) from e
+            self._servers.append(server)
+            self.bound[listener.name] = server.sockets[0].getsockname()[1]
+        self.port = self.bound[self.listeners[0].name]
 
     async def _join_cluster(self) -> None:
         """Register, read the topics (the logs follow them), load the coordinators' state,
         then serve: until then every partition and coordinator answers as fenced."""
         assert self.cluster is not None
-        host, port = self.advertised
+        host, port = self.advertised()
         rack = str(self.config["broker.rack"]) or None
         try:
             await self.cluster.start(self.topics, Endpoint(host, port, rack))
@@ -288,18 +385,29 @@ class Broker:
         await asyncio.to_thread(self._write_meta, self.cluster_id)
 
     async def _abandon(self) -> None:
-        """Undo a start that failed after listening."""
-        assert self._server is not None and self._router is not None
-        self._server.close()
-        await self._router.close()
+        """Undo a start that failed after opening the data directory."""
+        for server in self._servers:
+            server.close()
+        if self._router is not None:
+            await self._router.close()
+        self.groups.stop()
+        self.transactions.stop()
         await self.group_commit.close()
         await asyncio.to_thread(self._close_data_dir)
-        self._server = None
+        self._servers = []
 
     async def _topics_deleted(self, names: set[str]) -> None:
         """Topics are gone (deleted here, or in a cluster by any broker): the coordinators
         purge what they keep about them."""
         await self.groups.on_topics_deleted(names)
+
+    async def _partitions_moved(self, name: str, gained: list[int], lost: list[int]) -> None:
+        """Partitions moved here or away: a coordinator whose state partition it is loads or
+        unloads what it keeps there."""
+        if name == OFFSETS_TOPIC:
+            await self.groups.partitions_moved(gained, lost)
+        elif name == TRANSACTION_TOPIC:
+            await self.transactions.partitions_moved(gained, lost)
 
     def _open_data_dir(self) -> None:
         try:
@@ -313,6 +421,11 @@ class Broker:
         marker = self.data_dir / CLEAN_SHUTDOWN
         clean = marker.exists() or not (self.data_dir / META).exists()  # a new directory is clean
         self.cluster_id = self._cluster_id()
+        try:
+            self.scram_credentials.load()
+        except (OSError, ValueError, KeyError) as e:
+            self._unlock_data_dir()
+            raise StartupError(f"cannot read {self.scram_credentials.path}: {e}") from e
         try:
             self.topics.load(recover=not clean)
         except (StorageError, OSError, ValueError) as e:
@@ -369,9 +482,10 @@ class Broker:
 
     async def stop(self) -> None:
         """Stop accepting, answer in-flight requests, flush everything, mark the stop clean."""
-        if self._server is None:
+        if not self._servers:
             return
-        self._server.close()
+        for server in self._servers:
+            server.close()
         for task in self._tasks:
             task.cancel()
         router = self._router
@@ -382,6 +496,8 @@ class Broker:
         await router.close()
         if self.cluster is not None:
             await self.cluster.stop()
+        if self.moves is not None:
+            await self.moves.stop()
         await self.cleaner.stop()
         self.groups.stop()
         self.transactions.stop()
@@ -389,7 +505,7 @@ class Broker:
         await self.group_commit.close()
         await asyncio.to_thread(self._close_data_dir)
         self.read_pool.shutdown(wait=True)
-        self._server = None
+        self._servers = []
         log.info("headrace stopped cleanly")
 
     def _close_data_dir(self) -> None:
@@ -424,6 +540,18 @@ class Broker:
             header, offset = decode_request_header(frame)
         except DecodeError as e:
             raise CloseConnection(f"malformed request header: {e}") from None
+        conn = request.connection
+        session = conn.session
+        if not isinstance(session, Session):  # the connection's first request
+            session = conn.session = self._session(conn)
+        context = RequestContext(*header, session)
+        if session.sasl is not None and session.sasl.state != COMPLETE:
+            _before_authentication(session.sasl, header.api_key)
+        elif session.sasl is not None and session.sasl.expired():
+            if header.api_key != ApiKey.SASL_HANDSHAKE:  # a re-authentication may begin
+                raise CloseConnection(
+                    "SASL session expired without re-authentication (connections.max.reauth.ms)"
+                )
         api = APIS.get(header.api_key)
         if api is None:
             raise CloseConnection(f"unknown api key {header.api_key}")
@@ -442,15 +570,31 @@ class Broker:
         size = getattr(api, "response_bytes", None)
         if size is not None:  # count it against the connection before its next request
             request.expect(size(self, body))
-        outcome = api.handle(self, header, body)
-        if outcome is None:
-            return None
-        if hasattr(outcome, "__await__"):
-            return self._encode_later(header, outcome)
-        return self._encode(header, outcome)
+        try:
+            outcome = api.handle(self, context, body)
+            if outcome is None:
+                return None
+            if hasattr(outcome, "__await__"):
+                return self._encode_later(header, body, outcome)
+            return self._encode(header, outcome)
+        except CloseConnection:
+            raise
+        except Exception:
+            return self._failed(header, body)
+
+    def _session(self, conn) -> Session:
+        listener = conn.listener
+        session = Session(listener, conn)
+        if listener.tls:
+            session.principal = certificate_principal(conn.extra("peercert")) or ANONYMOUS
+        if listener.sasl:
+            session.sasl = SaslSession(self._sasl[listener.name])
+            conn.require_authentication()  # small frames, one at a time, until authenticated
+        return session
 
     def connection_closed(self, connection) -> None:
-        pass
+        if isinstance(connection.session, Session):
+            connection.session.closed()  # (no cycle left between the two)
 
     def _encode(self, header, response, version: int | None = None) -> list:
         version = header.api_version if version is None else version
@@ -460,16 +604,55 @@ class Broker:
         body[0] = head + body[0]  # one small write for header and the first part of the body
         return body
 
-    async def _encode_later(self, header, awaitable) -> list | Response | None:
-        response = await awaitable
-        if isinstance(response, tuple):  # (message, on_sent): told once it has left
-            message, on_sent = response
-            try:
-                return Response(self._encode(header, message), on_sent)
-            except BaseException:
-                on_sent()
-                raise
-        return None if response is None else self._encode(header, response)
+    async def _encode_later(self, header, body, awaitable) -> list | Response | None:
+        try:
+            response = await awaitable
+            if isinstance(response, tuple):  # (message, on_sent): told once it has left
+                message, on_sent = response
+                try:
+                    return Response(self._encode(header, message), on_sent)
+                except BaseException:
+                    on_sent()
+                    raise
+            return None if response is None else self._encode(header, response)
+        except CloseConnection:
+            raise
+        except Exception:
+            return self._failed(header, body)
+
+    def _failed(self, header, body) -> list:
+        """A handler failed unexpectedly (called in its ``except``): log the traceback and
+        answer UNKNOWN_SERVER_ERROR wherever the response has an error code, as Kafka does;
+        an acks=0 produce, which has no response, closes the connection instead."""
+        log.exception(
+            "%s v%d (correlation id %d, client %r) failed; answering UNKNOWN_SERVER_ERROR",
+            ApiKey(header.api_key).name,
+            header.api_version,
+            header.correlation_id,
+            header.client_id,
+        )
+        if header.api_key == ApiKey.PRODUCE and body.acks == 0:
+            raise CloseConnection("an acks=0 produce failed (it has no response to carry that)")
+        error = error_response(
+            header.api_key, header.api_version, body, ErrorCode.UNKNOWN_SERVER_ERROR
+        )
+        return self._encode(header, error)
 
 
-__all__ = ["APIS", "ApiKey", "Broker", "StartupError"]
+# before a SASL client has authenticated (or while it re-authenticates), as Kafka's
+# SaslServerAuthenticator: ApiVersions and SaslHandshake first, then SaslAuthenticate
+_SASL_APIS = {
+    HANDSHAKE: (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE),
+    AUTHENTICATE: (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE),
+}
+
+
+def _before_authentication(sasl: SaslSession, api_key: int) -> None:
+    """Close the connection on a request its SASL state does not allow (the SASL modules
+    refine what their own keys may do)."""
+    if api_key not in _SASL_APIS[sasl.state]:
+        what = "re-authentication" if sasl.reauthenticating else "SASL authentication"
+        raise CloseConnection(f"api key {api_key} during {what}")
+
+
+__all__ = ["APIS", "ApiKey", "BrokerServer", "StartupError"]

@@ -41,7 +41,14 @@ from typing import TYPE_CHECKING, Any
 from headrace.pipeline import GroupCommit
 from headrace.protocol.errors import ErrorCode
 from headrace.protocol.records import decode_records, iter_batches
-from headrace.storage import Log, LogConfig, OpenFiles, StorageError, fsync_directory
+from headrace.storage import (
+    Log,
+    LogConfig,
+    OffsetCheckpoints,
+    OpenFiles,
+    StorageError,
+    fsync_directory,
+)
 
 from .config import TOPIC_SETTINGS, BrokerConfig
 from .partition import Partition
@@ -49,6 +56,7 @@ from .producer_state import ProducerStateManager
 
 if TYPE_CHECKING:
     from .cluster import Cluster
+    from .moves import Moves
 
 log = logging.getLogger("headrace")
 
@@ -139,6 +147,7 @@ class Topic:
     count: int = 0  # partitions of the topic; in a cluster, on every broker
     held: dict[int, Partition] = field(default_factory=dict)  # the ones on this broker
     leading: Callable[[], bool] = _always  # False while a cluster broker is fenced
+    created_ms: int = 0  # in a cluster, when the topic was made (0: unknown)
 
     @property
     def partitions(self) -> list[Partition]:
@@ -195,6 +204,7 @@ class TopicManager:
         self.config = config
         self._flush_stage = flush_stage
         self.open_files = OpenFiles(int(config["log.max.open.files"]))
+        self.checkpoints = OffsetCheckpoints(data_dir)  # every log's offsets, one file
         self._threads = max(1, int(config["num.recovery.threads.per.data.dir"]))
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
@@ -204,6 +214,11 @@ class TopicManager:
         self._internal: dict[str, asyncio.Future] = {}  # internal topics being made
         # called once topics are gone (the broker's coordinators purge what they keep of them)
         self.on_deleted: Callable[[set[str]], Awaitable[None]] = self._no_one_told
+        # cluster mode: the copies of partitions moving here (headrace.broker.moves.Moves)
+        self.moves: Moves | None = None
+        # called when partitions of a topic move here (gained) or away (lost), after the maps
+        # changed (the coordinators load or unload the state those partitions hold)
+        self.on_moved: Callable[[str, list[int], list[int]], Awaitable[None]] = self._moved
 
     # start and stop (called in a worker thread before serving and after it) ---------------
 
@@ -219,21 +234,24 @@ class TopicManager:
         for name, meta in saved.items():
             topic = self._topic(name, uuid.UUID(meta["id"]), dict(meta["configs"]))
             topic.count = meta["partitions"]
-            jobs += [(topic, i) for i in meta.get("held", range(topic.count))]
+            config = topic.log_config()  # one for all the topic's logs
+            jobs += [(topic, i, config) for i in meta.get("held", range(topic.count))]
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
         # A clean open is CPU work under the GIL: more threads only slow it (measured: 1000
         # logs in 0.22 s with one thread, 0.28 s with two, 0.43 s with four). Recovery and
         # close wait on fsyncs, and gain from threads.
         threads = self._threads if recover else 1
-        opened = self._in_threads(
-            lambda j: self._open_partition(j[0], j[1], recover), jobs, threads
-        )
-        for (topic, i), partition in zip(jobs, opened, strict=True):
+        with self.checkpoints.deferred():  # one write of the offsets checkpoint, at the end
+            opened = self._in_threads(
+                lambda j: self._open_partition(j[0], j[1], recover, j[2]), jobs, threads
+            )
+        for (topic, i, _), partition in zip(jobs, opened, strict=True):
             topic.held[i] = partition
 
     def close(self) -> None:
-        self._in_threads(Partition.close, self.all_partitions())
+        with self.checkpoints.deferred():  # one write of the offsets checkpoint, at the end
+            self._in_threads(Partition.close, self.all_partitions())
 
     def _in_threads(
         self, fn: Callable[[Any], Any], items: Sequence, threads: int | None = None
@@ -250,10 +268,24 @@ class TopicManager:
             futures = [pool.submit(lambda c: [fn(item) for item in c], c) for c in chunks]
         return [result for f in futures for result in f.result()]
 
-    def _open_partition(self, topic: Topic, index: int, recover: bool) -> Partition:
-        path = self.data_dir / f"{topic.name}-{index}"
-        log = Log.open(path, topic.log_config(), recover=recover, files=self.open_files)
-        return Partition(topic, index, log, ProducerStateManager.load(path, log))
+    def _open_partition(
+        self, topic: Topic, index: int, recover: bool, config: LogConfig | None = None
+    ) -> Partition:
+        log = self.open_log(topic, index, recover, config)
+        path = Path(log.directory)
+        return Partition(topic, index, log, ProducerStateManager.load(path, log, just_opened=True))
+
+    def open_log(
+        self, topic: Topic, index: int, recover: bool = True, config: LogConfig | None = None
+    ) -> Log:
+        """(In a worker thread.) Open (or make) the log of partition ``index`` of ``topic``."""
+        return Log.open(
+            self.data_dir / f"{topic.name}-{index}",
+            config or topic.log_config(),
+            recover=recover,
+            files=self.open_files,
+            checkpoints=self.checkpoints,
+        )
 
     def _topic(self, name: str, topic_id: uuid.UUID, configs: dict[str, object]) -> Topic:
         return Topic(name, topic_id, configs, self.config, leading=self._leading)
@@ -429,6 +461,7 @@ class TopicManager:
                     shutil.rmtree(path)
                 made.append(path)
                 opened.append(self._open_partition(topic, i, True))
+            self.checkpoints.write()  # the new logs' entries, before topics.json lists them
             self._save(topic, count, [p.index for p in opened])
         except Exception as e:
             if spare >= 0:
@@ -466,7 +499,7 @@ class TopicManager:
         failed = 0
         for p, path in reversed(list(zip(opened, made))):
             try:
-                p.log.close()
+                p.log.close(removing=True)
             except Exception:
                 failed += 1  # its descriptors close when the log is collected
             shutil.rmtree(path, ignore_errors=True)
@@ -520,12 +553,16 @@ class TopicManager:
             self.by_id[topic.topic_id] = topic
             raise
         for p in topic.partitions:
+            p.gone = True
             for w in p.waiters:
                 if not w.done():
                     w.set_result(None)
         await asyncio.to_thread(self._delete_files, topic)
 
     async def _no_one_told(self, names: set[str]) -> None:
+        pass
+
+    async def _moved(self, name: str, gained: list[int], lost: list[int]) -> None:
         pass
 
     # cluster mode --------------------------------------------------------------------------------
@@ -543,6 +580,8 @@ class TopicManager:
             topic = self.topics.get(name)
             if topic is not None and (record is None or record.topic_id != topic.topic_id):
                 await self._forget(topic)
+                if self.moves is not None:
+                    await self.moves.follow(topic, None)  # drops its copies
                 topic, deleted = None, True
             if record is not None:
                 await self._follow(name, topic, record)
@@ -556,29 +595,74 @@ class TopicManager:
         new = topic is None
         if topic is None:
             topic = self._topic(name, record.topic_id, dict(record.configs))
+            topic.created_ms = record.created_ms
         elif topic.configs != record.configs:
             topic.configs = dict(record.configs)
             self._configs_changed(topic)
         wanted = [i for i in mine if i not in topic.held]
+        copied = {}  # partitions that moved here: their copies become the served logs
+        if self.moves is not None:
+            for i in wanted:
+                copy = self.moves.take_copy(name, i)
+                if copy is not None:
+                    copied[i] = copy
+        fresh = [i for i in wanted if i not in copied]
         try:
-            if wanted:
-                self._check_room(name, len(wanted))
-            if wanted or new or topic.count != len(record.replicas):
-                await asyncio.to_thread(self._grow, topic, wanted, len(record.replicas))
+            if fresh:
+                self._check_room(name, len(fresh))
+            if fresh or new or topic.count != len(record.replicas):
+                await asyncio.to_thread(self._grow, topic, fresh, len(record.replicas))
         except TopicCreationError as e:
-            log.error("partitions %s of topic %s are offline here: %s", wanted, name, e.message)
+            log.error("partitions %s of topic %s are offline here: %s", fresh, name, e.message)
             topic.count = len(record.replicas)
         if new:
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
+        if copied:
+            topic.held = dict(sorted({**topic.held, **copied}.items()))
+            await asyncio.to_thread(self._save_or_log)
+            log.info("serving %s partitions %s, moved here", name, sorted(copied))
+        lost = sorted(i for i in topic.held if i not in mine)
+        if lost:
+            await self._lose(topic, lost)
+        if self.moves is not None:
+            await self.moves.follow(topic, record)
+        if (copied or lost) and self.cluster.serving:
+            await self.on_moved(name, sorted(copied), lost)
+
+    def _save_or_log(self) -> None:
+        try:
+            self._save()
+        except OSError:
+            log.exception("cannot save %s", TOPICS_FILE)
+
+    async def _lose(self, topic: Topic, indexes: list[int]) -> None:
+        """Partitions that moved away: stop serving them, then delete their files (the new
+        owner has everything: the move switched only then)."""
+        gone = [topic.held[i] for i in indexes]
+        topic.held = {i: p for i, p in topic.held.items() if i not in indexes}
+        for p in gone:
+            p.gone = True
+            if self.moves is not None:
+                self.moves.forget(topic.name, p.index)
+            waiters, p.waiters = p.waiters, []
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+        await asyncio.to_thread(self._save_or_log)
+        log.info("partitions %s of %s moved away: removing them here", indexes, topic.name)
+        await asyncio.to_thread(self._remove_partitions, topic, gone)
 
     def _delete_files(self, topic: Topic) -> None:
         """Close and remove the partitions' directories (renamed first, so that one left
         behind by a failure or a crash is removed at the next start)."""
-        for p in topic.partitions:
+        self._remove_partitions(topic, topic.partitions)
+
+    def _remove_partitions(self, topic: Topic, partitions: list[Partition]) -> None:
+        for p in partitions:
             path = Path(p.log.directory)
             try:
-                p.log.close()
+                p.log.close(removing=True)
                 doomed = path.with_name(f"{path.name}.{topic.topic_id.hex}{DELETED_SUFFIX}")
                 os.replace(path, doomed)
             except (OSError, StorageError):

@@ -167,13 +167,7 @@ class TransactionCoordinator:
     async def start(self) -> None:
         topic = self.topics.get(TRANSACTION_TOPIC)
         if topic is not None:
-            logs = [p.log for p in topic.partitions]
-            self.txns = await asyncio.to_thread(transaction_log.replay, logs)
-            if self.txns:
-                log.info("loaded %d transactional ids", len(self.txns))
-            for txn in list(self.txns.values()):
-                if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):  # else the timer's
-                    await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
+            await self._load(topic.partitions)
         self._tasks.append(
             asyncio.create_task(
                 run_every(
@@ -185,6 +179,38 @@ class TransactionCoordinator:
     def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+
+    async def _load(self, partitions) -> None:
+        """Read the transactional ids of ``partitions`` of ``__transaction_state``; complete
+        the transactions a previous coordinator had decided."""
+        found = await asyncio.to_thread(transaction_log.replay, [p.log for p in partitions])
+        self.txns.update(found)
+        if found:
+            log.info("loaded %d transactional ids", len(found))
+        for txn in found.values():
+            if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):  # else the timer's
+                await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
+
+    async def partitions_moved(self, gained: list[int], lost: list[int]) -> None:
+        """Partitions of ``__transaction_state`` moved here (their transactional ids are
+        loaded, decided transactions completed) or away (their ids are forgotten here)."""
+        topic = self.topics.get(TRANSACTION_TOPIC)
+        if topic is None:
+            return
+        if lost:
+            doomed = [
+                tid for tid in self.txns if group_offsets.partition_for(tid, topic.count) in lost
+            ]
+            for tid in doomed:
+                del self.txns[tid]
+            for key in [k for k in self._marked if k[0] in doomed]:
+                del self._marked[key]
+            if doomed:
+                log.info(
+                    "unloaded %d transactional ids (partitions %s moved away)", len(doomed), lost
+                )
+        if gained:
+            await self._load([topic.held[i] for i in gained if i in topic.held])
 
     async def coordinator_for(self, transactional_id: str) -> int:
         """The broker that coordinates ``transactional_id``: the leader of its partition of
@@ -239,9 +265,13 @@ class TransactionCoordinator:
             record = None if new.state is DEAD else new
             batch = transaction_log.record_batch(tid, record, self.now_ms())
             error, _, _ = partition.append(memoryview(batch), len(batch))
+            if error == E.NOT_LEADER_OR_FOLLOWER:  # the partition is moving away
+                return E.NOT_COORDINATOR
             if error:
                 return error
             await self.topics.flush([partition])
+            if partition.gone:  # moved away meanwhile: the new coordinator read the record
+                return E.NOT_COORDINATOR
         except StorageError:
             log.exception("writing the state of transactional id %s failed", tid)
             return E.COORDINATOR_NOT_AVAILABLE

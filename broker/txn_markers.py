@@ -58,6 +58,22 @@ def control_batch(
     )
 
 
+def control_marker(batch) -> tuple[int, int]:
+    """(ABORT or COMMIT, coordinator epoch) of the control batch starting at ``batch[0]``;
+    (-1, -1) if unreadable."""
+    try:
+        for _, _, key, value, _ in decode_records(memoryview(batch)):
+            if key is None or len(key) < _KEY.size:
+                return -1, -1
+            epoch = -1
+            if value is not None and len(value) >= _VALUE.size:
+                epoch = _VALUE.unpack_from(value)[1]
+            return _KEY.unpack_from(key)[1], epoch
+    except ValueError:
+        return -1, -1
+    return -1, -1
+
+
 def control_type(batch) -> int:
     """ABORT or COMMIT for the control batch starting at ``batch[0]``; -1 if unreadable."""
     try:

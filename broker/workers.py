@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from .config import BrokerConfig
+from .listeners import listeners, listeners_text
 
 
 def _orphan_stops() -> None:
@@ -36,7 +37,7 @@ def _orphan_stops() -> None:
 def run(config: BrokerConfig, argv: list[str], workers: int, ready_file: str | None) -> int:
     """Start ``workers`` brokers; ``argv`` is the ``serve`` command line without --workers,
     --ready-file and the listener and data directory, which each worker gets its own of."""
-    host, port = config.listener()
+    found = listeners(config)
     first = int(config["broker.id"]) if int(config["broker.id"]) >= 0 else int(config["node.id"])
     data = Path(str(config["log.dirs"]))
     stopping = False
@@ -56,7 +57,10 @@ def run(config: BrokerConfig, argv: list[str], workers: int, ready_file: str | N
             node = first + i
             cmd = [sys.executable, "-m", "headrace", "serve", *argv]
             cmd += ["--override", f"node.id={node}", "--override", "broker.id=-1"]
-            cmd += ["--override", f"listeners=PLAINTEXT://{host}:{port + i if port else 0}"]
+            cmd += ["--override", f"listeners={listeners_text(found, i)}"]
+            if config["advertised.listeners"]:
+                advertised = listeners_text(found, i, advertised=True)
+                cmd += ["--override", f"advertised.listeners={advertised}"]
             cmd += ["--override", f"log.dirs={data / f'node-{node}'}", "--workers", "1"]
             cmd += ["--ready-file", str(ready)]
             # the workers ignore the terminal's Ctrl-C (the parent stops them) and get a SIGTERM

@@ -10,6 +10,7 @@ client that cannot be installed here raises ``Unavailable``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -66,6 +67,7 @@ class Client:
     timeout: float = 90.0           # per scenario
     env: Callable[[], dict] | None = None
     version: str = ""
+    brokers: int = 1                # 3: a cluster of three with ZooKeeper (compat/broker.py)
 
 
 def _pip_ensure(modules: dict[str, str]) -> None:
@@ -98,9 +100,23 @@ def _dist_version(dist: str) -> str:
 JAVA_VERSIONS = {"java39": ("3.9.2", None), "java4": ("4.0.2", "kafka40")}
 
 
+def _once(setup: Callable[[], list[str]]) -> Callable[[], list[str]]:
+    """``setup`` run at most once per run of the suite (a client's single-broker and cluster
+    rows share it); a failure (Unavailable) is not remembered."""
+    done: list[list[str]] = []
+
+    def once() -> list[str]:
+        if not done:
+            done.append(setup())
+        return done[0]
+    return once
+
+
+@functools.cache  # one setup per name, shared by the rows that use it
 def _java_setup(name: str) -> Callable[[], list[str]]:
     version, profile = JAVA_VERSIONS[name]
 
+    @_once
     def setup() -> list[str]:
         if shutil.which("java") is None or shutil.which("mvn") is None:
             raise Unavailable("java or mvn not on PATH")
@@ -115,7 +131,9 @@ def _java_setup(name: str) -> Callable[[], list[str]]:
     return setup
 
 
+@functools.cache
 def _tools_setup(version: str) -> Callable[[], list[str]]:
+    @_once
     def setup() -> list[str]:
         if shutil.which("java") is None or shutil.which("mvn") is None:
             raise Unavailable("java or mvn not on PATH")
@@ -218,9 +236,16 @@ JAVA_SCENARIOS = STD + ("group-consumer-protocol",)
 TOOL_SCENARIOS = ("kafka-topics", "kafka-console-producer", "kafka-console-consumer",
                   "kafka-consumer-groups", "kafka-consumer-groups-kip848",
                   "kafka-consumer-groups-deleted-topic", "kafka-configs",
-                  "kafka-producer-perf-test", "kafka-consumer-perf-test", "kafka-transactions")
+                  "kafka-producer-perf-test", "kafka-consumer-perf-test", "kafka-transactions",
+                  "kafka-log-dirs")
 SPARK_SCENARIOS = ("batch-read", "streaming-windows", "streaming-restart", "starting-offsets",
                    "starting-offsets-by-timestamp", "subscribe-pattern")
+# against a cluster of three brokers (the "cluster" table; rows named <client>-cluster)
+JAVA_CLUSTER_SCENARIOS = ("cluster-produce-consume", "cluster-group", "cluster-transactions")
+TOOL_CLUSTER_SCENARIOS = ("cluster-kafka-topics", "cluster-kafka-consumer-groups",
+                          "cluster-kafka-broker-api-versions", "cluster-kafka-log-dirs")
+SPARK_CLUSTER_SCENARIOS = ("cluster-streaming-windows", "cluster-pipeline-example")
+CLUSTER_SCENARIOS = JAVA_CLUSTER_SCENARIOS + TOOL_CLUSTER_SCENARIOS + SPARK_CLUSTER_SCENARIOS
 
 CLIENTS: dict[str, Client] = {c.name: c for c in [
     Client("java39", "Java kafka-clients", JAVA_SCENARIOS, _java_setup("java39"),
@@ -242,6 +267,13 @@ CLIENTS: dict[str, Client] = {c.name: c for c in [
            _tools_setup("4.0.2"), table="tools", timeout=120, version="4.0.2"),
     Client("spark", "PySpark with spark-sql-kafka-0-10", SPARK_SCENARIOS, _spark_setup,
            table="spark", timeout=420),
+    Client("java4-cluster", "Java kafka-clients", JAVA_CLUSTER_SCENARIOS, _java_setup("java4"),
+           table="cluster", version=JAVA_VERSIONS["java4"][0], brokers=3),
+    Client("kafka-tools-4.0-cluster", "Kafka's tools (main classes from Maven Central)",
+           TOOL_CLUSTER_SCENARIOS, _tools_setup("4.0.2"), table="cluster", timeout=150,
+           version="4.0.2", brokers=3),
+    Client("spark-cluster", "PySpark with spark-sql-kafka-0-10", SPARK_CLUSTER_SCENARIOS,
+           _spark_setup, table="cluster", timeout=420, brokers=3),
 ]}
 
 VERSIONS: dict[str, Callable[[], str]] = {
@@ -253,6 +285,7 @@ VERSIONS: dict[str, Callable[[], str]] = {
     "kafkajs": lambda: _npm_version("kafkajs"),
     "franz-go": _franz_version,
     "spark": lambda: _spark_version(),
+    "spark-cluster": lambda: _spark_version(),
 }
 
 

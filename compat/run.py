@@ -6,9 +6,9 @@
     python -m compat --no-readme          # leave README.md alone
 
 Each client is installed the way its users install it, into caches (``compat/clients.py``).
-Every client gets a fresh Headrace broker on a free port of 127.0.0.1; each scenario runs as
-its own process with a timeout, so one hung client cannot stop the others
-(``compat/runner.py``). The results go to ``compat/results/matrix.json`` and ``matrix.md``
+Every client gets a fresh Headrace broker on a free port of 127.0.0.1 (the ``*-cluster`` rows a
+fresh cluster of three brokers with ZooKeeper, ``compat/broker.py``); each scenario runs as its
+own process with a timeout, so one hung client cannot stop the others (``compat/runner.py``). The results go to ``compat/results/matrix.json`` and ``matrix.md``
 and to the README section between ``<!-- compat-matrix:start -->`` and
 ``<!-- compat-matrix:end -->`` (``compat/matrix.py``).
 

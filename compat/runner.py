@@ -1,6 +1,7 @@
-"""Running a client's scenarios: a fresh Headrace broker per client, each scenario its own
-process with a timeout (so one hung client cannot stop the others), its ``RESULT`` line read
-back into an ``Outcome``; the broker's complaints are added to a failure's reason."""
+"""Running a client's scenarios: a fresh Headrace per client (one broker, or a cluster of three
+with ZooKeeper for a client whose ``brokers`` is 3), each scenario its own process with a
+timeout (so one hung client cannot stop the others), its ``RESULT`` line read back into an
+``Outcome``; the brokers' complaints are added to a failure's reason."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from compat.broker import complaints_since, tail
+from compat.broker import ClusterProcess, complaints_since, tail
 from compat.clients import ROOT, VERSIONS, Client, Unavailable, log
 from headrace.broker.process import BrokerProcess
 
@@ -75,19 +76,36 @@ def run_client(client: Client, only: list[str] | None, logs: Path) -> dict:
     entry["version"] = client.version or VERSIONS.get(client.name, lambda: "")()
     env = client.env() if client.env else None
     data_dir = Path(tempfile.mkdtemp(prefix=f"headrace-compat-{client.name}-"))
-    broker = BrokerProcess(data_dir)
+
+    def fresh() -> BrokerProcess | ClusterProcess:
+        if client.brokers > 1:
+            return ClusterProcess(data_dir, client.brokers)
+        return BrokerProcess(data_dir)
+
+    broker = fresh()
+    started = False
     stamp = dt.datetime.now().strftime("%H%M%S")
     try:
         for scenario in client.scenarios:
             if only and scenario not in only:
                 continue
-            if broker.proc is not None and not broker.alive:
+            if started and not broker.alive:
                 log(f"  broker died; restarting it. Last output: {tail(broker, 5)}")
                 broker.stop()
                 (logs / f"{client.name}__broker-died.log").write_text("\n".join(broker.lines))
-                broker = BrokerProcess(data_dir)
-            if broker.proc is None:
-                broker.start()
+                broker = fresh()
+                started = False
+            if not started:
+                try:
+                    broker.start()
+                except (RuntimeError, TimeoutError, OSError) as exc:
+                    reason = f"Headrace did not start: {' '.join(str(exc).split())}"[:600]
+                    log(reason)
+                    for s in client.scenarios:
+                        if s not in entry["scenarios"] and (not only or s in only):
+                            entry["scenarios"][s] = Outcome("fail", reason).as_json()
+                    break
+                started = True
             prefix = f"c{stamp}-{client.name}-{scenario}".replace(".", "")
             print(f"[compat]   {client.name} {scenario} ... ", end="", flush=True)
             mark = broker.seen
@@ -105,6 +123,9 @@ def run_client(client: Client, only: list[str] | None, logs: Path) -> dict:
     finally:
         broker.stop()
         (logs / f"{client.name}__broker.log").write_text("\n".join(broker.lines) + "\n")
+        zk_log = data_dir / "zookeeper" / "zookeeper.log"
+        if zk_log.exists():
+            shutil.copyfile(zk_log, logs / f"{client.name}__zookeeper.log")
         shutil.rmtree(data_dir, ignore_errors=True)
     entry["seconds"] = round(time.monotonic() - t0, 1)
     return entry

@@ -9,6 +9,8 @@ Files, in reading order:
 
 * ``router.py``: handler queues, what a handler returns, idle connections closed.
 * ``connection.py``: framing, receive buffers, ordered responses, backpressure on both sides.
+* ``writer.py``: ``ResponseWriter``, a connection's output: bytes through the transport,
+  file chunks (stored records) with ``os.sendfile``, ``on_sent`` once they have left.
 * ``limits.py``: ``Limits``, every cap of the request path and the broker-wide counters
   (request bytes in flight, connections per address).
 * ``budget.py``: ``ByteBudget``, broker-wide bytes reserved before memory is used (fetch
@@ -19,6 +21,7 @@ Files, in reading order:
 from __future__ import annotations
 
 import asyncio
+import ssl as ssl_module
 
 from .budget import ByteBudget, Reservation
 from .connection import Connection
@@ -42,14 +45,34 @@ __all__ = [
 
 
 async def serve(
-    handler: Handler, host: str, port: int, limits: Limits, queues: int = 4
+    handler: Handler,
+    host: str,
+    port: int,
+    limits: Limits,
+    queues: int = 4,
+    *,
+    ssl: ssl_module.SSLContext | None = None,
+    listener: object = None,
+    router: Router | None = None,
 ) -> tuple[asyncio.Server, Router]:
-    """Start listening; returns the server and its router (for draining on shutdown)."""
-    router = Router(handler, queues)
+    """Start listening; returns the server and its router (for draining on shutdown).
+
+    With ``ssl`` the connections speak TLS (the handshake happens before the first frame).
+    ``listener`` is given to each connection as it is (``Connection.listener``: the handler
+    tells its listeners apart by it). Several servers (one per listener) share one ``router``
+    when it is given: the handler queues and the limits are the broker's, not a listener's."""
+    if router is None:
+        router = Router(handler, queues)
+        if limits.idle_ms is not None and limits.idle_ms > 0:
+            router.watch_idle(limits.idle_ms)
+    shared = router
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: Connection(router, limits), host, port, reuse_address=True, backlog=1024
+        lambda: Connection(shared, limits, listener),
+        host,
+        port,
+        reuse_address=True,
+        backlog=1024,
+        ssl=ssl,
     )
-    if limits.idle_ms is not None and limits.idle_ms > 0:
-        router.watch_idle(limits.idle_ms)
     return server, router

@@ -18,7 +18,9 @@ asyncio ``BufferedProtocol``: the event loop reads straight into our buffers.
 * The size is checked before anything is allocated: below ``MIN_FRAME`` or above the limit
   closes the connection. Until the handler has accepted one request of the connection the
   limit is ``Limits.max_first_frame`` (small, as Kafka's 512 KiB before authentication) and
-  only one request is read at a time; after it, ``Limits.max_frame``.
+  only one request is read at a time (the next once this one is answered); after it,
+  ``Limits.max_frame``. A handler that needs the client to authenticate first
+  (``require_authentication``) keeps those limits until it says ``authenticated()``.
 * Each frame gets an arrival sequence number and joins the connection's request queue, which
   the router drains; the connection does not wait for it. Responses may complete in any order:
   ``complete(seq, response)`` parks them until every earlier one has been written (a reorder
@@ -28,10 +30,12 @@ asyncio ``BufferedProtocol``: the event loop reads straight into our buffers.
 * Backpressure, read side: requests read but not answered, and their bytes, are counted per
   connection, the bytes also for the whole broker (``Limits``); over a cap the connection
   stops reading.
+* Writing: ``ResponseWriter`` (writer.py) sends the responses in order, bytes through the
+  transport and file chunks (stored records in the page cache) with ``os.sendfile``.
 * Backpressure, write side: the transport reports every partial write (high-water mark 0)
   and the moment its buffer is empty again. While the unsent responses (parked, in the
   transport's buffer, and what handled requests said their responses may take,
-  ``Request.expect``) exceed ``Limits.response_bytes`` bytes or
+  ``Request.expect``; the writer's queue counts too) exceed ``Limits.response_bytes`` bytes or
   ``Limits.requests_per_connection`` responses, the connection is not ``writable``: the
   router takes none of its queued requests and it stops reading, until the client has read
   what it was sent. A client that does not read only stalls itself.
@@ -49,6 +53,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from .router import Response
+from .writer import ResponseWriter
 
 if TYPE_CHECKING:
     from .limits import Limits
@@ -70,6 +75,8 @@ class Connection(asyncio.BufferedProtocol):
 
     __slots__ = (
         "id",
+        "listener",
+        "session",
         "peer",
         "host",
         "_router",
@@ -92,9 +99,9 @@ class Connection(asyncio.BufferedProtocol):
         "_expected_bytes",
         "_sizes",
         "_in_flight",
-        "_unsent",
-        "_unsent_count",
+        "_writer",
         "_accepted",
+        "_gated",
         "_reading",
         "_stopped",
         "requests",
@@ -103,8 +110,10 @@ class Connection(asyncio.BufferedProtocol):
         "closed",
     )
 
-    def __init__(self, router: Router, limits: Limits) -> None:
+    def __init__(self, router: Router, limits: Limits, listener: object = None) -> None:
         self.id = next(_ids)
+        self.listener = listener  # what ``serve`` was given for this socket (opaque here)
+        self.session: object = None  # the handler's state for this connection
         self.peer: str = ""
         self.host: str | None = None  # the peer's address, once admitted
         self._router = router
@@ -127,9 +136,9 @@ class Connection(asyncio.BufferedProtocol):
         self._expected_bytes = 0
         self._sizes: dict[int, int] = {}
         self._in_flight = 0
-        self._unsent: list = []  # on_sent callbacks of responses still in the transport
-        self._unsent_count = 0  # responses handed to the transport that may not have left
+        self._writer: ResponseWriter | None = None  # set in connection_made
         self._accepted = False  # the handler has accepted one request
+        self._gated = False  # the handler keeps the first-request limits until authenticated()
         self._reading = True
         self._stopped = False  # no more requests: the broker is shutting down
         self.requests: deque[Request] = deque()  # read, waiting for the router
@@ -141,6 +150,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        self._writer = ResponseWriter(transport, self._wrote)  # type: ignore[arg-type]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         host = str(peer[0]) if peer else "?"
@@ -173,17 +183,25 @@ class Connection(asyncio.BufferedProtocol):
         for response in parked.values():
             if isinstance(response, Response):
                 response.on_sent()
-        self._sent()
+        if self._writer is not None:
+            self._writer.close()
         self._buf = self._frame = None
         self._view = memoryview(b"")
         self._router.closed(self)
 
     def pause_writing(self) -> None:
-        pass  # the write buffer is not empty: ``_sent`` waits for resume_writing
+        pass  # the write buffer is not empty: the writer waits for resume_writing
 
     def resume_writing(self) -> None:
+        if self._writer is not None:
+            self._writer.pump()
+        self._wrote()
+
+    def _wrote(self) -> None:
+        """Bytes have left: maybe the connection may take requests again."""
+        if self.closed:
+            return
         self.active_at = time.monotonic()
-        self._sent()
         self._router.schedule(self)
         self._update_reading()
 
@@ -289,22 +307,35 @@ class Connection(asyncio.BufferedProtocol):
             self._expected_bytes += size
 
     def accepted(self) -> None:
-        """The handler took a request of this connection: the full frame size applies."""
-        if not self._accepted:
+        """The handler took a request of this connection: the full frame size applies (unless
+        the connection must authenticate first)."""
+        if not self._accepted and not self._gated:
             self._accepted = True
             self._update_reading()
+
+    def require_authentication(self) -> None:
+        """Keep the first-request limits (frames up to ``Limits.max_first_frame``, one request
+        at a time) until ``authenticated()``, however many requests are accepted before."""
+        if not self._accepted:
+            self._gated = True
+
+    def authenticated(self) -> None:
+        """The client has authenticated: the full limits apply from its next request on."""
+        self._gated = False
+        self.accepted()
 
     # responses ----------------------------------------------------------------------------
 
     @property
     def writable(self) -> bool:
         """Whether the client has taken enough of its responses for more to be made."""
-        if self.closed or self._transport is None:
+        writer = self._writer
+        if self.closed or writer is None:
             return False
-        unsent = self._parked_bytes + self._expected_bytes + self._transport.get_write_buffer_size()
+        unsent = self._parked_bytes + self._expected_bytes + writer.buffered
         return (
             unsent <= self._limits.response_bytes
-            and len(self._done) + self._unsent_count < self._limits.requests_per_connection
+            and len(self._done) + writer.unsent < self._limits.requests_per_connection
         )
 
     def complete(self, seq: int, response: Response | Chunks | None) -> None:
@@ -322,19 +353,17 @@ class Connection(asyncio.BufferedProtocol):
                 chunks = response.chunks if isinstance(response, Response) else response
                 self._parked_bytes += sum(len(c) for c in chunks)
             return
-        done, transport = self._done, self._transport
-        assert transport is not None  # set in connection_made
+        done, writer = self._done, self._writer
+        assert writer is not None  # set in connection_made
         freed = 0
         while True:
             if response is not None:
                 if isinstance(response, Response):
-                    chunks = response.chunks
-                    self._unsent.append(response.on_sent)
+                    chunks, on_sent = response.chunks, response.on_sent
                 else:
-                    chunks = response
+                    chunks, on_sent = response, None
                 size = sum(len(c) for c in chunks)
-                transport.writelines([size.to_bytes(_SIZE, "big"), *chunks])
-                self._unsent_count += 1
+                writer.write([size.to_bytes(_SIZE, "big"), *chunks], on_sent)
             freed += self._sizes.pop(self._next_write)
             self._next_write += 1
             if self._next_write not in done:
@@ -344,20 +373,15 @@ class Connection(asyncio.BufferedProtocol):
                 chunks = response.chunks if isinstance(response, Response) else response
                 self._parked_bytes -= sum(len(c) for c in chunks)
         self.active_at = time.monotonic()
-        if not transport.get_write_buffer_size():
-            self._sent()
         self._in_flight -= freed
         self._limits.release(freed)
         self._router.schedule(self)
         self._update_reading()
 
-    def _sent(self) -> None:
-        """Everything handed to the transport has left (or never will: closed)."""
-        self._unsent_count = 0
-        if self._unsent:
-            callbacks, self._unsent = self._unsent, []
-            for on_sent in callbacks:
-                on_sent()
+    def extra(self, name: str) -> object:
+        """The transport's ``get_extra_info(name)`` (``peercert``: a verified TLS client's
+        certificate), None once closed."""
+        return None if self._transport is None else self._transport.get_extra_info(name)
 
     def close(self) -> None:
         if not self.closed and self._transport is not None:
@@ -374,8 +398,8 @@ class Connection(asyncio.BufferedProtocol):
         """Nothing in flight either way (for ``connections.max.idle.ms``)."""
         return (
             self._next_seq == self._next_write
-            and self._transport is not None
-            and not self._transport.get_write_buffer_size()
+            and self._writer is not None
+            and not self._writer.buffered
         )
 
     def _update_reading(self) -> None:
@@ -383,7 +407,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         want = not (
             self._stopped
-            or (not self._accepted and self._next_seq > 0)
+            or (not self._accepted and self._next_seq > self._next_write)
             or self._in_flight > self._limits.per_connection
             or self._next_seq - self._next_write >= self._limits.requests_per_connection
             or self._limits.over(self)

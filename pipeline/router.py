@@ -16,8 +16,10 @@ asks to be scheduled again (``schedule``). So a client that does not read stalls
 ``Handler.handle(request)`` does the ordering-relevant work synchronously (decode, validate,
 assign offsets, append to the page cache) and returns one of:
 
-* a list of byte chunks: the complete response, written as soon as every earlier response
-  on the connection has been;
+* a list of chunks: the complete response, written as soon as every earlier response on
+  the connection has been. A chunk is bytes-like, or a file chunk (``fd``, ``position``,
+  ``length``) sent from the file with ``os.sendfile`` (writer.py), whose file must stay
+  readable until the response's ``on_sent``, so it comes in a ``Response``;
 * ``None``: the request has no response (an acks=0 produce);
 * an awaitable of either: the response completes later (after the flush stage made the data
   durable, or when a long-polling fetch has data). The queue does not wait for it and moves
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Chunks = list  # list of bytes-like objects, written with transport.writelines
+Chunks = list  # bytes-like objects and file chunks, written by the connection's ResponseWriter
 
 
 class Response(NamedTuple):

@@ -8,7 +8,7 @@ Files, in the order to read them:
 - ``schema.py``: Apache Kafka's JSON schemas read into ``MessageSpec`` trees and classes
   (``schemas/``: the KIP-848 schemas the kafka-python wheel lacks)
 - ``codec.py``: compiles a (message, version) into straight-line encode/decode functions
-- ``errors.py``: ``ErrorCode``
+- ``errors.py``: ``ErrorCode``; ``error_response.py``: an error response for any request
 - ``records.py``: record batches v2: the hot-path header walk, a builder and a decoder, over
   ``headrace.record_format`` (the byte layout, header parse, CRC-32C and varints)
 - ``compression.py``: the batch compression codecs, with bounded decompression
@@ -18,6 +18,8 @@ Public surface:
 - ``decode_request_header(frame) -> (RequestHeader, body_offset)``
 - ``decode_request(api_key, version, buf, offset=0) -> message``
 - ``encode_response(api_key, version, msg) -> list of bytes-like chunks``
+- ``error_response(api_key, version, request, error_code)``: the response reporting
+  ``error_code`` for any request (``error_response.py``)
 - ``encode_response_header(correlation_id, flexible)``,
   ``response_header_is_flexible(api_key, version)``
 - ``encode_request`` / ``decode_response`` (clients and tests), ``encode_message`` /
@@ -44,6 +46,7 @@ from .api import (
     valid_versions,
 )
 from .codec import RECORDS_CHUNK_MIN, DecodeError, EncodeError
+from .error_response import error_response
 from .errors import ErrorCode
 from .headers import (
     RequestHeader,
@@ -73,6 +76,7 @@ __all__ = [
     "encode_request_header",
     "encode_response",
     "encode_response_header",
+    "error_response",
     "has_unknown_tagged_fields",
     "is_flexible",
     "messages",

@@ -20,6 +20,9 @@ happen at the message end), check every length and count against the bytes remai
 using it, and convert every low-level failure into ``DecodeError``. ``records`` come back as
 memoryview slices of the input. Encoders append to a bytearray; a ``records`` value of at
 least ``RECORDS_CHUNK_MIN`` bytes is not copied but placed in the output list as its own chunk.
+A ``records`` value may also be an object that is not a buffer but has a length (a region of a
+file, which the connection sends with ``os.sendfile``): it must be at least that size, and is
+placed in the output list as it is.
 """
 
 from __future__ import annotations
@@ -78,9 +81,15 @@ def _pack_array(fmt: str, values) -> bytes:
 
 
 def _records_len(v) -> int:
-    if type(v) is list or type(v) is tuple:
-        return sum(memoryview(c).nbytes for c in v)
-    return memoryview(v).nbytes
+    t = type(v)
+    if t is list or t is tuple:
+        return sum(_records_len(c) for c in v)
+    if t is bytes or t is bytearray:
+        return len(v)
+    try:
+        return memoryview(v).nbytes
+    except TypeError:
+        return len(v)  # not a buffer: a chunk the caller writes itself (a file region)
 
 
 class _Source:

@@ -236,7 +236,8 @@ def _resource_dir() -> Path:
 
 
 # Declarations of messages the shipped schemas lack (KIP-848's ConsumerGroupHeartbeat and
-# ConsumerGroupDescribe), in the same JSON form; a shipped file of the same name wins.
+# ConsumerGroupDescribe, UnregisterBroker), in the same JSON form; a shipped file of the same
+# name wins.
 _OWN_DIR = Path(__file__).parent / "schemas"
 
 

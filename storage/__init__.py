@@ -3,6 +3,8 @@
 Public surface:
 
     Log, LogConfig          open/append/read/flush/truncate one partition's log
+    OffsetCheckpoints       every log's offsets checkpoint in one file per data directory
+    FileRegion              stored bytes left in their pinned file (Log.read_region)
     OpenFiles               the descriptor budget logs open their files under (LRU, shared)
     AbortedTxn              an entry of a segment's aborted-transactions index (.txnindex)
     clean, CleanResult      one compaction pass over a log (see cleaning/)
@@ -28,14 +30,14 @@ Files, in the order to open them:
     config.py       LogConfig (segment.bytes, retention.ms, cleanup.policy, ...)
     recovery.py     Log.open: loading segments and the checkpoint; recovery after a crash
     append.py       Log.append and roll
-    reads.py        Log.read, batch_headers, offset_for_timestamp, aborted_txns
+    reads.py        Log.read, read_region, batch_headers, offset_for_timestamp, aborted_txns
     flush.py        Log.flush and the offsets checkpoint
     retention.py    which leading segments retention and DeleteRecords remove
     swap.py         the on-disk steps of replace_segments, and finishing one after a crash
     segment.py      LogSegment: one .log file and its indexes
     index.py        the sparse offset and time indexes (.index, .timeindex)
     txn_index.py    the aborted-transactions index (.txnindex), AbortedTxn
-    checkpoint.py   the log-offsets-checkpoint file
+    checkpoint.py   OffsetCheckpoints: the data directory's partition-offsets-checkpoint
     io.py           I/O backends (os, io_uring) for writes, fsyncs and reads
     open_files.py   OpenFiles: open files on demand within a budget, least recently used
                     closed first; pins, fsync before closing a dirty file
@@ -47,17 +49,21 @@ Files, in the order to open them:
 """
 
 from ._files import fsync_directory
+from .checkpoint import OffsetCheckpoints
 from .cleaning import CleanResult, clean
 from .errors import OffsetOutOfRange, StorageError
 from .log import Log, LogConfig
 from .open_files import OpenFiles, OpenFilesExhausted
+from .reads import FileRegion
 from .txn_index import AbortedTxn
 
 __all__ = [
     "AbortedTxn",
     "CleanResult",
+    "FileRegion",
     "Log",
     "LogConfig",
+    "OffsetCheckpoints",
     "OffsetOutOfRange",
     "OpenFiles",
     "OpenFilesExhausted",

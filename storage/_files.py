@@ -9,7 +9,8 @@ A partition directory holds, per segment, three files named by the segment's bas
     00000000000000000000.txnindex   aborted transactions (see txn_index.py); only once the
                                     segment holds an abort marker
 
-and one checkpoint file, ``log-offsets-checkpoint`` (see checkpoint.py). Files ending in
+and, from earlier versions, ``log-offsets-checkpoint`` (the offsets now kept in the data
+directory's ``partition-offsets-checkpoint``, see checkpoint.py). Files ending in
 ``.tmp`` are half-written replacements; they are removed when a log is opened. Other files in
 the directory (producer snapshots, leader-epoch checkpoints written by the broker) are left
 alone.
@@ -32,13 +33,15 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 TEMP_SUFFIX = ".tmp"
-CHECKPOINT_NAME = "log-offsets-checkpoint"
+CHECKPOINT_NAME = "log-offsets-checkpoint"  # per partition, earlier versions
+OFFSETS_CHECKPOINT_NAME = "partition-offsets-checkpoint"  # per data directory
 CLEANED_DIR = "cleaner.cleaned"
 SWAP_DIR = "cleaner.swap"
 SWAP_REPLACES = "replaces"  # in the swap directory: base offsets of the old segments
 SWAP_UNLINKED = "replaces.done"  # ... renamed so once the old segments' files are gone
 
 _DIGITS = 20
+_SWAP_NAMES = (CLEANED_DIR, SWAP_DIR)
 
 
 def segment_stem(base_offset: int) -> str:
@@ -90,10 +93,24 @@ def list_segment_bases(directory: str) -> list[int]:
     return bases
 
 
-def remove_temp_files_and_list_bases(directory: str) -> list[int]:
-    """Remove half-written ``.tmp`` files; the base offsets of the segments, ascending (one
-    directory listing for both: opening many partitions lists each directory once)."""
+_SEGMENT_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+
+def _is_segment_file(name: str) -> bool:
+    stem, dot, suffix = name.partition(".")
+    return (
+        bool(dot) and len(stem) == _DIGITS and stem.isdigit() and "." + suffix in _SEGMENT_SUFFIXES
+    )
+
+
+def remove_temp_files_and_list(directory: str) -> tuple[list[int], list[str], bool]:
+    """Remove half-written ``.tmp`` files; the base offsets of the segments, ascending, the
+    names of the files that are not the log's (the broker's own), sorted, and whether a
+    compaction swap is pending (``cleaner.cleaned`` or ``cleaner.swap`` is there): one
+    directory listing for all, so opening many partitions lists each directory once."""
     bases = []
+    others = []
+    swap = False
     for name in os.listdir(directory):
         if name.endswith(TEMP_SUFFIX):
             os.unlink(os.path.join(directory, name))
@@ -101,8 +118,13 @@ def remove_temp_files_and_list_bases(directory: str) -> list[int]:
         base = parse_segment_base(name)
         if base is not None:
             bases.append(base)
+        elif name in _SWAP_NAMES:
+            swap = True
+        elif name != CHECKPOINT_NAME and not _is_segment_file(name):
+            others.append(name)
     bases.sort()
-    return bases
+    others.sort()
+    return bases, others, swap
 
 
 def segment_file_names(base_offset: int) -> list[str]:

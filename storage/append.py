@@ -33,17 +33,23 @@ class LogAppends(LogState):
         last_offset: int,
         max_timestamp: int,
         aborted_txn: AbortedTxn | None = None,
+        *,
+        copied: bool = False,
     ) -> None:
         """Append one or more whole batches whose baseOffset fields are already set.
 
         ``base_offset`` must equal ``log_end_offset``; afterwards ``log_end_offset`` is
-        ``last_offset + 1``. Writes into the page cache only (see ``flush``).
+        ``last_offset + 1``. Writes into the page cache only (see ``flush``). ``copied``:
+        the batches come from another replica's log, where compaction may have left gaps
+        between offsets, so ``base_offset`` may lie above ``log_end_offset``.
 
         ``aborted_txn``: the batch is an abort marker (its ``last_offset`` lies in the batch);
         the entry goes to the transaction index of the segment that receives the batch,
         written before the batch is published, so a flush that covers the marker covers it.
         """
-        if base_offset != self.log_end_offset:
+        if base_offset != self.log_end_offset and not (
+            copied and base_offset > self.log_end_offset
+        ):
             raise ValueError(
                 f"append at offset {base_offset}, log end offset is {self.log_end_offset}"
             )
@@ -54,8 +60,11 @@ class LogAppends(LogState):
         n = len(batch) if not isinstance(batch, memoryview) else batch.nbytes
         if aborted_txn is not None and not base_offset <= aborted_txn.last_offset <= last_offset:
             raise ValueError("the aborted transaction's marker is not in the appended batch")
-        seg = self._active
         try:
+            if not self._appendable:
+                with self._lock:
+                    self._make_appendable()
+            seg = self._active
             if seg.size:
                 if (
                     seg.size + n > self.config.segment_bytes
@@ -150,12 +159,10 @@ class LogAppends(LogState):
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         with self._lock:
             seg = self._active
-            return (
-                seg.size > 0
-                and seg.max_ts is not None
-                and seg.max_ts >= 0
-                and now_ms - seg.max_ts > cfg.retention_ms
-            )
+            if seg.size == 0:
+                return False
+            max_ts = self._segment_max_ts(len(self._segments) - 1)[0]
+            return max_ts >= 0 and now_ms - max_ts > cfg.retention_ms
 
     def _roll(self) -> LogSegment:
         """Start a new active segment at the log end offset (owner thread)."""
@@ -180,6 +187,7 @@ class LogAppends(LogState):
             self._bases.append(new.base_offset)
             self._inactive_bytes += old.size
             self._active = new
+            self._appendable = True
             self._dir_dirty = True
         return new
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .io import BACKENDS
@@ -52,5 +53,6 @@ class LogConfig:
             raise ValueError(f"io_backend must be one of {BACKENDS}")
 
 
-def _policy_words(policy: str) -> set[str]:
-    return {w.strip() for w in policy.split(",") if w.strip()}
+@functools.lru_cache(maxsize=64)
+def _policy_words(policy: str) -> frozenset[str]:
+    return frozenset(w.strip() for w in policy.split(",") if w.strip())

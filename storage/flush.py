@@ -6,17 +6,18 @@ Flush snapshots (log end offset, the segments with unflushed bytes, the index fi
 segments rolled since the last flush, dirty transaction indexes) under the lock, fsyncs
 outside it through the OpenFiles budget (``OpenFiles.sync``: a file whose descriptor was
 closed since it was written was fsynced before the close), then advances the recovery point
-to the snapshot's log end offset. The offsets checkpoint is rewritten at most once a second by
-flush, and by close unless the file already says the same.
+to the snapshot's log end offset, and the log's entry in the data directory's offsets
+checkpoint (checkpoint.py), which flush writes when its interval is due, and close at once
+(unless the table already says the same).
 """
 
 from __future__ import annotations
 
+import os
 import threading
-import time
 
 from . import _files
-from .checkpoint import Checkpoint, write_checkpoint
+from .checkpoint import Checkpoint, OffsetCheckpoints
 from .errors import StorageError
 from .log_state import LogState
 
@@ -26,9 +27,8 @@ class LogFlush(LogState):
 
     _flush_lock: threading.Lock
     _checkpoint_lock: threading.Lock
-    _on_disk: Checkpoint | None  # the checkpoint file's content, when known
-    _checkpointed: tuple[int, int]  # (recovery point, log start offset) last checkpointed
-    _last_checkpoint: float
+    _on_disk: Checkpoint | None  # the log's checkpoint entry, as last set or read
+    _checkpoints: OffsetCheckpoints  # the data directory's table
 
     def flush(self) -> None:
         """Fsync everything appended before the call, then advance the recovery point.
@@ -78,8 +78,8 @@ class LogFlush(LogState):
                         self.recovery_point = leo
             self._maybe_checkpoint()
 
-    def _maybe_checkpoint(self, force: bool = False) -> None:
-        """Rewrite the checkpoint if it changed and is due (Log: CHECKPOINT_INTERVAL_S)."""
+    def _maybe_checkpoint(self) -> None:
+        """Update the checkpoint entry if it changed; written when due (Log)."""
         raise NotImplementedError
 
     def _checkpoint_now(self, clean: bool) -> Checkpoint:
@@ -94,15 +94,20 @@ class LogFlush(LogState):
                 rp, start, self.log_end_offset, active.base_offset, active.size, cleaned
             )
 
-    def _write_checkpoint(self, clean: bool) -> None:
+    def _write_checkpoint(self, clean: bool, durable: bool = True) -> None:
+        """Update the log's entry in the data directory's offsets checkpoint, and write the
+        table: now (``durable``; grouped with other logs' writes, held inside
+        ``OffsetCheckpoints.deferred``), or else when its interval is due."""
         with self._checkpoint_lock:
             cp = self._checkpoint_now(clean)
+            table = self._checkpoints
             if cp != self._on_disk:
-                try:
-                    write_checkpoint(self.directory, cp)
-                except OSError as e:
-                    self._on_disk = None
-                    raise StorageError(f"checkpoint of {self.directory} failed: {e}") from e
+                table.set(os.path.basename(self.directory), cp)
                 self._on_disk = cp
-            self._checkpointed = (cp.recovery_point, cp.log_start_offset)
-            self._last_checkpoint = time.monotonic()
+        try:
+            if durable:
+                table.write()
+            else:
+                table.write_if_due()
+        except OSError as e:
+            raise StorageError(f"checkpoint of {self.directory} failed: {e}") from e

@@ -77,7 +77,7 @@ from typing import NamedTuple
 from . import _files, recovery, retention, swap
 from ._batch import BadBatch, iter_batches
 from .append import LogAppends
-from .checkpoint import Checkpoint, still_true
+from .checkpoint import Checkpoint, OffsetCheckpoints, still_true
 from .config import LogConfig
 from .errors import OffsetOutOfRange, StorageError
 from .flush import LogFlush
@@ -86,7 +86,6 @@ from .open_files import CachedFile, OpenFiles
 from .reads import LogReads
 from .segment import LogSegment
 
-CHECKPOINT_INTERVAL_S = 1.0
 _DEFAULT_CONFIG = LogConfig()  # frozen: one instance serves every log opened with defaults
 
 
@@ -103,6 +102,11 @@ class InactiveSegments(NamedTuple):
 class Log(LogAppends, LogReads, LogFlush):
     """One partition's log, in its own directory (Kafka's ``topic-partition`` folder)."""
 
+    # Names in the directory at open that are not the log's (the broker's own files). A class
+    # default: most logs have none, and a Log keeps few instance attributes (past about 30
+    # CPython stops sharing the keys of instance dicts, and each Log's dict grows to ~1 KiB).
+    other_files: tuple[str, ...] = ()
+
     def __init__(
         self,
         directory: str,
@@ -112,6 +116,7 @@ class Log(LogAppends, LogReads, LogFlush):
         log_end_offset: int,
         recovery_point: int,
         files: OpenFiles,
+        checkpoints: OffsetCheckpoints,
     ) -> None:
         self.directory = directory
         self.config = config
@@ -123,6 +128,8 @@ class Log(LogAppends, LogReads, LogFlush):
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         self._active = segments[-1]
+        # a clean open leaves the active segment's indexes on disk until the first write
+        self._appendable = self._active.offset_index.active and self._active.time_index.active
         self._inactive_bytes = sum(s.size for s in segments[:-1])
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
@@ -131,9 +138,9 @@ class Log(LogAppends, LogReads, LogFlush):
         self._dir_dirty = False
         self._rolled_index_paths: list[str] = []  # index files of rolled, unflushed segments
         self._max_ts: tuple[int, int] | None = None
-        self._checkpointed = (recovery_point, log_start_offset)
-        self._on_disk: Checkpoint | None = None  # the checkpoint file's content, when known
-        self._last_checkpoint = time.monotonic()
+        self._on_disk: Checkpoint | None = None  # the checkpoint entry, when known
+        self._checkpoints = checkpoints  # the data directory's offsets checkpoint
+        self.opened_clean = False  # open read no segment data (a clean close, or a new log)
         self._closed = False
         self.cleaner_offset = log_start_offset  # offsets below it were compacted at least once
         self._set_limits(config)
@@ -161,23 +168,35 @@ class Log(LogAppends, LogReads, LogFlush):
         *,
         recover: bool,
         files: OpenFiles | None = None,
+        checkpoints: OffsetCheckpoints | None = None,
     ) -> Log:
         """Open (or create) the log in directory ``path``.
 
         ``files``: the descriptor budget the log's files are opened under (the broker passes
         one for all its logs); by default the process-wide ``OpenFiles.shared()``.
+        ``checkpoints``: the offsets checkpoint of the data directory holding ``path`` (the
+        broker passes one for all its logs); by default ``OffsetCheckpoints.of`` that
+        directory.
 
-        A compaction swap interrupted by a crash is finished first (``complete_pending_swap``).
+        A compaction swap interrupted by a crash is finished first (``complete_pending_swap``,
+        when the directory listing shows one).
         ``recover=True`` after an unclean stop: checks every segment from the one holding the
         recovery point on, truncates at the first torn or corrupt batch, deletes later segments
         and rebuilds their indexes. ``recover=False`` after a clean close reads no segment data;
         if the checkpoint written by close does not match the files it recovers anyway.
         """
-        directory = os.fspath(path)
+        directory = os.path.normpath(os.path.abspath(os.fspath(path)))
+        parent, name = os.path.split(directory)
         try:
             files = files or OpenFiles.shared()
-            cls.complete_pending_swap(directory)
-            loaded = recovery.load(directory, config.index_interval_bytes, recover, files)
+            checkpoints = checkpoints or OffsetCheckpoints.of(parent)
+            loaded = recovery.load(
+                directory,
+                config.index_interval_bytes,
+                recover,
+                files,
+                lambda: checkpoints.get(name),
+            )
             log = cls(
                 directory,
                 config,
@@ -186,12 +205,20 @@ class Log(LogAppends, LogReads, LogFlush):
                 loaded.log_end_offset,
                 loaded.recovery_point,
                 files,
+                checkpoints,
             )
+            log.opened_clean = loaded.clean
+            if loaded.other_files:  # rare: an instance attribute only then (see other_files)
+                log.other_files = tuple(loaded.other_files)
             if loaded.cleaner_offset is not None:
                 log.cleaner_offset = loaded.cleaner_offset
             log._on_disk = on_disk = loaded.checkpoint
-            if not loaded.clean and not still_true(on_disk, log._checkpoint_now(clean=True)):
-                log._write_checkpoint(clean=False)
+            # A new log's entry replaces any left by a removed directory of that name: the
+            # broker writes the table before it lists a new partition (topics.json).
+            if on_disk is None or (
+                not loaded.clean and not still_true(on_disk, log._checkpoint_now(clean=True))
+            ):
+                log._write_checkpoint(clean=False, durable=False)
             return log
         except OSError as e:
             raise StorageError(f"cannot open log in {directory}: {e}") from e
@@ -202,12 +229,14 @@ class Log(LogAppends, LogReads, LogFlush):
         drop one that had not reached it (see swap.py). ``open`` calls it first."""
         swap.complete_pending_swap(directory)
 
-    def _maybe_checkpoint(self, force: bool = False) -> None:
-        if (self.recovery_point, self.log_start_offset) == self._checkpointed and not force:
+    def _maybe_checkpoint(self) -> None:
+        cp = self._on_disk
+        if cp is not None and (cp.recovery_point, cp.log_start_offset) == (
+            self.recovery_point,
+            self.log_start_offset,
+        ):
             return
-        if not force and time.monotonic() - self._last_checkpoint < CHECKPOINT_INTERVAL_S:
-            return
-        self._write_checkpoint(clean=False)
+        self._write_checkpoint(clean=False, durable=False)
 
     # -- segments ---------------------------------------------------------------------------------
 
@@ -300,7 +329,7 @@ class Log(LogAppends, LogReads, LogFlush):
             self._generation += 1
             self._max_ts = None
             self.cleaner_offset = cleaner_offset
-        self._write_checkpoint(clean=False)
+        self._write_checkpoint(clean=False, durable=False)
         return new
 
     # -- removing data -------------------------------------------------------------------------
@@ -340,6 +369,7 @@ class Log(LogAppends, LogReads, LogFlush):
                     seg.activate()
                     self._active = seg
                     self._inactive_bytes = sum(s.size for s in self._segments[:-1])
+                self._make_appendable()
                 seg.truncate_at(cut.position, cut.base_offset)
                 self.log_end_offset = cut.base_offset
                 self.recovery_point = min(self.recovery_point, self.log_end_offset)
@@ -348,6 +378,17 @@ class Log(LogAppends, LogReads, LogFlush):
             for s in doomed:
                 s.delete()
         except (OSError, BadBatch) as e:
+            raise StorageError(f"truncation of {self.directory} failed: {e}") from e
+        # the checkpoint no longer describes the files (nor may its recovery point lie beyond
+        # the new end): an open after a crash must not take them for cleanly closed
+        self._write_checkpoint(clean=False)
+
+    def restart_at(self, offset: int) -> None:
+        """Empty the log and start it again at ``offset`` (owner thread): a replica that
+        copies another's log starts where that one starts."""
+        try:
+            self._truncate_fully(offset)
+        except OSError as e:
             raise StorageError(f"truncation of {self.directory} failed: {e}") from e
 
     def _truncate_fully(self, offset: int) -> None:
@@ -362,6 +403,7 @@ class Log(LogAppends, LogReads, LogFlush):
             self._segments = [new]
             self._bases = [offset]
             self._active = new
+            self._appendable = True
             self._inactive_bytes = 0
             self.log_start_offset = self.log_end_offset = self.recovery_point = offset
             self._max_ts = None
@@ -404,7 +446,7 @@ class Log(LogAppends, LogReads, LogFlush):
                 self.log_start_offset = max(self.log_start_offset, self._bases[0])
         self._delete_segments(doomed)
         if doomed:
-            self._write_checkpoint(clean=False)
+            self._write_checkpoint(clean=False, durable=False)
         return len(doomed)
 
     def _drop_leading(self, n: int) -> list[LogSegment]:
@@ -429,8 +471,11 @@ class Log(LogAppends, LogReads, LogFlush):
 
     # -- closing -------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Flush, record the final time index entry and write the clean-close checkpoint."""
+    def close(self, *, removing: bool = False) -> None:
+        """Flush, record the final time index entry and write the clean-close checkpoint.
+
+        ``removing``: the log's directory is about to be removed: its checkpoint entry is
+        dropped instead (written with the next write of the table)."""
         if self._closed:
             return
         try:
@@ -446,7 +491,10 @@ class Log(LogAppends, LogReads, LogFlush):
         with self._flush_lock:  # a concurrent flush must not fsync descriptors being closed
             if self._closed:
                 return
-            self._write_checkpoint(clean=True)
+            if removing:
+                self._checkpoints.forget(os.path.basename(self.directory))
+            else:
+                self._write_checkpoint(clean=True)
             with self._lock:
                 self._closed = True
                 for s in self._segments:
@@ -456,7 +504,7 @@ class Log(LogAppends, LogReads, LogFlush):
     def delete(self) -> None:
         """Close the log and remove its directory."""
         try:
-            self.close()
+            self.close(removing=True)
         finally:
             shutil.rmtree(self.directory, ignore_errors=True)
 

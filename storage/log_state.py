@@ -31,6 +31,7 @@ class LogState:
     _segments: list[LogSegment]  # by base offset; the last one is active
     _bases: list[int]  # their base offsets
     _active: LogSegment
+    _appendable: bool  # the active segment's indexes are loaded (see Log._make_appendable)
     _inactive_bytes: int  # the size of every segment but the active one
     _generation: int  # bumped when located data goes away or moves
     _dir_dirty: bool  # directory entries changed since the last flush
@@ -41,18 +42,30 @@ class LogState:
     _max_offset_entries: int
     _max_time_entries: int
 
+    def _make_appendable(self) -> None:
+        """Load the active segment's indexes for appending, if a clean open left them on disk
+        (lock held; the owner thread, at its first append or truncation). Reads two small
+        files under the lock, as the first search of an old segment's index does."""
+        if not self._appendable:
+            self._active.activate_for_appends(self.log_end_offset)
+            self._appendable = True
+
+    def _limit_of(self, i: int) -> int:
+        """The offset segment ``i``'s offsets lie below (lock held)."""
+        return self._bases[i + 1] if i + 1 < len(self._bases) else self.log_end_offset
+
     def _locate(self, offset: int) -> tuple[LogSegment, int]:
         """The segment holding ``offset`` and its index slot (lock held)."""
         i = bisect.bisect_right(self._bases, offset) - 1
         if i < 0:
             i = 0
         seg = self._segments[i]
-        seg.ensure_indexes(self._bases[i + 1] if i + 1 < len(self._bases) else None)
+        seg.ensure_indexes(self._limit_of(i))
         return seg, i
 
     def _segment_max_ts(self, i: int) -> tuple[int, int]:
         """(largest timestamp, its offset) of segment ``i`` (lock held)."""
         seg = self._segments[i]
         if seg.max_ts is None:
-            seg.ensure_indexes(self._bases[i + 1] if i + 1 < len(self._bases) else None)
+            seg.ensure_indexes(self._limit_of(i))
         return seg.known_max_ts()

@@ -10,6 +10,13 @@ readable through the pin (the descriptor closes when the read is done). When
 ``_generation`` changed during the read (truncation, a compaction swap) the result may mix
 old and new data, so the read looks again. ``batch_headers`` pins a file for a chunk of
 headers at a time, never while its caller holds the generator.
+
+``read_region`` finds the same bytes as ``read`` but does not copy them: it returns a
+``FileRegion`` (descriptor, position, length) that keeps the file pinned until released, for
+a caller that sends the bytes straight from the page cache (``os.sendfile``). The generation
+check covers the search; the bytes are read later from the same file, which deletion and
+compaction never change (they retire the file; the pin keeps it readable). Only an in-place
+truncation could cut it, and the reader then finds fewer bytes than the region's length.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import bisect
 import enum
 import os
+import threading
 from collections.abc import Iterator
 from typing import Final
 
@@ -37,6 +45,63 @@ _NO_BATCH: Final = _NoBatch.NO_BATCH
 _HEADERS_PER_PIN = 1024  # batch_headers reads this many headers per use of a file
 
 
+class FileRegion:
+    """``length`` stored bytes at ``position`` of a segment file, through its pinned
+    descriptor ``fd`` (``Log.read_region``). ``release()`` unpins the file (once; later calls
+    do nothing); ``read()`` copies the bytes out and releases."""
+
+    __slots__ = ("fd", "position", "length", "_file", "_io", "_held")
+    _live = 0  # regions held (not yet released), in the whole process
+    _live_lock = threading.Lock()
+
+    def __init__(self, file, fd: int, position: int, length: int, io) -> None:
+        self._file = file
+        self.fd = fd
+        self.position = position
+        self.length = length
+        self._io = io
+        self._held = False
+
+    def __len__(self) -> int:
+        return self.length
+
+    def read(self) -> bytes:
+        """The bytes (a copy), then release. Raises StorageError if they cannot all be read."""
+        if not self.length:
+            self.release()
+            return b""
+        path = self._file.path if self._file is not None else "?"
+        try:
+            data = self._io.pread(self.fd, self.length, self.position)
+        except OSError as e:
+            raise StorageError(f"read of {path} failed: {e}") from e
+        finally:
+            self.release()
+        if len(data) != self.length:
+            raise StorageError(f"short read in {path}")
+        return data
+
+    def release(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            file.release()
+            if self._held:
+                with FileRegion._live_lock:
+                    FileRegion._live -= 1
+
+    def _hold(self, limit: int) -> bool:
+        """Count this region among the held ones if fewer than ``limit`` are."""
+        with FileRegion._live_lock:
+            if FileRegion._live >= limit:
+                return False
+            FileRegion._live += 1
+        self._held = True
+        return True
+
+    def __repr__(self) -> str:
+        return f"FileRegion(fd={self.fd}, position={self.position}, length={self.length})"
+
+
 class LogReads(LogState):
     """Log's read side: read, batch_headers, offset_for_timestamp, max_timestamp and
     aborted_txns."""
@@ -50,11 +115,69 @@ class LogReads(LogState):
         b"" at the log end offset (or when the first batch starts at or above ``max_offset``).
         """
         while True:
+            span = self._span(offset, max_bytes, max_offset)
+            if span is None:
+                return b""
+            seg, fd, start, end, generation = span
+            try:
+                data = self._io.pread(fd, end - start, start)
+            except OSError as e:
+                with self._lock:
+                    if generation != self._generation:
+                        continue
+                raise StorageError(f"read of {self.directory} at {offset} failed: {e}") from e
+            finally:
+                seg.log_file.release()
+            with self._lock:
+                if generation != self._generation:
+                    continue  # changed while we read: look again
+            if len(data) != end - start:
+                raise StorageError(f"short read in segment {seg.base_offset}")
+            return data
+
+    def read_region(
+        self, offset: int, max_bytes: int, max_offset: int | None = None, copy_below: int = 0
+    ) -> FileRegion | bytes:
+        """What ``read`` would return, as a region of the segment file, not copied; as bytes
+        (what ``read`` returns) when under ``copy_below`` bytes, or when regions already pin
+        half of the descriptor budget (``OpenFiles.max_open``), which is kept for the rest.
+
+        The region's file stays pinned (open, and readable even if the segment is deleted or
+        replaced meanwhile) until ``region.release()``. A truncation that cuts the segment
+        in place (``truncate_to``) before the region is read makes it shorter than
+        ``length``: readers must check what they got.
+        """
+        while True:
+            span = self._span(offset, max_bytes, max_offset)
+            if span is None:
+                return b""
+            seg, fd, start, end, generation = span
+            region = FileRegion(seg.log_file, fd, start, end - start, self._io)
+            if end - start >= copy_below and region._hold(self._files.max_open // 2):
+                return region
+            try:
+                data = region.read()
+            except StorageError:
+                with self._lock:
+                    if generation != self._generation:
+                        continue
+                raise
+            with self._lock:
+                if generation != self._generation:
+                    continue  # changed while we read: look again
+            return data
+
+    def _span(
+        self, offset: int, max_bytes: int, max_offset: int | None
+    ) -> tuple[LogSegment, int, int, int, int] | None:
+        """(segment, pinned descriptor, start, end, generation) of what ``read`` returns, or
+        None when that is nothing; the caller releases ``segment.log_file``."""
+        while True:
             with self._lock:
                 if offset < self.log_start_offset or offset > self.log_end_offset:
                     raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
                 if offset == self.log_end_offset:
-                    return b""
+                    return None
                 hw = (
                     self.log_end_offset
                     if max_offset is None
@@ -68,17 +191,26 @@ class LogReads(LogState):
                     raise StorageError(f"read of {self.directory} at {offset}: {e}") from e
                 limit = seg.size
                 generation = self._generation
+            keep = False
             try:
                 result = self._read_segment(
                     seg, fd, position, limit, offset, max_bytes, hw, generation
                 )
+                if isinstance(result, tuple):
+                    with self._lock:
+                        if generation != self._generation:
+                            continue  # changed meanwhile: look again
+                    keep = True
+                    start, end = result
+                    return seg, fd, start, end, generation
             except (OSError, BadBatch) as e:
                 with self._lock:
                     if generation != self._generation:
                         continue
                 raise StorageError(f"read of {self.directory} at {offset} failed: {e}") from e
             finally:
-                seg.log_file.release()
+                if not keep:
+                    seg.log_file.release()
             if result is None:
                 continue  # truncated meanwhile: look again
             if result is _NO_BATCH:
@@ -86,10 +218,10 @@ class LogReads(LogState):
                 with self._lock:
                     next_base = self._next_base(seg)
                 if next_base is None or next_base >= self.log_end_offset:
-                    return b""
+                    return None
                 offset = next_base
                 continue
-            return result
+            return None  # the first batch starts at or above max_offset
 
     def _read_segment(
         self,
@@ -101,7 +233,9 @@ class LogReads(LogState):
         max_bytes: int,
         hw: int,
         generation: int,
-    ) -> bytes | _NoBatch | None:
+    ) -> tuple[int, int] | _NoBatch | bool | None:
+        """(start, end) of the whole batches to read; False: the first batch is at or above
+        ``hw``; _NO_BATCH: none holds ``offset`` here; None: the segment changed."""
         first = None
         for b in iter_batches(fd, position, limit):
             if b.last_offset >= offset:
@@ -110,7 +244,7 @@ class LogReads(LogState):
         if first is None:
             return None if generation != self._generation else _NO_BATCH
         if first.base_offset >= hw:
-            return b""
+            return False
         start = first.position
         end = start + first.size
         target = min(start + max_bytes, limit)
@@ -126,13 +260,7 @@ class LogReads(LogState):
                 if b.base_offset >= hw or b.position + b.size > target:
                     break
                 end = b.position + b.size
-        data = self._io.pread(fd, end - start, start)
-        with self._lock:
-            if generation != self._generation:
-                return None
-        if len(data) != end - start:
-            raise StorageError(f"short read in segment {seg.base_offset}")
-        return data
+        return start, end
 
     def batch_headers(self, from_offset: int) -> Iterator[bytes]:
         """The 61-byte header of each batch from the one holding ``from_offset`` to the end."""

@@ -2,12 +2,14 @@
 
 How this works
 --------------
-``Log.open`` first finishes a compaction swap left by a crash (swap.py), then ``load``
-lists the segment files and reads the checkpoint. After a clean close (the checkpoint's end
-offset, active segment and size match the files) no segment data is read. Otherwise the
-segments are recovered: ``recover_segment`` runs for the segment holding the recovery
-point and each later one, in order. The walk reads the segment in large chunks and accepts a
-batch only if
+``load`` lists the partition directory once; a compaction swap left by a crash (swap.py) is
+finished first when the listing shows one. It looks up the log's entry in the data
+directory's offsets checkpoint (checkpoint.py). After a clean close (the checkpoint's end
+offset, active segment and size match the files) no segment data is read, also after a crash
+(recovery checks only what lies beyond the recovery point, which is the end offset then).
+Otherwise the segments are recovered: ``recover_segment`` runs for the segment holding the
+recovery point and each later one, in order. The walk reads the segment in large chunks and
+accepts a batch only if
 
   * at least a 61-byte header remains and the declared size fits in the file (else: torn tail),
   * the size is at least a header, magic is 2 and the CRC-32C of bytes 21..end matches,
@@ -33,7 +35,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from headrace.record_format import (
@@ -48,9 +50,9 @@ from headrace.record_format import (
     crc_matches,
 )
 
-from . import _files
+from . import _files, swap
 from ._batch import BatchInfo
-from .checkpoint import Checkpoint, read_checkpoint
+from .checkpoint import Checkpoint
 from .open_files import OpenFiles
 from .segment import INT32_MAX, LogSegment
 
@@ -68,40 +70,53 @@ class LoadedLog(NamedTuple):
     recovery_point: int
     cleaner_offset: int | None  # from the checkpoint, clamped to the log's offsets
     clean: bool  # opened without recovery (nothing to checkpoint)
-    checkpoint: Checkpoint | None  # the checkpoint file as read
+    checkpoint: Checkpoint | None  # the checkpoint entry as read
+    other_files: list[str]  # names in the directory that are not the log's
 
 
-def load(directory: str, index_interval_bytes: int, recover: bool, files: OpenFiles) -> LoadedLog:
-    """Open (or create) the segments in ``directory``; recover them unless cleanly closed."""
+def load(
+    directory: str,
+    index_interval_bytes: int,
+    recover: bool,
+    files: OpenFiles,
+    checkpoint: Callable[[], Checkpoint | None],
+) -> LoadedLog:
+    """Open (or create) the segments in ``directory``; recover them unless cleanly closed.
+    ``checkpoint()``: the log's checkpoint entry (not asked when the directory is new: an
+    entry left by a removed directory of that name says nothing about this one)."""
     interval = index_interval_bytes
-    os.makedirs(directory, exist_ok=True)
-    bases = _files.remove_temp_files_and_list_bases(directory)
-    cp = read_checkpoint(directory)
+    try:
+        bases, others, swap_pending = _files.remove_temp_files_and_list(directory)
+        if swap_pending:
+            swap.complete_pending_swap(directory)
+            bases, others, _ = _files.remove_temp_files_and_list(directory)
+        cp = checkpoint()
+    except FileNotFoundError:
+        os.makedirs(directory, exist_ok=True)
+        bases, others, cp = [], [], None
     if not bases:
         base = cp.log_start_offset if cp else 0
         seg = LogSegment.create(directory, base, interval, files)
         _files.fsync_directory(directory)
-        return LoadedLog([seg], base, base, base, None, True, None)
+        return LoadedLog([seg], base, base, base, None, True, None, others)
 
     segs = [LogSegment.open_existing(directory, b, interval, files) for b in bases]
     active = segs[-1]
+    # Unchanged since a clean close (whose recovery point is its end): nothing lies beyond
+    # the recovery point, so even after a crash there is nothing to check.
     clean = (
-        not recover
-        and cp is not None
+        cp is not None
         and cp.end_offset is not None
         and cp.end_segment == active.base_offset
         and cp.end_size == active.size
         and cp.end_offset >= active.base_offset
+        and (not recover or cp.recovery_point >= cp.end_offset)
     )
     if clean:
         assert cp is not None and cp.end_offset is not None  # as ``clean`` checked
         leo = cp.end_offset
         recovery_point = min(cp.recovery_point, leo)
-        missing = not active.activate()
-        if missing:
-            active.rebuild_indexes()
-        elif not active.ensure_indexes(leo):
-            active.restore_index_state_from_indexes()
+        # the active segment's indexes are loaded at the log's first write (Log._appendable)
     else:
         if not recover:
             _log.warning("%s: no clean-close checkpoint matches the files; recovering", directory)
@@ -115,7 +130,7 @@ def load(directory: str, index_interval_bytes: int, recover: bool, files: OpenFi
     cleaner_offset = None
     if cp is not None and cp.cleaner_offset is not None:
         cleaner_offset = max(log_start, min(cp.cleaner_offset, leo))
-    return LoadedLog(segs, log_start, leo, recovery_point, cleaner_offset, clean, cp)
+    return LoadedLog(segs, log_start, leo, recovery_point, cleaner_offset, clean, cp, others)
 
 
 def _recover(

@@ -76,16 +76,13 @@ class LogSegment:
         self.directory = directory
         self.base_offset = base_offset
         self.files = files
-        self.log_file = files.file(_files.log_path(directory, base_offset), os.O_RDWR)
+        stem = os.path.join(directory, _files.segment_stem(base_offset))  # paths: stem + suffix
+        self.log_file = files.file(stem + _files.LOG_SUFFIX, os.O_RDWR)
         self.size = size  # published bytes: readers never look past this
         self.flushed_size = 0  # bytes known fsynced
-        self.offset_index = OffsetIndex(
-            _files.index_path(directory, base_offset), base_offset, files
-        )
-        self.time_index = TimeIndex(
-            _files.time_index_path(directory, base_offset), base_offset, files
-        )
-        self.txn_index = TransactionIndex(_files.txn_index_path(directory, base_offset), files)
+        self.offset_index = OffsetIndex(stem + _files.INDEX_SUFFIX, base_offset, files)
+        self.time_index = TimeIndex(stem + _files.TIME_INDEX_SUFFIX, base_offset, files)
+        self.txn_index = TransactionIndex(stem + _files.TXN_INDEX_SUFFIX, files)
         self.index_interval_bytes = index_interval_bytes
         self.bytes_since_index = 0
         self.max_ts: int | None = None  # None: not known yet (inactive, index not loaded)
@@ -119,8 +116,8 @@ class LogSegment:
         cls, directory: str, base_offset: int, index_interval_bytes: int, files: OpenFiles
     ) -> LogSegment:
         """An inactive segment over existing files; nothing is opened or read."""
-        size = os.stat(_files.log_path(directory, base_offset)).st_size
-        seg = cls(directory, base_offset, files, size, index_interval_bytes)
+        seg = cls(directory, base_offset, files, 0, index_interval_bytes)
+        seg.size = size = os.stat(seg.log_file.path).st_size
         seg.flushed_size = size
         return seg
 
@@ -292,6 +289,16 @@ class LogSegment:
         """Load the indexes for appending; whether both files were there."""
         found = self.offset_index.activate()
         return self.time_index.activate() and found
+
+    def activate_for_appends(self, end_offset: int) -> None:
+        """Load the indexes of the active segment of a cleanly opened log for appending:
+        checked against the log end offset ``end_offset`` (rebuilt when unusable or missing),
+        and the running index counters restored from them."""
+        missing = not self.activate()
+        if missing:
+            self.rebuild_indexes()
+        elif not self.ensure_indexes(end_offset):
+            self.restore_index_state_from_indexes()
 
     def deactivate(self) -> None:
         self.offset_index.deactivate()

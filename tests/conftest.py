@@ -10,6 +10,9 @@ import pytest
 
 from headrace.broker.process import BrokerProcess
 
+# a project of its own, run by tests/broker/test_pytest_plugin.py as its users would run it
+collect_ignore = ["plugin_example"]
+
 
 @pytest.fixture
 def broker_factory(tmp_path):

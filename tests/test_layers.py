@@ -32,7 +32,9 @@ ALLOWED: dict[str, set[str]] = {
     "pipeline": {"protocol", LEAF},
     "broker": {"protocol", "pipeline", "storage", LEAF},
     LEAF: set(),
-    TOP: set(),  # broker/headrace/__init__.py
+    # broker/headrace/__init__.py: ``headrace.Broker``, imported on first use (module
+    # __getattr__), so that ``import headrace.protocol`` does not load the broker
+    TOP: {"broker"},
 }
 
 
@@ -322,7 +324,7 @@ BROKEN = {
         "from . import pipeline\n",
         "pipeline",
     ),
-    "top-imports-project": ("broker/headrace/__init__.py", "from . import broker\n", "broker"),
+    "top-imports-project": ("broker/headrace/__init__.py", "from . import storage\n", "storage"),
     "upward-from-broker-subpackage": ("storage/log.py", "from ..broker.x.y import z\n", "broker"),
     "beyond-top": ("protocol/codec.py", "from .... import anything\n", "<"),
 }

@@ -13,9 +13,12 @@ is produced with it, so every scenario checks the tool's own result, not just it
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
+import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +39,12 @@ CONFIGS = "kafka.admin.ConfigCommand"
 PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
 TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
+LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
+
+
+def broker_api_versions_class() -> str:
+    return ("kafka.admin.BrokerApiVersionsCommand" if int(VERSION.split(".")[0]) < 4
+            else "org.apache.kafka.tools.BrokerApiVersionsCommand")
 
 
 def console_producer_class() -> str:
@@ -169,17 +178,19 @@ def tool_command(main_class: str, args: list[str]) -> list[str]:
             "-cp", apache_kafka.classpath(VERSION), main_class, *args]
 
 
-def consumer_groups(bootstrap: str, prefix: str, kip848: bool) -> None:
+def consumer_groups(bootstrap: str, prefix: str, kip848: bool, partitions: int = 2,
+                    check_state: Callable[[str, str], None] | None = None) -> None:
     """kafka-consumer-groups on a group with a live member (a console consumer): --list,
     --describe (offsets, lag, the member's partitions), --describe --state; then, once the member
     has left, --reset-offsets --to-earliest --execute and --delete. ``kip848``: the console
-    consumer uses group.protocol=consumer, so the group is a KIP-848 group."""
+    consumer uses group.protocol=consumer, so the group is a KIP-848 group. ``check_state``
+    (topic, --describe --state output) checks more while the member is there."""
     import subprocess
     topic, group = f"{prefix}-t", f"{prefix}-g"
     b = ["--bootstrap-server", bootstrap]
-    tool(TOPICS, [*b, "--create", "--topic", topic, "--partitions", "2",
+    tool(TOPICS, [*b, "--create", "--topic", topic, "--partitions", str(partitions),
                   "--replication-factor", "1"])
-    kp_produce(bootstrap, topic, kit.records(40, 2))
+    kp_produce(bootstrap, topic, kit.records(20 * partitions, partitions))
     props = ["--consumer-property", "auto.commit.interval.ms=200"]
     if kip848:
         props += ["--consumer-property", "group.protocol=consumer"]
@@ -198,10 +209,10 @@ def consumer_groups(bootstrap: str, prefix: str, kip848: bool) -> None:
                 got = rows()
             except ToolFailed:  # the group does not exist until the consumer joins
                 return False
-            return len(got) == 2 and all(r[3] == "20" and r[5] == "0" and r[6] != "-"
-                                         for r in got)
+            return len(got) == partitions and all(r[3] == "20" and r[5] == "0" and r[6] != "-"
+                                                  for r in got)
         kit.wait_until(consumed_and_committed, "--describe to show the live member at offset 20 "
-                       "with lag 0 on both partitions", timeout=60, step=1)
+                       f"with lag 0 on all {partitions} partitions", timeout=60, step=1)
         got = rows()
         expect(len({r[6] for r in got}) == 1, f"two consumer ids for one member: {got}")
         out = tool(GROUPS, [*b, "--list"])
@@ -211,9 +222,12 @@ def consumer_groups(bootstrap: str, prefix: str, kip848: bool) -> None:
         if kip848:
             expect("uniform" in out, f"--describe --state does not name the uniform assignor: "
                    f"{out[:400]}")
+        if check_state:
+            check_state(topic, out)
         out = tool(GROUPS, [*b, "--describe", "--group", group, "--members"])
-        expect(re.search(r"\s2\s*$", out, re.M) is not None,
-               f"--describe --members does not show one member with 2 partitions: {out[:400]}")
+        expect(re.search(rf"\s{partitions}\s*$", out, re.M) is not None,
+               f"--describe --members does not show one member with {partitions} partitions: "
+               f"{out[:400]}")
     finally:
         member.terminate()  # SIGTERM: the console consumer closes and leaves the group
         try:
@@ -226,7 +240,7 @@ def consumer_groups(bootstrap: str, prefix: str, kip848: bool) -> None:
     tool(GROUPS, [*b, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
                   "--execute"])
     got = rows()
-    expect(len(got) == 2 and all(r[3] == "0" and r[5] == "20" for r in got),
+    expect(len(got) == partitions and all(r[3] == "0" and r[5] == "20" for r in got),
            f"after --reset-offsets --to-earliest: {got}")
     tool(GROUPS, [*b, "--delete", "--group", group])
     expect(group not in tool(GROUPS, [*b, "--list"]).split(), "deleted group still listed")
@@ -345,6 +359,161 @@ def kafka_transactions(bootstrap: str, prefix: str) -> None:
     expect("TransactionalId" in out, f"list: {out[:300]}")
 
 
+def log_dirs(bootstrap: str, topic: str | None = None) -> dict[int, dict[tuple[str, int], int]]:
+    """``kafka-log-dirs --describe``: broker -> {(topic, partition): size}, one log directory
+    each (its error must be null)."""
+    args = ["--bootstrap-server", bootstrap, "--describe"]
+    if topic:
+        args += ["--topic-list", topic]
+    out = tool(LOG_DIRS, args)
+    doc = next((json.loads(ln) for ln in out.splitlines() if ln.startswith("{")), None)
+    expect(doc is not None, f"no JSON in kafka-log-dirs' output: {out[:300]}")
+    got = {}
+    for b in doc["brokers"]:
+        expect(len(b["logDirs"]) == 1, f"broker {b['broker']}: {len(b['logDirs'])} log dirs")
+        d = b["logDirs"][0]
+        expect(d["error"] is None, f"broker {b['broker']}: error {d['error']}")
+        expect(all(p["offsetLag"] == 0 and p["isFuture"] is False for p in d["partitions"]),
+               f"broker {b['broker']}: {d['partitions']}")
+        sizes = {}
+        for p in d["partitions"]:
+            topic, _, index = p["partition"].rpartition("-")
+            sizes[(topic, int(index))] = p["size"]
+        got[b["broker"]] = sizes
+    return got
+
+
+def kafka_log_dirs(bootstrap: str, prefix: str) -> None:
+    """One broker: the partitions of a topic with their sizes (the ones written to are larger
+    than the empty one, and grow with what is written)."""
+    topic = f"{prefix}-t"
+    tool(TOPICS, ["--bootstrap-server", bootstrap, "--create", "--topic", topic,
+                  "--partitions", "3", "--replication-factor", "1"])
+    kp_produce(bootstrap, topic, [(p, None, b"x" * 100, []) for p in (0, 1, 1) for _ in range(10)])
+    got = log_dirs(bootstrap, topic)
+    expect(list(got) == [1], f"brokers {list(got)}, want [1]")
+    sizes = got[1]
+    expect(set(sizes) == {(topic, p) for p in range(3)}, f"partitions {sorted(sizes)}")
+    expect(sizes[(topic, 2)] == 0 < sizes[(topic, 0)] < sizes[(topic, 1)],
+           f"sizes {sizes}: want partition 2 empty, 1 larger than 0")
+    everything = log_dirs(bootstrap)[1]  # no --topic-list: every partition
+    expect(everything[(topic, 1)] == sizes[(topic, 1)] and len(everything) >= 3,
+           f"without --topic-list: {everything}")
+
+
+# --- against a cluster of three brokers (12 partitions are always led by all three)
+
+SPREAD = 12
+
+
+def metadata_leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition -> leader of ``topic``, from kafka-python's Metadata request."""
+    from kafka import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        (t,) = admin.describe_topics([topic])
+    finally:
+        admin.close()
+    return {p["partition_index"]: p["leader_id"] for p in t["partitions"]}
+
+
+def create_spread(bootstrap: str, topic: str) -> dict[int, int]:
+    tool(TOPICS, ["--bootstrap-server", bootstrap, "--create", "--topic", topic,
+                  "--partitions", str(SPREAD), "--replication-factor", "1"])
+    leaders: dict[int, int] = {}
+
+    def led() -> bool:
+        leaders.update(metadata_leaders(bootstrap, topic))
+        return len(leaders) == SPREAD and -1 not in leaders.values()
+    kit.wait_until(led, f"a leader for each of {SPREAD} partitions")
+    expect(set(leaders.values()) == {1, 2, 3}, f"leaders {leaders}, want brokers 1, 2 and 3")
+    return leaders
+
+
+def cluster_kafka_topics(bootstrap: str, prefix: str) -> None:
+    """--describe of a topic of 12 partitions: the Leader column (and Replicas, Isr: the one
+    replica) is what Metadata says, and names all three brokers."""
+    topic = f"{prefix}-t"
+    leaders = create_spread(bootstrap, topic)
+    out = tool(TOPICS, ["--bootstrap-server", bootstrap, "--describe", "--topic", topic])
+    expect(f"PartitionCount: {SPREAD}" in out, f"--describe: {out[:300]}")
+    rows = re.findall(r"Partition: (\d+)\s+Leader: (-?\d+)\s+Replicas: ([\d,]+)\s+Isr: ([\d,]*)",
+                      out)
+    described = {int(p): int(leader) for p, leader, _, _ in rows}
+    expect(described == leaders, f"--describe's leaders {described}, Metadata's {leaders}")
+    expect(all(r == leader == i for _, leader, r, i in rows),
+           f"Replicas and Isr are not the leader alone: {rows}")
+    out = tool(TOPICS, ["--bootstrap-server", bootstrap, "--describe", "--topic", topic,
+                        "--unavailable-partitions"])
+    expect("Partition:" not in out, f"--unavailable-partitions lists some: {out[:300]}")
+
+
+def java_hash(s: str) -> int:
+    """Java's String.hashCode, as a signed 32-bit int."""
+    h = 0
+    for unit in struct.unpack(f">{len(s.encode('utf-16-be')) // 2}H", s.encode("utf-16-be")):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def cluster_kafka_consumer_groups(bootstrap: str, prefix: str) -> None:
+    """kafka-consumer-groups on a live group over 12 partitions led by three brokers: --describe
+    shows every partition's offset and lag; --describe --state names the coordinator, which is
+    the leader of the group's partition of __consumer_offsets (and not of most of the topic)."""
+    group = f"{prefix}-g"
+
+    def check_state(topic: str, out: str) -> None:
+        line = next((ln for ln in out.splitlines() if ln.split()[:1] == [group]), "")
+        m = re.search(r"\((\d+)\)", line)
+        expect(m is not None, f"--describe --state names no coordinator: {out[:400]}")
+        coordinator = int(m.group(1))
+        offsets = metadata_leaders(bootstrap, "__consumer_offsets")
+        h = java_hash(group)
+        want = offsets[(0 if h == -(1 << 31) else abs(h)) % len(offsets)]
+        expect(coordinator == want, f"coordinator {coordinator}, but the group's partition of "
+               f"__consumer_offsets is led by {want}")
+        leaders = metadata_leaders(bootstrap, topic)
+        expect(set(leaders.values()) == {1, 2, 3}, f"leaders {leaders}, want brokers 1, 2, 3")
+        print(f"coordinator {coordinator}; partition leaders {leaders}", flush=True)
+
+    consumer_groups(bootstrap, prefix, kip848=False, partitions=SPREAD, check_state=check_state)
+
+
+def cluster_kafka_broker_api_versions(bootstrap: str, prefix: str) -> None:
+    """kafka-broker-api-versions, given one broker, lists all three with their APIs."""
+    first = bootstrap.split(",")[0]
+    out = tool(broker_api_versions_class(), ["--bootstrap-server", first])
+    blocks = re.split(r"^(?=\S+:\d+ \(id: )", out, flags=re.M)
+    by_id = {}
+    for block in blocks:
+        m = re.match(r"(\S+):(\d+) \(id: (\d+)", block)
+        if m:
+            by_id[int(m.group(3))] = (f"{m.group(1)}:{m.group(2)}", block)
+    expect(sorted(by_id) == [1, 2, 3], f"brokers listed: {sorted(by_id)}: {out[:400]}")
+    addresses = sorted(a for a, _ in by_id.values())
+    expect(addresses == sorted(bootstrap.split(",")), f"addresses {addresses}, want {bootstrap}")
+    for node, (_, block) in by_id.items():
+        for api in ("Metadata(3)", "FindCoordinator(10)", "DescribeLogDirs(35)"):
+            line = next((ln for ln in block.splitlines() if api in ln), "")
+            expect(bool(line) and "UNSUPPORTED" not in line, f"broker {node}: {api}: {line!r}")
+
+
+def cluster_kafka_log_dirs(bootstrap: str, prefix: str) -> None:
+    """kafka-log-dirs --describe on a topic of 12 partitions: each broker lists exactly the
+    partitions it leads; those written to have a size, the others 0."""
+    topic = f"{prefix}-t"
+    leaders = create_spread(bootstrap, topic)
+    kp_produce(bootstrap, topic, [(p, None, b"x" * 100, []) for p in range(0, SPREAD, 2)
+                                  for _ in range(5)])
+    got = log_dirs(bootstrap, topic)
+    expect(sorted(got) == [1, 2, 3], f"brokers {sorted(got)}, want 1, 2 and 3")
+    for node, sizes in got.items():
+        mine = {(topic, p) for p, leader in leaders.items() if leader == node}
+        expect(set(sizes) == mine, f"broker {node} lists {sorted(sizes)}, leads {sorted(mine)}")
+        for (_, p), size in sizes.items():
+            expect((size > 0) == (p % 2 == 0), f"broker {node}: partition {p} has size {size}")
+
+
 SCENARIOS = {
     "kafka-topics": kafka_topics,
     "kafka-console-producer": kafka_console_producer,
@@ -356,6 +525,11 @@ SCENARIOS = {
     "kafka-producer-perf-test": kafka_producer_perf_test,
     "kafka-consumer-perf-test": kafka_consumer_perf_test,
     "kafka-transactions": kafka_transactions,
+    "kafka-log-dirs": kafka_log_dirs,
+    "cluster-kafka-topics": cluster_kafka_topics,
+    "cluster-kafka-consumer-groups": cluster_kafka_consumer_groups,
+    "cluster-kafka-broker-api-versions": cluster_kafka_broker_api_versions,
+    "cluster-kafka-log-dirs": cluster_kafka_log_dirs,
 }
 
 if __name__ == "__main__":

@@ -224,6 +224,76 @@ def subscribe_pattern(bootstrap: str, prefix: str) -> None:
     spark.stop()
 
 
+# --- against a cluster of three brokers
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition -> leader of ``topic`` (Metadata, through kafka-python)."""
+    from kafka import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        (t,) = admin.describe_topics([topic])
+    finally:
+        admin.close()
+    return {p["partition_index"]: p["leader_id"] for p in t["partitions"]}
+
+
+def cluster_streaming_windows(bootstrap: str, prefix: str) -> None:
+    """The click count of ``pipeline.py`` with the clicks spread over 12 partitions (always led
+    by all three brokers) and the counts written to 12: exact aggregates."""
+    src, out = f"{prefix}-clicks", f"{prefix}-counts"
+    pipeline.create_topics(bootstrap, [src, out], partitions=12)
+    for topic in (src, out):
+        kit.wait_until(lambda t=topic: -1 not in leaders(bootstrap, t).values(),
+                       f"a leader for each partition of {topic}")
+        led = leaders(bootstrap, topic)
+        expect(len(led) == 12 and set(led.values()) == {1, 2, 3},
+               f"{topic}'s leaders {led}, want 12 partitions on brokers 1, 2 and 3")
+        print(f"partition leaders of {topic}: {led}", flush=True)
+    data = clicks(PHASE1 + PHASE2)
+    flush = clicks([FLUSH])
+    # click i to partition i % 12, so the source reads from every broker
+    produce(bootstrap, src, [(i % 12, user.encode(), b"click", [], ts)
+                             for i, (user, ts) in enumerate(data + flush)])
+    want = expected_counts(data, BASE + FLUSH[1] * 1000)
+    spark = pipeline.session(prefix)
+    with tempfile.TemporaryDirectory(prefix="headrace-spark-ckpt-") as ckpt:
+        query, results = count_clicks(spark, bootstrap, src, out, ckpt, len(want))
+    expect(query.exception() is None, f"query failed: {query.exception()}")
+    got = result_counts(pipeline.read_results(bootstrap, out))
+    expect(got == want, f"aggregates {sorted(got.items())}, want {sorted(want.items())}"
+           f" ({len(results)} results)")
+    written = _partitions_written(bootstrap, out)
+    expect(len({leaders(bootstrap, out)[p] for p in written}) >= 2,
+           f"the sink wrote only to partitions {written} of one broker")
+    spark.stop()
+
+
+def _partitions_written(bootstrap: str, topic: str) -> list[int]:
+    from kafka import KafkaConsumer, TopicPartition
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(12)])
+    finally:
+        consumer.close()
+    return sorted(tp.partition for tp, end in ends.items() if end > 0)
+
+
+def cluster_pipeline_example(bootstrap: str, prefix: str) -> None:
+    """``python compat/spark/pipeline.py --bootstrap <the three brokers>``, as a user runs it:
+    exit code 0 and the five closed windows it prints."""
+    import subprocess
+    res = subprocess.run([sys.executable, str(Path(__file__).with_name("pipeline.py")),
+                          "--bootstrap", bootstrap], capture_output=True, text=True, timeout=300)
+    print(res.stdout, res.stderr[-3000:], sep="\n", flush=True)
+    printed = [ln.split() for ln in res.stdout.splitlines() if ln[:2].isdigit()]
+    want = [["2023-11-14T22:13:00", "alice", "2"], ["2023-11-14T22:13:00", "bob", "1"],
+            ["2023-11-14T22:14:00", "alice", "1"], ["2023-11-14T22:14:00", "bob", "1"],
+            ["2023-11-14T22:14:00", "carol", "1"]]
+    expect(res.returncode == 0 and printed == want,
+           f"pipeline.py exited with {res.returncode} and printed {printed}, want {want}")
+
+
 SCENARIOS = {
     "batch-read": batch_read,
     "streaming-windows": streaming_windows,
@@ -231,6 +301,8 @@ SCENARIOS = {
     "starting-offsets": starting_offsets,
     "starting-offsets-by-timestamp": starting_offsets_by_timestamp,
     "subscribe-pattern": subscribe_pattern,
+    "cluster-streaming-windows": cluster_streaming_windows,
+    "cluster-pipeline-example": cluster_pipeline_example,
 }
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ import pytest
 from headrace.protocol import ApiKey, ErrorCode, RequestHeader, encode_request_header, messages
 from headrace.protocol.records import Record, build_batch
 
-from headrace.broker.process import BrokerProcess
 from kafkawire import WireClient
 
 MAX_FRAME = 1 << 20
@@ -18,12 +17,12 @@ MAX_BATCH = 10_000
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("bad-input"), {
-        "socket.request.max.bytes": str(MAX_FRAME),
-        "message.max.bytes": str(MAX_BATCH),
-        "auto.create.topics.enable": "false",
-    }).start()
+def broker(kafka_broker_factory):
+    b = kafka_broker_factory({
+        "socket.request.max.bytes": MAX_FRAME,
+        "message.max.bytes": MAX_BATCH,
+        "auto.create.topics.enable": False,
+    })
     with WireClient(b.port) as client:
         create(client, "victim")
         # acknowledged before any bad input arrives; must read back intact at the end

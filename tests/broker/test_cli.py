@@ -26,9 +26,13 @@ def test_bad_value_and_bad_file_are_clear_errors(tmp_path):
     result = run("serve", "--data-dir", str(tmp_path), "--override", "num.partitions=many")
     assert result.returncode == 2 and "num.partitions" in result.stderr
     props = tmp_path / "server.properties"
+    # Java reads a line without '=' or ':' as a key ("this") and a value after the space
     props.write_text("# comment\nnum.partitions=3\nthis line has no separator\n")
     result = run("serve", "--config", str(props))
-    assert result.returncode == 2 and "line 3" in result.stderr
+    assert result.returncode == 2 and "unknown setting 'this'" in result.stderr
+    props.write_text("broker.rack=\\u12\n")  # an escape Java refuses
+    result = run("serve", "--config", str(props))
+    assert result.returncode == 2 and "Invalid \\u escape" in result.stderr
 
 
 def test_unusable_data_directory(tmp_path):

@@ -157,3 +157,29 @@ def test_confluent_kafka(broker, compression):
             consumed[m.partition()].append((m.offset(), m.key(), m.value(), headers))
     consumer.close()
     check(consumed)
+
+
+def test_confluent_kafka_resets_an_offset_past_the_end(broker):
+    """An OFFSET_OUT_OF_RANGE answer carries an empty record set, never a null one (librdkafka
+    drops a whole Fetch response with a null set and never resets): the consumer goes back to
+    ``auto.offset.reset`` and reads."""
+    import confluent_kafka as ck
+
+    create_topic(broker, "ck-reset", 1)
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        producer.produce("ck-reset", value=b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    consumer = ck.Consumer({
+        "bootstrap.servers": broker.bootstrap, "group.id": "ck-reset",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+    })
+    consumer.assign([ck.TopicPartition("ck-reset", 0, 500)])  # past the end: out of range
+    values = []
+    deadline = time.monotonic() + 30
+    while len(values) < 10 and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            values.append(int(m.value()))
+    consumer.close()
+    assert values == list(range(10))

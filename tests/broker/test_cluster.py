@@ -140,7 +140,7 @@ def test_clients_produce_and_consume_through_the_cluster(cluster):
     assert len({p.leader_id for p in md.topics[0].partitions}) == 3  # spread over the brokers
 
 
-def test_a_request_at_the_wrong_broker_gets_not_leader_or_follower(cluster):
+def test_a_request_at_the_wrong_broker_gets_not_leader_or_follower_and_a_leader_hint(cluster):
     brokers = cluster(3)
     create(brokers, "routed", 6)
     placed = leaders(brokers[0], "routed")
@@ -165,6 +165,34 @@ def test_a_request_at_the_wrong_broker_gets_not_leader_or_follower(cluster):
             r = c.request(ApiKey.PRODUCE, 9, request)
         codes[b] = r.responses[0].partition_responses[0].error_code
     assert codes == {wrong: ErrorCode.NOT_LEADER_OR_FOLLOWER, right: ErrorCode.NONE}
+    # KIP-951: from Produce v10 and Fetch v12/v16 the answer names the leader and its address
+    fetch = messages.FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        topics=[
+            messages.FetchRequest.FetchTopic(
+                topic_id=metadata(wrong, ["routed"]).topics[0].topic_id,
+                partitions=[messages.FetchRequest.FetchPartition(partition=index, fetch_offset=0, partition_max_bytes=1 << 20)],
+            )
+        ],
+    )
+    with WireClient(wrong.port) as c:
+        old = c.request(ApiKey.PRODUCE, 9, request).responses[0].partition_responses[0]
+        new = c.request(ApiKey.PRODUCE, 10, request)
+        fetched = c.request(ApiKey.FETCH, 16, fetch)
+    assert old.current_leader.leader_id == -1
+    hinted = new.responses[0].partition_responses[0]
+    assert (hinted.error_code, hinted.current_leader.leader_id, hinted.current_leader.leader_epoch) == (
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        leader,
+        0,
+    )
+    assert [(e.node_id, e.host, e.port) for e in new.node_endpoints] == [(leader, "127.0.0.1", right.port)]
+    part = fetched.responses[0].partitions[0]
+    assert (part.error_code, part.current_leader.leader_id) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, leader)
+    assert [(e.node_id, e.port) for e in fetched.node_endpoints] == [(leader, right.port)]
     with WireClient(wrong.port) as c:  # and a group it does not coordinate
         found = c.request(ApiKey.FIND_COORDINATOR, 3, messages.FindCoordinatorRequest(key="g1", key_type=0))
         node = found.node_id
@@ -209,6 +237,9 @@ def test_deleting_a_topic_removes_it_from_every_broker_and_growing_it_places_new
     admin.create_partitions([NewPartitions("growing", 12)])["growing"].result(timeout=30)
     for b in brokers:
         wait_for(lambda b=b: len(leaders(b, "growing")) == 12, 10, "12 partitions everywhere")
+    placed = assign_replicas([("growing", i) for i in range(12)], {n: BrokerInfo() for n in (1, 2, 3)}, 1)
+    new = {i: [n] for i, n in leaders(brokers[0], "growing").items() if i >= 3}
+    assert new == {i: placed[("growing", i)] for i in range(3, 12)}  # as the controller places them
     dirs = sum(len(list(b.data_dir.glob("growing-*"))) for b in brokers)
     assert dirs == 12
     admin.delete_topics(["doomed"])["doomed"].result(timeout=30)

@@ -95,11 +95,11 @@ def test_stop_during_durable_produce_keeps_every_acknowledged_record_once(broker
         assert rows[offset][1] == b"%d" % value, "an acknowledged record kept its offset"
 
 
-def test_acknowledged_data_survives_repeated_kills(broker_factory):
+def test_acknowledged_data_survives_repeated_kills(kafka_broker_factory):
     """Acks=all with flush per batch: after each kill -9 everything acknowledged is there."""
     from kafka import KafkaProducer
 
-    broker = broker_factory({"log.flush.interval.messages": "1"})
+    broker = kafka_broker_factory(log_flush_interval_messages=1)
     total = 0
     for round_ in range(3):
         producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=1)
@@ -110,9 +110,10 @@ def test_acknowledged_data_survives_repeated_kills(broker_factory):
         assert offsets == list(range(total, total + 5000))
         total += 5000
         broker.kill()
-        broker.start()
+        broker.restart()
     rows = read_all(broker.bootstrap, "kills", expect_at_least=total)
     assert [int(v) for _, v in rows] == list(range(total))
+    broker.stop()
 
 
 def test_sigterm_stops_cleanly_and_restart_skips_recovery(broker_factory):

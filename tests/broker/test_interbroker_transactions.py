@@ -22,7 +22,7 @@ from test_write_txn_markers import add_offsets, committed, txn_offset_commit, wr
 
 from headrace.broker.config import BrokerConfig
 from headrace.broker.group_offsets import OFFSETS_TOPIC
-from headrace.broker.server import Broker
+from headrace.broker.server import BrokerServer
 from headrace.broker.transaction_log import TRANSACTION_TOPIC
 from headrace.broker.transaction_state import COMPLETE_COMMIT, PREPARE_COMMIT
 from headrace.protocol import ErrorCode
@@ -46,16 +46,16 @@ class Cluster:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.brokers: dict[int, Broker] = {}
+        self.brokers: dict[int, BrokerServer] = {}
         self.addresses: dict[int, tuple[str, int]] = {}
 
     def run(self, coro, timeout: float = 60):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def start(self, node: int) -> Broker:
+    def start(self, node: int) -> BrokerServer:
         config = BrokerConfig({**FAST, "node.id": str(node), "log.dirs": str(self.tmp_path / f"n{node}"),
                                "listeners": "PLAINTEXT://127.0.0.1:0"})
-        broker = Broker(config)
+        broker = BrokerServer(config)
         broker.broker_client.address_of = self.addresses.get
         broker.transactions.leader_of = leader_of
         broker.transactions.is_coordinator = lambda tid, node=node: node == COORDINATOR

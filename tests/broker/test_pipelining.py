@@ -6,7 +6,7 @@ import asyncio
 import struct
 
 from headrace.broker.config import BrokerConfig
-from headrace.broker.server import Broker
+from headrace.broker.server import BrokerServer
 from headrace.protocol import (
     ApiKey,
     RequestHeader,
@@ -37,7 +37,7 @@ async def test_five_pipelined_durable_produces_share_fsyncs_and_stay_in_order(tm
         "log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0",
         "log.flush.interval.messages": "1",  # flush before every ack
     })
-    broker = Broker(config)
+    broker = BrokerServer(config)
     await broker.start()
     try:
         await broker.topics.create("pipelined", 1, {})

@@ -370,23 +370,29 @@ def test_delete_removes_directory(open_log, log_dir):
     assert not log_dir.exists()
 
 
-def test_flush_writes_checkpoint(open_log, log_dir, monkeypatch):
-    from headrace.storage import log as log_module
-    from headrace.storage.checkpoint import read_checkpoint
+def test_flush_writes_checkpoint(open_log, log_dir):
+    from headrace.storage import OffsetCheckpoints
+    from headrace.storage.checkpoint import parse
 
+    def on_disk():
+        path = log_dir.parent / "partition-offsets-checkpoint"
+        return parse(path.read_text()).get(log_dir.name) if path.exists() else None
+
+    table = OffsetCheckpoints.of(log_dir.parent)
     log = open_log()
     w = Writer(log, seed=13)
     w.append_many(30)
-    monkeypatch.setattr(log_module, "CHECKPOINT_INTERVAL_S", 3600.0)
+    table.interval_s = 3600.0
     log.flush()
     assert log.recovery_point == log.log_end_offset
-    cp = read_checkpoint(str(log_dir))
-    assert cp is None or cp.recovery_point < log.recovery_point  # rate-limited
-    monkeypatch.setattr(log_module, "CHECKPOINT_INTERVAL_S", 0.0)
+    cp = on_disk()
+    assert cp is None or cp.recovery_point < log.recovery_point  # not due yet
+    table.interval_s = 0.0
     w.append()
     log.flush()
-    cp = read_checkpoint(str(log_dir))
+    cp = on_disk()
     assert cp.recovery_point == log.log_end_offset and cp.end_offset is None
     log.close()
-    cp = read_checkpoint(str(log_dir))
+    cp = on_disk()
     assert (cp.recovery_point, cp.end_offset) == (log.log_end_offset, log.log_end_offset)
+    assert not (log_dir / "log-offsets-checkpoint").exists()  # no file per partition

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from headrace.storage import Log, LogConfig
+from headrace.storage import Log, LogConfig, OffsetCheckpoints
 from storage_batches import Writer, last_offset, max_ts, split_batches
 from test_storage_log import read_all
 
@@ -21,6 +21,11 @@ def build(path, n=120, seed=0, config=CFG):
     log.flush()
     log._write_checkpoint(clean=False)
     return log, w.batches
+
+
+def forget_recovery_point(path):
+    """As if the checkpoint had never held the log: recovery checks every segment."""
+    OffsetCheckpoints.of(path.parent).forget(path.name)
 
 
 def abandon(log):
@@ -99,7 +104,7 @@ def test_overwrite_from_random_position(tmp_path, seed):
     path = tmp_path / "t-0"
     log, batches = build(path, seed=seed)
     abandon(log)
-    os.unlink(path / "log-offsets-checkpoint")  # no recovery point: check everything
+    forget_recovery_point(path)  # no recovery point: check everything
     files = segment_files(path)
     victim = rng.randrange(len(files))
     seg_path = path / files[victim]
@@ -129,7 +134,7 @@ def test_corrupt_crc_in_the_middle(tmp_path):
     path = tmp_path / "t-0"
     log, batches = build(path, n=200)
     abandon(log)
-    os.unlink(path / "log-offsets-checkpoint")
+    forget_recovery_point(path)
     files = segment_files(path)
     assert len(files) >= 4
     middle = files[len(files) // 2]
@@ -179,7 +184,7 @@ def test_torn_tail_across_segments(tmp_path):
     path = tmp_path / "t-0"
     log, batches = build(path, n=200)
     abandon(log)
-    os.unlink(path / "log-offsets-checkpoint")
+    forget_recovery_point(path)
     files = segment_files(path)
     last_base = int(files[-1][:20])
     with open(path / files[-1], "wb") as f:

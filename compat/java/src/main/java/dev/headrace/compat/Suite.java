@@ -20,11 +20,15 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.admin.TransactionDescription;
+import org.apache.kafka.clients.admin.TransactionState;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
@@ -32,7 +36,9 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
@@ -95,6 +101,9 @@ public final class Suite {
             case "admin" -> admin();
             case "alter-configs" -> alterConfigs();
             case "transactions" -> transactions();
+            case "cluster-produce-consume" -> clusterProduceConsume();
+            case "cluster-group" -> clusterGroup();
+            case "cluster-transactions" -> clusterTransactions();
             default -> throw new NotApplicable("not a scenario of this client");
         }
     }
@@ -375,5 +384,197 @@ public final class Suite {
         for (int i = 0; i < 10; i++) want.add("committed-" + i);
         want.add("committed-last");
         expect(values.equals(want), "read_committed consumer read " + values);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // against a cluster of three brokers: a topic of 12 partitions is spread over all of them
+    // (placement's bounded load lets no broker hold more than 5), so every scenario below talks
+    // to each broker, and its coordinator is another broker than most partition leaders
+
+    private static final int SPREAD = 12;
+
+    /** partition -> leader id of {@code topic}, from Metadata. */
+    private static Map<Integer, Integer> leaders(Admin admin, String topic) throws Exception {
+        TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames()
+            .get(WAIT_S, TimeUnit.SECONDS).get(topic);
+        Map<Integer, Integer> out = new HashMap<>();
+        for (TopicPartitionInfo p : d.partitions()) out.put(p.partition(), p.leader() == null ? -1 : p.leader().id());
+        return out;
+    }
+
+    /** The cluster's node ids; there must be three. */
+    private static Set<Integer> nodes(Admin admin) throws Exception {
+        Set<Integer> ids = new HashSet<>();
+        for (Node n : admin.describeCluster().nodes().get(WAIT_S, TimeUnit.SECONDS)) ids.add(n.id());
+        expect(ids.size() == 3, "describeCluster lists " + ids + ", want three brokers");
+        return ids;
+    }
+
+    /** Creates {@code topic} with 12 partitions; checks that their leaders are all three brokers. */
+    private static Map<Integer, Integer> createSpread(Admin admin, String topic) throws Exception {
+        Set<Integer> ids = nodes(admin);
+        createTopic(admin, topic, SPREAD, Map.of());
+        Map<Integer, Integer> leaders = new HashMap<>();
+        waitUntil(() -> {
+            try {
+                leaders.clear();
+                leaders.putAll(leaders(admin, topic));
+                return leaders.size() == SPREAD && !leaders.containsValue(-1);
+            } catch (Exception e) {
+                return false;
+            }
+        }, "a leader for each of the " + SPREAD + " partitions");
+        expect(new HashSet<>(leaders.values()).equals(ids), "leaders " + leaders + " are not all of " + ids);
+        System.out.println("partition leaders of " + topic + ": " + leaders);
+        return leaders;
+    }
+
+    /** The leader of partition abs(hash(key)) % n of the internal {@code topic}: the coordinator of key. */
+    private static int coordinatorByHash(Admin admin, String internal, String key) throws Exception {
+        Map<Integer, Integer> leaders = leaders(admin, internal);
+        int h = key.hashCode();
+        int partition = (h == Integer.MIN_VALUE ? 0 : Math.abs(h)) % leaders.size();
+        return leaders.get(partition);
+    }
+
+    private static void clusterProduceConsume() throws Exception {
+        String topic = prefix + "-t";
+        try (Admin admin = Admin.create(common())) {
+            createSpread(admin, topic);
+        }
+        List<Rec> recs = records(1200, SPREAD);
+        produce(topic, recs, Map.of(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true",
+            ProducerConfig.ACKS_CONFIG, "all", ProducerConfig.COMPRESSION_TYPE_CONFIG, "lz4"));
+        checkRecords(recs, readAssigned(topic, SPREAD, recs.size(), Map.of()));
+        try (KafkaConsumer<byte[], byte[]> c = consumer(Map.of())) {
+            List<TopicPartition> tps = new ArrayList<>();
+            for (int p = 0; p < SPREAD; p++) tps.add(new TopicPartition(topic, p));
+            Map<TopicPartition, Long> ends = c.endOffsets(tps, Duration.ofSeconds(WAIT_S));
+            for (TopicPartition tp : tps) {
+                expect(ends.get(tp) == 100L, "end offset of " + tp + " is " + ends.get(tp) + ", want 100");
+            }
+        }
+    }
+
+    /**
+     * Two consumers of one group share 12 partitions led by three brokers and commit; the group's
+     * coordinator (the leader of its partition of __consumer_offsets) is one broker, so most
+     * partitions are led by others. Then the committed offsets, read back through the admin client.
+     */
+    private static void clusterGroup() throws Exception {
+        String topic = prefix + "-t", gid = prefix + "-g";
+        Map<Integer, Integer> leaders;
+        try (Admin admin = Admin.create(common())) {
+            leaders = createSpread(admin, topic);
+        }
+        List<Rec> recs = records(1200, SPREAD);
+        produce(topic, recs, Map.of());
+        Map<String, String> conf = Map.of(ConsumerConfig.GROUP_ID_CONFIG, gid,
+            ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000",
+            ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500");
+        Set<String> seen = new HashSet<>();
+        List<String> reads = new ArrayList<>();
+        try (KafkaConsumer<byte[], byte[]> a = consumer(conf); KafkaConsumer<byte[], byte[]> b = consumer(conf)) {
+            a.subscribe(List.of(topic));
+            b.subscribe(List.of(topic));
+            waitUntil(() -> {
+                poll(a, seen, reads);
+                poll(b, seen, reads);
+                Set<TopicPartition> pa = a.assignment(), pb = b.assignment();
+                Set<TopicPartition> both = new HashSet<>(pa);
+                both.retainAll(pb);
+                return !pa.isEmpty() && !pb.isEmpty() && both.isEmpty() && pa.size() + pb.size() == SPREAD;
+            }, "two consumers sharing the " + SPREAD + " partitions");
+            waitUntil(() -> { poll(a, seen, reads); poll(b, seen, reads); return seen.size() == recs.size(); },
+                "all " + recs.size() + " records through the group");
+            a.commitSync();
+            b.commitSync();
+            try (Admin admin = Admin.create(common())) {
+                ConsumerGroupDescription g = admin.describeConsumerGroups(List.of(gid)).all()
+                    .get(WAIT_S, TimeUnit.SECONDS).get(gid);
+                int coordinator = g.coordinator().id();
+                expect(g.members().size() == 2, "the group has " + g.members().size() + " members, want 2");
+                int want = coordinatorByHash(admin, "__consumer_offsets", gid);
+                expect(coordinator == want, "the group's coordinator is broker " + coordinator
+                    + ", but its partition of __consumer_offsets is led by " + want);
+                System.out.println("group coordinator: broker " + coordinator);
+                long elsewhere = leaders.values().stream().filter(l -> l != coordinator).count();
+                expect(elsewhere >= SPREAD - 5, "only " + elsewhere + " partitions led by brokers other than"
+                    + " the coordinator " + coordinator + ": " + leaders);
+                Map<TopicPartition, OffsetAndMetadata> offsets = admin.listConsumerGroupOffsets(gid)
+                    .partitionsToOffsetAndMetadata().get(WAIT_S, TimeUnit.SECONDS);
+                Map<Integer, Long> got = new HashMap<>();
+                offsets.forEach((tp, om) -> got.put(tp.partition(), om == null ? null : om.offset()));
+                Map<Integer, Long> wantOffsets = new HashMap<>();
+                for (int p = 0; p < SPREAD; p++) wantOffsets.put(p, 100L);
+                expect(got.equals(wantOffsets), "committed offsets " + got + ", want 100 each");
+            }
+        }
+    }
+
+    /**
+     * A transaction writes to 12 partitions on three brokers and commits offsets of a group;
+     * while it is open, DescribeTransactions shows its coordinator (the leader of its partition of
+     * __transaction_state) and its partitions. Committed, aborted, committed again: a
+     * read_committed consumer reads only the committed records of every partition, a
+     * read_uncommitted one all of them, and the group's offsets count.
+     */
+    private static void clusterTransactions() throws Exception {
+        String topic = prefix + "-t", gid = prefix + "-g", txnId = prefix + "-tx";
+        Map<Integer, Integer> leaders;
+        try (Admin admin = Admin.create(common())) {
+            leaders = createSpread(admin, topic);
+        }
+        Properties p = common();
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
+        try (KafkaProducer<byte[], byte[]> producer =
+                 new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
+             Admin admin = Admin.create(common())) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            for (int i = 0; i < SPREAD; i++) producer.send(new ProducerRecord<>(topic, i, null, bytes("committed-" + i)));
+            producer.flush();
+            Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+            for (int i = 0; i < SPREAD; i++) offsets.put(new TopicPartition(topic, i), new OffsetAndMetadata(1));
+            producer.sendOffsetsToTransaction(offsets, new ConsumerGroupMetadata(gid));
+            TransactionDescription d = admin.describeTransactions(List.of(txnId)).all()
+                .get(WAIT_S, TimeUnit.SECONDS).get(txnId);
+            expect(d.state() == TransactionState.ONGOING, "transaction state " + d.state() + ", want Ongoing");
+            int want = coordinatorByHash(admin, "__transaction_state", txnId);
+            expect(d.coordinatorId() == want, "the transaction's coordinator is broker " + d.coordinatorId()
+                + ", but its partition of __transaction_state is led by " + want);
+            Set<Integer> spanned = new HashSet<>();
+            for (TopicPartition tp : d.topicPartitions()) {
+                if (tp.topic().equals(topic)) spanned.add(leaders.get(tp.partition()));
+            }
+            System.out.println("transaction coordinator: broker " + d.coordinatorId() + "; partitions "
+                + d.topicPartitions());
+            expect(spanned.size() == 3, "the open transaction's partitions are led by " + spanned
+                + " (" + d.topicPartitions() + "), want three brokers");
+            producer.commitTransaction();
+            producer.beginTransaction();
+            for (int i = 0; i < SPREAD; i++) producer.send(new ProducerRecord<>(topic, i, null, bytes("aborted-" + i)));
+            producer.flush();
+            producer.abortTransaction();
+            producer.beginTransaction();
+            for (int i = 0; i < SPREAD; i++) producer.send(new ProducerRecord<>(topic, i, null, bytes("last-" + i)));
+            producer.commitTransaction();
+            Map<TopicPartition, OffsetAndMetadata> committed = admin.listConsumerGroupOffsets(gid)
+                .partitionsToOffsetAndMetadata().get(WAIT_S, TimeUnit.SECONDS);
+            expect(committed.size() == SPREAD && committed.values().stream().allMatch(om -> om.offset() == 1),
+                "the group's offsets after the commit: " + committed);
+        }
+        List<Rec> got = readAssigned(topic, SPREAD, 2 * SPREAD,
+            Map.of(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed"));
+        Map<Integer, List<String>> byPartition = new HashMap<>();
+        for (Rec r : got) byPartition.computeIfAbsent(r.partition(), k -> new ArrayList<>()).add(r.value());
+        for (int i = 0; i < SPREAD; i++) {
+            List<String> w = List.of("committed-" + i, "last-" + i);
+            expect(w.equals(byPartition.get(i)), "read_committed read " + byPartition.get(i)
+                + " from partition " + i + " (led by broker " + leaders.get(i) + "), want " + w);
+        }
+        int all = readAssigned(topic, SPREAD, 3 * SPREAD, Map.of()).size();
+        expect(all == 3 * SPREAD, "read_uncommitted read " + all + " records, want " + 3 * SPREAD);
     }
 }

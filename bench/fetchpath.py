@@ -1,0 +1,253 @@
+"""The fetch path alone: how fast one broker serves records already in the page cache, and
+how much CPU each GiB costs it.
+
+    python -m bench.fetchpath [--gib 2] [--partitions 4] [--consumers 2] [--seconds 15]
+                              [--compare REF ...] [--rounds 2]
+
+A topic of ``--gib`` GiB (batches of ``--batch-kib`` KiB, segments of 256 MiB, so reads
+cross segment rolls) is written once into a data directory kept between runs
+(``--data``). Then, for each round and each broker under test (``--compare REF``: Headrace
+as committed at REF, next to the working tree; repeat it for more), a broker is started on
+that directory, pinned to the broker CPU, and ``--consumers`` client threads (pinned to the
+client CPU) send raw Fetch v4 requests for every partition (``--max-bytes`` per response, ``--max-bytes
+/ partitions`` or ``--partition-max-bytes`` per partition), one at a time per connection, each going back to offset 0 at
+the end of the log. The clients receive into a reused buffer and walk only the batch
+headers, so the broker is the bottleneck. The files are read once before the first round,
+so every round reads the page cache.
+
+Reported per run: MiB/s of records received, and the broker's CPU-seconds (user + system,
+from /proc/<pid>/stat) per GiB served.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import struct
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench import wire
+from bench.brokers import (CLIENT_CPUS, HeadraceBroker, cpu_seconds, git_describe,
+                           headrace_snapshot, pin_self)
+
+MiB = 1 << 20
+GiB = 1 << 30
+TOPIC = "fetchpath"
+FETCH = 1
+SEGMENT_BYTES = 256 * MiB
+
+
+def _str(s: str) -> bytes:
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def big_batch(size: int) -> bytes:
+    """One batch of about ``size`` bytes holding one record (the broker never opens batches
+    on fetch, so how many records a batch holds does not matter here)."""
+    return wire.record_batch(b"x" * (size - 80))
+
+
+def fill(data_dir: Path, gib: float, partitions: int, batch_kib: int) -> None:
+    """Write the topic once (skipped when ``data_dir`` already holds it)."""
+    marker = data_dir / f".filled-{gib}-{partitions}-{batch_kib}"
+    if marker.exists():
+        return
+    data_dir.mkdir(parents=True, exist_ok=True)
+    broker = HeadraceBroker(data_dir, {"log.segment.bytes": SEGMENT_BYTES}).start()
+    try:
+        wire.ensure_topic("127.0.0.1", broker.port, TOPIC, partitions)
+        batch = big_batch(batch_kib * 1024)
+        per_partition = int(gib * GiB / partitions / len(batch)) + 1
+        with wire.WireClient("127.0.0.1", broker.port, timeout=60) as c:
+            for _ in range(per_partition):
+                for p in range(partitions):
+                    err, _ = c.produce(TOPIC, p, batch, acks=1)
+                    if err:
+                        raise wire.WireError(f"produce error {err}")
+            print(f"wrote {per_partition * partitions * len(batch) / GiB:.2f} GiB", flush=True)
+    finally:
+        broker.stop()
+    marker.touch()
+
+
+def warm(data_dir: Path) -> None:
+    """Read every segment once, so the runs read the page cache."""
+    buf = bytearray(8 * MiB)
+    for path in sorted(data_dir.glob(f"{TOPIC}-*/*.log")):
+        with open(path, "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
+
+
+class Consumer(threading.Thread):
+    """Fetch v4 in a loop over all partitions; counts the record bytes received."""
+
+    def __init__(self, port: int, partitions: int, max_bytes: int, stop: threading.Event,
+                 partition_max_bytes: int | None = None):
+        super().__init__(daemon=True)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.partitions = partitions
+        self.max_bytes = max_bytes
+        self.partition_max_bytes = partition_max_bytes or max(1, max_bytes // partitions)
+        self.offsets = [0] * partitions
+        self.stop = stop
+        self.bytes = 0
+        self.error: BaseException | None = None
+        self.buf = bytearray(max_bytes + 4 * MiB)
+
+    def request(self, cid: int) -> bytes:
+        per = self.partition_max_bytes
+        body = struct.pack(">iiiib", -1, 500, 1, self.max_bytes, 0) + struct.pack(">i", 1)
+        body += _str(TOPIC) + struct.pack(">i", self.partitions)
+        for p, off in enumerate(self.offsets):
+            body += struct.pack(">iqi", p, off, per)
+        frame = struct.pack(">hhih", FETCH, 4, cid, len(wire.CLIENT_ID)) + wire.CLIENT_ID + body
+        return struct.pack(">i", len(frame)) + frame
+
+    def recv_into(self, view: memoryview, n: int) -> None:
+        got = 0
+        while got < n:
+            k = self.sock.recv_into(view[got:n])
+            if not k:
+                raise ConnectionError("closed by the broker")
+            got += k
+
+    def run(self) -> None:
+        try:
+            view = memoryview(self.buf)
+            cid = 0
+            while not self.stop.is_set():
+                cid += 1
+                self.sock.sendall(self.request(cid))
+                self.recv_into(view, 4)
+                (size,) = struct.unpack_from(">i", self.buf, 0)
+                if size > len(self.buf):
+                    raise ValueError(f"response of {size} bytes")
+                self.recv_into(view, size)
+                self.parse(size)
+        except BaseException as e:  # reported by the harness
+            if not self.stop.is_set():
+                self.error = e
+        finally:
+            self.sock.close()
+
+    def parse(self, size: int) -> None:
+        buf = self.buf
+        pos = 4 + 4  # correlation id, throttle
+        (ntopics,) = struct.unpack_from(">i", buf, pos)
+        pos += 4
+        for _ in range(ntopics):
+            (n,) = struct.unpack_from(">h", buf, pos)
+            pos += 2 + n
+            (nparts,) = struct.unpack_from(">i", buf, pos)
+            pos += 4
+            for _ in range(nparts):
+                p, err, hw, _lso, naborted = struct.unpack_from(">ihqqi", buf, pos)
+                pos += 26
+                if naborted > 0:
+                    pos += 16 * naborted
+                (rlen,) = struct.unpack_from(">i", buf, pos)
+                pos += 4
+                if err:
+                    raise ValueError(f"partition {p}: error {err}")
+                if rlen <= 0:
+                    if self.offsets[p] >= hw:
+                        self.offsets[p] = 0  # the end of the log: from the start again
+                    continue
+                end, b, last = pos + rlen, pos, -1
+                while b + 61 <= end:
+                    base, blen = struct.unpack_from(">qi", buf, b)
+                    if b + 12 + blen > end:
+                        break  # a partial batch at the end (not sent by Headrace)
+                    (delta,) = struct.unpack_from(">i", buf, b + 23)
+                    last = base + delta
+                    b += 12 + blen
+                self.bytes += rlen
+                self.offsets[p] = 0 if last + 1 >= hw else last + 1
+                pos = end
+        if pos != size:
+            raise ValueError(f"parsed {pos} of {size} bytes")
+
+
+def measure(broker: HeadraceBroker, args) -> dict:
+    stop = threading.Event()
+    consumers = [Consumer(broker.port, args.partitions, args.max_bytes, stop,
+                          args.partition_max_bytes) for _ in range(args.consumers)]
+    for c in consumers:
+        c.start()
+    time.sleep(args.warmup)
+    b0, c0, t0 = sum(c.bytes for c in consumers), cpu_seconds(broker.pid), time.monotonic()
+    time.sleep(args.seconds)
+    b1, c1, t1 = sum(c.bytes for c in consumers), cpu_seconds(broker.pid), time.monotonic()
+    stop.set()
+    for c in consumers:
+        c.join(30)
+    errors = [c.error for c in consumers if c.error is not None]
+    if errors:
+        raise RuntimeError(f"consumer failed: {errors[0]!r}")
+    served = b1 - b0
+    if not served:
+        raise RuntimeError("no records served during the run")
+    return {
+        "mib_s": served / MiB / (t1 - t0),
+        "cpu_s_per_gib": (c1 - c0) / (served / GiB) if served else float("nan"),
+        "gib": served / GiB,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gib", type=float, default=2.0)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--batch-kib", type=int, default=256)
+    ap.add_argument("--consumers", type=int, default=2)
+    ap.add_argument("--max-bytes", type=int, default=50 * MiB)
+    ap.add_argument("--partition-max-bytes", type=int, default=None,
+                    help="per partition in each fetch (default: --max-bytes / --partitions)")
+    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--compare", metavar="REF", action="append", default=[],
+                    help="also measure Headrace as committed at REF (may be repeated)")
+    ap.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "headrace-fetchpath")
+    args = ap.parse_args(argv)
+
+    data_dir = args.data / "data"
+    fill(data_dir, args.gib, args.partitions, args.batch_kib)
+    warm(data_dir)
+    pin_self(CLIENT_CPUS)  # after the fill: brokers started later pin themselves
+    variants: list[tuple[str, Path | None]] = []
+    for i, ref in enumerate(args.compare):
+        name = f"{ref} ({git_describe(ref)})"
+        variants.append((name, headrace_snapshot(ref, args.data / f"snapshot{i}")))
+    variants.append(("working tree", None))
+    results: dict[str, list[dict]] = {name: [] for name, _ in variants}
+    for r in range(args.rounds):
+        # every other round in the reverse order, so that neither is always first
+        for name, path in variants if r % 2 == 0 else variants[::-1]:
+            broker = HeadraceBroker(data_dir, {"log.segment.bytes": SEGMENT_BYTES},
+                                    log_file=args.data / "broker.log", pythonpath=path).start()
+            try:
+                res = measure(broker, args)
+            finally:
+                broker.stop()
+            results[name].append(res)
+            print(f"round {r + 1} {name:>24}: {res['mib_s']:8.1f} MiB/s "
+                  f"{res['cpu_s_per_gib']:6.3f} CPU-s/GiB ({res['gib']:.1f} GiB)", flush=True)
+    per = args.partition_max_bytes or args.max_bytes // args.partitions
+    print(f"\n{args.consumers} consumers, {args.partitions} partitions, max_bytes "
+          f"{args.max_bytes // MiB} MiB ({per // 1024} KiB per partition), "
+          f"{args.seconds:.0f} s per run, best of {args.rounds}:")
+    for name, runs in results.items():
+        best = max(runs, key=lambda x: x["mib_s"])
+        cpu = min(x["cpu_s_per_gib"] for x in runs)
+        print(f"  {name:>24}: {best['mib_s']:8.1f} MiB/s  {cpu:6.3f} CPU-s/GiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Replica fetchers: copy partitions from their leader with the Fetch API, as a Kafka follower.
+
+How this works
+--------------
+One ``ReplicaFetcher`` per leader runs one loop for all the partitions this broker copies
+from it: a Fetch (v12) with this broker's id as ``replica_id``, and for each partition the
+leader epoch this broker knows (``current_leader_epoch``) and the copy's log end offset as
+the fetch offset. The leader answers up to its log end, long-polling
+``replica.fetch.wait.max.ms``; the request asks for at most ``replica.fetch.max.bytes`` per
+partition and ``replica.fetch.response.max.bytes`` in all (within the inter-broker client's
+frame limit, which is checked before a response is read).
+
+Each answer's batches are appended unchanged on the event loop (``Partition.append_copied``:
+offsets kept, producer state and aborted-transaction entries rebuilt from the headers). A copy
+whose log is empty starts at the first batch the leader sends (the leader's log start offset
+may lie inside it), and every copy follows the leader's log start offset (DeleteRecords,
+retention). OFFSET_OUT_OF_RANGE means the leader's log start passed the copy's end: the copy
+starts again at the leader's log start. Disk work other than the append (those truncations,
+flushes) runs in a worker thread. A copy that has caught up (an answer without records at
+the leader's end) is flushed before the next fetch, so the fetch that tells the leader it has
+caught up comes after the flush.
+
+Errors (the leader unreachable, NOT_LEADER_OR_FOLLOWER, a fenced leader epoch, a storage error)
+make the fetcher wait ``replica.fetch.backoff.ms`` and try again; its owner (moves.py) removes
+partitions when they stop being copied, and ``stop``s the fetcher when none is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol.records import CorruptRecordError, read_batch_header
+from headrace.storage import StorageError
+
+from .broker_client import MAX_RESPONSE_BYTES, NetworkError
+
+log = logging.getLogger("headrace.replicas")
+
+FETCH_VERSION = 12  # topic names, replica_id, current_leader_epoch
+RESPONSE_ROOM = 64 * 1024  # kept free under the client's frame limit for the response's framing
+
+Req = messages.FetchRequest
+
+
+@dataclass(eq=False)
+class Copy:
+    """One partition copied here: its local ``Partition`` and the leader epoch it follows."""
+
+    partition: object  # headrace.broker.partition.Partition
+    leader_epoch: int
+    caught_up: bool = False  # the last answer had no records and the copy is at the leader's end
+    error: int = ErrorCode.NONE  # the last partition error the leader gave
+
+
+class ReplicaFetcher:
+    """Copies partitions from the broker ``leader``."""
+
+    def __init__(
+        self,
+        client,
+        node_id: int,
+        leader: int,
+        config,
+        flush: Callable[[list], asyncio.Future],
+    ) -> None:
+        self.client = client  # the BrokerClient
+        self.node_id = node_id
+        self.leader = leader
+        self.wait_ms = int(config["replica.fetch.wait.max.ms"])
+        self.partition_bytes = max(1, int(config["replica.fetch.max.bytes"]))
+        self.max_bytes = max(
+            1,
+            min(
+                int(config["replica.fetch.response.max.bytes"]), MAX_RESPONSE_BYTES - RESPONSE_ROOM
+            ),
+        )
+        self.backoff_s = int(config["replica.fetch.backoff.ms"]) / 1000
+        self.flush = flush  # TopicManager.flush
+        self.copies: dict[tuple[str, int], Copy] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def add(self, topic: str, index: int, partition, leader_epoch: int) -> None:
+        known = self.copies.get((topic, index))
+        if known is not None and known.partition is partition:
+            known.leader_epoch = leader_epoch
+        else:
+            self.copies[(topic, index)] = Copy(partition, leader_epoch)
+        self._changed.set()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader}")
+
+    def remove(self, topic: str, index: int) -> None:
+        self.copies.pop((topic, index), None)
+        self._changed.set()
+
+    def copy(self, topic: str, index: int) -> Copy | None:
+        return self.copies.get((topic, index))
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            if not self.copies:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            self._changed.clear()
+            try:
+                backoff = await self._fetch_once()
+            except asyncio.CancelledError:
+                raise
+            except NetworkError as e:
+                log.debug("replica fetch from node %d: %s", self.leader, e)
+                backoff = True
+            except Exception:
+                log.exception("replica fetch from node %d failed", self.leader)
+                backoff = True
+            if backoff:
+                try:
+                    await asyncio.wait_for(self._changed.wait(), self.backoff_s)
+                except TimeoutError:
+                    pass
+
+    async def _fetch_once(self) -> bool:
+        """One fetch and what follows from it; True to back off before the next."""
+        sent = dict(self.copies)
+        by_topic: dict[str, list] = {}
+        for (topic, index), c in sent.items():
+            plog = c.partition.log  # type: ignore[attr-defined]
+            by_topic.setdefault(topic, []).append(
+                Req.FetchPartition(
+                    partition=index,
+                    current_leader_epoch=c.leader_epoch,
+                    fetch_offset=plog.log_end_offset,
+                    log_start_offset=plog.log_start_offset,
+                    partition_max_bytes=self.partition_bytes,
+                )
+            )
+        request = Req(
+            replica_id=self.node_id,
+            max_wait_ms=self.wait_ms,
+            min_bytes=1,
+            max_bytes=self.max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[Req.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        timeout = self.wait_ms / 1000 + 30
+        response = await self.client.send(
+            self.leader, ApiKey.FETCH, FETCH_VERSION, request, timeout
+        )
+        if response.error_code:
+            return True
+        backoff = False
+        to_flush = []
+        for t in response.responses:
+            for p in t.partitions:
+                key = (t.topic, p.partition_index)
+                found = self.copies.get(key)
+                if found is None or found is not sent.get(key):
+                    continue  # removed (or replaced) while the fetch was out
+                c = found
+                try:
+                    if await self._follow(c, p):
+                        to_flush.append(c.partition)
+                except (StorageError, CorruptRecordError) as e:
+                    log.warning("copy of %s-%d from node %d: %s", *key, self.leader, e)
+                    c.error = ErrorCode.KAFKA_STORAGE_ERROR
+                if c.error:
+                    backoff = True
+        if to_flush:
+            try:
+                await self.flush(to_flush)
+            except StorageError:
+                log.exception("flushing copies fetched from node %d failed", self.leader)
+                backoff = True
+        return backoff
+
+    async def _follow(self, c: Copy, p) -> bool:
+        """Apply one partition's answer to its copy; True when it has just caught up and has
+        unflushed data."""
+        partition = c.partition
+        plog = partition.log  # type: ignore[attr-defined]
+        c.error = p.error_code
+        if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if p.log_start_offset > plog.log_end_offset or plog.log_end_offset > p.high_watermark:
+                await asyncio.to_thread(plog.restart_at, max(p.log_start_offset, 0))
+                partition.producers.truncate(0)  # type: ignore[attr-defined]
+                c.error = ErrorCode.NONE
+            return False
+        if p.error_code:
+            return False
+        records = p.records
+        if records:
+            if plog.log_end_offset == plog.log_start_offset:  # empty: start at the first batch
+                base = read_batch_header(records).base_offset
+                if base != plog.log_end_offset:
+                    await asyncio.to_thread(plog.restart_at, base)
+            partition.append_copied(memoryview(records))  # type: ignore[attr-defined]
+        start = min(p.log_start_offset, plog.log_end_offset)
+        if start > plog.log_start_offset:
+            await asyncio.to_thread(plog.delete_records_before, start)
+        c.caught_up = not records and plog.log_end_offset >= p.high_watermark
+        return c.caught_up and partition.unflushed > 0  # type: ignore[attr-defined]

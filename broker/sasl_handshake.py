@@ -1,0 +1,51 @@
+"""SaslHandshake (key 17), version 1: the client names its SASL mechanism.
+
+Version 0 (raw SASL tokens after the handshake, before SaslAuthenticate existed) is not
+spoken: clients use version 1 and SaslAuthenticate. The state machine is in ``sasl.py``: on a
+SASL listener before authentication, a handshake naming an enabled mechanism moves the
+connection to AUTHENTICATE; one naming another mechanism is answered UNSUPPORTED_SASL_MECHANISM
+(after the failure delay) and the connection closes; a second handshake before the first
+exchange ended closes it. After authentication a handshake starts a re-authentication
+(KIP-368) with the same mechanism. On a listener without SASL the answer is
+ILLEGAL_SASL_STATE, as Kafka's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from headrace.pipeline import CloseConnection
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .sasl import AUTHENTICATE, COMPLETE
+
+API_KEY = ApiKey.SASL_HANDSHAKE
+MIN_VERSION, MAX_VERSION = 1, 1
+
+R = messages.SaslHandshakeResponse
+
+
+def handle(broker, header, request):
+    sasl = header.session.sasl
+    if sasl is None:
+        return R(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
+    enabled = list(sasl.config.mechanisms)
+    if sasl.state == AUTHENTICATE:
+        raise CloseConnection("SaslHandshake during a SASL exchange")
+    mechanism = request.mechanism
+    reauth = sasl.state == COMPLETE
+    if mechanism not in enabled or (reauth and mechanism != sasl.mechanism):
+        return _refuse(broker, header, enabled)
+    sasl.reauthenticating = reauth
+    sasl.start(mechanism, broker.scram_credentials)
+    return R(error_code=ErrorCode.NONE, mechanisms=enabled)
+
+
+async def _refuse(broker, header, enabled):
+    await asyncio.sleep(sasl_delay(broker))
+    close = header.session.close
+    return R(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=enabled), close
+
+
+def sasl_delay(broker) -> float:
+    return int(broker.config["connection.failed.authentication.delay.ms"]) / 1000

@@ -1,0 +1,55 @@
+"""Who is asking: the state the broker keeps per client connection, and a request's context.
+
+``Session`` is made at a connection's first request (``Connection.session``): the listener the
+client came through, its principal (``User:ANONYMOUS``, the TLS client certificate's subject,
+or the SASL user) and, on a SASL listener, its authentication state.
+``RequestContext`` is what every API module gets as ``header``: the request header's fields
+and the session.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from headrace.pipeline import Connection
+
+    from .listeners import Listener
+    from .sasl import SaslSession
+
+ANONYMOUS = "User:ANONYMOUS"
+
+
+class Session:
+    """One client connection as the broker sees it."""
+
+    __slots__ = ("listener", "principal", "sasl", "_connection")
+
+    def __init__(self, listener: Listener, connection: Connection) -> None:
+        self.listener = listener
+        self.principal = ANONYMOUS  # Kafka's principal: "User:<name>"
+        self.sasl: SaslSession | None = None  # on a SASL listener: its state (sasl.py)
+        self._connection: Connection | None = connection  # dropped when it closes
+
+    def close(self) -> None:
+        """Close the connection (once what was written before has been sent)."""
+        if self._connection is not None:
+            self._connection.close()
+
+    def authenticated(self) -> None:
+        """The client has authenticated: the connection gets its full limits."""
+        if self._connection is not None:
+            self._connection.authenticated()
+
+    def closed(self) -> None:
+        self._connection = None
+
+
+class RequestContext(NamedTuple):
+    """A request's header fields, and the session of its connection."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    session: Session

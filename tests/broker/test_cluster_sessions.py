@@ -1,0 +1,65 @@
+"""A broker whose ZooKeeper session ended takes up its partitions again only once it has
+registered again and the controller has confirmed that registration (real processes, SIGSTOP to
+outlive a session)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from kafkawire import WireClient
+from test_cluster import SESSION_MS, cluster, create, leaders, metadata, wait_for  # noqa: F401
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol.records import Record, build_batch
+
+
+def produce_code(broker, topic: str, index: int) -> int:
+    request = messages.ProduceRequest(
+        transactional_id=None,
+        acks=1,
+        timeout_ms=5000,
+        topic_data=[
+            messages.ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    messages.ProduceRequest.PartitionProduceData(
+                        index=index, records=build_batch([Record(key=None, value=b"x")])
+                    )
+                ],
+            )
+        ],
+    )
+    with WireClient(broker.port) as c:
+        return c.request(ApiKey.PRODUCE, 9, request).responses[0].partition_responses[0].error_code
+
+
+def test_a_broker_back_from_a_lost_session_serves_once_the_controller_confirms(cluster):
+    brokers = cluster(3)
+    wait_for(lambda: len(metadata(brokers[0]).brokers) == 3, 10, "every broker seen")
+    controller = metadata(brokers[0]).controller_id
+    back, third = [n for n in (1, 2, 3) if n != controller]
+    returning, watcher, deciding = brokers[back - 1], brokers[third - 1], brokers[controller - 1]
+    create(brokers, "sessions", 3, replica_assignment=[[1], [2], [3]])
+    index = back - 1  # the partition the returning broker leads
+    assert produce_code(returning, "sessions", index) == ErrorCode.NONE
+
+    os.kill(returning.pid, signal.SIGSTOP)  # outlive its session
+    wait_for(lambda: leaders(watcher, "sessions")[index] == -1, SESSION_MS / 1000 + 10, "gone")
+    os.kill(deciding.pid, signal.SIGSTOP)  # the controller cannot confirm anything now
+    stopped = time.monotonic()
+    try:
+        os.kill(returning.pid, signal.SIGCONT)
+        wait_for(lambda: leaders(watcher, "sessions")[index] == back, 10, "registered again")
+        # registered, topics re-read, but not confirmed while the controller is frozen
+        assert time.monotonic() - stopped < SESSION_MS / 1000  # its session still holds
+        assert produce_code(returning, "sessions", index) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    finally:
+        os.kill(deciding.pid, signal.SIGCONT)
+    # the controller wakes (or its session ended and another broker took over): confirmed
+    wait_for(
+        lambda: produce_code(returning, "sessions", index) == ErrorCode.NONE,
+        SESSION_MS / 1000 + 15,
+        "the returning broker serving again",
+    )

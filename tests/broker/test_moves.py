@@ -1,0 +1,416 @@
+"""Partitions move between brokers (real processes, real clients): AlterPartitionReassignments
+under load keeps every acknowledged record in order; coordinators follow their partitions;
+bad reassignments are clear errors with nothing changed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from kafkawire import WireClient
+from test_cluster import bootstrap, cluster, create, leaders, metadata, wait_for  # noqa: F401
+
+from headrace.broker.group_offsets import partition_for
+from headrace.broker.placement import BrokerInfo, assign_replicas
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+# small bounds: a stuck move gives up fast, copies fetch often
+FAST = {"replica.lag.time.max.ms": 3000, "replica.fetch.wait.max.ms": 100, "replica.fetch.backoff.ms": 200}
+
+ROOT = Path(__file__).resolve().parents[2]
+AR = messages.AlterPartitionReassignmentsRequest
+LR = messages.ListPartitionReassignmentsRequest
+
+
+def reassign(broker, topic: str, targets: dict[int, list[int] | None]):
+    request = AR(
+        timeout_ms=10000,
+        topics=[
+            AR.ReassignableTopic(
+                name=topic,
+                partitions=[AR.ReassignablePartition(partition_index=i, replicas=r) for i, r in targets.items()],
+            )
+        ],
+    )
+    with WireClient(broker.port) as c:
+        response = c.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, request)
+    return {p.partition_index: (p.error_code, p.error_message) for p in response.responses[0].partitions}
+
+
+def ongoing(broker) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+    with WireClient(broker.port) as c:
+        response = c.request(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, LR(timeout_ms=10000, topics=None))
+    return {
+        (t.name, p.partition_index): (p.replicas, p.adding_replicas, p.removing_replicas)
+        for t in response.topics
+        for p in t.partitions
+    }
+
+
+class Load:
+    """An idempotent acks=all producer sending numbered records in a thread; ``acked`` holds
+    (partition, offset, value) of every acknowledged record."""
+
+    def __init__(self, brokers, topic: str, partitions: int) -> None:
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap(brokers),
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 2,
+                "retry.backoff.ms": 20,
+            }
+        )
+        self.topic, self.partitions = topic, partitions
+        self.acked: list[tuple[int, int, bytes]] = []
+        self.failed: list[str] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _delivered(self, err, msg) -> None:
+        if err is not None:
+            self.failed.append(str(err))
+        else:
+            self.acked.append((msg.partition(), msg.offset(), msg.value()))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for _ in range(20):
+                self.producer.produce(
+                    self.topic,
+                    value=b"%08d" % self.sent,
+                    partition=self.sent % self.partitions,
+                    on_delivery=self._delivered,
+                )
+                self.sent += 1
+            self.producer.poll(0.005)
+        assert self.producer.flush(30) == 0
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def wait_acked(self, n: int) -> None:
+        wait_for(lambda: len(self.acked) >= n, 30, f"{n} records acknowledged")
+
+
+def read_all(brokers, topic: str, partitions: int, expected: int) -> dict[int, list[tuple[int, bytes]]]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap(brokers), "group.id": "check", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, i, 0) for i in range(partitions)])
+    got: dict[int, list[tuple[int, bytes]]] = {i: [] for i in range(partitions)}
+    n, deadline = 0, time.monotonic() + 60
+    while n < expected and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is None or m.error():
+            continue
+        got[m.partition()].append((m.offset(), m.value()))
+        n += 1
+    consumer.close()
+    return got
+
+
+def check_every_acked_record(load: Load, got: dict[int, list[tuple[int, bytes]]]) -> None:
+    assert not load.failed, load.failed[:3]
+    assert len(load.acked) == load.sent
+    for partition, records in got.items():
+        acked = sorted((o, v) for p, o, v in load.acked if p == partition)
+        assert records == acked, f"partition {partition}: {len(records)} read, {len(acked)} acknowledged"
+        values = [v for _, v in records]
+        assert values == sorted(values)  # in the order they were sent
+
+
+def test_a_move_under_load_keeps_every_acknowledged_record_in_order(cluster):
+    brokers = cluster(3, **FAST)
+    create(brokers, "moving", 3)
+    before = leaders(brokers[0], "moving")
+    index = 0
+    source = before[index]
+    target = next(n for n in (1, 2, 3) if n != source)
+    with Load(brokers, "moving", 3) as load:
+        load.wait_acked(3000)
+        assert reassign(brokers[0], "moving", {index: [target]}) == {index: (ErrorCode.NONE, None)}
+        wait_for(lambda: leaders(brokers[0], "moving")[index] == target, 30, "the switch")
+        wait_for(lambda: not ongoing(brokers[0]), 10, "no move listed")
+        acked_at_switch = len(load.acked)
+        load.wait_acked(acked_at_switch + 3000)  # producing carries on at the new leader
+    # the old broker deleted its copy, the new one serves it; epochs went up by one
+    wait_for(lambda: not (brokers[source - 1].data_dir / f"moving-{index}").exists(), 10, "old copy removed")
+    assert (brokers[target - 1].data_dir / f"moving-{index}").exists()
+    switched = [line for line in brokers[source - 1].lines if f"moving-{index} moved to [{target}]" in line]
+    assert switched, "the old leader logs the switch"
+    print(switched[0])  # how long writes were stopped
+    md = metadata(brokers[0], ["moving"])
+    epochs = {p.partition_index: p.leader_epoch for p in md.topics[0].partitions}
+    assert epochs == {0: 1, 1: 0, 2: 0}
+    check_every_acked_record(load, read_all(brokers, "moving", 3, load.sent))
+
+
+def test_a_reassignment_to_a_broker_that_does_not_exist_is_refused_and_nothing_changes(cluster):
+    brokers = cluster(3, **FAST)
+    create(brokers, "stay", 2)
+    before = leaders(brokers[0], "stay")
+    answer = reassign(brokers[1], "stay", {0: [9], 1: [1, 2]})
+    assert answer[0][0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert "Broker 9 is not a registered broker" in answer[0][1]
+    assert answer[1][0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert "one replica" in answer[1][1]
+    assert reassign(brokers[1], "stay", {0: None})[0][0] == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+    assert reassign(brokers[1], "nosuch", {0: [1]})[0][0] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert not ongoing(brokers[2])
+    time.sleep(0.5)
+    assert leaders(brokers[2], "stay") == before
+
+
+def _kafka_tool(main_class: str, args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    spec = importlib.util.spec_from_file_location("apache_kafka", ROOT / "bench" / "apache_kafka.py")
+    apache_kafka = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(apache_kafka)
+    version = apache_kafka.KAFKA_VERSION
+    cmd = [
+        "java",
+        *apache_kafka.TOOL_JVM_FLAGS,
+        *apache_kafka.log_flags(version, tool=True),
+        "-cp",
+        apache_kafka.classpath(version),
+        main_class,
+        *args,
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    print(f"$ {main_class} {' '.join(args)}\n{done.stdout}{done.stderr}")
+    return done
+
+
+REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+CLUSTER_TOOL = "org.apache.kafka.tools.ClusterTool"
+
+
+@pytest.mark.skipif(shutil.which("java") is None or shutil.which("mvn") is None, reason="no java/mvn")
+def test_kafka_reassign_partitions_generates_executes_and_verifies(cluster, tmp_path):
+    brokers = cluster(3, **FAST)
+    create(brokers, "tool", 6)
+    producer = Producer({"bootstrap.servers": bootstrap(brokers), "enable.idempotence": True})
+    for i in range(600):
+        producer.produce("tool", value=b"%d" % i, partition=i % 6)
+    assert producer.flush(30) == 0
+    before = leaders(brokers[0], "tool")
+    b = ["--bootstrap-server", brokers[0].bootstrap]
+    (tmp_path / "topics.json").write_text(json.dumps({"version": 1, "topics": [{"topic": "tool"}]}))
+    done = _kafka_tool(REASSIGN, [*b, "--generate", "--topics-to-move-json-file", str(tmp_path / "topics.json"), "--broker-list", "1,2,3"])
+    assert done.returncode == 0
+    current = json.loads(done.stdout.split("Current partition replica assignment")[1].split("\n")[1])
+    assert {p["partition"]: p["replicas"] for p in current["partitions"]} == {i: [n] for i, n in before.items()}
+    # move every partition to the next broker
+    plan = {
+        "version": 1,
+        "partitions": [{"topic": "tool", "partition": i, "replicas": [n % 3 + 1]} for i, n in before.items()],
+    }
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    done = _kafka_tool(REASSIGN, [*b, "--execute", "--reassignment-json-file", str(tmp_path / "plan.json")])
+    assert done.returncode == 0 and "Successfully started partition reassignments" in done.stdout
+    want = {i: n % 3 + 1 for i, n in before.items()}
+    wait_for(lambda: leaders(brokers[0], "tool") == want, 30, "every partition moved")
+    done = _kafka_tool(REASSIGN, [*b, "--verify", "--reassignment-json-file", str(tmp_path / "plan.json")])
+    assert done.returncode == 0
+    assert done.stdout.count("is completed") == 6, done.stdout
+    consumer = Consumer({"bootstrap.servers": bootstrap(brokers), "group.id": "t", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("tool", i, 0) for i in range(6)])
+    values = []
+    deadline = time.monotonic() + 30
+    while len(values) < 600 and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            values.append(int(m.value()))
+    consumer.close()
+    assert sorted(values) == list(range(600))
+
+
+CONTROLLER = {**FAST, "controller.rebalance.interval.ms": 500, "offsets.topic.num.partitions": 6}
+
+
+def placement(brokers, topic: str) -> dict[int, int]:
+    return leaders(brokers[0], topic)
+
+
+def expected(topic: str, count: int, members) -> dict[int, int]:
+    placed = assign_replicas([(topic, i) for i in range(count)], {n: BrokerInfo() for n in members}, 1)
+    return {i: placed[(topic, i)][0] for i in range(count)}
+
+
+class Reader:
+    """A consumer in group ``readers`` polling in a thread, committing as it goes."""
+
+    def __init__(self, brokers, topic: str) -> None:
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap(brokers),
+                "group.id": "readers",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": True,
+                "auto.commit.interval.ms": 200,
+            }
+        )
+        self.consumer.subscribe([topic])
+        self.got: dict[int, list[tuple[int, bytes]]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            m = self.consumer.poll(0.2)
+            if m is not None and not m.error():
+                self.got.setdefault(m.partition(), []).append((m.offset(), m.value()))
+
+    def count(self) -> int:
+        return sum(len(v) for v in self.got.values())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.consumer.close()
+
+
+def test_a_joining_broker_takes_exactly_the_partitions_placement_gives_it_under_load(cluster):
+    brokers = cluster(3, **CONTROLLER)
+    create(brokers, "load", 12)
+    assert placement(brokers, "load") == expected("load", 12, (1, 2, 3))
+    reader = Reader(brokers, "load")
+    with Load(brokers, "load", 12) as load:
+        load.wait_acked(3000)
+        wait_for(lambda: reader.count() > 1000, 30, "the group reading")
+        brokers += cluster(1, **CONTROLLER)
+        want = expected("load", 12, (1, 2, 3, 4))
+        assert 4 in want.values()
+        wait_for(lambda: placement(brokers, "load") == want, 60, "the partitions placement gives node 4")
+        offsets = expected("__consumer_offsets", 6, (1, 2, 3, 4))
+        wait_for(lambda: placement(brokers, "__consumer_offsets") == offsets, 30, "__consumer_offsets placed")
+        moved = load.acked[-1:]
+        load.wait_acked(len(load.acked) + 3000)  # producing carries on
+        assert moved
+    try:
+        wait_for(lambda: reader.count() >= load.sent, 60, "the group read everything")
+    except AssertionError:
+        acked = {i: sum(1 for p, _, _ in load.acked if p == i) for i in range(12)}
+        print("DEBUG read", {i: len(v) for i, v in reader.got.items()}, "acked", acked, placement(brokers, "load"))
+        for b in brokers:
+            print("DEBUG", b.port, "\n".join(b.lines[-60:]))
+        raise
+    reader.close()
+    check_every_acked_record(load, read_all(brokers, "load", 12, load.sent))
+    # the group saw every record once at least, in order per partition (a rebalance may
+    # repeat some after the last commit)
+    for partition, records in reader.got.items():
+        offsets_read = [o for o, _ in records]
+        assert sorted(set(offsets_read)) == sorted((o for p, o, _ in load.acked if p == partition))
+    assert sorted(
+        int(d.name.rsplit("-", 1)[1]) for d in brokers[3].data_dir.glob("load-*")
+    ) == sorted(i for i, n in want.items() if n == 4)
+
+
+def unregister(broker, node: int):
+    with WireClient(broker.port) as c:
+        return c.request(ApiKey.UNREGISTER_BROKER, 0, messages.UnregisterBrokerRequest(broker_id=node))
+
+
+def test_a_removed_broker_is_drained_under_load_then_stops(cluster):
+    brokers = cluster(4, **CONTROLLER)
+    create(brokers, "drain", 12)
+    assert placement(brokers, "drain") == expected("drain", 12, (1, 2, 3, 4))
+    with Load(brokers, "drain", 12) as load:
+        load.wait_acked(3000)
+        if shutil.which("java") and shutil.which("mvn"):  # Kafka's own tool
+            done = _kafka_tool(CLUSTER_TOOL, ["unregister", "--bootstrap-server", brokers[1].bootstrap, "--id", "4"])
+            assert done.returncode == 0, done.stderr
+        else:
+            r = unregister(brokers[1], 4)
+            assert (r.error_code, r.error_message) == (ErrorCode.NONE, None)
+        want = expected("drain", 12, (1, 2, 3))
+        wait_for(lambda: placement(brokers, "drain") == want, 60, "node 4 drained")
+        wait_for(lambda: not list(brokers[3].data_dir.glob("drain-*")), 10, "node 4's copies removed")
+        try:
+            create(brokers, "fresh", 8)  # nothing new goes to a broker being removed
+        except AssertionError:
+            for b in brokers:
+                print("DEBUG", b.port, leaders(b, "fresh"), "\n".join(b.lines[-30:]))
+            raise
+        assert 4 not in placement(brokers, "fresh").values()
+        load.wait_acked(len(load.acked) + 2000)
+    brokers[3].stop()
+    assert unregister(brokers[0], 4).error_code == ErrorCode.BROKER_ID_NOT_REGISTERED
+    assert unregister(brokers[0], 9).error_code == ErrorCode.BROKER_ID_NOT_REGISTERED
+    check_every_acked_record(load, read_all(brokers[:3], "drain", 12, load.sent))
+
+
+def test_a_group_keeps_its_committed_offsets_when_its_offsets_partition_moves(cluster):
+    brokers = cluster(3, **CONTROLLER)
+    create(brokers, "kept", 3)
+    producer = Producer({"bootstrap.servers": bootstrap(brokers)})
+    for i in range(300):
+        producer.produce("kept", value=b"%d" % i, partition=i % 3)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap(brokers), "group.id": "keeper", "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition("kept", i, 10 * (i + 1)) for i in range(3)], asynchronous=False)
+    committed = {tp.partition: tp.offset for tp in consumer.committed([TopicPartition("kept", i) for i in range(3)], 10)}
+    consumer.close()
+    assert committed == {0: 10, 1: 20, 2: 30}
+    index = partition_for("keeper", 6)
+    source = placement(brokers, "__consumer_offsets")[index]
+    target = next(n for n in (1, 2, 3) if n != source)
+    assert reassign(brokers[0], "__consumer_offsets", {index: [target]})[index][0] == ErrorCode.NONE
+    wait_for(lambda: placement(brokers, "__consumer_offsets")[index] == target, 30, "the offsets partition moved")
+    after = Consumer({"bootstrap.servers": bootstrap(brokers), "group.id": "keeper", "enable.auto.commit": False})
+    got = after.committed([TopicPartition("kept", i) for i in range(3)], 10)
+    after.close()
+    assert {tp.partition: tp.offset for tp in got} == committed
+    with WireClient(brokers[0].port) as c:
+        found = c.request(ApiKey.FIND_COORDINATOR, 3, messages.FindCoordinatorRequest(key="keeper", key_type=0))
+    assert found.node_id == target
+
+
+def test_an_open_transaction_and_an_idempotent_producer_carry_on_across_a_move(cluster):
+    brokers = cluster(3, **FAST)
+    create(brokers, "txn", 1)
+    source = leaders(brokers[0], "txn")[0]
+    target = next(n for n in (1, 2, 3) if n != source)
+    producer = Producer({"bootstrap.servers": bootstrap(brokers), "transactional.id": "mover"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for i in range(100):
+        producer.produce("txn", value=b"a%d" % i, partition=0)
+    producer.flush(10)
+    producer.abort_transaction(10)
+    producer.begin_transaction()
+    for i in range(100):
+        producer.produce("txn", value=b"before%d" % i, partition=0)
+    producer.flush(10)  # the transaction is open while the partition moves
+    assert reassign(brokers[0], "txn", {0: [target]})[0][0] == ErrorCode.NONE
+    wait_for(lambda: leaders(brokers[0], "txn")[0] == target, 30, "the switch")
+    for i in range(100):
+        producer.produce("txn", value=b"after%d" % i, partition=0)
+    producer.commit_transaction(10)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap(brokers), "group.id": "c", "isolation.level": "read_committed", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition("txn", 0, 0)])
+    values, deadline = [], time.monotonic() + 30
+    while len(values) < 200 and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            values.append(m.value())
+    consumer.close()
+    assert values == [b"before%d" % i for i in range(100)] + [b"after%d" % i for i in range(100)]

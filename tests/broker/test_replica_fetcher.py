@@ -1,0 +1,114 @@
+"""A replica fetcher copies a real broker's partition over the Fetch API (as a follower):
+the copy's log is byte for byte the leader's, and its producer state and aborted
+transactions are what the leader's log gives when it is opened (as recovery builds them)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from headrace.broker.broker_client import BrokerClient
+from headrace.broker.partition import Partition
+from headrace.broker.producer_state import ProducerStateManager
+from headrace.broker.replica_fetcher import ReplicaFetcher
+from headrace.storage import Log, LogConfig
+
+SETTINGS = {
+    "replica.fetch.wait.max.ms": 100,
+    "replica.fetch.max.bytes": 32 * 1024,  # small: many fetches
+    "replica.fetch.response.max.bytes": 64 * 1024,
+    "replica.fetch.backoff.ms": 100,
+}
+
+
+def _fill(broker) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("src", 1)])["src"].result(10)
+    plain = Producer(
+        {"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 2}
+    )
+    for i in range(3000):
+        plain.produce("src", key=b"k%d" % (i % 50), value=b"v%d" % i)
+    assert plain.flush(30) == 0
+    txn = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "copy-txn"})
+    txn.init_transactions(10)
+    txn.begin_transaction()
+    for i in range(100):
+        txn.produce("src", value=b"aborted%d" % i)
+    txn.flush(10)
+    txn.abort_transaction(10)
+    txn.begin_transaction()
+    for i in range(100):
+        txn.produce("src", value=b"committed%d" % i)
+    txn.commit_transaction(10)
+    txn.begin_transaction()  # left open: the copy must know it
+    for i in range(10):
+        txn.produce("src", value=b"open%d" % i)
+    txn.flush(10)
+    # the delete-records start: the copy starts at the leader's log start offset
+    from confluent_kafka import TopicPartition
+
+    admin.delete_records([TopicPartition("src", 0, 1000)])[TopicPartition("src", 0, 1000)].result(
+        10
+    )
+
+
+async def _copy(port: int, directory: Path, end: int) -> Partition:
+    client = BrokerClient(lambda node: ("127.0.0.1", port))
+    plog = Log.open(str(directory), LogConfig(segment_bytes=64 * 1024), recover=False)
+    copy = Partition(None, 0, plog, ProducerStateManager())  # type: ignore[arg-type]
+
+    async def flush(partitions):
+        await asyncio.to_thread(lambda: [p.log.flush() for p in partitions])
+
+    fetcher = ReplicaFetcher(client, 7, 1, SETTINGS, flush)
+    fetcher.add("src", 0, copy, 0)
+    try:
+        for _ in range(400):
+            if plog.log_end_offset >= end and fetcher.copies[("src", 0)].caught_up:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await fetcher.stop()
+        await client.close()
+    return copy
+
+
+def _segments(directory: Path) -> bytes:
+    return b"".join(
+        (directory / n).read_bytes() for n in sorted(os.listdir(directory)) if n.endswith(".log")
+    )
+
+
+def test_a_copy_is_the_leaders_log_with_its_producer_state(broker_factory, tmp_path):
+    broker = broker_factory({"log.segment.bytes": 64 * 1024})
+    _fill(broker)
+    leader_dir = broker.data_dir / "src-0"
+    broker.stop()  # the leader's files settle; then it serves them again
+    leader_log = Log.open(str(leader_dir), LogConfig(), recover=False)
+    end, start = leader_log.log_end_offset, leader_log.log_start_offset
+    leader_log.close()
+    broker.start()
+    copy = asyncio.run(_copy(broker.port, tmp_path / "copy", end))
+    plog = copy.log
+    assert (plog.log_start_offset, plog.log_end_offset) == (start, end)
+    broker.stop()
+    leader_log = Log.open(str(leader_dir), LogConfig(), recover=False)
+    leader_state = ProducerStateManager.load(leader_dir, leader_log)
+    # the same batches (the leader's first segment may begin below the copy's first batch)
+    first = leader_log.read(start, 1 << 20)
+    copied = plog.read(start, 1 << 20)
+    assert copied[:4096] == first[:4096]
+    assert _segments(tmp_path / "copy") in _segments(leader_dir)
+    # the producers and the open transaction, as the leader's log gives them
+    assert copy.producers.snapshot(end)["producers"] == leader_state.snapshot(end)["producers"]
+    assert copy.producers.ongoing == leader_state.ongoing and copy.producers.ongoing
+    assert copy.last_stable_offset == leader_state.last_stable_offset(end) < end
+    aborted = leader_log.aborted_txns(start, end)
+    assert aborted and plog.aborted_txns(start, end) == aborted
+    leader_log.close()
+    plog.close()

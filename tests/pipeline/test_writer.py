@@ -1,0 +1,290 @@
+"""File chunks in responses: sent with sendfile in steps, in order with the other responses,
+their ``on_sent`` called once the bytes have left or the connection closed.
+
+The handler answers ``send-the-file`` with a region of a real file (a chunk object holding its
+descriptor, as storage's FileRegion does) between two byte chunks, and anything else with
+its own bytes. Clients are real blocking sockets in threads, with small receive buffers, so
+the broker side meets a full socket many times. Every test runs on asyncio's loop and on
+uvloop's (the broker's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from headrace.pipeline import Limits, Response, serve
+
+MB = 1 << 20
+SIZE = 16 * MB  # more than the socket buffers on both sides hold
+START = 12345  # the region starts here in the file
+
+
+class Chunk:
+    """A file chunk: ``length`` bytes at ``position`` of the file open as ``fd``."""
+
+    def __init__(self, fd: int, position: int, length: int) -> None:
+        self.fd, self.position, self.length = fd, position, length
+
+    def __len__(self) -> int:
+        return self.length
+
+
+class FileServer:
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_RDONLY)
+        self.sent = threading.Event()  # on_sent of the file response was called
+        self.sent_at: float | None = None
+
+    def handle(self, request):
+        data = bytes(request.frame)
+        if data == b"send-many-pieces":
+            return Response(pieces(self.fd), lambda: None)
+        if data != b"send-the-file":
+            return [data]
+
+        def on_sent():
+            assert not self.sent.is_set(), "on_sent called twice"
+            self.sent_at = time.monotonic()
+            self.sent.set()
+
+        return Response([b"head", Chunk(self.fd, START, SIZE), b"tail"], on_sent)
+
+    def connection_closed(self, connection):
+        pass
+
+
+def pieces(fd=None):
+    """File chunks between bytes chunks, one of them large (so that a step may stop within
+    it): the chunks when ``fd`` is given, else what they hold, given the file's content."""
+    spec = [b"a", (START, MB), b"bb" * 1000, (7, 3 * MB), bytes(range(256)) * 8192, (START, 1),
+            (99, MB), b"ccc"]
+    if fd is None:
+        return spec
+    return [Chunk(fd, *c) if isinstance(c, tuple) else c for c in spec]
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def client(port: int) -> socket.socket:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+    s.connect(("127.0.0.1", port))
+    s.settimeout(30)
+    return s
+
+
+def read_exactly(s: socket.socket, n: int, piece: int, pause: float) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = s.recv(min(piece, n - len(out)))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+        if pause:
+            time.sleep(pause)
+    return bytes(out)
+
+
+@pytest.fixture
+def content(tmp_path):
+    data = os.urandom(START + SIZE + 100)
+    path = tmp_path / "segment"
+    path.write_bytes(data)
+    return path, data
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def settles_at(count: int, seconds: float = 2.0) -> bool:
+    """Does the process's descriptor count reach ``count`` within ``seconds``? (Clients left by
+    other tests in this process may hold a socket for a moment while they reconnect.)"""
+    for _ in range(int(seconds / 0.01)):
+        if open_fds() == count:
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+def run(loop_kind: str, main) -> None:
+    if loop_kind == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    else:
+        factory = asyncio.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main())
+
+
+LOOPS = ["asyncio", "uvloop"]
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_a_slow_reader_gets_the_file_bytes_intact_in_many_steps_and_in_order(
+    content, loop_kind
+):
+    path, data = content
+    expected = b"head" + data[START : START + SIZE] + b"tail"
+
+    async def main():
+        handler = FileServer(path)
+        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 24,
+                        requests_per_connection=50)
+        server, router = await serve(handler, "127.0.0.1", 0, limits)
+        port = server.sockets[0].getsockname()[1]
+        got: dict = {}
+
+        def read():
+            with client(port) as s:
+                s.sendall(frame(b"before-the-file") + frame(b"send-the-file") + frame(b"after-the-file"))
+                for name in ("before", "file", "after"):
+                    (size,) = struct.unpack(">i", read_exactly(s, 4, 4, 0))
+                    if name == "file":
+                        half = read_exactly(s, size // 2, 64 * 1024, 0.001)
+                        got["sent_at_half"] = handler.sent.is_set()
+                        got[name] = half + read_exactly(s, size - len(half), 64 * 1024, 0.001)
+                        got["read_at"] = time.monotonic()
+                    else:
+                        got[name] = read_exactly(s, size, size, 0)
+
+        try:
+            thread = threading.Thread(target=read)
+            thread.start()
+            while thread.is_alive():
+                await asyncio.sleep(0.01)
+            conn = next(iter(router.connections), None)
+            steps = conn._writer.sendfile_steps if conn is not None else None
+            await asyncio.sleep(0.1)
+            assert got["before"] == b"before-the-file" and got["after"] == b"after-the-file"
+            assert got["file"] == expected
+            assert not got["sent_at_half"], "on_sent before the bytes had left"
+            assert handler.sent.wait(5)
+            if steps is not None:  # (the connection may be gone already)
+                assert steps >= 10, f"{steps} sendfile steps for a slow reader"
+        finally:
+            server.close()
+            await router.close()
+            os.close(handler.fd)
+
+    run(loop_kind, main)
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_a_connection_closed_mid_send_calls_on_sent_and_frees_its_descriptor(
+    content, loop_kind
+):
+    path, _ = content
+
+    async def main():
+        handler = FileServer(path)
+        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 24,
+                        requests_per_connection=50)
+        server, router = await serve(handler, "127.0.0.1", 0, limits)
+        port = server.sockets[0].getsockname()[1]
+        baseline = open_fds()
+        try:
+            s = await asyncio.to_thread(client, port)
+            s.sendall(frame(b"send-the-file"))
+            await asyncio.to_thread(read_exactly, s, 100_000, 100_000, 0)
+            # the writer waits for the socket with its own descriptor
+            assert await settles_at(baseline + 3), "client socket, server socket, and its copy"
+            assert not handler.sent.is_set()
+            s.close()
+            for _ in range(500):
+                if handler.sent.is_set() and not router.connections:
+                    break
+                await asyncio.sleep(0.01)
+            assert handler.sent.is_set(), "on_sent not called after the connection closed"
+            assert await settles_at(baseline), "a descriptor was left open"
+        finally:
+            server.close()
+            await router.close()
+            os.close(handler.fd)
+
+    run(loop_kind, main)
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_a_file_cut_short_mid_send_closes_the_connection(content, tmp_path, loop_kind):
+    path, data = content
+    copy = tmp_path / "cut"
+    copy.write_bytes(data)
+
+    async def main():
+        handler = FileServer(copy)
+        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 24,
+                        requests_per_connection=50)
+        server, router = await serve(handler, "127.0.0.1", 0, limits)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            s = await asyncio.to_thread(client, port)
+            s.sendall(frame(b"send-the-file"))
+            await asyncio.to_thread(read_exactly, s, 100_000, 100_000, 0)
+            os.truncate(copy, START + SIZE // 2)  # the length was sent: the rest cannot be
+
+            def drain():
+                got = 100_000
+                while chunk := s.recv(1 << 20):
+                    got += len(chunk)
+                return got
+
+            got = await asyncio.to_thread(drain)  # ends: the broker side closed
+            s.close()
+            assert got < 4 + 4 + SIZE // 2 + 4, "more bytes than the file held"
+            for _ in range(200):
+                if handler.sent.is_set():
+                    break
+                await asyncio.sleep(0.01)
+            assert handler.sent.is_set()
+        finally:
+            server.close()
+            await router.close()
+            os.close(handler.fd)
+
+    run(loop_kind, main)
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_many_file_and_bytes_chunks_arrive_in_order_to_a_slow_reader(content, loop_kind):
+    path, data = content
+    expected = b"".join(
+        data[c[0] : c[0] + c[1]] if isinstance(c, tuple) else c for c in pieces()
+    )
+
+    async def main():
+        handler = FileServer(path)
+        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 24,
+                        requests_per_connection=50)
+        server, router = await serve(handler, "127.0.0.1", 0, limits)
+        port = server.sockets[0].getsockname()[1]
+
+        def read():
+            with client(port) as s:
+                s.sendall(frame(b"send-many-pieces") * 3 + frame(b"after-the-pieces"))
+                out = []
+                for _ in range(4):
+                    (size,) = struct.unpack(">i", read_exactly(s, 4, 4, 0))
+                    out.append(read_exactly(s, size, 32 * 1024, 0.0002))
+                return out
+
+        try:
+            got = await asyncio.to_thread(read)
+            assert got[:3] == [expected] * 3
+            assert got[3] == b"after-the-pieces"
+        finally:
+            server.close()
+            await router.close()
+            os.close(handler.fd)
+
+    run(loop_kind, main)
