@@ -126,7 +126,8 @@ class ReplicaFetcher:
                 backoff = True
             if backoff:
                 try:
-                    await asyncio.wait_for(self._changed.wait(), self.backoff_s)
+                    async with asyncio.timeout(self.backoff_s):
+                        await self._changed.wait()
                 except TimeoutError:
                     pass
 
