@@ -92,6 +92,10 @@ class GroupCoordinator:
         self._reclaimed_at = -RECLAIM_EVERY_S
         self.classic.room_for_group = self.room_for_group
         self.txn_offsets: PendingOffsets = {}  # producer id -> group id -> offsets
+        # partitions of __consumer_offsets that moved here and whose groups are being loaded:
+        # their groups are not served until then (a heartbeat answered from no state would
+        # tell the member it is unknown, and it would lose its partitions)
+        self.loading: set[int] = set()
         self._tasks: list[asyncio.Task] = []
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -108,6 +112,7 @@ class GroupCoordinator:
         """Partitions of ``__consumer_offsets`` moved here (their groups are loaded from
         them) or away (their groups are forgotten here, without tombstones: the new
         coordinator has them; waiting requests get NOT_COORDINATOR)."""
+        self.loading.update(gained)  # at once: the partitions are held here from now on
         topic = self.topics.get(OFFSETS_TOPIC)
         if lost and topic is not None:
             doomed = {
@@ -129,7 +134,10 @@ class GroupCoordinator:
             if doomed:
                 log.info("unloaded %d groups of partitions %s (moved away)", len(doomed), lost)
         if gained:
-            await self._load(gained)
+            try:
+                await self._load(gained)
+            finally:
+                self.loading.difference_update(gained)
 
     async def _load(self, indexes: list[int] | None) -> None:
         """Load the groups of ``__consumer_offsets`` (its partitions ``indexes``, or all)."""
@@ -183,11 +191,13 @@ class GroupCoordinator:
     def owns(self, group_id: str) -> bool:
         """Does this broker coordinate ``group_id`` now? Always on a single broker; in a
         cluster when it holds the group's partition of ``__consumer_offsets`` and is not
-        fenced. Group requests elsewhere get NOT_COORDINATOR."""
+        fenced, and has loaded that partition's groups. Group requests elsewhere get
+        NOT_COORDINATOR (clients look the coordinator up again and retry)."""
         topic = self.topics.get(OFFSETS_TOPIC)
         if topic is None:
             return self.topics.cluster is None
-        return topic.partition(partition_for(group_id, topic.count)) is not None
+        index = partition_for(group_id, topic.count)
+        return index not in self.loading and topic.partition(index) is not None
 
     # offsets ------------------------------------------------------------------------------------
 

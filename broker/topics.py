@@ -620,6 +620,8 @@ class TopicManager:
             self.by_id[topic.topic_id] = topic
         if copied:
             topic.held = dict(sorted({**topic.held, **copied}.items()))
+            if self.cluster.serving:  # in this step: a coordinator serves none of it unloaded
+                await self.on_moved(name, sorted(copied), [])
             await asyncio.to_thread(self._save_or_log)
             log.info("serving %s partitions %s, moved here", name, sorted(copied))
         lost = sorted(i for i in topic.held if i not in mine)
@@ -627,8 +629,8 @@ class TopicManager:
             await self._lose(topic, lost)
         if self.moves is not None:
             await self.moves.follow(topic, record)
-        if (copied or lost) and self.cluster.serving:
-            await self.on_moved(name, sorted(copied), lost)
+        if lost and self.cluster.serving:
+            await self.on_moved(name, [], lost)
 
     def _save_or_log(self) -> None:
         try:

@@ -160,6 +160,7 @@ class TransactionCoordinator:
         # (transactional id, producer id, epoch) of a decided transaction -> its partitions
         # whose marker is written (while some others' are not)
         self._marked: dict[tuple[str, int, int], set[Key]] = {}
+        self.loading: set[int] = set()  # partitions moved here, their ids not loaded yet
         self._tasks: list[asyncio.Task] = []
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -194,6 +195,13 @@ class TransactionCoordinator:
     async def partitions_moved(self, gained: list[int], lost: list[int]) -> None:
         """Partitions of ``__transaction_state`` moved here (their transactional ids are
         loaded, decided transactions completed) or away (their ids are forgotten here)."""
+        self.loading.update(gained)  # at once: the partitions are held here from now on
+        try:
+            await self._partitions_moved(gained, lost)
+        finally:
+            self.loading.difference_update(gained)
+
+    async def _partitions_moved(self, gained: list[int], lost: list[int]) -> None:
         topic = self.topics.get(TRANSACTION_TOPIC)
         if topic is None:
             return
@@ -232,7 +240,7 @@ class TransactionCoordinator:
         if topic is None:
             return self.topics.cluster is None
         index = group_offsets.partition_for(transactional_id, topic.count)
-        return topic.partition(index) is not None
+        return index not in self.loading and topic.partition(index) is not None
 
     def is_leader(self, topic: str, partition: int) -> bool:
         """Does this broker lead the partition (or know nothing of it)? (WriteTxnMarkers)"""

@@ -277,7 +277,8 @@ class Reader:
                 self.got.setdefault(m.partition(), []).append((m.offset(), m.value()))
 
     def count(self) -> int:
-        return sum(len(v) for v in self.got.values())
+        """Records read, each offset counted once (a rebalance may repeat some)."""
+        return sum(len({o for o, _ in v}) for v in list(self.got.values()))
 
     def close(self) -> None:
         self._stop.set()
