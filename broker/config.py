@@ -280,6 +280,39 @@ BROKER_SETTINGS: dict[str, Setting] = {
             100,
             "How long a failed SASL authentication waits before its answer and the close.",
         ),
+        Setting(
+            "authorizer.class.name",
+            "string",
+            "",
+            "The ACL authorizer: kafka.security.authorizer.AclAuthorizer or"
+            " org.apache.kafka.metadata.authorizer.StandardAuthorizer turn it on (empty: every"
+            " client may do everything).",
+        ),
+        Setting(
+            "super.users",
+            "string",
+            "",
+            "Principals the authorizer allows everything, separated by ';' (User:admin).",
+        ),
+        Setting(
+            "allow.everyone.if.no.acl.found",
+            "boolean",
+            False,
+            "With the authorizer on: a resource no ACL names is open to everyone.",
+        ),
+        Setting(
+            "authorizer.acls.max.count",
+            "int",
+            10000,
+            "Most ACLs the broker (or the cluster) keeps; CreateAcls beyond it is refused.",
+        ),
+        Setting(
+            "authorizer.cache.max.entries",
+            "int",
+            50000,
+            "Most authorization decisions cached (per principal, host, operation and"
+            " resource); emptied whenever the ACLs change.",
+        ),
         Setting("num.io.threads", "int", 4, "Handler queues; a connection always uses one."),
         Setting(
             "log.segment.bytes",
@@ -610,6 +643,9 @@ class BrokerConfig:
             if choices is not None and self.explicit[name] not in choices:
                 raise ConfigError(f"{name}: {text!r} is not one of {sorted(choices)}")
         connection_overrides(str(self["max.connections.per.ip.overrides"]))  # valid?
+        from .authorizer import Authorizer
+
+        Authorizer(self)  # valid?
         from .listeners import listeners
 
         listeners(self)  # valid?

@@ -37,6 +37,9 @@ log's aborted-transactions indexes (read in the read thread, beside the records)
 client skips those producers' batches itself, as with Kafka, so the broker still sends the
 stored bytes untouched. The LSO is taken on the event loop (where transactions change)
 before each read.
+
+Authorization (Kafka's): a replica fetch needs CLUSTER_ACTION on the cluster, a consumer's
+READ on each topic; a partition not allowed gets TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import functools
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import FileRegion, OffsetOutOfRange, StorageError
 
+from .authorizer import TOPIC, Operation
 from .leader_hints import LeaderHints
 from .storage_errors import storage_failed
 
@@ -73,14 +77,24 @@ async def handle(broker, header, request):
     wanted = []  # (topic response, partition response, partition or None, fetch offset, max bytes)
     responses = []
     hints = LeaderHints(broker, R, 12, 16, version)
+    authorizer, session = broker.authorizer, header.session
+    replica_allowed = replica < 0 or authorizer.allows_cluster(session, Operation.CLUSTER_ACTION)
     for t in request.topics:
         topic = broker.topics.find(None if by_id else t.topic, t.topic_id)
         out = R.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[])
         responses.append(out)
+        name = topic.name if topic is not None else t.topic
+        allowed = replica_allowed and (
+            replica >= 0 or not name or authorizer.allows(session, Operation.READ, TOPIC, name)
+        )
         for p in t.partitions:
             # records are empty, never null, even with an error (librdkafka refuses null)
             resp = R.PartitionData(partition_index=p.partition, records=b"")
             out.partitions.append(resp)
+            if not allowed:
+                resp.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                resp.high_watermark = -1
+                continue
             partition = topic.partition(p.partition) if topic is not None else None
             if partition is None:
                 if topic is not None:

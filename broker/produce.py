@@ -9,6 +9,10 @@ response. When this broker coordinates the transactional id, transactional batch
 accepted only for partitions of the producer's open transaction (the coordinator's
 ``verify``; INVALID_PRODUCER_EPOCH for a fenced producer); otherwise the partition's producer
 state is what checks (an older epoch is fenced), as in Kafka before KIP-890.
+
+Authorization (Kafka's): WRITE on the transactional id when there is one (else every
+partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED), WRITE on each topic (else its
+partitions get TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from functools import partial
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import StorageError
 
+from .authorizer import TOPIC, TRANSACTIONAL_ID, Operation
 from .leader_hints import LeaderHints
 from .storage_errors import storage_failed
 
@@ -34,12 +39,31 @@ def handle(broker, header, request):
     if request.acks not in (0, 1, -1):
         code = ErrorCode.INVALID_REQUIRED_ACKS
         return _all_failed(request, version, code)
+    authorizer, session = broker.authorizer, header.session
+    if request.transactional_id is not None and not authorizer.allows(
+        session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id
+    ):
+        return _all_failed(request, version, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     topics = broker.topics
     responses = []
     to_flush = []
     hints = LeaderHints(broker, R, 10, 10, version)
     for t in request.topic_data:
         topic = topics.find(None if version >= 13 else t.name, t.topic_id)
+        name = topic.name if topic is not None else t.name  # (unknown names too, as Kafka)
+        if name and not authorizer.allows(session, Operation.WRITE, TOPIC, name):
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            responses.append(
+                R.TopicProduceResponse(
+                    name=t.name,
+                    topic_id=t.topic_id,
+                    partition_responses=[
+                        R.PartitionProduceResponse(index=p.index, error_code=code)
+                        for p in t.partition_data
+                    ],
+                )
+            )
+            continue
         unknown = (
             ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )

@@ -82,11 +82,13 @@ from headrace.protocol import (
 )
 from headrace.storage import StorageError, fsync_directory
 
+from .authorizer import Authorizer, from_document
 from .background import run_every
 from .broker_client import BrokerClient
 from .cluster import Cluster, ClusterError, Endpoint
 from .config import BrokerConfig, ConfigError, connection_overrides
 from .controller import Controller
+from .documents import Document
 from .group_coordinator import GroupCoordinator
 from .group_offsets import OFFSETS_TOPIC
 from .init_producer_id import ProducerIdManager
@@ -130,6 +132,9 @@ API_MODULES = (
     "end_txn",  # 26
     "write_txn_markers",  # 27
     "txn_offset_commit",  # 28
+    "describe_acls",  # 29
+    "create_acls",  # 30
+    "delete_acls",  # 31
     "describe_configs",  # 32
     "alter_configs",  # 33
     "describe_log_dirs",  # 35
@@ -235,6 +240,9 @@ class BrokerServer:
         self._tls: dict[str, ssl.SSLContext] = {}  # listener name -> its TLS context
         self._sasl: dict[str, SaslConfig] = {}  # listener name -> its SASL settings
         self.scram_credentials = ScramCredentials(self.data_dir)
+        # ACLs (authorizer.py): in the data directory, or in a cluster in ZooKeeper
+        self.authorizer = Authorizer(config)
+        self.acl_document = Document("acls", self.data_dir, self.cluster)
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
         self._lock_fd = -1  # the data directory's lock, held from start to stop
@@ -278,6 +286,7 @@ class BrokerServer:
         self._tls, self._sasl = self._security()
         await asyncio.to_thread(self._open_data_dir)
         if self.cluster is None:
+            self.acl_document.watch(self._acls_changed)
             await self.groups.start()
             await self.transactions.start()
         config = self.config
@@ -378,11 +387,32 @@ class BrokerServer:
         except ClusterError as e:
             await self._abandon()
             raise StartupError(str(e)) from None
+        try:
+            acls = await asyncio.to_thread(self.acl_document.load)
+            self.authorizer.replace(from_document(acls))
+        except (ValueError, KeyError, TypeError) as e:
+            await self._abandon()
+            raise StartupError(f"cannot read the ACLs in ZooKeeper: {e}") from None
+        self.acl_document.watch(self._acls_changed)
+        authorizer = self.authorizer
+        if authorizer.enabled and ANONYMOUS not in authorizer.super_users:
+            log.warning(
+                "the authorizer is on: brokers reach each other through the PLAINTEXT listener"
+                " as %s, which needs CLUSTER_ACTION on the cluster (an ACL, or super.users) for"
+                " partition moves and transaction markers",
+                ANONYMOUS,
+            )
         await self.groups.start()
         await self.transactions.start()
         self.cluster.serve()
         self.cluster_id = self.cluster.cluster_id
         await asyncio.to_thread(self._write_meta, self.cluster_id)
+
+    def _acls_changed(self, value) -> None:
+        try:
+            self.authorizer.replace(from_document(value))
+        except (ValueError, KeyError, TypeError):
+            log.exception("ACLs in ZooKeeper unreadable; the ones known are kept")
 
     async def _abandon(self) -> None:
         """Undo a start that failed after opening the data directory."""
@@ -426,6 +456,12 @@ class BrokerServer:
         except (OSError, ValueError, KeyError) as e:
             self._unlock_data_dir()
             raise StartupError(f"cannot read {self.scram_credentials.path}: {e}") from e
+        if self.cluster is None:
+            try:
+                self.authorizer.replace(from_document(self.acl_document.load()))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                self._unlock_data_dir()
+                raise StartupError(f"cannot read {self.acl_document.path}: {e}") from e
         try:
             self.topics.load(recover=not clean)
         except (StorageError, OSError, ValueError) as e:
