@@ -313,6 +313,24 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Most authorization decisions cached (per principal, host, operation and"
             " resource); emptied whenever the ACLs change.",
         ),
+        Setting(
+            "quota.window.num",
+            "int",
+            11,
+            "Samples a client's usage is measured over for its quotas.",
+        ),
+        Setting(
+            "quota.window.size.seconds",
+            "int",
+            1,
+            "Length of one quota sample.",
+        ),
+        Setting(
+            "client.quota.max.entities",
+            "int",
+            10000,
+            "Most quota entities stored, and most clients' usage rates tracked.",
+        ),
         Setting("num.io.threads", "int", 4, "Handler queues; a connection always uses one."),
         Setting(
             "log.segment.bytes",
@@ -646,6 +664,9 @@ class BrokerConfig:
         from .authorizer import Authorizer
 
         Authorizer(self)  # valid?
+        from .quotas import ClientQuotas
+
+        ClientQuotas(self)  # valid?
         from .listeners import listeners
 
         listeners(self)  # valid?

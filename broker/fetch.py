@@ -40,18 +40,24 @@ before each read.
 
 Authorization (Kafka's): a replica fetch needs CLUSTER_ACTION on the cluster, a consumer's
 READ on each topic; a partition not allowed gets TOPIC_AUTHORIZATION_FAILED.
+
+Quotas: a consumer's response bytes count against its ``consumer_byte_rate`` (quotas.py);
+over it, the response (sent whole, unlike Kafka's, which sends a throttled fetch empty)
+carries the throttle time and the connection is not read for that long.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import time
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import FileRegion, OffsetOutOfRange, StorageError
 
 from .authorizer import TOPIC, Operation
 from .leader_hints import LeaderHints
+from .quotas import FETCH as FETCH_QUOTA
 from .storage_errors import storage_failed
 
 API_KEY = ApiKey.FETCH
@@ -165,6 +171,11 @@ async def handle(broker, header, request):
         responses=responses,
         node_endpoints=hints.endpoints(),
     )
+    if replica < 0 and FETCH_QUOTA in broker.quotas.active:
+        response.throttle_time_ms = broker.quotas.throttle_ms(
+            session, header.client_id, FETCH_QUOTA, total if wanted else 0, time.monotonic()
+        )
+        session.throttle(response.throttle_time_ms)
 
     def on_sent() -> None:
         _release(regions)

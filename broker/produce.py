@@ -13,6 +13,10 @@ state is what checks (an older epoch is fenced), as in Kafka before KIP-890.
 Authorization (Kafka's): WRITE on the transactional id when there is one (else every
 partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED), WRITE on each topic (else its
 partitions get TOPIC_AUTHORIZATION_FAILED).
+
+Quotas: the request's record bytes count against the client's ``producer_byte_rate``
+(quotas.py); over it, the response carries the throttle time and the connection is not read
+for that long.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from headrace.storage import StorageError
 
 from .authorizer import TOPIC, TRANSACTIONAL_ID, Operation
 from .leader_hints import LeaderHints
+from .quotas import PRODUCE as PRODUCE_QUOTA
 from .storage_errors import storage_failed
 
 API_KEY = ApiKey.PRODUCE
@@ -109,6 +114,12 @@ def handle(broker, header, request):
             R.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=partitions)
         )
     response = R(responses=responses, throttle_time_ms=0, node_endpoints=hints.endpoints())
+    if PRODUCE_QUOTA in broker.quotas.active:
+        size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
+        response.throttle_time_ms = broker.quotas.throttle_ms(
+            session, header.client_id, PRODUCE_QUOTA, size, time.monotonic()
+        )
+        session.throttle(response.throttle_time_ms)
     if to_flush:
         return _after_flush(broker.topics.flush(to_flush), response, request.acks)
     return None if request.acks == 0 else response

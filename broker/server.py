@@ -95,6 +95,8 @@ from .init_producer_id import ProducerIdManager
 from .listeners import Listener, inter_broker, listeners
 from .log_cleaner import LogCleaner
 from .moves import Moves
+from .quotas import REQUEST, ClientQuotas
+from .quotas import from_document as quotas_from_document
 from .sasl import AUTHENTICATE, COMPLETE, HANDSHAKE, SaslConfig, SaslSession
 from .sasl import listener_config as sasl_config
 from .scram_credentials import ScramCredentials
@@ -145,6 +147,8 @@ API_MODULES = (
     "alter_partition_reassignments",  # 45
     "list_partition_reassignments",  # 46
     "offset_delete",  # 47
+    "describe_client_quotas",  # 48
+    "alter_client_quotas",  # 49
     "describe_user_scram_credentials",  # 50
     "alter_user_scram_credentials",  # 51
     "describe_cluster",  # 60
@@ -243,6 +247,9 @@ class BrokerServer:
         # ACLs (authorizer.py): in the data directory, or in a cluster in ZooKeeper
         self.authorizer = Authorizer(config)
         self.acl_document = Document("acls", self.data_dir, self.cluster)
+        # client quotas (quotas.py), kept the same way
+        self.quotas = ClientQuotas(config)
+        self.quota_document = Document("quotas", self.data_dir, self.cluster)
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
         self._lock_fd = -1  # the data directory's lock, held from start to stop
@@ -287,6 +294,7 @@ class BrokerServer:
         await asyncio.to_thread(self._open_data_dir)
         if self.cluster is None:
             self.acl_document.watch(self._acls_changed)
+            self.quota_document.watch(self._quotas_changed)
             await self.groups.start()
             await self.transactions.start()
         config = self.config
@@ -390,10 +398,13 @@ class BrokerServer:
         try:
             acls = await asyncio.to_thread(self.acl_document.load)
             self.authorizer.replace(from_document(acls))
+            quotas = await asyncio.to_thread(self.quota_document.load)
+            self.quotas.replace(quotas_from_document(quotas))
         except (ValueError, KeyError, TypeError) as e:
             await self._abandon()
-            raise StartupError(f"cannot read the ACLs in ZooKeeper: {e}") from None
+            raise StartupError(f"cannot read the ACLs or quotas in ZooKeeper: {e}") from None
         self.acl_document.watch(self._acls_changed)
+        self.quota_document.watch(self._quotas_changed)
         authorizer = self.authorizer
         if authorizer.enabled and ANONYMOUS not in authorizer.super_users:
             log.warning(
@@ -413,6 +424,12 @@ class BrokerServer:
             self.authorizer.replace(from_document(value))
         except (ValueError, KeyError, TypeError):
             log.exception("ACLs in ZooKeeper unreadable; the ones known are kept")
+
+    def _quotas_changed(self, value) -> None:
+        try:
+            self.quotas.replace(quotas_from_document(value))
+        except (ValueError, KeyError, TypeError):
+            log.exception("client quotas in ZooKeeper unreadable; the ones known are kept")
 
     async def _abandon(self) -> None:
         """Undo a start that failed after opening the data directory."""
@@ -462,6 +479,11 @@ class BrokerServer:
             except (OSError, ValueError, KeyError, TypeError) as e:
                 self._unlock_data_dir()
                 raise StartupError(f"cannot read {self.acl_document.path}: {e}") from e
+            try:
+                self.quotas.replace(quotas_from_document(self.quota_document.load()))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                self._unlock_data_dir()
+                raise StartupError(f"cannot read {self.quota_document.path}: {e}") from e
         try:
             self.topics.load(recover=not clean)
         except (StorageError, OSError, ValueError) as e:
@@ -607,7 +629,17 @@ class BrokerServer:
         if size is not None:  # count it against the connection before its next request
             request.expect(size(self, body))
         try:
-            outcome = api.handle(self, context, body)
+            if REQUEST in self.quotas.active:  # request_percentage quotas: time the handler
+                started = time.perf_counter()
+                outcome = api.handle(self, context, body)
+                throttle = self._request_time(context, time.perf_counter() - started)
+                if throttle and outcome is not None:
+                    if hasattr(outcome, "__await__"):
+                        outcome = _throttled_later(outcome, throttle)
+                    else:
+                        _throttled(outcome, throttle)
+            else:
+                outcome = api.handle(self, context, body)
             if outcome is None:
                 return None
             if hasattr(outcome, "__await__"):
@@ -617,6 +649,16 @@ class BrokerServer:
             raise
         except Exception:
             return self._failed(header, body)
+
+    def _request_time(self, context: RequestContext, seconds: float) -> int:
+        """Count a request's handler time against the client's request_percentage quota;
+        the throttle time it earned (ms), the connection muted for it."""
+        now = time.monotonic()
+        ms = self.quotas.throttle_ms(
+            context.session, context.client_id, REQUEST, seconds * 100, now
+        )
+        context.session.throttle(ms)
+        return ms
 
     def _session(self, conn) -> Session:
         listener = conn.listener
@@ -673,6 +715,20 @@ class BrokerServer:
             header.api_key, header.api_version, body, ErrorCode.UNKNOWN_SERVER_ERROR
         )
         return self._encode(header, error)
+
+
+def _throttled(response, ms: int) -> None:
+    """Put a throttle time in a response that has the field (the larger one wins)."""
+    message = response[0] if isinstance(response, tuple) else response
+    if getattr(message, "throttle_time_ms", None) is not None:
+        message.throttle_time_ms = max(message.throttle_time_ms, ms)
+
+
+async def _throttled_later(awaitable, ms: int):
+    response = await awaitable
+    if response is not None:
+        _throttled(response, ms)
+    return response
 
 
 # before a SASL client has authenticated (or while it re-authenticates), as Kafka's

@@ -43,6 +43,16 @@ class Session:
         if self._connection is not None:
             self._connection.authenticated()
 
+    def throttle(self, ms: int) -> None:
+        """Read nothing more from this client for ``ms`` milliseconds (a quota's throttle)."""
+        if self._connection is not None and ms > 0:
+            self._connection.mute(ms / 1000)
+
+    @property
+    def user(self) -> str:
+        """The principal's name, as quotas name users (``User:alice`` -> ``alice``)."""
+        return self.principal.partition(":")[2]
+
     def closed(self) -> None:
         self._connection = None
 
