@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from kafkawire import WireClient
 from test_moves import _kafka_tool
@@ -241,3 +241,52 @@ def test_quota_requests_that_kafka_refuses_are_refused(tmp_path):
         answer = client.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, D(
             components=[D.ComponentData(entity_type="user", match_type=2, match=None)], strict=True))
         assert sorted(e.entity[0].entity_name for e in answer.entries) == ["a", "b"]
+
+
+def test_a_consumer_byte_rate_quota_holds_a_consumer(tmp_path):
+    rate = 1024 * 1024
+    with quota_broker(tmp_path, **{"quota.window.num": 2}) as broker:
+        broker.create_topic("c", 1)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+        value = b"v" * 10_000
+        for _ in range(700):  # 7 MB, written at full speed (no produce quota)
+            producer.produce("c", value)
+        assert producer.flush(30) == 0
+        set_quota(broker.port, [("user", "alice")], consumer_byte_rate=rate)
+        consumer = Consumer({**user_conf(broker, "alice"), "group.id": "g", "auto.offset.reset": "earliest",
+                             "max.partition.fetch.bytes": 256 * 1024})
+        consumer.subscribe(["c"])
+        got, first, last = 0, None, None
+        deadline = time.monotonic() + 60
+        while got < 700 and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                first = first or time.monotonic()
+                last = time.monotonic()
+                got += 1
+        consumer.close()
+        assert got == 700
+        # 7 MB at 1 MiB/s, the first second's worth (quota.window.num - 1 windows) at once
+        took = last - first
+        print(f"consumed 7 MB in {took:.1f} s with a quota of {rate} B/s")
+        assert took >= 0.9 * (7_000_000 - rate) / rate
+
+
+def test_a_request_percentage_quota_throttles_a_busy_client(tmp_path):
+    with BrokerProcess(tmp_path / "data", {"quota.window.num": 2}) as broker:
+        set_quota(broker.port, [("client-id", "busy")], request_percentage=0.01)  # 0.1 ms a second
+        M = messages.MetadataRequest
+        throttles = []
+        with WireClient(broker.port) as client:
+            for _ in range(20):
+                client.send(ApiKey.METADATA, 12, M(topics=None, allow_auto_topic_creation=False),
+                            client_id="busy")
+                throttles.append(client.receive(ApiKey.METADATA, 12)[1].throttle_time_ms)
+                if throttles[-1]:
+                    break
+        assert throttles[-1] > 0
+        with WireClient(broker.port) as client:  # another client id: no quota
+            for _ in range(20):
+                client.send(ApiKey.METADATA, 12, M(topics=None, allow_auto_topic_creation=False),
+                            client_id="calm")
+                assert client.receive(ApiKey.METADATA, 12)[1].throttle_time_ms == 0
