@@ -25,7 +25,8 @@ The process
                       the tests); maven.py resolves and caches such class paths
 
 API modules (each ``handle(broker, header, request)``), by family
-    produce and fetch   produce.py, fetch.py, list_offsets.py
+    produce and fetch   produce.py (log_validator.py: the records inside each batch checked as
+                        Kafka's LogValidator does), fetch.py, list_offsets.py
     cluster             api_versions.py, metadata.py, describe_cluster.py,
                         describe_log_dirs.py
     security            sasl_handshake.py, sasl_authenticate.py,

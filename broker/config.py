@@ -471,6 +471,22 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Memory for the compaction key map; a log with more keys is compacted in passes.",
         ),
         Setting(
+            "log.message.timestamp.before.max.ms",
+            "long",
+            LONG_MAX,
+            "A produced record's CreateTime may be at most this much before the broker's"
+            " clock (else INVALID_TIMESTAMP).",
+            topic="message.timestamp.before.max.ms",
+        ),
+        Setting(
+            "log.message.timestamp.after.max.ms",
+            "long",
+            LONG_MAX,
+            "A produced record's CreateTime may be at most this much after the broker's"
+            " clock (else INVALID_TIMESTAMP).",
+            topic="message.timestamp.after.max.ms",
+        ),
+        Setting(
             "log.message.timestamp.type",
             "string",
             "CreateTime",
@@ -618,6 +634,8 @@ _TOPIC_RANGES = {
     "min.compaction.lag.ms": (0, None),
     "max.compaction.lag.ms": (1, None),
     "flush.messages": (1, None),
+    "message.timestamp.before.max.ms": (0, None),
+    "message.timestamp.after.max.ms": (0, None),
     "flush.ms": (0, None),
 }
 

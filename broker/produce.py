@@ -1,6 +1,7 @@
 """Produce (key 0), versions 3-13 (listed from 0; v0-2 are refused): the write path.
 
-Each partition's payload is validated and appended on the spot (``Partition.append``: batch
+Each partition's payload is validated and appended on the spot (``log_validator.validate``:
+the records inside each batch, as Kafka's LogValidator checks them; ``Partition.append``: batch
 framing, size, CRC-32C, idempotent-producer sequence, offsets written in place) and the
 handler returns at once. When a partition's unflushed messages reach ``flush.messages`` the
 response waits for the flush stage, whose group commit covers every append made before it;
@@ -30,6 +31,7 @@ from headrace.storage import StorageError
 
 from .authorizer import TOPIC, TRANSACTIONAL_ID, Operation
 from .leader_hints import LeaderHints
+from .log_validator import validate
 from .quotas import PRODUCE as PRODUCE_QUOTA
 from .storage_errors import storage_failed
 
@@ -52,6 +54,7 @@ def handle(broker, header, request):
     topics = broker.topics
     responses = []
     to_flush = []
+    now_ms = int(time.time() * 1000)
     hints = LeaderHints(broker, R, 10, 10, version)
     for t in request.topic_data:
         topic = topics.find(None if version >= 13 else t.name, t.topic_id)
@@ -93,23 +96,34 @@ def handle(broker, header, request):
             append_time = -1
             if topic.setting("message.timestamp.type") == "LogAppendTime":
                 append_time = int(time.time() * 1000)
+            rejection = None
             if p.records is None:
                 code, base = ErrorCode.CORRUPT_MESSAGE, -1
+            elif (rejection := validate(p.records, topic, now_ms)) is not None:
+                code, base = rejection.error_code, -1
             else:
                 code, base, count = partition.append(
                     p.records, int(topic.setting("max.message.bytes")), verify, append_time
                 )
                 if count and partition.unflushed >= int(topic.setting("flush.messages")):
                     to_flush.append(partition)
-            partitions.append(
-                R.PartitionProduceResponse(
-                    index=p.index,
-                    error_code=code,
-                    base_offset=base,
-                    log_append_time_ms=append_time if code == ErrorCode.NONE else -1,
-                    log_start_offset=partition.log.log_start_offset,
-                )
+            answer = R.PartitionProduceResponse(
+                index=p.index,
+                error_code=code,
+                base_offset=base,
+                log_append_time_ms=append_time if code == ErrorCode.NONE else -1,
+                log_start_offset=partition.log.log_start_offset,
             )
+            if rejection is not None:
+                answer.error_message = rejection.message
+                if rejection.record_index >= 0:
+                    answer.record_errors = [
+                        R.BatchIndexAndErrorMessage(
+                            batch_index=rejection.record_index,
+                            batch_index_error_message=rejection.message,
+                        )
+                    ]
+            partitions.append(answer)
         responses.append(
             R.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=partitions)
         )
