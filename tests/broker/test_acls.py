@@ -213,6 +213,13 @@ def test_metadata_hides_topics_and_fills_authorized_operations(tmp_path):
                 ApiKey.DESCRIBE_CLUSTER, 1, D(include_cluster_authorized_operations=True)
             )
             assert cluster.cluster_authorized_operations == 0
+            G = messages.DescribeGroupsRequest
+            grant(admin, allow(ResourceType.GROUP, "mine", "User:alice", AclOperation.READ))
+            groups = client.request(
+                ApiKey.DESCRIBE_GROUPS, 5, G(groups=["mine", "theirs"], include_authorized_operations=True)
+            ).groups
+            assert [g.error_code for g in groups] == [ErrorCode.NONE, ErrorCode.GROUP_AUTHORIZATION_FAILED]
+            assert groups[0].authorized_operations == (1 << 3) | (1 << 8)  # READ, DESCRIBE
         assert "made-up" not in admin.list_topics(timeout=10).topics
 
         with _sasl_wire(broker, "admin") as client:
