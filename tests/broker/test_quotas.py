@@ -290,3 +290,27 @@ def test_a_request_percentage_quota_throttles_a_busy_client(tmp_path):
                 client.send(ApiKey.METADATA, 12, M(topics=None, allow_auto_topic_creation=False),
                             client_id="calm")
                 assert client.receive(ApiKey.METADATA, 12)[1].throttle_time_ms == 0
+
+
+def test_usage_is_tracked_for_a_bounded_number_of_entities():
+    quotas = ClientQuotas(BrokerConfig({"client.quota.max.entities": "2"}))
+    quotas.replace({(DEFAULT, None): {PRODUCE: 1000.0}})  # every user on their own
+    for i in range(10):
+        quotas.throttle_ms(Who(f"user{i}"), "c", PRODUCE, 100, now=float(i))
+        assert quotas.tracked() <= 2
+    assert quotas.tracked() == 2
+
+
+def test_a_shared_document_is_bounded_and_a_refused_change_leaves_the_file(tmp_path):
+    import asyncio
+
+    from headrace.broker.documents import MAX_BYTES, Document, DocumentTooLarge
+
+    async def run():
+        doc = Document("quotas", tmp_path, None)
+        await doc.change(lambda value: {"small": 1})
+        with pytest.raises(DocumentTooLarge):
+            await doc.change(lambda value: {"big": "x" * MAX_BYTES})
+        return doc.load()
+
+    assert asyncio.run(run()) == {"small": 1}
