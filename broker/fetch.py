@@ -43,7 +43,7 @@ READ on each topic; a partition not allowed gets TOPIC_AUTHORIZATION_FAILED.
 
 Quotas: a consumer's response bytes count against its ``consumer_byte_rate`` (quotas.py);
 over it, the response (sent whole, unlike Kafka's, which sends a throttled fetch empty)
-carries the throttle time and the connection is not read for that long.
+carries the throttle time and the connection is muted for that long.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED), WRITE on each topic (else
 partitions get TOPIC_AUTHORIZATION_FAILED).
 
 Quotas: the request's record bytes count against the client's ``producer_byte_rate``
-(quotas.py); over it, the response carries the throttle time and the connection is not read
+(quotas.py); over it, the response carries the throttle time and the connection is muted
 for that long.
 """
 

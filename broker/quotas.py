@@ -33,8 +33,8 @@ far that lies ahead of now. The allowance, (``quota.window.num`` - 1) x
 ``quota.window.size.seconds``, is Kafka's minimum window: a client quiet for that long may
 send that much at once, and a single burst is throttled exactly as Kafka throttles it, while
 over time the rate is the quota however the requests were read. The broker puts the throttle
-time in the response's ``throttle_time_ms`` and reads nothing more from the connection for
-that long (``Session.throttle``).
+time in the response's ``throttle_time_ms`` and neither reads the connection nor handles its
+queued requests for that long (``Session.throttle``, ``Connection.mute``).
 
 Bounds: at most ``client.quota.max.entities`` quota entities are stored (AlterClientQuotas
 beyond it is refused) and as many entities' usage tracked (the oldest one goes first; it

@@ -44,7 +44,8 @@ class Session:
             self._connection.authenticated()
 
     def throttle(self, ms: int) -> None:
-        """Read nothing more from this client for ``ms`` milliseconds (a quota's throttle)."""
+        """Neither read nor handle this client's requests for ``ms`` milliseconds (a quota's
+        throttle)."""
         if self._connection is not None and ms > 0:
             self._connection.mute(ms / 1000)
 

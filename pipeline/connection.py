@@ -39,8 +39,9 @@ asyncio ``BufferedProtocol``: the event loop reads straight into our buffers.
   ``Limits.requests_per_connection`` responses, the connection is not ``writable``: the
   router takes none of its queued requests and it stops reading, until the client has read
   what it was sent. A client that does not read only stalls itself.
-* Quotas: ``mute(seconds)`` stops reading the connection for that long (the broker's
-  throttle time for a client over its quota); what was read before is still handled.
+* Quotas: ``mute(seconds)`` stops reading the connection and handling its requests for that
+  long (the broker's throttle time for a client over its quota; the connection is not
+  ``writable`` meanwhile, so the router leaves its queued requests alone).
 * Admission: ``Limits.admit`` (limits.py) counts connections in total and per peer address;
   one over a limit is accepted and closed at once.
 """
@@ -337,7 +338,7 @@ class Connection(asyncio.BufferedProtocol):
     def writable(self) -> bool:
         """Whether the client has taken enough of its responses for more to be made."""
         writer = self._writer
-        if self.closed or writer is None:
+        if self.closed or writer is None or self._muted is not None:
             return False
         unsent = self._parked_bytes + self._expected_bytes + writer.buffered
         return (
@@ -401,9 +402,9 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
 
     def mute(self, seconds: float) -> None:
-        """Read nothing from this client for ``seconds`` (a quota's throttle time, as Kafka
-        mutes a throttled channel); responses still go out. A longer mute replaces a shorter
-        one still running."""
+        """Neither read nor handle this client's requests for ``seconds`` (a quota's throttle
+        time, as Kafka mutes a throttled channel): requests read before wait in its queue,
+        responses already made still go out. A longer mute replaces a shorter one."""
         if self.closed or seconds <= 0:
             return
         loop = asyncio.get_running_loop()
@@ -417,7 +418,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def _unmute(self) -> None:
         self._muted = None
-        self._update_reading()
+        if not self.closed:
+            self._router.schedule(self)  # the requests read before the mute, first
+            self._update_reading()
 
     @property
     def muted(self) -> bool:

@@ -164,7 +164,8 @@ def test_a_producer_byte_rate_quota_holds_a_producer_within_ten_percent(tmp_path
                 with lock:
                     acked.append((time.monotonic(), len(msg.value())))
 
-        producer = Producer({**user_conf(broker, "alice"), "linger.ms": 5, "queue.buffering.max.kbytes": 4096})
+        producer = Producer({**user_conf(broker, "alice"), "linger.ms": 5, "batch.size": 65536,
+                             "queue.buffering.max.kbytes": 4096})  # small batches: acks spread evenly
         value = b"v" * 10_000
         start = time.monotonic()
         while time.monotonic() - start < 14:
