@@ -12,6 +12,10 @@ The process
                       principal
     sasl.py           SASL's state machine, PLAIN and SCRAM; scram_credentials.py keeps the
                       SCRAM users salted in the data directory
+    authorizer.py     ACLs and the decisions made from them (cached per principal and resource)
+    quotas.py         client quotas: which applies to a client, and its throttle time
+    documents.py      small shared documents (the ACLs, the quotas): the data directory, or a
+                      znode every broker of a cluster watches
     topics.py         topics: the table, topics.json, all-or-nothing creation, ``flush``
     partition.py      one partition: its log, the append path, waiting fetches
     producer_state.py a partition's producers: idempotent sequences, open transactions
@@ -21,11 +25,14 @@ The process
                       the tests); maven.py resolves and caches such class paths
 
 API modules (each ``handle(broker, header, request)``), by family
-    produce and fetch   produce.py, fetch.py, list_offsets.py
+    produce and fetch   produce.py (log_validator.py: the records inside each batch checked as
+                        Kafka's LogValidator does), fetch.py, list_offsets.py
     cluster             api_versions.py, metadata.py, describe_cluster.py,
                         describe_log_dirs.py
     security            sasl_handshake.py, sasl_authenticate.py,
-                        describe_user_scram_credentials.py, alter_user_scram_credentials.py
+                        describe_user_scram_credentials.py, alter_user_scram_credentials.py,
+                        create_acls.py, describe_acls.py, delete_acls.py,
+                        describe_client_quotas.py, alter_client_quotas.py
     topic admin         create_topics.py, create_partitions.py, delete_topics.py,
                         delete_records.py, describe_configs.py, alter_configs.py,
                         incremental_alter_configs.py

@@ -10,6 +10,7 @@ from __future__ import annotations
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import StorageError
 
+from .authorizer import GROUP, TRANSACTIONAL_ID, Operation
 from .group_offsets import OFFSETS_TOPIC, partition_for
 
 API_KEY = ApiKey.ADD_OFFSETS_TO_TXN
@@ -21,6 +22,11 @@ R = messages.AddOffsetsToTxnResponse
 async def handle(broker, header, request):
     if not request.group_id:
         return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_GROUP_ID)
+    authorizer, session = broker.authorizer, header.session
+    if not authorizer.allows(session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id):
+        return R(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not authorizer.allows(session, Operation.READ, GROUP, request.group_id):
+        return R(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if not broker.transactions.owns(request.transactional_id):
         return R(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import TOPIC, TRANSACTIONAL_ID, Operation
 from .transaction_log import TRANSACTION_TOPIC
 
 API_KEY = ApiKey.ADD_PARTITIONS_TO_TXN
@@ -25,10 +26,23 @@ def _unknown(broker, name: str, index: int) -> bool:
     return name == TRANSACTION_TOPIC or topic is None or not 0 <= index < topic.count
 
 
-async def _one(broker, version, tid, pid, epoch, topics, verify_only=False):
+async def _one(broker, session, version, tid, pid, epoch, topics, verify_only=False):
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     unknown = {(n, p) for n, p in wanted if _unknown(broker, n, p)}
-    if not broker.transactions.owns(tid):
+    authorizer = broker.authorizer
+    denied = {
+        t.name for t in topics if not authorizer.allows(session, Operation.WRITE, TOPIC, t.name)
+    }
+    if not authorizer.allows(session, Operation.WRITE, TRANSACTIONAL_ID, tid):
+        codes = dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    elif denied:
+        codes = {
+            w: ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            if w[0] in denied
+            else ErrorCode.OPERATION_NOT_ATTEMPTED
+            for w in wanted
+        }
+    elif not broker.transactions.owns(tid):
         codes = {w: ErrorCode.NOT_COORDINATOR for w in wanted}
     elif unknown:
         codes = {
@@ -63,6 +77,7 @@ async def handle(broker, header, request):
     if version <= 3:
         results = await _one(
             broker,
+            header.session,
             version,
             request.v3_and_below_transactional_id,
             request.v3_and_below_producer_id,
@@ -71,9 +86,17 @@ async def handle(broker, header, request):
         )
         return R(throttle_time_ms=0, results_by_topic_v3_and_below=results)
     out = []
+    # v4+ comes from brokers verifying for their producers (Kafka: CLUSTER_ACTION)
+    if not broker.authorizer.allows_cluster(header.session, Operation.CLUSTER_ACTION):
+        return R(
+            throttle_time_ms=0,
+            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            results_by_transaction=[],
+        )
     for txn in request.transactions:
         results = await _one(
             broker,
+            header.session,
             version,
             txn.transactional_id,
             txn.producer_id,

@@ -16,9 +16,10 @@ from collections.abc import Callable
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import Operation
 from .cluster import TopicChangeError
 from .config import ConfigError, validate_topic_setting
-from .describe_configs import BROKER, TOPIC
+from .describe_configs import BROKER, TOPIC, config_denied
 
 API_KEY = ApiKey.ALTER_CONFIGS
 MIN_VERSION, MAX_VERSION = 0, 2
@@ -64,10 +65,11 @@ async def apply(broker, topic, configs: dict[str, object], validate_only: bool) 
             raise Refused(e.error_code, e.message) from None
 
 
-async def alter(broker, request, response_class, new_configs: Callable) -> object:
+async def alter(broker, header, request, response_class, new_configs: Callable) -> object:
     """What AlterConfigs and IncrementalAlterConfigs share: for each resource, find its topic,
     work out the topic's new settings with ``new_configs(topic, resource)`` (which raises
-    Refused) and apply them; a refusal is that resource's answer."""
+    Refused) and apply them; a refusal is that resource's answer. Authorization (Kafka's):
+    ALTER_CONFIGS on the topic, or on the cluster for a broker."""
     responses = []
     for res in request.resources:
         out = response_class.AlterConfigsResourceResponse(
@@ -77,6 +79,10 @@ async def alter(broker, request, response_class, new_configs: Callable) -> objec
             resource_name=res.resource_name,
         )
         responses.append(out)
+        denied = config_denied(broker, header.session, Operation.ALTER_CONFIGS, res)
+        if denied:
+            out.error_code = denied
+            continue
         try:
             topic = find_topic(broker, res.resource_type, res.resource_name)
             await apply(broker, topic, new_configs(topic, res), request.validate_only)
@@ -96,4 +102,4 @@ def _replaced(topic, res) -> dict[str, object]:
 
 
 async def handle(broker, header, request):
-    return await alter(broker, request, R, _replaced)
+    return await alter(broker, header, request, R, _replaced)

@@ -20,6 +20,7 @@ import logging
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import Operation
 from .cluster import TopicChangeError
 
 API_KEY = ApiKey.ALTER_PARTITION_REASSIGNMENTS
@@ -31,6 +32,13 @@ log = logging.getLogger("headrace")
 
 async def handle(broker, header, request):
     allow_rf_change = header.api_version < 1 or request.allow_replication_factor_change
+    if not broker.authorizer.allows_cluster(header.session, Operation.ALTER):
+        return R(
+            throttle_time_ms=0,
+            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            error_message=None,
+            responses=[],
+        )
     responses = []
     for t in request.topics:
         out = R.ReassignableTopicResponse(name=t.name, partitions=[])

@@ -18,6 +18,7 @@ from collections import Counter
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import Operation
 from .scram_credentials import (
     MAX_ITERATIONS,
     MAX_USERS,
@@ -58,6 +59,16 @@ def _error(store, op, upsert: bool) -> tuple[int, str] | None:
 async def handle(broker, header, request):
     store = broker.scram_credentials
     ops = [(op, False) for op in request.deletions] + [(op, True) for op in request.upsertions]
+    if not broker.authorizer.allows_cluster(header.session, Operation.ALTER):
+        return R(
+            throttle_time_ms=0,
+            results=[
+                R.AlterUserScramCredentialsResult(
+                    user=name, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                )
+                for name in dict.fromkeys(op.name for op, _ in ops)
+            ],
+        )
     twice = Counter((op.name, op.mechanism) for op, _ in ops)
     errors: dict[str, tuple[int, str]] = {}
     for op, upsert in ops:

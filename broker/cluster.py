@@ -243,6 +243,8 @@ class Cluster:
         """Start serving the partitions placed here (the coordinators have loaded)."""
         self.serving = True
         self.fenced = False
+        if self._elected and self.controller is not None and not self._stopping.is_set():
+            self.controller.start()  # elected while still loading (fenced): decide from now
 
     async def stop(self) -> None:
         """Leave the cluster: the registration and a controller role end with the session."""

@@ -280,6 +280,57 @@ BROKER_SETTINGS: dict[str, Setting] = {
             100,
             "How long a failed SASL authentication waits before its answer and the close.",
         ),
+        Setting(
+            "authorizer.class.name",
+            "string",
+            "",
+            "The ACL authorizer: kafka.security.authorizer.AclAuthorizer or"
+            " org.apache.kafka.metadata.authorizer.StandardAuthorizer turn it on (empty: every"
+            " client may do everything).",
+        ),
+        Setting(
+            "super.users",
+            "string",
+            "",
+            "Principals the authorizer allows everything, separated by ';' (User:admin).",
+        ),
+        Setting(
+            "allow.everyone.if.no.acl.found",
+            "boolean",
+            False,
+            "With the authorizer on: a resource no ACL names is open to everyone.",
+        ),
+        Setting(
+            "authorizer.acls.max.count",
+            "int",
+            10000,
+            "Most ACLs the broker (or the cluster) keeps; CreateAcls beyond it is refused.",
+        ),
+        Setting(
+            "authorizer.cache.max.entries",
+            "int",
+            50000,
+            "Most authorization decisions cached (per principal, host, operation and"
+            " resource); emptied whenever the ACLs change.",
+        ),
+        Setting(
+            "quota.window.num",
+            "int",
+            11,
+            "Samples a client's usage is measured over for its quotas.",
+        ),
+        Setting(
+            "quota.window.size.seconds",
+            "int",
+            1,
+            "Length of one quota sample.",
+        ),
+        Setting(
+            "client.quota.max.entities",
+            "int",
+            10000,
+            "Most quota entities stored, and most clients' usage rates tracked.",
+        ),
         Setting("num.io.threads", "int", 4, "Handler queues; a connection always uses one."),
         Setting(
             "log.segment.bytes",
@@ -418,6 +469,22 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "long",
             128 * 1024 * 1024,
             "Memory for the compaction key map; a log with more keys is compacted in passes.",
+        ),
+        Setting(
+            "log.message.timestamp.before.max.ms",
+            "long",
+            LONG_MAX,
+            "A produced record's CreateTime may be at most this much before the broker's"
+            " clock (else INVALID_TIMESTAMP).",
+            topic="message.timestamp.before.max.ms",
+        ),
+        Setting(
+            "log.message.timestamp.after.max.ms",
+            "long",
+            LONG_MAX,
+            "A produced record's CreateTime may be at most this much after the broker's"
+            " clock (else INVALID_TIMESTAMP).",
+            topic="message.timestamp.after.max.ms",
         ),
         Setting(
             "log.message.timestamp.type",
@@ -567,6 +634,8 @@ _TOPIC_RANGES = {
     "min.compaction.lag.ms": (0, None),
     "max.compaction.lag.ms": (1, None),
     "flush.messages": (1, None),
+    "message.timestamp.before.max.ms": (0, None),
+    "message.timestamp.after.max.ms": (0, None),
     "flush.ms": (0, None),
 }
 
@@ -610,6 +679,12 @@ class BrokerConfig:
             if choices is not None and self.explicit[name] not in choices:
                 raise ConfigError(f"{name}: {text!r} is not one of {sorted(choices)}")
         connection_overrides(str(self["max.connections.per.ip.overrides"]))  # valid?
+        from .authorizer import Authorizer
+
+        Authorizer(self)  # valid?
+        from .quotas import ClientQuotas
+
+        ClientQuotas(self)  # valid?
         from .listeners import listeners
 
         listeners(self)  # valid?

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import GROUP, OMITTED_OPERATIONS, Operation
+
 API_KEY = ApiKey.CONSUMER_GROUP_DESCRIBE
 MIN_VERSION, MAX_VERSION = 0, 1
 
 R = messages.ConsumerGroupDescribeResponse
 CONSUMER_MEMBER = 1
-GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
 
 
 def _assignment(broker, parts):
@@ -33,10 +34,25 @@ def _assignment(broker, parts):
 
 
 def handle(broker, header, request):
-    ops = GROUP_OPERATIONS if request.include_authorized_operations else -(1 << 31)
+    authorizer, session = broker.authorizer, header.session
     groups = []
     for group_id in request.group_ids:
         group = broker.groups.consumer.groups.get(group_id)
+        ops = (
+            authorizer.operations(session, GROUP, group_id)
+            if request.include_authorized_operations
+            else OMITTED_OPERATIONS
+        )
+        if not authorizer.allows(session, Operation.DESCRIBE, GROUP, group_id):
+            groups.append(
+                R.DescribedGroup(
+                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    group_id=group_id,
+                    group_state="",
+                    authorized_operations=OMITTED_OPERATIONS,
+                )
+            )
+            continue
         if not broker.groups.owns(group_id):
             groups.append(
                 R.DescribedGroup(

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import GROUP, Operation
+
 API_KEY = ApiKey.CONSUMER_GROUP_HEARTBEAT
 MIN_VERSION, MAX_VERSION = 0, 1
 
@@ -17,7 +19,15 @@ R = messages.ConsumerGroupHeartbeatResponse
 
 def handle(broker, header, request):
     coordinator = broker.groups.consumer
-    if broker.groups.owns(request.group_id):
+    if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
+        error, message, member_id, epoch, assigned = (
+            ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            None,
+            None,
+            0,
+            None,
+        )
+    elif broker.groups.owns(request.group_id):
         error, message, member_id, epoch, assigned = coordinator.heartbeat(
             request, header.client_id or ""
         )

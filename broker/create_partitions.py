@@ -12,6 +12,7 @@ import logging
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import TOPIC, Operation
 from .cluster import TopicChangeError
 from .create_topics import check_assignment
 from .topics import TopicCreationError
@@ -28,7 +29,10 @@ async def handle(broker, header, request):
     results = []
     for t in request.topics:
         topic = broker.topics.get(t.name)
-        error, message = _check(broker, topic, t)
+        if broker.authorizer.allows(header.session, Operation.ALTER, TOPIC, t.name):
+            error, message = _check(broker, topic, t)
+        else:
+            error, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
         result = R.CreatePartitionsTopicResult(name=t.name, error_code=error, error_message=message)
         results.append(result)
         if not error and not request.validate_only:

@@ -18,6 +18,7 @@ import logging
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import TOPIC, Operation
 from .cluster import TopicChangeError
 from .config import TOPIC_SETTINGS, ConfigError, validate_topic_setting
 from .describe_configs import config_entries
@@ -34,9 +35,16 @@ R = messages.CreateTopicsResponse
 async def handle(broker, header, request):
     results = []
     names = [t.name for t in request.topics]
+    authorizer, session = broker.authorizer, header.session
+    # Kafka's: CREATE on the cluster, or on the topic
+    anywhere = authorizer.allows_cluster(session, Operation.CREATE)
     for t in request.topics:
         result = R.CreatableTopicResult(name=t.name, error_code=ErrorCode.NONE, error_message=None)
         results.append(result)
+        if not anywhere and not authorizer.allows(session, Operation.CREATE, TOPIC, t.name):
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            result.error_message = "Authorization failed."
+            continue
         try:
             partitions, replicas, configs = _check(broker, t, names)
         except _Refused as e:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import GROUP, Operation
+
 API_KEY = ApiKey.DELETE_GROUPS
 MIN_VERSION, MAX_VERSION = 0, 2
 
@@ -17,7 +19,9 @@ R = messages.DeleteGroupsResponse
 async def handle(broker, header, request):
     results = []
     for group_id in request.groups_names:
-        if broker.groups.owns(group_id):
+        if not broker.authorizer.allows(header.session, Operation.DELETE, GROUP, group_id):
+            error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        elif broker.groups.owns(group_id):
             error = await broker.groups.delete_group(group_id)
         else:
             error = ErrorCode.NOT_COORDINATOR

@@ -15,6 +15,7 @@ import asyncio
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import OffsetOutOfRange, StorageError
 
+from .authorizer import TOPIC, Operation
 from .storage_errors import storage_failed
 
 API_KEY = ApiKey.DELETE_RECORDS
@@ -29,11 +30,15 @@ async def handle(broker, header, request):
     for t in request.topics:
         topic = broker.topics.get(t.name)
         results = []
+        allowed = broker.authorizer.allows(header.session, Operation.DELETE, TOPIC, t.name)
         for p in t.partitions:
             result = R.DeleteRecordsPartitionResult(
                 partition_index=p.partition_index, low_watermark=-1, error_code=ErrorCode.NONE
             )
             results.append(result)
+            if not allowed:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             partition = topic.partition(p.partition_index) if topic is not None else None
             if partition is None:
                 result.error_code = (

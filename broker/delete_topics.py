@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import TOPIC, Operation
 from .cluster import TopicChangeError
 
 API_KEY = ApiKey.DELETE_TOPICS
@@ -32,6 +33,12 @@ async def handle(broker, header, request):
         if topic_id is not None:
             result.topic_id = topic_id
         results.append(result)
+        known = topic.name if topic is not None else name
+        if known is not None and not broker.authorizer.allows(
+            header.session, Operation.DELETE, TOPIC, known
+        ):
+            result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            continue
         if topic is None:
             result.error_code = (
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

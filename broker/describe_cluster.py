@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import CLUSTER, CLUSTER_NAME, OMITTED_OPERATIONS
+
 API_KEY = ApiKey.DESCRIBE_CLUSTER
 MIN_VERSION, MAX_VERSION = 0, 2
 
 R = messages.DescribeClusterResponse
-CLUSTER_OPERATIONS = sum(1 << op for op in (4, 7, 8, 9, 10, 11, 12))  # all cluster operations
 
 
 def handle(broker, header, request):
@@ -24,6 +25,8 @@ def handle(broker, header, request):
             for b, e in broker.brokers(header.session.listener).items()
         ],
         cluster_authorized_operations=(
-            CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else -(1 << 31)
+            broker.authorizer.operations(header.session, CLUSTER, CLUSTER_NAME)
+            if request.include_cluster_authorized_operations
+            else OMITTED_OPERATIONS
         ),
     )

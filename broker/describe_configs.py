@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import TOPIC as ACL_TOPIC
+from .authorizer import Operation
 from .config import BROKER_SETTINGS, TOPIC_SETTINGS
 
 API_KEY = ApiKey.DESCRIBE_CONFIGS
@@ -74,6 +76,19 @@ def broker_entries(broker) -> list[Entry]:
     return entries
 
 
+def config_denied(broker, session, operation: int, res) -> int:
+    """TOPIC_AUTHORIZATION_FAILED or CLUSTER_AUTHORIZATION_FAILED when the principal may not
+    do ``operation`` (DESCRIBE_CONFIGS, ALTER_CONFIGS) on the resource, else 0: a topic's
+    own, the cluster's for a broker."""
+    authorizer = broker.authorizer
+    if res.resource_type == TOPIC:
+        if not authorizer.allows(session, operation, ACL_TOPIC, res.resource_name):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    elif not authorizer.allows_cluster(session, operation):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return ErrorCode.NONE
+
+
 def handle(broker, header, request):
     results = []
     for res in request.resources:
@@ -85,6 +100,10 @@ def handle(broker, header, request):
             configs=[],
         )
         results.append(result)
+        denied = config_denied(broker, header.session, Operation.DESCRIBE_CONFIGS, res)
+        if denied:
+            result.error_code = denied
+            continue
         if res.resource_type == TOPIC:
             topic = broker.topics.get(res.resource_name)
             if topic is None:

@@ -11,22 +11,36 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import GROUP, OMITTED_OPERATIONS, Operation
 from .group_state import DEAD, STABLE
 
 API_KEY = ApiKey.DESCRIBE_GROUPS
 MIN_VERSION, MAX_VERSION = 0, 6
 
 R = messages.DescribeGroupsResponse
-# every group operation is allowed (no authorizer): READ 3, DESCRIBE 8, DELETE 6
-GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
 
 
 def handle(broker, header, request):
     version = header.api_version
-    ops = GROUP_OPERATIONS if version >= 3 and request.include_authorized_operations else -(1 << 31)
+    authorizer, session = broker.authorizer, header.session
+    asked = version >= 3 and request.include_authorized_operations
     out = []
     for group_id in request.groups:
         group = broker.groups.groups.get(group_id)
+        ops = authorizer.operations(session, GROUP, group_id) if asked else OMITTED_OPERATIONS
+        if not authorizer.allows(session, Operation.DESCRIBE, GROUP, group_id):
+            out.append(
+                R.DescribedGroup(
+                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                    authorized_operations=OMITTED_OPERATIONS,
+                )
+            )
+            continue
         if not broker.groups.owns(group_id):
             out.append(
                 R.DescribedGroup(

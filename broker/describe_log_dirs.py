@@ -20,6 +20,8 @@ import os
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import Operation
+
 API_KEY = ApiKey.DESCRIBE_LOG_DIRS
 MIN_VERSION, MAX_VERSION = 1, 4
 
@@ -27,6 +29,9 @@ R = messages.DescribeLogDirsResponse
 
 
 async def handle(broker, header, request):
+    if not broker.authorizer.allows_cluster(header.session, Operation.DESCRIBE):
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED  # (v0-2 have no field: no results)
+        return R(throttle_time_ms=0, error_code=code, results=[])
     path = str(broker.data_dir)
     error, total, usable = ErrorCode.NONE, -1, -1
     try:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import TOPIC, Operation
+
 API_KEY = ApiKey.DESCRIBE_PRODUCERS
 MIN_VERSION, MAX_VERSION = 0, 0
 
@@ -20,10 +22,18 @@ def handle(broker, header, request):
     topics = []
     for t in request.topics:
         topic = broker.topics.get(t.name)
-        partitions = [
-            _partition(topic, topic.partition(index) if topic else None, index)
-            for index in t.partition_indexes
-        ]
+        if not broker.authorizer.allows(header.session, Operation.READ, TOPIC, t.name):
+            partitions = [
+                R.PartitionResponse(
+                    partition_index=index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                )
+                for index in t.partition_indexes
+            ]
+        else:
+            partitions = [
+                _partition(topic, topic.partition(index) if topic else None, index)
+                for index in t.partition_indexes
+            ]
         topics.append(R.TopicResponse(name=t.name, partitions=partitions))
     return R(throttle_time_ms=0, topics=topics)
 

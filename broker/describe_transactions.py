@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import TRANSACTIONAL_ID, Operation
+
 API_KEY = ApiKey.DESCRIBE_TRANSACTIONS
 MIN_VERSION, MAX_VERSION = 0, 0
 
@@ -18,6 +20,19 @@ def handle(broker, header, request):
     states = []
     for tid in request.transactional_ids:
         txn = broker.transactions.describe(tid)
+        if not broker.authorizer.allows(header.session, Operation.DESCRIBE, TRANSACTIONAL_ID, tid):
+            states.append(
+                R.TransactionState(
+                    error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    transactional_id=tid,
+                    transaction_state="",
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    transaction_start_time_ms=-1,
+                    topics=[],
+                )
+            )
+            continue
         if txn is None or not broker.transactions.owns(tid):
             states.append(
                 R.TransactionState(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import Operation
 from .scram_credentials import MECHANISM_TYPES
 
 API_KEY = ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS
@@ -18,6 +19,9 @@ R = messages.DescribeUserScramCredentialsResponse
 
 
 def handle(broker, header, request):
+    if not broker.authorizer.allows_cluster(header.session, Operation.DESCRIBE):
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return R(throttle_time_ms=0, error_code=code, error_message=None, results=[])
     users = broker.scram_credentials.users
     names = [u.name for u in request.users] if request.users else sorted(users)
     results = []

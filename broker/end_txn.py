@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import TRANSACTIONAL_ID, Operation
+
 API_KEY = ApiKey.END_TXN
 MIN_VERSION, MAX_VERSION = 0, 4
 
@@ -19,6 +21,10 @@ R = messages.EndTxnResponse
 
 
 async def handle(broker, header, request):
+    if not broker.authorizer.allows(
+        header.session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id
+    ):
+        return R(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not broker.transactions.owns(request.transactional_id):
         return R(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
     error = await broker.transactions.end_txn(

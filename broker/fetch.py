@@ -37,17 +37,27 @@ log's aborted-transactions indexes (read in the read thread, beside the records)
 client skips those producers' batches itself, as with Kafka, so the broker still sends the
 stored bytes untouched. The LSO is taken on the event loop (where transactions change)
 before each read.
+
+Authorization (Kafka's): a replica fetch needs CLUSTER_ACTION on the cluster, a consumer's
+READ on each topic; a partition not allowed gets TOPIC_AUTHORIZATION_FAILED.
+
+Quotas: a consumer's response bytes count against its ``consumer_byte_rate`` (quotas.py);
+over it, the response (sent whole, unlike Kafka's, which sends a throttled fetch empty)
+carries the throttle time and the connection is muted for that long.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import time
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import FileRegion, OffsetOutOfRange, StorageError
 
+from .authorizer import TOPIC, Operation
 from .leader_hints import LeaderHints
+from .quotas import FETCH as FETCH_QUOTA
 from .storage_errors import storage_failed
 
 API_KEY = ApiKey.FETCH
@@ -73,14 +83,24 @@ async def handle(broker, header, request):
     wanted = []  # (topic response, partition response, partition or None, fetch offset, max bytes)
     responses = []
     hints = LeaderHints(broker, R, 12, 16, version)
+    authorizer, session = broker.authorizer, header.session
+    replica_allowed = replica < 0 or authorizer.allows_cluster(session, Operation.CLUSTER_ACTION)
     for t in request.topics:
         topic = broker.topics.find(None if by_id else t.topic, t.topic_id)
         out = R.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[])
         responses.append(out)
+        name = topic.name if topic is not None else t.topic
+        allowed = replica_allowed and (
+            replica >= 0 or not name or authorizer.allows(session, Operation.READ, TOPIC, name)
+        )
         for p in t.partitions:
             # records are empty, never null, even with an error (librdkafka refuses null)
             resp = R.PartitionData(partition_index=p.partition, records=b"")
             out.partitions.append(resp)
+            if not allowed:
+                resp.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                resp.high_watermark = -1
+                continue
             partition = topic.partition(p.partition) if topic is not None else None
             if partition is None:
                 if topic is not None:
@@ -152,6 +172,11 @@ async def handle(broker, header, request):
         responses=responses,
         node_endpoints=hints.endpoints(),
     )
+    if replica < 0 and FETCH_QUOTA in broker.quotas.active:
+        response.throttle_time_ms = broker.quotas.throttle_ms(
+            session, header.client_id, FETCH_QUOTA, total if wanted else 0, time.monotonic()
+        )
+        session.throttle(response.throttle_time_ms)
 
     def on_sent() -> None:
         _release(regions)

@@ -18,6 +18,8 @@ import asyncio
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import StorageError
 
+from .authorizer import GROUP, TRANSACTIONAL_ID, Operation
+
 API_KEY = ApiKey.FIND_COORDINATOR
 MIN_VERSION, MAX_VERSION = 0, 6
 
@@ -28,14 +30,19 @@ TRANSACTION_KEY = 1
 
 
 async def _answer(
-    broker, listener, key: str, key_type: int
+    broker, session, key: str, key_type: int
 ) -> tuple[int, str | None, int, str, int]:
+    listener = session.listener
     if key_type == TRANSACTION_KEY:
         coordinator, what = broker.transactions, "transactional id"
+        resource, denied = TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif key_type == GROUP_KEY:
         coordinator, what = broker.groups, "group id"
+        resource, denied = GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED
     else:
         return ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}", -1, "", -1
+    if not broker.authorizer.allows(session, Operation.DESCRIBE, resource, key):
+        return denied, None, -1, "", -1
     if not key:
         return ErrorCode.INVALID_REQUEST, f"empty {what}", -1, "", -1
     finding = asyncio.ensure_future(coordinator.coordinator_for(key))
@@ -65,7 +72,7 @@ def _retrieve(task: asyncio.Future) -> None:
 async def handle(broker, header, request):
     if header.api_version < 4:
         error, message, node, host, port = await _answer(
-            broker, header.session.listener, request.key, request.key_type
+            broker, header.session, request.key, request.key_type
         )
         return R(
             throttle_time_ms=0,
@@ -78,7 +85,7 @@ async def handle(broker, header, request):
     coordinators = []
     for key in request.coordinator_keys:
         error, message, node, host, port = await _answer(
-            broker, header.session.listener, key, request.key_type
+            broker, header.session, key, request.key_type
         )
         coordinators.append(
             R.Coordinator(

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import GROUP, Operation
+
 API_KEY = ApiKey.HEARTBEAT
 MIN_VERSION, MAX_VERSION = 0, 4
 
 
 def handle(broker, header, request):
+    if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        return messages.HeartbeatResponse(throttle_time_ms=0, error_code=code)
     if not broker.groups.owns(request.group_id):
         return messages.HeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
     error = broker.groups.classic.heartbeat(

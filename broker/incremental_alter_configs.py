@@ -17,8 +17,9 @@ from __future__ import annotations
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 from .alter_configs import Refused, alter, parse
+from .authorizer import Operation
 from .config import TOPIC_SETTINGS
-from .describe_configs import BROKER
+from .describe_configs import BROKER, config_denied
 
 API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
 MIN_VERSION, MAX_VERSION = 0, 1
@@ -83,10 +84,11 @@ async def handle(broker, header, request):
         for res in request.resources
         if res.resource_type == BROKER
         and res.configs
+        and not config_denied(broker, header.session, Operation.ALTER_CONFIGS, res)
         and all(c.name in BROKER_THROTTLES and c.config_operation == DELETE for c in res.configs)
     ]
     request.resources = [res for res in request.resources if all(res is not c for c in cleared)]
-    response = await alter(broker, request, R, _changed)
+    response = await alter(broker, header, request, R, _changed)
     for res in cleared:  # no throttle is ever set: nothing to remove
         response.responses.append(
             R.AlterConfigsResourceResponse(

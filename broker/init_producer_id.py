@@ -20,6 +20,8 @@ from pathlib import Path
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import TOPIC, TRANSACTIONAL_ID, Operation
+
 API_KEY = ApiKey.INIT_PRODUCER_ID
 MIN_VERSION, MAX_VERSION = 0, 5
 
@@ -78,8 +80,18 @@ async def handle(broker, header, request):
             producer_id=-1,
             producer_epoch=-1,
         )
+    authorizer, session = broker.authorizer, header.session
     if request.transactional_id is not None:
         version = header.api_version
+        if not authorizer.allows(
+            session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id
+        ):
+            return R(
+                throttle_time_ms=0,
+                error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
         if not broker.transactions.owns(request.transactional_id):
             return R(
                 throttle_time_ms=0,
@@ -96,5 +108,16 @@ async def handle(broker, header, request):
         if error == ErrorCode.PRODUCER_FENCED and version < 4:
             error = ErrorCode.INVALID_PRODUCER_EPOCH
         return R(throttle_time_ms=0, error_code=error, producer_id=pid, producer_epoch=epoch)
+    # an idempotent producer: IDEMPOTENT_WRITE on the cluster, or (Kafka 3.0+) WRITE on
+    # some topic
+    if not authorizer.allows_cluster(session, Operation.IDEMPOTENT_WRITE) and not (
+        authorizer.allows_any(session, Operation.WRITE, TOPIC)
+    ):
+        return R(
+            throttle_time_ms=0,
+            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     pid = await broker.producer_ids.next_id()
     return R(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=0)

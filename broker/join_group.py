@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import GROUP, Operation
 from .classic_group import JoinResult, MemberSpec
 
 API_KEY = ApiKey.JOIN_GROUP
@@ -20,6 +21,8 @@ R = messages.JoinGroupResponse
 
 def handle(broker, header, request):
     version = header.api_version
+    if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
+        return _response(JoinResult(ErrorCode.GROUP_AUTHORIZATION_FAILED), version)
     if not broker.groups.owns(request.group_id):
         return _response(JoinResult(ErrorCode.NOT_COORDINATOR), version)
     rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms

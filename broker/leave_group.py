@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import GROUP, Operation
+
 API_KEY = ApiKey.LEAVE_GROUP
 MIN_VERSION, MAX_VERSION = 0, 5
 
@@ -13,6 +15,8 @@ R = messages.LeaveGroupResponse
 
 
 def handle(broker, header, request):
+    if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
+        return R(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
     if not broker.groups.owns(request.group_id):
         return R(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR, members=[])
     if header.api_version < 3:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import GROUP, Operation
 from .group_state import DEAD
 
 API_KEY = ApiKey.LIST_GROUPS
@@ -22,8 +23,15 @@ def handle(broker, header, request):
     states = {s.lower() for s in request.states_filter} if version >= 4 else set()
     types = {t.lower() for t in request.types_filter} if version >= 5 else set()
     out = []
+    authorizer, session = broker.authorizer, header.session
+    # DESCRIBE on the cluster lists every group, else the groups DESCRIBE is allowed on
+    every = authorizer.allows_cluster(session, Operation.DESCRIBE)
+
+    def hidden(group_id: str) -> bool:
+        return not every and not authorizer.allows(session, Operation.DESCRIBE, GROUP, group_id)
+
     for group in broker.groups.groups.values():
-        if group.state is DEAD:
+        if group.state is DEAD or hidden(group.group_id):
             continue
         if states and group.state.value.lower() not in states:
             continue
@@ -39,6 +47,8 @@ def handle(broker, header, request):
         )
     for group in broker.groups.consumer.groups.values():  # KIP-848 groups
         state = group.state_name
+        if hidden(group.group_id):
+            continue
         if (states and state.lower() not in states) or (types and "consumer" not in types):
             continue
         out.append(

@@ -19,6 +19,8 @@ from headrace.protocol.records import (
     decode_records,
 )
 
+from .authorizer import TOPIC, Operation
+
 API_KEY = ApiKey.LIST_OFFSETS
 MIN_VERSION, MAX_VERSION = 1, 11
 
@@ -32,14 +34,16 @@ async def handle(broker, header, request):
     for t in request.topics:
         topic = broker.topics.get(t.name)
         partitions = []
+        allowed = broker.authorizer.allows(header.session, Operation.DESCRIBE, TOPIC, t.name)
         for p in t.partitions:
             partition = topic.partition(p.partition_index) if topic is not None else None
-            if partition is None:
-                code = (
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    if topic is None
-                    else topic.partition_error(p.partition_index)
-                )
+            if partition is None or not allowed:
+                if not allowed:
+                    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif topic is None:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    code = topic.partition_error(p.partition_index)
                 partitions.append(
                     R.ListOffsetsPartitionResponse(
                         partition_index=p.partition_index, error_code=code

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import Operation
+
 API_KEY = ApiKey.LIST_PARTITION_REASSIGNMENTS
 MIN_VERSION, MAX_VERSION = 0, 0
 
@@ -15,6 +17,9 @@ R = messages.ListPartitionReassignmentsResponse
 
 
 def handle(broker, header, request):
+    if not broker.authorizer.allows_cluster(header.session, Operation.DESCRIBE):
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return R(throttle_time_ms=0, error_code=code, error_message=None, topics=[])
     cluster = broker.cluster
     records = cluster.topics if cluster is not None else {}
     if request.topics is None:

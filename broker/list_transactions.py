@@ -12,6 +12,7 @@ import time
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import TRANSACTIONAL_ID, Operation
 from .transaction_state import BY_NAME, ONGOING
 
 API_KEY = ApiKey.LIST_TRANSACTIONS
@@ -45,6 +46,8 @@ def handle(broker, header, request):
     states = []
     for txn in broker.transactions.transactions():
         tid = txn.transactional_id
+        if not broker.authorizer.allows(header.session, Operation.DESCRIBE, TRANSACTIONAL_ID, tid):
+            continue
         if wanted and txn.state not in wanted:
             continue
         if pids and txn.producer_id not in pids:

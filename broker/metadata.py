@@ -6,12 +6,19 @@ has leader -1 and LEADER_NOT_AVAILABLE, its replica listed as offline. Topics ar
 (or, from v10, identified by topic ID). An unknown topic is created when
 ``auto.create.topics.enable`` is on and the request allows it (v4+); otherwise it gets
 UNKNOWN_TOPIC_OR_PARTITION.
+
+Authorization (Kafka's): a request for every topic lists only those the principal may
+DESCRIBE; a named topic it may not describe gets TOPIC_AUTHORIZATION_FAILED, whether it
+exists or not. Creating a missing topic needs CREATE on the cluster or on the topic, else
+TOPIC_AUTHORIZATION_FAILED. ``topic_authorized_operations`` (v8+) and
+``cluster_authorized_operations`` (v8-10) hold what the principal may do, when asked.
 """
 
 from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import CLUSTER, CLUSTER_NAME, OMITTED_OPERATIONS, TOPIC, Operation
 from .group_offsets import INTERNAL_TOPICS
 from .topics import TopicCreationError, topic_name_error
 
@@ -19,35 +26,45 @@ API_KEY = ApiKey.METADATA
 MIN_VERSION, MAX_VERSION = 0, 13
 
 M = messages.MetadataResponse
-# every topic operation is allowed (no authorizer): READ 3 ... ALTER_CONFIGS 11
-TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 
 
 def handle(broker, header, request):
     version = header.api_version
+    authorizer, session = broker.authorizer, header.session
     if request.topics is None or (version == 0 and not request.topics):
-        return _response(broker, header, broker.topics.all_topics(), [], request)
-    found, missing = [], []
+        shown = [
+            t
+            for t in broker.topics.all_topics()
+            if authorizer.allows(session, Operation.DESCRIBE, TOPIC, t.name)
+        ]
+        return _response(broker, header, shown, [], request)
+    found, missing, denied = [], [], []
     for t in request.topics:
         topic = broker.topics.find(t.name, t.topic_id)
-        if topic is not None:
+        name = topic.name if topic is not None else t.name
+        if name is not None and not authorizer.allows(session, Operation.DESCRIBE, TOPIC, name):
+            denied.append(t)
+        elif topic is not None:
             found.append(topic)
         else:
             missing.append(t)
-    creatable = [
-        t.name
-        for t in missing
-        if t.name is not None
-        and topic_name_error(t.name) is None
-        and broker.config["auto.create.topics.enable"]
-        and request.allow_auto_topic_creation
-    ]
+    creatable = []
+    if broker.config["auto.create.topics.enable"] and request.allow_auto_topic_creation:
+        anywhere = authorizer.allows_cluster(session, Operation.CREATE)
+        for t in list(missing):
+            if t.name is None or topic_name_error(t.name) is not None:
+                continue
+            if anywhere or authorizer.allows(session, Operation.CREATE, TOPIC, t.name):
+                creatable.append(t.name)
+            else:
+                missing.remove(t)
+                denied.append(t)
     if not creatable:
-        return _response(broker, header, found, missing, request)
-    return _create_then_respond(broker, header, request, found, missing, creatable)
+        return _response(broker, header, found, missing, request, denied)
+    return _create_then_respond(broker, header, request, found, missing, creatable, denied)
 
 
-async def _create_then_respond(broker, header, request, found, missing, creatable):
+async def _create_then_respond(broker, header, request, found, missing, creatable, denied):
     partitions = int(broker.config["num.partitions"])
     still_missing = []
     for t in missing:
@@ -64,11 +81,13 @@ async def _create_then_respond(broker, header, request, found, missing, creatabl
                 found.append(topic)
                 continue
         still_missing.append(t)
-    return _response(broker, header, found, still_missing, request)
+    return _response(broker, header, found, still_missing, request, denied)
 
 
-def _response(broker, header, topics, missing, request):
-    include_ops = header.api_version >= 8 and request.include_topic_authorized_operations
+def _response(broker, header, topics, missing, request, denied=()):
+    version = header.api_version
+    authorizer, session = broker.authorizer, header.session
+    include_ops = version >= 8 and request.include_topic_authorized_operations
     cluster = broker.cluster
     out = []
     for topic in topics:
@@ -84,7 +103,20 @@ def _response(broker, header, topics, missing, request):
                     if record is not None
                     else [_here(broker.node_id, i) for i in range(topic.count)]
                 ),
-                **({"topic_authorized_operations": TOPIC_OPERATIONS} if include_ops else {}),
+                topic_authorized_operations=(
+                    authorizer.operations(session, TOPIC, topic.name)
+                    if include_ops
+                    else OMITTED_OPERATIONS
+                ),
+            )
+        )
+    for t in denied:
+        out.append(
+            M.MetadataResponseTopic(
+                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                name=t.name,
+                topic_id=t.topic_id,
+                is_internal=t.name in INTERNAL_TOPICS,
             )
         )
     for t in missing:
@@ -99,12 +131,16 @@ def _response(broker, header, topics, missing, request):
         M.MetadataResponseBroker(node_id=b, host=e.host, port=e.port, rack=e.rack)
         for b, e in broker.brokers(header.session.listener).items()
     ]
+    cluster_ops = OMITTED_OPERATIONS
+    if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+        cluster_ops = authorizer.operations(session, CLUSTER, CLUSTER_NAME)
     return M(
         throttle_time_ms=0,
         brokers=brokers,
         cluster_id=broker.cluster_id,
         controller_id=broker.controller_id,
         topics=out,
+        cluster_authorized_operations=cluster_ops,
     )
 
 

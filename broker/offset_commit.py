@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import GROUP, TOPIC, Operation
 from .background import wall_clock_ms
 from .group_coordinator import OFFSET_METADATA_MAX_BYTES, CommittedOffset
 
@@ -34,6 +35,9 @@ def handle(broker, header, request):
     )
     if not broker.groups.owns(request.group_id):
         error, group = ErrorCode.NOT_COORDINATOR, None
+    authorizer, session = broker.authorizer, header.session
+    if not authorizer.allows(session, Operation.READ, GROUP, request.group_id):
+        error, group = ErrorCode.GROUP_AUTHORIZATION_FAILED, None
     now = wall_clock_ms()
     topics = []
     entries = []  # (response partition, topic, partition, committed offset)
@@ -41,12 +45,17 @@ def handle(broker, header, request):
         topic = broker.topics.find(None if by_id else t.name, t.topic_id)
         out = R.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[])
         topics.append(out)
+        name = topic.name if topic is not None else t.name
+        allowed = not name or authorizer.allows(session, Operation.READ, TOPIC, name)
         for p in t.partitions:
             resp = R.OffsetCommitResponsePartition(
                 partition_index=p.partition_index, error_code=error
             )
             out.partitions.append(resp)
             if error:
+                continue
+            if not allowed:
+                resp.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             if topic is None:
                 resp.error_code = (

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import GROUP, TOPIC, Operation
+
 API_KEY = ApiKey.OFFSET_DELETE
 MIN_VERSION, MAX_VERSION = 0, 0
 
@@ -16,6 +18,9 @@ R = messages.OffsetDeleteResponse
 
 
 async def handle(broker, header, request):
+    authorizer, session = broker.authorizer, header.session
+    if not authorizer.allows(session, Operation.DELETE, GROUP, request.group_id):
+        return R(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[])
     if not broker.groups.owns(request.group_id):
         return R(error_code=ErrorCode.NOT_COORDINATOR, throttle_time_ms=0, topics=[])
     group = broker.groups.groups.get(request.group_id)
@@ -28,7 +33,9 @@ async def handle(broker, header, request):
         parts = []
         for p in t.partitions:
             resp = R.OffsetDeleteResponsePartition(partition_index=p.partition_index, error_code=0)
-            if topic is None or not 0 <= p.partition_index < topic.count:
+            if not authorizer.allows(session, Operation.READ, TOPIC, t.name):
+                resp.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif topic is None or not 0 <= p.partition_index < topic.count:
                 resp.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif subscribed is None or t.name in subscribed:
                 resp.error_code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC

@@ -12,6 +12,8 @@ import uuid
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import GROUP, TOPIC, Operation
+
 API_KEY = ApiKey.OFFSET_FETCH
 MIN_VERSION, MAX_VERSION = 1, 10
 
@@ -21,9 +23,10 @@ NO_ID = uuid.UUID(int=0)
 
 def handle(broker, header, request):
     version = header.api_version
+    session = header.session
     if version < 8:
         group_id = request.group_id
-        error, answers = _group(broker, group_id, request.topics, False)
+        error, answers = _group(broker, session, group_id, request.topics, False)
         return R(
             throttle_time_ms=0,
             error_code=error,
@@ -37,7 +40,7 @@ def handle(broker, header, request):
     by_id = version >= 10
     groups = []
     for g in request.groups:
-        error, answers = _group(broker, g.group_id, g.topics, by_id)
+        error, answers = _group(broker, session, g.group_id, g.topics, by_id)
         groups.append(
             R.OffsetFetchResponseGroup(
                 group_id=g.group_id,
@@ -63,16 +66,21 @@ def _partitions(cls, parts):
             committed_offset=o,
             committed_leader_epoch=e,
             metadata=m,
-            error_code=ErrorCode.NONE,
+            error_code=code,
         )
-        for p, o, e, m in parts
+        for p, o, e, m, code in parts
     ]
 
 
-def _group(broker, group_id, topics, by_id):
-    """(group error, [(topic name, topic id, [(partition, offset, epoch, metadata)])])."""
+def _group(broker, session, group_id, topics, by_id):
+    """(group error, [(topic name, topic id, [(partition, offset, epoch, metadata, error)])]).
+    Authorization (Kafka's): DESCRIBE on the group, and on each topic (all topics: those not
+    allowed are left out; named ones get TOPIC_AUTHORIZATION_FAILED)."""
+    authorizer = broker.authorizer
     if not group_id:
         return ErrorCode.INVALID_GROUP_ID, []
+    if not authorizer.allows(session, Operation.DESCRIBE, GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
     if not broker.groups.owns(group_id):
         return ErrorCode.NOT_COORDINATOR, []
     offsets = broker.groups.fetch_offsets(group_id)
@@ -80,10 +88,14 @@ def _group(broker, group_id, topics, by_id):
     if topics is None:
         by_topic: dict[str, list] = {}
         for (t, p), c in sorted(offsets.items()):
-            by_topic.setdefault(t, []).append((p, c.offset, c.leader_epoch, c.metadata))
+            by_topic.setdefault(t, []).append(
+                (p, c.offset, c.leader_epoch, c.metadata, ErrorCode.NONE)
+            )
         for name, parts in by_topic.items():
             topic = broker.topics.get(name)
             if by_id and topic is None:
+                continue
+            if not authorizer.allows(session, Operation.DESCRIBE, TOPIC, name):
                 continue
             answers.append((name, topic.topic_id if topic else NO_ID, parts))
         return ErrorCode.NONE, answers
@@ -94,10 +106,14 @@ def _group(broker, group_id, topics, by_id):
         else:
             name = t.name
         parts = []
+        allowed = name is None or authorizer.allows(session, Operation.DESCRIBE, TOPIC, name)
         for p in t.partition_indexes:
             c = offsets.get((name, p))
-            parts.append(
-                (p, -1, -1, "") if c is None else (p, c.offset, c.leader_epoch, c.metadata)
-            )
+            if not allowed:
+                parts.append((p, -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            elif c is None:
+                parts.append((p, -1, -1, "", ErrorCode.NONE))
+            else:
+                parts.append((p, c.offset, c.leader_epoch, c.metadata, ErrorCode.NONE))
         answers.append((t.name if not by_id else "", t.topic_id if by_id else NO_ID, parts))
     return ErrorCode.NONE, answers

@@ -1,6 +1,7 @@
 """Produce (key 0), versions 3-13 (listed from 0; v0-2 are refused): the write path.
 
-Each partition's payload is validated and appended on the spot (``Partition.append``: batch
+Each partition's payload is validated and appended on the spot (``log_validator.validate``:
+the records inside each batch, as Kafka's LogValidator checks them; ``Partition.append``: batch
 framing, size, CRC-32C, idempotent-producer sequence, offsets written in place) and the
 handler returns at once. When a partition's unflushed messages reach ``flush.messages`` the
 response waits for the flush stage, whose group commit covers every append made before it;
@@ -9,6 +10,14 @@ response. When this broker coordinates the transactional id, transactional batch
 accepted only for partitions of the producer's open transaction (the coordinator's
 ``verify``; INVALID_PRODUCER_EPOCH for a fenced producer); otherwise the partition's producer
 state is what checks (an older epoch is fenced), as in Kafka before KIP-890.
+
+Authorization (Kafka's): WRITE on the transactional id when there is one (else every
+partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED), WRITE on each topic (else its
+partitions get TOPIC_AUTHORIZATION_FAILED).
+
+Quotas: the request's record bytes count against the client's ``producer_byte_rate``
+(quotas.py); over it, the response carries the throttle time and the connection is muted
+for that long.
 """
 
 from __future__ import annotations
@@ -20,7 +29,10 @@ from functools import partial
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import StorageError
 
+from .authorizer import TOPIC, TRANSACTIONAL_ID, Operation
 from .leader_hints import LeaderHints
+from .log_validator import validate
+from .quotas import PRODUCE as PRODUCE_QUOTA
 from .storage_errors import storage_failed
 
 API_KEY = ApiKey.PRODUCE
@@ -34,12 +46,32 @@ def handle(broker, header, request):
     if request.acks not in (0, 1, -1):
         code = ErrorCode.INVALID_REQUIRED_ACKS
         return _all_failed(request, version, code)
+    authorizer, session = broker.authorizer, header.session
+    if request.transactional_id is not None and not authorizer.allows(
+        session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id
+    ):
+        return _all_failed(request, version, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     topics = broker.topics
     responses = []
     to_flush = []
+    now_ms = int(time.time() * 1000)
     hints = LeaderHints(broker, R, 10, 10, version)
     for t in request.topic_data:
         topic = topics.find(None if version >= 13 else t.name, t.topic_id)
+        name = topic.name if topic is not None else t.name  # (unknown names too, as Kafka)
+        if name and not authorizer.allows(session, Operation.WRITE, TOPIC, name):
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            responses.append(
+                R.TopicProduceResponse(
+                    name=t.name,
+                    topic_id=t.topic_id,
+                    partition_responses=[
+                        R.PartitionProduceResponse(index=p.index, error_code=code)
+                        for p in t.partition_data
+                    ],
+                )
+            )
+            continue
         unknown = (
             ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
@@ -64,27 +96,44 @@ def handle(broker, header, request):
             append_time = -1
             if topic.setting("message.timestamp.type") == "LogAppendTime":
                 append_time = int(time.time() * 1000)
+            rejection = None
             if p.records is None:
                 code, base = ErrorCode.CORRUPT_MESSAGE, -1
+            elif (rejection := validate(p.records, topic, now_ms)) is not None:
+                code, base = rejection.error_code, -1
             else:
                 code, base, count = partition.append(
                     p.records, int(topic.setting("max.message.bytes")), verify, append_time
                 )
                 if count and partition.unflushed >= int(topic.setting("flush.messages")):
                     to_flush.append(partition)
-            partitions.append(
-                R.PartitionProduceResponse(
-                    index=p.index,
-                    error_code=code,
-                    base_offset=base,
-                    log_append_time_ms=append_time if code == ErrorCode.NONE else -1,
-                    log_start_offset=partition.log.log_start_offset,
-                )
+            answer = R.PartitionProduceResponse(
+                index=p.index,
+                error_code=code,
+                base_offset=base,
+                log_append_time_ms=append_time if code == ErrorCode.NONE else -1,
+                log_start_offset=partition.log.log_start_offset,
             )
+            if rejection is not None:
+                answer.error_message = rejection.message
+                if rejection.record_index >= 0:
+                    answer.record_errors = [
+                        R.BatchIndexAndErrorMessage(
+                            batch_index=rejection.record_index,
+                            batch_index_error_message=rejection.message,
+                        )
+                    ]
+            partitions.append(answer)
         responses.append(
             R.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=partitions)
         )
     response = R(responses=responses, throttle_time_ms=0, node_endpoints=hints.endpoints())
+    if PRODUCE_QUOTA in broker.quotas.active:
+        size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
+        response.throttle_time_ms = broker.quotas.throttle_ms(
+            session, header.client_id, PRODUCE_QUOTA, size, time.monotonic()
+        )
+        session.throttle(response.throttle_time_ms)
     if to_flush:
         return _after_flush(broker.topics.flush(to_flush), response, request.acks)
     return None if request.acks == 0 else response

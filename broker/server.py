@@ -82,17 +82,21 @@ from headrace.protocol import (
 )
 from headrace.storage import StorageError, fsync_directory
 
+from .authorizer import Authorizer, from_document
 from .background import run_every
 from .broker_client import BrokerClient
 from .cluster import Cluster, ClusterError, Endpoint
 from .config import BrokerConfig, ConfigError, connection_overrides
 from .controller import Controller
+from .documents import Document
 from .group_coordinator import GroupCoordinator
 from .group_offsets import OFFSETS_TOPIC
 from .init_producer_id import ProducerIdManager
 from .listeners import Listener, inter_broker, listeners
 from .log_cleaner import LogCleaner
 from .moves import Moves
+from .quotas import REQUEST, ClientQuotas
+from .quotas import from_document as quotas_from_document
 from .sasl import AUTHENTICATE, COMPLETE, HANDSHAKE, SaslConfig, SaslSession
 from .sasl import listener_config as sasl_config
 from .scram_credentials import ScramCredentials
@@ -130,6 +134,9 @@ API_MODULES = (
     "end_txn",  # 26
     "write_txn_markers",  # 27
     "txn_offset_commit",  # 28
+    "describe_acls",  # 29
+    "create_acls",  # 30
+    "delete_acls",  # 31
     "describe_configs",  # 32
     "alter_configs",  # 33
     "describe_log_dirs",  # 35
@@ -140,6 +147,8 @@ API_MODULES = (
     "alter_partition_reassignments",  # 45
     "list_partition_reassignments",  # 46
     "offset_delete",  # 47
+    "describe_client_quotas",  # 48
+    "alter_client_quotas",  # 49
     "describe_user_scram_credentials",  # 50
     "alter_user_scram_credentials",  # 51
     "describe_cluster",  # 60
@@ -235,6 +244,12 @@ class BrokerServer:
         self._tls: dict[str, ssl.SSLContext] = {}  # listener name -> its TLS context
         self._sasl: dict[str, SaslConfig] = {}  # listener name -> its SASL settings
         self.scram_credentials = ScramCredentials(self.data_dir)
+        # ACLs (authorizer.py): in the data directory, or in a cluster in ZooKeeper
+        self.authorizer = Authorizer(config)
+        self.acl_document = Document("acls", self.data_dir, self.cluster)
+        # client quotas (quotas.py), kept the same way
+        self.quotas = ClientQuotas(config)
+        self.quota_document = Document("quotas", self.data_dir, self.cluster)
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
         self._lock_fd = -1  # the data directory's lock, held from start to stop
@@ -278,6 +293,8 @@ class BrokerServer:
         self._tls, self._sasl = self._security()
         await asyncio.to_thread(self._open_data_dir)
         if self.cluster is None:
+            self.acl_document.watch(self._acls_changed)
+            self.quota_document.watch(self._quotas_changed)
             await self.groups.start()
             await self.transactions.start()
         config = self.config
@@ -378,11 +395,41 @@ class BrokerServer:
         except ClusterError as e:
             await self._abandon()
             raise StartupError(str(e)) from None
+        try:
+            acls = await asyncio.to_thread(self.acl_document.load)
+            self.authorizer.replace(from_document(acls))
+            quotas = await asyncio.to_thread(self.quota_document.load)
+            self.quotas.replace(quotas_from_document(quotas))
+        except (ValueError, KeyError, TypeError) as e:
+            await self._abandon()
+            raise StartupError(f"cannot read the ACLs or quotas in ZooKeeper: {e}") from None
+        self.acl_document.watch(self._acls_changed)
+        self.quota_document.watch(self._quotas_changed)
+        authorizer = self.authorizer
+        if authorizer.enabled and ANONYMOUS not in authorizer.super_users:
+            log.warning(
+                "the authorizer is on: brokers reach each other through the PLAINTEXT listener"
+                " as %s, which needs CLUSTER_ACTION on the cluster (an ACL, or super.users) for"
+                " partition moves and transaction markers",
+                ANONYMOUS,
+            )
         await self.groups.start()
         await self.transactions.start()
         self.cluster.serve()
         self.cluster_id = self.cluster.cluster_id
         await asyncio.to_thread(self._write_meta, self.cluster_id)
+
+    def _acls_changed(self, value) -> None:
+        try:
+            self.authorizer.replace(from_document(value))
+        except (ValueError, KeyError, TypeError):
+            log.exception("ACLs in ZooKeeper unreadable; the ones known are kept")
+
+    def _quotas_changed(self, value) -> None:
+        try:
+            self.quotas.replace(quotas_from_document(value))
+        except (ValueError, KeyError, TypeError):
+            log.exception("client quotas in ZooKeeper unreadable; the ones known are kept")
 
     async def _abandon(self) -> None:
         """Undo a start that failed after opening the data directory."""
@@ -426,6 +473,17 @@ class BrokerServer:
         except (OSError, ValueError, KeyError) as e:
             self._unlock_data_dir()
             raise StartupError(f"cannot read {self.scram_credentials.path}: {e}") from e
+        if self.cluster is None:
+            try:
+                self.authorizer.replace(from_document(self.acl_document.load()))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                self._unlock_data_dir()
+                raise StartupError(f"cannot read {self.acl_document.path}: {e}") from e
+            try:
+                self.quotas.replace(quotas_from_document(self.quota_document.load()))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                self._unlock_data_dir()
+                raise StartupError(f"cannot read {self.quota_document.path}: {e}") from e
         try:
             self.topics.load(recover=not clean)
         except (StorageError, OSError, ValueError) as e:
@@ -571,7 +629,17 @@ class BrokerServer:
         if size is not None:  # count it against the connection before its next request
             request.expect(size(self, body))
         try:
-            outcome = api.handle(self, context, body)
+            if REQUEST in self.quotas.active:  # request_percentage quotas: time the handler
+                started = time.perf_counter()
+                outcome = api.handle(self, context, body)
+                throttle = self._request_time(context, time.perf_counter() - started)
+                if throttle and outcome is not None:
+                    if hasattr(outcome, "__await__"):
+                        outcome = _throttled_later(outcome, throttle)
+                    else:
+                        _throttled(outcome, throttle)
+            else:
+                outcome = api.handle(self, context, body)
             if outcome is None:
                 return None
             if hasattr(outcome, "__await__"):
@@ -581,6 +649,16 @@ class BrokerServer:
             raise
         except Exception:
             return self._failed(header, body)
+
+    def _request_time(self, context: RequestContext, seconds: float) -> int:
+        """Count a request's handler time against the client's request_percentage quota;
+        the throttle time it earned (ms), the connection muted for it."""
+        now = time.monotonic()
+        ms = self.quotas.throttle_ms(
+            context.session, context.client_id, REQUEST, seconds * 100, now
+        )
+        context.session.throttle(ms)
+        return ms
 
     def _session(self, conn) -> Session:
         listener = conn.listener
@@ -637,6 +715,20 @@ class BrokerServer:
             header.api_key, header.api_version, body, ErrorCode.UNKNOWN_SERVER_ERROR
         )
         return self._encode(header, error)
+
+
+def _throttled(response, ms: int) -> None:
+    """Put a throttle time in a response that has the field (the larger one wins)."""
+    message = response[0] if isinstance(response, tuple) else response
+    if getattr(message, "throttle_time_ms", None) is not None:
+        message.throttle_time_ms = max(message.throttle_time_ms, ms)
+
+
+async def _throttled_later(awaitable, ms: int):
+    response = await awaitable
+    if response is not None:
+        _throttled(response, ms)
+    return response
 
 
 # before a SASL client has authenticated (or while it re-authenticates), as Kafka's

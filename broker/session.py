@@ -2,7 +2,8 @@
 
 ``Session`` is made at a connection's first request (``Connection.session``): the listener the
 client came through, its principal (``User:ANONYMOUS``, the TLS client certificate's subject,
-or the SASL user) and, on a SASL listener, its authentication state.
+or the SASL user), its address and, on a SASL listener, its authentication state. The
+authorizer (``authorizer.py``) decides by principal and address.
 ``RequestContext`` is what every API module gets as ``header``: the request header's fields
 and the session.
 """
@@ -23,11 +24,12 @@ ANONYMOUS = "User:ANONYMOUS"
 class Session:
     """One client connection as the broker sees it."""
 
-    __slots__ = ("listener", "principal", "sasl", "_connection")
+    __slots__ = ("listener", "principal", "host", "sasl", "_connection")
 
     def __init__(self, listener: Listener, connection: Connection) -> None:
         self.listener = listener
         self.principal = ANONYMOUS  # Kafka's principal: "User:<name>"
+        self.host = connection.host or ""  # the client's address, as ACLs name hosts
         self.sasl: SaslSession | None = None  # on a SASL listener: its state (sasl.py)
         self._connection: Connection | None = connection  # dropped when it closes
 
@@ -40,6 +42,17 @@ class Session:
         """The client has authenticated: the connection gets its full limits."""
         if self._connection is not None:
             self._connection.authenticated()
+
+    def throttle(self, ms: int) -> None:
+        """Neither read nor handle this client's requests for ``ms`` milliseconds (a quota's
+        throttle)."""
+        if self._connection is not None and ms > 0:
+            self._connection.mute(ms / 1000)
+
+    @property
+    def user(self) -> str:
+        """The principal's name, as quotas name users (``User:alice`` -> ``alice``)."""
+        return self.principal.partition(":")[2]
 
     def closed(self) -> None:
         self._connection = None

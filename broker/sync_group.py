@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import GROUP, Operation
+
 API_KEY = ApiKey.SYNC_GROUP
 MIN_VERSION, MAX_VERSION = 0, 5
 
@@ -17,6 +19,8 @@ R = messages.SyncGroupResponse
 
 def handle(broker, header, request):
     version = header.api_version
+    if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
+        return _response(broker, request, ErrorCode.GROUP_AUTHORIZATION_FAILED, b"")
     if not broker.groups.owns(request.group_id):
         return _response(broker, request, ErrorCode.NOT_COORDINATOR, b"")
     outcome = broker.groups.classic.sync(

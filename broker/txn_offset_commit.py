@@ -17,6 +17,7 @@ from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
 
 from . import group_offsets
+from .authorizer import GROUP, TOPIC, TRANSACTIONAL_ID, Operation
 from .background import wall_clock_ms
 from .group_coordinator import OFFSET_METADATA_MAX_BYTES, CommittedOffset
 
@@ -50,6 +51,11 @@ def handle(broker, header, request):
     group_id = request.group_id
     if not group_id:
         return _respond(request, lambda t, p: ErrorCode.INVALID_GROUP_ID)
+    authorizer, session = broker.authorizer, header.session
+    if not authorizer.allows(session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id):
+        return _respond(request, lambda t, p: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not authorizer.allows(session, Operation.READ, GROUP, group_id):
+        return _respond(request, lambda t, p: ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if not broker.groups.owns(group_id):
         return _respond(request, lambda t, p: ErrorCode.NOT_COORDINATOR)
     error = _check_transaction(broker, request, group_id)
@@ -69,7 +75,9 @@ def handle(broker, header, request):
     for t in request.topics:
         for p in t.partitions:
             topic = broker.topics.get(t.name)
-            if topic is None or not 0 <= p.partition_index < topic.count:
+            if not authorizer.allows(session, Operation.READ, TOPIC, t.name):
+                codes[(t.name, p.partition_index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif topic is None or not 0 <= p.partition_index < topic.count:
                 codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif (
                 p.committed_metadata is not None

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .authorizer import Operation
+
 API_KEY = ApiKey.UNREGISTER_BROKER
 MIN_VERSION, MAX_VERSION = 0, 0
 
@@ -21,6 +23,8 @@ R = messages.UnregisterBrokerResponse
 
 async def handle(broker, header, request):
     node = request.broker_id
+    if not broker.authorizer.allows_cluster(header.session, Operation.ALTER):
+        return _answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     cluster = broker.cluster
     if cluster is None:
         if node == broker.node_id:

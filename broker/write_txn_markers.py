@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import StorageError
 
+from .authorizer import Operation
 from .group_offsets import OFFSETS_TOPIC
 
 API_KEY = ApiKey.WRITE_TXN_MARKERS
@@ -84,24 +85,30 @@ async def write_here(
 
 
 def handle(broker, header, request):
-    return _write(broker, request)
+    # brokers only (Kafka's CLUSTER_ACTION on the cluster)
+    allowed = broker.authorizer.allows_cluster(header.session, Operation.CLUSTER_ACTION)
+    return _write(broker, request, allowed)
 
 
-async def _write(broker, request):
+async def _write(broker, request, allowed: bool):
     txns = broker.transactions
     results = []
     for marker in request.markers:
         keys = [(t.name, index) for t in marker.topics for index in t.partition_indexes]
-        codes = await write_here(
-            broker.topics,
-            broker.groups,
-            marker.producer_id,
-            marker.producer_epoch,
-            marker.transaction_result,
-            marker.coordinator_epoch,
-            keys,
-            txns.is_leader,
-        )
+        codes: dict[tuple[str, int], int]
+        if not allowed:
+            codes = dict.fromkeys(keys, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        else:
+            codes = await write_here(
+                broker.topics,
+                broker.groups,
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.transaction_result,
+                marker.coordinator_epoch,
+                keys,
+                txns.is_leader,
+            )
         results.append(
             R.WritableTxnMarkerResult(
                 producer_id=marker.producer_id,

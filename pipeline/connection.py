@@ -39,6 +39,9 @@ asyncio ``BufferedProtocol``: the event loop reads straight into our buffers.
   ``Limits.requests_per_connection`` responses, the connection is not ``writable``: the
   router takes none of its queued requests and it stops reading, until the client has read
   what it was sent. A client that does not read only stalls itself.
+* Quotas: ``mute(seconds)`` stops reading the connection and handling its requests for that
+  long (the broker's throttle time for a client over its quota; the connection is not
+  ``writable`` meanwhile, so the router leaves its queued requests alone).
 * Admission: ``Limits.admit`` (limits.py) counts connections in total and per peer address;
   one over a limit is accepted and closed at once.
 """
@@ -104,6 +107,7 @@ class Connection(asyncio.BufferedProtocol):
         "_gated",
         "_reading",
         "_stopped",
+        "_muted",
         "requests",
         "scheduled",
         "active_at",
@@ -141,6 +145,7 @@ class Connection(asyncio.BufferedProtocol):
         self._gated = False  # the handler keeps the first-request limits until authenticated()
         self._reading = True
         self._stopped = False  # no more requests: the broker is shutting down
+        self._muted: asyncio.TimerHandle | None = None  # throttled (a quota) until it fires
         self.requests: deque[Request] = deque()  # read, waiting for the router
         self.scheduled = False  # in a router queue
         self.active_at = time.monotonic()  # last traffic either way
@@ -167,6 +172,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._muted is not None:
+            self._muted.cancel()
+            self._muted = None
         if self.host is None:
             return  # refused at admission
         self._limits.leave(self.host)
@@ -330,7 +338,7 @@ class Connection(asyncio.BufferedProtocol):
     def writable(self) -> bool:
         """Whether the client has taken enough of its responses for more to be made."""
         writer = self._writer
-        if self.closed or writer is None:
+        if self.closed or writer is None or self._muted is not None:
             return False
         unsent = self._parked_bytes + self._expected_bytes + writer.buffered
         return (
@@ -393,6 +401,31 @@ class Connection(asyncio.BufferedProtocol):
         self._stopped = True
         self._update_reading()
 
+    def mute(self, seconds: float) -> None:
+        """Neither read nor handle this client's requests for ``seconds`` (a quota's throttle
+        time, as Kafka mutes a throttled channel): requests read before wait in its queue,
+        responses already made still go out. A longer mute replaces a shorter one."""
+        if self.closed or seconds <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        if self._muted is not None:
+            if self._muted.when() >= until:
+                return
+            self._muted.cancel()
+        self._muted = loop.call_at(until, self._unmute)
+        self._update_reading()
+
+    def _unmute(self) -> None:
+        self._muted = None
+        if not self.closed:
+            self._router.schedule(self)  # the requests read before the mute, first
+            self._update_reading()
+
+    @property
+    def muted(self) -> bool:
+        return self._muted is not None
+
     @property
     def idle(self) -> bool:
         """Nothing in flight either way (for ``connections.max.idle.ms``)."""
@@ -407,6 +440,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         want = not (
             self._stopped
+            or self._muted is not None
             or (not self._accepted and self._next_seq > self._next_write)
             or self._in_flight > self._limits.per_connection
             or self._next_seq - self._next_write >= self._limits.requests_per_connection

@@ -84,7 +84,7 @@ def test_kafka_units_and_precedence():
     "settings, message",
     [
         ({"num.netwrk.threads": "3"}, "unknown setting 'num.netwrk.threads'"),
-        ({"authorizer.class.name": "X"}, "unknown setting 'authorizer.class.name'"),
+        ({"authorizer.class.name": "X"}, "authorizer.class.name: 'X' is not an authorizer"),
         (
             {"process.roles": "broker", "controller.quorum.voters": "1@a:9093,2@b:9093"},
             "controller.quorum.voters",

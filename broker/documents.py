@@ -1,0 +1,151 @@
+"""Small JSON documents the whole broker (or the whole cluster) shares: the ACLs, the client
+quotas.
+
+How this works
+--------------
+A ``Document`` has a name (``acls``) and lives in one of two places. A single broker keeps it
+in its data directory as ``<name>.json``, replaced atomically (temporary file, fsync, rename,
+directory fsync) in a thread, never on the event loop. A broker of a cluster
+(``zookeeper.connect``) keeps it in the znode ``/<name>``: every change is a compare-and-set on
+the znode's version (read, change, write; again if another broker wrote in between), and every
+broker watches the znode and applies what it holds, so a change made at one broker reaches the
+others within ZooKeeper's notification delay.
+
+``load`` (at start-up, in a thread) returns the stored value (None when there is none).
+``watch(apply)`` (cluster) calls ``apply(value)`` on the event loop whenever the znode changes;
+a notification older than the last value applied (by the znode's modification zxid) is
+dropped. ``change(fn)`` computes the new value from the current one (``fn`` may raise to
+refuse), stores it, applies it here at once through the ``apply`` given, and returns it.
+A document is at most ``MAX_BYTES`` (ZooKeeper's default znode limit is 1 MiB); its owners
+bound what they put in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from headrace.storage import fsync_directory
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+
+MAX_BYTES = 1000 * 1024
+
+
+class DocumentTooLarge(ValueError):
+    pass
+
+
+class Document:
+    """One shared document (see the module docstring)."""
+
+    def __init__(self, name: str, data_dir: Path, cluster: Cluster | None) -> None:
+        self.name = name
+        self.path = data_dir / f"{name}.json"
+        self.cluster = cluster
+        self.znode = f"/{name}"
+        self._apply: Callable[[Any], None] | None = None
+        self._zxid = -1  # the modification zxid of the znode version last applied
+        self._lock = asyncio.Lock()
+
+    def load(self) -> Any:
+        """(In a thread.) The stored value, or None."""
+        if self.cluster is not None:
+            try:
+                data, stat = self.cluster.zk.get(self.znode)
+            except NoNodeError:
+                return None
+            self._zxid = stat.mzxid
+            return json.loads(data) if data else None
+        try:
+            return json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+
+    def watch(self, apply: Callable[[Any], None]) -> None:
+        """``apply`` is called with every new value (cluster: from the watch; both: after
+        ``change``)."""
+        self._apply = apply
+        cluster = self.cluster
+        if cluster is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def changed(data, stat, *_) -> None:  # kazoo's thread
+            if data is not None and stat is not None:
+                loop.call_soon_threadsafe(self._changed, data, stat.mzxid)
+
+        cluster.zk.DataWatch(self.znode, changed)
+
+    def _changed(self, data: bytes, zxid: int) -> None:
+        if zxid <= self._zxid or self._apply is None:
+            return
+        self._zxid = zxid
+        self._apply(json.loads(data) if data else None)
+
+    async def change(self, fn: Callable[[Any], Any]) -> Any:
+        """Store ``fn(current value)`` and apply it; raises what ``fn`` raises, OSError or
+        kazoo's errors when it cannot be stored (nothing changes then)."""
+        async with self._lock:
+            if self.cluster is None:
+                value = fn(await asyncio.to_thread(self.load))
+                data = _encode(value)
+                await asyncio.to_thread(self._write, data)
+            else:
+                value, zxid = await asyncio.to_thread(self._compare_and_set, fn)
+                if zxid <= self._zxid:
+                    return value
+                self._zxid = zxid
+            if self._apply is not None:
+                self._apply(value)
+            return value
+
+    def _compare_and_set(self, fn) -> tuple[Any, int]:
+        assert self.cluster is not None
+        zk = self.cluster.zk
+        while True:
+            try:
+                data, stat = zk.get(self.znode)
+            except NoNodeError:
+                value = fn(None)
+                try:
+                    _, stat = zk.create(
+                        self.znode, _encode(value), makepath=True, include_data=True
+                    )
+                except NodeExistsError:
+                    continue
+                return value, stat.mzxid
+            value = fn(json.loads(data) if data else None)
+            try:
+                stat = zk.set(self.znode, _encode(value), version=stat.version)
+            except BadVersionError:
+                continue
+            return value, stat.mzxid
+
+    def _write(self, data: bytes) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        os.replace(tmp, self.path)
+        fsync_directory(self.path.parent)
+
+
+def _encode(value: Any) -> bytes:
+    data = json.dumps(value, separators=(",", ":")).encode()
+    if len(data) > MAX_BYTES:
+        raise DocumentTooLarge(f"{len(data)} bytes, over {MAX_BYTES}")
+    return data

@@ -1,0 +1,106 @@
+"""The records inside a v2 batch, checked as Kafka's LogValidator checks them before a
+produce is stored: the reference, in Python. ``headrace._record_check`` (C, built when a
+compiler is there) does the same faster; ``check_records`` is whichever is present.
+
+A record (Kafka's DefaultRecord), after the batch's 61-byte header, in order:
+  length varint (the bytes after it), attributes int8, timestampDelta varlong, offsetDelta
+  varint, keyLength varint (-1: null) + key, valueLength varint (-1: null) + value,
+  headerCount varint, then per header: keyLength varint (>= 0) + key, valueLength varint
+  (-1: null) + value.
+Varints are zigzag-encoded: at most 5 bytes (varint) or 10 (varlong).
+
+``check_records(buf, pos, end, count, need_key, base_timestamp, low, high)`` walks the
+``count`` records in ``buf[pos:end]`` and returns ``(problem, index)``: ``OK`` (0, -1), or the
+first problem and the index of the record it is in:
+  FRAMING    a length or varint inconsistent with the batch (runs past the record or the
+             batch, a record that is not exactly its declared length, a negative count or
+             header key length, bytes left after the last record, fewer records than
+             ``count``)
+  OFFSET     an offsetDelta other than the record's index
+  NO_KEY     a null key where ``need_key`` (a compacted topic)
+  TIMESTAMP  base_timestamp + timestampDelta outside [low, high]
+Nothing is allocated per record; the walk stops at the first problem.
+"""
+
+from __future__ import annotations
+
+OK, FRAMING, OFFSET, NO_KEY, TIMESTAMP = 0, 1, 2, 3, 4
+
+
+class _Bad(Exception):
+    pass
+
+
+def _varint(buf, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+    value = shift = 0
+    for i in range(max_bytes):
+        if pos + i >= end:
+            raise _Bad
+        b = buf[pos + i]
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (value >> 1) ^ -(value & 1), pos + i + 1
+        shift += 7
+    raise _Bad
+
+
+def check_records_py(buf, pos, end, count, need_key, base_timestamp, low, high):
+    """See the module docstring (the reference implementation)."""
+    index = 0
+    try:
+        while index < count:
+            length, pos = _varint(buf, pos, end, 5)
+            stop = pos + length
+            if length < 1 or stop > end:  # at least the attributes byte
+                return FRAMING, index
+            pos += 1  # attributes (unused in v2)
+            delta, pos = _varint(buf, pos, stop, 10)
+            offset_delta, pos = _varint(buf, pos, stop, 5)
+            key, pos = _varint(buf, pos, stop, 5)
+            if key < -1:
+                return FRAMING, index
+            if key >= 0:
+                pos += key
+            value, pos = _varint(buf, pos, stop, 5)
+            if value < -1 or pos > stop:
+                return FRAMING, index
+            if value >= 0:
+                pos += value
+            headers, pos = _varint(buf, pos, stop, 5)
+            if headers < 0 or pos > stop:
+                return FRAMING, index
+            for _ in range(headers):
+                hkey, pos = _varint(buf, pos, stop, 5)
+                if hkey < 0:
+                    return FRAMING, index
+                pos += hkey
+                hvalue, pos = _varint(buf, pos, stop, 5)
+                if hvalue < -1:
+                    return FRAMING, index
+                if hvalue >= 0:
+                    pos += hvalue
+                if pos > stop:
+                    return FRAMING, index
+            if pos != stop:
+                return FRAMING, index
+            if offset_delta != index:
+                return OFFSET, index
+            if need_key and key < 0:
+                return NO_KEY, index
+            if not low <= base_timestamp + delta <= high:
+                return TIMESTAMP, index
+            index += 1
+    except _Bad:
+        return FRAMING, index
+    if pos != end:
+        return FRAMING, index
+    return OK, -1
+
+
+try:
+    from headrace._record_check import check_records  # type: ignore[import-not-found]
+
+    COMPILED = True
+except ImportError:  # no compiler at install time: the reference does the work
+    check_records = check_records_py
+    COMPILED = False

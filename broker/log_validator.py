@@ -1,0 +1,102 @@
+"""What Kafka's LogValidator checks in a produced payload before anything of it is stored,
+beyond the batch framing and CRC that ``Partition.append`` checks.
+
+How this works
+--------------
+``validate(records, topic, now_ms)`` walks the payload's batches (their headers only) and, for
+each, the records inside (``headrace.record_check``: C when it was built, else the Python
+reference; no per-record objects either way): every length and varint consistent with the
+batch, offset deltas 0..n-1, exactly ``records_count`` records and no bytes after them, a key
+on every record of a compacted topic, and on a CreateTime topic every timestamp within
+``message.timestamp.before.max.ms`` before and ``message.timestamp.after.max.ms`` after the
+broker's clock. A compressed batch is decompressed first (bounded, as every decompression
+is: ``protocol.compression``). It returns None when all is well, else a ``Rejection``: Kafka's
+error code (INVALID_RECORD; INVALID_TIMESTAMP for a timestamp; CORRUPT_MESSAGE for a CRC
+that does not match, or a batch that cannot be decompressed), its message, and the index of
+the first bad record in its batch (Kafka's ``record_errors``, Produce v8+). Batch framing
+errors are left to ``Partition.append``, which answers them as before. A batch compressed
+with a codec this installation lacks cannot be looked into: its records are not checked.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from headrace.protocol import ErrorCode
+from headrace.protocol.compression import UnsupportedCompressionError, decompress
+from headrace.protocol.records import (
+    BATCH_HEADER_SIZE,
+    CorruptRecordError,
+    crc_matches,
+    iter_batches,
+)
+from headrace.record_check import FRAMING, NO_KEY, OFFSET, TIMESTAMP, check_records
+
+log = logging.getLogger(__name__)
+
+LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
+_MESSAGES = {
+    FRAMING: "malformed record: a length or varint does not fit the batch",
+    OFFSET: "invalid offset delta: records must be numbered 0..n-1 in their batch",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    error_code: int
+    message: str
+    record_index: int  # the first bad record's index in its batch (-1: the batch itself)
+
+
+def validate(records, topic, now_ms: int) -> Rejection | None:
+    """See the module docstring."""
+    need_key = "compact" in str(topic.setting("cleanup.policy"))
+    if topic.setting("message.timestamp.type") == "CreateTime":
+        low = max(LONG_MIN, now_ms - int(topic.setting("message.timestamp.before.max.ms")))
+        high = min(LONG_MAX, now_ms + int(topic.setting("message.timestamp.after.max.ms")))
+    else:  # LogAppendTime: the broker's clock replaces them
+        low, high = LONG_MIN, LONG_MAX
+    try:
+        batches = list(iter_batches(records))
+    except CorruptRecordError:
+        return None  # Partition.append answers it
+    for pos, size, h in batches:
+        if h.is_control:
+            continue  # refused by Partition.append (clients may not write control batches)
+        start, end = pos + BATCH_HEADER_SIZE, pos + size
+        body, first = records, start
+        if h.compression > 4:
+            return Rejection(ErrorCode.CORRUPT_MESSAGE, f"unknown compression {h.compression}", -1)
+        if h.compression:
+            if not crc_matches(records[pos:end]):
+                return Rejection(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch", -1)
+            try:
+                body = decompress(h.compression, records[start:end])
+            except UnsupportedCompressionError:
+                continue  # not looked into (see the module docstring)
+            except (CorruptRecordError, ValueError) as e:
+                return Rejection(ErrorCode.CORRUPT_MESSAGE, f"cannot decompress: {e}", -1)
+            first, end = 0, len(body)
+        problem, index = check_records(
+            body, first, end, h.records_count, need_key, h.base_timestamp, low, high
+        )
+        if problem:
+            if problem == FRAMING or problem == OFFSET:
+                if not crc_matches(records[pos : pos + size]):
+                    return Rejection(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch", -1)
+                return Rejection(ErrorCode.INVALID_RECORD, _MESSAGES[problem], index)
+            if problem == NO_KEY:
+                return Rejection(
+                    ErrorCode.INVALID_RECORD,
+                    f"Compacted topic cannot accept message without key in topic {topic.name}.",
+                    index,
+                )
+            if problem == TIMESTAMP:
+                return Rejection(
+                    ErrorCode.INVALID_TIMESTAMP,
+                    f"Timestamp of the record at index {index} is out of range: it must be"
+                    f" within [{low}, {high}]",
+                    index,
+                )
+    return None
