@@ -92,6 +92,8 @@ class GroupCoordinator:
         self._reclaimed_at = -RECLAIM_EVERY_S
         self.classic.room_for_group = self.room_for_group
         self.txn_offsets: PendingOffsets = {}  # producer id -> group id -> offsets
+        # partitions of __consumer_offsets whose replay failed: their groups are not served
+        self.unavailable: set[int] = set()
         self._tasks: list[asyncio.Task] = []
 
     # lifecycle ---------------------------------------------------------------------------------

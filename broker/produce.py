@@ -35,6 +35,7 @@ def handle(broker, header, request):
         code = ErrorCode.INVALID_REQUIRED_ACKS
         return _all_failed(request, version, code)
     topics = broker.topics
+    bytes_in = broker.metrics.bytes_in
     responses = []
     to_flush = []
     hints = LeaderHints(broker, R, 10, 10, version)
@@ -72,6 +73,8 @@ def handle(broker, header, request):
                 )
                 if count and partition.unflushed >= int(topic.setting("flush.messages")):
                     to_flush.append(partition)
+                if code == ErrorCode.NONE:
+                    bytes_in[topic.name] = bytes_in.get(topic.name, 0) + len(p.records)
             partitions.append(
                 R.PartitionProduceResponse(
                     index=p.index,

@@ -156,6 +156,8 @@ class TransactionCoordinator:
         self.leader_of = leader_of or (lambda topic, partition: node_id)
         self.is_coordinator = is_coordinator
         self.broker_client = broker_client
+        # partitions of __transaction_state whose replay failed: their ids are not served
+        self.unavailable: set[int] = set()
         self.txns: dict[str, TransactionMetadata] = {}
         # (transactional id, producer id, epoch) of a decided transaction -> its partitions
         # whose marker is written (while some others' are not)
