@@ -24,6 +24,12 @@ on 127.0.0.1 in the foreground, data in ./zookeeper-data by default; needs Java 
 Admin commands over the Kafka protocol against a running broker or cluster
 (``--bootstrap-server``, ``--json``).
 A command that fails (the broker refuses, or cannot be reached) prints why and exits with 1.
+
+    headrace dump-log FILE|DIR [--print-data]     (dump_log_command.py)
+    headrace verify DIR [--progress]              (verify_command.py)
+
+Segment files read as they are on disk, like Kafka's kafka-dump-log, and checked (CRCs,
+offsets, indexes); ``verify`` exits with 1 and names the first bad position.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import signal
 import sys
 from pathlib import Path
 
-from . import groups_command, topics_command
+from . import dump_log_command, groups_command, topics_command, verify_command
 from .admin_request import AdminError
 from .config import BROKER_SETTINGS, BrokerConfig, ConfigError
 from .listeners import listeners
@@ -83,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="JSON instead of tables")
     topics_command.add_parser(commands, common)
     groups_command.add_parser(commands, common)
+    dump_log_command.add_parser(commands)
+    verify_command.add_parser(commands)
     zk = commands.add_parser("zookeeper", help="run a standalone ZooKeeper on 127.0.0.1")
     zk.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
     zk.add_argument("--data-dir", default="zookeeper-data", help="default ./zookeeper-data")
@@ -108,8 +116,13 @@ def main(argv: list[str] | None = None) -> None:
         for s in BROKER_SETTINGS.values():
             print(f"{s.name}={s.default}\n    {s.doc}")
         return
-    if args.command in ("topics", "groups"):
-        command = topics_command if args.command == "topics" else groups_command
+    command = {
+        "topics": topics_command,
+        "groups": groups_command,
+        "dump-log": dump_log_command,
+        "verify": verify_command,
+    }.get(args.command)
+    if command is not None:
         try:
             sys.exit(command.run(args))
         except (AdminError, OSError, ValueError) as e:
