@@ -21,8 +21,9 @@ R = messages.AddOffsetsToTxnResponse
 async def handle(broker, header, request):
     if not request.group_id:
         return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_GROUP_ID)
-    if not broker.transactions.owns(request.transactional_id):
-        return R(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
+    refused = broker.transactions.not_served(request.transactional_id)
+    if refused:
+        return R(throttle_time_ms=0, error_code=refused)
     try:
         topic = await broker.groups.offsets.topic()
     except StorageError:

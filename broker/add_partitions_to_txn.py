@@ -28,8 +28,9 @@ def _unknown(broker, name: str, index: int) -> bool:
 async def _one(broker, version, tid, pid, epoch, topics, verify_only=False):
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     unknown = {(n, p) for n, p in wanted if _unknown(broker, n, p)}
-    if not broker.transactions.owns(tid):
-        codes = {w: ErrorCode.NOT_COORDINATOR for w in wanted}
+    refused = broker.transactions.not_served(tid)
+    if refused:
+        codes = {w: refused for w in wanted}
     elif unknown:
         codes = {
             w: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -37,10 +37,11 @@ def handle(broker, header, request):
     groups = []
     for group_id in request.group_ids:
         group = broker.groups.consumer.groups.get(group_id)
-        if not broker.groups.owns(group_id):
+        refused = broker.groups.not_served(group_id)
+        if refused:
             groups.append(
                 R.DescribedGroup(
-                    error_code=ErrorCode.NOT_COORDINATOR,
+                    error_code=refused,
                     group_id=group_id,
                     group_state="",
                     authorized_operations=ops,

@@ -7,7 +7,7 @@ sent only when it changed since the member was last told; partitions are named b
 
 from __future__ import annotations
 
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ApiKey, messages
 
 API_KEY = ApiKey.CONSUMER_GROUP_HEARTBEAT
 MIN_VERSION, MAX_VERSION = 0, 1
@@ -17,12 +17,13 @@ R = messages.ConsumerGroupHeartbeatResponse
 
 def handle(broker, header, request):
     coordinator = broker.groups.consumer
-    if broker.groups.owns(request.group_id):
+    refused = broker.groups.not_served(request.group_id)
+    if not refused:
         error, message, member_id, epoch, assigned = coordinator.heartbeat(
             request, header.client_id or ""
         )
     else:
-        error, message, member_id, epoch, assigned = ErrorCode.NOT_COORDINATOR, None, None, 0, None
+        error, message, member_id, epoch, assigned = refused, None, None, 0, None
     assignment = None
     if assigned is not None:
         by_topic: dict = {}

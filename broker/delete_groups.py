@@ -6,7 +6,7 @@ a tombstone for each committed offset to ``__consumer_offsets`` and waits for th
 
 from __future__ import annotations
 
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ApiKey, messages
 
 API_KEY = ApiKey.DELETE_GROUPS
 MIN_VERSION, MAX_VERSION = 0, 2
@@ -17,9 +17,8 @@ R = messages.DeleteGroupsResponse
 async def handle(broker, header, request):
     results = []
     for group_id in request.groups_names:
-        if broker.groups.owns(group_id):
+        error = broker.groups.not_served(group_id)
+        if not error:
             error = await broker.groups.delete_group(group_id)
-        else:
-            error = ErrorCode.NOT_COORDINATOR
         results.append(R.DeletableGroupResult(group_id=group_id, error_code=error))
     return R(throttle_time_ms=0, results=results)

@@ -27,10 +27,11 @@ def handle(broker, header, request):
     out = []
     for group_id in request.groups:
         group = broker.groups.groups.get(group_id)
-        if not broker.groups.owns(group_id):
+        refused = broker.groups.not_served(group_id)
+        if refused:
             out.append(
                 R.DescribedGroup(
-                    error_code=ErrorCode.NOT_COORDINATOR,
+                    error_code=refused,
                     group_id=group_id,
                     group_state="",
                     protocol_type="",

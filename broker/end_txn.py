@@ -19,8 +19,9 @@ R = messages.EndTxnResponse
 
 
 async def handle(broker, header, request):
-    if not broker.transactions.owns(request.transactional_id):
-        return R(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
+    refused = broker.transactions.not_served(request.transactional_id)
+    if refused:
+        return R(throttle_time_ms=0, error_code=refused)
     error = await broker.transactions.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed
     )

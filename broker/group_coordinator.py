@@ -110,6 +110,7 @@ class GroupCoordinator:
         """Partitions of ``__consumer_offsets`` moved here (their groups are loaded from
         them) or away (their groups are forgotten here, without tombstones: the new
         coordinator has them; waiting requests get NOT_COORDINATOR)."""
+        self.unavailable.difference_update(lost)
         topic = self.topics.get(OFFSETS_TOPIC)
         if lost and topic is not None:
             doomed = {
@@ -134,8 +135,20 @@ class GroupCoordinator:
             await self._load(gained)
 
     async def _load(self, indexes: list[int] | None) -> None:
-        """Load the groups of ``__consumer_offsets`` (its partitions ``indexes``, or all)."""
-        loaded, stored = await self.offsets.load(indexes)
+        """Load the groups of ``__consumer_offsets`` (its partitions ``indexes``, or all).
+        A partition that cannot be read back whole is not served (``unavailable``): its
+        groups answer COORDINATOR_LOAD_IN_PROGRESS rather than with part of their offsets."""
+        loaded, stored, failed = await self.offsets.load(indexes)
+        for index, error in sorted(failed.items()):
+            log.error(
+                "cannot load the groups of %s-%d: %s; its groups answer"
+                " COORDINATOR_LOAD_IN_PROGRESS until the partition is repaired (headrace"
+                " verify names the bad position) and the broker restarted",
+                OFFSETS_TOPIC,
+                index,
+                error,
+            )
+        self.unavailable |= failed.keys()
         for group_id, offsets in loaded.items():
             self.classic.new_group(group_id).offsets = offsets
         if loaded:
@@ -148,7 +161,8 @@ class GroupCoordinator:
             restored += bool(meta.members)
         if restored:
             log.info("restored the membership of %d classic groups", restored)
-        for producer_id, pending in (await self.offsets.load_pending(indexes)).items():
+        pending_offsets = await self.offsets.load_pending(indexes, frozenset(failed))
+        for producer_id, pending in pending_offsets.items():
             for group_id, offsets in pending.items():
                 self.add_txn_offsets(producer_id, group_id, offsets)
         stale: dict[ClassicGroup, list[Entry]] = {}
@@ -190,6 +204,18 @@ class GroupCoordinator:
         if topic is None:
             return self.topics.cluster is None
         return topic.partition(partition_for(group_id, topic.count)) is not None
+
+    def not_served(self, group_id: str) -> int:
+        """Why a request for ``group_id`` cannot be served here: NOT_COORDINATOR (another
+        broker's group), COORDINATOR_LOAD_IN_PROGRESS (its partition failed to load), or
+        NONE."""
+        if not self.owns(group_id):
+            return E.NOT_COORDINATOR
+        if self.unavailable:
+            topic = self.topics.get(OFFSETS_TOPIC)
+            if topic is not None and partition_for(group_id, topic.count) in self.unavailable:
+                return E.COORDINATOR_LOAD_IN_PROGRESS
+        return E.NONE
 
     # offsets ------------------------------------------------------------------------------------
 

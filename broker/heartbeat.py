@@ -6,15 +6,16 @@ an unknown member gets UNKNOWN_MEMBER_ID and a stale generation ILLEGAL_GENERATI
 
 from __future__ import annotations
 
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ApiKey, messages
 
 API_KEY = ApiKey.HEARTBEAT
 MIN_VERSION, MAX_VERSION = 0, 4
 
 
 def handle(broker, header, request):
-    if not broker.groups.owns(request.group_id):
-        return messages.HeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
+    refused = broker.groups.not_served(request.group_id)
+    if refused:
+        return messages.HeartbeatResponse(throttle_time_ms=0, error_code=refused)
     error = broker.groups.classic.heartbeat(
         request.group_id,
         request.generation_id,

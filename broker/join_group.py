@@ -8,7 +8,7 @@ carries every member's metadata. v0 has no rebalance timeout: the session timeou
 
 from __future__ import annotations
 
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ApiKey, messages
 
 from .classic_group import JoinResult, MemberSpec
 
@@ -20,8 +20,9 @@ R = messages.JoinGroupResponse
 
 def handle(broker, header, request):
     version = header.api_version
-    if not broker.groups.owns(request.group_id):
-        return _response(JoinResult(ErrorCode.NOT_COORDINATOR), version)
+    refused = broker.groups.not_served(request.group_id)
+    if refused:
+        return _response(JoinResult(refused), version)
     rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
     spec = MemberSpec(
         client_id=header.client_id or "",

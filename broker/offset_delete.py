@@ -16,8 +16,9 @@ R = messages.OffsetDeleteResponse
 
 
 async def handle(broker, header, request):
-    if not broker.groups.owns(request.group_id):
-        return R(error_code=ErrorCode.NOT_COORDINATOR, throttle_time_ms=0, topics=[])
+    refused = broker.groups.not_served(request.group_id)
+    if refused:
+        return R(error_code=refused, throttle_time_ms=0, topics=[])
     group = broker.groups.groups.get(request.group_id)
     if group is None:
         return R(error_code=ErrorCode.GROUP_ID_NOT_FOUND, throttle_time_ms=0, topics=[])

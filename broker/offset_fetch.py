@@ -73,8 +73,9 @@ def _group(broker, group_id, topics, by_id):
     """(group error, [(topic name, topic id, [(partition, offset, epoch, metadata)])])."""
     if not group_id:
         return ErrorCode.INVALID_GROUP_ID, []
-    if not broker.groups.owns(group_id):
-        return ErrorCode.NOT_COORDINATOR, []
+    refused = broker.groups.not_served(group_id)
+    if refused:
+        return refused, []
     offsets = broker.groups.fetch_offsets(group_id)
     answers = []
     if topics is None:

@@ -17,8 +17,9 @@ R = messages.SyncGroupResponse
 
 def handle(broker, header, request):
     version = header.api_version
-    if not broker.groups.owns(request.group_id):
-        return _response(broker, request, ErrorCode.NOT_COORDINATOR, b"")
+    refused = broker.groups.not_served(request.group_id)
+    if refused:
+        return _response(broker, request, refused, b"")
     outcome = broker.groups.classic.sync(
         request.group_id,
         request.generation_id,

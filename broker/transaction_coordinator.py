@@ -72,6 +72,7 @@ from . import group_offsets, transaction_log
 from .background import run_every, wall_clock_ms
 from .broker_client import NetworkError
 from .group_offsets import OFFSETS_TOPIC
+from .topics import ReplayError
 from .transaction_log import TRANSACTION_TOPIC, TransactionMetadata
 from .transaction_state import (
     ABORT_FIRST,
@@ -185,7 +186,20 @@ class TransactionCoordinator:
     async def _load(self, partitions) -> None:
         """Read the transactional ids of ``partitions`` of ``__transaction_state``; complete
         the transactions a previous coordinator had decided."""
-        found = await asyncio.to_thread(transaction_log.replay, [p.log for p in partitions])
+        found: dict[str, TransactionMetadata] = {}
+        for partition in partitions:
+            try:
+                found.update(await asyncio.to_thread(transaction_log.replay, [partition.log]))
+            except ReplayError as e:
+                log.error(
+                    "cannot load the transactional ids of %s-%d: %s; they answer"
+                    " COORDINATOR_LOAD_IN_PROGRESS until the partition is repaired (headrace"
+                    " verify names the bad position) and the broker restarted",
+                    TRANSACTION_TOPIC,
+                    partition.index,
+                    e,
+                )
+                self.unavailable.add(partition.index)
         self.txns.update(found)
         if found:
             log.info("loaded %d transactional ids", len(found))
@@ -196,6 +210,7 @@ class TransactionCoordinator:
     async def partitions_moved(self, gained: list[int], lost: list[int]) -> None:
         """Partitions of ``__transaction_state`` moved here (their transactional ids are
         loaded, decided transactions completed) or away (their ids are forgotten here)."""
+        self.unavailable.difference_update(lost)
         topic = self.topics.get(TRANSACTION_TOPIC)
         if topic is None:
             return
@@ -235,6 +250,18 @@ class TransactionCoordinator:
             return self.topics.cluster is None
         index = group_offsets.partition_for(transactional_id, topic.count)
         return topic.partition(index) is not None
+
+    def not_served(self, transactional_id: str) -> int:
+        """Why a request for ``transactional_id`` cannot be served here: NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS (its partition failed to load), or NONE."""
+        if not self.owns(transactional_id):
+            return E.NOT_COORDINATOR
+        if self.unavailable:
+            topic = self.topics.get(TRANSACTION_TOPIC)
+            index = group_offsets.partition_for(transactional_id, topic.count) if topic else -1
+            if index in self.unavailable:
+                return E.COORDINATOR_LOAD_IN_PROGRESS
+        return E.NONE
 
     def is_leader(self, topic: str, partition: int) -> bool:
         """Does this broker lead the partition (or know nothing of it)? (WriteTxnMarkers)"""
