@@ -49,6 +49,7 @@ VERSIONS = {
     ApiKey.OFFSET_COMMIT: 8,
     ApiKey.LIST_OFFSETS: 7,
     ApiKey.DELETE_GROUPS: 2,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: 0,  # KIP-848 groups (Kafka 3.7+; older brokers close)
 }
 MAX_RESPONSE_BYTES = 64 << 20
 EARLIEST, LATEST = -2, -1  # ListOffsets timestamps
@@ -143,7 +144,13 @@ class AdminClient:
             if target is None:
                 raise ConnectionError(f"broker {node} is not in the cluster's metadata")
             conn = self._connections[node] = _Connection(target.host, target.port, self.timeout)
-        return conn.request(api_key, message)
+        try:
+            return conn.request(api_key, message)
+        except OSError:  # (ConnectionError too) the next request to ``node`` reconnects
+            conn.close()
+            if self._connections.get(node) is conn and node != -1:
+                del self._connections[node]
+            raise
 
     @property
     def controller(self) -> int:

@@ -79,29 +79,70 @@ def _list(admin: AdminClient, args) -> int:
     return 0
 
 
-def describe(admin: AdminClient, group_id: str) -> dict:
-    """A group as a dict: state, protocol, members, offsets (committed, log end, lag)."""
-    node = admin.coordinator(group_id)
+def _membership(admin: AdminClient, node: int, group_id: str) -> dict:
+    """State, protocol, members and who owns which partition, from DescribeGroups, or for
+    a KIP-848 group (which DescribeGroups calls Dead) from ConsumerGroupDescribe."""
     (g,) = admin.request(
         node, ApiKey.DESCRIBE_GROUPS, messages.DescribeGroupsRequest(groups=[group_id])
     ).groups
     check(g.error_code, group_id)
-    owners = {}
+    owners: dict[tuple[str, int], str] = {}
+    if g.group_state == "Dead":
+        found = _consumer_group(admin, node, group_id, owners)
+        if found is not None:
+            return found
     members = []
     for m in g.members:
         members.append({"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host})
         for topic, partitions in _assignment(g.protocol_type, m.member_assignment):
             for p in partitions:
                 owners[(topic, p)] = m.member_id
+    return {
+        "state": g.group_state,
+        "protocol_type": g.protocol_type,
+        "protocol": g.protocol_data,
+        "members": members,
+        "owners": owners,
+    }
+
+
+def _consumer_group(admin: AdminClient, node: int, group_id: str, owners: dict) -> dict | None:
+    """A KIP-848 group by ConsumerGroupDescribe; None if there is none (or the broker does
+    not speak the API: it closes the connection, as Kafka does with unknown APIs)."""
+    R = messages.ConsumerGroupDescribeRequest
+    try:
+        response = admin.request(node, ApiKey.CONSUMER_GROUP_DESCRIBE, R(group_ids=[group_id]))
+    except OSError:
+        return None
+    (g,) = response.groups
+    if g.error_code:
+        return None  # GROUP_ID_NOT_FOUND: a classic group's id, or none at all
+    members = []
+    for m in g.members:
+        members.append({"member_id": m.member_id, "client_id": m.client_id, "host": m.client_host})
+        for tp in m.assignment.topic_partitions if m.assignment is not None else ():
+            for p in tp.partitions:
+                owners[(tp.topic_name, p)] = m.member_id
+    return {
+        "state": g.group_state,
+        "protocol_type": "consumer",
+        "protocol": g.assignor_name,
+        "members": members,
+        "owners": owners,
+    }
+
+
+def describe(admin: AdminClient, group_id: str) -> dict:
+    """A group as a dict: state, protocol, members, offsets (committed, log end, lag)."""
+    node = admin.coordinator(group_id)
+    info = _membership(admin, node, group_id)
+    owners = info.pop("owners")
     committed = _committed(admin, node, group_id)
     ends = _offsets(admin, list(committed), LATEST)
     return {
         "group": group_id,
-        "state": g.group_state,
-        "protocol_type": g.protocol_type,
-        "protocol": g.protocol_data,
+        **info,
         "coordinator": node,
-        "members": members,
         "offsets": [
             {
                 "topic": t,
@@ -196,14 +237,11 @@ def _targets(admin: AdminClient, args, committed: dict) -> list[tuple[str, int]]
 def _reset(admin: AdminClient, args) -> int:
     group_id = args.group
     node = admin.coordinator(group_id)
-    (g,) = admin.request(
-        node, ApiKey.DESCRIBE_GROUPS, messages.DescribeGroupsRequest(groups=[group_id])
-    ).groups
-    check(g.error_code, group_id)
-    if g.group_state not in INACTIVE or g.members:
+    info = _membership(admin, node, group_id)
+    if info["state"] not in INACTIVE or info["members"]:
         raise ValueError(
-            f"group {group_id} is {g.group_state} with {len(g.members)} member(s); offsets "
-            "can only be reset while it has none (stop its consumers first)",
+            f"group {group_id} is {info['state']} with {len(info['members'])} member(s); "
+            "offsets can only be reset while it has none (stop its consumers first)"
         )
     committed = _committed(admin, node, group_id)
     targets = _targets(admin, args, committed)

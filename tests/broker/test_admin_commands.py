@@ -193,3 +193,46 @@ def test_commands_against_a_cluster(three_brokers):
     while "spread" in as_json(b, "topics", "list") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert "spread" not in as_json(b, "topics", "list")
+
+
+def test_a_kip848_group_is_described_and_protected(broker):
+    """A group of KIP-848's consumer protocol (DescribeGroups calls it Dead): described
+    through ConsumerGroupDescribe, and its offsets are not reset while it has a member."""
+    b = broker.bootstrap
+    headrace(b, "topics", "create", "feed", "--partitions", "2")
+    produce(b, "feed", {0: 3, 1: 3})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": b,
+            "group.id": "kip848",
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe(["feed"])
+    try:
+        seen = 0
+        deadline = time.monotonic() + 60
+        while seen < 6 and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                seen += 1
+        assert seen == 6
+        consumer.commit(asynchronous=False)
+        (group,) = as_json(b, "groups", "describe", "kip848")
+        assert group["state"] == "Stable" and group["protocol_type"] == "consumer"
+        (member,) = group["members"]
+        assert [(o["partition"], o["committed_offset"], o["lag"], o["member_id"]) for o in group["offsets"]] == [
+            (0, 3, 0, member["member_id"]),
+            (1, 3, 0, member["member_id"]),
+        ]
+        busy = headrace(b, "groups", "reset-offsets", "kip848", "--all-topics", "--to-earliest", "--execute", check=False)
+        assert busy.returncode == 1 and "Stable with 1 member(s)" in busy.stderr
+    finally:
+        consumer.close()
+    deadline = time.monotonic() + 30
+    while as_json(b, "groups", "describe", "kip848")[0]["members"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    headrace(b, "groups", "reset-offsets", "kip848", "--all-topics", "--to-earliest", "--execute")
+    assert [o["committed_offset"] for o in as_json(b, "groups", "describe", "kip848")[0]["offsets"]] == [0, 0]
