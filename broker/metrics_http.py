@@ -11,7 +11,8 @@ once (more are closed at once).
 
 * ``/health``: 200 while the process runs its event loop (liveness).
 * ``/ready``: 200 once the logs are loaded, the listeners are open and (in a cluster) the
-  broker is registered; 503 before that and once a stop has begun (readiness).
+  broker is registered; 503 before that, once a stop has begun, and while a cluster broker
+  is fenced (its ZooKeeper session lost, until the controller confirms it again).
 * ``/metrics``: the exposition text of ``prometheus_client`` for the broker's collector and
   the process's (CPU, memory, descriptors).
 """

@@ -33,7 +33,10 @@ brokers with (closed at stop). The last two are handed what they use (the topic 
 producer ids, the group coordinator for transactional offsets, the node id, the settings they
 read, the broker client) rather than
 the broker, so each can be built and tested alone. The API modules get the ``BrokerServer`` as
-their request context and use the coordinators' public methods.
+their request context and use the coordinators' public methods. ``metrics`` (metrics.py) is
+what the request path counts (``_encode`` adds each response's latency and error codes);
+with ``metrics.port`` set, ``metrics_http`` serves it, and what it reads at scrape time, from
+``start`` on (``ready`` says when the broker serves).
 
 Start-up (``start``) locks the data directory (``.lock``: one broker per directory; a second
 one exits at once, naming the holder's pid), loads the logs, replays the groups' and
@@ -183,7 +186,7 @@ class BrokerServer:
         # what the request path counts; the rest is read at scrape time (metrics.py)
         self.metrics = BrokerMetrics()
         self.group_commit.observer = self.metrics.flushed
-        self.ready = False  # logs loaded, listening and (in a cluster) registered: /ready
+        self._started = False  # logs loaded, listening and (in a cluster) registered
         self._metrics_server: MetricsServer | None = None
         self.topics = TopicManager(self.data_dir, config, self.group_commit)
         self.topics.on_deleted = self._topics_deleted
@@ -322,7 +325,7 @@ class BrokerServer:
             )
         )
         self.cleaner.start()
-        self.ready = True
+        self._started = True
         log.info(
             "headrace listening on %s, data in %s (%.0f ms)",
             ", ".join(
@@ -353,6 +356,13 @@ class BrokerServer:
     def metrics_port(self) -> int | None:
         """The port /metrics, /health and /ready answer on (None: ``metrics.port`` is -1)."""
         return self._metrics_server.port if self._metrics_server is not None else None
+
+    @property
+    def ready(self) -> bool:
+        """What /ready says: started (logs loaded, listening, in a cluster registered) and
+        not stopping, nor fenced (a cluster broker whose ZooKeeper session was lost, until
+        the controller has confirmed it again)."""
+        return self._started and (self.cluster is None or not self.cluster.fenced)
 
     @property
     def router(self) -> Router | None:
@@ -532,7 +542,7 @@ class BrokerServer:
         """Stop accepting, answer in-flight requests, flush everything, mark the stop clean."""
         if not self._servers:
             return
-        self.ready = False
+        self._started = False
         for server in self._servers:
             server.close()
         for task in self._tasks:
