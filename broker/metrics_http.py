@@ -56,6 +56,7 @@ class MetricsServer:
             for task in list(self._clients):
                 task.cancel()
             await asyncio.gather(*self._clients, return_exceptions=True)
+            await self._server.wait_closed()
             self._server = None
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
