@@ -27,8 +27,9 @@ async def handle(broker, header, request):
         return R(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not authorizer.allows(session, Operation.READ, GROUP, request.group_id):
         return R(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    if not broker.transactions.owns(request.transactional_id):
-        return R(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
+    refused = broker.transactions.not_served(request.transactional_id)
+    if refused:
+        return R(throttle_time_ms=0, error_code=refused)
     try:
         topic = await broker.groups.offsets.topic()
     except StorageError:

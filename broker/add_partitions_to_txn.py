@@ -42,8 +42,8 @@ async def _one(broker, session, version, tid, pid, epoch, topics, verify_only=Fa
             else ErrorCode.OPERATION_NOT_ATTEMPTED
             for w in wanted
         }
-    elif not broker.transactions.owns(tid):
-        codes = {w: ErrorCode.NOT_COORDINATOR for w in wanted}
+    elif refused := broker.transactions.not_served(tid):
+        codes = {w: refused for w in wanted}
     elif unknown:
         codes = {
             w: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -17,6 +17,19 @@ cluster, see ``headrace.broker.workers``.
 
 Runs a standalone ZooKeeper (Maven Central's jars, see ``headrace.broker.zookeeper_server``)
 on 127.0.0.1 in the foreground, data in ./zookeeper-data by default; needs Java and Maven.
+
+    headrace topics list|describe|create|delete|alter ...   (topics_command.py)
+    headrace groups list|describe|reset-offsets|delete ... (groups_command.py)
+
+Admin commands over the Kafka protocol against a running broker or cluster
+(``--bootstrap-server``, ``--json``).
+A command that fails (the broker refuses, or cannot be reached) prints why and exits with 1.
+
+    headrace dump-log FILE|DIR [--print-data]     (dump_log_command.py)
+    headrace verify DIR [--progress]              (verify_command.py)
+
+Segment files read as they are on disk, like Kafka's kafka-dump-log, and checked (CRCs,
+offsets, indexes); ``verify`` exits with 1 and names the first bad position.
 """
 
 from __future__ import annotations
@@ -30,9 +43,12 @@ import signal
 import sys
 from pathlib import Path
 
+from . import dump_log_command, groups_command, topics_command, verify_command
+from .admin_request import AdminError
 from .config import BROKER_SETTINGS, BrokerConfig, ConfigError
 from .listeners import listeners
 
+EXIT_FAILED = 1  # an admin command failed (the broker refused, or could not be reached)
 EXIT_CONFIG = 2
 EXIT_STARTUP = 3
 
@@ -63,6 +79,18 @@ def _parser() -> argparse.ArgumentParser:
         help="brokers to run on this machine (cluster mode only; default: one per core)",
     )
     commands.add_parser("settings", help="list the settings and their defaults")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--bootstrap-server",
+        default="127.0.0.1:9092",
+        metavar="HOST:PORT[,HOST:PORT]",
+        help="a broker of the cluster (PLAINTEXT; default 127.0.0.1:9092)",
+    )
+    common.add_argument("--json", action="store_true", help="JSON instead of tables")
+    topics_command.add_parser(commands, common)
+    groups_command.add_parser(commands, common)
+    dump_log_command.add_parser(commands)
+    verify_command.add_parser(commands)
     zk = commands.add_parser("zookeeper", help="run a standalone ZooKeeper on 127.0.0.1")
     zk.add_argument("--port", type=int, default=2181, help="client port (default 2181)")
     zk.add_argument("--data-dir", default="zookeeper-data", help="default ./zookeeper-data")
@@ -88,6 +116,18 @@ def main(argv: list[str] | None = None) -> None:
         for s in BROKER_SETTINGS.values():
             print(f"{s.name}={s.default}\n    {s.doc}")
         return
+    command = {
+        "topics": topics_command,
+        "groups": groups_command,
+        "dump-log": dump_log_command,
+        "verify": verify_command,
+    }.get(args.command)
+    if command is not None:
+        try:
+            sys.exit(command.run(args))
+        except (AdminError, OSError, ValueError) as e:
+            print(f"headrace: {e}", file=sys.stderr)
+            sys.exit(EXIT_FAILED)
     if args.command == "zookeeper":
         from .zookeeper_server import run_foreground
 

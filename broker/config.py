@@ -333,6 +333,20 @@ BROKER_SETTINGS: dict[str, Setting] = {
         ),
         Setting("num.io.threads", "int", 4, "Handler queues; a connection always uses one."),
         Setting(
+            "metrics.port",
+            "int",
+            -1,
+            "Port of the Prometheus endpoint (/metrics) and the health checks (/health, /ready),"
+            " on the first listener's host; -1: off, 0: any free port (logged).",
+        ),
+        Setting(
+            "metrics.partition.series.max",
+            "int",
+            1000,
+            "Most per-partition series (log end offset, size, consumer lag) one scrape shows;"
+            " the rest are counted in headrace_partition_series_dropped.",
+        ),
+        Setting(
             "log.segment.bytes",
             "int",
             1 << 30,

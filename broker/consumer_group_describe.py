@@ -53,10 +53,11 @@ def handle(broker, header, request):
                 )
             )
             continue
-        if not broker.groups.owns(group_id):
+        refused = broker.groups.not_served(group_id)
+        if refused:
             groups.append(
                 R.DescribedGroup(
-                    error_code=ErrorCode.NOT_COORDINATOR,
+                    error_code=refused,
                     group_id=group_id,
                     group_state="",
                     authorized_operations=ops,

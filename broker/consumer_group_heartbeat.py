@@ -27,12 +27,12 @@ def handle(broker, header, request):
             0,
             None,
         )
-    elif broker.groups.owns(request.group_id):
+    elif not (refused := broker.groups.not_served(request.group_id)):
         error, message, member_id, epoch, assigned = coordinator.heartbeat(
             request, header.client_id or ""
         )
     else:
-        error, message, member_id, epoch, assigned = ErrorCode.NOT_COORDINATOR, None, None, 0, None
+        error, message, member_id, epoch, assigned = refused, None, None, 0, None
     assignment = None
     if assigned is not None:
         by_topic: dict = {}

@@ -21,9 +21,7 @@ async def handle(broker, header, request):
     for group_id in request.groups_names:
         if not broker.authorizer.allows(header.session, Operation.DELETE, GROUP, group_id):
             error = ErrorCode.GROUP_AUTHORIZATION_FAILED
-        elif broker.groups.owns(group_id):
+        elif not (error := broker.groups.not_served(group_id)):
             error = await broker.groups.delete_group(group_id)
-        else:
-            error = ErrorCode.NOT_COORDINATOR
         results.append(R.DeletableGroupResult(group_id=group_id, error_code=error))
     return R(throttle_time_ms=0, results=results)

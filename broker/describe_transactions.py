@@ -33,14 +33,11 @@ def handle(broker, header, request):
                 )
             )
             continue
-        if txn is None or not broker.transactions.owns(tid):
+        refused = broker.transactions.not_served(tid)
+        if txn is None or refused:
             states.append(
                 R.TransactionState(
-                    error_code=(
-                        ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
-                        if broker.transactions.owns(tid)
-                        else ErrorCode.NOT_COORDINATOR
-                    ),
+                    error_code=refused or ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
                     transactional_id=tid,
                     transaction_state="",
                     producer_id=-1,

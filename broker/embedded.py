@@ -79,6 +79,13 @@ class Broker:
         return f"{host}:{port}"
 
     @property
+    def metrics_port(self) -> int | None:
+        """The port of /metrics, /health and /ready (set ``metrics.port``, 0 for a free one)."""
+        if self._server is None:
+            raise RuntimeError("the broker is not started")
+        return self._server.metrics_port
+
+    @property
     def data_dir(self) -> Path:
         if self._data_dir is None:
             self._temporary = tempfile.TemporaryDirectory(prefix="headrace-")

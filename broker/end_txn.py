@@ -25,8 +25,9 @@ async def handle(broker, header, request):
         header.session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id
     ):
         return R(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if not broker.transactions.owns(request.transactional_id):
-        return R(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
+    refused = broker.transactions.not_served(request.transactional_id)
+    if refused:
+        return R(throttle_time_ms=0, error_code=refused)
     error = await broker.transactions.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed
     )

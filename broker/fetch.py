@@ -160,7 +160,11 @@ async def handle(broker, header, request):
                     part.waiters.remove(wakeup)
                 except ValueError:
                     pass
-    for resp, _, _, _ in wanted:
+    bytes_out = broker.metrics.bytes_out
+    for resp, part, _, _ in wanted:
+        if resp.records:
+            name = part.topic.name
+            bytes_out[name] = bytes_out.get(name, 0) + len(resp.records)
         if not read_committed:
             resp.aborted_transactions = None
         elif not resp.records:

@@ -92,10 +92,12 @@ class GroupCoordinator:
         self._reclaimed_at = -RECLAIM_EVERY_S
         self.classic.room_for_group = self.room_for_group
         self.txn_offsets: PendingOffsets = {}  # producer id -> group id -> offsets
-        # partitions of __consumer_offsets that moved here and whose groups are being loaded:
-        # their groups are not served until then (a heartbeat answered from no state would
-        # tell the member it is unknown, and it would lose its partitions)
+        # partitions of __consumer_offsets held here whose groups are not served (their
+        # requests get COORDINATOR_LOAD_IN_PROGRESS): ``loading``, moved here and being
+        # loaded (a heartbeat answered from no state would tell its member it is unknown,
+        # and the member would give up its partitions); ``unavailable``, their replay failed
         self.loading: set[int] = set()
+        self.unavailable: set[int] = set()
         self._tasks: list[asyncio.Task] = []
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -113,6 +115,7 @@ class GroupCoordinator:
         them) or away (their groups are forgotten here, without tombstones: the new
         coordinator has them; waiting requests get NOT_COORDINATOR)."""
         self.loading.update(gained)  # at once: the partitions are held here from now on
+        self.unavailable.difference_update(lost)
         topic = self.topics.get(OFFSETS_TOPIC)
         if lost and topic is not None:
             doomed = {
@@ -140,8 +143,20 @@ class GroupCoordinator:
                 self.loading.difference_update(gained)
 
     async def _load(self, indexes: list[int] | None) -> None:
-        """Load the groups of ``__consumer_offsets`` (its partitions ``indexes``, or all)."""
-        loaded, stored = await self.offsets.load(indexes)
+        """Load the groups of ``__consumer_offsets`` (its partitions ``indexes``, or all).
+        A partition that cannot be read back whole is not served (``unavailable``): its
+        groups answer COORDINATOR_LOAD_IN_PROGRESS rather than with part of their offsets."""
+        loaded, stored, failed = await self.offsets.load(indexes)
+        for index, error in sorted(failed.items()):
+            log.error(
+                "cannot load the groups of %s-%d: %s; its groups answer"
+                " COORDINATOR_LOAD_IN_PROGRESS until the partition is repaired (headrace"
+                " verify names the bad position) and the broker restarted",
+                OFFSETS_TOPIC,
+                index,
+                error,
+            )
+        self.unavailable |= failed.keys()
         for group_id, offsets in loaded.items():
             self.classic.new_group(group_id).offsets = offsets
         if loaded:
@@ -154,7 +169,8 @@ class GroupCoordinator:
             restored += bool(meta.members)
         if restored:
             log.info("restored the membership of %d classic groups", restored)
-        for producer_id, pending in (await self.offsets.load_pending(indexes)).items():
+        pending_offsets = await self.offsets.load_pending(indexes, frozenset(failed))
+        for producer_id, pending in pending_offsets.items():
             for group_id, offsets in pending.items():
                 self.add_txn_offsets(producer_id, group_id, offsets)
         stale: dict[ClassicGroup, list[Entry]] = {}
@@ -191,13 +207,24 @@ class GroupCoordinator:
     def owns(self, group_id: str) -> bool:
         """Does this broker coordinate ``group_id`` now? Always on a single broker; in a
         cluster when it holds the group's partition of ``__consumer_offsets`` and is not
-        fenced, and has loaded that partition's groups. Group requests elsewhere get
-        NOT_COORDINATOR (clients look the coordinator up again and retry)."""
+        fenced. Group requests elsewhere get NOT_COORDINATOR."""
         topic = self.topics.get(OFFSETS_TOPIC)
         if topic is None:
             return self.topics.cluster is None
-        index = partition_for(group_id, topic.count)
-        return index not in self.loading and topic.partition(index) is not None
+        return topic.partition(partition_for(group_id, topic.count)) is not None
+
+    def not_served(self, group_id: str) -> int:
+        """Why a request for ``group_id`` cannot be served here: NOT_COORDINATOR (another
+        broker's group), COORDINATOR_LOAD_IN_PROGRESS (its partition is being loaded, or
+        failed to load), or NONE."""
+        if not self.owns(group_id):
+            return E.NOT_COORDINATOR
+        if self.loading or self.unavailable:
+            topic = self.topics.get(OFFSETS_TOPIC)
+            index = partition_for(group_id, topic.count) if topic is not None else -1
+            if index in self.loading or index in self.unavailable:
+                return E.COORDINATOR_LOAD_IN_PROGRESS
+        return E.NONE
 
     # offsets ------------------------------------------------------------------------------------
 

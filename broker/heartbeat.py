@@ -18,8 +18,9 @@ def handle(broker, header, request):
     if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
         code = ErrorCode.GROUP_AUTHORIZATION_FAILED
         return messages.HeartbeatResponse(throttle_time_ms=0, error_code=code)
-    if not broker.groups.owns(request.group_id):
-        return messages.HeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
+    refused = broker.groups.not_served(request.group_id)
+    if refused:
+        return messages.HeartbeatResponse(throttle_time_ms=0, error_code=refused)
     error = broker.groups.classic.heartbeat(
         request.group_id,
         request.generation_id,

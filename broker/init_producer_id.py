@@ -92,10 +92,11 @@ async def handle(broker, header, request):
                 producer_id=-1,
                 producer_epoch=-1,
             )
-        if not broker.transactions.owns(request.transactional_id):
+        refused = broker.transactions.not_served(request.transactional_id)
+        if refused:
             return R(
                 throttle_time_ms=0,
-                error_code=ErrorCode.NOT_COORDINATOR,
+                error_code=refused,
                 producer_id=-1,
                 producer_epoch=-1,
             )

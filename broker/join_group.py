@@ -23,8 +23,9 @@ def handle(broker, header, request):
     version = header.api_version
     if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
         return _response(JoinResult(ErrorCode.GROUP_AUTHORIZATION_FAILED), version)
-    if not broker.groups.owns(request.group_id):
-        return _response(JoinResult(ErrorCode.NOT_COORDINATOR), version)
+    refused = broker.groups.not_served(request.group_id)
+    if refused:
+        return _response(JoinResult(refused), version)
     rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
     spec = MemberSpec(
         client_id=header.client_id or "",

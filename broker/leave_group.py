@@ -17,8 +17,9 @@ R = messages.LeaveGroupResponse
 def handle(broker, header, request):
     if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
         return R(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
-    if not broker.groups.owns(request.group_id):
-        return R(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR, members=[])
+    refused = broker.groups.not_served(request.group_id)
+    if refused:
+        return R(throttle_time_ms=0, error_code=refused, members=[])
     if header.api_version < 3:
         _, errors = broker.groups.classic.leave(request.group_id, [(request.member_id, None)])
         return R(throttle_time_ms=0, error_code=errors[0])

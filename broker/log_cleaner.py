@@ -66,6 +66,11 @@ class LogCleaner:
         self._pass_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task] = []
         self.passes = 0
+        # for metrics: passes by kind, segments retention deleted, bytes compaction freed
+        self.retention_passes = 0
+        self.compaction_passes = 0
+        self.segments_deleted = 0
+        self.bytes_freed = 0
 
     def start(self) -> None:
         self._tasks.append(
@@ -125,6 +130,8 @@ class LogCleaner:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._pass, partitions, retention, bounds)
         self.passes += 1
+        self.retention_passes += retention
+        self.compaction_passes += compaction
 
     def _pass(self, partitions, retention: bool, bounds) -> None:
         for i, p in enumerate(partitions):
@@ -136,6 +143,7 @@ class LogCleaner:
             try:
                 if retention:
                     n = plog.apply_retention()
+                    self.segments_deleted += n
                     if n:
                         log.info(
                             "retention deleted %d segment(s) of %s; log start offset %d",
@@ -154,6 +162,7 @@ class LogCleaner:
                         map_bytes=self._map_bytes,
                     )
                     if result is not None:
+                        self.bytes_freed += max(0, result.bytes_before - result.bytes_after)
                         log.info(
                             "compacted %s: %d -> %d bytes, %d records removed",
                             plog.directory,

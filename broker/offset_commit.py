@@ -33,8 +33,9 @@ def handle(broker, header, request):
         request.member_id,
         request.group_instance_id if version >= 7 else None,
     )
-    if not broker.groups.owns(request.group_id):
-        error, group = ErrorCode.NOT_COORDINATOR, None
+    refused = broker.groups.not_served(request.group_id)
+    if refused:
+        error, group = refused, None
     authorizer, session = broker.authorizer, header.session
     if not authorizer.allows(session, Operation.READ, GROUP, request.group_id):
         error, group = ErrorCode.GROUP_AUTHORIZATION_FAILED, None

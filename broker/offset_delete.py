@@ -21,8 +21,9 @@ async def handle(broker, header, request):
     authorizer, session = broker.authorizer, header.session
     if not authorizer.allows(session, Operation.DELETE, GROUP, request.group_id):
         return R(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[])
-    if not broker.groups.owns(request.group_id):
-        return R(error_code=ErrorCode.NOT_COORDINATOR, throttle_time_ms=0, topics=[])
+    refused = broker.groups.not_served(request.group_id)
+    if refused:
+        return R(error_code=refused, throttle_time_ms=0, topics=[])
     group = broker.groups.groups.get(request.group_id)
     if group is None:
         return R(error_code=ErrorCode.GROUP_ID_NOT_FOUND, throttle_time_ms=0, topics=[])

@@ -81,8 +81,9 @@ def _group(broker, session, group_id, topics, by_id):
         return ErrorCode.INVALID_GROUP_ID, []
     if not authorizer.allows(session, Operation.DESCRIBE, GROUP, group_id):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
-    if not broker.groups.owns(group_id):
-        return ErrorCode.NOT_COORDINATOR, []
+    refused = broker.groups.not_served(group_id)
+    if refused:
+        return refused, []
     offsets = broker.groups.fetch_offsets(group_id)
     answers = []
     if topics is None:

@@ -34,6 +34,7 @@ from headrace.storage import StorageError
 
 from . import group_offsets
 from .group_offsets import OFFSETS_TOPIC, CommittedOffset, StoredGroup
+from .topics import ReplayError
 
 log = logging.getLogger("headrace.groups")
 
@@ -60,21 +61,33 @@ class OffsetStore:
 
     async def load(
         self, indexes: list[int] | None = None
-    ) -> tuple[dict[str, dict], dict[str, StoredGroup]]:
-        """Replay the topic (or its partitions ``indexes``, moved here): (group -> its
-        offsets, group -> its last classic metadata)."""
+    ) -> tuple[dict[str, dict], dict[str, StoredGroup], dict[int, ReplayError]]:
+        """Replay the topic (or its partitions ``indexes``, moved here), partition by
+        partition: (group -> its offsets, group -> its last classic metadata, partition ->
+        why it could not be read whole). A partition that fails gives none of its groups."""
+        loaded: dict[str, dict] = {}
         stored: dict[str, StoredGroup] = {}
-        logs = [p.log for p in self._partitions(indexes)]
-        if not logs:
-            return {}, {}
-        loaded = await asyncio.to_thread(group_offsets.replay, logs, stored)
-        return loaded, stored
+        failed: dict[int, ReplayError] = {}
+        for partition in self._partitions(indexes):
+            metadata: dict[str, StoredGroup] = {}
+            try:
+                found = await asyncio.to_thread(group_offsets.replay, [partition.log], metadata)
+            except ReplayError as e:
+                failed[partition.index] = e
+                continue
+            loaded.update(found)  # a group's records are all in its one partition
+            stored.update(metadata)
+        return loaded, stored, failed
 
-    async def load_pending(self, indexes: list[int] | None = None) -> PendingOffsets:
+    async def load_pending(
+        self, indexes: list[int] | None = None, skip: frozenset[int] = frozenset()
+    ) -> PendingOffsets:
         """The offsets of transactions still open in the topic's partitions (or those of
-        ``indexes``), at start-up or when partitions move here."""
+        ``indexes``; not those of ``skip``), at start-up or when partitions move here."""
         pending: PendingOffsets = {}
         for partition in self._partitions(indexes):
+            if partition.index in skip:
+                continue
             ongoing = dict(partition.producers.ongoing)  # producer id -> first offset
             if ongoing:
                 await asyncio.to_thread(_read_txn_offsets, partition.log, ongoing, pending)

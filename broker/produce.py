@@ -52,6 +52,7 @@ def handle(broker, header, request):
     ):
         return _all_failed(request, version, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     topics = broker.topics
+    bytes_in = broker.metrics.bytes_in
     responses = []
     to_flush = []
     now_ms = int(time.time() * 1000)
@@ -107,6 +108,8 @@ def handle(broker, header, request):
                 )
                 if count and partition.unflushed >= int(topic.setting("flush.messages")):
                     to_flush.append(partition)
+                if code == ErrorCode.NONE:
+                    bytes_in[topic.name] = bytes_in.get(topic.name, 0) + len(p.records)
             answer = R.PartitionProduceResponse(
                 index=p.index,
                 error_code=code,

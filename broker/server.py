@@ -33,7 +33,10 @@ brokers with (closed at stop). The last two are handed what they use (the topic 
 producer ids, the group coordinator for transactional offsets, the node id, the settings they
 read, the broker client) rather than
 the broker, so each can be built and tested alone. The API modules get the ``BrokerServer`` as
-their request context and use the coordinators' public methods.
+their request context and use the coordinators' public methods. ``metrics`` (metrics.py) is
+what the request path counts (``_encode`` adds each response's latency and error codes);
+with ``metrics.port`` set, ``metrics_http`` serves it, and what it reads at scrape time, from
+``start`` on (``ready`` says when the broker serves).
 
 Start-up (``start``) locks the data directory (``.lock``: one broker per directory; a second
 one exits at once, naming the holder's pid), loads the logs, replays the groups' and
@@ -94,6 +97,8 @@ from .group_offsets import OFFSETS_TOPIC
 from .init_producer_id import ProducerIdManager
 from .listeners import Listener, inter_broker, listeners
 from .log_cleaner import LogCleaner
+from .metrics import BrokerMetrics
+from .metrics_http import MetricsServer
 from .moves import Moves
 from .quotas import REQUEST, ClientQuotas
 from .quotas import from_document as quotas_from_document
@@ -187,6 +192,11 @@ class BrokerServer:
         self.bound: dict[str, int] = {}  # listener name -> the port it listens on
         self.data_dir = Path(str(config["log.dirs"])).absolute()
         self.group_commit = GroupCommit()
+        # what the request path counts; the rest is read at scrape time (metrics.py)
+        self.metrics = BrokerMetrics()
+        self.group_commit.observer = self.metrics.flushed
+        self._started = False  # logs loaded, listening and (in a cluster) registered
+        self._metrics_server: MetricsServer | None = None
         self.topics = TopicManager(self.data_dir, config, self.group_commit)
         self.topics.on_deleted = self._topics_deleted
         # cluster mode: membership and topic metadata in ZooKeeper (cluster.py)
@@ -291,7 +301,12 @@ class BrokerServer:
                 ", ".join(self.config.ignored),
             )
         self._tls, self._sasl = self._security()
-        await asyncio.to_thread(self._open_data_dir)
+        await self._serve_metrics()
+        try:
+            await asyncio.to_thread(self._open_data_dir)
+        except BaseException:
+            await self._stop_metrics()
+            raise
         if self.cluster is None:
             self.acl_document.watch(self._acls_changed)
             self.quota_document.watch(self._quotas_changed)
@@ -327,6 +342,7 @@ class BrokerServer:
             )
         )
         self.cleaner.start()
+        self._started = True
         log.info(
             "headrace listening on %s, data in %s (%.0f ms)",
             ", ".join(
@@ -336,6 +352,46 @@ class BrokerServer:
             self.data_dir,
             (time.monotonic() - started) * 1000,
         )
+
+    async def _serve_metrics(self) -> None:
+        """The Prometheus and health endpoint (``metrics.port``), up before the logs are
+        loaded so that /health answers and /ready says "not yet" meanwhile."""
+        port = int(self.config["metrics.port"])
+        if port < 0:
+            return
+        server = MetricsServer(self, self.host, port)
+        try:
+            await server.start()
+        except OSError as e:
+            raise StartupError(
+                f"metrics.port: cannot listen on {self.host or '0.0.0.0'}:{port}: {e.strerror}"
+            ) from e
+        self._metrics_server = server
+        log.info("metrics on http://%s:%d/metrics", self.host or "0.0.0.0", server.port)
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port /metrics, /health and /ready answer on (None: ``metrics.port`` is -1)."""
+        return self._metrics_server.port if self._metrics_server is not None else None
+
+    @property
+    def ready(self) -> bool:
+        """What /ready says: started (logs loaded, listening, in a cluster registered) and
+        not stopping, nor fenced (a cluster broker whose ZooKeeper session was lost, until
+        the controller has confirmed it again)."""
+        return self._started and (self.cluster is None or not self.cluster.fenced)
+
+    @property
+    def router(self) -> Router | None:
+        return self._router
+
+    def unavailable_coordinator_partitions(self) -> dict[str, list[int]]:
+        """Partitions of the internal topics whose state failed to load (see the coordinators'
+        ``unavailable``): their groups and transactions answer COORDINATOR_LOAD_IN_PROGRESS."""
+        return {
+            OFFSETS_TOPIC: sorted(self.groups.unavailable),
+            TRANSACTION_TOPIC: sorted(self.transactions.unavailable),
+        }
 
     def _security(self) -> tuple[dict[str, ssl.SSLContext], dict[str, SaslConfig]]:
         """TLS contexts of the SSL and SASL_SSL listeners and SASL settings of the SASL ones,
@@ -433,6 +489,7 @@ class BrokerServer:
 
     async def _abandon(self) -> None:
         """Undo a start that failed after opening the data directory."""
+        await self._stop_metrics()
         for server in self._servers:
             server.close()
         if self._router is not None:
@@ -446,6 +503,7 @@ class BrokerServer:
     async def _topics_deleted(self, names: set[str]) -> None:
         """Topics are gone (deleted here, or in a cluster by any broker): the coordinators
         purge what they keep about them."""
+        self.metrics.topics_deleted(names)
         await self.groups.on_topics_deleted(names)
 
     async def _partitions_moved(self, name: str, gained: list[int], lost: list[int]) -> None:
@@ -542,6 +600,7 @@ class BrokerServer:
         """Stop accepting, answer in-flight requests, flush everything, mark the stop clean."""
         if not self._servers:
             return
+        self._started = False
         for server in self._servers:
             server.close()
         for task in self._tasks:
@@ -564,7 +623,13 @@ class BrokerServer:
         await asyncio.to_thread(self._close_data_dir)
         self.read_pool.shutdown(wait=True)
         self._servers = []
+        await self._stop_metrics()
         log.info("headrace stopped cleanly")
+
+    async def _stop_metrics(self) -> None:
+        if self._metrics_server is not None:
+            await self._metrics_server.stop()
+            self._metrics_server = None
 
     def _close_data_dir(self) -> None:
         self.topics.close()
@@ -593,6 +658,7 @@ class BrokerServer:
     # the pipeline's handler --------------------------------------------------------------------
 
     def handle(self, request: Request):
+        started = time.monotonic()
         frame = memoryview(request.frame)
         try:
             header, offset = decode_request_header(frame)
@@ -616,7 +682,7 @@ class BrokerServer:
         version = header.api_version
         if not api.MIN_VERSION <= version <= api.MAX_VERSION:
             if header.api_key == ApiKey.API_VERSIONS:
-                return self._encode(header, api.unsupported(), version=0)
+                return self._encode(header, api.unsupported(), started, version=0)
             raise CloseConnection(f"unsupported version {version} of api key {header.api_key}")
         try:
             # bytes after the body are ignored, as Kafka does (librdkafka sends some)
@@ -641,14 +707,15 @@ class BrokerServer:
             else:
                 outcome = api.handle(self, context, body)
             if outcome is None:
+                self.metrics.request_done(header.api_key, version, started, None)
                 return None
             if hasattr(outcome, "__await__"):
-                return self._encode_later(header, body, outcome)
-            return self._encode(header, outcome)
+                return self._encode_later(header, body, outcome, started)
+            return self._encode(header, outcome, started)
         except CloseConnection:
             raise
         except Exception:
-            return self._failed(header, body)
+            return self._failed(header, body, started)
 
     def _request_time(self, context: RequestContext, seconds: float) -> int:
         """Count a request's handler time against the client's request_percentage quota;
@@ -674,31 +741,37 @@ class BrokerServer:
         if isinstance(connection.session, Session):
             connection.session.closed()  # (no cycle left between the two)
 
-    def _encode(self, header, response, version: int | None = None) -> list:
+    def _encode(self, header, response, started: float, version: int | None = None) -> list:
         version = header.api_version if version is None else version
+        self.metrics.request_done(header.api_key, version, started, response)
         flexible = response_header_is_flexible(header.api_key, version)
         head = encode_response_header(header.correlation_id, flexible)
         body = encode_response(header.api_key, version, response)
         body[0] = head + body[0]  # one small write for header and the first part of the body
         return body
 
-    async def _encode_later(self, header, body, awaitable) -> list | Response | None:
+    async def _encode_later(
+        self, header, body, awaitable, started: float
+    ) -> list | Response | None:
         try:
             response = await awaitable
             if isinstance(response, tuple):  # (message, on_sent): told once it has left
                 message, on_sent = response
                 try:
-                    return Response(self._encode(header, message), on_sent)
+                    return Response(self._encode(header, message, started), on_sent)
                 except BaseException:
                     on_sent()
                     raise
-            return None if response is None else self._encode(header, response)
+            if response is None:
+                self.metrics.request_done(header.api_key, header.api_version, started, None)
+                return None
+            return self._encode(header, response, started)
         except CloseConnection:
             raise
         except Exception:
-            return self._failed(header, body)
+            return self._failed(header, body, started)
 
-    def _failed(self, header, body) -> list:
+    def _failed(self, header, body, started: float) -> list:
         """A handler failed unexpectedly (called in its ``except``): log the traceback and
         answer UNKNOWN_SERVER_ERROR wherever the response has an error code, as Kafka does;
         an acks=0 produce, which has no response, closes the connection instead."""
@@ -714,7 +787,7 @@ class BrokerServer:
         error = error_response(
             header.api_key, header.api_version, body, ErrorCode.UNKNOWN_SERVER_ERROR
         )
-        return self._encode(header, error)
+        return self._encode(header, error, started)
 
 
 def _throttled(response, ms: int) -> None:

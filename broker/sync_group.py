@@ -21,8 +21,9 @@ def handle(broker, header, request):
     version = header.api_version
     if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
         return _response(broker, request, ErrorCode.GROUP_AUTHORIZATION_FAILED, b"")
-    if not broker.groups.owns(request.group_id):
-        return _response(broker, request, ErrorCode.NOT_COORDINATOR, b"")
+    refused = broker.groups.not_served(request.group_id)
+    if refused:
+        return _response(broker, request, refused, b"")
     outcome = broker.groups.classic.sync(
         request.group_id,
         request.generation_id,

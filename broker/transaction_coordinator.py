@@ -72,6 +72,7 @@ from . import group_offsets, transaction_log
 from .background import run_every, wall_clock_ms
 from .broker_client import NetworkError
 from .group_offsets import OFFSETS_TOPIC
+from .topics import ReplayError
 from .transaction_log import TRANSACTION_TOPIC, TransactionMetadata
 from .transaction_state import (
     ABORT_FIRST,
@@ -156,11 +157,14 @@ class TransactionCoordinator:
         self.leader_of = leader_of or (lambda topic, partition: node_id)
         self.is_coordinator = is_coordinator
         self.broker_client = broker_client
+        # partitions of __transaction_state held here whose ids are not served (requests get
+        # COORDINATOR_LOAD_IN_PROGRESS): moved here and being loaded, or their replay failed
+        self.loading: set[int] = set()
+        self.unavailable: set[int] = set()
         self.txns: dict[str, TransactionMetadata] = {}
         # (transactional id, producer id, epoch) of a decided transaction -> its partitions
         # whose marker is written (while some others' are not)
         self._marked: dict[tuple[str, int, int], set[Key]] = {}
-        self.loading: set[int] = set()  # partitions moved here, their ids not loaded yet
         self._tasks: list[asyncio.Task] = []
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -184,7 +188,20 @@ class TransactionCoordinator:
     async def _load(self, partitions) -> None:
         """Read the transactional ids of ``partitions`` of ``__transaction_state``; complete
         the transactions a previous coordinator had decided."""
-        found = await asyncio.to_thread(transaction_log.replay, [p.log for p in partitions])
+        found: dict[str, TransactionMetadata] = {}
+        for partition in partitions:
+            try:
+                found.update(await asyncio.to_thread(transaction_log.replay, [partition.log]))
+            except ReplayError as e:
+                log.error(
+                    "cannot load the transactional ids of %s-%d: %s; they answer"
+                    " COORDINATOR_LOAD_IN_PROGRESS until the partition is repaired (headrace"
+                    " verify names the bad position) and the broker restarted",
+                    TRANSACTION_TOPIC,
+                    partition.index,
+                    e,
+                )
+                self.unavailable.add(partition.index)
         self.txns.update(found)
         if found:
             log.info("loaded %d transactional ids", len(found))
@@ -202,6 +219,7 @@ class TransactionCoordinator:
             self.loading.difference_update(gained)
 
     async def _partitions_moved(self, gained: list[int], lost: list[int]) -> None:
+        self.unavailable.difference_update(lost)
         topic = self.topics.get(TRANSACTION_TOPIC)
         if topic is None:
             return
@@ -240,7 +258,20 @@ class TransactionCoordinator:
         if topic is None:
             return self.topics.cluster is None
         index = group_offsets.partition_for(transactional_id, topic.count)
-        return index not in self.loading and topic.partition(index) is not None
+        return topic.partition(index) is not None
+
+    def not_served(self, transactional_id: str) -> int:
+        """Why a request for ``transactional_id`` cannot be served here: NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS (its partition is being loaded, or failed to load), or
+        NONE."""
+        if not self.owns(transactional_id):
+            return E.NOT_COORDINATOR
+        if self.loading or self.unavailable:
+            topic = self.topics.get(TRANSACTION_TOPIC)
+            index = group_offsets.partition_for(transactional_id, topic.count) if topic else -1
+            if index in self.loading or index in self.unavailable:
+                return E.COORDINATOR_LOAD_IN_PROGRESS
+        return E.NONE
 
     def is_leader(self, topic: str, partition: int) -> bool:
         """Does this broker lead the partition (or know nothing of it)? (WriteTxnMarkers)"""

@@ -56,8 +56,9 @@ def handle(broker, header, request):
         return _respond(request, lambda t, p: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not authorizer.allows(session, Operation.READ, GROUP, group_id):
         return _respond(request, lambda t, p: ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    if not broker.groups.owns(group_id):
-        return _respond(request, lambda t, p: ErrorCode.NOT_COORDINATOR)
+    refused = broker.groups.not_served(group_id)
+    if refused:
+        return _respond(request, lambda t, p: refused)
     error = _check_transaction(broker, request, group_id)
     if not error and not broker.groups.room_for(group_id):
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE  # group.max.groups: no new group

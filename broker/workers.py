@@ -62,6 +62,8 @@ def run(config: BrokerConfig, argv: list[str], workers: int, ready_file: str | N
                 advertised = listeners_text(found, i, advertised=True)
                 cmd += ["--override", f"advertised.listeners={advertised}"]
             cmd += ["--override", f"log.dirs={data / f'node-{node}'}", "--workers", "1"]
+            if int(config["metrics.port"]) > 0:  # each worker its own: the port + i
+                cmd += ["--override", f"metrics.port={int(config['metrics.port']) + i}"]
             cmd += ["--ready-file", str(ready)]
             # the workers ignore the terminal's Ctrl-C (the parent stops them) and get a SIGTERM
             # if the parent dies without stopping them

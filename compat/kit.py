@@ -9,7 +9,9 @@ A scenario program is called as ``PROGRAM BOOTSTRAP SCENARIO PREFIX`` and ends w
 ``PREFIX`` is unique per run and scenario; programs name their topics, groups and
 transactional ids with it so that scenarios never see each other's data. The runner
 (``compat/runner.py``) reads the last ``RESULT`` line; a program that dies or hangs without one
-is a failure too, with the tail of its output as the reason. Programs in other languages
+is a failure too, with the tail of its output as the reason. A ``SCENARIO`` the program
+does not know is a failure (``RESULT fail unknown scenario ...``), never n/a: n/a is only what
+a known scenario declares it cannot do (``NotApplicable``). Programs in other languages
 (Java, Go, JavaScript) follow the same convention.
 """
 
@@ -112,9 +114,9 @@ def main(scenarios: dict[str, Callable[[str, str], None]],
         return 2
     bootstrap, name, prefix = args
     fn = scenarios.get(name)
-    if fn is None:
-        print("RESULT n/a not a scenario of this client", flush=True)
-        return 0
+    if fn is None:  # a typo or a scenario not written yet: a failure, never n/a
+        print(f"RESULT fail unknown scenario {name} (known: {' '.join(scenarios)})", flush=True)
+        return 1
     try:
         fn(bootstrap, prefix)
     except NotApplicable as exc:

@@ -124,6 +124,13 @@ class Router:
     def queued(self) -> int:
         return sum(len(conn.requests) for conn in self.connections)
 
+    def queue_depths(self) -> list[int]:
+        """Requests read and waiting for their handler, per handler queue."""
+        depths = [0] * len(self._queues)
+        for conn in list(self.connections):
+            depths[conn.id % len(depths)] += len(conn.requests)
+        return depths
+
     async def _drain(self, i: int) -> None:
         queue, wakeup = self._queues[i], self._wakeups[i]
         while True:

@@ -20,6 +20,8 @@ Public surface:
 - ``encode_response(api_key, version, msg) -> list of bytes-like chunks``
 - ``error_response(api_key, version, request, error_code)``: the response reporting
   ``error_code`` for any request (``error_response.py``)
+- ``response_error_codes(api_key, version, response)``: the non-zero error codes a response
+  carries, at any depth (``error_codes.py``; for metrics)
 - ``encode_response_header(correlation_id, flexible)``,
   ``response_header_is_flexible(api_key, version)``
 - ``encode_request`` / ``decode_response`` (clients and tests), ``encode_message`` /
@@ -46,6 +48,7 @@ from .api import (
     valid_versions,
 )
 from .codec import RECORDS_CHUNK_MIN, DecodeError, EncodeError
+from .error_codes import response_error_codes
 from .error_response import error_response
 from .errors import ErrorCode
 from .headers import (
@@ -58,6 +61,7 @@ from .headers import (
 )
 
 __all__ = [
+    "response_error_codes",
     "ApiKey",
     "DecodeError",
     "EncodeError",

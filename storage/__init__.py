@@ -11,6 +11,10 @@ Public surface:
     OffsetOutOfRange        read or delete below the log start or above the log end offset
     StorageError            an I/O failure or unusable files (Kafka's KAFKA_STORAGE_ERROR)
     fsync_directory         make a directory's entries durable (used by the broker too)
+    segment_batches, index_entries, check_segment, check_partition, segment_paths,
+    CorruptSegment, Problem
+                            segment and index files read as they are, without a Log, and
+                            checked (CRCs, offsets, indexes): the operator's tools
 
 Record batches are opaque bytes here: the caller assigns offsets and passes them in.
 
@@ -46,18 +50,35 @@ Files, in the order to open them:
     _batch.py       the v2 batch header fields storage reads; iter_batches
     _records.py     the record walk compaction needs (keys, tombstones)
     errors.py       StorageError, OffsetOutOfRange
+    examine.py      read-only walks and checks of segment files (dump-log, verify)
 """
 
 from ._files import fsync_directory
 from .checkpoint import OffsetCheckpoints
 from .cleaning import CleanResult, clean
 from .errors import OffsetOutOfRange, StorageError
+from .examine import (
+    CorruptSegment,
+    Problem,
+    check_partition,
+    check_segment,
+    index_entries,
+    segment_batches,
+    segment_paths,
+)
 from .log import Log, LogConfig
 from .open_files import OpenFiles, OpenFilesExhausted
 from .reads import FileRegion
 from .txn_index import AbortedTxn
 
 __all__ = [
+    "CorruptSegment",
+    "Problem",
+    "check_partition",
+    "check_segment",
+    "index_entries",
+    "segment_batches",
+    "segment_paths",
     "AbortedTxn",
     "CleanResult",
     "FileRegion",

@@ -35,7 +35,12 @@ class BatchInfo(NamedTuple):
 
 
 class BadBatch(Exception):
-    """A header that cannot be a stored v2 batch (or runs past the end of the data)."""
+    """A header that cannot be a stored v2 batch (or runs past the end of the data), at
+    file position ``position``."""
+
+    def __init__(self, message: str, position: int = -1) -> None:
+        super().__init__(message)
+        self.position = position
 
 
 def iter_batches(fd: int, position: int, end: int, headers: bool = False) -> Iterator:
@@ -52,16 +57,16 @@ def iter_batches(fd: int, position: int, end: int, headers: bool = False) -> Ite
         i = position - buf_pos
         if i + BATCH_HEADER_SIZE > len(buf):
             if position + BATCH_HEADER_SIZE > end:
-                raise BadBatch(f"torn header at position {position}")
+                raise BadBatch(f"torn header at position {position}", position)
             buf = os.pread(fd, max(BATCH_HEADER_SIZE, min(read_size, end - position)), position)
             buf_pos = position
             i = 0
             if len(buf) < BATCH_HEADER_SIZE:
-                raise BadBatch(f"short read at position {position}")
+                raise BadBatch(f"short read at position {position}", position)
         base, length, _epoch, magic, _crc = HEADER_PREFIX.unpack_from(buf, i)
         size = LOG_OVERHEAD + length
         if size < BATCH_HEADER_SIZE or magic != MAGIC or position + size > end:
-            raise BadBatch(f"bad batch header at position {position}")
+            raise BadBatch(f"bad batch header at position {position}", position)
         last = base + INT32.unpack_from(buf, i + LAST_OFFSET_DELTA_OFFSET)[0]
         max_ts = INT64.unpack_from(buf, i + MAX_TIMESTAMP_OFFSET)[0]
         info = BatchInfo(position, size, base, last, max_ts)

@@ -535,9 +535,9 @@ func main() {
 		scenarios["produce-"+c] = func() error { return produceConsume(c) }
 	}
 	fn, ok := scenarios[os.Args[2]]
-	if !ok {
-		fmt.Println("RESULT n/a not a scenario of this client")
-		return
+	if !ok { // a name this program does not know fails; n/a is only what a scenario declares
+		fmt.Println("RESULT fail unknown scenario " + os.Args[2])
+		os.Exit(1)
 	}
 	err := fn()
 	var na notApplicable

@@ -287,9 +287,9 @@ const SCENARIOS = {
 
 async function main() {
   const fn = SCENARIOS[scenarioName];
-  if (!fn) {
-    console.log('RESULT n/a not a scenario of this client');
-    return 0;
+  if (!fn) { // a name this program does not know fails; n/a is only what a scenario declares
+    console.log(`RESULT fail unknown scenario ${scenarioName}`);
+    return 1;
   }
   try {
     await fn();

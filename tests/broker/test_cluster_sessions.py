@@ -5,8 +5,11 @@ outlive a session)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
+import urllib.error
+import urllib.request
 
 from kafkawire import WireClient
 from test_cluster import SESSION_MS, cluster, create, leaders, metadata, wait_for  # noqa: F401
@@ -35,8 +38,17 @@ def produce_code(broker, topic: str, index: int) -> int:
         return c.request(ApiKey.PRODUCE, 9, request).responses[0].partition_responses[0].error_code
 
 
+def ready(broker) -> int:
+    """The status of the broker's /ready (its metrics port is in its log)."""
+    port = next(re.search(r"metrics on http://[\d.]+:(\d+)/", x).group(1) for x in broker.lines if "metrics on http" in x)
+    try:
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5).status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 def test_a_broker_back_from_a_lost_session_serves_once_the_controller_confirms(cluster):
-    brokers = cluster(3)
+    brokers = cluster(3, **{"metrics.port": 0})
     wait_for(lambda: len(metadata(brokers[0]).brokers) == 3, 10, "every broker seen")
     controller = metadata(brokers[0]).controller_id
     back, third = [n for n in (1, 2, 3) if n != controller]
@@ -44,6 +56,7 @@ def test_a_broker_back_from_a_lost_session_serves_once_the_controller_confirms(c
     create(brokers, "sessions", 3, replica_assignment=[[1], [2], [3]])
     index = back - 1  # the partition the returning broker leads
     assert produce_code(returning, "sessions", index) == ErrorCode.NONE
+    assert ready(returning) == 200
 
     os.kill(returning.pid, signal.SIGSTOP)  # outlive its session
     wait_for(lambda: leaders(watcher, "sessions")[index] == -1, SESSION_MS / 1000 + 10, "gone")
@@ -55,6 +68,7 @@ def test_a_broker_back_from_a_lost_session_serves_once_the_controller_confirms(c
         # registered, topics re-read, but not confirmed while the controller is frozen
         assert time.monotonic() - stopped < SESSION_MS / 1000  # its session still holds
         assert produce_code(returning, "sessions", index) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert ready(returning) == 503  # fenced: not ready
     finally:
         os.kill(deciding.pid, signal.SIGCONT)
     # the controller wakes (or its session ended and another broker took over): confirmed
@@ -63,3 +77,4 @@ def test_a_broker_back_from_a_lost_session_serves_once_the_controller_confirms(c
         SESSION_MS / 1000 + 15,
         "the returning broker serving again",
     )
+    assert ready(returning) == 200

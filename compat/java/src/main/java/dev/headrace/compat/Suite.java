@@ -104,7 +104,9 @@ public final class Suite {
             case "cluster-produce-consume" -> clusterProduceConsume();
             case "cluster-group" -> clusterGroup();
             case "cluster-transactions" -> clusterTransactions();
-            default -> throw new NotApplicable("not a scenario of this client");
+            // a name this program does not know is a failure (a typo, or a scenario not written
+            // yet), never n/a: n/a is only what a scenario declares it cannot do
+            default -> throw new Failed("unknown scenario " + scenario);
         }
     }
 

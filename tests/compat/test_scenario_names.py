@@ -1,0 +1,97 @@
+"""The compatibility suite is honest about scenario names: a name a client's program does
+not know fails (``RESULT fail unknown scenario ...``) instead of passing as n/a, and every
+scenario the suite lists for a client is one its program knows. Runs without the clients
+(``HEADRACE_COMPAT=0`` too): the Python programs are run, the others' sources are read."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from compat import kit  # noqa: E402
+from compat.clients import CLIENTS  # noqa: E402
+from compat.runner import run_scenario  # noqa: E402
+
+# client -> its Python program (what setup() would return, without installing anything)
+PYTHON_PROGRAMS = {
+    "kafka-python": ["compat/kafka-python/scenarios.py"],
+    "aiokafka": ["compat/aiokafka/scenarios.py"],
+    "confluent-kafka": ["compat/confluent-kafka/scenarios.py"],
+    "kcat": ["compat/kcat/scenarios.py"],
+    "kafka-tools-3.9": ["compat/kafka-tools/scenarios.py", "--version", "3.9.2"],
+    "kafka-tools-4.0": ["compat/kafka-tools/scenarios.py", "--version", "4.0.2"],
+    "kafka-tools-4.0-cluster": ["compat/kafka-tools/scenarios.py", "--version", "4.0.2"],
+    "spark": ["compat/spark/scenarios.py"],
+    "spark-cluster": ["compat/spark/scenarios.py"],
+}
+
+
+def test_kit_fails_an_unknown_scenario(capsys):
+    code = kit.main({"known": lambda bootstrap, prefix: None}, ["127.0.0.1:1", "knwon", "p"])
+    assert code == 1
+    assert capsys.readouterr().out.strip() == "RESULT fail unknown scenario knwon (known: known)"
+    assert kit.main({"known": lambda bootstrap, prefix: None}, ["127.0.0.1:1", "known", "p"]) == 0
+
+
+def test_the_runner_reports_a_misspelled_scenario_as_a_failure(tmp_path):
+    cmd = [sys.executable, str(ROOT / "compat/kafka-python/scenarios.py")]
+    outcome = run_scenario(cmd, "127.0.0.1:1", "produce-gzpi", "p", 60, None, tmp_path / "log")
+    assert outcome.status == "fail"
+    assert outcome.reason.startswith("unknown scenario produce-gzpi")
+
+
+@pytest.mark.parametrize("client", sorted(PYTHON_PROGRAMS))
+def test_every_listed_scenario_is_known_to_its_program(client):
+    program = PYTHON_PROGRAMS[client]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / program[0]), *program[1:], "--list"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    known = set(done.stdout.split())
+    assert set(CLIENTS[client].scenarios) <= known
+
+
+def test_every_python_client_is_checked():
+    programs = {c for c, client in CLIENTS.items() if not c.startswith(("java", "kafkajs", "franz"))}
+    assert programs == set(PYTHON_PROGRAMS)
+
+
+@pytest.mark.parametrize(
+    "source,unknown",
+    [
+        ("compat/java/src/main/java/dev/headrace/compat/Suite.java", 'new Failed("unknown scenario " + scenario)'),
+        ("compat/franz-go/main.go", '"RESULT fail unknown scenario " + os.Args[2]'),
+        ("compat/kafkajs/scenarios.js", "RESULT fail unknown scenario ${scenarioName}"),
+    ],
+)
+def test_the_other_programs_fail_an_unknown_scenario(source, unknown):
+    text = (ROOT / source).read_text()
+    assert unknown in text
+    assert "not a scenario of this client" not in text
+
+
+@pytest.mark.parametrize(
+    "client,source",
+    [
+        ("java39", "compat/java/src/main/java/dev/headrace/compat/Suite.java"),
+        ("java4-cluster", "compat/java/src/main/java/dev/headrace/compat/Suite.java"),
+        ("franz-go", "compat/franz-go/main.go"),
+        ("kafkajs", "compat/kafkajs/scenarios.js"),
+    ],
+)
+def test_the_other_programs_know_their_listed_scenarios(client, source):
+    """Each listed name appears as a quoted scenario name in the program (produce-<codec>
+    names are built from the codec list in Go and Java)."""
+    text = (ROOT / source).read_text()
+    for scenario in CLIENTS[client].scenarios:
+        names = {f'"{scenario}"', f"'{scenario}'", f"{scenario}:", f"{scenario},"}
+        if scenario.startswith("produce-"):
+            names |= {f'"{scenario.removeprefix("produce-")}"', f"'{scenario.removeprefix('produce-')}'"}
+        assert any(n in text for n in names), f"{client}: {scenario} not in {source}"
