@@ -67,7 +67,8 @@ class MetricsServer:
         assert task is not None
         self._clients.add(task)
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
             status, content_type, body, head_only = self._answer(head)
             if isinstance(body, _Snapshot):
                 body = await asyncio.to_thread(generate_latest, body)  # type: ignore[arg-type]
@@ -77,7 +78,8 @@ class MetricsServer:
             )
             if not head_only:
                 writer.write(body)
-            await asyncio.wait_for(writer.drain(), READ_TIMEOUT_S)
+            async with asyncio.timeout(READ_TIMEOUT_S):
+                await writer.drain()
         except (
             asyncio.LimitOverrunError,
             asyncio.IncompleteReadError,
