@@ -62,7 +62,7 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient, KazooState
@@ -74,10 +74,13 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
+from . import partition_state
+from .partition_state import PartitionState
 from .placement import BrokerInfo, assign_replicas
 
 if TYPE_CHECKING:
     from .controller import Controller
+    from .replica_manager import ReplicaManager
     from .topics import TopicManager
 
 log = logging.getLogger("headrace.cluster")
@@ -169,6 +172,7 @@ class Cluster:
         self.endpoint = Endpoint("", 0)  # known once the broker listens
         self.connect = str(config["zookeeper.connect"])
         self.max_broker_partitions = int(config["max.broker.partitions"])
+        self.unclean_default = bool(config["unclean.leader.election.enable"])
         self.session_s = int(config["zookeeper.session.timeout.ms"]) / 1000
         connection_ms = int(config["zookeeper.connection.timeout.ms"])
         self.connection_s = connection_ms / 1000 if connection_ms > 0 else self.session_s
@@ -197,6 +201,10 @@ class Cluster:
         self.removed: set[int] = set()  # brokers removed while running (being drained)
         self._elected = False
         self._watched: set[str] = set()
+        # partition -> its leader, leader epoch and ISR (partition_state.py), newest seen
+        self.states: dict[tuple[str, int], PartitionState] = {}
+        self._states_watched: set[tuple[str, int]] = set()
+        self.replicas: ReplicaManager | None = None  # this broker's roles (set by the server)
 
     # start and stop -------------------------------------------------------------------------
 
@@ -331,6 +339,10 @@ class Cluster:
         names = await asyncio.to_thread(self.zk.get_children, TOPICS)
         records = await asyncio.to_thread(self._read_topics, names)
         self.topics = {n: r for n, r in records.items() if r is not None}
+        states = await asyncio.to_thread(self._read_states, self.topics)
+        self.states = states
+        for name in self.topics:
+            self._watch_states(name)
         assert self.topic_manager is not None
         for name in sorted(set(self.topics) | set(self.topic_manager.topics)):
             await self.topic_manager.apply(name)
@@ -345,6 +357,102 @@ class Cluster:
                 continue
             out[name] = TopicRecord.decode(data, stat)
         return out
+
+    def _read_states(self, topics: dict[str, TopicRecord]) -> dict:
+        """(In a thread.) The state of every partition of ``topics`` that has one."""
+        out: dict[tuple[str, int], PartitionState] = {}
+        for name, record in topics.items():
+            for index in range(len(record.replicas)):
+                state = partition_state.read(self.zk, name, index)
+                if state is not None:
+                    out[(name, index)] = state
+        return out
+
+    def _watch_states(self, name: str) -> None:
+        """Watch the state znode of every partition of topic ``name`` (not watched yet)."""
+        record = self.topics.get(name)
+        if record is None or self._loop is None:
+            return
+        for index in range(len(record.replicas)):
+            key = (name, index)
+            if key in self._states_watched:
+                continue
+            self._states_watched.add(key)
+            self.zk.DataWatch(
+                partition_state.state_path(name, index), self._from_zk_state(name, index)
+            )
+
+    def _from_zk_state(self, name: str, index: int):
+        watch = self._from_zk(self._state_changed)
+
+        def changed(data, stat) -> bool | None:
+            if self._stopping.is_set():
+                return False
+            watch(name, index, data, stat)
+            if data is None and (name, index) not in self._states_watched:
+                return False
+            return None
+
+        return changed
+
+    def _state_changed(self, name: str, index: int, data: bytes | None, stat) -> None:
+        key = (name, index)
+        if data is None or stat is None:
+            if name not in self.topics:
+                self._states_watched.discard(key)
+                self.states.pop(key, None)
+            return
+        try:
+            state = PartitionState.decode(data, stat.version)
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable state of %s-%d", name, index)
+            return
+        if not self._newer(key, state):
+            return
+        self.states[key] = state
+        if self.replicas is not None:
+            self.replicas.state_changed(name, index)
+
+    def _newer(self, key: tuple[str, int], state: PartitionState) -> bool:
+        known = self.states.get(key)
+        return known is None or state.version > known.version
+
+    def learned(self, name: str, index: int, state: PartitionState) -> bool:
+        """A state this broker wrote or read itself (newer than the watch has told, maybe);
+        True when it is the newest known."""
+        key = (name, index)
+        if not self._newer(key, state):
+            return False
+        self.states[key] = state
+        return True
+
+    async def write_state(
+        self, name: str, index: int, new: PartitionState, version: int, fence: int | None = None
+    ) -> PartitionState:
+        """Compare-and-set a partition's state (partition_state.cas); the state written.
+        ``BadVersionError`` when someone wrote since ``version``."""
+        written = await asyncio.to_thread(
+            partition_state.cas, self.zk, name, index, new, version, fence
+        )
+        if self.learned(name, index, written) and self.replicas is not None:
+            self.replicas.state_changed(name, index)
+        return written
+
+    async def read_state(self, name: str, index: int) -> PartitionState | None:
+        """Read a partition's state from ZooKeeper now (after a refused write)."""
+        state = await asyncio.to_thread(partition_state.read, self.zk, name, index)
+        if state is not None and self.learned(name, index, state) and self.replicas is not None:
+            self.replicas.state_changed(name, index)
+        return state
+
+    async def ensure_state(self, name: str, index: int, state: PartitionState):
+        """Make a partition's state znode if it has none (the controller, for topics made
+        before partition states existed); the state there."""
+        found = await asyncio.to_thread(partition_state.ensure, self.zk, name, index, state)
+        if found is not None and self.learned(name, index, found):
+            if self.replicas is not None:
+                self.replicas.state_changed(name, index)
+        return found
 
     def _brokers_changed(self, ids: list[str]) -> None:
         self._spawn(self._read_brokers(ids))
@@ -393,21 +501,52 @@ class Cluster:
             if known is None:
                 return
             self.topics.pop(name, None)
+            self._forget_states(name)
         else:
             record = TopicRecord.decode(data, stat)
             if known is not None and known.mzxid >= record.mzxid:
                 return
+            if known is not None and known.topic_id != record.topic_id:
+                self._forget_states(name)
             self.topics[name] = record
+            self._watch_states(name)
         assert self.topic_manager is not None
         self._spawn(self.topic_manager.apply(name))
 
+    def _forget_states(self, name: str) -> None:
+        for key in [k for k in self.states if k[0] == name]:
+            del self.states[key]
+        self._states_watched -= {k for k in self._states_watched if k[0] == name}
+
     def leader(self, topic: str, partition: int) -> int:
-        """The partition's leader, or -1 (unknown partition, or its broker is down)."""
+        """The partition's leader, or -1 (unknown partition, no leader elected, or its broker
+        is down). A partition without a state znode yet (a topic made before partition states
+        existed, until the controller writes one) is led by its first replica."""
         record = self.topics.get(topic)
         if record is None or not 0 <= partition < len(record.replicas):
             return -1
+        state = self.states.get((topic, partition))
+        if state is not None:
+            return state.leader if state.leader in self.brokers else -1
         replicas = record.replicas[partition]
         return replicas[0] if replicas and replicas[0] in self.brokers else -1
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The partition's leader epoch as known here (-1: unknown partition)."""
+        state = self.states.get((topic, partition))
+        if state is not None:
+            return state.leader_epoch
+        record = self.topics.get(topic)
+        if record is None or not 0 <= partition < len(record.leader_epochs):
+            return -1
+        return record.leader_epochs[partition]
+
+    def isr(self, topic: str, partition: int) -> list[int]:
+        state = self.states.get((topic, partition))
+        if state is not None:
+            return list(state.isr)
+        leader = self.leader(topic, partition)
+        return [leader] if leader >= 0 else []
 
     def leader_of(self, topic: str, partition: int) -> int | None:
         """``leader``, but None for a partition the cluster does not have (transaction
@@ -481,6 +620,52 @@ class Cluster:
         except NoNodeError:
             return False
         return data == str(session).encode()
+
+    async def bump_controller_epoch(self) -> tuple[int, int]:
+        """(The controller, as it starts.) The controller epoch + 1, by compare-and-set on
+        ``/controller_epoch``: (the new epoch, the znode's version), which every state write
+        of this controller checks (a controller elected later bumps it, fencing this one)."""
+
+        def run() -> tuple[int, int]:
+            path = partition_state.CONTROLLER_EPOCH
+            while True:
+                try:
+                    data, stat = self.zk.get(path)
+                except NoNodeError:
+                    try:
+                        self.zk.create(path, b"1")
+                    except NodeExistsError:
+                        continue
+                    return 1, 0
+                epoch = int(data or b"0") + 1
+                try:
+                    new = self.zk.set(path, str(epoch).encode(), version=stat.version)
+                except BadVersionError:
+                    continue
+                return epoch, new.version
+
+        return await asyncio.to_thread(run)
+
+    async def restarted(self, nodes) -> set[int]:
+        """(The controller.) Those of ``nodes`` registered by a session the controller has not
+        confirmed yet: they were down (or their session ended) since, however briefly."""
+
+        def run() -> set[int]:
+            out = set()
+            for node in nodes:
+                try:
+                    _, stat = self.zk.get(f"{BROKERS}/{node}")
+                except NoNodeError:
+                    continue
+                try:
+                    data, _ = self.zk.get(f"{CONFIRMED}/{node}")
+                except NoNodeError:
+                    data = b""
+                if data != str(stat.ephemeralOwner).encode():
+                    out.add(node)
+            return out
+
+        return await asyncio.to_thread(run)
 
     async def confirm(self, nodes) -> None:
         """(The controller.) Confirm the current registration of each of ``nodes``."""
@@ -637,16 +822,25 @@ class Cluster:
         count: int,
         configs: dict[str, Any],
         replicas: list[list[int]] | None = None,
+        replication_factor: int = 1,
     ) -> None:
-        """Write a new topic (placed over the live brokers unless ``replicas`` says where),
-        then open its partitions here. FileExistsError when the name is taken."""
+        """Write a new topic (placed over the live brokers with ``replication_factor``
+        replicas each unless ``replicas`` says where) and its partitions' states (the first
+        replica leads, every replica in sync) in one ZooKeeper transaction, then open its
+        partitions here. FileExistsError when the name is taken."""
         manual: set[int] = set()
         if replicas is None:
             live = self._live()
             if not live:
                 raise TopicChangeError(39, "no broker is registered")  # INVALID_REPLICATION_FACTOR
+            if not 1 <= replication_factor <= len(live):
+                raise TopicChangeError(
+                    39,  # INVALID_REPLICATION_FACTOR
+                    f"Replication factor: {replication_factor} larger than available brokers:"
+                    f" {len(live)}.",
+                )
             placed = await asyncio.to_thread(
-                assign_replicas, [(name, i) for i in range(count)], live, 1
+                assign_replicas, [(name, i) for i in range(count)], live, replication_factor
             )
             replicas = [placed[(name, i)] for i in range(count)]
         else:
@@ -655,10 +849,22 @@ class Cluster:
         record = TopicRecord(uuid.uuid4(), replicas, [0] * len(replicas), dict(configs))
         if manual:
             record.manual = manual
+        states = {i: partition_state.initial(r) for i, r in enumerate(replicas)}
+
+        def write():
+            txn = self.zk.transaction()
+            txn.create(f"{TOPICS}/{name}", record.encode())
+            partition_state.create_ops(txn, name, states, parent=True)
+            results = txn.commit()
+            if isinstance(results[0], NodeExistsError):
+                raise NodeExistsError()
+            for r in results:
+                if isinstance(r, Exception):
+                    raise r
+            return self.zk.exists(f"{TOPICS}/{name}")
+
         try:
-            _, stat = await asyncio.to_thread(
-                self.zk.create, f"{TOPICS}/{name}", record.encode(), include_data=True
-            )
+            stat = await asyncio.to_thread(write)
         except NodeExistsError:
             # made by another broker: serve it here before saying so (its watch may lag)
             try:
@@ -668,6 +874,10 @@ class Cluster:
             else:
                 await self._written(name, TopicRecord.decode(data, stat), stat)
             raise FileExistsError(name) from None
+        if stat is None:
+            raise TopicChangeError(3, f"topic {name} was deleted as it was made")
+        for i, st in states.items():
+            self.learned(name, i, replace(st, version=0))
         await self._written(name, record, stat)
 
     def _check_room(self, name: str, replicas: list[list[int]]) -> None:
@@ -693,13 +903,15 @@ class Cluster:
         self, name: str, total: int, replicas: list[list[int]] | None = None
     ) -> None:
         """Grow a topic to ``total`` partitions, the new ones placed over the live brokers
-        unless ``replicas`` says where."""
+        (with the topic's replication factor) unless ``replicas`` says where; then their
+        states (the first replica leads, all in sync)."""
 
         def grow(record: TopicRecord) -> TopicRecord:
             new = range(len(record.replicas), total)
             extra = replicas
             if extra is None:  # the whole topic placed, as the controller places it
-                placed = assign_replicas([(name, i) for i in range(total)], self._live(), 1)
+                rf = max(1, len(record.replicas[0]) if record.replicas else 1)
+                placed = assign_replicas([(name, i) for i in range(total)], self._live(), rf)
                 extra = [placed[(name, i)] for i in new]
             else:
                 record.manual |= set(new)
@@ -708,7 +920,12 @@ class Cluster:
             record.leader_epochs = record.leader_epochs + [0] * len(extra)
             return record
 
+        before = len(self.topics[name].replicas) if name in self.topics else 0
         await self._change(name, grow)
+        record = self.topics.get(name)
+        if record is not None:
+            for i in range(before, len(record.replicas)):
+                await self.ensure_state(name, i, partition_state.initial(record.replicas[i]))
 
     async def reassign(
         self, name: str, targets: dict[int, list[int] | None], *, by_hand: bool = True
@@ -755,31 +972,61 @@ class Cluster:
 
     async def finish_move(self, name: str, index: int, leader: int, target: list[int]) -> bool:
         """The switch of a move (the leader ``leader`` has stopped writes and the copy has
-        everything): ``replicas`` = ``target``, the leader epoch + 1, the move cleared, by
-        compare-and-set. False when the move is no longer the one under way (cancelled, or
-        changed) or this broker no longer leads the partition."""
-        switched = False
-
-        def change(record: TopicRecord) -> TopicRecord | None:
-            nonlocal switched
-            move = record.reassigning.get(index)
-            switched = (
-                move is not None
-                and move["target"] == target
-                and index < len(record.replicas)
-                and record.replicas[index][:1] == [leader]
-            )
-            if switched:
-                record.replicas[index] = list(target)
-                record.leader_epochs[index] += 1
-                del record.reassigning[index]
-                return record
-            return None
-
+        everything): ``replicas`` = ``target``, and in the same ZooKeeper transaction the
+        partition's state (the target's first broker leads, the leader epoch + 1, the target
+        in sync) and the move cleared, each by compare-and-set. False when the move is no
+        longer the one under way (cancelled, or changed) or this broker no longer leads the
+        partition."""
         if self.fenced:
             return False
-        await self._change(name, change)
-        return switched
+        path = f"{TOPICS}/{name}"
+
+        def run() -> tuple[TopicRecord, Any, PartitionState | None] | None:
+            while True:
+                try:
+                    data, stat = self.zk.get(path)
+                except NoNodeError:
+                    return None
+                record = TopicRecord.decode(data, stat)
+                move = record.reassigning.get(index)
+                if not (
+                    move is not None
+                    and move["target"] == target
+                    and index < len(record.replicas)
+                    and record.replicas[index][:1] == [leader]
+                ):
+                    return None
+                state = partition_state.read(self.zk, name, index)
+                if state is not None and state.leader != leader:
+                    return None
+                epoch = max(record.leader_epochs[index], state.leader_epoch if state else 0) + 1
+                record.replicas[index] = list(target)
+                record.leader_epochs[index] = epoch
+                del record.reassigning[index]
+                new_state = PartitionState(
+                    target[0], epoch, tuple(target), state.controller_epoch if state else 0
+                )
+                txn = self.zk.transaction()
+                txn.set_data(path, record.encode(), stat.version)
+                if state is not None:  # (else the controller makes it: ``ensure_state``)
+                    txn.set_data(
+                        partition_state.state_path(name, index), new_state.encode(), state.version
+                    )
+                results = txn.commit()
+                if any(isinstance(r, Exception) for r in results):
+                    continue
+                if state is None:
+                    return record, results[0], None
+                return record, results[0], replace(new_state, version=results[1].version)
+
+        done = await asyncio.to_thread(run)
+        if done is None:
+            return False
+        record, stat, written = done
+        if written is not None:
+            self.learned(name, index, written)
+        await self._written(name, record, stat)
+        return True
 
     async def set_configs(self, name: str, configs: dict[str, Any]) -> None:
         def set_them(record: TopicRecord) -> TopicRecord:
@@ -794,6 +1041,7 @@ class Cluster:
         except NoNodeError:
             pass
         if self.topics.pop(name, None) is not None:
+            self._forget_states(name)
             assert self.topic_manager is not None
             await self.topic_manager.apply(name)
 
@@ -823,6 +1071,7 @@ class Cluster:
         known = self.topics.get(name)
         if known is None or known.mzxid < record.mzxid:
             self.topics[name] = record
+            self._watch_states(name)
         assert self.topic_manager is not None
         await self.topic_manager.apply(name)
 

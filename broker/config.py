@@ -185,9 +185,9 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "replica.lag.time.max.ms",
             "int",
             30000,
-            "Cluster mode: how long a partition being moved stops taking writes while its new"
-            " broker fetches the last of it; past that writes resume and the switch is tried"
-            " again as long after.",
+            "Cluster mode: a follower not caught up with its leader for this long leaves the"
+            " ISR; also how long a partition being moved stops taking writes while its new"
+            " broker fetches the last of it.",
         ),
         Setting(
             "controller.rebalance.interval.ms",
@@ -198,7 +198,30 @@ BROKER_SETTINGS: dict[str, Setting] = {
             " change of membership).",
         ),
         Setting("num.partitions", "int", 1, "Partitions of a topic created without a count."),
-        Setting("default.replication.factor", "short", 1, "Replication factor (one broker: 1)."),
+        Setting(
+            "default.replication.factor",
+            "short",
+            1,
+            "Replicas of a topic created without a replication factor (cluster mode).",
+        ),
+        Setting(
+            "offsets.topic.replication.factor",
+            "short",
+            3,
+            "Replicas of __consumer_offsets (at most the live brokers when it is made).",
+        ),
+        Setting(
+            "transaction.state.log.replication.factor",
+            "short",
+            3,
+            "Replicas of __transaction_state (at most the live brokers when it is made).",
+        ),
+        Setting(
+            "transaction.state.log.min.isr",
+            "int",
+            2,
+            "min.insync.replicas of __transaction_state (at most its replication factor).",
+        ),
         Setting("auto.create.topics.enable", "boolean", True, "Create topics on first use."),
         Setting("delete.topic.enable", "boolean", True, "Allow DeleteTopics."),
         Setting(
@@ -433,7 +456,21 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Batches are kept as the producer sent them.",
             topic="compression.type",
         ),
-        Setting("min.insync.replicas", "int", 1, "One broker: 1.", topic="min.insync.replicas"),
+        Setting(
+            "min.insync.replicas",
+            "int",
+            1,
+            "acks=all writes are refused (NOT_ENOUGH_REPLICAS) while the ISR is smaller.",
+            topic="min.insync.replicas",
+        ),
+        Setting(
+            "unclean.leader.election.enable",
+            "boolean",
+            False,
+            "Cluster mode: elect a replica outside the ISR when no ISR member is live (may lose"
+            " acknowledged records).",
+            topic="unclean.leader.election.enable",
+        ),
         Setting(
             "group.initial.rebalance.delay.ms",
             "int",

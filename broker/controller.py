@@ -10,9 +10,15 @@ broker that is still registered is listed in ``removed`` until it stops, so that
 taken for a new member meanwhile; once it has stopped, a later start makes it a member again.
 
 Only the elected controller decides (``Cluster._lead`` starts and stops it; a controller whose
-ZooKeeper session is lost or suspended is fenced and stops at once). At every change of the
-registered brokers, and every ``controller.rebalance.interval.ms``, it updates the members,
-confirms every registration it has not confirmed yet (a broker back from a lost session serves
+ZooKeeper session is lost or suspended is fenced and stops at once). As it starts it bumps the
+controller epoch (``/controller_epoch``); each of its partition-state writes checks that
+epoch's znode version in the same transaction, so a replaced controller writes nothing.
+
+At every change of the registered brokers, and every ``controller.rebalance.interval.ms``, it
+updates the members, then elects leaders (elections.py) for the partitions whose leader is
+down or was restarted, and removes brokers that are down from ISRs (compare-and-set on each
+partition's state znode; the brokers follow through their watches), then confirms every
+registration it has not confirmed yet (a broker back from a lost session serves
 only once confirmed: ``Cluster.confirm``), then places each topic's partitions over the
 members with ``placement.assign_replicas``, as topic creation does (weighted rendezvous, per
 topic), and starts a move
@@ -30,6 +36,10 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from . import partition_state
+from .elections import elect
 from .placement import BrokerInfo, assign_replicas
 
 if TYPE_CHECKING:
@@ -45,6 +55,8 @@ class Controller:
         self.active = False
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
+        self.epoch = 0  # the controller epoch of this term
+        self.epoch_version = -1  # its znode's version (checked by every state write)
 
     def start(self) -> None:
         """This broker was elected: decide from now on."""
@@ -56,6 +68,7 @@ class Controller:
     def stop(self) -> None:
         """No longer the controller (or the broker stops): decide nothing more."""
         self.active = False
+        self.epoch_version = -1  # a new term bumps the epoch again
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -65,6 +78,15 @@ class Controller:
         self._wake.set()
 
     async def _run(self) -> None:
+        while self.active and self.epoch_version < 0:
+            try:
+                self.epoch, self.epoch_version = await self.cluster.bump_controller_epoch()
+                log.info("controller epoch %d", self.epoch)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("cannot bump the controller epoch")
+                await asyncio.sleep(1)
         while self.active:
             self._wake.clear()
             try:
@@ -89,6 +111,9 @@ class Controller:
         members = await cluster.update_members()
         if not self._deciding():
             return
+        await self.elect_leaders()  # before the confirmations: a restarted leader is replaced
+        if not self._deciding():
+            return
         await cluster.confirm(list(cluster.brokers))  # after the members, before any move
         if not members or not self._deciding():
             return
@@ -103,6 +128,9 @@ class Controller:
             if not auto:
                 continue
             count = len(record.replicas)
+            rf = len(record.replicas[0]) if record.replicas else 1
+            if rf != 1:
+                continue  # moves of replicated partitions are not built yet
             placed = await asyncio.to_thread(
                 assign_replicas, [(name, i) for i in range(count)], infos, 1
             )
@@ -116,3 +144,54 @@ class Controller:
                     "moving %d partitions of %s to where placement puts them", len(moves), name
                 )
                 await cluster.reassign(name, moves, by_hand=False)
+
+    async def elect_leaders(self) -> None:
+        """Elect a leader for every partition whose leader is down or restarted, and drop
+        brokers that are down from ISRs; make the state of partitions that have none."""
+        cluster = self.cluster
+        live = set(cluster.brokers)
+        restarted = await cluster.restarted(live)
+        unclean_default = bool(cluster.unclean_default)
+        changed = 0
+        for name, record in list(cluster.topics.items()):
+            unclean = record.configs.get("unclean.leader.election.enable", unclean_default)
+            for index, replicas in enumerate(record.replicas):
+                if not self._deciding():
+                    return
+                state = cluster.states.get((name, index))
+                if state is None:
+                    first = replicas[:1] if len(replicas) == 1 else replicas
+                    state = await cluster.ensure_state(
+                        name,
+                        index,
+                        partition_state.PartitionState(
+                            replicas[0] if replicas else -1,
+                            record.leader_epochs[index] if index < len(record.leader_epochs) else 0,
+                            tuple(first),
+                            self.epoch,
+                        ),
+                    )
+                    if state is None:
+                        continue
+                new = elect(state, replicas, live, restarted, bool(unclean), self.epoch)
+                if new is None:
+                    continue
+                try:
+                    await cluster.write_state(name, index, new, state.version, self.epoch_version)
+                except (BadVersionError, NoNodeError):
+                    await cluster.read_state(name, index)
+                    self.changed()  # look again (unless this controller was replaced)
+                    continue
+                changed += 1
+                if new.leader != state.leader:
+                    log.info(
+                        "%s-%d: leader %d -> %d at epoch %d (ISR %s)",
+                        name,
+                        index,
+                        state.leader,
+                        new.leader,
+                        new.leader_epoch,
+                        list(new.isr),
+                    )
+        if changed:
+            log.info("controller wrote %d partition states", changed)

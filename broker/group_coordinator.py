@@ -96,8 +96,11 @@ class GroupCoordinator:
 
     # lifecycle ---------------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        await self._load(None)
+    async def start(self, load: bool = True) -> None:
+        """Load the groups (unless ``load`` is False: in a cluster the partitions this broker
+        leads are loaded as it comes to lead them, ``partitions_moved``) and start expiry."""
+        if load:
+            await self._load(None)
         self._tasks.append(
             asyncio.create_task(
                 run_every(self.retention_check_ms / 1000, self.expire_offsets, "offset expiration")

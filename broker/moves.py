@@ -119,7 +119,7 @@ class Moves:
             for index, move in record.reassigning.items():
                 replicas = record.replicas[index] if index < len(record.replicas) else []
                 if self.node_id in move["adding"] and self.node_id not in replicas and replicas:
-                    wanted[index] = (replicas[0], record.leader_epochs[index])
+                    wanted[index] = (replicas[0], self.cluster.leader_epoch(name, index))
         for (t, index), (leader, copy) in list(self.copies.items()):
             if t == name and (index not in wanted or wanted[index][0] != leader):
                 self.copies.pop((t, index))
@@ -170,7 +170,7 @@ class Moves:
         record = self.cluster.topics.get(name)
         if record is None or not 0 <= index < len(record.leader_epochs):
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        current = record.leader_epochs[index]
+        current = self.cluster.leader_epoch(name, index)
         if 0 <= epoch < current:
             return ErrorCode.FENCED_LEADER_EPOCH
         if epoch > current:

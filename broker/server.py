@@ -93,6 +93,7 @@ from .init_producer_id import ProducerIdManager
 from .listeners import Listener, inter_broker, listeners
 from .log_cleaner import LogCleaner
 from .moves import Moves
+from .replica_manager import ReplicaManager
 from .sasl import AUTHENTICATE, COMPLETE, HANDSHAKE, SaslConfig, SaslSession
 from .sasl import listener_config as sasl_config
 from .scram_credentials import ScramCredentials
@@ -125,6 +126,7 @@ API_MODULES = (
     "delete_topics",  # 20
     "delete_records",  # 21
     "init_producer_id",  # 22
+    "offset_for_leader_epoch",  # 23
     "add_partitions_to_txn",  # 24
     "add_offsets_to_txn",  # 25
     "end_txn",  # 26
@@ -219,12 +221,18 @@ class BrokerServer:
             leader_of=self.cluster.leader_of if self.cluster else None,
             broker_client=self.broker_client,
         )
-        # cluster mode: partitions moving here and away (moves.py)
+        # cluster mode: partitions moving here and away (moves.py), and this broker's role
+        # (leader, follower) for each partition it holds a replica of (replica_manager.py)
         self.moves: Moves | None = None
+        self.replicas: ReplicaManager | None = None
         if self.cluster is not None:
             self.moves = Moves(self.node_id, self.topics, self.cluster, self.broker_client, config)
             self.topics.moves = self.moves
-            self.topics.on_moved = self._partitions_moved
+            self.replicas = ReplicaManager(
+                self.node_id, self.topics, self.cluster, self.broker_client, config
+            )
+            self.replicas.on_leadership = self._partitions_moved
+            self.topics.replicas = self.cluster.replicas = self.replicas
             self.cluster.controller = Controller(
                 self.cluster, int(config["controller.rebalance.interval.ms"])
             )
@@ -364,9 +372,10 @@ class BrokerServer:
     async def _join_cluster(self) -> None:
         """Register, read the topics (the logs follow them), load the coordinators' state,
         then serve: until then every partition and coordinator answers as fenced."""
-        assert self.cluster is not None
+        assert self.cluster is not None and self.replicas is not None
         host, port = self.advertised()
         rack = str(self.config["broker.rack"]) or None
+        self.replicas.start()
         try:
             await self.cluster.start(self.topics, Endpoint(host, port, rack))
             if self.cluster_id not in ("", self.cluster.cluster_id):
@@ -378,8 +387,11 @@ class BrokerServer:
         except ClusterError as e:
             await self._abandon()
             raise StartupError(str(e)) from None
-        await self.groups.start()
-        await self.transactions.start()
+        # the coordinators load the partitions this broker leads as the replica manager
+        # tells them (``serve``), not all at once here
+        await self.groups.start(load=False)
+        await self.transactions.start(load=False)
+        self.replicas.serve()
         self.cluster.serve()
         self.cluster_id = self.cluster.cluster_id
         await asyncio.to_thread(self._write_meta, self.cluster_id)
@@ -498,6 +510,8 @@ class BrokerServer:
             await self.cluster.stop()
         if self.moves is not None:
             await self.moves.stop()
+        if self.replicas is not None:
+            await self.replicas.stop()
         await self.cleaner.stop()
         self.groups.stop()
         self.transactions.stop()

@@ -164,9 +164,11 @@ class TransactionCoordinator:
 
     # lifecycle ---------------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, load: bool = True) -> None:
+        """Load the transactional ids (unless ``load`` is False: in a cluster the partitions
+        this broker leads are loaded as it comes to lead them) and start the timer."""
         topic = self.topics.get(TRANSACTION_TOPIC)
-        if topic is not None:
+        if topic is not None and load:
             await self._load(topic.partitions)
         self._tasks.append(
             asyncio.create_task(

@@ -1,0 +1,282 @@
+"""Replication and failover: three Headrace brokers and one ZooKeeper (real processes on
+127.0.0.1), idempotent acks=all producers (confluent-kafka) whose every acknowledged record is
+read back afterwards (bench/fault_load.py).
+
+The brokers use ``zookeeper.session.timeout.ms=6000`` (Kafka's ZooKeeper-era default was
+18000): a killed or paused broker is taken for gone, and its partitions get new leaders, about
+6 s after it stops answering."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafkawire import WireClient
+
+from fault_load import AckedLoad
+from headrace.broker.process import BrokerProcess
+from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol.records import Record, build_batch
+
+SESSION_MS = 6000
+
+
+@pytest.fixture
+def cluster(tmp_path, zk_connect):
+    """``cluster(3)`` starts nodes 1-3; all are killed at the end."""
+    brokers: list[BrokerProcess] = []
+
+    def start(count: int, **overrides) -> list[BrokerProcess]:
+        for _ in range(count):
+            node = len(brokers) + 1
+            b = BrokerProcess(
+                tmp_path / f"node{node}",
+                {
+                    "zookeeper.connect": zk_connect,
+                    "node.id": node,
+                    "zookeeper.session.timeout.ms": SESSION_MS,
+                    "replica.lag.time.max.ms": 4000,
+                    **overrides,
+                },
+                args=["--workers", "1"],
+            )
+            brokers.append(b.start())
+        return brokers
+
+    yield start
+    for b in brokers:
+        if b.proc is not None:
+            try:
+                os.kill(b.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        b.kill()
+
+
+def bootstrap(brokers) -> str:
+    return ",".join(b.bootstrap for b in brokers if b.alive)
+
+
+def wait_for(check, timeout: float = 30, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def partitions(broker, topic: str) -> dict[int, messages.MetadataResponse.MetadataResponsePartition]:
+    with WireClient(broker.port) as c:
+        md = c.request(
+            ApiKey.METADATA,
+            12,
+            messages.MetadataRequest(
+                topics=[messages.MetadataRequest.MetadataRequestTopic(name=topic)],
+                allow_auto_topic_creation=False,
+            ),
+        )
+    return {p.partition_index: p for p in md.topics[0].partitions}
+
+
+def create(brokers, name: str, count: int, rf: int, **configs) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    topic = NewTopic(name, count, replication_factor=rf, config={k: str(v) for k, v in configs.items()})
+    admin.create_topics([topic], operation_timeout=10)[name].result(timeout=30)
+    for b in brokers:
+        wait_for(lambda b=b: len(partitions(b, name)) == count, 10, f"{name} on every broker")
+
+
+def in_sync(brokers, name: str, count: int, rf: int):
+    """Every partition of ``name`` has its full ISR, as every live broker tells it."""
+    return all(
+        len(ps) == count and all(len(p.isr_nodes) == rf and p.leader_id >= 0 for p in ps.values())
+        for b in brokers
+        if b.alive
+        for ps in [partitions(b, name)]
+    )
+
+
+def produce_one(broker, topic: str, index: int, acks: int = -1, timeout_ms: int = 5000) -> int:
+    request = messages.ProduceRequest(
+        transactional_id=None,
+        acks=acks,
+        timeout_ms=timeout_ms,
+        topic_data=[
+            messages.ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    messages.ProduceRequest.PartitionProduceData(
+                        index=index, records=build_batch([Record(key=None, value=b"x")])
+                    )
+                ],
+            )
+        ],
+    )
+    with WireClient(broker.port) as c:
+        r = c.request(ApiKey.PRODUCE, 9, request)
+    return r.responses[0].partition_responses[0].error_code
+
+
+def test_replicas_are_placed_and_metadata_tells_leader_isr_and_epoch(cluster):
+    brokers = cluster(3)
+    create(brokers, "placed", 6, 3)
+    wait_for(lambda: in_sync(brokers, "placed", 6, 3), 30, "full ISRs")
+    ps = partitions(brokers[0], "placed")
+    for p in ps.values():
+        assert sorted(p.replica_nodes) == [1, 2, 3]
+        assert p.leader_id == p.replica_nodes[0]  # the preferred leader leads
+        assert p.leader_epoch == 0
+    assert len({p.leader_id for p in ps.values()}) == 3  # leaders spread over the brokers
+    for node, b in enumerate(brokers, 1):  # every broker holds a replica of every partition
+        assert sorted(int(d.name.rsplit("-", 1)[1]) for d in b.data_dir.glob("placed-*")) == list(range(6))
+    # a replication factor above the live brokers is refused
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    with pytest.raises(Exception) as e:
+        admin.create_topics([NewTopic("toomany", 1, replication_factor=4)])["toomany"].result(30)
+    assert e.value.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR
+
+
+def test_followers_copy_the_leader_and_consumers_read_everything(cluster):
+    brokers = cluster(3)
+    create(brokers, "copied", 2, 3, **{"min.insync.replicas": 2})
+    load = AckedLoad(bootstrap(brokers), "copied", producers=2, partitions=2).start()
+    wait_for(lambda: load.acked_count() > 2000, 60, "acknowledgements")
+    load.stop()
+    result = load.check()
+    assert result["lost"] == result["duplicated"] == result["reordered"] == 0, result
+    assert result["read_all"] == 1 and not load.errors, (result, load.errors)
+    # the followers have the same log ends as the leader (what ListOffsets latest says)
+    wait_for(lambda: in_sync(brokers, "copied", 2, 3), 30, "full ISRs")
+    for b in brokers:
+        sizes = {d.name: sum(f.stat().st_size for f in d.glob("*.log")) for d in b.data_dir.glob("copied-*")}
+        assert all(sizes.values()), sizes
+
+
+def test_kill_9_of_the_leader_loses_no_acknowledged_record(cluster):
+    brokers = cluster(3)
+    create(brokers, "busy", 3, 3, **{"min.insync.replicas": 2})
+    wait_for(lambda: in_sync(brokers, "busy", 3, 3), 30, "full ISRs")
+    load = AckedLoad(bootstrap(brokers), "busy", producers=3, partitions=3).start()
+    failovers = []
+    try:
+        for _ in range(3):
+            wait_for(lambda: in_sync(brokers, "busy", 3, 3), 60, "full ISRs before the kill")
+            before = load.acked_count()
+            wait_for(lambda before=before: load.acked_count() > before + 300, 60, "load")
+            leader = partitions(next(b for b in brokers if b.alive), "busy")[0].leader_id
+            victim = brokers[leader - 1]
+            killed = time.monotonic()
+            victim.kill()
+            first = wait_for(lambda killed=killed: load.first_ack_after(killed + 0.5, 0), 60, "an ack on the new leader")
+            failovers.append(first - killed)
+            new_leader = partitions(next(b for b in brokers if b.alive), "busy")[0].leader_id
+            assert new_leader not in (leader, -1)
+            victim.start()  # it comes back as a follower and catches up
+    finally:
+        load.stop()
+    result = load.check()
+    assert result["lost"] == result["duplicated"] == result["reordered"] == 0, (result, failovers)
+    assert result["read_all"] == 1 and not load.errors, (result, load.errors)
+    assert result["acked"] > 1000
+
+
+def test_a_stopped_leader_steps_down_truncates_and_rejoins_the_isr(cluster):
+    brokers = cluster(3)
+    create(brokers, "paused", 1, 3, **{"min.insync.replicas": 2})
+    wait_for(lambda: in_sync(brokers, "paused", 1, 3), 30, "full ISR")
+    load = AckedLoad(bootstrap(brokers), "paused", producers=1, partitions=1).start()
+    try:
+        wait_for(lambda: load.acked_count() > 300, 60, "load")
+        old = partitions(brokers[0], "paused")[0]
+        victim = brokers[old.leader_id - 1]
+        os.kill(victim.pid, signal.SIGSTOP)
+        others = [b for b in brokers if b is not victim]
+        wait_for(
+            lambda: partitions(others[0], "paused")[0].leader_id not in (old.leader_id, -1),
+            SESSION_MS / 1000 + 20,
+            "a new leader",
+        )
+        new = partitions(others[0], "paused")[0]
+        assert new.leader_epoch > old.leader_epoch
+        before = load.acked_count()
+        wait_for(lambda: load.acked_count() > before + 200, 60, "acks on the new leader")
+        os.kill(victim.pid, signal.SIGCONT)
+        # the old leader follows now: back in the ISR, never acknowledging on its own
+        wait_for(lambda: in_sync(brokers, "paused", 1, 3), 60, "the old leader back in the ISR")
+        assert produce_one(victim, "paused", 0) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    finally:
+        load.stop()
+    result = load.check()
+    assert result["lost"] == result["duplicated"] == result["reordered"] == 0, result
+    assert result["read_all"] == 1 and not load.errors, (result, load.errors)
+
+
+def test_min_insync_replicas_refuses_acks_all_when_the_isr_is_too_small(cluster):
+    brokers = cluster(3)
+    create(brokers, "strict", 1, 3, **{"min.insync.replicas": 3})
+    create(brokers, "lenient", 1, 3, **{"min.insync.replicas": 2})
+    wait_for(lambda: in_sync(brokers, "strict", 1, 3) and in_sync(brokers, "lenient", 1, 3), 30, "full ISRs")
+    strict_leader = partitions(brokers[0], "strict")[0].leader_id
+    lenient_leader = partitions(brokers[0], "lenient")[0].leader_id
+    assert produce_one(brokers[strict_leader - 1], "strict", 0) == ErrorCode.NONE
+    victim = next(b for n, b in enumerate(brokers, 1) if n not in (strict_leader, lenient_leader))
+    victim.kill()
+    wait_for(lambda: len(partitions(brokers[strict_leader - 1], "strict")[0].isr_nodes) == 2, 30, "the ISR shrinks")
+    wait_for(lambda: len(partitions(brokers[lenient_leader - 1], "lenient")[0].isr_nodes) == 2, 30, "the ISR shrinks")
+    assert produce_one(brokers[strict_leader - 1], "strict", 0) == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert produce_one(brokers[strict_leader - 1], "strict", 0, acks=1) == ErrorCode.NONE
+    assert produce_one(brokers[lenient_leader - 1], "lenient", 0) == ErrorCode.NONE
+
+
+def test_a_consumer_group_and_a_transaction_survive_a_kill_of_their_coordinator(cluster):
+    brokers = cluster(3)
+    create(brokers, "work", 3, 3, **{"min.insync.replicas": 2})
+    producer = Producer({"bootstrap.servers": bootstrap(brokers), "enable.idempotence": True})
+    for i in range(300):
+        producer.produce("work", value=str(i).encode(), partition=i % 3)
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap(brokers),
+            "group.id": "survivors",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe(["work"])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 150 and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            got.append(int(m.value()))
+    consumer.commit(asynchronous=False)
+    committed = {tp.partition: tp.offset for tp in consumer.committed([TopicPartition("work", p) for p in range(3)], timeout=10)}
+    txp = Producer({"bootstrap.servers": bootstrap(brokers), "transactional.id": "tx-survivor"})
+    txp.init_transactions(30)
+    txp.begin_transaction()
+    txp.produce("work", value=b"1000", partition=0)
+    # kill the group's coordinator (the leader of its partition of __consumer_offsets)
+    from headrace.broker.group_offsets import partition_for
+
+    offsets_partition = partition_for("survivors", 50)
+    coordinator = partitions(brokers[0], "__consumer_offsets")[offsets_partition].leader_id
+    brokers[coordinator - 1].kill()
+    txp.commit_transaction(60)
+    while time.monotonic() < deadline + 60 and len(set(got)) < 301:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            got.append(int(m.value()))
+    consumer.commit(asynchronous=False)
+    after = {tp.partition: tp.offset for tp in consumer.committed([TopicPartition("work", p) for p in range(3)], timeout=30)}
+    consumer.close()
+    assert set(got) == set(range(300)) | {1000}
+    assert all(after[p] >= committed[p] for p in range(3))
+    assert sum(after.values()) >= 301
