@@ -27,9 +27,12 @@ Writing: CreateTopics, CreatePartitions, AlterConfigs and DeleteTopics, at which
 they arrive, write the topic's znode (create; compare-and-set on its version; delete), then
 apply the result here at once, so the client's answer comes once this broker serves the new
 metadata; the others follow through their watches. A new topic's partitions are placed by
-``placement.assign_replicas`` over the live brokers. Each partition has one replica, its
-leader (replication is not built yet); a broker that is down leaves its partitions without a
-leader (LEADER_NOT_AVAILABLE in Metadata) until it is back.
+``placement.assign_replicas`` over the live brokers, with the topic's replication factor (the
+first replica the preferred leader). Each partition's leader, leader epoch and ISR live in its
+own state znode, ``/brokers/topics/<name>/partitions/<p>/state`` (partition_state.py), made
+with the topic in one ZooKeeper transaction, written only by compare-and-set (the controller's
+elections, the leader's ISR changes), watched by every broker (``states``; replica_manager.py
+turns them into this broker's roles).
 
 Moves: ``reassign`` writes a partition's move (AlterPartitionReassignments, or the controller)
 and ``finish_move`` its switch, both by compare-and-set; moves.py says how a move runs. The

@@ -138,6 +138,7 @@ API_MODULES = (
     "sasl_authenticate",  # 36
     "create_partitions",  # 37
     "delete_groups",  # 42
+    "elect_leaders",  # 43
     "incremental_alter_configs",  # 44
     "alter_partition_reassignments",  # 45
     "list_partition_reassignments",  # 46

@@ -8,9 +8,13 @@ The brokers use ``zookeeper.session.timeout.ms=6000`` (Kafka's ZooKeeper-era def
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import signal
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -280,3 +284,57 @@ def test_a_consumer_group_and_a_transaction_survive_a_kill_of_their_coordinator(
     assert set(got) == set(range(300)) | {1000}
     assert all(after[p] >= committed[p] for p in range(3))
     assert sum(after.values()) >= 301
+
+
+@pytest.mark.skipif(shutil.which("java") is None or shutil.which("mvn") is None, reason="no java/mvn")
+def test_kafka_leader_election_moves_leadership_back_to_the_preferred_replica(cluster):
+    brokers = cluster(3)
+    create(brokers, "elected", 1, 3)
+    wait_for(lambda: in_sync(brokers, "elected", 1, 3), 30, "full ISR")
+    first = partitions(brokers[0], "elected")[0]
+    preferred = first.replica_nodes[0]
+    brokers[preferred - 1].kill()
+    other = next(b for n, b in enumerate(brokers, 1) if n != preferred)
+    wait_for(lambda: partitions(other, "elected")[0].leader_id not in (preferred, -1), 30, "a new leader")
+    brokers[preferred - 1].start()
+    wait_for(lambda: in_sync(brokers, "elected", 1, 3), 60, "the preferred replica back in the ISR")
+    assert partitions(other, "elected")[0].leader_id != preferred
+    done = _kafka_tool(
+        LEADER_ELECTION,
+        ["--bootstrap-server", bootstrap(brokers), "--election-type", "PREFERRED", "--topic", "elected", "--partition", "0"],
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Successfully completed leader election (PREFERRED)" in done.stdout
+    after = wait_for(
+        lambda: (p := partitions(other, "elected")[0]).leader_id == preferred and p, 30, "the preferred leader"
+    )
+    assert after.leader_epoch > first.leader_epoch
+    # nothing to do a second time
+    again = _kafka_tool(
+        LEADER_ELECTION,
+        ["--bootstrap-server", bootstrap(brokers), "--election-type", "PREFERRED", "--topic", "elected", "--partition", "0"],
+    )
+    assert "Valid replica already elected" in again.stdout + again.stderr
+
+
+LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _kafka_tool(main_class: str, args: list[str], timeout: float = 90) -> subprocess.CompletedProcess:
+    spec = importlib.util.spec_from_file_location("apache_kafka", ROOT / "bench" / "apache_kafka.py")
+    apache_kafka = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(apache_kafka)
+    version = apache_kafka.KAFKA_VERSION
+    cmd = [
+        "java",
+        *apache_kafka.TOOL_JVM_FLAGS,
+        *apache_kafka.log_flags(version, tool=True),
+        "-cp",
+        apache_kafka.classpath(version),
+        main_class,
+        *args,
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    print(f"$ {main_class} {' '.join(args)}\n{done.stdout}{done.stderr}")
+    return done
