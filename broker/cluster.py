@@ -176,6 +176,7 @@ class Cluster:
         self.connect = str(config["zookeeper.connect"])
         self.max_broker_partitions = int(config["max.broker.partitions"])
         self.unclean_default = bool(config["unclean.leader.election.enable"])
+        self.auto_rebalance = bool(config["auto.leader.rebalance.enable"])
         self.session_s = int(config["zookeeper.session.timeout.ms"]) / 1000
         connection_ms = int(config["zookeeper.connection.timeout.ms"])
         self.connection_s = connection_ms / 1000 if connection_ms > 0 else self.session_s

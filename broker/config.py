@@ -464,6 +464,14 @@ BROKER_SETTINGS: dict[str, Setting] = {
             topic="min.insync.replicas",
         ),
         Setting(
+            "auto.leader.rebalance.enable",
+            "boolean",
+            True,
+            "Cluster mode: the controller gives leadership back to a partition's preferred"
+            " replica once it is in the ISR again (checked every"
+            " controller.rebalance.interval.ms).",
+        ),
+        Setting(
             "unclean.leader.election.enable",
             "boolean",
             False,

@@ -16,8 +16,10 @@ epoch's znode version in the same transaction, so a replaced controller writes n
 
 At every change of the registered brokers, and every ``controller.rebalance.interval.ms``, it
 updates the members, then elects leaders (elections.py) for the partitions whose leader is
-down or was restarted, and removes brokers that are down from ISRs (compare-and-set on each
-partition's state znode; the brokers follow through their watches), then confirms every
+down or was restarted, moves leadership back to the preferred (first) replica once it is in
+the ISR again (``auto.leader.rebalance.enable``), and removes brokers that are down from ISRs
+(compare-and-set on each partition's state znode; the brokers follow through their watches),
+then confirms every
 registration it has not confirmed yet (a broker back from a lost session serves
 only once confirmed: ``Cluster.confirm``), then places each topic's partitions over the
 members with ``placement.assign_replicas``, as topic creation does (weighted rendezvous, per
@@ -39,7 +41,7 @@ from typing import TYPE_CHECKING
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from . import partition_state
-from .elections import elect
+from .elections import elect, preferred
 from .placement import BrokerInfo, assign_replicas
 
 if TYPE_CHECKING:
@@ -174,6 +176,9 @@ class Controller:
                     if state is None:
                         continue
                 new = elect(state, replicas, live, restarted, bool(unclean), self.epoch)
+                if new is None and cluster.auto_rebalance and replicas[:1] != [state.leader]:
+                    if state.leader >= 0 and replicas and replicas[0] not in restarted:
+                        new = preferred(state, replicas, live, self.epoch)
                 if new is None:
                     continue
                 try:

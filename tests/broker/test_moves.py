@@ -239,7 +239,15 @@ def test_kafka_reassign_partitions_generates_executes_and_verifies(cluster, tmp_
     assert sorted(values) == list(range(600))
 
 
-CONTROLLER = {**FAST, "controller.rebalance.interval.ms": 500, "offsets.topic.num.partitions": 6}
+# single-replica moves (moves of replicated partitions are not built): the internal topics
+# get one replica here, as they had before replication
+CONTROLLER = {
+    **FAST,
+    "controller.rebalance.interval.ms": 500,
+    "offsets.topic.num.partitions": 6,
+    "offsets.topic.replication.factor": 1,
+    "transaction.state.log.replication.factor": 1,
+}
 
 
 def placement(brokers, topic: str) -> dict[int, int]:
