@@ -81,7 +81,8 @@ class BrokerClient:
         if conn is None:
             conn = self._connections[node_id] = _Connection(self, node_id)
         try:
-            return await asyncio.wait_for(conn.request(api_key, version, message), timeout)
+            async with asyncio.timeout(timeout):
+                return await conn.request(api_key, version, message)
         except TimeoutError:
             raise RequestTimedOut(f"no response from node {node_id} in {timeout:.1f} s") from None
 
@@ -158,9 +159,8 @@ class _Connection:
                 raise NetworkError(f"no address for node {self.node_id}")
             host, port = address
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, port), self.client.connect_timeout
-                )
+                async with asyncio.timeout(self.client.connect_timeout):
+                    reader, writer = await asyncio.open_connection(host, port)
             except (OSError, TimeoutError) as e:
                 where = f"node {self.node_id} at {host}:{port}"
                 raise NetworkError(f"cannot connect to {where}: {e!r}") from None

@@ -98,7 +98,8 @@ class Controller:
             except Exception:
                 log.exception("the controller's check failed")
             try:
-                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+                async with asyncio.timeout(self.interval_s):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 

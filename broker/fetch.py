@@ -145,7 +145,8 @@ async def handle(broker, header, request):
         for part in parts:
             part.waiters.append(wakeup)
         try:
-            await asyncio.wait_for(wakeup, remaining)
+            async with asyncio.timeout(remaining):
+                await wakeup
         except TimeoutError:
             pass
         finally:

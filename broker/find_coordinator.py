@@ -40,7 +40,8 @@ async def _answer(
         return ErrorCode.INVALID_REQUEST, f"empty {what}", -1, "", -1
     finding = asyncio.ensure_future(coordinator.coordinator_for(key))
     try:
-        node = await asyncio.wait_for(asyncio.shield(finding), WAIT_S)
+        async with asyncio.timeout(WAIT_S):
+            node = await asyncio.shield(finding)
     except StorageError as e:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e), -1, "", -1
     except TimeoutError:

@@ -210,7 +210,8 @@ class Moves:
                 if remaining <= 0:
                     break
                 try:
-                    await asyncio.wait_for(switch.fetched.wait(), remaining)
+                    async with asyncio.timeout(remaining):
+                        await switch.fetched.wait()
                 except TimeoutError:
                     break
             if switch.offset >= end:

@@ -147,7 +147,8 @@ class ReplicaFetcher:
             if backoff is not False:
                 delay = self.backoff_s if backoff is True else float(backoff)
                 try:
-                    await asyncio.wait_for(self._changed.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await self._changed.wait()
                 except TimeoutError:
                     pass
 

@@ -58,7 +58,8 @@ class ByteBudget:
         entry = (want, waiter)
         self._waiters.append(entry)
         try:
-            await asyncio.wait_for(waiter, max(0.0, deadline - loop.time()))
+            async with asyncio.timeout(max(0.0, deadline - loop.time())):
+                await waiter
         except TimeoutError:
             if waiter.done() and not waiter.cancelled():
                 return Reservation(self, want)  # granted just as the deadline passed

@@ -112,3 +112,28 @@ def test_a_copy_is_the_leaders_log_with_its_producer_state(broker_factory, tmp_p
     assert aborted and plog.aborted_txns(start, end) == aborted
     leader_log.close()
     plog.close()
+
+
+def test_stopping_a_fetcher_right_after_its_last_copy_is_removed_ends_it(tmp_path):
+    """A move hands the copy over (``remove``) and stops the fetcher at once, while the fetcher
+    waits out a backoff: the stop must end the fetcher, however the two wake-ups are ordered
+    (a stop that hangs there holds the topic's lock, and the partition is served nowhere)."""
+
+    async def main() -> bool:
+        client = BrokerClient(lambda node: None)  # the leader is unreachable: fetches back off
+        plog = Log.open(str(tmp_path / "copy"), LogConfig(), recover=False)
+        copy = Partition(None, 0, plog, ProducerStateManager())  # type: ignore[arg-type]
+        fetcher = ReplicaFetcher(client, 7, 1, {**SETTINGS, "replica.fetch.backoff.ms": 60_000}, None)
+        fetcher.add("src", 0, copy, 0)
+        await asyncio.sleep(0.2)  # the first fetch failed; the fetcher waits out its backoff
+        fetcher.remove("src", 0)
+        try:
+            await asyncio.wait_for(fetcher.stop(), 5)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            plog.close()
+            await client.close()
+
+    assert asyncio.run(main())
