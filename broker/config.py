@@ -502,6 +502,21 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Keep a group's committed offsets this long after the group became empty.",
         ),
         Setting(
+            "offsets.commit.timeout.ms",
+            "int",
+            5000,
+            "Cluster mode: how long an offset commit (or a group's metadata) waits for the ISR"
+            " of its partition of __consumer_offsets to have it; past that the commit gets"
+            " COORDINATOR_NOT_AVAILABLE (clients retry).",
+        ),
+        Setting(
+            "request.timeout.ms",
+            "int",
+            30000,
+            "Cluster mode: how long a write to __transaction_state waits for its ISR to have it"
+            " (then COORDINATOR_NOT_AVAILABLE).",
+        ),
+        Setting(
             "offsets.retention.check.interval.ms",
             "long",
             600000,

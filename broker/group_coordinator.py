@@ -70,6 +70,7 @@ class GroupCoordinator:
             int(config["offsets.topic.num.partitions"]),
             int(config["offsets.retention.minutes"]) * 60_000,
             now_ms,
+            int(config["offsets.commit.timeout.ms"]),
         )
         self.classic = ClassicGroupCoordinator(
             MembershipLog(self.offsets),
@@ -207,6 +208,11 @@ class GroupCoordinator:
     async def offsets_partition(self, group_id: str):
         """The partition of ``__consumer_offsets`` holding ``group_id``."""
         return await self.offsets.partition(group_id)
+
+    async def offsets_written(self, partition) -> int:
+        """Flush a partition of ``__consumer_offsets`` after a write of its own (transactional
+        offsets) and wait for its ISR to have it; an error code."""
+        return await self.offsets.flush(partition)
 
     async def write_offsets(self, group, entries) -> int:
         """Store (topic, partition, CommittedOffset or None to delete) for a group checked by

@@ -102,6 +102,34 @@ class Partition:
         ISR); ``read_committed`` readers stop here."""
         return self.producers.last_stable_offset(self.high_watermark)
 
+    def too_few_in_sync(self) -> bool:
+        """acks=all would get NOT_ENOUGH_REPLICAS: the ISR is smaller than the topic's
+        ``min.insync.replicas`` (never without replication)."""
+        ls = self.leader_state
+        return ls is not None and len(ls.isr) < ls.min_isr
+
+    async def replicated(self, end: int, timeout_s: float) -> int:
+        """acks=all for a write the broker makes itself (a coordinator's record, a
+        transaction marker): an error code once the high watermark has reached ``end`` (the
+        offset after the write). NONE at once without replication; REQUEST_TIMED_OUT after
+        ``timeout_s``; NOT_ENOUGH_REPLICAS_AFTER_APPEND or NOT_LEADER_OR_FOLLOWER as for a
+        produce (leader_state.py)."""
+        ls = self.leader_state
+        if ls is None:
+            if self.leader and not self.gone:
+                return ErrorCode.NONE
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        future = ls.wait(end)
+        try:
+            async with asyncio.timeout(max(timeout_s, 0)):
+                return await future
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT
+        finally:
+            if not future.done():
+                future.cancel()
+            ls.forget(future)
+
     def mark_flushed(self, now: float) -> None:
         self.unflushed = 0
         self.flushed_at = now

@@ -219,6 +219,7 @@ class BrokerServer:
             ),
             state_partitions=int(config["transaction.state.log.num.partitions"]),
             state_segment_bytes=int(config["transaction.state.log.segment.bytes"]),
+            write_timeout_ms=int(config["request.timeout.ms"]),
             leader_of=self.cluster.leader_of if self.cluster else None,
             broker_client=self.broker_client,
         )

@@ -13,11 +13,12 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafkawire import WireClient
 
@@ -284,6 +285,64 @@ def test_a_consumer_group_and_a_transaction_survive_a_kill_of_their_coordinator(
     assert set(got) == set(range(300)) | {1000}
     assert all(after[p] >= committed[p] for p in range(3))
     assert sum(after.values()) >= 301
+
+
+def test_an_acknowledged_offset_commit_survives_a_kill_9_of_its_coordinator(cluster):
+    """The commit is answered only once the followers of the group's partition of
+    __consumer_offsets have it: with the followers paused it waits, and a kill -9 of the
+    coordinator right after the answer loses nothing."""
+    from headrace.broker.group_offsets import partition_for
+
+    brokers = cluster(3)
+    create(brokers, "tracked", 1, 3)
+    group = "durable"
+
+    def consumer():
+        return Consumer(
+            {"bootstrap.servers": bootstrap(brokers), "group.id": group, "enable.auto.commit": False}
+        )
+
+    first = consumer()
+    first.commit(offsets=[TopicPartition("tracked", 0, 5)], asynchronous=False)
+    index = partition_for(group, 50)
+    wait_for(lambda: len(partitions(brokers[0], "__consumer_offsets")[index].isr_nodes) == 3, 30, "a full ISR")
+    coordinator_id = partitions(brokers[0], "__consumer_offsets")[index].leader_id
+    coordinator = brokers[coordinator_id - 1]
+    followers = [b for b in brokers if b is not coordinator]
+    answered: list[float] = []
+
+    def commit_then_kill():
+        first.commit(offsets=[TopicPartition("tracked", 0, 42)], asynchronous=False)
+        os.kill(coordinator.pid, signal.SIGKILL)  # at once: no time for anything to follow
+        answered.append(time.monotonic())
+
+    for b in followers:
+        os.kill(b.pid, signal.SIGSTOP)
+    paused = time.monotonic()
+    committer = threading.Thread(target=commit_then_kill)
+    committer.start()
+    time.sleep(1.5)
+    resumed = time.monotonic()
+    for b in followers:
+        os.kill(b.pid, signal.SIGCONT)
+    committer.join(30)
+    assert answered and answered[0] > resumed > paused  # not answered while they could not fetch
+    coordinator.kill()
+    first.close()
+    # a follower takes the partition over (after the session timeout) and has the commit
+    second = consumer()
+
+    def committed():
+        try:
+            return [tp.offset for tp in second.committed([TopicPartition("tracked", 0)], timeout=5)]
+        except KafkaException:
+            return None  # no coordinator yet
+
+    got = wait_for(committed, SESSION_MS / 1000 + 40, "the new coordinator")
+    new_leader = partitions(followers[0], "__consumer_offsets")[index].leader_id
+    assert new_leader not in (coordinator_id, -1)
+    assert got == [42]
+    second.close()
 
 
 @pytest.mark.skipif(shutil.which("java") is None or shutil.which("mvn") is None, reason="no java/mvn")
