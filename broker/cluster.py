@@ -16,6 +16,8 @@ Under the chroot of ``zookeeper.connect`` (Kafka's ZooKeeper-era map, simplified
                                "removed": [ids]}, by CAS
   /brokers/confirmed/<id>      the session whose registration of broker <id> the controller
                                has confirmed (written by the controller)
+  /brokers/shutting_down/<id>  ephemeral: broker <id> is stopping cleanly and asks the
+                               controller to move its leaderships away (controlled shutdown)
 
 Reading: kazoo's watches run on kazoo's threads; they only hand the new value to the event
 loop, where ``brokers``, ``topics`` and ``controller_id`` change. A topic event older than what
@@ -95,6 +97,7 @@ CLUSTER_ID = "/cluster/id"
 PRODUCER_IDS = "/latest_producer_id_block"
 MEMBERS = "/cluster/members"
 CONFIRMED = "/brokers/confirmed"
+SHUTTING_DOWN = "/brokers/shutting_down"
 
 
 class ClusterError(Exception):
@@ -133,6 +136,23 @@ class TopicRecord:
     # partitions placed by hand (CreateTopics assignments, reassignments): the controller
     # leaves them where they are
     manual: set[int] = field(default_factory=set)
+
+    def replicated_move(self, index: int) -> bool:
+        """Partition ``index`` is moving Kafka's way (more than one replica before or after):
+        the adding brokers follow its leader as replicas; a move of a single replica to
+        another single broker is a copy and a switch instead (moves.py)."""
+        move = self.reassigning.get(index)
+        if move is None or not 0 <= index < len(self.replicas):
+            return False
+        return len(self.replicas[index]) > 1 or len(move["target"]) > 1
+
+    def assigned(self, index: int) -> list[int]:
+        """The brokers holding a replica of partition ``index``: its replicas, and during a
+        replicated move the adding ones too (Kafka's RS = ORS + TRS)."""
+        current = self.replicas[index]
+        if not self.replicated_move(index):
+            return current
+        return current + [b for b in self.reassigning[index]["adding"] if b not in current]
 
     def encode(self) -> bytes:
         d: dict[str, Any] = {
@@ -209,6 +229,7 @@ class Cluster:
         self.states: dict[tuple[str, int], PartitionState] = {}
         self._states_watched: set[tuple[str, int]] = set()
         self.replicas: ReplicaManager | None = None  # this broker's roles (set by the server)
+        self.shutting_down: set[int] = set()  # brokers in a controlled shutdown
 
     # start and stop -------------------------------------------------------------------------
 
@@ -241,6 +262,7 @@ class Cluster:
             CONTROLLER, self._from_zk(lambda _: self._spawn(self._read_controller()))
         )
         self.zk.DataWatch(MEMBERS, self._from_zk(self._members_changed))
+        self.zk.ChildrenWatch(SHUTTING_DOWN, self._from_zk(self._shutting_down_changed))
         threading.Thread(target=self._elect, name="headrace-election", daemon=True).start()
         log.info(
             "broker %d registered in %s (cluster %s, %d brokers, %d topics)",
@@ -255,6 +277,48 @@ class Cluster:
         """Start serving the partitions placed here (the coordinators have loaded)."""
         self.serving = True
         self.fenced = False
+
+    def _shutting_down_changed(self, ids: list[str]) -> None:
+        self.shutting_down = {int(i) for i in ids if i.isdigit()}
+        if self.controller is not None:
+            self.controller.changed()
+
+    async def controlled_shutdown(self, timeout_s: float) -> int:
+        """Kafka's controlled shutdown, before a clean stop: ask the controller (an ephemeral
+        ``/brokers/shutting_down/<id>``) to hand every partition this broker leads to another
+        live ISR member and to take it out of the ISRs it is in, then wait (at most
+        ``timeout_s``) until it leads nothing that another ISR member could lead. Returns how
+        many partitions it still leads."""
+        if self.fenced:
+            return 0
+        path = f"{SHUTTING_DOWN}/{self.node_id}"
+        try:
+            await asyncio.to_thread(self.zk.create, path, b"", ephemeral=True, makepath=True)
+        except NodeExistsError:
+            pass
+        except KazooException as e:
+            log.warning("controlled shutdown: cannot ask the controller: %s", e)
+            return -1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            left = self._still_led()
+            if not left or loop.time() >= deadline or self.fenced:
+                return len(left)
+            await asyncio.sleep(0.1)
+
+    def _still_led(self) -> list[tuple[str, int]]:
+        """The partitions this broker leads that another live ISR member could lead, and
+        those where it is in the ISR with others (the controller takes it out)."""
+        me = self.node_id
+        live = set(self.brokers) - self.shutting_down - {me}  # (all stopping: none waits)
+        return [
+            key
+            for key, state in self.states.items()
+            if me in state.isr
+            and any(b in live for b in state.isr if b != me)
+            and key[0] in self.topics
+        ]
 
     async def stop(self) -> None:
         """Leave the cluster: the registration and a controller role end with the session."""
@@ -274,7 +338,7 @@ class Cluster:
 
     def _prepare(self) -> str:
         """(In a thread.) The paths every broker uses, and the cluster id."""
-        for path in (BROKERS, TOPICS, CONTROLLER):
+        for path in (BROKERS, TOPICS, CONTROLLER, SHUTTING_DOWN):
             self.zk.ensure_path(path)
         try:
             self.zk.create(CLUSTER_ID, uuid.uuid4().hex[:22].encode(), makepath=True)
@@ -1030,6 +1094,71 @@ class Cluster:
         if written is not None:
             self.learned(name, index, written)
         await self._written(name, record, stat)
+        return True
+
+    async def finish_reassignment(
+        self, name: str, index: int, leader: int, epoch: int, target: list[int]
+    ) -> bool:
+        """The end of a replicated move, written by the partition's leader once every target
+        replica is in the ISR: ``replicas`` = ``target`` and the move cleared in the topic's
+        znode, and in the same ZooKeeper transaction the state: the ISR without the removed
+        replicas, and when the leader itself is removed, the first target replica in the ISR
+        that is live leads at the leader epoch + 1. Both by compare-and-set. False when the
+        move or the state is no longer what the leader saw."""
+        if self.fenced:
+            return False
+        path = f"{TOPICS}/{name}"
+        live = set(self.brokers)
+
+        def run() -> tuple[TopicRecord, Any, PartitionState] | None:
+            while True:
+                try:
+                    data, stat = self.zk.get(path)
+                except NoNodeError:
+                    return None
+                record = TopicRecord.decode(data, stat)
+                move = record.reassigning.get(index)
+                state = partition_state.read(self.zk, name, index)
+                if (
+                    move is None
+                    or move["target"] != target
+                    or state is None
+                    or state.leader != leader
+                    or state.leader_epoch != epoch
+                    or not set(target) <= set(state.isr)
+                ):
+                    return None
+                isr = tuple(b for b in state.isr if b in target)
+                if leader in target:
+                    new_state = replace(state, isr=isr)
+                else:
+                    candidates = [b for b in target if b in isr and b in live]
+                    if not candidates:
+                        return None
+                    new_state = replace(
+                        state, leader=candidates[0], leader_epoch=epoch + 1, isr=isr
+                    )
+                record.replicas[index] = list(target)
+                record.leader_epochs[index] = new_state.leader_epoch
+                del record.reassigning[index]
+                txn = self.zk.transaction()
+                txn.set_data(path, record.encode(), stat.version)
+                txn.set_data(
+                    partition_state.state_path(name, index), new_state.encode(), state.version
+                )
+                results = txn.commit()
+                if any(isinstance(r, Exception) for r in results):
+                    continue
+                return record, results[0], replace(new_state, version=results[1].version)
+
+        done = await asyncio.to_thread(run)
+        if done is None:
+            return False
+        record, stat, written = done
+        self.learned(name, index, written)
+        await self._written(name, record, stat)
+        if self.replicas is not None:
+            self.replicas.state_changed(name, index)
         return True
 
     async def set_configs(self, name: str, configs: dict[str, Any]) -> None:

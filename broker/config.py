@@ -502,6 +502,26 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Keep a group's committed offsets this long after the group became empty.",
         ),
         Setting(
+            "controlled.shutdown.enable",
+            "boolean",
+            True,
+            "Cluster mode: a clean stop first asks the controller to hand the partitions this"
+            " broker leads to other in-sync replicas and to take it out of the ISRs.",
+        ),
+        Setting(
+            "controlled.shutdown.max.retries",
+            "int",
+            3,
+            "Cluster mode: a controlled shutdown waits at most this many times"
+            " controlled.shutdown.retry.backoff.ms for the handover, then stops anyway.",
+        ),
+        Setting(
+            "controlled.shutdown.retry.backoff.ms",
+            "long",
+            5000,
+            "See controlled.shutdown.max.retries.",
+        ),
+        Setting(
             "offsets.commit.timeout.ms",
             "int",
             5000,

@@ -14,22 +14,27 @@ ZooKeeper session is lost or suspended is fenced and stops at once). As it start
 controller epoch (``/controller_epoch``); each of its partition-state writes checks that
 epoch's znode version in the same transaction, so a replaced controller writes nothing.
 
-At every change of the registered brokers, and every ``controller.rebalance.interval.ms``, it
-updates the members, then elects leaders (elections.py) for the partitions whose leader is
-down or was restarted, moves leadership back to the preferred (first) replica once it is in
-the ISR again (``auto.leader.rebalance.enable``), and removes brokers that are down from ISRs
-(compare-and-set on each partition's state znode; the brokers follow through their watches),
-then confirms every
+At every change of the registered brokers (or of those in a controlled shutdown), and every
+``controller.rebalance.interval.ms``, it updates the members, then elects leaders
+(elections.py) for the partitions whose leader is down, was restarted or is in a controlled
+shutdown (``Cluster.controlled_shutdown``: it is taken for gone while another ISR member can
+lead, and leaves the ISRs it is in), moves leadership back to the preferred (first) replica
+once it is in the ISR again (``auto.leader.rebalance.enable``), and removes brokers that are
+down from ISRs (compare-and-set on each partition's state znode; the brokers follow through
+their watches), then confirms every
 registration it has not confirmed yet (a broker back from a lost session serves
 only once confirmed: ``Cluster.confirm``), then places each topic's partitions over the
-members with ``placement.assign_replicas``, as topic creation does (weighted rendezvous, per
-topic), and starts a move
-(``Cluster.reassign``, moves.py) for each partition placed automatically that is elsewhere:
+members with ``placement.assign_replicas`` and the topic's replication factor, as topic
+creation does (weighted rendezvous, per topic), and starts a move (``Cluster.reassign``;
+moves.py for a single replica, replica_manager.py for more) for each partition placed
+automatically whose brokers are not the ones placement gives it (the same brokers in another
+order move nothing):
 when a broker joins only the partitions it now wins move to it, and a removed broker's
 partitions move to their new winners (it is *drained*, and may then stop). Partitions placed
 by hand (CreateTopics assignments, AlterPartitionReassignments) and partitions already moving
-are left alone, and so is a partition whose current broker or target broker is down (a move
-needs both: it goes on once they are back).
+are left alone, and so is a partition without a live leader or with a target broker down (a
+move needs them: it goes on once they are back), and a partition when the members are fewer
+than its replicas (placement never shrinks a replication factor).
 """
 
 from __future__ import annotations
@@ -131,17 +136,18 @@ class Controller:
             if not auto:
                 continue
             count = len(record.replicas)
-            rf = len(record.replicas[0]) if record.replicas else 1
-            if rf != 1:
-                continue  # moves of replicated partitions are not built yet
+            rf = max(1, len(record.replicas[0]) if record.replicas else 1)
             placed = await asyncio.to_thread(
-                assign_replicas, [(name, i) for i in range(count)], infos, 1
+                assign_replicas, [(name, i) for i in range(count)], infos, min(rf, len(infos))
             )
             moves: dict[int, list[int] | None] = {}
             for i in auto:
                 target, current = placed[(name, i)], record.replicas[i]
-                if target != current and current and current[0] in live and target[0] in live:
-                    moves[i] = target
+                if len(target) != len(current) or set(target) == set(current):
+                    continue  # (the same brokers in another order: nothing to move)
+                if cluster.leader(name, i) < 0 or not all(b in live for b in target):
+                    continue  # a move needs its leader and its target brokers up
+                moves[i] = target
             if moves and self._deciding():
                 log.info(
                     "moving %d partitions of %s to where placement puts them", len(moves), name
@@ -153,12 +159,14 @@ class Controller:
         brokers that are down from ISRs; make the state of partitions that have none."""
         cluster = self.cluster
         live = set(cluster.brokers)
+        leaving = cluster.shutting_down & live  # in a controlled shutdown: lead nothing
         restarted = await cluster.restarted(live)
         unclean_default = bool(cluster.unclean_default)
         changed = 0
         for name, record in list(cluster.topics.items()):
             unclean = record.configs.get("unclean.leader.election.enable", unclean_default)
-            for index, replicas in enumerate(record.replicas):
+            for index in range(len(record.replicas)):
+                replicas = record.assigned(index)
                 if not self._deciding():
                     return
                 state = cluster.states.get((name, index))
@@ -176,10 +184,15 @@ class Controller:
                     )
                     if state is None:
                         continue
-                new = elect(state, replicas, live, restarted, bool(unclean), self.epoch)
+                if leaving:
+                    new = elect(state, replicas, live - leaving, restarted, False, self.epoch)
+                    if new is not None and new.leader < 0:  # no one else can lead it yet
+                        new = elect(state, replicas, live, restarted, bool(unclean), self.epoch)
+                else:
+                    new = elect(state, replicas, live, restarted, bool(unclean), self.epoch)
                 if new is None and cluster.auto_rebalance and replicas[:1] != [state.leader]:
                     if state.leader >= 0 and replicas and replicas[0] not in restarted:
-                        new = preferred(state, replicas, live, self.epoch)
+                        new = preferred(state, replicas, live - leaving, self.epoch)
                 if new is None:
                     continue
                 try:

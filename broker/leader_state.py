@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -71,6 +71,7 @@ class LeaderState:
         lag_s: float,
         write_isr: IsrWriter,
         reread: Callable[[], Awaitable[None]],
+        leaving: Callable[[], Collection[int]] = frozenset,
     ) -> None:
         self.partition = partition
         self.node_id = node_id
@@ -80,6 +81,7 @@ class LeaderState:
         self.lag_s = lag_s
         self._write_isr = write_isr
         self._reread = reread
+        self._leaving = leaving  # brokers in a controlled shutdown: not taken into the ISR
         now = asyncio.get_running_loop().time()
         self.followers = {
             r: FollowerProgress(caught_up=now) for r in replicas if r != node_id
@@ -207,6 +209,21 @@ class LeaderState:
             self.state = state
             self._update_hw()
 
+    def replicas_changed(self, replicas: list[int]) -> None:
+        """The partition's replicas changed (a move adds or removes some): new followers are
+        tracked (caught up as of now, like ISR members when leadership starts), removed ones
+        forgotten, and an ISR naming a broker that is no longer a replica is written again
+        without it."""
+        self.replicas = list(replicas)
+        now = asyncio.get_running_loop().time()
+        for r in replicas:
+            if r != self.node_id and r not in self.followers:
+                self.followers[r] = FollowerProgress(caught_up=now)
+        for r in [r for r in self.followers if r not in replicas]:
+            del self.followers[r]
+        if any(r not in replicas for r in self.state.isr):
+            self._change_isr()
+
     def shrink(self) -> None:
         """Drop the followers not caught up for ``replica.lag.time.max.ms`` (periodic)."""
         now = asyncio.get_running_loop().time()
@@ -233,7 +250,12 @@ class LeaderState:
             if r in self.state.isr:
                 if now - f.caught_up <= self.lag_s:
                     isr.append(r)
-            elif f.leo >= hw and f.leo >= self.epoch_start and now - f.caught_up <= self.lag_s:
+            elif (
+                f.leo >= hw
+                and f.leo >= self.epoch_start
+                and now - f.caught_up <= self.lag_s
+                and r not in self._leaving()
+            ):
                 isr.append(r)
         return tuple(isr)
 

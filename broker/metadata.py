@@ -123,7 +123,8 @@ def _here(node: int, index: int):
 
 def _placed(cluster, name: str, record) -> list:
     out = []
-    for i, replicas in enumerate(record.replicas):
+    for i in range(len(record.replicas)):
+        replicas = record.assigned(i)  # during a move, the adding replicas too (as Kafka)
         leader = cluster.leader(name, i)
         out.append(
             M.MetadataResponsePartition(

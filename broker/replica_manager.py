@@ -22,6 +22,19 @@ When this broker starts or stops leading a partition of ``__consumer_offsets`` o
 groups and transactions of that partition), in order, by one task, from ``serve`` on (the
 changes made during start-up are told then: that is how the coordinators load at start).
 
+Replicated moves (a partition with, or getting, more than one replica; moves.py handles a
+single replica moving to another single broker): while a move runs, the partition's replicas
+here are its current ones plus the adding ones (``TopicRecord.assigned``, Kafka's RS = ORS +
+TRS), so the adding brokers open an empty log and follow the leader like any follower, and the
+leader tracks them and takes them into the ISR once they have caught up. When every target
+replica is in the ISR, the leader ends the move (``_finish``: ``Cluster.finish_reassignment``
+writes the target as the replicas and the ISR without the removed ones, by compare-and-set).
+A leader that is itself removed first stops taking writes (``Partition.frozen``; clients
+retry NOT_LEADER_OR_FOLLOWER) until the ISR has its whole log, at most
+``replica.lag.time.max.ms``, and hands leadership to the first target replica in the ISR in
+the same write (leader epoch + 1). Removed replicas stop following and delete their copy
+(``TopicManager._lose``).
+
 ``shrink`` runs every half ``replica.lag.time.max.ms``: each led partition drops the followers
 that have not caught up for that long from its ISR (by compare-and-set).
 """
@@ -36,7 +49,7 @@ from typing import TYPE_CHECKING
 
 from headrace.storage import LeaderEpochCache
 
-from .leader_state import FollowerProgress, LeaderState
+from .leader_state import LeaderState
 from .partition_state import PartitionState
 from .replica_fetcher import ReplicaFetcher
 
@@ -48,6 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("headrace.replicas")
 
 Key = tuple[str, int]
+FINISH_BACKOFF_S = 1.0  # after a move's end could not be written, before trying again
 
 
 class ReplicaManager:
@@ -69,6 +83,10 @@ class ReplicaManager:
         self._told: asyncio.Queue[tuple[str, list[int], list[int]]] = asyncio.Queue()
         self._teller: asyncio.Task | None = None
         self._serving = asyncio.Event()  # the coordinators have started: tell them from now
+        # replicated moves this broker leads: the task writing a move's end, and when to try
+        # again after one that did not
+        self._finishing: dict[Key, asyncio.Task] = {}
+        self._not_before: dict[Key, float] = {}
 
     def start(self) -> None:
         if self._task is None:
@@ -77,7 +95,7 @@ class ReplicaManager:
             self._teller = asyncio.create_task(self._tell_in_order(), name="leadership")
 
     async def stop(self) -> None:
-        for task in (self._task, self._teller):
+        for task in (self._task, self._teller, *self._finishing.values()):
             if task is not None:
                 task.cancel()
         self._task = self._teller = None
@@ -124,7 +142,7 @@ class ReplicaManager:
         state = self.cluster.states.get((name, index))
         if record is None or state is None or index >= len(record.replicas):
             return
-        replicas = record.replicas[index]
+        replicas = record.assigned(index)
         if self.node_id not in replicas and not (state.leader == self.node_id):
             await self._stop_leading(p)
             self._unfollow(name, index)
@@ -132,14 +150,12 @@ class ReplicaManager:
         if state.leader == self.node_id:
             ls = p.leader_state
             if ls is not None and ls.epoch == state.leader_epoch and ls.active:
-                ls.replicas = list(replicas)
                 ls.state_changed(state)
-                now = asyncio.get_running_loop().time()
-                for r in replicas:
-                    if r != self.node_id and r not in ls.followers:
-                        ls.followers[r] = FollowerProgress(caught_up=now)
-                return
-            await self._become_leader(p, state, replicas)
+                ls.replicas_changed(replicas)
+            else:
+                await self._become_leader(p, state, replicas)
+            if record.replicated_move(index):
+                self._finish_later(p, record.reassigning[index]["target"])
         else:
             await self._stop_leading(p)
             if state.leader < 0:
@@ -164,6 +180,7 @@ class ReplicaManager:
             self.lag_s,
             lambda new, version: self.cluster.write_state(name, index, new, version),
             lambda: self._reread(name, index),
+            lambda: self.cluster.shutting_down,
         )
         p.leader_epoch = state.leader_epoch
         p.leader = True
@@ -270,6 +287,56 @@ class ReplicaManager:
                 raise
             except Exception:
                 log.exception("the coordinators could not follow %s %s/%s", name, gained, lost)
+
+    # replicated moves ----------------------------------------------------------------------
+
+    def _finish_later(self, p: Partition, target: list[int]) -> None:
+        """(The leader of a partition moving Kafka's way.) Once every target replica is in
+        the ISR, end the move (``_finish``), unless that is under way or tried too lately."""
+        ls = p.leader_state
+        key = (p.topic.name, p.index)
+        if ls is None or not set(target) <= set(ls.isr) or key in self._finishing:
+            return
+        if asyncio.get_running_loop().time() < self._not_before.get(key, 0.0):
+            return
+        self._finishing[key] = asyncio.create_task(self._finish(p, ls, list(target)))
+
+    async def _finish(self, p: Partition, ls: LeaderState, target: list[int]) -> None:
+        """Write the move's end (``Cluster.finish_reassignment``). A leader that is not in the
+        target first stops taking writes and waits (at most ``replica.lag.time.max.ms``) for
+        the ISR to have its whole log, so the next leader has every record, acks=1 ones
+        included; it then hands leadership over in the same write."""
+        name, index = p.topic.name, p.index
+        key = (name, index)
+        loop = asyncio.get_running_loop()
+        leaving = self.node_id not in target
+        done = False
+        try:
+            if leaving:
+                p.frozen = True
+                await self.topics.flush([p])
+                code = await p.replicated(p.log.log_end_offset, self.lag_s)
+                if code:
+                    log.warning(
+                        "%s-%d: the ISR did not take the last writes (error %d)", *key, code
+                    )
+                    return
+            done = await self.cluster.finish_reassignment(
+                name, index, self.node_id, ls.epoch, target
+            )
+            if done:
+                log.info("%s-%d: reassigned to %s", name, index, target)
+        except Exception:
+            log.exception("%s-%d: cannot finish the reassignment", name, index)
+        finally:
+            if leaving and not done:
+                p.frozen = False
+            del self._finishing[key]
+            if not done:  # look again a little later
+                self._not_before[key] = loop.time() + FINISH_BACKOFF_S
+                loop.call_later(FINISH_BACKOFF_S, self.state_changed, name, index)
+            else:
+                self._not_before.pop(key, None)
 
     # the ISR -----------------------------------------------------------------------------
 

@@ -498,6 +498,17 @@ class BrokerServer:
         """Stop accepting, answer in-flight requests, flush everything, mark the stop clean."""
         if not self._servers:
             return
+        if self.cluster is not None and bool(self.config["controlled.shutdown.enable"]):
+            started = time.monotonic()
+            timeout = int(self.config["controlled.shutdown.max.retries"]) * int(
+                self.config["controlled.shutdown.retry.backoff.ms"]
+            )
+            left = await self.cluster.controlled_shutdown(max(timeout, 0) / 1000)
+            log.info(
+                "controlled shutdown in %.0f ms (%d partitions still led or in sync)",
+                (time.monotonic() - started) * 1000,
+                max(left, 0),
+            )
         for server in self._servers:
             server.close()
         for task in self._tasks:

@@ -619,7 +619,7 @@ class TopicManager:
     async def _follow(self, name: str, topic: Topic | None, record) -> None:
         assert self.cluster is not None
         node = self.cluster.node_id
-        mine = [i for i, replicas in enumerate(record.replicas) if node in replicas]
+        mine = [i for i in range(len(record.replicas)) if node in record.assigned(i)]
         new = topic is None
         if topic is None:
             topic = self._topic(name, record.topic_id, dict(record.configs))

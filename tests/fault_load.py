@@ -118,6 +118,19 @@ class AckedLoad:
                     best = t if best is None else min(best, t)
         return best
 
+    def longest_gaps(self, since: float = 0.0) -> dict[int, float]:
+        """Per partition, the longest time between two acknowledgements after ``since``: how
+        long the partition was unavailable to the producers at worst."""
+        times: dict[int, list[float]] = {}
+        for a in self.acks:
+            for p, _, t in list(a.acked.values()):
+                if t >= since:
+                    times.setdefault(p, []).append(t)
+        return {
+            p: max((b - a for a, b in zip(sorted(ts), sorted(ts)[1:])), default=0.0)
+            for p, ts in sorted(times.items())
+        }
+
     def check(self, timeout: float = 120) -> dict[str, int]:
         """Read the topic back; counts of acked, lost, duplicated and reordered records."""
         consumer = Consumer(

@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafkawire import WireClient
 
 from fault_load import AckedLoad
+from tcp_proxy import TcpProxy
 from headrace.broker.process import BrokerProcess
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
@@ -343,6 +344,102 @@ def test_an_acknowledged_offset_commit_survives_a_kill_9_of_its_coordinator(clus
     assert new_leader not in (coordinator_id, -1)
     assert got == [42]
     second.close()
+
+
+def log_end(broker, topic: str, index: int) -> int:
+    with WireClient(broker.port) as c:
+        r = c.request(
+            ApiKey.LIST_OFFSETS,
+            7,
+            messages.ListOffsetsRequest(
+                replica_id=-1,
+                isolation_level=0,
+                topics=[
+                    messages.ListOffsetsRequest.ListOffsetsTopic(
+                        name=topic,
+                        partitions=[messages.ListOffsetsRequest.ListOffsetsPartition(partition_index=index, timestamp=-1)],
+                    )
+                ],
+            ),
+        )
+    return r.topics[0].partitions[0].offset
+
+
+def test_a_follower_cut_off_from_its_leader_leaves_the_isr_and_rejoins(cluster):
+    """Node 1 advertises a TCP proxy, so the other brokers reach it through it; the proxy
+    blackholes node 3's inter-broker connections (a network partition between the leader and
+    one follower; ZooKeeper still sees everyone)."""
+    proxy = TcpProxy().start()
+    try:
+        brokers = cluster(1, **{"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"})
+        proxy.target = ("127.0.0.1", brokers[0].port)
+        brokers = cluster(2)
+        admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+        for name, min_isr in (("cut2", 2), ("cut3", 3)):
+            topic = NewTopic(name, 1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": str(min_isr)})
+            admin.create_topics([topic], operation_timeout=10)[name].result(timeout=30)
+        wait_for(lambda: in_sync(brokers, "cut2", 1, 3) and in_sync(brokers, "cut3", 1, 3), 30, "full ISRs")
+        leader = brokers[0]
+        load = AckedLoad(bootstrap(brokers), "cut2", producers=1, partitions=1).start()
+        try:
+            wait_for(lambda: load.acked_count() > 300, 60, "load")
+            proxy.cut("headrace-broker-3")
+            cut_at = time.monotonic()
+            for name in ("cut2", "cut3"):
+                wait_for(lambda name=name: sorted(partitions(leader, name)[0].isr_nodes) == [1, 2], 30, "node 3 out of the ISR")
+            print(f"node 3 left the ISRs {time.monotonic() - cut_at:.1f} s after the cut")
+            before = load.acked_count()
+            wait_for(lambda: load.acked_count() > before + 300, 60, "acks=all with min.insync.replicas=2")
+            # min.insync.replicas=3: refused before anything is appended, never acknowledged
+            end = log_end(leader, "cut3", 0)
+            assert produce_one(leader, "cut3", 0) == ErrorCode.NOT_ENOUGH_REPLICAS
+            failed = []
+            refused = Producer({"bootstrap.servers": bootstrap(brokers), "acks": "all", "message.timeout.ms": 3000})
+            refused.produce("cut3", value=b"never", partition=0, on_delivery=lambda err, msg: failed.append(err))
+            refused.flush(30)
+            assert len(failed) == 1 and failed[0] is not None, failed
+            assert log_end(leader, "cut3", 0) == end
+            proxy.heal()
+            wait_for(lambda: in_sync(brokers, "cut2", 1, 3) and in_sync(brokers, "cut3", 1, 3), 60, "node 3 back in the ISRs")
+            assert produce_one(leader, "cut3", 0) == ErrorCode.NONE
+            assert partitions(brokers[1], "cut2")[0].leader_id == 1  # nobody was elected meanwhile
+        finally:
+            load.stop()
+        result = load.check()
+        assert result["lost"] == result["duplicated"] == result["reordered"] == 0, result
+        assert result["read_all"] == 1 and not load.errors, (result, load.errors)
+    finally:
+        proxy.close()
+
+
+def test_a_rolling_restart_under_load_loses_nothing_and_moves_leadership_first(cluster):
+    """Each broker in turn is stopped cleanly (SIGTERM) and started again once every ISR is
+    full; its controlled shutdown hands its leaderships over before it stops."""
+    brokers = cluster(3)
+    create(brokers, "rolling", 3, 3, **{"min.insync.replicas": 2})
+    wait_for(lambda: in_sync(brokers, "rolling", 3, 3), 30, "full ISRs")
+    load = AckedLoad(bootstrap(brokers), "rolling", producers=3, partitions=3).start()
+    try:
+        wait_for(lambda: load.acked_count() > 1000, 60, "load")
+        started = time.monotonic()
+        for b in brokers:
+            node = b.overrides["node.id"]
+            led = sum(1 for p in partitions(b, "rolling").values() if p.leader_id == node)
+            assert b.stop() == 0
+            shutdown = [line for line in b.lines if "controlled shutdown in" in line]
+            assert shutdown and "(0 partitions still led or in sync)" in shutdown[-1], shutdown
+            print(f"node {node} (led {led}): {shutdown[-1].split('controlled shutdown')[1]}")
+            b.start()
+            wait_for(lambda: in_sync(brokers, "rolling", 3, 3), 60, "full ISRs again")
+        before = load.acked_count()
+        wait_for(lambda: load.acked_count() > before + 300, 60, "load after the restarts")
+    finally:
+        load.stop()
+    gaps = load.longest_gaps(started)
+    print("longest time without an acknowledgement, per partition (s):", {p: round(g, 2) for p, g in gaps.items()})
+    result = load.check()
+    assert result["lost"] == result["duplicated"] == result["reordered"] == 0, result
+    assert result["read_all"] == 1 and not load.errors, (result, load.errors)
 
 
 @pytest.mark.skipif(shutil.which("java") is None or shutil.which("mvn") is None, reason="no java/mvn")
