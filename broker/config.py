@@ -502,6 +502,13 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Keep a group's committed offsets this long after the group became empty.",
         ),
         Setting(
+            "replica.high.watermark.checkpoint.interval.ms",
+            "long",
+            5000,
+            "Cluster mode: how often every replica's high watermark is written to the data"
+            " directory's replication-offset-checkpoint (and at a clean stop).",
+        ),
+        Setting(
             "controlled.shutdown.enable",
             "boolean",
             True,

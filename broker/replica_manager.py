@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING
 
 from headrace.storage import LeaderEpochCache
 
+from . import hw_checkpoint
 from .leader_state import LeaderState
 from .partition_state import PartitionState
 from .replica_fetcher import ReplicaFetcher
@@ -87,17 +88,30 @@ class ReplicaManager:
         # again after one that did not
         self._finishing: dict[Key, asyncio.Task] = {}
         self._not_before: dict[Key, float] = {}
+        # the high watermarks read from replication-offset-checkpoint at start, taken by each
+        # replica at its first role (hw_checkpoint.py)
+        self._start_hw: dict[Key, int] = {}
+        self._hw_interval_s = int(config["replica.high.watermark.checkpoint.interval.ms"]) / 1000
+        self._hw_task: asyncio.Task | None = None
+
+    async def load(self) -> None:
+        """Read the high-watermark checkpoint (before any partition gets a role)."""
+        self._start_hw = await asyncio.to_thread(hw_checkpoint.read, self.topics.data_dir)
 
     def start(self) -> None:
+        if self._hw_task is None:
+            self._hw_task = asyncio.create_task(self._checkpoint_every(), name="hw-checkpoint")
         if self._task is None:
             self._task = asyncio.create_task(self._shrink_every(), name="isr-shrink")
         if self._teller is None:
             self._teller = asyncio.create_task(self._tell_in_order(), name="leadership")
 
     async def stop(self) -> None:
-        for task in (self._task, self._teller, *self._finishing.values()):
+        for task in (self._task, self._teller, self._hw_task, *self._finishing.values()):
             if task is not None:
                 task.cancel()
+        self._hw_task = None
+        await self.checkpoint_hw()
         self._task = self._teller = None
         for f in list(self.fetchers.values()):
             await f.stop()
@@ -204,6 +218,9 @@ class ReplicaManager:
         """The partition's leader-epoch cache (read in a thread; a new, empty log has none)."""
         if p.epochs is not None:
             return
+        # its first role: the high watermark it had before the restart (0: none known)
+        start_hw = self._start_hw.pop((p.topic.name, p.index), 0)
+        p.hw = min(start_hw, p.log.log_end_offset)
         directory = Path(p.log.directory)
         if p.log.log_end_offset == 0 and p.log.log_start_offset == 0:
             p.epochs = LeaderEpochCache(directory)
@@ -337,6 +354,29 @@ class ReplicaManager:
                 loop.call_later(FINISH_BACKOFF_S, self.state_changed, name, index)
             else:
                 self._not_before.pop(key, None)
+
+    # the high-watermark checkpoint -----------------------------------------------------------
+
+    async def checkpoint_hw(self) -> None:
+        """Write every replica's high watermark (hw_checkpoint.py)."""
+        entries: dict[Key, int] = {}
+        for t in self.topics.all_topics():
+            for p in t.partitions:
+                key = (t.name, p.index)
+                hw = hw_checkpoint.known(p) if p.epochs is not None else None
+                if hw is None:  # no role yet: what it had at start
+                    hw = self._start_hw.get(key)
+                if hw is not None:
+                    entries[key] = hw
+        try:
+            await asyncio.to_thread(hw_checkpoint.write, self.topics.data_dir, entries)
+        except OSError as e:
+            log.warning("cannot write %s: %s", hw_checkpoint.FILE_NAME, e)
+
+    async def _checkpoint_every(self) -> None:
+        while True:
+            await asyncio.sleep(self._hw_interval_s)
+            await self.checkpoint_hw()
 
     # the ISR -----------------------------------------------------------------------------
 

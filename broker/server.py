@@ -377,6 +377,7 @@ class BrokerServer:
         assert self.cluster is not None and self.replicas is not None
         host, port = self.advertised()
         rack = str(self.config["broker.rack"]) or None
+        await self.replicas.load()
         self.replicas.start()
         try:
             await self.cluster.start(self.topics, Endpoint(host, port, rack))

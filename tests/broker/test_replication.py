@@ -442,6 +442,52 @@ def test_a_rolling_restart_under_load_loses_nothing_and_moves_leadership_first(c
     assert result["read_all"] == 1 and not load.errors, (result, load.errors)
 
 
+def checkpointed(broker) -> dict[tuple[str, int], int]:
+    path = broker.data_dir / "replication-offset-checkpoint"
+    if not path.exists():
+        return {}
+    lines = path.read_text().split("\n")
+    assert lines[0] == "0" and int(lines[1]) == len([line for line in lines[2:] if line])
+    return {(t, int(p)): int(hw) for t, p, hw in (line.split() for line in lines[2:] if line)}
+
+
+def test_every_replica_checkpoints_its_high_watermark_and_reads_it_back(cluster):
+    """replication-offset-checkpoint: each broker writes the high watermark of each of its
+    replicas (not its log end); acks=1 records the followers do not have stay above it, and a
+    restarted broker's replicas start from what they had."""
+    brokers = cluster(3, **{"replica.high.watermark.checkpoint.interval.ms": 200})
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    topic = NewTopic("marks", 1, replica_assignment=[[1, 2, 3]])
+    admin.create_topics([topic], operation_timeout=10)["marks"].result(timeout=30)
+    wait_for(lambda: in_sync(brokers, "marks", 1, 3), 30, "a full ISR")
+    for _ in range(100):
+        assert produce_one(brokers[0], "marks", 0) == ErrorCode.NONE
+    for b in brokers:
+        wait_for(lambda b=b: checkpointed(b).get(("marks", 0)) == 100, 10, "the high watermark checkpointed")
+    for b in brokers[1:]:
+        os.kill(b.pid, signal.SIGSTOP)  # the followers fetch nothing more
+    try:
+        for _ in range(5):
+            assert produce_one(brokers[0], "marks", 0, acks=1) == ErrorCode.NONE
+        time.sleep(1)  # several checkpoint intervals
+        assert log_end(brokers[0], "marks", 0) == 100  # ListOffsets latest: the high watermark
+        assert checkpointed(brokers[0])[("marks", 0)] == 100  # not the log end, 105
+    finally:
+        for b in brokers[1:]:
+            os.kill(b.pid, signal.SIGCONT)
+    wait_for(lambda: log_end(brokers[0], "marks", 0) == 105, 30, "the followers catch up")
+    wait_for(lambda: all(checkpointed(b).get(("marks", 0)) == 105 for b in brokers), 10, "every checkpoint at 105")
+    # a clean stop writes it last; the restarted broker reads it back, and the next writes
+    # keep the partition (it is rewritten from what the replica knows)
+    follower = brokers[2]
+    assert follower.stop() == 0
+    assert checkpointed(follower) == {("marks", 0): 105}
+    follower.start()
+    wait_for(lambda: in_sync(brokers, "marks", 1, 3), 30, "the follower back in the ISR")
+    time.sleep(0.5)
+    assert checkpointed(follower).get(("marks", 0)) == 105
+
+
 @pytest.mark.skipif(shutil.which("java") is None or shutil.which("mvn") is None, reason="no java/mvn")
 def test_kafka_leader_election_moves_leadership_back_to_the_preferred_replica(cluster):
     brokers = cluster(3)
