@@ -2,11 +2,14 @@
 cancel a move under way (``replicas`` null).
 
 Each partition's target is checked before anything is written: the partition must exist
-(UNKNOWN_TOPIC_OR_PARTITION), its target must name one broker (one replica per partition:
-replication is not built yet; more is INVALID_REPLICA_ASSIGNMENT, and so is an empty or
-repeated list), and that broker must be registered (INVALID_REPLICA_ASSIGNMENT, naming the
-live brokers). A v1 request that forbids changing the replication factor gets
-INVALID_REPLICATION_FACTOR for a target of another size. Cancelling a partition that is not
+(UNKNOWN_TOPIC_OR_PARTITION), its target must name brokers once each (an empty or repeated
+list is INVALID_REPLICA_ASSIGNMENT) and every one must be registered
+(INVALID_REPLICA_ASSIGNMENT, naming the live brokers). A v1 request that forbids changing the
+replication factor gets INVALID_REPLICATION_FACTOR for a target of another size. A target of
+one broker for a partition of one replica is a copy and a switch (moves.py); any other runs
+Kafka's way: the adding brokers follow the leader as replicas, and once they are all in the
+ISR the leader writes the target as the replicas (replica_manager.py), handing leadership to
+the first target replica in the ISR if it is itself removed. Cancelling a partition that is not
 moving is NO_REASSIGNMENT_IN_PROGRESS. The accepted changes of a topic are written in one
 compare-and-set of its znode (``Cluster.reassign``); the move itself then runs as
 ``moves.py`` says, and the answer does not wait for it (as Kafka's). A target equal to the
@@ -106,21 +109,19 @@ def _check(broker, topic, index: int, replicas, allow_rf_change: bool) -> tuple[
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             f"The replica list {replicas} is empty or names a broker twice.",
         )
-    if len(replicas) != 1:
-        if not allow_rf_change:
-            return (
-                ErrorCode.INVALID_REPLICATION_FACTOR,
-                "The reassignment would change the replication factor.",
-            )
+    cluster = broker.cluster
+    record = cluster.topics.get(topic.name) if cluster is not None else None
+    current = record.replicas[index] if record is not None and index < len(record.replicas) else [0]
+    if len(replicas) != len(current) and not allow_rf_change:
         return (
-            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-            f"The replica list {replicas} names {len(replicas)} brokers: each partition has"
-            " one replica (replication is not supported yet).",
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            "The reassignment would change the replication factor.",
         )
     live = broker.brokers()
-    if replicas[0] not in live:
-        return (
-            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-            f"Broker {replicas[0]} is not a registered broker (registered: {sorted(live)}).",
-        )
+    for b in replicas:
+        if b not in live:
+            return (
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Broker {b} is not a registered broker (registered: {sorted(live)}).",
+            )
     return ErrorCode.NONE, None

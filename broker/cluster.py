@@ -16,6 +16,8 @@ Under the chroot of ``zookeeper.connect`` (Kafka's ZooKeeper-era map, simplified
                                "removed": [ids]}, by CAS
   /brokers/confirmed/<id>      the session whose registration of broker <id> the controller
                                has confirmed (written by the controller)
+  /brokers/shutting_down/<id>  ephemeral: broker <id> is stopping cleanly and asks the
+                               controller to move its leaderships away (controlled shutdown)
 
 Reading: kazoo's watches run on kazoo's threads; they only hand the new value to the event
 loop, where ``brokers``, ``topics`` and ``controller_id`` change. A topic event older than what
@@ -27,9 +29,12 @@ Writing: CreateTopics, CreatePartitions, AlterConfigs and DeleteTopics, at which
 they arrive, write the topic's znode (create; compare-and-set on its version; delete), then
 apply the result here at once, so the client's answer comes once this broker serves the new
 metadata; the others follow through their watches. A new topic's partitions are placed by
-``placement.assign_replicas`` over the live brokers. Each partition has one replica, its
-leader (replication is not built yet); a broker that is down leaves its partitions without a
-leader (LEADER_NOT_AVAILABLE in Metadata) until it is back.
+``placement.assign_replicas`` over the live brokers, with the topic's replication factor (the
+first replica the preferred leader). Each partition's leader, leader epoch and ISR live in its
+own state znode, ``/brokers/topics/<name>/partitions/<p>/state`` (partition_state.py), made
+with the topic in one ZooKeeper transaction, written only by compare-and-set (the controller's
+elections, the leader's ISR changes), watched by every broker (``states``; replica_manager.py
+turns them into this broker's roles).
 
 Moves: ``reassign`` writes a partition's move (AlterPartitionReassignments, or the controller)
 and ``finish_move`` its switch, both by compare-and-set; moves.py says how a move runs. The
@@ -62,7 +67,7 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient, KazooState
@@ -74,10 +79,13 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
+from . import partition_state
+from .partition_state import PartitionState
 from .placement import BrokerInfo, assign_replicas
 
 if TYPE_CHECKING:
     from .controller import Controller
+    from .replica_manager import ReplicaManager
     from .topics import TopicManager
 
 log = logging.getLogger("headrace.cluster")
@@ -89,6 +97,7 @@ CLUSTER_ID = "/cluster/id"
 PRODUCER_IDS = "/latest_producer_id_block"
 MEMBERS = "/cluster/members"
 CONFIRMED = "/brokers/confirmed"
+SHUTTING_DOWN = "/brokers/shutting_down"
 
 
 class ClusterError(Exception):
@@ -127,6 +136,23 @@ class TopicRecord:
     # partitions placed by hand (CreateTopics assignments, reassignments): the controller
     # leaves them where they are
     manual: set[int] = field(default_factory=set)
+
+    def replicated_move(self, index: int) -> bool:
+        """Partition ``index`` is moving Kafka's way (more than one replica before or after):
+        the adding brokers follow its leader as replicas; a move of a single replica to
+        another single broker is a copy and a switch instead (moves.py)."""
+        move = self.reassigning.get(index)
+        if move is None or not 0 <= index < len(self.replicas):
+            return False
+        return len(self.replicas[index]) > 1 or len(move["target"]) > 1
+
+    def assigned(self, index: int) -> list[int]:
+        """The brokers holding a replica of partition ``index``: its replicas, and during a
+        replicated move the adding ones too (Kafka's RS = ORS + TRS)."""
+        current = self.replicas[index]
+        if not self.replicated_move(index):
+            return current
+        return current + [b for b in self.reassigning[index]["adding"] if b not in current]
 
     def encode(self) -> bytes:
         d: dict[str, Any] = {
@@ -169,6 +195,8 @@ class Cluster:
         self.endpoint = Endpoint("", 0)  # known once the broker listens
         self.connect = str(config["zookeeper.connect"])
         self.max_broker_partitions = int(config["max.broker.partitions"])
+        self.unclean_default = bool(config["unclean.leader.election.enable"])
+        self.auto_rebalance = bool(config["auto.leader.rebalance.enable"])
         self.session_s = int(config["zookeeper.session.timeout.ms"]) / 1000
         connection_ms = int(config["zookeeper.connection.timeout.ms"])
         self.connection_s = connection_ms / 1000 if connection_ms > 0 else self.session_s
@@ -197,6 +225,11 @@ class Cluster:
         self.removed: set[int] = set()  # brokers removed while running (being drained)
         self._elected = False
         self._watched: set[str] = set()
+        # partition -> its leader, leader epoch and ISR (partition_state.py), newest seen
+        self.states: dict[tuple[str, int], PartitionState] = {}
+        self._states_watched: set[tuple[str, int]] = set()
+        self.replicas: ReplicaManager | None = None  # this broker's roles (set by the server)
+        self.shutting_down: set[int] = set()  # brokers in a controlled shutdown
 
     # start and stop -------------------------------------------------------------------------
 
@@ -229,6 +262,7 @@ class Cluster:
             CONTROLLER, self._from_zk(lambda _: self._spawn(self._read_controller()))
         )
         self.zk.DataWatch(MEMBERS, self._from_zk(self._members_changed))
+        self.zk.ChildrenWatch(SHUTTING_DOWN, self._from_zk(self._shutting_down_changed))
         threading.Thread(target=self._elect, name="headrace-election", daemon=True).start()
         log.info(
             "broker %d registered in %s (cluster %s, %d brokers, %d topics)",
@@ -245,6 +279,48 @@ class Cluster:
         self.fenced = False
         if self._elected and self.controller is not None and not self._stopping.is_set():
             self.controller.start()  # elected while still loading (fenced): decide from now
+
+    def _shutting_down_changed(self, ids: list[str]) -> None:
+        self.shutting_down = {int(i) for i in ids if i.isdigit()}
+        if self.controller is not None:
+            self.controller.changed()
+
+    async def controlled_shutdown(self, timeout_s: float) -> int:
+        """Kafka's controlled shutdown, before a clean stop: ask the controller (an ephemeral
+        ``/brokers/shutting_down/<id>``) to hand every partition this broker leads to another
+        live ISR member and to take it out of the ISRs it is in, then wait (at most
+        ``timeout_s``) until it leads nothing that another ISR member could lead. Returns how
+        many partitions it still leads."""
+        if self.fenced:
+            return 0
+        path = f"{SHUTTING_DOWN}/{self.node_id}"
+        try:
+            await asyncio.to_thread(self.zk.create, path, b"", ephemeral=True, makepath=True)
+        except NodeExistsError:
+            pass
+        except KazooException as e:
+            log.warning("controlled shutdown: cannot ask the controller: %s", e)
+            return -1
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            left = self._still_led()
+            if not left or loop.time() >= deadline or self.fenced:
+                return len(left)
+            await asyncio.sleep(0.1)
+
+    def _still_led(self) -> list[tuple[str, int]]:
+        """The partitions this broker leads that another live ISR member could lead, and
+        those where it is in the ISR with others (the controller takes it out)."""
+        me = self.node_id
+        live = set(self.brokers) - self.shutting_down - {me}  # (all stopping: none waits)
+        return [
+            key
+            for key, state in self.states.items()
+            if me in state.isr
+            and any(b in live for b in state.isr if b != me)
+            and key[0] in self.topics
+        ]
 
     async def stop(self) -> None:
         """Leave the cluster: the registration and a controller role end with the session."""
@@ -264,7 +340,7 @@ class Cluster:
 
     def _prepare(self) -> str:
         """(In a thread.) The paths every broker uses, and the cluster id."""
-        for path in (BROKERS, TOPICS, CONTROLLER):
+        for path in (BROKERS, TOPICS, CONTROLLER, SHUTTING_DOWN):
             self.zk.ensure_path(path)
         try:
             self.zk.create(CLUSTER_ID, uuid.uuid4().hex[:22].encode(), makepath=True)
@@ -333,6 +409,10 @@ class Cluster:
         names = await asyncio.to_thread(self.zk.get_children, TOPICS)
         records = await asyncio.to_thread(self._read_topics, names)
         self.topics = {n: r for n, r in records.items() if r is not None}
+        states = await asyncio.to_thread(self._read_states, self.topics)
+        self.states = states
+        for name in self.topics:
+            self._watch_states(name)
         assert self.topic_manager is not None
         for name in sorted(set(self.topics) | set(self.topic_manager.topics)):
             await self.topic_manager.apply(name)
@@ -347,6 +427,102 @@ class Cluster:
                 continue
             out[name] = TopicRecord.decode(data, stat)
         return out
+
+    def _read_states(self, topics: dict[str, TopicRecord]) -> dict:
+        """(In a thread.) The state of every partition of ``topics`` that has one."""
+        out: dict[tuple[str, int], PartitionState] = {}
+        for name, record in topics.items():
+            for index in range(len(record.replicas)):
+                state = partition_state.read(self.zk, name, index)
+                if state is not None:
+                    out[(name, index)] = state
+        return out
+
+    def _watch_states(self, name: str) -> None:
+        """Watch the state znode of every partition of topic ``name`` (not watched yet)."""
+        record = self.topics.get(name)
+        if record is None or self._loop is None:
+            return
+        for index in range(len(record.replicas)):
+            key = (name, index)
+            if key in self._states_watched:
+                continue
+            self._states_watched.add(key)
+            self.zk.DataWatch(
+                partition_state.state_path(name, index), self._from_zk_state(name, index)
+            )
+
+    def _from_zk_state(self, name: str, index: int):
+        watch = self._from_zk(self._state_changed)
+
+        def changed(data, stat) -> bool | None:
+            if self._stopping.is_set():
+                return False
+            watch(name, index, data, stat)
+            if data is None and (name, index) not in self._states_watched:
+                return False
+            return None
+
+        return changed
+
+    def _state_changed(self, name: str, index: int, data: bytes | None, stat) -> None:
+        key = (name, index)
+        if data is None or stat is None:
+            if name not in self.topics:
+                self._states_watched.discard(key)
+                self.states.pop(key, None)
+            return
+        try:
+            state = PartitionState.decode(data, stat.version)
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable state of %s-%d", name, index)
+            return
+        if not self._newer(key, state):
+            return
+        self.states[key] = state
+        if self.replicas is not None:
+            self.replicas.state_changed(name, index)
+
+    def _newer(self, key: tuple[str, int], state: PartitionState) -> bool:
+        known = self.states.get(key)
+        return known is None or state.version > known.version
+
+    def learned(self, name: str, index: int, state: PartitionState) -> bool:
+        """A state this broker wrote or read itself (newer than the watch has told, maybe);
+        True when it is the newest known."""
+        key = (name, index)
+        if not self._newer(key, state):
+            return False
+        self.states[key] = state
+        return True
+
+    async def write_state(
+        self, name: str, index: int, new: PartitionState, version: int, fence: int | None = None
+    ) -> PartitionState:
+        """Compare-and-set a partition's state (partition_state.cas); the state written.
+        ``BadVersionError`` when someone wrote since ``version``."""
+        written = await asyncio.to_thread(
+            partition_state.cas, self.zk, name, index, new, version, fence
+        )
+        if self.learned(name, index, written) and self.replicas is not None:
+            self.replicas.state_changed(name, index)
+        return written
+
+    async def read_state(self, name: str, index: int) -> PartitionState | None:
+        """Read a partition's state from ZooKeeper now (after a refused write)."""
+        state = await asyncio.to_thread(partition_state.read, self.zk, name, index)
+        if state is not None and self.learned(name, index, state) and self.replicas is not None:
+            self.replicas.state_changed(name, index)
+        return state
+
+    async def ensure_state(self, name: str, index: int, state: PartitionState):
+        """Make a partition's state znode if it has none (the controller, for topics made
+        before partition states existed); the state there."""
+        found = await asyncio.to_thread(partition_state.ensure, self.zk, name, index, state)
+        if found is not None and self.learned(name, index, found):
+            if self.replicas is not None:
+                self.replicas.state_changed(name, index)
+        return found
 
     def _brokers_changed(self, ids: list[str]) -> None:
         self._spawn(self._read_brokers(ids))
@@ -395,21 +571,52 @@ class Cluster:
             if known is None:
                 return
             self.topics.pop(name, None)
+            self._forget_states(name)
         else:
             record = TopicRecord.decode(data, stat)
             if known is not None and known.mzxid >= record.mzxid:
                 return
+            if known is not None and known.topic_id != record.topic_id:
+                self._forget_states(name)
             self.topics[name] = record
+            self._watch_states(name)
         assert self.topic_manager is not None
         self._spawn(self.topic_manager.apply(name))
 
+    def _forget_states(self, name: str) -> None:
+        for key in [k for k in self.states if k[0] == name]:
+            del self.states[key]
+        self._states_watched -= {k for k in self._states_watched if k[0] == name}
+
     def leader(self, topic: str, partition: int) -> int:
-        """The partition's leader, or -1 (unknown partition, or its broker is down)."""
+        """The partition's leader, or -1 (unknown partition, no leader elected, or its broker
+        is down). A partition without a state znode yet (a topic made before partition states
+        existed, until the controller writes one) is led by its first replica."""
         record = self.topics.get(topic)
         if record is None or not 0 <= partition < len(record.replicas):
             return -1
+        state = self.states.get((topic, partition))
+        if state is not None:
+            return state.leader if state.leader in self.brokers else -1
         replicas = record.replicas[partition]
         return replicas[0] if replicas and replicas[0] in self.brokers else -1
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The partition's leader epoch as known here (-1: unknown partition)."""
+        state = self.states.get((topic, partition))
+        if state is not None:
+            return state.leader_epoch
+        record = self.topics.get(topic)
+        if record is None or not 0 <= partition < len(record.leader_epochs):
+            return -1
+        return record.leader_epochs[partition]
+
+    def isr(self, topic: str, partition: int) -> list[int]:
+        state = self.states.get((topic, partition))
+        if state is not None:
+            return list(state.isr)
+        leader = self.leader(topic, partition)
+        return [leader] if leader >= 0 else []
 
     def leader_of(self, topic: str, partition: int) -> int | None:
         """``leader``, but None for a partition the cluster does not have (transaction
@@ -483,6 +690,52 @@ class Cluster:
         except NoNodeError:
             return False
         return data == str(session).encode()
+
+    async def bump_controller_epoch(self) -> tuple[int, int]:
+        """(The controller, as it starts.) The controller epoch + 1, by compare-and-set on
+        ``/controller_epoch``: (the new epoch, the znode's version), which every state write
+        of this controller checks (a controller elected later bumps it, fencing this one)."""
+
+        def run() -> tuple[int, int]:
+            path = partition_state.CONTROLLER_EPOCH
+            while True:
+                try:
+                    data, stat = self.zk.get(path)
+                except NoNodeError:
+                    try:
+                        self.zk.create(path, b"1")
+                    except NodeExistsError:
+                        continue
+                    return 1, 0
+                epoch = int(data or b"0") + 1
+                try:
+                    new = self.zk.set(path, str(epoch).encode(), version=stat.version)
+                except BadVersionError:
+                    continue
+                return epoch, new.version
+
+        return await asyncio.to_thread(run)
+
+    async def restarted(self, nodes) -> set[int]:
+        """(The controller.) Those of ``nodes`` registered by a session the controller has not
+        confirmed yet: they were down (or their session ended) since, however briefly."""
+
+        def run() -> set[int]:
+            out = set()
+            for node in nodes:
+                try:
+                    _, stat = self.zk.get(f"{BROKERS}/{node}")
+                except NoNodeError:
+                    continue
+                try:
+                    data, _ = self.zk.get(f"{CONFIRMED}/{node}")
+                except NoNodeError:
+                    data = b""
+                if data != str(stat.ephemeralOwner).encode():
+                    out.add(node)
+            return out
+
+        return await asyncio.to_thread(run)
 
     async def confirm(self, nodes) -> None:
         """(The controller.) Confirm the current registration of each of ``nodes``."""
@@ -639,16 +892,25 @@ class Cluster:
         count: int,
         configs: dict[str, Any],
         replicas: list[list[int]] | None = None,
+        replication_factor: int = 1,
     ) -> None:
-        """Write a new topic (placed over the live brokers unless ``replicas`` says where),
-        then open its partitions here. FileExistsError when the name is taken."""
+        """Write a new topic (placed over the live brokers with ``replication_factor``
+        replicas each unless ``replicas`` says where) and its partitions' states (the first
+        replica leads, every replica in sync) in one ZooKeeper transaction, then open its
+        partitions here. FileExistsError when the name is taken."""
         manual: set[int] = set()
         if replicas is None:
             live = self._live()
             if not live:
                 raise TopicChangeError(39, "no broker is registered")  # INVALID_REPLICATION_FACTOR
+            if not 1 <= replication_factor <= len(live):
+                raise TopicChangeError(
+                    39,  # INVALID_REPLICATION_FACTOR
+                    f"Replication factor: {replication_factor} larger than available brokers:"
+                    f" {len(live)}.",
+                )
             placed = await asyncio.to_thread(
-                assign_replicas, [(name, i) for i in range(count)], live, 1
+                assign_replicas, [(name, i) for i in range(count)], live, replication_factor
             )
             replicas = [placed[(name, i)] for i in range(count)]
         else:
@@ -657,10 +919,22 @@ class Cluster:
         record = TopicRecord(uuid.uuid4(), replicas, [0] * len(replicas), dict(configs))
         if manual:
             record.manual = manual
+        states = {i: partition_state.initial(r) for i, r in enumerate(replicas)}
+
+        def write():
+            txn = self.zk.transaction()
+            txn.create(f"{TOPICS}/{name}", record.encode())
+            partition_state.create_ops(txn, name, states, parent=True)
+            results = txn.commit()
+            if isinstance(results[0], NodeExistsError):
+                raise NodeExistsError()
+            for r in results:
+                if isinstance(r, Exception):
+                    raise r
+            return self.zk.exists(f"{TOPICS}/{name}")
+
         try:
-            _, stat = await asyncio.to_thread(
-                self.zk.create, f"{TOPICS}/{name}", record.encode(), include_data=True
-            )
+            stat = await asyncio.to_thread(write)
         except NodeExistsError:
             # made by another broker: serve it here before saying so (its watch may lag)
             try:
@@ -670,6 +944,10 @@ class Cluster:
             else:
                 await self._written(name, TopicRecord.decode(data, stat), stat)
             raise FileExistsError(name) from None
+        if stat is None:
+            raise TopicChangeError(3, f"topic {name} was deleted as it was made")
+        for i, st in states.items():
+            self.learned(name, i, replace(st, version=0))
         await self._written(name, record, stat)
 
     def _check_room(self, name: str, replicas: list[list[int]]) -> None:
@@ -695,13 +973,15 @@ class Cluster:
         self, name: str, total: int, replicas: list[list[int]] | None = None
     ) -> None:
         """Grow a topic to ``total`` partitions, the new ones placed over the live brokers
-        unless ``replicas`` says where."""
+        (with the topic's replication factor) unless ``replicas`` says where; then their
+        states (the first replica leads, all in sync)."""
 
         def grow(record: TopicRecord) -> TopicRecord:
             new = range(len(record.replicas), total)
             extra = replicas
             if extra is None:  # the whole topic placed, as the controller places it
-                placed = assign_replicas([(name, i) for i in range(total)], self._live(), 1)
+                rf = max(1, len(record.replicas[0]) if record.replicas else 1)
+                placed = assign_replicas([(name, i) for i in range(total)], self._live(), rf)
                 extra = [placed[(name, i)] for i in new]
             else:
                 record.manual |= set(new)
@@ -710,7 +990,12 @@ class Cluster:
             record.leader_epochs = record.leader_epochs + [0] * len(extra)
             return record
 
+        before = len(self.topics[name].replicas) if name in self.topics else 0
         await self._change(name, grow)
+        record = self.topics.get(name)
+        if record is not None:
+            for i in range(before, len(record.replicas)):
+                await self.ensure_state(name, i, partition_state.initial(record.replicas[i]))
 
     async def reassign(
         self, name: str, targets: dict[int, list[int] | None], *, by_hand: bool = True
@@ -757,31 +1042,126 @@ class Cluster:
 
     async def finish_move(self, name: str, index: int, leader: int, target: list[int]) -> bool:
         """The switch of a move (the leader ``leader`` has stopped writes and the copy has
-        everything): ``replicas`` = ``target``, the leader epoch + 1, the move cleared, by
-        compare-and-set. False when the move is no longer the one under way (cancelled, or
-        changed) or this broker no longer leads the partition."""
-        switched = False
-
-        def change(record: TopicRecord) -> TopicRecord | None:
-            nonlocal switched
-            move = record.reassigning.get(index)
-            switched = (
-                move is not None
-                and move["target"] == target
-                and index < len(record.replicas)
-                and record.replicas[index][:1] == [leader]
-            )
-            if switched:
-                record.replicas[index] = list(target)
-                record.leader_epochs[index] += 1
-                del record.reassigning[index]
-                return record
-            return None
-
+        everything): ``replicas`` = ``target``, and in the same ZooKeeper transaction the
+        partition's state (the target's first broker leads, the leader epoch + 1, the target
+        in sync) and the move cleared, each by compare-and-set. False when the move is no
+        longer the one under way (cancelled, or changed) or this broker no longer leads the
+        partition."""
         if self.fenced:
             return False
-        await self._change(name, change)
-        return switched
+        path = f"{TOPICS}/{name}"
+
+        def run() -> tuple[TopicRecord, Any, PartitionState | None] | None:
+            while True:
+                try:
+                    data, stat = self.zk.get(path)
+                except NoNodeError:
+                    return None
+                record = TopicRecord.decode(data, stat)
+                move = record.reassigning.get(index)
+                if not (
+                    move is not None
+                    and move["target"] == target
+                    and index < len(record.replicas)
+                    and record.replicas[index][:1] == [leader]
+                ):
+                    return None
+                state = partition_state.read(self.zk, name, index)
+                if state is not None and state.leader != leader:
+                    return None
+                epoch = max(record.leader_epochs[index], state.leader_epoch if state else 0) + 1
+                record.replicas[index] = list(target)
+                record.leader_epochs[index] = epoch
+                del record.reassigning[index]
+                new_state = PartitionState(
+                    target[0], epoch, tuple(target), state.controller_epoch if state else 0
+                )
+                txn = self.zk.transaction()
+                txn.set_data(path, record.encode(), stat.version)
+                if state is not None:  # (else the controller makes it: ``ensure_state``)
+                    txn.set_data(
+                        partition_state.state_path(name, index), new_state.encode(), state.version
+                    )
+                results = txn.commit()
+                if any(isinstance(r, Exception) for r in results):
+                    continue
+                if state is None:
+                    return record, results[0], None
+                return record, results[0], replace(new_state, version=results[1].version)
+
+        done = await asyncio.to_thread(run)
+        if done is None:
+            return False
+        record, stat, written = done
+        if written is not None:
+            self.learned(name, index, written)
+        await self._written(name, record, stat)
+        return True
+
+    async def finish_reassignment(
+        self, name: str, index: int, leader: int, epoch: int, target: list[int]
+    ) -> bool:
+        """The end of a replicated move, written by the partition's leader once every target
+        replica is in the ISR: ``replicas`` = ``target`` and the move cleared in the topic's
+        znode, and in the same ZooKeeper transaction the state: the ISR without the removed
+        replicas, and when the leader itself is removed, the first target replica in the ISR
+        that is live leads at the leader epoch + 1. Both by compare-and-set. False when the
+        move or the state is no longer what the leader saw."""
+        if self.fenced:
+            return False
+        path = f"{TOPICS}/{name}"
+        live = set(self.brokers)
+
+        def run() -> tuple[TopicRecord, Any, PartitionState] | None:
+            while True:
+                try:
+                    data, stat = self.zk.get(path)
+                except NoNodeError:
+                    return None
+                record = TopicRecord.decode(data, stat)
+                move = record.reassigning.get(index)
+                state = partition_state.read(self.zk, name, index)
+                if (
+                    move is None
+                    or move["target"] != target
+                    or state is None
+                    or state.leader != leader
+                    or state.leader_epoch != epoch
+                    or not set(target) <= set(state.isr)
+                ):
+                    return None
+                isr = tuple(b for b in state.isr if b in target)
+                if leader in target:
+                    new_state = replace(state, isr=isr)
+                else:
+                    candidates = [b for b in target if b in isr and b in live]
+                    if not candidates:
+                        return None
+                    new_state = replace(
+                        state, leader=candidates[0], leader_epoch=epoch + 1, isr=isr
+                    )
+                record.replicas[index] = list(target)
+                record.leader_epochs[index] = new_state.leader_epoch
+                del record.reassigning[index]
+                txn = self.zk.transaction()
+                txn.set_data(path, record.encode(), stat.version)
+                txn.set_data(
+                    partition_state.state_path(name, index), new_state.encode(), state.version
+                )
+                results = txn.commit()
+                if any(isinstance(r, Exception) for r in results):
+                    continue
+                return record, results[0], replace(new_state, version=results[1].version)
+
+        done = await asyncio.to_thread(run)
+        if done is None:
+            return False
+        record, stat, written = done
+        self.learned(name, index, written)
+        await self._written(name, record, stat)
+        if self.replicas is not None:
+            self.replicas.state_changed(name, index)
+        return True
 
     async def set_configs(self, name: str, configs: dict[str, Any]) -> None:
         def set_them(record: TopicRecord) -> TopicRecord:
@@ -796,6 +1176,7 @@ class Cluster:
         except NoNodeError:
             pass
         if self.topics.pop(name, None) is not None:
+            self._forget_states(name)
             assert self.topic_manager is not None
             await self.topic_manager.apply(name)
 
@@ -825,6 +1206,7 @@ class Cluster:
         known = self.topics.get(name)
         if known is None or known.mzxid < record.mzxid:
             self.topics[name] = record
+            self._watch_states(name)
         assert self.topic_manager is not None
         await self.topic_manager.apply(name)
 

@@ -185,9 +185,9 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "replica.lag.time.max.ms",
             "int",
             30000,
-            "Cluster mode: how long a partition being moved stops taking writes while its new"
-            " broker fetches the last of it; past that writes resume and the switch is tried"
-            " again as long after.",
+            "Cluster mode: a follower not caught up with its leader for this long leaves the"
+            " ISR; also how long a partition being moved stops taking writes while its new"
+            " broker fetches the last of it.",
         ),
         Setting(
             "controller.rebalance.interval.ms",
@@ -198,7 +198,30 @@ BROKER_SETTINGS: dict[str, Setting] = {
             " change of membership).",
         ),
         Setting("num.partitions", "int", 1, "Partitions of a topic created without a count."),
-        Setting("default.replication.factor", "short", 1, "Replication factor (one broker: 1)."),
+        Setting(
+            "default.replication.factor",
+            "short",
+            1,
+            "Replicas of a topic created without a replication factor (cluster mode).",
+        ),
+        Setting(
+            "offsets.topic.replication.factor",
+            "short",
+            3,
+            "Replicas of __consumer_offsets (at most the live brokers when it is made).",
+        ),
+        Setting(
+            "transaction.state.log.replication.factor",
+            "short",
+            3,
+            "Replicas of __transaction_state (at most the live brokers when it is made).",
+        ),
+        Setting(
+            "transaction.state.log.min.isr",
+            "int",
+            2,
+            "min.insync.replicas of __transaction_state (at most its replication factor).",
+        ),
         Setting("auto.create.topics.enable", "boolean", True, "Create topics on first use."),
         Setting("delete.topic.enable", "boolean", True, "Allow DeleteTopics."),
         Setting(
@@ -514,7 +537,29 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Batches are kept as the producer sent them.",
             topic="compression.type",
         ),
-        Setting("min.insync.replicas", "int", 1, "One broker: 1.", topic="min.insync.replicas"),
+        Setting(
+            "min.insync.replicas",
+            "int",
+            1,
+            "acks=all writes are refused (NOT_ENOUGH_REPLICAS) while the ISR is smaller.",
+            topic="min.insync.replicas",
+        ),
+        Setting(
+            "auto.leader.rebalance.enable",
+            "boolean",
+            True,
+            "Cluster mode: the controller gives leadership back to a partition's preferred"
+            " replica once it is in the ISR again (checked every"
+            " controller.rebalance.interval.ms).",
+        ),
+        Setting(
+            "unclean.leader.election.enable",
+            "boolean",
+            False,
+            "Cluster mode: elect a replica outside the ISR when no ISR member is live (may lose"
+            " acknowledged records).",
+            topic="unclean.leader.election.enable",
+        ),
         Setting(
             "group.initial.rebalance.delay.ms",
             "int",
@@ -536,6 +581,48 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "int",
             10080,
             "Keep a group's committed offsets this long after the group became empty.",
+        ),
+        Setting(
+            "replica.high.watermark.checkpoint.interval.ms",
+            "long",
+            5000,
+            "Cluster mode: how often every replica's high watermark is written to the data"
+            " directory's replication-offset-checkpoint (and at a clean stop).",
+        ),
+        Setting(
+            "controlled.shutdown.enable",
+            "boolean",
+            True,
+            "Cluster mode: a clean stop first asks the controller to hand the partitions this"
+            " broker leads to other in-sync replicas and to take it out of the ISRs.",
+        ),
+        Setting(
+            "controlled.shutdown.max.retries",
+            "int",
+            3,
+            "Cluster mode: a controlled shutdown waits at most this many times"
+            " controlled.shutdown.retry.backoff.ms for the handover, then stops anyway.",
+        ),
+        Setting(
+            "controlled.shutdown.retry.backoff.ms",
+            "long",
+            5000,
+            "See controlled.shutdown.max.retries.",
+        ),
+        Setting(
+            "offsets.commit.timeout.ms",
+            "int",
+            5000,
+            "Cluster mode: how long an offset commit (or a group's metadata) waits for the ISR"
+            " of its partition of __consumer_offsets to have it; past that the commit gets"
+            " COORDINATOR_NOT_AVAILABLE (clients retry).",
+        ),
+        Setting(
+            "request.timeout.ms",
+            "int",
+            30000,
+            "Cluster mode: how long a write to __transaction_state waits for its ISR to have it"
+            " (then COORDINATOR_NOT_AVAILABLE).",
         ),
         Setting(
             "offsets.retention.check.interval.ms",

@@ -2,11 +2,13 @@
 
 Checks, per topic: a legal name (INVALID_TOPIC_EXCEPTION), not already there
 (TOPIC_ALREADY_EXISTS), a partition count >= 1 or -1 for ``num.partitions``
-(INVALID_PARTITIONS), replication factor 1 or -1, as partitions have one replica
-(INVALID_REPLICATION_FACTOR), manual assignments of one live broker per partition (on a
-single broker, this one) (INVALID_REPLICA_ASSIGNMENT), known topic settings with valid values
-(INVALID_CONFIG). In a cluster, partitions without a manual assignment are placed over the
-live brokers by rendezvous hashing (``Cluster.create_topic``).
+(INVALID_PARTITIONS), a replication factor from 1 to the live brokers, or -1 for
+``default.replication.factor`` (a broker on its own: 1) (INVALID_REPLICATION_FACTOR), manual
+assignments of distinct live brokers per partition (on a single broker, this one)
+(INVALID_REPLICA_ASSIGNMENT), known topic settings with valid values (INVALID_CONFIG). In a
+cluster, partitions without a manual assignment are placed over the live brokers by rendezvous
+hashing (``Cluster.create_topic``: the k highest scores spread over racks, the first replica
+the preferred leader).
 ``validate_only`` checks without creating. A topic whose partitions cannot all be created
 (too many open files, a full disk...) is not created at all and gets KAFKA_STORAGE_ERROR (or
 UNKNOWN_SERVER_ERROR) with the cause in its error message; other topics are unaffected.
@@ -52,7 +54,9 @@ async def handle(broker, header, request):
             continue
         if not request.validate_only:
             try:
-                topic = await broker.topics.create(t.name, partitions, configs, replicas)
+                topic = await broker.topics.create(
+                    t.name, partitions, configs, replicas, t.replication_factor
+                )
             except FileExistsError:
                 result.error_code = ErrorCode.TOPIC_ALREADY_EXISTS
                 result.error_message = f"Topic '{t.name}' already exists."
@@ -66,7 +70,13 @@ async def handle(broker, header, request):
         else:
             topic_configs = []
         result.num_partitions = partitions
-        result.replication_factor = 1
+        result.replication_factor = (
+            len(replicas[0])
+            if replicas
+            else t.replication_factor
+            if t.replication_factor > 0
+            else int(broker.config["default.replication.factor"])
+        )
         result.configs = [
             R.CreatableTopicConfigs(
                 name=e.name,
@@ -92,10 +102,15 @@ def live_brokers(broker) -> set[int]:
 def check_assignment(broker, broker_ids) -> str | None:
     """What is wrong with a manual assignment of one partition, if anything."""
     live = live_brokers(broker)
-    if len(broker_ids) != 1:
-        return "Each partition has one replica: replication is not supported yet."
-    if broker_ids[0] not in live:
-        return f"Broker {broker_ids[0]} is not a live broker (live: {sorted(live)})."
+    if not broker_ids:
+        return "A partition needs at least one replica."
+    if len(set(broker_ids)) != len(broker_ids):
+        return f"Duplicate brokers in {list(broker_ids)}."
+    if broker.cluster is None and len(broker_ids) != 1:
+        return "A broker on its own has one replica per partition."
+    for b in broker_ids:
+        if b not in live:
+            return f"Broker {b} is not a live broker (live: {sorted(live)})."
     return None
 
 
@@ -132,11 +147,23 @@ def _check(broker, t, names) -> tuple[int, list[list[int]] | None, dict]:
         if partitions < 1:
             raise _Refused(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be at least 1.")
         live = len(live_brokers(broker))
-        if t.replication_factor not in (-1, 1) or not live:
+        rf = (
+            int(broker.config["default.replication.factor"])
+            if t.replication_factor == -1
+            else t.replication_factor
+        )
+        if broker.cluster is None and rf != 1:
             raise _Refused(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"Replication factor: {t.replication_factor} is not supported (partitions have"
-                f" one replica; available brokers: {live}).",
+                f"Replication factor: {t.replication_factor} is not supported by a broker on"
+                " its own (one replica per partition; run a cluster for more).",
+            )
+        if not 1 <= rf <= live:
+            raise _Refused(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Replication factor: {rf} larger than available brokers: {live}."
+                if rf > live
+                else f"Replication factor must be at least 1 (was {rf}).",
             )
     configs = {}
     for c in t.configs:

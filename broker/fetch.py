@@ -24,11 +24,13 @@ fetch waits, within its ``max_wait_ms``; if that passes first, it answers withou
 From v13 topics are identified by topic ID. Fetch sessions are not kept: every response
 says session 0, so clients send full fetch requests.
 
-Replica fetches (``replica_id`` >= 0, in cluster mode: another broker copying a partition,
-replica_fetcher.py) read up to the log end under the same bounds. Their
-``current_leader_epoch`` is checked (an older one: FENCED_LEADER_EPOCH, a newer one:
-UNKNOWN_LEADER_EPOCH), and their fetch offset, the copy's log end, is handed to
-``broker.moves`` before any wait (it decides when a move switches ownership).
+Replica fetches (``replica_id`` >= 0, in cluster mode: a follower, or another broker copying a
+partition that moves, replica_fetcher.py) read up to the log end under the same bounds; every
+other fetch reads only below the high watermark (what the ISR has). A follower's fetch offset,
+its log end, goes to the partition's ``LeaderState`` (leader_state.py: its progress, the ISR,
+the high watermark) and a move's copy's to ``broker.moves`` (it decides when a move switches
+ownership), before any wait. ``current_leader_epoch``, when given, is checked for every fetch
+(an older one: FENCED_LEADER_EPOCH, a newer one: UNKNOWN_LEADER_EPOCH).
 
 Transactions: every partition reports its last stable offset (LSO: below it every
 transaction is decided). A ``read_committed`` fetch reads only below the LSO and gets the
@@ -112,13 +114,18 @@ async def handle(broker, header, request):
                     resp.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 resp.high_watermark = -1
                 continue
-            if moves is not None:
+            ls = partition.leader_state
+            if replica >= 0 and ls is not None and replica in ls.followers:
+                error = ls.follower_fetched(replica, p.current_leader_epoch, p.fetch_offset)
+            elif moves is not None:
                 error = moves.replica_fetched(
                     topic.name, p.partition, replica, p.current_leader_epoch, p.fetch_offset
                 )
-                if error:
-                    resp.error_code, resp.high_watermark = error, -1
-                    continue
+            else:
+                error = epoch_error(partition, p.current_leader_epoch)
+            if error:
+                resp.error_code, resp.high_watermark = error, -1
+                continue
             wanted.append((resp, partition, p.fetch_offset, p.partition_max_bytes))
     read_committed = request.isolation_level == 1
     cap = response_bytes(broker, request) if wanted else 0
@@ -129,8 +136,16 @@ async def handle(broker, header, request):
         read = None
         try:
             stable = [part.last_stable_offset for _, part, _, _ in wanted]
+            marks = [part.high_watermark for _, part, _, _ in wanted]
             read = broker.read_pool.submit(
-                _read_all, wanted, reservation.size, stable, read_committed, regions
+                _read_all,
+                wanted,
+                reservation.size,
+                stable,
+                marks,
+                replica >= 0,
+                read_committed,
+                regions,
             )
             total = await asyncio.wrap_future(read)
         except BaseException:
@@ -199,15 +214,35 @@ def _release(regions: list) -> None:
     regions.clear()
 
 
+def epoch_error(partition, current_leader_epoch: int) -> int:
+    """A client's ``current_leader_epoch`` against the leader's: FENCED_LEADER_EPOCH when
+    older, UNKNOWN_LEADER_EPOCH when newer, NONE when equal or not given (-1)."""
+    current = partition.leader_epoch
+    if current < 0 or current_leader_epoch < 0:
+        return ErrorCode.NONE
+    if current_leader_epoch < current:
+        return ErrorCode.FENCED_LEADER_EPOCH
+    if current_leader_epoch > current:
+        return ErrorCode.UNKNOWN_LEADER_EPOCH
+    return ErrorCode.NONE
+
+
 def _read_all(
-    wanted, max_bytes: int, stable: list[int], read_committed: bool, regions: list
+    wanted,
+    max_bytes: int,
+    stable: list[int],
+    marks: list[int],
+    replica: bool,
+    read_committed: bool,
+    regions: list,
 ) -> int:
     """Fill in each partition's records and offsets (runs in a read thread); the file regions
-    among the records are added to ``regions``."""
+    among the records are added to ``regions``. A replica reads to the log end, others below
+    the high watermark (``marks``)."""
     total = 0
-    for (resp, part, offset, partition_max), lso in zip(wanted, stable):
+    for (resp, part, offset, partition_max), lso, high_watermark in zip(wanted, stable, marks):
         log = part.log
-        if part.gone:  # moved away (or deleted) during a long poll
+        if part.gone or not part.leader:  # moved away, deleted, or no longer led here
             resp.error_code, resp.high_watermark, resp.records = (
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 -1,
@@ -216,10 +251,10 @@ def _read_all(
             continue
         resp.error_code = ErrorCode.NONE
         resp.records = b""  # never null: librdkafka drops a response with a null record set
-        high_watermark = log.log_end_offset
         resp.high_watermark = high_watermark
         resp.last_stable_offset = min(lso, high_watermark)
         resp.log_start_offset = log.log_start_offset
+        limit = log.log_end_offset if replica else high_watermark
         budget = min(partition_max, max_bytes - total)
         if budget <= 0 and (total or max_bytes <= 0):
             continue  # no room (max_bytes 0: no share of the response budget, no records)
@@ -227,7 +262,7 @@ def _read_all(
             data = log.read_region(
                 offset,
                 max(budget, 1),
-                max_offset=resp.last_stable_offset if read_committed else high_watermark,
+                max_offset=resp.last_stable_offset if read_committed else limit,
                 copy_below=REGION_MIN,
             )
         except OffsetOutOfRange:

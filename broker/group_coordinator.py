@@ -70,6 +70,7 @@ class GroupCoordinator:
             int(config["offsets.topic.num.partitions"]),
             int(config["offsets.retention.minutes"]) * 60_000,
             now_ms,
+            int(config["offsets.commit.timeout.ms"]),
         )
         self.classic = ClassicGroupCoordinator(
             MembershipLog(self.offsets),
@@ -102,8 +103,11 @@ class GroupCoordinator:
 
     # lifecycle ---------------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        await self._load(None)
+    async def start(self, load: bool = True) -> None:
+        """Load the groups (unless ``load`` is False: in a cluster the partitions this broker
+        leads are loaded as it comes to lead them, ``partitions_moved``) and start expiry."""
+        if load:
+            await self._load(None)
         self._tasks.append(
             asyncio.create_task(
                 run_every(self.retention_check_ms / 1000, self.expire_offsets, "offset expiration")
@@ -114,7 +118,7 @@ class GroupCoordinator:
         """Partitions of ``__consumer_offsets`` moved here (their groups are loaded from
         them) or away (their groups are forgotten here, without tombstones: the new
         coordinator has them; waiting requests get NOT_COORDINATOR)."""
-        self.loading.update(gained)  # at once: the partitions are held here from now on
+        self.loading.update(gained)
         self.unavailable.difference_update(lost)
         topic = self.topics.get(OFFSETS_TOPIC)
         if lost and topic is not None:
@@ -241,6 +245,11 @@ class GroupCoordinator:
     async def offsets_partition(self, group_id: str):
         """The partition of ``__consumer_offsets`` holding ``group_id``."""
         return await self.offsets.partition(group_id)
+
+    async def offsets_written(self, partition) -> int:
+        """Flush a partition of ``__consumer_offsets`` after a write of its own (transactional
+        offsets) and wait for its ISR to have it; an error code."""
+        return await self.offsets.flush(partition)
 
     async def write_offsets(self, group, entries) -> int:
         """Store (topic, partition, CommittedOffset or None to delete) for a group checked by

@@ -31,7 +31,7 @@ class LeaderHints:
         if leader < 0 or leader == cluster.node_id:
             return
         partition_response.current_leader = self.message.LeaderIdAndEpoch(
-            leader_id=leader, leader_epoch=cluster.topics[topic].leader_epochs[index]
+            leader_id=leader, leader_epoch=cluster.leader_epoch(topic, index)
         )
         self.leaders.add(leader)
 

@@ -5,7 +5,10 @@ the record with the largest timestamp (v7+), -4 earliest local (v8+, the log sta
 latest tiered (v9+, none: -1). A timestamp >= 0 finds the first record whose timestamp is at
 least that: the time index finds the batch, then the batch's records are read (this is the
 only place the broker looks inside a batch, and it is not on the produce or fetch path).
-With isolation level 1 (read_committed, v2+) "latest" is the last stable offset.
+With isolation level 1 (read_committed, v2+) "latest" is the last stable offset. In a
+cluster only the leader answers, "latest" is its high watermark (what the ISR has), and a
+``current_leader_epoch`` (v4+) older than the leader's gets FENCED_LEADER_EPOCH, a newer one
+UNKNOWN_LEADER_EPOCH; answers carry the leader epoch.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from headrace.protocol.records import (
 )
 
 from .authorizer import TOPIC, Operation
+from .fetch import epoch_error
 
 API_KEY = ApiKey.LIST_OFFSETS
 MIN_VERSION, MAX_VERSION = 1, 11
@@ -51,8 +55,18 @@ async def handle(broker, header, request):
                 )
                 continue
             log = partition.log
+            error = epoch_error(partition, getattr(p, "current_leader_epoch", -1))
+            if error:
+                partitions.append(
+                    R.ListOffsetsPartitionResponse(
+                        partition_index=p.partition_index, error_code=error
+                    )
+                )
+                continue
             if p.timestamp == LATEST and header.api_version >= 2 and request.isolation_level == 1:
                 timestamp, offset = -1, partition.last_stable_offset
+            elif p.timestamp == LATEST:
+                timestamp, offset = -1, partition.high_watermark
             else:
                 timestamp, offset = await loop.run_in_executor(
                     broker.read_pool, _lookup, log, p.timestamp
@@ -63,7 +77,7 @@ async def handle(broker, header, request):
                     error_code=ErrorCode.NONE,
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=0,
+                    leader_epoch=max(partition.leader_epoch, 0),
                 )
             )
         topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=partitions))

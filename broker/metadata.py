@@ -1,9 +1,10 @@
 """Metadata (key 3), versions 0-13: brokers, topics, partitions and leaders.
 
-On a single broker it leads every partition. In a cluster the brokers, leaders, leader
-epochs and the controller come from ZooKeeper (``Cluster``); a partition whose broker is down
-has leader -1 and LEADER_NOT_AVAILABLE, its replica listed as offline. Topics are named
-(or, from v10, identified by topic ID). An unknown topic is created when
+On a single broker it leads every partition. In a cluster the brokers, replicas, leaders,
+leader epochs, ISRs and the controller come from ZooKeeper (``Cluster``: the topics and each
+partition's state znode); a partition whose leader is down, or that has none, has leader -1
+and LEADER_NOT_AVAILABLE, and replicas on brokers that are down are listed as offline. Topics
+are named (or, from v10, identified by topic ID). An unknown topic is created when
 ``auto.create.topics.enable`` is on and the request allows it (v4+); otherwise it gets
 UNKNOWN_TOPIC_OR_PARTITION.
 
@@ -158,16 +159,17 @@ def _here(node: int, index: int):
 
 def _placed(cluster, name: str, record) -> list:
     out = []
-    for i, replicas in enumerate(record.replicas):
+    for i in range(len(record.replicas)):
+        replicas = record.assigned(i)  # during a move, the adding replicas too (as Kafka)
         leader = cluster.leader(name, i)
         out.append(
             M.MetadataResponsePartition(
                 error_code=ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
                 partition_index=i,
                 leader_id=leader,
-                leader_epoch=record.leader_epochs[i],
+                leader_epoch=cluster.leader_epoch(name, i),
                 replica_nodes=list(replicas),
-                isr_nodes=[leader] if leader >= 0 else [],
+                isr_nodes=cluster.isr(name, i),
                 offline_replicas=[r for r in replicas if r not in cluster.brokers],
             )
         )

@@ -1,4 +1,8 @@
-"""Moving a partition from one broker to another (cluster mode; one replica per partition).
+"""Moving a partition of one replica from one broker to another (cluster mode).
+
+(A move where the partition has, or gets, more than one replica runs Kafka's way instead:
+the adding brokers follow the leader as replicas and the leader ends the move once they are in
+the ISR; see replica_manager.py. ``follow`` and ``replica_fetched`` leave those alone.)
 
 How this works
 --------------
@@ -118,8 +122,10 @@ class Moves:
         if record is not None:
             for index, move in record.reassigning.items():
                 replicas = record.replicas[index] if index < len(record.replicas) else []
+                if record.replicated_move(index):
+                    continue  # the adding brokers are followers (replica_manager.py)
                 if self.node_id in move["adding"] and self.node_id not in replicas and replicas:
-                    wanted[index] = (replicas[0], record.leader_epochs[index])
+                    wanted[index] = (replicas[0], self.cluster.leader_epoch(name, index))
         for (t, index), (leader, copy) in list(self.copies.items()):
             if t == name and (index not in wanted or wanted[index][0] != leader):
                 self.copies.pop((t, index))
@@ -170,13 +176,13 @@ class Moves:
         record = self.cluster.topics.get(name)
         if record is None or not 0 <= index < len(record.leader_epochs):
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        current = record.leader_epochs[index]
+        current = self.cluster.leader_epoch(name, index)
         if 0 <= epoch < current:
             return ErrorCode.FENCED_LEADER_EPOCH
         if epoch > current:
             return ErrorCode.UNKNOWN_LEADER_EPOCH
         move = record.reassigning.get(index)
-        if move is None or replica not in move["adding"]:
+        if move is None or replica not in move["adding"] or record.replicated_move(index):
             return ErrorCode.NONE
         key = (name, index)
         switch = self.switches.get(key)

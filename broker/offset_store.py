@@ -5,9 +5,16 @@ How this works
 A group's offsets are cached on the group object (``group.offsets``: (topic, partition) ->
 ``CommittedOffset``); the log is the truth. ``write`` appends one record batch to the group's
 partition of ``__consumer_offsets`` (a record per offset; a tombstone, no value, for a deleted
-one), updates the cache at once (log order) and answers once the group commit has flushed that
-log, so an acknowledged commit survives ``kill -9``. ``load`` replays the topic at start-up
-(see ``group_offsets`` for the record layouts).
+one) and answers once the group commit has flushed that log and, in a cluster, once the
+partition's ISR has the batch (its high watermark passed it: Kafka writes commits with
+acks=-1, waiting at most ``offsets.commit.timeout.ms``), so an acknowledged commit survives
+``kill -9`` of its coordinator: the next leader of the partition was in the ISR and loads its
+whole log. The cache is updated only then, in log order (a group's writes apply one after the
+other), so OffsetFetch never shows an offset that a failover could take back. A write the ISR
+did not take in time gets COORDINATOR_NOT_AVAILABLE (as NOT_ENOUGH_REPLICAS before the
+append), a write whose partition stopped being led here NOT_COORDINATOR; clients retry both.
+``load`` replays the topic at start-up and when this broker becomes a partition's leader (see
+``group_offsets`` for the record layouts).
 
 Offsets go away three ways, each written as tombstones so a restart does not bring them back:
 deleted by an admin (DeleteGroups, OffsetDelete), expired (``expired``: groups without members
@@ -45,11 +52,16 @@ PendingOffsets = dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]]
 
 
 class OffsetStore:
-    def __init__(self, topics, num_partitions: int, retention_ms: int, now_ms) -> None:
+    def __init__(
+        self, topics, num_partitions: int, retention_ms: int, now_ms, commit_timeout_ms: int = 5000
+    ) -> None:
         self.topics = topics
         self.num_partitions = num_partitions  # offsets.topic.num.partitions
         self.retention_ms = retention_ms  # offsets.retention.minutes
         self.now_ms = now_ms
+        self.commit_timeout_s = commit_timeout_ms / 1000  # offsets.commit.timeout.ms
+        # group id -> its latest write, done once applied (or failed): the next one waits
+        self._writes: dict[str, asyncio.Future] = {}
 
     def _partitions(self, indexes: list[int] | None) -> list:
         topic = self.topics.get(OFFSETS_TOPIC)
@@ -110,18 +122,35 @@ class OffsetStore:
 
     def append(self, partition, records: list[tuple[bytes, bytes | None]]) -> int:
         """Append (key, value-or-None) records as one batch; an error code."""
+        if partition.too_few_in_sync():
+            return E.COORDINATOR_NOT_AVAILABLE  # NOT_ENOUGH_REPLICAS, as Kafka maps it
         batch = group_offsets.build_commit_batch(records, self.now_ms())
         error, _, _ = partition.append(memoryview(batch), len(batch))
         if error == E.NOT_LEADER_OR_FOLLOWER:  # the partition is moving away
             return E.NOT_COORDINATOR
         return error
 
-    async def flush(self, partition) -> int:
+    async def flush(self, partition, end: int | None = None) -> int:
+        """Flush, then wait for the ISR to have the log up to ``end`` (default: the log end
+        now); an error code."""
+        if end is None:
+            end = partition.log.log_end_offset
         try:
             await self.topics.flush([partition])
         except Exception:
             log.exception("flushing %s failed", OFFSETS_TOPIC)
             return E.KAFKA_STORAGE_ERROR
+        error = await partition.replicated(end, self.commit_timeout_s)
+        if error == E.NOT_LEADER_OR_FOLLOWER:
+            return E.NOT_COORDINATOR
+        if error:
+            log.info(
+                "%s-%d: a write was not replicated (error %d)",
+                OFFSETS_TOPIC,
+                partition.index,
+                error,
+            )
+            return E.COORDINATOR_NOT_AVAILABLE
         return E.NONE
 
     async def write(self, group, entries: list[Entry]) -> int:
@@ -145,12 +174,26 @@ class OffsetStore:
         )
         if error:
             return error
-        for t, p, c in entries:
-            if c is None:
-                group.offsets.pop((t, p), None)
-            else:
-                group.offsets[(t, p)] = c
-        return await self.flush(partition)
+        end = partition.log.log_end_offset
+        group_id = group.group_id
+        previous = self._writes.get(group_id)
+        applied = asyncio.get_running_loop().create_future()
+        self._writes[group_id] = applied
+        try:
+            error = await self.flush(partition, end)
+            if previous is not None:
+                await asyncio.wait([previous])  # the group's earlier writes apply first
+            if not error:
+                for t, p, c in entries:
+                    if c is None:
+                        group.offsets.pop((t, p), None)
+                    else:
+                        group.offsets[(t, p)] = c
+            return error
+        finally:
+            applied.set_result(None)
+            if self._writes.get(group_id) is applied:
+                del self._writes[group_id]
 
     async def delete_all(self, group) -> int:
         return await self.write(group, [(t, p, None) for t, p in list(group.offsets)])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,10 +32,12 @@ from headrace.protocol.records import (
     set_base_offset,
     set_log_append_time,
 )
-from headrace.storage import Log, StorageError
+from headrace.record_format import PARTITION_LEADER_EPOCH_OFFSET
+from headrace.storage import LeaderEpochCache, Log, StorageError
 
 from .producer_state import (
     ProducerStateManager,
+    drop_snapshots_above,
     last_sequence,
     snapshot_name,
     write_snapshot_data,
@@ -43,9 +46,12 @@ from .storage_errors import storage_failed
 from .txn_markers import ABORT, COMMIT, control_batch, control_marker
 
 if TYPE_CHECKING:
+    from .leader_state import LeaderState
     from .topics import Topic
 
 log = logging.getLogger("headrace")
+
+_LEADER_EPOCH = struct.Struct(">i")
 
 
 class Partition:
@@ -63,6 +69,11 @@ class Partition:
         "_opened_end",
         "frozen",
         "gone",
+        "leader",
+        "leader_epoch",
+        "leader_state",
+        "hw",
+        "epochs",
     )
 
     def __init__(self, topic: Topic, index: int, log: Log, producers: ProducerStateManager):
@@ -77,11 +88,47 @@ class Partition:
         self._opened_end = log.log_end_offset
         self.frozen = False  # a move is switching ownership: writes are refused
         self.gone = False  # moved away or deleted: reads and writes are refused
+        # replication (cluster mode, replica_manager.py): a partition is served to clients
+        # only while this broker leads it; a follower's log is copied from the leader
+        self.leader = True
+        self.leader_epoch = -1  # stamped into appended batches (partitionLeaderEpoch) if >= 0
+        self.leader_state: LeaderState | None = None  # followers' progress, ISR, waiting acks
+        self.hw = -1  # the high watermark; -1: the log end (no other replica to wait for)
+        self.epochs: LeaderEpochCache | None = None  # loaded when replication needs it
 
     @property
     def last_stable_offset(self) -> int:
-        """Below it every transaction is decided; ``read_committed`` readers stop here."""
-        return self.producers.last_stable_offset(self.log.log_end_offset)
+        """Below it every transaction is decided (and every record is replicated to the
+        ISR); ``read_committed`` readers stop here."""
+        return self.producers.last_stable_offset(self.high_watermark)
+
+    def too_few_in_sync(self) -> bool:
+        """acks=all would get NOT_ENOUGH_REPLICAS: the ISR is smaller than the topic's
+        ``min.insync.replicas`` (never without replication)."""
+        ls = self.leader_state
+        return ls is not None and len(ls.isr) < ls.min_isr
+
+    async def replicated(self, end: int, timeout_s: float) -> int:
+        """acks=all for a write the broker makes itself (a coordinator's record, a
+        transaction marker): an error code once the high watermark has reached ``end`` (the
+        offset after the write). NONE at once without replication; REQUEST_TIMED_OUT after
+        ``timeout_s``; NOT_ENOUGH_REPLICAS_AFTER_APPEND or NOT_LEADER_OR_FOLLOWER as for a
+        produce (leader_state.py)."""
+        ls = self.leader_state
+        if ls is None:
+            if self.leader and not self.gone:
+                return ErrorCode.NONE
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        future = ls.wait(end)
+        try:
+            async with asyncio.timeout(max(timeout_s, 0)):
+                return await future
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT
+        finally:
+            if not future.done():
+                future.cancel()
+            ls.forget(future)
 
     def mark_flushed(self, now: float) -> None:
         self.unflushed = 0
@@ -89,7 +136,11 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
-        return self.log.log_end_offset
+        """What consumers may read: the log end on a partition without other in-sync
+        replicas, else the smallest log end among the ISR (leader_state.py)."""
+        hw = self.hw
+        end = self.log.log_end_offset
+        return end if hw < 0 or hw > end else hw
 
     def append(
         self, records: memoryview, max_batch: int, verify=None, log_append_time: int = -1
@@ -169,8 +220,11 @@ class Partition:
         log = self.log
         base = offset = log.log_end_offset
         max_timestamp = -1
+        epoch = self.leader_epoch
         for pos, _, h in batches:
             set_base_offset(records, pos, offset)
+            if epoch >= 0:
+                _LEADER_EPOCH.pack_into(records, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
             offset += h.records_count
             if h.max_timestamp > max_timestamp:
                 max_timestamp = h.max_timestamp
@@ -258,12 +312,15 @@ class Partition:
                 self._rolled(run_base)
                 run_start = -1
 
+        epochs = self.epochs
         for pos, size, h in iter_batches(records):
             last = h.base_offset + h.last_offset_delta
             if last < (run_last + 1 if run_start >= 0 else log.log_end_offset):
                 continue  # already here
             if not crc_matches(records[pos : pos + size]):
                 raise CorruptRecordError(f"batch at offset {h.base_offset} fails its CRC")
+            if epochs is not None and h.partition_leader_epoch > epochs.latest_epoch:
+                epochs.assign(h.partition_leader_epoch, h.base_offset)
             if h.is_control and h.producer_id >= 0:
                 flush_run()
                 kind, coordinator_epoch = control_marker(records[pos : pos + size])
@@ -286,6 +343,29 @@ class Partition:
         if count:
             self._appended(count)
         return count
+
+    async def truncate_to(self, offset: int) -> None:
+        """(A follower.) Cut the log at ``offset`` (a batch boundary; what lies above came from
+        a leader the new one does not follow): indexes, producer state (rebuilt from the log
+        below it, as at recovery) and leader-epoch cache follow. Disk work in a thread."""
+        if offset >= self.log.log_end_offset:
+            return
+        plog, directory = self.log, Path(self.log.directory)
+
+        def cut() -> ProducerStateManager:
+            plog.truncate_to(offset)
+            drop_snapshots_above(directory, plog.log_end_offset)
+            return ProducerStateManager.load(directory, plog)
+
+        self.producers = await asyncio.to_thread(cut)
+        end = self.log.log_end_offset
+        self._segments = self.log.segment_count
+        if self.hw > end:
+            self.hw = end
+        if self.epochs is not None:
+            self.epochs.truncate_from_end(end)
+            if self.epochs.dirty:
+                await asyncio.to_thread(self.epochs.write)
 
     def _appended(self, count: int) -> None:
         self.unflushed += count

@@ -6,7 +6,15 @@ framing, size, CRC-32C, idempotent-producer sequence, offsets written in place) 
 handler returns at once. When a partition's unflushed messages reach ``flush.messages`` the
 response waits for the flush stage, whose group commit covers every append made before it;
 otherwise the response is complete as soon as the data is in the page cache. acks=0 gets no
-response. When this broker coordinates the transactional id, transactional batches are
+response.
+
+Replication (cluster mode, leader_state.py): with acks=all a partition whose ISR is smaller
+than ``min.insync.replicas`` answers NOT_ENOUGH_REPLICAS before appending; otherwise the
+response waits until the high watermark has passed the batch (every ISR member has it), at
+most the request's ``timeout_ms`` (then REQUEST_TIMED_OUT), with
+NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile and
+NOT_LEADER_OR_FOLLOWER if this broker stopped leading. acks=1 answers after the local append
+as before. When this broker coordinates the transactional id, transactional batches are
 accepted only for partitions of the producer's open transaction (the coordinator's
 ``verify``; INVALID_PRODUCER_EPOCH for a fenced producer); otherwise the partition's producer
 state is what checks (an older epoch is fenced), as in Kafka before KIP-890.
@@ -56,6 +64,8 @@ def handle(broker, header, request):
     responses = []
     to_flush = []
     now_ms = int(time.time() * 1000)
+    acks_all = request.acks == -1
+    waits: list[tuple[object, object, asyncio.Future]] = []  # (answer, leader state, future)
     hints = LeaderHints(broker, R, 10, 10, version)
     for t in request.topic_data:
         topic = topics.find(None if version >= 13 else t.name, t.topic_id)
@@ -98,8 +108,11 @@ def handle(broker, header, request):
             if topic.setting("message.timestamp.type") == "LogAppendTime":
                 append_time = int(time.time() * 1000)
             rejection = None
+            ls = partition.leader_state
             if p.records is None:
                 code, base = ErrorCode.CORRUPT_MESSAGE, -1
+            elif acks_all and ls is not None and len(ls.isr) < ls.min_isr:
+                code, base = ErrorCode.NOT_ENOUGH_REPLICAS, -1
             elif (rejection := validate(p.records, topic, now_ms)) is not None:
                 code, base = rejection.error_code, -1
             else:
@@ -127,6 +140,8 @@ def handle(broker, header, request):
                         )
                     ]
             partitions.append(answer)
+            if acks_all and ls is not None and code == ErrorCode.NONE and not ls.solo:
+                waits.append((answer, ls, ls.wait(base + 1)))
         responses.append(
             R.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=partitions)
         )
@@ -137,9 +152,32 @@ def handle(broker, header, request):
             session, header.client_id, PRODUCE_QUOTA, size, time.monotonic()
         )
         session.throttle(response.throttle_time_ms)
+    if waits:
+        flushed = broker.topics.flush(to_flush) if to_flush else None
+        return _after_replication(flushed, waits, response, request.timeout_ms / 1000)
     if to_flush:
         return _after_flush(broker.topics.flush(to_flush), response, request.acks)
     return None if request.acks == 0 else response
+
+
+async def _after_replication(flushed, waits, response, timeout_s: float):
+    """acks=all: wait (at most ``timeout_s``) for the ISR to have each batch (and for the
+    local flush, when one was due)."""
+    if flushed is not None:
+        await _after_flush(flushed, response, -1)
+    futures = [f for _, _, f in waits]
+    _, pending = await asyncio.wait(futures, timeout=max(timeout_s, 0))
+    for answer, ls, future in waits:
+        if future in pending:
+            future.cancel()
+            ls.forget(future)
+            code = ErrorCode.REQUEST_TIMED_OUT
+        else:
+            code = future.result()
+        if code and answer.error_code == ErrorCode.NONE:
+            answer.error_code = code
+            answer.base_offset = -1
+    return response
 
 
 def _epoch_checked_by_the_partition(producer_id: int, epoch: int) -> int:

@@ -77,6 +77,17 @@ def snapshot_name(offset: int) -> str:
     return f"producer-state-{offset:020d}.json"
 
 
+def drop_snapshots_above(directory: Path, offset: int) -> None:
+    """Remove the snapshots of state past ``offset`` (the log was truncated there)."""
+    for name in os.listdir(directory):
+        m = _SNAPSHOT_NAME.match(name)
+        if m and int(m.group(1)) > offset:
+            try:
+                os.unlink(Path(directory) / name)
+            except FileNotFoundError:
+                pass
+
+
 class ProducerEntry:
     __slots__ = ("epoch", "batches", "last_timestamp", "coordinator_epoch", "active_at")
 

@@ -21,8 +21,19 @@ the leader's end) is flushed before the next fetch, so the fetch that tells the 
 caught up comes after the flush.
 
 Errors (the leader unreachable, NOT_LEADER_OR_FOLLOWER, a fenced leader epoch, a storage error)
-make the fetcher wait ``replica.fetch.backoff.ms`` and try again; its owner (moves.py) removes
-partitions when they stop being copied, and ``stop``s the fetcher when none is left.
+make the fetcher wait ``replica.fetch.backoff.ms`` and try again (UNKNOWN_LEADER_EPOCH, a leader
+that has not yet seen its own election, only ``EPOCH_BACKOFF_S``); its owner (moves.py, or
+replica_manager.py) removes partitions when they stop being copied, and ``stop``s the fetcher
+when none is left.
+
+Followers (``follower=True``: a replica of the partition, replica_manager.py) differ from
+moves' copies in three ways. Before their first fetch from a leader at a new leader epoch they
+ask it OffsetForLeaderEpoch for their own latest epoch and truncate their log where it
+diverges (``Partition.truncate_to``: the part an old leader wrote that the new one does not
+have, which was never acknowledged to acks=all producers); an OFFSET_OUT_OF_RANGE answer asks
+again. They keep the leader's high watermark (capped at their log end) as theirs. And they
+flush by the topic's ``flush.messages`` like a leader, before the next fetch: the fetch offset
+that lets the leader advance the high watermark then stands for data on this replica's disk.
 """
 
 from __future__ import annotations
@@ -41,9 +52,12 @@ from .broker_client import MAX_RESPONSE_BYTES, NetworkError
 log = logging.getLogger("headrace.replicas")
 
 FETCH_VERSION = 12  # topic names, replica_id, current_leader_epoch
+EPOCHS_VERSION = 4  # OffsetForLeaderEpoch with replica_id
+EPOCH_BACKOFF_S = 0.05
 RESPONSE_ROOM = 64 * 1024  # kept free under the client's frame limit for the response's framing
 
 Req = messages.FetchRequest
+EpochReq = messages.OffsetForLeaderEpochRequest
 
 
 @dataclass(eq=False)
@@ -54,6 +68,8 @@ class Copy:
     leader_epoch: int
     caught_up: bool = False  # the last answer had no records and the copy is at the leader's end
     error: int = ErrorCode.NONE  # the last partition error the leader gave
+    follower: bool = False  # a replica of the partition (not a move's copy)
+    truncate: bool = False  # ask OffsetForLeaderEpoch (and truncate) before fetching
 
 
 class ReplicaFetcher:
@@ -84,12 +100,16 @@ class ReplicaFetcher:
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
 
-    def add(self, topic: str, index: int, partition, leader_epoch: int) -> None:
+    def add(self, topic: str, index: int, partition, leader_epoch: int, follower=False) -> None:
         known = self.copies.get((topic, index))
         if known is not None and known.partition is partition:
+            if follower and known.leader_epoch != leader_epoch:
+                known.truncate = True
             known.leader_epoch = leader_epoch
         else:
-            self.copies[(topic, index)] = Copy(partition, leader_epoch)
+            self.copies[(topic, index)] = Copy(
+                partition, leader_epoch, follower=follower, truncate=follower
+            )
         self._changed.set()
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader}")
@@ -124,16 +144,22 @@ class ReplicaFetcher:
             except Exception:
                 log.exception("replica fetch from node %d failed", self.leader)
                 backoff = True
-            if backoff:
+            if backoff is not False:
+                delay = self.backoff_s if backoff is True else float(backoff)
                 try:
-                    async with asyncio.timeout(self.backoff_s):
+                    async with asyncio.timeout(delay):
                         await self._changed.wait()
                 except TimeoutError:
                     pass
 
-    async def _fetch_once(self) -> bool:
-        """One fetch and what follows from it; True to back off before the next."""
-        sent = dict(self.copies)
+    async def _fetch_once(self) -> bool | float:
+        """One fetch and what follows from it; True (or a delay) to back off before the next."""
+        if any(c.truncate for c in self.copies.values()):
+            if not await self._truncate():
+                return True
+        sent = {k: c for k, c in self.copies.items() if not c.truncate}
+        if not sent:
+            return False
         by_topic: dict[str, list] = {}
         for (topic, index), c in sent.items():
             plog = c.partition.log  # type: ignore[attr-defined]
@@ -164,7 +190,7 @@ class ReplicaFetcher:
         )
         if response.error_code:
             return True
-        backoff = False
+        backoff: bool | float = False
         to_flush = []
         for t in response.responses:
             for p in t.partitions:
@@ -179,7 +205,9 @@ class ReplicaFetcher:
                 except (StorageError, CorruptRecordError) as e:
                     log.warning("copy of %s-%d from node %d: %s", *key, self.leader, e)
                     c.error = ErrorCode.KAFKA_STORAGE_ERROR
-                if c.error:
+                if c.error == ErrorCode.UNKNOWN_LEADER_EPOCH and backoff is False:
+                    backoff = EPOCH_BACKOFF_S
+                elif c.error:
                     backoff = True
         if to_flush:
             try:
@@ -195,6 +223,8 @@ class ReplicaFetcher:
         partition = c.partition
         plog = partition.log  # type: ignore[attr-defined]
         c.error = p.error_code
+        if c.follower:
+            return await self._follow_leader(c, p)
         if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if p.log_start_offset > plog.log_end_offset or plog.log_end_offset > p.high_watermark:
                 await asyncio.to_thread(plog.restart_at, max(p.log_start_offset, 0))
@@ -215,3 +245,110 @@ class ReplicaFetcher:
             await asyncio.to_thread(plog.delete_records_before, start)
         c.caught_up = not records and plog.log_end_offset >= p.high_watermark
         return c.caught_up and partition.unflushed > 0  # type: ignore[attr-defined]
+
+    async def _follow_leader(self, c: Copy, p) -> bool:
+        """A follower's answer: append, keep the leader's high watermark, flush per
+        ``flush.messages`` (True: flush before the next fetch)."""
+        partition = c.partition
+        plog = partition.log  # type: ignore[attr-defined]
+        if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if p.log_start_offset > plog.log_end_offset:  # the leader's log starts past ours
+                await asyncio.to_thread(plog.restart_at, p.log_start_offset)
+                partition.producers.truncate(0)  # type: ignore[attr-defined]
+                epochs = partition.epochs  # type: ignore[attr-defined]
+                if epochs is not None:
+                    epochs.truncate_from_end(0)
+                c.error = ErrorCode.NONE
+            else:
+                c.truncate = True  # our log runs past the leader's: find where it diverges
+                c.error = ErrorCode.NONE
+            return False
+        if p.error_code:
+            return False
+        records = p.records
+        if records:
+            if plog.log_end_offset == plog.log_start_offset:  # empty: start at the first batch
+                base = read_batch_header(records).base_offset
+                if base != plog.log_end_offset:
+                    await asyncio.to_thread(plog.restart_at, base)
+            partition.append_copied(memoryview(records))  # type: ignore[attr-defined]
+            epochs = partition.epochs  # type: ignore[attr-defined]
+            if epochs is not None and epochs.dirty:
+                await asyncio.to_thread(epochs.write)
+        start = min(p.log_start_offset, plog.log_end_offset)
+        if start > plog.log_start_offset:
+            await asyncio.to_thread(plog.delete_records_before, start)
+        if p.high_watermark >= 0:
+            partition.hw = min(p.high_watermark, plog.log_end_offset)  # type: ignore[attr-defined]
+        topic = partition.topic  # type: ignore[attr-defined]
+        return partition.unflushed > 0 and partition.unflushed >= int(  # type: ignore[attr-defined]
+            topic.setting("flush.messages")
+        )
+
+    async def _truncate(self) -> bool:
+        """Ask the leader where each follower waiting for it diverges (OffsetForLeaderEpoch for
+        its latest epoch) and truncate there. False to back off (nothing was answered)."""
+        pending = {k: c for k, c in self.copies.items() if c.truncate}
+        topics: dict[str, list] = {}
+        for (topic, index), c in pending.items():
+            epochs = c.partition.epochs  # type: ignore[attr-defined]
+            latest = epochs.latest_epoch if epochs is not None else -1
+            if latest < 0:
+                c.truncate = False  # nothing known about its epochs: keep the log as it is
+                continue
+            topics.setdefault(topic, []).append(
+                EpochReq.OffsetForLeaderPartition(
+                    partition=index, current_leader_epoch=c.leader_epoch, leader_epoch=latest
+                )
+            )
+        if not topics:
+            return True
+        request = EpochReq(
+            replica_id=self.node_id,
+            topics=[
+                EpochReq.OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in topics.items()
+            ],
+        )
+        response = await self.client.send(
+            self.leader, ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCHS_VERSION, request, 30
+        )
+        answered = False
+        for t in response.topics:
+            for r in t.partitions:
+                key = (t.topic, r.partition)
+                found = self.copies.get(key)
+                if found is None or found is not pending.get(key) or not found.truncate:
+                    continue
+                c = found
+                if r.error_code:
+                    c.error = r.error_code
+                    continue
+                answered = True
+                partition = c.partition
+                plog = partition.log  # type: ignore[attr-defined]
+                epochs = partition.epochs  # type: ignore[attr-defined]
+                if r.leader_epoch < 0 or r.end_offset < 0:
+                    # the leader has no epoch as old as ours: keep what was committed
+                    end = partition.high_watermark  # type: ignore[attr-defined]
+                else:
+                    mine_epoch, mine_end = epochs.end_offset_for(
+                        r.leader_epoch, plog.log_end_offset
+                    )
+                    end = (
+                        r.end_offset
+                        if mine_epoch == r.leader_epoch
+                        else min(r.end_offset, mine_end if mine_end >= 0 else r.end_offset)
+                    )
+                    end = min(end, plog.log_end_offset)
+                if end < plog.log_end_offset:
+                    log.info(
+                        "%s-%d: truncating from %d to %d (leader %d, epoch %d)",
+                        *key,
+                        plog.log_end_offset,
+                        end,
+                        self.leader,
+                        c.leader_epoch,
+                    )
+                    await partition.truncate_to(end)  # type: ignore[attr-defined]
+                c.truncate = False
+        return answered

@@ -102,6 +102,7 @@ from .metrics_http import MetricsServer
 from .moves import Moves
 from .quotas import REQUEST, ClientQuotas
 from .quotas import from_document as quotas_from_document
+from .replica_manager import ReplicaManager
 from .sasl import AUTHENTICATE, COMPLETE, HANDSHAKE, SaslConfig, SaslSession
 from .sasl import listener_config as sasl_config
 from .scram_credentials import ScramCredentials
@@ -134,6 +135,7 @@ API_MODULES = (
     "delete_topics",  # 20
     "delete_records",  # 21
     "init_producer_id",  # 22
+    "offset_for_leader_epoch",  # 23
     "add_partitions_to_txn",  # 24
     "add_offsets_to_txn",  # 25
     "end_txn",  # 26
@@ -148,6 +150,7 @@ API_MODULES = (
     "sasl_authenticate",  # 36
     "create_partitions",  # 37
     "delete_groups",  # 42
+    "elect_leaders",  # 43
     "incremental_alter_configs",  # 44
     "alter_partition_reassignments",  # 45
     "list_partition_reassignments",  # 46
@@ -235,15 +238,23 @@ class BrokerServer:
             ),
             state_partitions=int(config["transaction.state.log.num.partitions"]),
             state_segment_bytes=int(config["transaction.state.log.segment.bytes"]),
+            write_timeout_ms=int(config["request.timeout.ms"]),
             leader_of=self.cluster.leader_of if self.cluster else None,
             broker_client=self.broker_client,
         )
-        # cluster mode: partitions moving here and away (moves.py)
+        # cluster mode: partitions moving here and away (moves.py), and this broker's role
+        # (leader, follower) for each partition it holds a replica of (replica_manager.py)
         self.moves: Moves | None = None
+        self.replicas: ReplicaManager | None = None
         if self.cluster is not None:
             self.moves = Moves(self.node_id, self.topics, self.cluster, self.broker_client, config)
             self.topics.moves = self.moves
-            self.topics.on_moved = self._partitions_moved
+            self.replicas = ReplicaManager(
+                self.node_id, self.topics, self.cluster, self.broker_client, config
+            )
+            self.replicas.on_leadership = self._partitions_moved
+            self.replicas.on_gaining = self._gaining
+            self.topics.replicas = self.cluster.replicas = self.replicas
             self.cluster.controller = Controller(
                 self.cluster, int(config["controller.rebalance.interval.ms"])
             )
@@ -437,9 +448,11 @@ class BrokerServer:
     async def _join_cluster(self) -> None:
         """Register, read the topics (the logs follow them), load the coordinators' state,
         then serve: until then every partition and coordinator answers as fenced."""
-        assert self.cluster is not None
+        assert self.cluster is not None and self.replicas is not None
         host, port = self.advertised()
         rack = str(self.config["broker.rack"]) or None
+        await self.replicas.load()
+        self.replicas.start()
         try:
             await self.cluster.start(self.topics, Endpoint(host, port, rack))
             if self.cluster_id not in ("", self.cluster.cluster_id):
@@ -469,8 +482,11 @@ class BrokerServer:
                 " partition moves and transaction markers",
                 ANONYMOUS,
             )
-        await self.groups.start()
-        await self.transactions.start()
+        # the coordinators load the partitions this broker leads as the replica manager
+        # tells them (``serve``), not all at once here
+        await self.groups.start(load=False)
+        await self.transactions.start(load=False)
+        self.replicas.serve()
         self.cluster.serve()
         self.cluster_id = self.cluster.cluster_id
         await asyncio.to_thread(self._write_meta, self.cluster_id)
@@ -505,6 +521,15 @@ class BrokerServer:
         purge what they keep about them."""
         self.metrics.topics_deleted(names)
         await self.groups.on_topics_deleted(names)
+
+    def _gaining(self, name: str, index: int) -> None:
+        """This broker is about to lead partition ``index`` of ``name``: if it holds a
+        coordinator's state, its requests get COORDINATOR_LOAD_IN_PROGRESS until the
+        coordinator has loaded it (``_partitions_moved``, told a moment later)."""
+        if name == OFFSETS_TOPIC:
+            self.groups.loading.add(index)
+        elif name == TRANSACTION_TOPIC:
+            self.transactions.loading.add(index)
 
     async def _partitions_moved(self, name: str, gained: list[int], lost: list[int]) -> None:
         """Partitions moved here or away: a coordinator whose state partition it is loads or
@@ -601,6 +626,17 @@ class BrokerServer:
         if not self._servers:
             return
         self._started = False
+        if self.cluster is not None and bool(self.config["controlled.shutdown.enable"]):
+            started = time.monotonic()
+            timeout = int(self.config["controlled.shutdown.max.retries"]) * int(
+                self.config["controlled.shutdown.retry.backoff.ms"]
+            )
+            left = await self.cluster.controlled_shutdown(max(timeout, 0) / 1000)
+            log.info(
+                "controlled shutdown in %.0f ms (%d partitions still led or in sync)",
+                (time.monotonic() - started) * 1000,
+                max(left, 0),
+            )
         for server in self._servers:
             server.close()
         for task in self._tasks:
@@ -615,6 +651,8 @@ class BrokerServer:
             await self.cluster.stop()
         if self.moves is not None:
             await self.moves.stop()
+        if self.replicas is not None:
+            await self.replicas.stop()
         await self.cleaner.stop()
         self.groups.stop()
         self.transactions.stop()

@@ -63,10 +63,16 @@ from .producer_state import ProducerStateManager
 if TYPE_CHECKING:
     from .cluster import Cluster
     from .moves import Moves
+    from .replica_manager import ReplicaManager
 
 log = logging.getLogger("headrace")
 
 TOPICS_FILE = "topics.json"
+TRANSACTION_STATE = "__transaction_state"
+INTERNAL_REPLICATION = {
+    "__consumer_offsets": "offsets.topic.replication.factor",
+    TRANSACTION_STATE: "transaction.state.log.replication.factor",
+}
 RESERVE = ".reserve"  # see TopicManager._reserve
 RESERVE_BYTES = 64 * 1024
 DELETED_SUFFIX = "-delete"
@@ -181,10 +187,15 @@ class Topic:
         """The partitions on this broker (every partition, on a single broker), by index."""
         return list(self.held.values())
 
+    @property
+    def led(self) -> list[Partition]:
+        """The partitions this broker leads (every partition, on a single broker)."""
+        return [p for p in self.held.values() if p.leader]
+
     def partition(self, index: int) -> Partition | None:
-        """Partition ``index`` when this broker holds it and may serve it, else None."""
+        """Partition ``index`` when this broker leads it and may serve it, else None."""
         p = self.held.get(index)
-        return p if p is not None and self.leading() else None
+        return p if p is not None and p.leader and self.leading() else None
 
     def held_partition(self, index: int) -> Partition:
         """``partition(index)``, or NotHere."""
@@ -243,9 +254,8 @@ class TopicManager:
         self.on_deleted: Callable[[set[str]], Awaitable[None]] = self._no_one_told
         # cluster mode: the copies of partitions moving here (headrace.broker.moves.Moves)
         self.moves: Moves | None = None
-        # called when partitions of a topic move here (gained) or away (lost), after the maps
-        # changed (the coordinators load or unload the state those partitions hold)
-        self.on_moved: Callable[[str, list[int], list[int]], Awaitable[None]] = self._moved
+        # cluster mode: this broker's role for each partition (replica_manager.py)
+        self.replicas: ReplicaManager | None = None
 
     # start and stop (called in a worker thread before serving and after it) ---------------
 
@@ -300,7 +310,10 @@ class TopicManager:
     ) -> Partition:
         log = self.open_log(topic, index, recover, config)
         path = Path(log.directory)
-        return Partition(topic, index, log, ProducerStateManager.load(path, log, just_opened=True))
+        p = Partition(topic, index, log, ProducerStateManager.load(path, log, just_opened=True))
+        if self.cluster is not None:
+            p.leader = False  # until the partition's state says this broker leads it
+        return p
 
     def open_log(
         self, topic: Topic, index: int, recover: bool = True, config: LogConfig | None = None
@@ -400,14 +413,18 @@ class TopicManager:
         partitions: int,
         configs: dict[str, object],
         replicas: list[list[int]] | None = None,
+        replication_factor: int = -1,
     ) -> Topic:
         """Create a topic; the caller has validated the name, count and settings (and, in a
         cluster, the explicit ``replicas`` of each partition, if given). All or nothing: on
         any failure (``TopicCreationError``) no directory of it is left, nor an entry in
-        ``topics.json`` or in the maps. In a cluster the topic is written to ZooKeeper, and
-        this broker opens the partitions placed on it before this returns."""
+        ``topics.json`` or in the maps. In a cluster the topic is written to ZooKeeper (with
+        ``replication_factor`` replicas per partition, -1: ``default.replication.factor``),
+        and this broker opens the partitions placed on it before this returns."""
         if self.cluster is not None:
-            await self.cluster.create_topic(name, partitions, configs, replicas)
+            if replication_factor < 0:
+                replication_factor = int(self.config["default.replication.factor"])
+            await self.cluster.create_topic(name, partitions, configs, replicas, replication_factor)
             topic = self.topics.get(name)
             if topic is None:
                 raise TopicCreationError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{name} was deleted")
@@ -431,8 +448,20 @@ class TopicManager:
             return topic
         ready = self._internal.get(name)
         if ready is None:
+            rf = -1
+            if self.cluster is not None:  # Kafka's settings, at most the live brokers
+                setting = INTERNAL_REPLICATION.get(name)
+                wanted = int(self.config[setting]) if setting else 1
+                rf = max(1, min(wanted, len(self.cluster.brokers)))
+                if name == TRANSACTION_STATE:
+                    configs = {
+                        **configs,
+                        "min.insync.replicas": min(
+                            rf, int(self.config["transaction.state.log.min.isr"])
+                        ),
+                    }
             ready = self._internal[name] = asyncio.ensure_future(
-                self.create(name, partitions, configs)
+                self.create(name, partitions, configs, replication_factor=rf)
             )
         try:
             return await asyncio.shield(ready)
@@ -580,6 +609,8 @@ class TopicManager:
             self.by_id[topic.topic_id] = topic
             raise
         for p in topic.partitions:
+            if self.replicas is not None:
+                await self.replicas.forget(p)
             p.gone = True
             for w in p.waiters:
                 if not w.done():
@@ -587,9 +618,6 @@ class TopicManager:
         await asyncio.to_thread(self._delete_files, topic)
 
     async def _no_one_told(self, names: set[str]) -> None:
-        pass
-
-    async def _moved(self, name: str, gained: list[int], lost: list[int]) -> None:
         pass
 
     # cluster mode --------------------------------------------------------------------------------
@@ -618,7 +646,7 @@ class TopicManager:
     async def _follow(self, name: str, topic: Topic | None, record) -> None:
         assert self.cluster is not None
         node = self.cluster.node_id
-        mine = [i for i, replicas in enumerate(record.replicas) if node in replicas]
+        mine = [i for i in range(len(record.replicas)) if node in record.assigned(i)]
         new = topic is None
         if topic is None:
             topic = self._topic(name, record.topic_id, dict(record.configs))
@@ -647,8 +675,6 @@ class TopicManager:
             self.by_id[topic.topic_id] = topic
         if copied:
             topic.held = dict(sorted({**topic.held, **copied}.items()))
-            if self.cluster.serving:  # in this step: a coordinator serves none of it unloaded
-                await self.on_moved(name, sorted(copied), [])
             await asyncio.to_thread(self._save_or_log)
             log.info("serving %s partitions %s, moved here", name, sorted(copied))
         lost = sorted(i for i in topic.held if i not in mine)
@@ -656,8 +682,8 @@ class TopicManager:
             await self._lose(topic, lost)
         if self.moves is not None:
             await self.moves.follow(topic, record)
-        if lost and self.cluster.serving:
-            await self.on_moved(name, [], lost)
+        if self.replicas is not None:
+            await self.replicas.topic_applied(topic)
 
     def _save_or_log(self) -> None:
         try:
@@ -671,6 +697,8 @@ class TopicManager:
         gone = [topic.held[i] for i in indexes]
         topic.held = {i: p for i, p in topic.held.items() if i not in indexes}
         for p in gone:
+            if self.replicas is not None:
+                await self.replicas.forget(p)
             p.gone = True
             if self.moves is not None:
                 self.moves.forget(topic.name, p.index)

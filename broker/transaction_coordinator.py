@@ -5,9 +5,13 @@ How this works
 --------------
 Everything runs on the event loop. The allowed state changes and the answer each request
 gets in each state are the tables in ``transaction_state``; this file carries out the steps.
-A change is first written to ``__transaction_state`` (``transaction_log``) and flushed, then
-made in memory (``txns``); while it is written the transaction is *pending* and other
-requests for it get CONCURRENT_TRANSACTIONS.
+A change is first written to ``__transaction_state`` (``transaction_log``), flushed and, in a
+cluster, taken by the partition's ISR (Kafka writes it with acks=-1: at most
+``request.timeout.ms``, else COORDINATOR_NOT_AVAILABLE; an ISR below the topic's
+``min.insync.replicas``, ``transaction.state.log.min.isr``, refuses it before the append the
+same way), then made in memory (``txns``); while it is written the transaction is *pending*
+and other requests for it get CONCURRENT_TRANSACTIONS. A broker that becomes a partition's
+leader loads its whole log: it was in the ISR, so it has every acknowledged change.
 
 * InitProducerId with a transactional id: a new id gets a producer id, epoch 0. A known id
   gets epoch + 1 (a new producer id when the epoch is exhausted), which fences the previous
@@ -142,6 +146,7 @@ class TransactionCoordinator:
         leader_of: Callable[[str, int], int | None] | None = None,
         is_coordinator: Callable[[str], bool] | None = None,
         broker_client=None,
+        write_timeout_ms: int = 30000,
     ) -> None:
         self.topics = topics
         self.producer_ids = producer_ids
@@ -161,6 +166,7 @@ class TransactionCoordinator:
         # COORDINATOR_LOAD_IN_PROGRESS): moved here and being loaded, or their replay failed
         self.loading: set[int] = set()
         self.unavailable: set[int] = set()
+        self.write_timeout_s = write_timeout_ms / 1000  # request.timeout.ms, as in Kafka
         self.txns: dict[str, TransactionMetadata] = {}
         # (transactional id, producer id, epoch) of a decided transaction -> its partitions
         # whose marker is written (while some others' are not)
@@ -169,9 +175,11 @@ class TransactionCoordinator:
 
     # lifecycle ---------------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, load: bool = True) -> None:
+        """Load the transactional ids (unless ``load`` is False: in a cluster the partitions
+        this broker leads are loaded as it comes to lead them) and start the timer."""
         topic = self.topics.get(TRANSACTION_TOPIC)
-        if topic is not None:
+        if topic is not None and load:
             await self._load(topic.partitions)
         self._tasks.append(
             asyncio.create_task(
@@ -212,7 +220,7 @@ class TransactionCoordinator:
     async def partitions_moved(self, gained: list[int], lost: list[int]) -> None:
         """Partitions of ``__transaction_state`` moved here (their transactional ids are
         loaded, decided transactions completed) or away (their ids are forgotten here)."""
-        self.loading.update(gained)  # at once: the partitions are held here from now on
+        self.loading.update(gained)
         try:
             await self._partitions_moved(gained, lost)
         finally:
@@ -301,6 +309,8 @@ class TransactionCoordinator:
         new.pending = False
         try:
             partition = await self._state_partition(tid)
+            if partition.too_few_in_sync():  # NOT_ENOUGH_REPLICAS, as Kafka maps it
+                return E.COORDINATOR_NOT_AVAILABLE
             record = None if new.state is DEAD else new
             batch = transaction_log.record_batch(tid, record, self.now_ms())
             error, _, _ = partition.append(memoryview(batch), len(batch))
@@ -308,9 +318,16 @@ class TransactionCoordinator:
                 return E.NOT_COORDINATOR
             if error:
                 return error
+            end = partition.log.log_end_offset
             await self.topics.flush([partition])
             if partition.gone:  # moved away meanwhile: the new coordinator read the record
                 return E.NOT_COORDINATOR
+            error = await partition.replicated(end, self.write_timeout_s)
+            if error == E.NOT_LEADER_OR_FOLLOWER:
+                return E.NOT_COORDINATOR
+            if error:
+                log.info("transactional id %s: the write was not replicated (error %d)", tid, error)
+                return E.COORDINATOR_NOT_AVAILABLE
         except StorageError:
             log.exception("writing the state of transactional id %s failed", tid)
             return E.COORDINATOR_NOT_AVAILABLE

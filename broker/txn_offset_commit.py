@@ -8,7 +8,9 @@ KIP-890. From v3 a member id and generation are checked against the group like
 OffsetCommit's. The offsets are written to the group's partition of ``__consumer_offsets`` as
 one transactional batch of the producer and held by the group coordinator until the
 transaction's marker reaches that partition: a commit makes them the group's committed
-offsets, an abort drops them (see ``GroupCoordinator.complete_txn``).
+offsets, an abort drops them (see ``GroupCoordinator.complete_txn``). The answer waits for the
+batch to be flushed and, in a cluster, for the partition's ISR to have it (as offset commits
+do, ``offset_store``).
 """
 
 from __future__ import annotations
@@ -135,10 +137,7 @@ async def _write(broker, request, group_id, offsets, codes, now, version):
         error = ErrorCode.PRODUCER_FENCED if version >= 3 else ErrorCode.INVALID_PRODUCER_EPOCH
     if not error:
         broker.groups.add_txn_offsets(request.producer_id, group_id, offsets)
-        try:
-            await broker.topics.flush([partition])
-        except Exception:
-            error = ErrorCode.KAFKA_STORAGE_ERROR
+        error = await broker.groups.offsets_written(partition)
     if error:
         for key in offsets:
             codes[key] = error

@@ -4,7 +4,9 @@ codec reads start at 1).
 
 For each marker (producer id and epoch, commit or abort, coordinator epoch, partitions) a
 control batch is appended to each partition led here (``write_here``), then they are flushed
-together and each partition gets its code: NOT_LEADER_OR_FOLLOWER for a partition whose
+together and, in a cluster, each waits for its ISR to have the marker (Kafka appends markers
+with acks=-1: a marker lost in a failover would leave the transaction open on that partition
+for ever); each partition gets its code: NOT_LEADER_OR_FOLLOWER for a partition whose
 leader is another broker, UNKNOWN_TOPIC_OR_PARTITION for one that does not exist,
 INVALID_PRODUCER_EPOCH for a marker older than the partition's producer epoch.
 
@@ -18,6 +20,7 @@ broker, so a single broker never sends this request to itself.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
@@ -31,6 +34,11 @@ API_KEY = ApiKey.WRITE_TXN_MARKERS
 MIN_VERSION, MAX_VERSION = 1, 2
 
 log = logging.getLogger("headrace.transactions")
+
+# how long a marker waits for its partition's ISR (within the coordinator's request timeout,
+# transaction_coordinator.MARKER_TIMEOUT_S); past it REQUEST_TIMED_OUT and the coordinator
+# tries again (a second marker changes nothing)
+REPLICATION_TIMEOUT_S = 4.0
 
 E = ErrorCode
 R = messages.WriteTxnMarkersResponse
@@ -52,6 +60,7 @@ async def write_here(
     every partition it has)."""
     codes: dict[Key, int] = {}
     appended = []
+    ends: dict[Key, int] = {}
     for key in keys:
         name, index = key
         partition = topics.partition(name, index)
@@ -74,6 +83,7 @@ async def write_here(
         codes[key] = error
         if not error:
             appended.append(partition)
+            ends[key] = partition.log.log_end_offset
     if appended:
         try:
             await topics.flush(appended)
@@ -81,6 +91,12 @@ async def write_here(
             log.exception("flushing the markers of producer %d", producer_id)
             for p in appended:
                 codes[(p.topic.name, p.index)] = E.KAFKA_STORAGE_ERROR
+            return codes
+        replicated = await asyncio.gather(
+            *(p.replicated(ends[(p.topic.name, p.index)], REPLICATION_TIMEOUT_S) for p in appended)
+        )
+        for p, code in zip(appended, replicated, strict=True):
+            codes[(p.topic.name, p.index)] = code
     return codes
 
 

@@ -8,6 +8,7 @@ Public surface:
     OpenFiles               the descriptor budget logs open their files under (LRU, shared)
     AbortedTxn              an entry of a segment's aborted-transactions index (.txnindex)
     clean, CleanResult      one compaction pass over a log (see cleaning/)
+    LeaderEpochCache        a partition's leader epochs and their leader-epoch-checkpoint file
     OffsetOutOfRange        read or delete below the log start or above the log end offset
     StorageError            an I/O failure or unusable files (Kafka's KAFKA_STORAGE_ERROR)
     fsync_directory         make a directory's entries durable (used by the broker too)
@@ -41,6 +42,7 @@ Files, in the order to open them:
     segment.py      LogSegment: one .log file and its indexes
     index.py        the sparse offset and time indexes (.index, .timeindex)
     txn_index.py    the aborted-transactions index (.txnindex), AbortedTxn
+    leader_epochs.py LeaderEpochCache: (epoch, start offset) entries, leader-epoch-checkpoint
     checkpoint.py   OffsetCheckpoints: the data directory's partition-offsets-checkpoint
     io.py           I/O backends (os, io_uring) for writes, fsyncs and reads
     open_files.py   OpenFiles: open files on demand within a budget, least recently used
@@ -66,6 +68,7 @@ from .examine import (
     segment_batches,
     segment_paths,
 )
+from .leader_epochs import LeaderEpochCache
 from .log import Log, LogConfig
 from .open_files import OpenFiles, OpenFilesExhausted
 from .reads import FileRegion
@@ -82,6 +85,7 @@ __all__ = [
     "AbortedTxn",
     "CleanResult",
     "FileRegion",
+    "LeaderEpochCache",
     "Log",
     "LogConfig",
     "OffsetCheckpoints",

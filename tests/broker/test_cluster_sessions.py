@@ -64,7 +64,8 @@ def test_a_broker_back_from_a_lost_session_serves_once_the_controller_confirms(c
     stopped = time.monotonic()
     try:
         os.kill(returning.pid, signal.SIGCONT)
-        wait_for(lambda: leaders(watcher, "sessions")[index] == back, 10, "registered again")
+        # (the controller elects it leader again: until then Metadata names no leader)
+        wait_for(lambda: back in {b.node_id for b in metadata(watcher).brokers}, 10, "registered again")
         # registered, topics re-read, but not confirmed while the controller is frozen
         assert time.monotonic() - stopped < SESSION_MS / 1000  # its session still holds
         assert produce_code(returning, "sessions", index) == ErrorCode.NOT_LEADER_OR_FOLLOWER

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -160,15 +162,78 @@ def test_a_move_under_load_keeps_every_acknowledged_record_in_order(cluster):
     check_every_acked_record(load, read_all(brokers, "moving", 3, load.sent))
 
 
+def replicas_of(broker, topic: str) -> dict[int, tuple[list[int], list[int], int, int]]:
+    """Partition -> (replicas, ISR, leader, leader epoch), as Metadata tells them."""
+    md = metadata(broker, [topic])
+    return {
+        p.partition_index: (list(p.replica_nodes), sorted(p.isr_nodes), p.leader_id, p.leader_epoch)
+        for p in md.topics[0].partitions
+    }
+
+
+def test_replicated_partitions_move_kafkas_way_under_load(cluster):
+    """RF=3 partitions on four brokers: one gets a follower replaced (its leader stays), the
+    other loses its leader; the adding replicas follow first, the new replica sets take
+    effect once they are in the ISR, removed replicas delete their copies, nothing
+    acknowledged is lost."""
+    brokers = cluster(4, **FAST)
+    create(brokers, "wide", 2, replication_factor=3, config={"min.insync.replicas": "2"})
+    wait_for(lambda: all(len(isr) == 3 for _, isr, _, _ in replicas_of(brokers[0], "wide").values()), 30, "full ISRs")
+    before = replicas_of(brokers[0], "wide")
+    (r0, _, leader0, epoch0), (r1, _, leader1, epoch1) = before[0], before[1]
+    spare0 = next(n for n in (1, 2, 3, 4) if n not in r0)
+    spare1 = next(n for n in (1, 2, 3, 4) if n not in r1)
+    dropped0 = next(n for n in r0 if n != leader0)  # a follower of partition 0 leaves
+    target0 = [leader0] + [n for n in r0 if n not in (leader0, dropped0)] + [spare0]
+    target1 = [spare1] + [n for n in r1 if n != leader1]  # partition 1's leader leaves
+    with Load(brokers, "wide", 2) as load:
+        load.wait_acked(2000)
+        paused = brokers[spare0 - 1]
+        asked = brokers[leader0 - 1]  # (not the paused one)
+        os.kill(paused.pid, signal.SIGSTOP)  # partition 0's move waits for it
+        try:
+            assert reassign(asked, "wide", {0: target0, 1: target1}) == {
+                0: (ErrorCode.NONE, None),
+                1: (ErrorCode.NONE, None),
+            }
+            listed = ongoing(asked)[("wide", 0)]
+            assert listed == (target0 + [dropped0], [spare0], [dropped0])
+            assert sorted(replicas_of(asked, "wide")[0][0]) == [1, 2, 3, 4]  # RS = ORS + TRS
+            time.sleep(1)
+            assert replicas_of(asked, "wide")[0][0] != target0  # not before the ISR has it
+        finally:
+            os.kill(paused.pid, signal.SIGCONT)
+        wait_for(lambda: not ongoing(asked), 60, "both moves done")
+        after = replicas_of(asked, "wide")
+        load.wait_acked(len(load.acked) + 2000)  # producing carries on
+    assert after[0][0] == target0 and after[0][2] == leader0 and after[0][3] == epoch0
+    assert after[1][0] == target1 and after[1][2] == spare1 and after[1][3] == epoch1 + 1
+    wait_for(lambda: all(isr == sorted(r) for r, isr, _, _ in replicas_of(asked, "wide").values()), 30, "full ISRs")
+    for index, target, gone in ((0, target0, dropped0), (1, target1, leader1)):
+        wait_for(lambda: not (brokers[gone - 1].data_dir / f"wide-{index}").exists(), 10, "the removed copy deleted")
+        for n in target:
+            assert (brokers[n - 1].data_dir / f"wide-{index}").exists()
+    check_every_acked_record(load, read_all(brokers, "wide", 2, load.sent))
+
+
 def test_a_reassignment_to_a_broker_that_does_not_exist_is_refused_and_nothing_changes(cluster):
     brokers = cluster(3, **FAST)
     create(brokers, "stay", 2)
     before = leaders(brokers[0], "stay")
-    answer = reassign(brokers[1], "stay", {0: [9], 1: [1, 2]})
+    answer = reassign(brokers[1], "stay", {0: [9], 1: [1, 1]})
     assert answer[0][0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
     assert "Broker 9 is not a registered broker" in answer[0][1]
     assert answer[1][0] == ErrorCode.INVALID_REPLICA_ASSIGNMENT
-    assert "one replica" in answer[1][1]
+    assert "names a broker twice" in answer[1][1]
+    # a v1 request that keeps the replication factor refuses a target of another size
+    request = AR(
+        timeout_ms=10000,
+        allow_replication_factor_change=False,
+        topics=[AR.ReassignableTopic(name="stay", partitions=[AR.ReassignablePartition(partition_index=0, replicas=[1, 2])])],
+    )
+    with WireClient(brokers[0].port) as c:
+        response = c.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, request)
+    assert response.responses[0].partitions[0].error_code == ErrorCode.INVALID_REPLICATION_FACTOR
     assert reassign(brokers[1], "stay", {0: None})[0][0] == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
     assert reassign(brokers[1], "nosuch", {0: [1]})[0][0] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert not ongoing(brokers[2])
@@ -239,7 +304,14 @@ def test_kafka_reassign_partitions_generates_executes_and_verifies(cluster, tmp_
     assert sorted(values) == list(range(600))
 
 
-CONTROLLER = {**FAST, "controller.rebalance.interval.ms": 500, "offsets.topic.num.partitions": 6}
+# the internal topics have their default replication factor (3, at most the brokers)
+CONTROLLER = {
+    **FAST,
+    "controller.rebalance.interval.ms": 500,
+    "offsets.topic.num.partitions": 6,
+}
+# the single-replica case: internal topics of one replica, moved by copy and switch
+SINGLE = {**CONTROLLER, "offsets.topic.replication.factor": 1, "transaction.state.log.replication.factor": 1}
 
 
 def placement(brokers, topic: str) -> dict[int, int]:
@@ -249,6 +321,15 @@ def placement(brokers, topic: str) -> dict[int, int]:
 def expected(topic: str, count: int, members) -> dict[int, int]:
     placed = assign_replicas([(topic, i) for i in range(count)], {n: BrokerInfo() for n in members}, 1)
     return {i: placed[(topic, i)][0] for i in range(count)}
+
+
+def replica_sets(broker, topic: str) -> dict[int, list[int]]:
+    return {p.partition_index: sorted(p.replica_nodes) for p in metadata(broker, [topic]).topics[0].partitions}
+
+
+def expected_sets(topic: str, count: int, members, rf: int) -> dict[int, list[int]]:
+    placed = assign_replicas([(topic, i) for i in range(count)], {n: BrokerInfo() for n in members}, rf)
+    return {i: sorted(placed[(topic, i)]) for i in range(count)}
 
 
 class Reader:
@@ -298,14 +379,28 @@ def test_a_joining_broker_takes_exactly_the_partitions_placement_gives_it_under_
         want = expected("load", 12, (1, 2, 3, 4))
         assert 4 in want.values()
         wait_for(lambda: placement(brokers, "load") == want, 60, "the partitions placement gives node 4")
-        offsets = expected("__consumer_offsets", 6, (1, 2, 3, 4))
-        wait_for(lambda: placement(brokers, "__consumer_offsets") == offsets, 30, "__consumer_offsets placed")
+        offsets = expected_sets("__consumer_offsets", 6, (1, 2, 3, 4), 3)
+        assert any(4 in r for r in offsets.values())
+        wait_for(lambda: replica_sets(brokers[0], "__consumer_offsets") == offsets, 60, "__consumer_offsets placed")
         moved = load.acked[-1:]
         load.wait_acked(len(load.acked) + 3000)  # producing carries on
         assert moved
+    acked_offsets = {}
+    for p, o, _ in load.acked:
+        acked_offsets.setdefault(p, set()).add(o)
+
+    def missing() -> dict[int, list[int]]:
+        return {
+            p: sorted(want - {o for o, _ in list(reader.got.get(p, ()))})
+            for p, want in acked_offsets.items()
+            if not want <= {o for o, _ in list(reader.got.get(p, ()))}
+        }
+
     try:
-        wait_for(lambda: reader.count() >= load.sent, 60, "the group read everything")
+        wait_for(lambda: not missing(), 60, "the group read everything")
     except AssertionError:
+        gaps = missing()
+        print("DEBUG missing", {p: (len(m), m[0], m[-1], max(acked_offsets[p])) for p, m in gaps.items()})
         acked = {i: sum(1 for p, _, _ in load.acked if p == i) for i in range(12)}
         print("DEBUG read", {i: len(v) for i, v in reader.got.items()}, "acked", acked, placement(brokers, "load"))
         for b in brokers:
@@ -331,7 +426,9 @@ def unregister(broker, node: int):
 def test_a_removed_broker_is_drained_under_load_then_stops(cluster):
     brokers = cluster(4, **CONTROLLER)
     create(brokers, "drain", 12)
+    create(brokers, "drain3", 4, replication_factor=3)
     assert placement(brokers, "drain") == expected("drain", 12, (1, 2, 3, 4))
+    assert any(4 in r for r in replica_sets(brokers[0], "drain3").values())
     with Load(brokers, "drain", 12) as load:
         load.wait_acked(3000)
         if shutil.which("java") and shutil.which("mvn"):  # Kafka's own tool
@@ -342,7 +439,8 @@ def test_a_removed_broker_is_drained_under_load_then_stops(cluster):
             assert (r.error_code, r.error_message) == (ErrorCode.NONE, None)
         want = expected("drain", 12, (1, 2, 3))
         wait_for(lambda: placement(brokers, "drain") == want, 60, "node 4 drained")
-        wait_for(lambda: not list(brokers[3].data_dir.glob("drain-*")), 10, "node 4's copies removed")
+        wait_for(lambda: replica_sets(brokers[0], "drain3") == {i: [1, 2, 3] for i in range(4)}, 60, "drain3 off node 4")
+        wait_for(lambda: not list(brokers[3].data_dir.glob("drain*-*")), 10, "node 4's copies removed")
         try:
             create(brokers, "fresh", 8)  # nothing new goes to a broker being removed
         except AssertionError:
@@ -358,7 +456,7 @@ def test_a_removed_broker_is_drained_under_load_then_stops(cluster):
 
 
 def test_a_group_keeps_its_committed_offsets_when_its_offsets_partition_moves(cluster):
-    brokers = cluster(3, **CONTROLLER)
+    brokers = cluster(3, **SINGLE)
     create(brokers, "kept", 3)
     producer = Producer({"bootstrap.servers": bootstrap(brokers)})
     for i in range(300):

@@ -1,0 +1,128 @@
+"""Failover under load: repeated ``kill -9`` of a partition leader in a 3-broker cluster.
+
+    python -m bench.faults --rounds 20 [--session-ms 6000] [--partitions 3] [--producers 3]
+
+Starts ZooKeeper (Maven Central's jars, as the tests do) and three Headrace brokers on
+127.0.0.1, creates an RF=3 topic with ``min.insync.replicas=2``, and runs idempotent acks=all
+producers (confluent-kafka, tests/fault_load.py) against it. Each round waits until every
+partition has its full ISR, kills the leader of partition 0 with SIGKILL, measures the time
+from the kill to the first acknowledged write on partition 0 (on its new leader), then starts
+the killed broker again. At the end the topic is read back and every acknowledged record
+checked. Printed per round: the victim, the failover time, and the acked / lost / duplicated /
+reordered counts so far (the check is done once, at the end, over all rounds; the per-round
+line gives the acknowledgements of that round).
+
+The failover time is bounded below by ``zookeeper.session.timeout.ms`` (the controller
+learns a broker is gone when its session expires): say which one a figure used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from fault_load import AckedLoad  # noqa: E402
+
+from headrace.broker.process import BrokerProcess  # noqa: E402
+from headrace.broker.zookeeper_server import ZooKeeperServer  # noqa: E402
+
+
+def _metadata(bootstrap: str, topic: str):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--session-ms", type=int, default=6000)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--producers", type=int, default=3)
+    args = ap.parse_args()
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    work = Path(tempfile.mkdtemp(prefix="headrace-faults-"))
+    zk = ZooKeeperServer(work / "zookeeper", tick_ms=500)
+    zk.start()
+    brokers = [
+        BrokerProcess(
+            work / f"node{n}",
+            {
+                "zookeeper.connect": zk.connect_string + "/faults",
+                "node.id": n,
+                "zookeeper.session.timeout.ms": args.session_ms,
+                "replica.lag.time.max.ms": 10000,
+            },
+            args=["--workers", "1", "--log-level", "WARNING"],
+        )
+        for n in (1, 2, 3)
+    ]
+    try:
+        for b in brokers:
+            b.start()
+        boot = ",".join(b.bootstrap for b in brokers)
+        topic = "faults"
+        admin = AdminClient({"bootstrap.servers": boot})
+        admin.create_topics(
+            [NewTopic(topic, args.partitions, 3, config={"min.insync.replicas": "2"})]
+        )[topic].result(30)
+        load = AckedLoad(boot, topic, args.producers, args.partitions).start()
+        times = []
+        print(f"session timeout {args.session_ms} ms; {args.rounds} rounds", flush=True)
+        for r in range(1, args.rounds + 1):
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                md = _metadata(boot, topic).topics[topic].partitions
+                if all(len(p.isrs) == 3 and p.leader > 0 for p in md.values()):
+                    break
+                time.sleep(0.2)
+            start_acks = load.acked_count()
+            time.sleep(1.0)
+            leader = _metadata(boot, topic).topics[topic].partitions[0].leader
+            victim = brokers[leader - 1]
+            killed = time.monotonic()
+            victim.kill()
+            first = None
+            while first is None and time.monotonic() < killed + 120:
+                time.sleep(0.05)
+                first = load.first_ack_after(killed + 0.2, 0)
+            took = (first - killed) if first is not None else float("nan")
+            times.append(took)
+            victim.start()
+            print(
+                f"round {r}: killed node {leader}, first ack on partition 0 after {took:.2f} s,"
+                f" {load.acked_count() - start_acks} acked this round",
+                flush=True,
+            )
+        load.stop()
+        result = load.check()
+        print(
+            f"acked {result['acked']} lost {result['lost']} duplicated {result['duplicated']}"
+            f" reordered {result['reordered']} failed {result['failed']}"
+            f" (read back completely: {bool(result['read_all'])})"
+        )
+        good = [t for t in times if t == t]
+        if good:
+            print(
+                f"kill -> first ack on the new leader: median {statistics.median(good):.2f} s,"
+                f" min {min(good):.2f} s, max {max(good):.2f} s"
+                f" (zookeeper.session.timeout.ms={args.session_ms})"
+            )
+        for e in load.errors:
+            print("error:", e)
+        return 0 if result["lost"] == result["duplicated"] == result["reordered"] == 0 else 1
+    finally:
+        for b in brokers:
+            b.kill()
+        zk.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

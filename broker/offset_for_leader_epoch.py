@@ -1,0 +1,58 @@
+"""OffsetForLeaderEpoch (key 23), versions 2-4: where a leader epoch ended on this leader.
+
+A follower that starts following a new leader (replica_fetcher.py), or a client checking its
+position after a leader change (KIP-320), names a leader epoch; the leader answers the largest
+epoch it knows that is not above it and the offset where that epoch ended (the start of the
+next one, or the log end for the current one), from its leader-epoch cache
+(headrace.storage.LeaderEpochCache). The asker truncates above that offset.
+
+Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere). The request's
+``current_leader_epoch``, when given, is checked as Fetch checks it: an older one gets
+FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH. A partition without an epoch cache (one
+broker on its own) answers (-1, -1): no epoch is known.
+"""
+
+from __future__ import annotations
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.OFFSET_FOR_LEADER_EPOCH
+MIN_VERSION, MAX_VERSION = 2, 4
+
+R = messages.OffsetForLeaderEpochResponse
+
+
+def handle(broker, header, request):
+    topics = []
+    for t in request.topics:
+        topic = broker.topics.get(t.topic)
+        out = []
+        for p in t.partitions:
+            result = R.EpochEndOffset(
+                error_code=ErrorCode.NONE, partition=p.partition, leader_epoch=-1, end_offset=-1
+            )
+            out.append(result)
+            partition = topic.partition(p.partition) if topic is not None else None
+            if partition is None:
+                result.error_code = (
+                    topic.partition_error(p.partition)
+                    if topic is not None
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+                continue
+            current = partition.leader_epoch
+            if current >= 0 and p.current_leader_epoch >= 0:
+                if p.current_leader_epoch < current:
+                    result.error_code = ErrorCode.FENCED_LEADER_EPOCH
+                    continue
+                if p.current_leader_epoch > current:
+                    result.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+                    continue
+            epochs = partition.epochs
+            if epochs is None:
+                continue
+            result.leader_epoch, result.end_offset = epochs.end_offset_for(
+                p.leader_epoch, partition.log.log_end_offset
+            )
+        topics.append(R.OffsetForLeaderTopicResult(topic=t.topic, partitions=out))
+    return R(throttle_time_ms=0, topics=topics)
