@@ -53,7 +53,11 @@ def served() -> list[tuple[int, int]]:
     """(api key, version) for every request version the broker accepts."""
     from headrace.broker.server import APIS
 
-    return [(k, v) for k, api in sorted(APIS.items()) for v in range(api.MIN_VERSION, api.MAX_VERSION + 1)]
+    return [
+        (k, v)
+        for k, api in sorted(APIS.items())
+        for v in range(api.MIN_VERSION, api.MAX_VERSION + 1)
+    ]
 
 
 # valid messages ------------------------------------------------------------------------------
@@ -157,7 +161,10 @@ def random_mutations(rnd) -> list[tuple]:
     """1-4 mutations from ``rnd`` (a ``random.Random``): more mutants per generated message."""
     out: list[tuple] = []
     for _ in range(rnd.randint(1, 4)):
-        op, pos = rnd.choice(["flip", "set", "truncate", "insert", "extend", "overwrite"]), rnd.getrandbits(16)
+        op, pos = (
+            rnd.choice(["flip", "set", "truncate", "insert", "extend", "overwrite"]),
+            rnd.getrandbits(16),
+        )
         if op == "flip":
             out.append((op, pos, rnd.randrange(8)))
         elif op == "set":
@@ -254,7 +261,9 @@ def warm_up() -> None:
             pass
 
 
-def run_decoder(counter: Counter, examples: int, derandomize: bool = True, seed_: int | None = None):
+def run_decoder(
+    counter: Counter, examples: int, derandomize: bool = True, seed_: int | None = None
+):
     warm_up()
     prop = decoder_property(counter, examples, derandomize)
     if seed_ is not None:
@@ -318,7 +327,9 @@ def authenticate(sock: socket.socket) -> None:
     """PLAIN as user ``fuzz`` over a fresh SASL_PLAINTEXT connection."""
     _call(sock, ApiKey.SASL_HANDSHAKE, 1, messages.SaslHandshakeRequest(mechanism="PLAIN"))
     token = b"\0fuzz\0fuzz-secret"
-    resp = _call(sock, ApiKey.SASL_AUTHENTICATE, 2, messages.SaslAuthenticateRequest(auth_bytes=token))
+    resp = _call(
+        sock, ApiKey.SASL_AUTHENTICATE, 2, messages.SaslAuthenticateRequest(auth_bytes=token)
+    )
     assert resp[4:7] == b"\x00\x00\x00", "PLAIN authentication failed"  # tags byte, error 0
 
 
@@ -435,7 +446,9 @@ def main(argv: list[str] | None = None) -> int:
 
         broker_failures = 0
         with tempfile.TemporaryDirectory() as tmp:
-            with BrokerProcess(Path(tmp) / "data", BROKER_SETTINGS, args=["--log-level", "WARNING"]) as b:
+            with BrokerProcess(
+                Path(tmp) / "data", BROKER_SETTINGS, args=["--log-level", "WARNING"]
+            ) as b:
                 fuzz = BrokerFuzz(b)
                 while time.monotonic() < deadline:
                     n += 1
