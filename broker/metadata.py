@@ -5,7 +5,8 @@ epochs and the controller come from ZooKeeper (``Cluster``); a partition whose b
 has leader -1 and LEADER_NOT_AVAILABLE, its replica listed as offline. Topics are named
 (or, from v10, identified by topic ID). An unknown topic is created when
 ``auto.create.topics.enable`` is on and the request allows it (v4+); otherwise it gets
-UNKNOWN_TOPIC_OR_PARTITION.
+UNKNOWN_TOPIC_OR_PARTITION. A topic without a name before v12 (where the response's name is
+not nullable) closes the connection, as Kafka refuses it with INVALID_REQUEST.
 
 Authorization (Kafka's): a request for every topic lists only those the principal may
 DESCRIBE; a named topic it may not describe gets TOPIC_AUTHORIZATION_FAILED, whether it
@@ -16,6 +17,7 @@ TOPIC_AUTHORIZATION_FAILED. ``topic_authorized_operations`` (v8+) and
 
 from __future__ import annotations
 
+from headrace.pipeline import CloseConnection
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 from .authorizer import CLUSTER, CLUSTER_NAME, OMITTED_OPERATIONS, TOPIC, Operation
@@ -38,6 +40,8 @@ def handle(broker, header, request):
             if authorizer.allows(session, Operation.DESCRIBE, TOPIC, t.name)
         ]
         return _response(broker, header, shown, [], request)
+    if version < 12 and any(t.name is None for t in request.topics):
+        raise CloseConnection(f"Metadata v{version}: a topic without a name (topic IDs need v12)")
     found, missing, denied = [], [], []
     for t in request.topics:
         topic = broker.topics.find(t.name, t.topic_id)

@@ -50,3 +50,21 @@ def test_the_fuzz_checks_see_an_authenticated_connection_and_a_closed_one(broker
         s.sendall(fuzz.frame(3, 12, 1, b"\xff" * 8))  # Metadata before authentication
         s.settimeout(10)
         assert s.recv(100) == b""
+
+
+def test_metadata_before_v12_with_a_nameless_topic_closes_the_connection(broker):
+    """Found by the fuzzer: a v10/v11 topic given by ID alone (name null) made the broker fail
+    encoding its response (the name is not nullable before v12) and log UNKNOWN_SERVER_ERROR.
+    Kafka refuses such a request; Headrace closes the connection and keeps serving."""
+    import socket
+    import uuid
+
+    topic = fuzz.messages.MetadataRequest.MetadataRequestTopic(name=None, topic_id=uuid.uuid4())
+    for version in (10, 11):
+        with socket.create_connection(("127.0.0.1", broker.port), 10) as s:
+            body = fuzz.encode_request(3, version, fuzz.messages.MetadataRequest(topics=[topic]))
+            s.sendall(fuzz.frame(3, version, 1, body))
+            s.settimeout(10)
+            assert s.recv(100) == b""
+    assert not [line for line in broker.lines if fuzz.FAILED in line]
+    assert fuzz.answers_api_versions(broker.port)
