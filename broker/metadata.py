@@ -6,7 +6,8 @@ partition's state znode); a partition whose leader is down, or that has none, ha
 and LEADER_NOT_AVAILABLE, and replicas on brokers that are down are listed as offline. Topics
 are named (or, from v10, identified by topic ID). An unknown topic is created when
 ``auto.create.topics.enable`` is on and the request allows it (v4+); otherwise it gets
-UNKNOWN_TOPIC_OR_PARTITION.
+UNKNOWN_TOPIC_OR_PARTITION. A topic without a name before v12 (where the response's name is
+not nullable) closes the connection, as Kafka refuses it with INVALID_REQUEST.
 
 Authorization (Kafka's): a request for every topic lists only those the principal may
 DESCRIBE; a named topic it may not describe gets TOPIC_AUTHORIZATION_FAILED, whether it
@@ -17,6 +18,7 @@ TOPIC_AUTHORIZATION_FAILED. ``topic_authorized_operations`` (v8+) and
 
 from __future__ import annotations
 
+from headrace.pipeline import CloseConnection
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 from .authorizer import CLUSTER, CLUSTER_NAME, OMITTED_OPERATIONS, TOPIC, Operation
@@ -39,6 +41,8 @@ def handle(broker, header, request):
             if authorizer.allows(session, Operation.DESCRIBE, TOPIC, t.name)
         ]
         return _response(broker, header, shown, [], request)
+    if version < 12 and any(t.name is None for t in request.topics):
+        raise CloseConnection(f"Metadata v{version}: a topic without a name (topic IDs need v12)")
     found, missing, denied = [], [], []
     for t in request.topics:
         topic = broker.topics.find(t.name, t.topic_id)
