@@ -13,7 +13,8 @@ that cannot be a batch, or a batch running past the end of the file, ends the wa
 ``check_segment`` compares the three files of a segment: every batch's CRC, base offsets
 strictly above the previous batch's last offset (and not below the segment's base, and not
 below ``next_offset`` from the segment before), every offset index entry pointing at the
-position of a batch with that base offset, every time index entry naming the last offset of
+position of a batch with that last offset (Kafka's key; the base offset, which earlier
+Headrace versions wrote, is accepted too), every time index entry naming the last offset of
 a batch and the largest timestamp up to it. ``check_partition`` does that for each segment of
 a partition directory in order. Problems come back as ``Problem``\\ s (file, byte position,
 what), in file order, so the first one is where the damage starts. Nothing is written.
@@ -129,7 +130,7 @@ def check_segment(
         raise ValueError(f"{path} is not named like a segment (20-digit base offset + .log)")
     check = SegmentCheck(path, base, base)
     floor = max(base, next_offset if next_offset is not None else base)
-    positions: dict[int, int] = {}  # batch position -> base offset
+    positions: dict[int, tuple[int, int]] = {}  # batch position -> (base, last offset)
     last_offsets: dict[int, int] = {}  # batch last offset -> largest max timestamp up to it
     biggest = -1
     prev_last: int | None = None
@@ -164,7 +165,7 @@ def check_segment(
                         " or the previous segment's end)",
                     )
                 )
-            positions[batch.position] = h.base_offset
+            positions[batch.position] = (h.base_offset, h.last_offset)
             biggest = max(biggest, h.max_timestamp)
             last_offsets[h.last_offset] = biggest
             prev_last = h.last_offset
@@ -178,7 +179,9 @@ def check_segment(
     return check
 
 
-def _check_offset_index(path: str, base: int, positions: dict[int, int]) -> list[Problem]:
+def _check_offset_index(
+    path: str, base: int, positions: dict[int, tuple[int, int]]
+) -> list[Problem]:
     if not os.path.exists(path):
         return []  # indexes are hints: a missing one is rebuilt when the log is opened
     problems = []
@@ -190,17 +193,17 @@ def _check_offset_index(path: str, base: int, positions: dict[int, int]) -> list
         at = i * OffsetIndex.ENTRY_SIZE
         if offset <= prev:
             problems.append(Problem(path, at, f"offset {offset} not above the entry before"))
-        elif positions.get(position) != offset:
+        elif offset not in positions.get(position, ()):
+            if position in positions:
+                first, last = positions[position]
+                there = f"the batch of offsets {first} to {last}"
+            else:
+                there = "no batch"
             problems.append(
                 Problem(
                     path,
                     at,
-                    f"offset {offset} -> position {position}, where the segment has "
-                    + (
-                        f"a batch at offset {positions[position]}"
-                        if position in positions
-                        else "no batch"
-                    ),
+                    f"offset {offset} -> position {position}, where the segment has {there}",
                 )
             )
         prev = offset

@@ -274,11 +274,14 @@ class OffsetIndex(_SparseIndex):
     Entry layout, 8 bytes, big-endian:
 
         offset  size  field
-             0     4  relativeOffset   base offset of a batch minus the segment's base offset
+             0     4  relativeOffset   last offset of a batch minus the segment's base offset
              4     4  position         file position of that batch in the .log file
 
-    Both fields strictly increase. ``lookup`` finds the greatest entry <= the target; a reader
-    then scans batch headers forward from that position.
+    Both fields strictly increase. As in Kafka, an entry is keyed by its batch's last offset;
+    files written by earlier Headrace versions key it by the base offset. Every search below
+    holds for any key between the batch's base and last offsets: ``lookup`` finds the greatest
+    entry <= the target, whose batch starts at or before the batch holding the target, and a
+    reader then scans batch headers forward from that position.
     """
 
     ENTRY = struct.Struct(">ii")
@@ -301,7 +304,8 @@ class OffsetIndex(_SparseIndex):
         return self._call(find)
 
     def boundary_at_or_before(self, position: int, max_offset: int) -> int:
-        """The greatest indexed position <= ``position`` whose batch's base offset <= max_offset."""
+        """The greatest indexed position <= ``position`` whose entry's offset <= max_offset
+        (so its batch's base offset is <= max_offset too)."""
 
         def find(buf) -> int:
             rel = max_offset - self.base_offset

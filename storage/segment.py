@@ -211,7 +211,9 @@ class LogSegment:
             self.max_ts_offset = last
         oi = ti = None
         if self.bytes_since_index > self.index_interval_bytes:
-            oi = self.offset_index.pack(base - self.base_offset, position)
+            # keyed by the batch's last offset, as Kafka's LogSegment does (its kafka-dump-log
+            # checks that); older files keyed by the base offset read the same (index.py)
+            oi = self.offset_index.pack(last - self.base_offset, position)
             if self.max_ts > self.last_time_entry_ts:
                 ti = self.time_index.pack(self.max_ts, self.max_ts_offset - self.base_offset)
                 self.last_time_entry_ts = self.max_ts

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from headrace.storage.index import OffsetIndex, TimeIndex
-from storage_batches import Writer
+from storage_batches import Writer, last_offset
 
 
 def build_offset_index(path, base, n, rng):
@@ -119,17 +119,68 @@ def test_index_entries_are_sparse(open_log):
 
 
 def test_every_indexed_position_is_a_batch_start(open_log):
+    """Each entry maps a batch's last offset to its position, as Kafka's LogSegment does."""
     log = open_log()
     w = Writer(log, seed=4)
     w.append_many(300)
-    starts = {}
-    for b in w.batches:
-        starts[int.from_bytes(b[:8], "big")] = b
+    last_of = {int.from_bytes(b[:8], "big"): last_offset(b) for b in w.batches}
+    entries = 0
     for seg in log._segments:
         index = seg.offset_index
         for i in range(len(index)):
             rel, pos = index.entry(i)
             with seg.log_file.use() as fd:
                 data = os.pread(fd, 8, pos)
-            assert int.from_bytes(data, "big") == seg.base_offset + rel
-            assert seg.base_offset + rel in starts
+            base = int.from_bytes(data, "big")
+            assert base in last_of
+            assert seg.base_offset + rel == last_of[base]
+            entries += 1
+    assert entries > 10
+    assert any(last != base for base, last in last_of.items())  # the two keys differ
+
+
+def _rekey_by_base_offset(seg) -> int:
+    """Rewrite a closed segment's offset index as earlier Headrace versions did (each entry
+    keyed by its batch's base offset); returns the number of entries."""
+    raw = open(seg.offset_index.path, "rb").read()
+    out = bytearray()
+    with open(seg.log_file.path, "rb") as f:
+        for rel, pos in OffsetIndex.ENTRY.iter_unpack(raw):
+            f.seek(pos)
+            base = int.from_bytes(f.read(8), "big")
+            out += OffsetIndex.ENTRY.pack(base - seg.base_offset, pos)
+    with open(seg.offset_index.path, "wb") as f:
+        f.write(out)
+    return len(raw) // 8
+
+
+@pytest.mark.parametrize("recover", [False, True])
+def test_indexes_keyed_by_base_offset_still_read(open_log, log_dir, recover):
+    """Offset indexes written before entries were keyed by the last offset: reads, appends,
+    truncation and recovery work on them, and ``headrace verify`` accepts them."""
+    from headrace.storage.examine import check_partition
+
+    log = open_log()
+    w = Writer(log, seed=5)
+    w.append_many(300)
+    segments = list(log._segments)
+    log.close()
+    rekeyed = sum(_rekey_by_base_offset(seg) for seg in segments)
+    assert rekeyed > 10
+    assert all(not c.problems for c in check_partition(str(log_dir)))
+    log = open_log(recover=recover)
+    starts = [int.from_bytes(b[:8], "big") for b in w.batches]
+    for b in w.batches:  # every offset finds its batch first
+        base = int.from_bytes(b[:8], "big")
+        for offset in range(base, last_offset(b) + 1):
+            assert log.read(offset, 1)[: len(b)] == b, offset
+    w.log = log
+    w.append_many(50)  # appends after old entries; then truncate into the old part
+    cut = starts[len(starts) // 2]
+    log.truncate_to(cut)
+    assert log.log_end_offset == cut
+    kept = [b for b in w.batches if int.from_bytes(b[:8], "big") < cut]
+    for b in kept[-20:]:
+        assert log.read(int.from_bytes(b[:8], "big"), 1)[: len(b)] == b
+    log.close()
+    assert all(not c.problems for c in check_partition(str(log_dir)))
