@@ -233,16 +233,7 @@ class ReplicaFetcher:
             return False
         if p.error_code:
             return False
-        records = p.records
-        if records:
-            if plog.log_end_offset == plog.log_start_offset:  # empty: start at the first batch
-                base = read_batch_header(records).base_offset
-                if base != plog.log_end_offset:
-                    await asyncio.to_thread(plog.restart_at, base)
-            partition.append_copied(memoryview(records))  # type: ignore[attr-defined]
-        start = min(p.log_start_offset, plog.log_end_offset)
-        if start > plog.log_start_offset:
-            await asyncio.to_thread(plog.delete_records_before, start)
+        records = await _take(partition, p)
         c.caught_up = not records and plog.log_end_offset >= p.high_watermark
         return c.caught_up and partition.unflushed > 0  # type: ignore[attr-defined]
 
@@ -265,19 +256,10 @@ class ReplicaFetcher:
             return False
         if p.error_code:
             return False
-        records = p.records
-        if records:
-            if plog.log_end_offset == plog.log_start_offset:  # empty: start at the first batch
-                base = read_batch_header(records).base_offset
-                if base != plog.log_end_offset:
-                    await asyncio.to_thread(plog.restart_at, base)
-            partition.append_copied(memoryview(records))  # type: ignore[attr-defined]
+        if await _take(partition, p):
             epochs = partition.epochs  # type: ignore[attr-defined]
             if epochs is not None and epochs.dirty:
                 await asyncio.to_thread(epochs.write)
-        start = min(p.log_start_offset, plog.log_end_offset)
-        if start > plog.log_start_offset:
-            await asyncio.to_thread(plog.delete_records_before, start)
         if p.high_watermark >= 0:
             partition.hw = min(p.high_watermark, plog.log_end_offset)  # type: ignore[attr-defined]
         topic = partition.topic  # type: ignore[attr-defined]
@@ -352,3 +334,21 @@ class ReplicaFetcher:
                     await partition.truncate_to(end)  # type: ignore[attr-defined]
                 c.truncate = False
         return answered
+
+
+async def _take(partition, p) -> bytes:
+    """Append one partition's answer to the local log (a log still empty starts at the first
+    batch sent: the leader's log start may lie inside it) and follow the leader's log start
+    offset. Returns the records appended."""
+    plog = partition.log
+    records = p.records
+    if records:
+        if plog.log_end_offset == plog.log_start_offset:
+            base = read_batch_header(records).base_offset
+            if base != plog.log_end_offset:
+                await asyncio.to_thread(plog.restart_at, base)
+        partition.append_copied(memoryview(records))
+    start = min(p.log_start_offset, plog.log_end_offset)
+    if start > plog.log_start_offset:
+        await asyncio.to_thread(plog.delete_records_before, start)
+    return records
