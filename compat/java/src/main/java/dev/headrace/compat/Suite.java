@@ -748,11 +748,11 @@ public final class Suite {
         expect(failed.isEmpty(), failed.size() + " records failed: " + failed.subList(0, Math.min(3, failed.size())));
         expect(acked.size() == n, acked.size() + " acknowledged of " + n);
         int newLeader;
-        List<Node> isr;
+        List<Integer> isr;
         try (Admin admin = Admin.create(common())) {
             TopicPartitionInfo info = partition0(admin, topic);
             newLeader = info.leader() == null ? -1 : info.leader().id();
-            isr = info.isr();
+            isr = info.isr().stream().map(Node::id).collect(Collectors.toList());
         }
         System.out.println(answer.get() + "; " + (killedAt - 1000) + " records sent while it was killed, "
             + n + " in all; new leader " + newLeader + ", ISR " + isr);
