@@ -299,15 +299,17 @@ def leader_kill_9(bootstrap: str, prefix: str) -> None:
     for _ in range(100):
         send(10)
     expect(producer.flush(WAIT_S) == 0, "the first half not acknowledged")
-    half = len(acked)
-    print(f"{half} acknowledged; HOOK kill-leader", flush=True)
-    print(f"HOOK kill-leader {topic} 0", flush=True)
     import threading
     reader = threading.Thread(target=lambda: answers.append(sys.stdin.readline().strip()),
                               daemon=True)
     reader.start()
+    asked = False
     while reader.is_alive() and n < 200_000:  # in flight while the leader dies
         send(10)
+        if not asked and n >= 1100:  # 100 records handed to the producer, not waited for
+            print(f"{len(acked)} acknowledged of {n} sent; HOOK kill-leader", flush=True)
+            print(f"HOOK kill-leader {topic} 0", flush=True)
+            asked = True
         time.sleep(0.005)
     reader.join(WAIT_S)
     expect(bool(answers) and answers[0].startswith("killed"), f"the harness answered {answers}")
@@ -318,7 +320,7 @@ def leader_kill_9(bootstrap: str, prefix: str) -> None:
     expect(not failed, f"{len(failed)} records failed: {failed[:3]}")
     expect(len(acked) == n, f"{len(acked)} acknowledged of {n}")
     new_leader, in_sync = isr()
-    print(f"{answers[0]}; {killed_at - 1000} records sent while it was killed, {n} in all; "
+    print(f"{answers[0]}; {killed_at - 1000} records sent after the first 1000 until the kill was answered, {n} in all; "
           f"new leader {new_leader}, ISR {in_sync}", flush=True)
     expect(new_leader not in (leader, -1), f"leader {new_leader} after the kill of {leader}")
     watcher = Consumer({**base(bootstrap), "group.id": "unused-watermarks"})

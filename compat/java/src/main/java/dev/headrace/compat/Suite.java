@@ -723,9 +723,6 @@ public final class Suite {
             producer.flush();
             expect(acked.size() == 1000 && failed.isEmpty(), "the first half: " + acked.size()
                 + " acknowledged, failures " + failed);
-            System.out.println(acked.size() + " acknowledged; HOOK kill-leader");
-            System.out.println("HOOK kill-leader " + topic + " 0");
-            System.out.flush();
             Thread reader = new Thread(() -> {
                 try {
                     answer.set(new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)).readLine());
@@ -735,8 +732,15 @@ public final class Suite {
             });
             reader.setDaemon(true);
             reader.start();
+            boolean asked = false;
             while (reader.isAlive() && n < 200_000) {  // in flight while the leader dies
                 for (int i = 0; i < 10; i++, n++) send(producer, topic, n, acked, failed);
+                if (!asked && n >= 1100) {  // 100 records handed to the producer, not waited for
+                    System.out.println(acked.size() + " acknowledged of " + n + " sent; HOOK kill-leader");
+                    System.out.println("HOOK kill-leader " + topic + " 0");
+                    System.out.flush();
+                    asked = true;
+                }
                 Thread.sleep(5);
             }
             reader.join(TimeUnit.SECONDS.toMillis(WAIT_S));
@@ -754,7 +758,7 @@ public final class Suite {
             newLeader = info.leader() == null ? -1 : info.leader().id();
             isr = info.isr().stream().map(Node::id).collect(Collectors.toList());
         }
-        System.out.println(answer.get() + "; " + (killedAt - 1000) + " records sent while it was killed, "
+        System.out.println(answer.get() + "; " + (killedAt - 1000) + " records sent after the first 1000 until the kill was answered, "
             + n + " in all; new leader " + newLeader + ", ISR " + isr);
         expect(newLeader != leader && newLeader != -1, "leader " + newLeader + " after the kill of " + leader);
         long high;
