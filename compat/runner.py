@@ -64,7 +64,10 @@ def run_scenario(cmd: list[str], bootstrap: str, scenario: str, prefix: str, tim
                     errors="replace").splitlines()) if m]
                 for words in asked[handled:]:
                     handled += 1
-                    answer = hook(words)
+                    try:
+                        answer = hook(words)
+                    except Exception as exc:  # the program is told, and fails with it
+                        answer = f"error {type(exc).__name__}: {exc}"
                     out.write(f"[compat] hook {' '.join(words)}: {answer}\n")
                     out.flush()
                     try:
@@ -133,7 +136,7 @@ def run_client(client: Client, only: list[str] | None, logs: Path) -> dict:
             if not started:
                 try:
                     broker.start()
-                except (RuntimeError, TimeoutError, OSError) as exc:
+                except (RuntimeError, TimeoutError, OSError, ImportError) as exc:
                     reason = f"Headrace did not start: {' '.join(str(exc).split())}"[:600]
                     log(reason)
                     for s in client.scenarios:
