@@ -100,7 +100,10 @@ def kill_rounds(args, brokers: list[BrokerProcess], boot: str, topic: str,
 def rolling_rounds(args, brokers: list[BrokerProcess], boot: str, topic: str,
                    load: AckedLoad) -> list[str]:
     wait_full_isrs(boot, topic)
+    deadline = time.monotonic() + 120
     while load.acked_count() < 300:  # the producers are under way
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {load.acked_count()} records acknowledged in 120 s")
         time.sleep(0.1)
     started = time.monotonic()
     stops, refills = [], []
