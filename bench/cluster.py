@@ -793,7 +793,9 @@ COLUMNS = (  # (header, cell) of the summary table, after the run's name
     ("MiB per broker CPU-s", lambda r: _f(r["mib_per_broker_cpu_s"])),
     ("broker CPU ms/MiB", lambda r: _f(r["broker_cpu_ms_per_mib"])),
     ("brokers", lambda r: _f(r["broker_cores"], 2)),
-    ("busiest main thread", lambda r: _f(r.get("busiest_loop_cores"), 2)),
+    # (Headrace's event loop; a JVM's main thread only waits)
+    ("busiest main thread", lambda r: "-" if r["system"] == "kafka"
+     else _f(r.get("busiest_loop_cores"), 2)),
     ("clients", lambda r: _f(r["client_cores"], 2)),
     ("ZooKeeper", lambda r: _f(r["zookeeper_cores"], 2)),
     ("kernel", lambda r: _f(r["kernel_cores"], 2)),

@@ -21,15 +21,16 @@ learns a broker is gone when its session expires): say which one a figure used.
 would: wait until every partition has its full ISR, stop the broker with SIGTERM (its
 controlled shutdown hands its leaderships to other ISR members first), start it again. Printed
 per restart: the controlled shutdown's own figure from the broker's log, how long the stop
-took, and how long until every ISR was full again; at the end the same acked / lost /
-duplicated / reordered check, and per partition the longest time without an acknowledgement
-from the first stop to the last restart's full ISRs (how long producers of that partition
-were held up at worst).
+took, and how long from serving again until every ISR was full; at the end the same acked /
+lost / duplicated / reordered check, and per partition the longest time without an
+acknowledgement from the first stop to the end (how long producers of that partition were
+held up at worst), and the load average at the start and end (a shared machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -121,14 +122,14 @@ def rolling_rounds(args, brokers: list[BrokerProcess], boot: str, topic: str,
             print(
                 f"round {r}, node {n}: exit code {code}, stopped in {stops[-1]:.2f} s"
                 f" (controlled shutdown {said[-1] if said else 'not logged'}),"
-                f" ISRs full {refills[-1]:.2f} s after the start",
+                f" ISRs full {refills[-1]:.2f} s after it served again",
                 flush=True,
             )
         print(f"round {r}: {load.acked_count() - start_acks} acked this round", flush=True)
     gaps = load.longest_gaps(started)
     return [
         f"stop (SIGTERM to exit): median {statistics.median(stops):.2f} s, max {max(stops):.2f} s;"
-        f" start to full ISRs: median {statistics.median(refills):.2f} s,"
+        f" serving again to full ISRs: median {statistics.median(refills):.2f} s,"
         f" max {max(refills):.2f} s",
         "longest time without an acknowledgement, per partition: "
         + ", ".join(f"{p}: {g:.2f} s" for p, g in gaps.items()),
@@ -174,8 +175,8 @@ def main() -> int:
             [NewTopic(topic, args.partitions, 3, config={"min.insync.replicas": "2"})]
         )[topic].result(30)
         load = AckedLoad(boot, topic, args.producers, args.partitions).start()
-        print(f"{args.mode}: session timeout {args.session_ms} ms; {args.rounds} rounds",
-              flush=True)
+        print(f"{args.mode}: session timeout {args.session_ms} ms; {args.rounds} rounds;"
+              f" load average {[round(x, 2) for x in os.getloadavg()]}", flush=True)
         rounds = rolling_rounds if args.mode == "rolling" else kill_rounds
         try:
             summary = rounds(args, brokers, boot, topic, load)
@@ -189,6 +190,7 @@ def main() -> int:
         )
         for line in summary:
             print(line)
+        print(f"load average at the end {[round(x, 2) for x in os.getloadavg()]}")
         for e in load.errors:
             print("error:", e)
         return 0 if result["lost"] == result["duplicated"] == result["reordered"] == 0 else 1
