@@ -149,7 +149,8 @@ def main() -> int:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     work = Path(tempfile.mkdtemp(prefix="headrace-faults-"))
-    zk = ZooKeeperServer(work / "zookeeper", tick_ms=500)
+    # ZooKeeper grants sessions of at most 20 ticks: a tick long enough for --session-ms
+    zk = ZooKeeperServer(work / "zookeeper", tick_ms=max(500, -(-args.session_ms // 20)))
     zk.start()
     brokers = [
         BrokerProcess(
