@@ -727,7 +727,14 @@ def summarise(samples: list[dict], max_other: float | None = None) -> list[dict]
         tp = [s["mib_per_sec"] for s in use]
         row["mib_per_sec_range"] = [min(tp), max(tp)]
         out.append(row)
-    return out
+    # grouped by part, then flush mode, then driver, each in the order first seen (a failed
+    # run must not scatter a group)
+    first: dict[tuple, int] = {}
+    for r in out:
+        for k in ((r["part"],), (r["part"], r["durable"]), (r["part"], r["durable"], r["driver"])):
+            first.setdefault(k, len(first))
+    return sorted(out, key=lambda r: (first[(r["part"],)], first[(r["part"], r["durable"])],
+                                      first[(r["part"], r["durable"], r["driver"])]))
 
 
 def find(rows: list[dict], **kw) -> dict | None:
@@ -883,7 +890,8 @@ def write_plot(results: dict, path: Path) -> None:
         return
     labels = [f"{'Kafka' if r['system'] == 'kafka' else 'Headrace'}\nx{r['brokers']}\n"
               f"{'wire' if r['driver'] == 'wire' else 'perf'}"
-              + ("" if r.get("durable", True) else "\nno fsync") for r in rows]
+              + ("\nno fsync" if not r.get("durable", True) else
+                 "\nfsync each" if r["part"] == "replicated" else "") for r in rows]
     colors = ["#555555" if r["system"] == "kafka" else "#1f77b4" for r in rows]
     x = list(range(len(rows)))
     fig, axes = plt.subplots(1, 3, figsize=(16, 5))
