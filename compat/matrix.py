@@ -47,10 +47,14 @@ def render_markdown(matrix: dict) -> str:
         "python compat/spark/pipeline.py       # the Spark pipeline example on its own broker",
         "```",
         "",
-        f"Last run: {matrix.get('generated', '?')} against Headrace "
+        f"Last whole run: {matrix.get('generated', '?')} against Headrace "
         f"{matrix.get('headrace', '?')}, {matrix.get('minutes', '?')} min "
         f"(details: `compat/results/matrix.md`). `pytest tests/compat` runs the same suite "
         f"as tests."]
+    alone = [f"{n} ({e['run']})" for n, e in matrix.get("clients", {}).items()
+             if e.get("run") and not e["run"].startswith(str(matrix.get("generated")))]
+    if alone:
+        lines += ["", "Rows run on their own since: " + "; ".join(alone) + "."]
     failures: list[str] = []
     clients = matrix.get("clients", {})
     for table, (title, scenarios) in TABLES.items():
