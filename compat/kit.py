@@ -113,6 +113,29 @@ def security() -> dict[str, str]:
     return out
 
 
+
+def librdkafka_security(listener: str) -> dict[str, str]:
+    """librdkafka's settings for one listener of the suite's secure broker (``security()``),
+    without the address."""
+    sec = security()
+    conf = {}
+    if listener in ("ssl", "mtls", "sasl_ssl"):
+        conf["ssl.ca.location"] = sec["ca.pem"]
+    if listener in ("ssl", "mtls"):
+        conf["security.protocol"] = "SSL"
+    if listener == "mtls":
+        conf.update({"ssl.certificate.location": sec["client.cert.pem"],
+                     "ssl.key.location": sec["client.key.pem"]})
+    elif listener == "sasl_ssl":
+        conf.update({"security.protocol": "SASL_SSL", "sasl.mechanism": sec["scram.mechanism"],
+                     "sasl.username": sec["scram.username"],
+                     "sasl.password": sec["scram.password"]})
+    elif listener == "sasl_plaintext":
+        conf.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                     "sasl.username": sec["plain.username"],
+                     "sasl.password": sec["plain.password"]})
+    return conf
+
 def wait_until(cond: Callable[[], bool], what: str, timeout: float = WAIT_S,
                step: float = 0.2) -> None:
     deadline = time.monotonic() + timeout

@@ -207,24 +207,7 @@ def transactions(bootstrap: str, prefix: str) -> None:
 
 def secured(listener: str) -> dict:
     """The client settings for one listener of the suite's secure broker (kit.security)."""
-    sec = kit.security()
-    conf = {"bootstrap.servers": sec[listener]}
-    if listener in ("ssl", "mtls", "sasl_ssl"):
-        conf["ssl.ca.location"] = sec["ca.pem"]
-    if listener == "ssl":
-        conf["security.protocol"] = "SSL"
-    elif listener == "mtls":
-        conf.update({"security.protocol": "SSL", "ssl.certificate.location": sec["client.cert.pem"],
-                     "ssl.key.location": sec["client.key.pem"]})
-    elif listener == "sasl_ssl":
-        conf.update({"security.protocol": "SASL_SSL", "sasl.mechanism": sec["scram.mechanism"],
-                     "sasl.username": sec["scram.username"],
-                     "sasl.password": sec["scram.password"]})
-    else:
-        conf.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-                     "sasl.username": sec["plain.username"],
-                     "sasl.password": sec["plain.password"]})
-    return conf
+    return {"bootstrap.servers": kit.security()[listener], **kit.librdkafka_security(listener)}
 
 
 def over(listener: str):

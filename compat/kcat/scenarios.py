@@ -183,24 +183,8 @@ def not_applicable(why: str):
 def secured(listener: str) -> tuple[str, list[str]]:
     """The address of one listener of the suite's secure broker (kit.security) and the -X
     options for it."""
-    sec = kit.security()
-    conf = {}
-    if listener in ("ssl", "mtls", "sasl_ssl"):
-        conf["ssl.ca.location"] = sec["ca.pem"]
-    if listener == "ssl":
-        conf["security.protocol"] = "SSL"
-    elif listener == "mtls":
-        conf.update({"security.protocol": "SSL", "ssl.certificate.location": sec["client.cert.pem"],
-                     "ssl.key.location": sec["client.key.pem"]})
-    elif listener == "sasl_ssl":
-        conf.update({"security.protocol": "SASL_SSL", "sasl.mechanisms": sec["scram.mechanism"],
-                     "sasl.username": sec["scram.username"],
-                     "sasl.password": sec["scram.password"]})
-    else:
-        conf.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
-                     "sasl.username": sec["plain.username"],
-                     "sasl.password": sec["plain.password"]})
-    return sec[listener], [arg for k, v in conf.items() for arg in ("-X", f"{k}={v}")]
+    conf = kit.librdkafka_security(listener)
+    return kit.security()[listener], [arg for k, v in conf.items() for arg in ("-X", f"{k}={v}")]
 
 
 def over(listener: str):
