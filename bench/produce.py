@@ -6,7 +6,8 @@ from __future__ import annotations
 from bench import brokers, wire
 from bench.apache_kafka import HOST, parse_producer_performance
 from bench.context import Context, echo, loadavg
-from bench.profiler import Profiler
+from bench.apache_kafka import BROKER_JVM_FLAGS
+from bench.profiler import Profiler, jfr_flags, jfr_to_collapsed
 from bench.scenarios import Scenario
 
 PRODUCER = "org.apache.kafka.tools.ProducerPerformance"
@@ -25,6 +26,10 @@ def run_produce(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
     records = sc.records[ctx.size]
     topic = f"bench-{sc.id.lower()}"
     sample = {"loadavg": loadavg()}
+    jfr = None
+    if ctx.profile_dir is not None and isinstance(broker, brokers.KafkaBroker):
+        jfr = ctx.profile_dir / f"{sc.id}-{kind}.jfr"
+        broker.jvm_flags = [*(broker.jvm_flags or BROKER_JVM_FLAGS), *jfr_flags(jfr)]
     broker.prepare()
     broker.start()
     prof = None
@@ -42,6 +47,9 @@ def run_produce(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
             prof.finish()
         broker.stop()
         broker.cleanup()
+    if jfr is not None:
+        n = jfr_to_collapsed(jfr, jfr.with_suffix(".collapsed"))
+        ctx.progress(f"  {kind}: {n} JFR execution samples")
     parsed = parse_producer_performance(out)
     if parsed is None:
         raise RuntimeError(f"no ProducerPerformance summary in the output of {sc.id}/{kind}")

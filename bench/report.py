@@ -212,8 +212,12 @@ def machine_text(results: dict) -> str:
 
 
 def _load_range(results: dict) -> str:
-    loads = sorted(x["loadavg"][0] for e in results["scenarios"].values()
-                   for ss in e.get("samples", {}).values() for x in ss if x.get("loadavg"))
+    entries = list(results["scenarios"].values()) + [
+        e for b in results.get("layouts", {}).values() for e in b.get("scenarios", {}).values()]
+    runs = [x for e in entries for ss in e.get("samples", {}).values() for x in ss] + [
+        x for e in entries for d in e.get("kinds", {}).values()
+        for key in ("curve", "samples", "sweep") for x in d.get(key, [])]
+    loads = sorted(x["loadavg"][0] for x in runs if x.get("loadavg"))
     if not loads:
         return "-"
     return f"{loads[0]:.2f} to {loads[-1]:.2f}, median {loads[len(loads) // 2]:.2f}"
@@ -634,28 +638,31 @@ def write_profiles(profile_dir: Path | None, out_dir: Path, results: dict) -> No
     if profile_dir is None or not profile_dir.exists():
         print("no profiles recorded", file=sys.stderr)
         return
-    md = ["# Where Headrace spends its time", "",
+    md = ["# Where the brokers spend their time", "",
           f"`{results['command']}` at {results['machine'].get('git_commit')}, load average at "
           f"start {results['loadavg_start']}. py-spy samples of the broker process (all "
           "threads, native frames included; samples of threads waiting on a lock or in epoll are "
           "left out) while Kafka's ProducerPerformance ran against it, broker on CPU 0, client "
           "on CPU 1. *self*: the function itself was running; *inclusive*: it was on the stack "
-          "(frames common to every event-loop sample left out).", ""]
+          "(frames common to every event-loop sample left out). Kafka: a Java Flight Recording "
+          "(`settings=profile`) of the broker JVM over the same run, its Java execution "
+          "samples (Java frames only: time in native code and the kernel is not sampled).", ""]
     for f in sorted(profile_dir.glob("*.collapsed")):
-        sid = f.stem
+        sid, _, kind = f.stem.partition("-")
+        who = "Headrace" if not kind else f"Apache Kafka ({kind})"
         stacks = read_collapsed(f, keep_idle=results.get("profile_idle", False))
         if not stacks:
             continue
-        (out_dir / f"profile-{sid}.svg").write_text(
-            flamegraph_svg(stacks, f"Headrace under {sid}: {SCENARIOS[sid].title}"))
+        (out_dir / f"profile-{f.stem}.svg").write_text(
+            flamegraph_svg(stacks, f"{who} under {sid}: {SCENARIOS[sid].title}"))
         total, own, incl = top_functions(stacks)
-        med = results["scenarios"].get(sid, {}).get("median", {}).get("headrace", {})
-        md += [f"## {sid}: {SCENARIOS[sid].title}", "",
+        med = results["scenarios"].get(sid, {}).get("median", {}).get(kind or "headrace", {})
+        md += [f"## {sid}, {who}: {SCENARIOS[sid].title}", "",
                f"{total} samples; this run: {_fmt(med.get('mb_per_sec'))} MiB/s, "
                f"{_fmt(med.get('records_per_sec'))} records/s; the broker used "
                f"{_fmt(med.get('broker_cpu'))} of its core, the client {_fmt(med.get('client_cpu'))} "
                "of its own (so the shares below are shares of that busy time). "
-               f"Flame graph: [profile-{sid}.svg](profile-{sid}.svg). By thread: "
+               f"Flame graph: [profile-{f.stem}.svg](profile-{f.stem}.svg). By thread: "
                + ", ".join(f"{t} {p:.0f}%" for t, p in by_thread(stacks)) + ".", "",
                "| self % | function | | inclusive % | function |", "|---:|---|---|---:|---|"]
         for (fo, po), (fi, pi) in zip(own, incl):

@@ -484,8 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-iperf", action="store_true")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--profile", action="store_true",
-                    help="Headrace only, S1/S3/S4 (or --scenarios) once each under py-spy; "
-                         "writes flame graphs and top-function tables to --out")
+                    help="S1/S3/S4 (or --scenarios) once each, pinned, Headrace under py-spy "
+                         "and Kafka with a Java Flight Recording (--brokers chooses); writes "
+                         "flame graphs and top-function tables to --out")
     ap.add_argument("--profile-idle", action="store_true",
                     help="with --profile: keep samples of waiting threads (where time goes "
                          "off the CPU: fsync, locks, epoll)")
@@ -513,7 +514,6 @@ def main(argv: list[str] | None = None) -> int:
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if args.profile:
-        args.brokers = "headrace"
         args.runs = 1
         args.scenarios = args.scenarios or "S1,S3,S4"
     ctx = Context(args, stamp)
