@@ -484,19 +484,26 @@ def readme_section(results: dict, out_dir: Path) -> str:
         prof += (f"\n\nWhat the numbers mean, which bars are met and what stands in the way: "
                  f"[{rel}/notes.md]({rel}/notes.md).")
     if profiles:
-        prof += ("\n\nFlame graphs of Headrace (py-spy, `python -m bench.run --profile`): "
+        prof += ("\n\nFlame graphs (Headrace: py-spy; Kafka: JFR; `python -m bench.run --profile`): "
                 + ", ".join(f"[{p.stem[8:]}]({rel}/{p.name})" for p in profiles)
                 + f"; top functions in [{rel}/profiles.md]({rel}/profiles.md).")
     return f"""## Benchmarks
 
-Apache Kafka and Headrace on the same machine, one after the other, driven by Kafka's own
-`ProducerPerformance` and `ConsumerPerformance` (and a fixed-rate end-to-end latency client,
-`bench/java/EndToEndRate.java`, for S6). One command runs everything and writes
-`{rel}/results.md`, `results.json` and the plots:
+Apache Kafka and Headrace on the same machine, one after the other, each driven to saturation
+by Kafka's own `ProducerPerformance` and `ConsumerPerformance` (1, 2, 4, 8 client processes
+until the broker's throughput stops growing), with the broker's CPU read from `/proc` beside
+every throughput (MiB per broker CPU-second). Headline layout: nothing pinned, Headrace with
+`--workers`; second table: the broker pinned to one CPU. Kafka runs with its start scripts'
+JVM settings and with its operations documentation's, and the better one is compared. Every
+run is checked (records sent, stored and consumed as requested, no client errors; a failed
+run fails its cell), each broker process takes a discarded warm-up run, and the latency sweep
+runs each broker at 25/50/75% of its own maximum (S6: end-to-end latency at a fixed rate,
+`bench/java/EndToEndRate.java`). One command runs everything and writes
+`{rel}/results.md`, `results.json` and the plots (how long: `{rel}/notes.md`):
 
 ```sh
 pip install -e '.[bench]' && python -m bench.run --readme   # Java 17 and Maven needed
-python -m bench.run --size tiny --runs 1                     # a quick check, seconds per scenario
+python -m bench.run --size tiny --runs 1                     # a quick check
 ```
 
 Latest results:

@@ -70,6 +70,7 @@ def run_tools(main: str, argss: list[list[str]], log_prefix: Path, timeout: floa
     return their outputs. Raises ``RunFailed`` if one exits non-zero or is still running
     after ``timeout`` seconds."""
     cp = classpath()
+    log_prefix.parent.mkdir(parents=True, exist_ok=True)
     procs, outs, logs = [], [], []
     for i, args in enumerate(argss):
         log = open(f"{log_prefix}-c{i}.log", "w")

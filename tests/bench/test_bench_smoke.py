@@ -34,10 +34,12 @@ def kafka_classpath():
 
 
 def test_harness_tiny_headrace_only(tmp_path, kafka_classpath):
+    """One layout (pinned: no ZooKeeper to start), a curve of 1 and 2 clients, the latency
+    sweep on S1 only."""
     out = tmp_path / "results"
     cmd = [sys.executable, "-m", "bench.run", "--size", "tiny", "--runs", "1",
            "--brokers", "headrace", "--scenarios", "S1,S3,S4,S6,S7", "--no-iperf",
-           "--headrace-ref", "worktree",
+           "--layouts", "pinned", "--sweep", "S1", "--headrace-ref", "worktree",
            "--out", str(out), "--raw-dir", str(tmp_path / "raw")]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=200)
     assert res.returncode == 0, res.stderr[-4000:]
@@ -46,6 +48,17 @@ def test_harness_tiny_headrace_only(tmp_path, kafka_classpath):
     for sid, metric in [("S1", "mb_per_sec"), ("S3", "mb_per_sec"),
                         ("S4", "records_per_sec"), ("S6", "p99_ms"), ("S7", "cold_start_ms")]:
         assert results["scenarios"][sid]["median"]["headrace"][metric] > 0, sid
+    s1 = results["scenarios"]["S1"]
+    curve = s1["kinds"]["headrace"]["curve"]
+    assert [s["clients"] for s in curve][:1] == [1]
+    # every measured run proved its work: the broker holds exactly the records requested
+    for s in curve + s1["kinds"]["headrace"]["samples"]:
+        assert s["records_stored"] == s["records"] > 0
+        assert s["mib_per_broker_cpu_s"] > 0
+    assert [s["load"] for s in s1["kinds"]["headrace"]["sweep"]] == [
+        "25% of own maximum", "50% of own maximum", "75% of own maximum"]
+    assert results["machine"]["data_filesystem"]["fstype"]
+    assert results["machine"]["fsync_start"]["p50_ms"] > 0
     md = (out / "results.md").read_text()
     assert "| S1: " in md and "Load average at start" in md
     assert "[bench" in res.stderr  # progress is shown
