@@ -193,9 +193,10 @@ def machine_text(results: dict) -> str:
     fs = m.get("data_filesystem", {})
     f0, f1 = m.get("fsync_start", {}), m.get("fsync_end", {})
     thr = m.get("dirty_threshold_bytes")
+    java = (m.get("java_full") or m.get("java") or "java ?").splitlines()
     parts = [f"{m.get('cpu_model', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib', '?')} GiB "
              f"(MemAvailable {(m.get('mem_available_bytes') or 0) / 2**30:.1f} GiB), "
-             f"kernel {m.get('kernel', '?')}, {m.get('java_full', m.get('java', '')).splitlines()[0] if m.get('java_full') or m.get('java') else 'java ?'}."]
+             f"kernel {m.get('kernel', '?')}, {'; '.join(java[:1] + java[-1:])}."]
     if fs:
         parts.append(f"Data directory on {fs.get('fstype')} ({fs.get('source')}, mounted "
                      f"{fs.get('options')}).")
@@ -207,7 +208,8 @@ def machine_text(results: dict) -> str:
     if thr:
         parts.append(f"Dirty page threshold {thr / 2**30:.1f} GiB (vm.dirty_ratio "
                      f"{m.get('vm.dirty_ratio')}% of MemAvailable, vm.dirty_bytes "
-                     f"{m.get('vm.dirty_bytes')}; background {m.get('vm.dirty_background_ratio')}%).")
+                     f"{m.get('vm.dirty_bytes')}; background "
+                     f"{m.get('vm.dirty_background_ratio')}%).")
     return " ".join(parts)
 
 
@@ -484,7 +486,8 @@ def readme_section(results: dict, out_dir: Path) -> str:
         prof += (f"\n\nWhat the numbers mean, which bars are met and what stands in the way: "
                  f"[{rel}/notes.md]({rel}/notes.md).")
     if profiles:
-        prof += ("\n\nFlame graphs (Headrace: py-spy; Kafka: JFR; `python -m bench.run --profile`): "
+        prof += ("\n\nFlame graphs (Headrace: py-spy; Kafka: JFR; "
+                 "`python -m bench.run --profile`): "
                 + ", ".join(f"[{p.stem[8:]}]({rel}/{p.name})" for p in profiles)
                 + f"; top functions in [{rel}/profiles.md]({rel}/profiles.md).")
     return f"""## Benchmarks
