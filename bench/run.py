@@ -183,10 +183,15 @@ def _show(sc: Scenario, s: dict) -> str:
             + (f", retries {s['retries']:.0f}" if s.get("retries") else ""))
 
 
-def records_for(sc: Scenario, ctx: Context, records_per_sec: float, factor: float = 1.0) -> int:
+def records_for(sc: Scenario, ctx: Context, records_per_sec: float, factor: float = 1.0,
+                at_rate: bool = False) -> int:
     """Records for a run of ``SECONDS[size]`` at ``records_per_sec`` (at least the scenario's
-    base count; S1 at full size: more than the dirty page threshold)."""
-    n = max(sc.records[ctx.size], int(records_per_sec * SECONDS[ctx.size] * factor))
+    base count; S1 at full size: more than the dirty page threshold). ``at_rate``: a run at
+    a fixed rate (the sweep), exactly that long."""
+    n = int(records_per_sec * SECONDS[ctx.size] * factor)
+    if at_rate:
+        return max(n, 10)
+    n = max(n, sc.records[ctx.size])
     if sc.dirty and ctx.size == "full" and ctx.dirty_threshold:
         n = max(n, int(ctx.dirty_threshold * 1.25 / sc.record_size) + 1)
     return n
@@ -289,7 +294,8 @@ def saturation_scenario(sc: Scenario, ctx: Context, layout: str, entry: dict) ->
                     d["warmups"].append(_warm(sess, sc))
                     for label, rate in loads:
                         try:
-                            s = sess.produce(bp["clients"], records_for(sc, ctx, rate), rate=rate)
+                            s = sess.produce(bp["clients"],
+                                             records_for(sc, ctx, rate, at_rate=True), rate=rate)
                         except Exception as e:
                             s = _failed(e, clients=bp["clients"])
                         s["load"] = label
