@@ -319,10 +319,23 @@ class KafkaBroker(Broker):
             self.kafka = None
 
     def settings(self) -> dict:
+        """The JVM flags, server.properties, and every setting's effective value as the broker
+        logs it at start-up ("KafkaConfig values:")."""
         k = self._make()
+        effective: dict[str, str] = {}
+        log = k.data_dir / "logs" / "server.log"
+        if log.exists():
+            lines = log.read_text(errors="replace").splitlines()
+            starts = [i for i, ln in enumerate(lines) if "KafkaConfig values:" in ln]
+            for ln in lines[starts[-1] + 1:] if starts else []:
+                if ln.startswith("[") or " = " not in ln:
+                    break
+                key, _, value = ln.strip().partition(" = ")
+                effective[key] = value
         return {"jvm_flags": k.jvm_flags,
                 "server.properties": k.properties_file.read_text()
-                if k.properties_file.exists() else None}
+                if k.properties_file.exists() else None,
+                "effective": effective}
 
 
 HEADRACE_PATH: Path | None = None  # set by the harness when it runs a snapshot
