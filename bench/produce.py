@@ -6,8 +6,7 @@ from __future__ import annotations
 from bench import brokers, wire
 from bench.apache_kafka import HOST, parse_producer_performance
 from bench.context import Context, echo, loadavg
-from bench.apache_kafka import BROKER_JVM_FLAGS
-from bench.profiler import Profiler, jfr_flags, jfr_to_collapsed
+from bench.profiler import FlightRecording, Profiler, jfr_to_collapsed
 from bench.scenarios import Scenario
 
 PRODUCER = "org.apache.kafka.tools.ProducerPerformance"
@@ -27,9 +26,6 @@ def run_produce(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
     topic = f"bench-{sc.id.lower()}"
     sample = {"loadavg": loadavg()}
     jfr = None
-    if ctx.profile_dir is not None and isinstance(broker, brokers.KafkaBroker):
-        jfr = ctx.profile_dir / f"{sc.id}-{kind}.jfr"
-        broker.jvm_flags = [*(broker.jvm_flags or BROKER_JVM_FLAGS), *jfr_flags(jfr)]
     broker.prepare()
     broker.start()
     prof = None
@@ -38,6 +34,9 @@ def run_produce(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
         if ctx.profile_dir is not None and kind == "headrace":
             prof = Profiler(broker.pid, ctx.profile_dir / f"{sc.id}.collapsed",
                             idle=ctx.profile_idle)
+        elif ctx.profile_dir is not None and isinstance(broker, brokers.KafkaBroker):
+            jfr = ctx.profile_dir / f"{sc.id}-{kind}.jfr"
+            prof = FlightRecording(broker.pid, jfr)
         out, cpu = brokers.metered_tool(
             broker, PRODUCER, producer_args(sc, topic, broker.bootstrap, records),
             ctx.logs / f"{sc.id}-{kind}-{rep}.log", on_line=echo(ctx, kind))

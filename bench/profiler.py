@@ -46,11 +46,25 @@ class Profiler:
         terminate(self.proc, timeout, signal.SIGINT)
 
 
-def jfr_flags(path: Path) -> list[str]:
-    """JVM flags recording a Java Flight Recording (the ``profile`` settings: Java execution
-    samples every 10-20 ms) of the whole broker process into ``path``, written at exit."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return [f"-XX:StartFlightRecording=filename={path},settings=profile,dumponexit=true"]
+class FlightRecording:
+    """A Java Flight Recording (the ``profile`` settings: Java execution samples every 10-20
+    ms) of a running JVM, from ``start`` (after the broker is ready, so start-up is not in
+    it) to ``finish`` (``jcmd JFR.start`` / ``JFR.dump`` / ``JFR.stop``)."""
+
+    def __init__(self, pid: int, out: Path) -> None:
+        self.pid, self.out = pid, out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        self._jcmd("JFR.start", "name=bench", "settings=profile")
+
+    def _jcmd(self, *args: str) -> None:
+        res = subprocess.run(["jcmd", str(self.pid), *args], capture_output=True, text=True,
+                             timeout=120)
+        if res.returncode != 0:
+            raise RuntimeError(f"jcmd {' '.join(args)}: {res.stdout[-300:]}{res.stderr[-300:]}")
+
+    def finish(self) -> None:
+        self._jcmd("JFR.dump", "name=bench", f"filename={self.out}")
+        self._jcmd("JFR.stop", "name=bench")
 
 
 def jfr_to_collapsed(jfr: Path, out: Path, depth: int = 64) -> int:
@@ -76,7 +90,7 @@ def jfr_to_collapsed(jfr: Path, out: Path, depth: int = 64) -> int:
             in_stack, frames = True, []
         elif in_stack and t == "]":
             in_stack = False
-            key = ";".join([f"{thread} (jvm)", *reversed(frames)])
+            key = ";".join([f"thread (jvm): {thread}", *reversed(frames)])
             counts[key] = counts.get(key, 0) + 1
         elif in_stack and t and t != "...":
             sig = t.split(" line:")[0]
