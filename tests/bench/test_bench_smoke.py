@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import report, wire  # noqa: E402
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(330)
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +35,14 @@ def kafka_classpath():
 
 def test_harness_tiny_headrace_only(tmp_path, kafka_classpath):
     """One layout (pinned: no ZooKeeper to start), a curve of 1 and 2 clients, the latency
-    sweep on S1 only."""
+    sweep on S1 only, at one load."""
     out = tmp_path / "results"
     cmd = [sys.executable, "-m", "bench.run", "--size", "tiny", "--runs", "1",
            "--brokers", "headrace", "--scenarios", "S1,S3,S4,S6,S7", "--no-iperf",
-           "--layouts", "pinned", "--sweep", "S1", "--headrace-ref", "worktree",
+           "--layouts", "pinned", "--sweep", "S1", "--sweep-fractions", "0.5",
+           "--headrace-ref", "worktree",
            "--out", str(out), "--raw-dir", str(tmp_path / "raw")]
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=200)
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-4000:]
     results = json.loads((out / "results.json").read_text())
     assert len(results["loadavg_start"]) == 3
@@ -55,8 +56,7 @@ def test_harness_tiny_headrace_only(tmp_path, kafka_classpath):
     for s in curve + s1["kinds"]["headrace"]["samples"]:
         assert s["records_stored"] == s["records"] > 0
         assert s["mib_per_broker_cpu_s"] > 0
-    assert [s["load"] for s in s1["kinds"]["headrace"]["sweep"]] == [
-        "25% of own maximum", "50% of own maximum", "75% of own maximum"]
+    assert [s["load"] for s in s1["kinds"]["headrace"]["sweep"]] == ["50% of own maximum"]
     assert results["machine"]["data_filesystem"]["fstype"]
     assert results["machine"]["fsync_start"]["p50_ms"] > 0
     md = (out / "results.md").read_text()
