@@ -7,7 +7,9 @@ Not a performance test: nothing here compares or asserts on numbers. It needs Ja
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +35,20 @@ def kafka_classpath():
         pytest.skip(f"Apache Kafka's class path could not be resolved: {e}")
 
 
+def run_in_own_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run the harness in a process group of its own; past ``timeout``, SIGTERM the whole
+    group (the harness and the brokers it started), so that no broker is left running."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+        pytest.fail(f"the harness took more than {timeout}s:\n{err[-4000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def test_harness_tiny_headrace_only(tmp_path, kafka_classpath):
     """One layout (pinned: no ZooKeeper to start), a curve of 1 and 2 clients, the latency
     sweep on S1 only, at one load."""
@@ -42,7 +58,7 @@ def test_harness_tiny_headrace_only(tmp_path, kafka_classpath):
            "--layouts", "pinned", "--sweep", "S1", "--sweep-fractions", "0.5",
            "--headrace-ref", "worktree",
            "--out", str(out), "--raw-dir", str(tmp_path / "raw")]
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    res = run_in_own_group(cmd, timeout=300)
     assert res.returncode == 0, res.stderr[-4000:]
     results = json.loads((out / "results.json").read_text())
     assert len(results["loadavg_start"]) == 3
