@@ -49,6 +49,7 @@ class Context:
             float(x) for x in str(getattr(args, "sweep_fractions", "0.25,0.5,0.75")).split(",")]
         self.dirty_threshold: int | None = None
         self.settings: dict[str, dict] = {}  # broker variant: its settings in full
+        self.start_retries: list[str] = []  # broker starts tried again (a port taken)
 
     def next_dir(self, tag: str) -> Path:
         self.seq += 1

@@ -129,16 +129,37 @@ def kinds_for(layout: str, ctx: Context) -> list[str]:
 class Session:
     """One broker process of ``kind`` for ``sc``: started, warmed up, measured, stopped."""
 
+    START_ATTEMPTS = 3
+
     def __init__(self, sc: Scenario, kind: str, ctx: Context, tag: str) -> None:
         self.sc, self.kind, self.ctx, self.tag = sc, kind, ctx, tag
-        self.broker = brokers.make_broker(kind, ctx.next_dir(f"{sc.id}-{kind}-{tag}"),
-                                          durable=sc.durable, log_dir=ctx.logs)
         self.runs = 0
 
     def __enter__(self) -> Session:
-        self.broker.prepare()
-        self.broker.start()
-        self.ctx.settings.setdefault(self.kind, self.broker.settings())
+        """Start the broker. Kafka's ports are chosen free before its JVM binds them, and on
+        a shared machine another process may take one meanwhile: such a start (and only
+        that) is tried again, on fresh ports and a fresh data directory, and counted in the
+        results' ``start_retries``."""
+        for attempt in range(self.START_ATTEMPTS):
+            self.broker = brokers.make_broker(
+                self.kind, self.ctx.next_dir(f"{self.sc.id}-{self.kind}-{self.tag}"),
+                durable=self.sc.durable, log_dir=self.ctx.logs)
+            self.broker.prepare()
+            try:
+                self.broker.start()
+                break
+            except Exception as e:
+                try:
+                    self.broker.stop()
+                finally:
+                    self.broker.cleanup()
+                if "Address already in use" not in str(e) or attempt + 1 == self.START_ATTEMPTS:
+                    raise
+                self.ctx.start_retries.append(f"{self.sc.id} {self.kind}: port taken")
+                self.ctx.progress(f"{self.sc.id} {self.kind}: a port was taken before the "
+                                  "broker bound it; starting again on other ports")
+        if self.kind not in self.ctx.settings:
+            self.ctx.settings[self.kind] = self.broker.settings()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -588,6 +609,7 @@ def main(argv: list[str] | None = None) -> int:
         if zk is not None:
             zk.stop()
     results["settings"] = ctx.settings
+    results["start_retries"] = ctx.start_retries
     results["machine"]["fsync_end"] = fsync_latency(ctx.data)
     results["loadavg_end"] = loadavg()
     results["elapsed_s"] = round(time.monotonic() - ctx.progress.t0, 1)
