@@ -71,7 +71,10 @@ def test_harness_tiny_headrace_only(tmp_path, kafka_classpath):
     # every measured run proved its work: the broker holds exactly the records requested
     for s in curve + s1["kinds"]["headrace"]["samples"]:
         assert s["records_stored"] == s["records"] > 0
-        assert s["mib_per_broker_cpu_s"] > 0
+        # the broker's CPU was read from /proc; a tiny run may take less than one tick of it
+        assert s["broker_cpu_s"] >= 0
+        if s["broker_cpu_s"] > 0:
+            assert s["mib_per_broker_cpu_s"] > 0
     assert [s["load"] for s in s1["kinds"]["headrace"]["sweep"]] == ["50% of own maximum"]
     assert results["machine"]["data_filesystem"]["fstype"]
     assert results["machine"]["fsync_start"]["p50_ms"] > 0
