@@ -121,6 +121,15 @@ class Broker:
     spawned_at: float | None = None
 
     @property
+    def pids(self) -> list[int]:
+        """Every process of the broker (CPU accounting): the one, or a parent and workers."""
+        return [self.pid]
+
+    def settings(self) -> dict:
+        """The broker's settings in full, as the results record them."""
+        return {}
+
+    @property
     def bootstrap(self) -> str:
         return f"{HOST}:{self.port}"
 
@@ -207,14 +216,77 @@ class HeadraceBroker(Broker):
     def stop(self, timeout: float = 60.0) -> None:
         self.process.stop(timeout)
 
+    def settings(self) -> dict:
+        return {"command": self.process.command(Path("READY")), "overrides": self.process.overrides,
+                "defaults": headrace_settings(self.process.pythonpath)}
+
+
+class HeadraceWorkers(HeadraceBroker):
+    """``headrace serve --workers N``: N brokers of one cluster (a parent process and a child
+    per worker), registered in a ZooKeeper chroot of their own, unpinned unless ``cpus``."""
+
+    def __init__(self, data_dir: Path, workers: int, zk_connect: str,
+                 overrides: dict[str, object] | None = None, log_file: Path | None = None,
+                 pythonpath: Path | None = None, cpus: set[int] | None = None) -> None:
+        chroot = f"/bench-{data_dir.name}"
+        ensure_znode(zk_connect, chroot)
+        super().__init__(data_dir, {**(overrides or {}), "zookeeper.connect": zk_connect + chroot},
+                         cpus=cpus, log_file=log_file, pythonpath=pythonpath)
+        self.process.args = ["--workers", str(workers)]
+        self.workers = workers
+        self.name = f"headrace-w{workers}"
+
+    @property
+    def pids(self) -> list[int]:
+        from bench.cpu import children_of
+        return [self.pid, *children_of(self.pid)] if self.pid else []
+
+    def start(self, timeout: float = 120.0) -> "HeadraceWorkers":
+        super().start(timeout)
+        if len(self.pids) != self.workers + 1:
+            raise RuntimeError(f"expected {self.workers} workers under pid {self.pid}, "
+                               f"found {self.pids[1:]}")
+        return self
+
+
+def ensure_znode(zk_connect: str, path: str) -> None:
+    from kazoo.client import KazooClient
+    kz = KazooClient(zk_connect)
+    kz.start(timeout=30)
+    try:
+        kz.ensure_path(path)
+    finally:
+        kz.stop()
+        kz.close()
+
+
+_HEADRACE_SETTINGS: dict[str, str] = {}
+
+
+def headrace_settings(pythonpath: Path | None) -> str:
+    """``headrace settings`` (every setting and its default) of the Headrace under test."""
+    key = str(pythonpath)
+    if key not in _HEADRACE_SETTINGS:
+        import sys
+        env = dict(os.environ)
+        if pythonpath:
+            env["PYTHONPATH"] = str(pythonpath)
+        res = subprocess.run([sys.executable, "-m", "headrace", "settings"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        _HEADRACE_SETTINGS[key] = res.stdout if res.returncode == 0 else res.stderr[-2000:]
+    return _HEADRACE_SETTINGS[key]
+
 
 class KafkaBroker(Broker):
     name = "kafka"
 
     def __init__(self, data_dir: Path, properties: dict[str, object] | None = None,
                  cpus: set[int] | None = None, version: str = KAFKA_VERSION,
+                 jvm_flags: list[str] | None = None, name: str = "kafka",
                  ssl: bool = False) -> None:
         self.data_dir = Path(data_dir)
+        self.name = name
+        self.jvm_flags = jvm_flags
         self.ssl = ssl  # an SSL listener too, at ``ssl_port`` (its keystore in ``properties``)
         self.properties = dict(properties or {})
         self.cpus = cpus if cpus is not None else BROKER_CPUS
@@ -227,6 +299,7 @@ class KafkaBroker(Broker):
             self.kafka = ApacheKafka(self.data_dir, port=base, controller_port=base + 1,
                                      internal_port=base + 2, version=self.version,
                                      properties=self.properties, cpus=self.cpus,
+                                     jvm_flags=self.jvm_flags,
                                      ssl_port=base + 3 if self.ssl else None)
             self.port, self.ssl_port = base, base + 3
         return self.kafka
@@ -248,6 +321,25 @@ class KafkaBroker(Broker):
             self.kafka.stop()
             self.kafka = None
 
+    def settings(self) -> dict:
+        """The JVM flags, server.properties, and every setting's effective value as the broker
+        logs it at start-up ("KafkaConfig values:")."""
+        k = self._make()
+        effective: dict[str, str] = {}
+        log = k.data_dir / "logs" / "server.log"
+        if log.exists():
+            lines = log.read_text(errors="replace").splitlines()
+            starts = [i for i, ln in enumerate(lines) if "KafkaConfig values:" in ln]
+            for ln in lines[starts[-1] + 1:] if starts else []:
+                if ln.startswith("[") or " = " not in ln:
+                    break
+                key, _, value = ln.strip().partition(" = ")
+                effective[key] = value
+        return {"jvm_flags": k.jvm_flags,
+                "server.properties": k.properties_file.read_text()
+                if k.properties_file.exists() else None,
+                "effective": effective}
+
 
 HEADRACE_PATH: Path | None = None  # set by the harness when it runs a snapshot
 # Settings where bench/kafka/server.properties.template departs from Kafka's defaults, given
@@ -255,14 +347,46 @@ HEADRACE_PATH: Path | None = None  # set by the harness when it runs a snapshot
 HEADRACE_PARITY = {"group.initial.rebalance.delay.ms": 0}
 
 
+ZOOKEEPER: str | None = None  # connect string, set by the harness when --workers runs
+# Kafka's operations documentation (kafka.apache.org/documentation/#java): a 6 GiB heap and
+# these G1 settings for a production broker; with them, socket.receive.buffer.bytes=-1 (the
+# operating system's buffer, autotuned) instead of Kafka's fixed 100 KiB.
+KAFKA_TUNED_JVM_FLAGS = [
+    "-Xmx6g", "-Xms6g", "-XX:MetaspaceSize=96m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35", "-XX:G1HeapRegionSize=16M",
+    "-XX:MinMetaspaceFreeRatio=50", "-XX:MaxMetaspaceFreeRatio=80",
+    "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true",
+]
+KAFKA_TUNED_PROPERTIES = {"socket.receive.buffer.bytes": -1}
+KINDS = ("kafka-default", "kafka-tuned", "headrace", "headrace-w2")
+
+
+def system_of(kind: str) -> str:
+    """"kafka" or "headrace": the system a broker variant belongs to."""
+    return "kafka" if kind.startswith("kafka") else "headrace"
+
+
 def make_broker(kind: str, data_dir: Path, durable: bool = False, fixed_port: bool = False,
                 log_dir: Path | None = None) -> Broker:
-    """A broker of ``kind`` ("kafka" or "headrace"), optionally in durable (fsync per
-    produce) mode: ``log.flush.interval.messages=1`` for both. ``fixed_port``: the port is
-    known before the process starts (Kafka's always is)."""
+    """A broker of ``kind``, optionally in durable (fsync per produce) mode:
+    ``log.flush.interval.messages=1`` for both. ``fixed_port``: the port is known before the
+    process starts (Kafka's always is). Kinds: "kafka" or "kafka-default" (Kafka's
+    start-script JVM settings),
+    "kafka-tuned" (the operations documentation's), "headrace" (one process) and
+    "headrace-wN" (``--workers N``, needs ``ZOOKEEPER``)."""
     extra = {"log.flush.interval.messages": 1} if durable else {}
-    if kind == "kafka":
-        return KafkaBroker(data_dir, properties=extra)
+    if kind in ("kafka", "kafka-default"):
+        return KafkaBroker(data_dir, properties=extra, name=kind)
+    if kind == "kafka-tuned":
+        return KafkaBroker(data_dir, properties={**KAFKA_TUNED_PROPERTIES, **extra},
+                           jvm_flags=KAFKA_TUNED_JVM_FLAGS, name=kind)
+    if kind.startswith("headrace-w"):
+        if ZOOKEEPER is None:
+            raise RuntimeError(f"{kind} needs ZooKeeper (brokers.ZOOKEEPER)")
+        log = (log_dir / f"{data_dir.name}.broker.log") if log_dir else None
+        return HeadraceWorkers(data_dir, int(kind[len("headrace-w"):]), ZOOKEEPER,
+                               {**HEADRACE_PARITY, **extra}, log_file=log,
+                               pythonpath=HEADRACE_PATH, cpus=BROKER_CPUS)
     if kind == "headrace":
         extra = {**HEADRACE_PARITY, **extra}
         log = (log_dir / f"{data_dir.name}.broker.log") if log_dir else None

@@ -38,6 +38,18 @@ class Context:
         self.profile_dir: Path | None = None
         self.profile_idle: bool = args.profile_idle
         self.seq = 0
+        # saturation (bench/run.py): absent from older callers' namespaces
+        self.clients: list[int] = [int(x) for x in str(getattr(args, "clients", "1")).split(",")]
+        self.growth: float = getattr(args, "growth", 0.05)
+        self.kafka_variants: list[str] = str(getattr(args, "kafka_variants", "kafka")).split(",")
+        self.headrace_workers: int = getattr(args, "headrace_workers", 1)
+        self.layouts: list[str] = str(getattr(args, "layouts", "pinned")).split(",")
+        self.sweep: set[str] = set(str(getattr(args, "sweep", "") or "").split(","))
+        self.sweep_fractions: list[float] = [
+            float(x) for x in str(getattr(args, "sweep_fractions", "0.25,0.5,0.75")).split(",")]
+        self.dirty_threshold: int | None = None
+        self.settings: dict[str, dict] = {}  # broker variant: its settings in full
+        self.start_retries: list[str] = []  # broker starts tried again (a port taken)
 
     def next_dir(self, tag: str) -> Path:
         self.seq += 1

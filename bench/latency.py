@@ -1,5 +1,9 @@
 """The end-to-end latency scenario (S6): ``bench/java/EndToEndRate.java`` produces at a fixed
-rate and consumes the same records, then prints one ``E2E key=value ...`` line."""
+rate and consumes the same records, then prints one ``E2E key=value ...`` line.
+
+Each broker process first takes a discarded warm-up run (a third of the measured length, on
+a topic of its own). A run proves its work: records sent > 0, every one received, no client
+error; else it raises (and fails its cell)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,10 @@ def run_e2e(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
     broker.prepare()
     broker.start()
     try:
+        wire.ensure_topic(HOST, broker.port, "bench-s6-warmup", 1)
+        brokers.java_tool(JAVA_E2E, [broker.bootstrap, "bench-s6-warmup", str(rate),
+                                     str(sc.record_size), str(max(1.0, seconds / 3)), "0"],
+                          ctx.logs / f"{sc.id}-{kind}-{rep}-warmup.log")
         wire.ensure_topic(HOST, broker.port, "bench-s6", 1)
         out, cpu = brokers.metered_tool(
             broker, JAVA_E2E, [broker.bootstrap, "bench-s6", str(rate), str(sc.record_size),
@@ -33,6 +41,14 @@ def run_e2e(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
     if parsed is None:
         raise RuntimeError(f"no E2E line in the output of {sc.id}/{kind}")
     sample.update(parsed)
+    problems = [p for p, bad in (
+        ("no records sent", parsed.get("sent", 0) <= 0),
+        (f"{parsed.get('received', 0):.0f} of {parsed.get('sent', 0):.0f} records received",
+         parsed.get("received", 0) < parsed.get("sent", 0)),
+        ("no record counted after the warm-up", parsed.get("counted", 0) <= 0),
+        (f"{parsed.get('errors', 0):.0f} client errors", parsed.get("errors", 0) != 0)) if bad]
+    if problems:
+        raise RuntimeError(f"{sc.id}/{kind}: " + "; ".join(problems))
     sample["achieved_mb_per_sec"] = sample["achieved_rps"] * sc.record_size / 1e6
     return sample
 

@@ -19,7 +19,8 @@ from headrace.broker.process import pinned
 
 
 def machine() -> dict:
-    info = {"platform": platform.platform(), "python": sys.version.split()[0],
+    info = {"platform": platform.platform(), "kernel": platform.release(),
+            "python": sys.version.split()[0],
             "cpus": os.cpu_count(), "kafka_version": KAFKA_VERSION,
             "broker_cpus": sorted(brokers.BROKER_CPUS), "client_cpus": sorted(brokers.CLIENT_CPUS)}
     try:
@@ -34,8 +35,10 @@ def machine() -> dict:
     try:
         v = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
         info["java"] = v.splitlines()[0] if v else None
+        info["java_full"] = v.strip()
     except OSError:
         info["java"] = None
+    info.update(memory())
     try:
         info["git_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
                                             capture_output=True, text=True).stdout.strip()
@@ -109,3 +112,82 @@ def append_limit(ctx: Context, total: int) -> dict:
         return {}
     ctx.progress(f"page-cache append (1 MiB pwrite, broker CPU): {wall / 2**20:.0f} MiB/s")
     return {"bytes_per_sec": wall, "bytes_per_cpu_sec": cpu}
+
+
+def memory() -> dict:
+    """The page-cache writeback settings and memory: how much a run must write before the
+    kernel throttles writers (``dirty_ratio`` of the dirtyable memory, about MemAvailable, or
+    ``dirty_bytes`` when set) and starts writing back (``dirty_background_*``)."""
+    out: dict = {}
+    for name in ("dirty_ratio", "dirty_background_ratio", "dirty_bytes",
+                 "dirty_background_bytes", "dirty_expire_centisecs",
+                 "dirty_writeback_centisecs"):
+        try:
+            out[f"vm.{name}"] = int(Path(f"/proc/sys/vm/{name}").read_text())
+        except (OSError, ValueError):
+            pass
+    try:
+        mem = {ln.split(":")[0]: int(ln.split()[1]) * 1024
+               for ln in Path("/proc/meminfo").read_text().splitlines()}
+        out["mem_available_bytes"] = mem.get("MemAvailable")
+        out["mem_total_bytes"] = mem.get("MemTotal")
+    except (OSError, ValueError, IndexError):
+        return out
+    if out.get("vm.dirty_bytes"):
+        out["dirty_threshold_bytes"] = out["vm.dirty_bytes"]
+    elif out.get("vm.dirty_ratio") and out.get("mem_available_bytes"):
+        out["dirty_threshold_bytes"] = out["vm.dirty_ratio"] * out["mem_available_bytes"] // 100
+    return out
+
+
+def filesystem(path: Path) -> dict:
+    """The file system holding ``path``: device, type, mount options (findmnt, else
+    /proc/self/mountinfo)."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        res = subprocess.run(["findmnt", "-J", "-T", str(path), "-o",
+                              "TARGET,SOURCE,FSTYPE,OPTIONS"], capture_output=True, text=True,
+                             timeout=20)
+        fs = json.loads(res.stdout)["filesystems"][0]
+        return {"target": fs["target"], "source": fs["source"], "fstype": fs["fstype"],
+                "options": fs["options"]}
+    except (OSError, ValueError, KeyError, IndexError, subprocess.TimeoutExpired):
+        pass
+    best: dict = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, right = line.split(" - ", 1)
+        f, r = left.split(), right.split()
+        if str(path.resolve()).startswith(f[4]) and len(f[4]) >= len(best.get("target", "")):
+            best = {"target": f[4], "source": r[1], "fstype": r[0], "options": f[5] + "," + r[2]}
+    return best
+
+
+_FSYNC_PROBE = """
+import os, sys, time
+path, n = sys.argv[1], int(sys.argv[2])
+buf = os.urandom(4096)
+fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC)
+lat = []
+for i in range(n):
+    os.pwrite(fd, buf, i * 4096)
+    t = time.perf_counter()
+    os.fdatasync(fd)
+    lat.append((time.perf_counter() - t) * 1000)
+os.close(fd)
+os.unlink(path)
+lat.sort()
+print(lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))], lat[-1])
+"""
+
+
+def fsync_latency(directory: Path, n: int = 300) -> dict:
+    """fdatasync after a 4 KiB append, ``n`` times, in ``directory`` (the brokers' data
+    directory, during the run): {"p50_ms", "p99_ms", "max_ms"}."""
+    directory.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run([sys.executable, "-c", _FSYNC_PROBE, str(directory / "fsync.probe"),
+                          str(n)], capture_output=True, text=True, timeout=600)
+    try:
+        p50, p99, mx = (float(x) for x in res.stdout.split())
+    except ValueError:
+        return {"error": res.stderr[-300:]}
+    return {"p50_ms": p50, "p99_ms": p99, "max_ms": mx, "count": n}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from bench import brokers, wire
 from bench.apache_kafka import HOST, parse_producer_performance
 from bench.context import Context, echo, loadavg
-from bench.profiler import Profiler
+from bench.profiler import FlightRecording, Profiler, jfr_to_collapsed
 from bench.scenarios import Scenario
 
 PRODUCER = "org.apache.kafka.tools.ProducerPerformance"
@@ -25,6 +25,7 @@ def run_produce(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
     records = sc.records[ctx.size]
     topic = f"bench-{sc.id.lower()}"
     sample = {"loadavg": loadavg()}
+    jfr = None
     broker.prepare()
     broker.start()
     prof = None
@@ -33,6 +34,9 @@ def run_produce(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
         if ctx.profile_dir is not None and kind == "headrace":
             prof = Profiler(broker.pid, ctx.profile_dir / f"{sc.id}.collapsed",
                             idle=ctx.profile_idle)
+        elif ctx.profile_dir is not None and isinstance(broker, brokers.KafkaBroker):
+            jfr = ctx.profile_dir / f"{sc.id}-{kind}.jfr"
+            prof = FlightRecording(broker.pid, jfr)
         out, cpu = brokers.metered_tool(
             broker, PRODUCER, producer_args(sc, topic, broker.bootstrap, records),
             ctx.logs / f"{sc.id}-{kind}-{rep}.log", on_line=echo(ctx, kind))
@@ -42,6 +46,9 @@ def run_produce(sc: Scenario, kind: str, ctx: Context, rep: int) -> dict:
             prof.finish()
         broker.stop()
         broker.cleanup()
+    if jfr is not None:
+        n = jfr_to_collapsed(jfr, jfr.with_suffix(".collapsed"))
+        ctx.progress(f"  {kind}: {n} JFR execution samples")
     parsed = parse_producer_performance(out)
     if parsed is None:
         raise RuntimeError(f"no ProducerPerformance summary in the output of {sc.id}/{kind}")

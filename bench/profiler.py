@@ -1,7 +1,9 @@
-"""py-spy attached to a running broker (``python -m bench.run --profile``)."""
+"""Profiles under ``python -m bench.run --profile``: py-spy attached to Headrace, and a Java
+Flight Recording of Kafka (its execution samples turned into the same collapsed stacks)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
@@ -42,3 +44,58 @@ class Profiler:
         """Stop sampling (before the broker shuts down, so that its shutdown is not in the
         profile) and wait for py-spy to write its file."""
         terminate(self.proc, timeout, signal.SIGINT)
+
+
+class FlightRecording:
+    """A Java Flight Recording (the ``profile`` settings: Java execution samples every 10-20
+    ms) of a running JVM, from ``start`` (after the broker is ready, so start-up is not in
+    it) to ``finish`` (``jcmd JFR.start`` / ``JFR.dump`` / ``JFR.stop``)."""
+
+    def __init__(self, pid: int, out: Path) -> None:
+        self.pid, self.out = pid, out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        self._jcmd("JFR.start", "name=bench", "settings=profile")
+
+    def _jcmd(self, *args: str) -> None:
+        res = subprocess.run(["jcmd", str(self.pid), *args], capture_output=True, text=True,
+                             timeout=120)
+        if res.returncode != 0:
+            raise RuntimeError(f"jcmd {' '.join(args)}: {res.stdout[-300:]}{res.stderr[-300:]}")
+
+    def finish(self) -> None:
+        self._jcmd("JFR.dump", "name=bench", f"filename={self.out}")
+        self._jcmd("JFR.stop", "name=bench")
+
+
+def jfr_to_collapsed(jfr: Path, out: Path, depth: int = 64) -> int:
+    """The ``jdk.ExecutionSample`` events of ``jfr`` (``jfr print``, from the JDK) as collapsed
+    stacks in ``out``, in py-spy's raw format ("thread;root frame;...;leaf count"), frames as
+    "method (package/Class.java)". Returns the number of samples."""
+    tool = shutil.which("jfr")
+    if not tool:
+        raise RuntimeError("the JDK's jfr tool is not on PATH")
+    res = subprocess.run([tool, "print", "--events", "jdk.ExecutionSample", "--stack-depth",
+                          str(depth), str(jfr)], capture_output=True, text=True, timeout=600)
+    if res.returncode != 0:
+        raise RuntimeError(f"jfr print failed: {res.stderr[-500:]}")
+    counts: dict[str, int] = {}
+    thread, frames, in_stack = "?", [], False
+    for line in res.stdout.splitlines():
+        t = line.strip()
+        if t.startswith("sampledThread = "):
+            thread = t.split('"')[1] if '"' in t else t[16:]
+            # thread pools: data-plane-kafka-request-handler-3 -> ...-handler-N
+            thread = re.sub(r"-\d+$", "-N", thread)
+        elif t.startswith("stackTrace = ["):
+            in_stack, frames = True, []
+        elif in_stack and t == "]":
+            in_stack = False
+            key = ";".join([f"thread (jvm): {thread}", *reversed(frames)])
+            counts[key] = counts.get(key, 0) + 1
+        elif in_stack and t and t != "...":
+            sig = t.split(" line:")[0]
+            name = sig.split("(")[0]
+            cls, _, method = name.rpartition(".")
+            frames.append(f"{method} ({cls.replace('.', '/')}.java)")
+    out.write_text("".join(f"{k} {v}\n" for k, v in counts.items()))
+    return sum(counts.values())

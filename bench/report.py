@@ -19,7 +19,7 @@ from bench.scenarios import LABELS, SCENARIOS, UNITS
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-PLOTS = ("throughput.png", "latency.png", "ratios.png")
+PLOTS = ("throughput.png", "saturation.png", "latency.png", "ratios.png")
 
 
 def _fmt(v: float | None) -> str:
@@ -56,14 +56,37 @@ def verdicts(results: dict) -> list[dict]:
     return out
 
 
-def table(results: dict) -> str:
+def _cell(entry: dict, system: str, metric: str) -> str:
+    """Median, with (min-max) over the runs when there were several."""
+    v = entry.get("median", {}).get(system, {}).get(metric)
+    rng = entry.get("range", {}).get(system, {}).get(metric)
+    if v is None:
+        failed = not entry.get("median", {}).get(system) and system in entry.get("median", {})
+        return "failed" if failed else "-"
+    if rng and rng[0] != rng[1]:
+        return f"{_fmt(v)} ({_fmt(rng[0])}-{_fmt(rng[1])})"
+    return _fmt(v)
+
+
+def _kafka_name(entry: dict) -> str:
+    best = entry.get("best_kafka")
+    return f" ({best})" if best and best != "kafka" else ""
+
+
+def table(results: dict, scenarios: dict | None = None) -> str:
+    """One block per scenario: each metric for the better Kafka variant and Headrace (median,
+    min-max over the runs), the ratio, the bar from the issue and whether it is met."""
+    scen = results["scenarios"] if scenarios is None else scenarios
     limit = results.get("loopback", {}).get("limit")
+    threshold = results.get("machine", {}).get("dirty_threshold_bytes")
     lines = [
-        "| scenario | metric | Kafka | Headrace | Headrace/Kafka | bar | met |",
+        "| scenario | metric | Kafka (better variant) | Headrace | Headrace/Kafka | bar | met |",
         "|---|---|---:|---:|---:|---|---|",
     ]
-    for sid, entry in results["scenarios"].items():
-        sc = SCENARIOS[sid]
+    for sid, entry in scen.items():
+        sc = SCENARIOS.get(sid)
+        if sc is None:
+            continue
         med = entry.get("median", {})
         bars = {b.metric: b for b in sc.bars}
         first = True
@@ -77,28 +100,126 @@ def table(results: dict) -> str:
             met = "" if b is None else {True: "yes", False: "**no**", None: "n/a"}[b.met(r)]
             label = f"{LABELS.get(m, m)} ({UNITS.get(m, '')})"
             name = f"{sid}: {entry.get('title', sc.title)}" if first else ""
-            lines.append(f"| {name} | {label} | {_fmt(k)} | {_fmt(h)} | "
+            lines.append(f"| {name} | {label} | {_cell(entry, 'kafka', m)} | "
+                         f"{_cell(entry, 'headrace', m)} | "
                          f"{'-' if r is None else f'{r:.2f}x'} | {b.text() if b else ''} | {met} |")
             first = False
+        if first:
+            lines.append(f"| {sid}: {entry.get('title', sc.title)} | (no results) | | | | | |")
+        sat = [med.get(x, {}).get("saturation_clients") for x in ("kafka", "headrace")]
+        if any(sat):
+            lines.append(f"| | client processes at the maximum{_kafka_name(entry)} | "
+                         + " | ".join("-" if v is None else f"{v:g}" for v in sat)
+                         + " | | | |")
+        others = [k for k in entry.get("kinds", entry.get("samples", {}))
+                  if k not in (entry.get("best_kafka"), entry.get("headrace_kind"), "kafka",
+                               "headrace")]
+        for kind in others:
+            v = med.get(kind, {}).get(sc.primary if sc.kind in ("produce", "consume")
+                                      else (sc.bars[0].metric if sc.bars else ""))
+            lines.append(f"| | {kind} (not compared): {LABELS.get(sc.primary, sc.primary)} | "
+                         f"{_fmt(v) if v is not None else 'failed'} | | | | |")
+        if sc.dirty and threshold:
+            wrote = [med.get(x, {}).get("bytes") for x in ("kafka", "headrace")]
+            cells = " | ".join("-" if not w else
+                               f"{w / 2**30:.1f} GiB ({'above' if w > threshold else 'below'})"
+                               for w in wrote)
+            lines.append(f"| | written per run vs dirty threshold {threshold / 2**30:.1f} GiB "
+                         f"| {cells} | | | |")
         if entry.get("error"):
             lines.append(f"| | failed: {entry['error'].splitlines()[0][:120]} | | | | | |")
-        for kind, ss in entry.get("samples", {}).items():
-            bad = [x for x in ss if x.get("status")]
-            if bad:
-                why = bad[0]["reason"].splitlines()[0][:160]
-                lines.append(f"| | {kind}: {len(bad)} of {len(ss)} runs {bad[0]['status']}: "
-                             f"{why} | | | | | |")
-        if limit and sid in ("S1", "S2", "S3", "S4", "S5"):
-            share = [med.get(kind, {}).get("bytes_per_sec") for kind in ("kafka", "headrace")]
+        for kind, st in entry.get("status", {}).items():
+            if st.startswith("failed"):
+                lines.append(f"| | {kind}: {st[:200]} | | | | | |")
+        retries = [med.get(x, {}).get("retries") for x in ("kafka", "headrace")]
+        if any(retries):
+            lines.append("| | producer retries (median per run) | "
+                         + " | ".join("-" if v is None else f"{v:g}" for v in retries)
+                         + " | | | |")
+        if limit and sc.kind in ("produce", "consume"):
+            share = [med.get(x, {}).get("mb_per_sec") for x in ("kafka", "headrace")]
             if any(share):
-                cells = " | ".join("-" if not b else f"{b / limit:.0%}" for b in share)
+                cells = " | ".join("-" if not v else f"{v * 2**20 / limit:.0%}" for v in share)
                 lines.append(f"| | share of loopback limit (bytes/s) | {cells} | | | |")
     return "\n".join(lines)
 
 
+def curve_table(scen: dict) -> str:
+    """MiB/s (MiB per broker CPU-second) per client-process count, per broker variant."""
+    rows = []
+    counts = sorted({s["clients"] for e in scen.values() for d in e.get("kinds", {}).values()
+                     for s in d.get("curve", []) if s.get("clients")})
+    for sid, entry in scen.items():
+        for kind, d in entry.get("kinds", {}).items():
+            by = {s.get("clients"): s for s in d.get("curve", [])}
+            cells = []
+            for n in counts:
+                s = by.get(n)
+                if s is None:
+                    cells.append("")
+                elif s.get("status"):
+                    cells.append("failed")
+                else:
+                    cells.append(f"{_fmt(s['mb_per_sec'])} ({_fmt(s['mib_per_broker_cpu_s'])}, "
+                                 f"{s['broker_cores']:.2f} cores)")
+            rows.append(f"| {sid} | {kind} | " + " | ".join(cells) + " |")
+    if not rows:
+        return ""
+    return ("| scenario | broker | " + " | ".join(f"{n} client{'s' * (n > 1)}" for n in counts)
+            + " |\n|---|---|" + "---:|" * len(counts) + "\n" + "\n".join(rows))
+
+
+def sweep_table(scen: dict) -> str:
+    rows = []
+    for sid, entry in scen.items():
+        for kind, d in entry.get("kinds", {}).items():
+            for s in d.get("sweep", []):
+                if s.get("status"):
+                    rows.append(f"| {sid} | {kind} | {s.get('load')} | failed: "
+                                f"{s['reason'].splitlines()[0][:100]} | | | | |")
+                    continue
+                rows.append(f"| {sid} | {kind} | {s['load']} | "
+                            f"{_fmt(s.get('offered_records_per_sec'))} | "
+                            f"{_fmt(s['mb_per_sec'])} | {_fmt(s['p50_ms'])} | "
+                            f"{_fmt(s['p99_ms'])} | {_fmt(s['p999_ms'])} |")
+    if not rows:
+        return ""
+    return ("| scenario | broker | load | offered rec/s | MiB/s | p50 ms | p99 ms | p99.9 ms |\n"
+            "|---|---|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows))
+
+
+def machine_text(results: dict) -> str:
+    m = results.get("machine", {})
+    fs = m.get("data_filesystem", {})
+    f0, f1 = m.get("fsync_start", {}), m.get("fsync_end", {})
+    thr = m.get("dirty_threshold_bytes")
+    java = (m.get("java_full") or m.get("java") or "java ?").splitlines()
+    parts = [f"{m.get('cpu_model', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib', '?')} GiB "
+             f"(MemAvailable {(m.get('mem_available_bytes') or 0) / 2**30:.1f} GiB), "
+             f"kernel {m.get('kernel', '?')}, {'; '.join(java[:1] + java[-1:])}."]
+    if fs:
+        parts.append(f"Data directory on {fs.get('fstype')} ({fs.get('source')}, mounted "
+                     f"{fs.get('options')}).")
+    if f0.get("p50_ms") is not None:
+        parts.append(f"fdatasync of a 4 KiB append there: p50 {f0['p50_ms']:.2f} ms, p99 "
+                     f"{f0['p99_ms']:.2f} ms at the start"
+                     + (f", p50 {f1['p50_ms']:.2f} ms, p99 {f1['p99_ms']:.2f} ms at the end"
+                        if f1.get("p50_ms") is not None else "") + ".")
+    if thr:
+        parts.append(f"Dirty page threshold {thr / 2**30:.1f} GiB (vm.dirty_ratio "
+                     f"{m.get('vm.dirty_ratio')}% of MemAvailable, vm.dirty_bytes "
+                     f"{m.get('vm.dirty_bytes')}; background "
+                     f"{m.get('vm.dirty_background_ratio')}%).")
+    return " ".join(parts)
+
+
 def _load_range(results: dict) -> str:
-    loads = sorted(x["loadavg"][0] for e in results["scenarios"].values()
-                   for ss in e.get("samples", {}).values() for x in ss if x.get("loadavg"))
+    entries = list(results["scenarios"].values()) + [
+        e for b in results.get("layouts", {}).values() for e in b.get("scenarios", {}).values()]
+    runs = [x for e in entries for ss in e.get("samples", {}).values() for x in ss] + [
+        x for e in entries for d in e.get("kinds", {}).values()
+        for key in ("curve", "samples", "sweep") for x in d.get(key, [])]
+    loads = sorted(x["loadavg"][0] for x in runs if x.get("loadavg"))
     if not loads:
         return "-"
     return f"{loads[0]:.2f} to {loads[-1]:.2f}, median {loads[len(loads) // 2]:.2f}"
@@ -161,23 +282,32 @@ def markdown(results: dict) -> str:
     m = results.get("machine", {})
     lb = results.get("loopback", {})
     la = results.get("loadavg_start")
-    # Other work measured during the runs decides; the load average lags, and counts the
-    # benchmark's own previous run.
     foreign = [f for entry in results["scenarios"].values()
                for samples in entry.get("samples", {}).values()
                for f in map(_foreign, samples) if f is not None]
-    busy = max(foreign) > 0.2 if foreign else bool(la and la[0] > 0.7)
+    others = [s.get("other_processes_cores") for entry in results["scenarios"].values()
+              for d in entry.get("kinds", {}).values() for s in d.get("samples", [])
+              if s.get("other_processes_cores") is not None]
+    busy = (max(foreign) > 0.2 if foreign else False) or (max(others) > 0.3 if others else False) \
+        or bool(la and la[0] > 0.7)
+    layouts = results.get("layouts", {})
+    head_layout = results.get("headline_layout", "pinned")
+    hl = layouts.get(head_layout, {})
     head = [
-        f"Command: `{results['command']}` ({results['size']} size, {results['runs']} runs per "
-        f"broker, interleaved; medians). Apache Kafka {m.get('kafka_version')} (KRaft, one "
-        f"node) vs Headrace at {_headrace_at(results)}; broker pinned to CPU "
-        f"{m.get('broker_cpus')}, perf client to CPU {m.get('client_cpus')}; "
-        f"{m.get('cpu_model', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib', '?')} GiB, "
-        f"{m.get('java', '')}.",
+        f"Command: `{results['command']}` ({results['size']} size: measured runs of about "
+        f"{results.get('seconds', '?')} s, each broker process warmed up by a discarded run; "
+        f"{results['runs']} measured runs per broker variant at its saturation point, "
+        f"interleaved; medians with (min-max)). Apache Kafka {m.get('kafka_version')} (KRaft, "
+        f"one node) vs Headrace at {_headrace_at(results)}. Headline layout: "
+        f"**{head_layout}** (broker CPUs {hl.get('broker_cpus')}, client CPUs "
+        f"{hl.get('client_cpus')}; variants {', '.join(hl.get('kinds', []))}). Client "
+        f"processes {results.get('clients')} until throughput grows by less than "
+        f"{results.get('growth', 0):.0%}.",
+        "",
+        machine_text(results),
         "",
         f"Load average at start: {la}" + (" (**busy machine: numbers are noisy**)" if busy else "")
-        + f"; at end: {results.get('loadavg_end')}; 1-minute load at the start of each run "
-        + "(the benchmark's own broker and client add up to about 2): "
+        + f"; at end: {results.get('loadavg_end')}; 1-minute load at the start of each run: "
         + _load_range(results) + f". Run took {results.get('elapsed_s', 0) / 60:.1f} min.",
     ]
     for r in results.get("reruns", []):
@@ -187,7 +317,7 @@ def markdown(results: dict) -> str:
                     f"{r['loadavg_start']}).")
     if lb:
         head.append("")
-        head.append("Loopback limit (iperf3, same CPUs): "
+        head.append("Loopback limit (iperf3, pinned CPUs): "
                     + ", ".join(f"{k} writes {v / 1e9:.2f} GB/s" for k, v in lb.items()
                                 if k != "limit") + ".")
     ap = results.get("append", {})
@@ -196,8 +326,26 @@ def markdown(results: dict) -> str:
         head.append(f"Page-cache append limit (1 MiB pwrites to a new file from Python, broker "
                     f"CPU, same directory): {ap['bytes_per_sec'] / 2**20:.0f} MiB/s; every byte "
                     "a broker stores costs this copy.")
+    out = "\n".join(head) + "\n\n" + table(results) + "\n"
+    curve = curve_table(results["scenarios"])
+    if curve:
+        out += ("\nSaturation curves, headline layout: MiB/s (MiB per broker CPU-second, broker "
+                "cores) by client processes (consume: each reads the whole topic):\n\n"
+                + curve + "\n")
+    sweep = sweep_table(results["scenarios"])
+    if sweep:
+        out += ("\nLatency at equal load (ProducerPerformance's own percentiles; several "
+                "clients: median p50, highest p99 and p99.9):\n\n" + sweep + "\n")
+    for name, block in layouts.items():
+        if block.get("scenarios"):
+            out += (f"\nLayout **{name}** (broker CPUs {block.get('broker_cpus')}, client CPUs "
+                    f"{block.get('client_cpus')}; variants {', '.join(block.get('kinds', []))})"
+                    f":\n\n" + table(results, block["scenarios"]) + "\n")
+            c = curve_table(block["scenarios"])
+            if c:
+                out += "\n" + c + "\n"
     cpu = cpu_table(results)
-    return "\n".join(head) + "\n\n" + table(results) + "\n" + (f"\n{cpu}" if cpu else "")
+    return out + (f"\n{cpu}" if cpu else "")
 
 
 def write(results: dict, out_dir: Path, plots: bool = True) -> None:
@@ -229,7 +377,7 @@ def write_plots(results: dict, out_dir: Path) -> None:
                 if metric in s]
 
     # throughput: S1-S5, MiB/s (S4 in records/s on its own axis would hide; keep MiB/s)
-    tp = [(sid, "fetch_mb_per_sec" if sid == "S5" else "mb_per_sec")
+    tp = [(sid, "mb_per_sec")
           for sid in ("S1", "S2", "S3", "S4", "S5") if sid in scen]
     if tp:
         fig, ax = plt.subplots(figsize=(8, 4))
@@ -251,7 +399,7 @@ def write_plots(results: dict, out_dir: Path) -> None:
         plt.close(fig)
 
     # latency: S2 and S6 percentiles, log scale
-    lat = [(sid, m) for sid, ms in (("S2", ("p50_ms", "p99_ms")), ("S2r", ("p50_ms", "p99_ms")),
+    lat = [(sid, m) for sid, ms in (("S2", ("p99_at_kafka_half_ms",)),
                                     ("S6", ("p50_ms", "p99_ms", "p999_ms")))
            if sid in scen for m in ms]
     if lat:
@@ -268,11 +416,42 @@ def write_plots(results: dict, out_dir: Path) -> None:
         ax.set_yscale("log")
         ax.set_ylabel("ms (median of runs)")
         rate = re.search(r"fixed rate ([\d.]+ MB/s)", scen.get("S6", {}).get("title", ""))
-        ax.set_title("Latency: S2/S2r durable produce ack, S6 end to end"
+        ax.set_title("Latency: S2 durable ack p99 at 50% of Kafka's maximum, S6 end to end"
                      + (f" at {rate.group(1)}" if rate else ""))
         ax.legend()
         fig.tight_layout()
         fig.savefig(out_dir / "latency.png", dpi=110)
+        plt.close(fig)
+
+    # saturation curves: throughput by client processes, per scenario and broker variant
+    blocks = [(results.get("headline_layout", ""), scen)] + [
+        (name, b["scenarios"]) for name, b in results.get("layouts", {}).items()
+        if b.get("scenarios")]
+    sids = [sid for sid in ("S1", "S2", "S3", "S4", "S5")
+            if any(sid in sc and sc[sid].get("kinds") for _, sc in blocks)]
+    if sids:
+        fig, axes = plt.subplots(1, len(sids), figsize=(4 * len(sids), 3.8), squeeze=False)
+        for ax, sid in zip(axes[0], sids):
+            metric = SCENARIOS[sid].primary
+            for (layout, sc), style in zip(blocks, ("-", "--", ":")):
+                for kind, d in sc.get(sid, {}).get("kinds", {}).items():
+                    pts = sorted((s["clients"], s[metric]) for s in d.get("curve", [])
+                                 if not s.get("status"))
+                    if pts:
+                        col = colors["kafka"] if kind.startswith("kafka") else colors["headrace"]
+                        marker = "s" if kind == "kafka-tuned" else "o"
+                        ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=col,
+                                marker=marker, label=f"{kind} ({layout})")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("client processes")
+            ax.set_ylabel(f"{LABELS.get(metric, metric)} ({UNITS.get(metric, '')})")
+            ax.set_title(sid, fontsize=9)
+            ax.set_ylim(bottom=0)
+            ax.legend(fontsize=6)
+        fig.suptitle("Saturation: throughput by client processes (solid: headline layout)",
+                     fontsize=10)
+        fig.tight_layout()
+        fig.savefig(out_dir / "saturation.png", dpi=110)
         plt.close(fig)
 
     # ratios against the bars
@@ -307,19 +486,27 @@ def readme_section(results: dict, out_dir: Path) -> str:
         prof += (f"\n\nWhat the numbers mean, which bars are met and what stands in the way: "
                  f"[{rel}/notes.md]({rel}/notes.md).")
     if profiles:
-        prof += ("\n\nFlame graphs of Headrace (py-spy, `python -m bench.run --profile`): "
+        prof += ("\n\nFlame graphs (Headrace: py-spy; Kafka: JFR; "
+                 "`python -m bench.run --profile`): "
                 + ", ".join(f"[{p.stem[8:]}]({rel}/{p.name})" for p in profiles)
                 + f"; top functions in [{rel}/profiles.md]({rel}/profiles.md).")
     return f"""## Benchmarks
 
-Apache Kafka and Headrace on the same machine, one after the other, driven by Kafka's own
-`ProducerPerformance` and `ConsumerPerformance` (and a fixed-rate end-to-end latency client,
-`bench/java/EndToEndRate.java`, for S6). One command runs everything and writes
-`{rel}/results.md`, `results.json` and the plots:
+Apache Kafka and Headrace on the same machine, one after the other, each driven to saturation
+by Kafka's own `ProducerPerformance` and `ConsumerPerformance` (1, 2, 4, 8 client processes
+until the broker's throughput stops growing), with the broker's CPU read from `/proc` beside
+every throughput (MiB per broker CPU-second). Headline layout: nothing pinned, Headrace with
+`--workers`; second table: the broker pinned to one CPU. Kafka runs with its start scripts'
+JVM settings and with its operations documentation's, and the better one is compared. Every
+run is checked (records sent, stored and consumed as requested, no client errors; a failed
+run fails its cell), each broker process takes a discarded warm-up run, and the latency sweep
+runs each broker at 25/50/75% of its own maximum (S6: end-to-end latency at a fixed rate,
+`bench/java/EndToEndRate.java`). One command runs everything and writes
+`{rel}/results.md`, `results.json` and the plots (how long: `{rel}/notes.md`):
 
 ```sh
 pip install -e '.[bench]' && python -m bench.run --readme   # Java 17 and Maven needed
-python -m bench.run --size tiny --runs 1                     # a quick check, seconds per scenario
+python -m bench.run --size tiny --runs 1                     # a quick check
 ```
 
 Latest results:
@@ -461,28 +648,31 @@ def write_profiles(profile_dir: Path | None, out_dir: Path, results: dict) -> No
     if profile_dir is None or not profile_dir.exists():
         print("no profiles recorded", file=sys.stderr)
         return
-    md = ["# Where Headrace spends its time", "",
+    md = ["# Where the brokers spend their time", "",
           f"`{results['command']}` at {results['machine'].get('git_commit')}, load average at "
           f"start {results['loadavg_start']}. py-spy samples of the broker process (all "
           "threads, native frames included; samples of threads waiting on a lock or in epoll are "
           "left out) while Kafka's ProducerPerformance ran against it, broker on CPU 0, client "
           "on CPU 1. *self*: the function itself was running; *inclusive*: it was on the stack "
-          "(frames common to every event-loop sample left out).", ""]
+          "(frames common to every event-loop sample left out). Kafka: a Java Flight Recording "
+          "(`settings=profile`) of the broker JVM over the same run, its Java execution "
+          "samples (Java frames only: time in native code and the kernel is not sampled).", ""]
     for f in sorted(profile_dir.glob("*.collapsed")):
-        sid = f.stem
+        sid, _, kind = f.stem.partition("-")
+        who = "Headrace" if not kind else f"Apache Kafka ({kind})"
         stacks = read_collapsed(f, keep_idle=results.get("profile_idle", False))
         if not stacks:
             continue
-        (out_dir / f"profile-{sid}.svg").write_text(
-            flamegraph_svg(stacks, f"Headrace under {sid}: {SCENARIOS[sid].title}"))
+        (out_dir / f"profile-{f.stem}.svg").write_text(
+            flamegraph_svg(stacks, f"{who} under {sid}: {SCENARIOS[sid].title}"))
         total, own, incl = top_functions(stacks)
-        med = results["scenarios"].get(sid, {}).get("median", {}).get("headrace", {})
-        md += [f"## {sid}: {SCENARIOS[sid].title}", "",
+        med = results["scenarios"].get(sid, {}).get("median", {}).get(kind or "headrace", {})
+        md += [f"## {sid}, {who}: {SCENARIOS[sid].title}", "",
                f"{total} samples; this run: {_fmt(med.get('mb_per_sec'))} MiB/s, "
                f"{_fmt(med.get('records_per_sec'))} records/s; the broker used "
                f"{_fmt(med.get('broker_cpu'))} of its core, the client {_fmt(med.get('client_cpu'))} "
                "of its own (so the shares below are shares of that busy time). "
-               f"Flame graph: [profile-{sid}.svg](profile-{sid}.svg). By thread: "
+               f"Flame graph: [profile-{f.stem}.svg](profile-{f.stem}.svg). By thread: "
                + ", ".join(f"{t} {p:.0f}%" for t, p in by_thread(stacks)) + ".", "",
                "| self % | function | | inclusive % | function |", "|---:|---|---|---:|---|"]
         for (fo, po), (fi, pi) in zip(own, incl):

@@ -1,18 +1,34 @@
-"""Apache Kafka and Headrace side by side, driven by Kafka's own perf tools.
+"""Apache Kafka and Headrace side by side at saturation, driven by Kafka's own perf tools.
 
-    python -m bench.run                          # every scenario, full size, 3 runs per broker
+    python -m bench.run --readme                 # the full measurement (hours; see notes.md)
     python -m bench.run --size tiny --runs 1     # seconds per scenario: a check that it works
-    python -m bench.run --scenarios S1,S3 --brokers headrace
+    python -m bench.run --scenarios S1,S3 --brokers headrace --layouts unpinned
     python -m bench.run --profile                # py-spy flame graphs of Headrace under S1, S3, S4
 
-For each scenario the runs are interleaved (Kafka, Headrace, then Headrace, Kafka, ...), each
-on a fresh broker process with a fresh data directory under one parent directory (so one file
-system), the broker pinned to CPU 0 and every client tool to CPU 1. Raw tool output and broker
-logs go to ``bench/results/raw/<stamp>/``; the summary goes to ``bench/results/`` (results.json,
-results.md, PNG plots), and ``--readme`` rewrites the README's Benchmarks section.
+How this works
+--------------
+Two machine layouts, one after the other: *unpinned* (the headline: brokers and clients share
+every CPU, Headrace as ``--workers N`` with a ZooKeeper, as users run them) and *pinned* (the
+broker on CPU 0, the clients on the others; Headrace as one process). In each, Kafka runs in
+two variants (``kafka``: its start scripts' JVM settings; ``kafka-tuned``: the operations
+documentation's heap and G1 flags and ``socket.receive.buffer.bytes=-1``) and the better one
+is compared.
 
-This module is the driver; each kind of scenario has its runner (and the parser of its tool's
-output) in its own module: ``produce.py``, ``consume.py``, ``latency.py``, ``coldstart.py``.
+For each throughput scenario (S1-S5) and broker variant (``bench/saturate.py`` for a run):
+
+1. the curve: one broker process, a discarded warm-up run, then 1, 2, 4, 8 client processes
+   (``--clients``) until the throughput grows by less than ``--growth``; the client count of
+   the highest throughput is the broker's saturation point;
+2. ``--runs`` measured runs at that client count, each on a fresh broker process with its own
+   warm-up, interleaved between the variants (S5: in the curve's process, on its data); the
+   median is the broker's maximum, min and max beside it; a failed run fails the cell;
+3. produce scenarios, headline layout: the rate sweep at 25/50/75% of the broker's own
+   maximum, and Headrace also at 50% of Kafka's (the durable latency bar compares p99 there).
+
+S6 (end-to-end latency at a fixed rate) and S7 (cold start) run as before, S6 with a warm-up
+run per broker process. Raw tool output and broker logs go to ``bench/results/raw/<stamp>/``;
+the summary goes to ``bench/results/`` (results.json, results.md, PNG plots), and ``--readme``
+rewrites the README's Benchmarks section.
 """
 
 from __future__ import annotations
@@ -28,20 +44,24 @@ import sys
 import time
 from pathlib import Path
 
-from bench import brokers
+from bench import brokers, saturate
 from bench.coldstart import run_coldstart
 from bench.consume import ConsumeSetup, run_consume, setup_consume
 from bench.context import RESULTS, Context, loadavg
 from bench.latency import run_e2e
-from bench.machine import append_limit, iperf_loopback, machine
+from bench.machine import append_limit, filesystem, fsync_latency, iperf_loopback, machine
 from bench.produce import run_produce
-from bench.scenarios import SIZES, Scenario, select, with_e2e_rate
+from bench.scenarios import SECONDS, SIZES, Scenario, select, with_e2e_rate
+
+LAYOUTS = ("unpinned", "pinned")
+ALL_CPUS: set[int] = set()
 
 
 def run_once(sc: Scenario, kind: str, ctx: Context, rep: int, st: ConsumeSetup | None,
-             attempts: int = 2) -> dict:
-    """One run; a run that fails (a broker that does not start, a tool that exits non-zero)
-    is tried again once, then recorded as failed so the other runs still count."""
+             attempts: int = 1) -> dict:
+    """One run (S6, S7; all of them under --profile); a run that fails (a broker that does
+    not start, a tool that exits non-zero, work not done) is recorded as failed, and fails
+    its cell."""
     for attempt in range(attempts):
         try:
             if sc.kind == "produce":
@@ -61,6 +81,7 @@ def run_once(sc: Scenario, kind: str, ctx: Context, rep: int, st: ConsumeSetup |
 
 
 def run_scenario(sc: Scenario, ctx: Context, results: dict) -> None:
+    """The old flow (one fresh broker per run, one client): ``--profile`` only."""
     entry = results["scenarios"].setdefault(sc.id, {"title": sc.title, "samples": {}})
     samples: dict[str, list] = entry["samples"]
     st = setup_consume(sc, ctx) if sc.kind == "consume" else None
@@ -79,6 +100,349 @@ def run_scenario(sc: Scenario, ctx: Context, results: dict) -> None:
             for d in st.dirs.values():
                 shutil.rmtree(d, ignore_errors=True)
             entry["setup"] = {"produced": st.produced, "skipped": st.skip}
+
+# --------------------------------------------------------------------------------------------
+# Layouts and saturation
+
+
+def set_layout(layout: str) -> None:
+    """Pinned: broker on the first CPU, clients (and this harness) on the rest; unpinned:
+    everything on every CPU."""
+    cpus = sorted(ALL_CPUS)
+    if layout == "pinned" and len(cpus) >= 2:
+        brokers.BROKER_CPUS, brokers.CLIENT_CPUS = {cpus[0]}, set(cpus[1:])
+    else:
+        brokers.BROKER_CPUS = brokers.CLIENT_CPUS = set(cpus)
+    brokers.pin_self(brokers.CLIENT_CPUS)
+
+
+def kinds_for(layout: str, ctx: Context) -> list[str]:
+    out: list[str] = []
+    if "kafka" in ctx.kinds:
+        out += ctx.kafka_variants
+    if "headrace" in ctx.kinds:
+        w = ctx.headrace_workers
+        out.append(f"headrace-w{w}" if layout == "unpinned" and w > 1 else "headrace")
+    return out
+
+
+class Session:
+    """One broker process of ``kind`` for ``sc``: started, warmed up, measured, stopped."""
+
+    START_ATTEMPTS = 3
+
+    def __init__(self, sc: Scenario, kind: str, ctx: Context, tag: str) -> None:
+        self.sc, self.kind, self.ctx, self.tag = sc, kind, ctx, tag
+        self.runs = 0
+
+    def __enter__(self) -> Session:
+        """Start the broker. Kafka's ports are chosen free before its JVM binds them, and on
+        a shared machine another process may take one meanwhile: such a start (and only
+        that) is tried again, on fresh ports and a fresh data directory, and counted in the
+        results' ``start_retries``."""
+        for attempt in range(self.START_ATTEMPTS):
+            self.broker = brokers.make_broker(
+                self.kind, self.ctx.next_dir(f"{self.sc.id}-{self.kind}-{self.tag}"),
+                durable=self.sc.durable, log_dir=self.ctx.logs)
+            self.broker.prepare()
+            try:
+                self.broker.start()
+                break
+            except Exception as e:
+                try:
+                    self.broker.stop()
+                finally:
+                    self.broker.cleanup()
+                if "Address already in use" not in str(e) or attempt + 1 == self.START_ATTEMPTS:
+                    raise
+                self.ctx.start_retries.append(f"{self.sc.id} {self.kind}: port taken")
+                self.ctx.progress(f"{self.sc.id} {self.kind}: a port was taken before the "
+                                  "broker bound it; starting again on other ports")
+        if self.kind not in self.ctx.settings:
+            self.ctx.settings[self.kind] = self.broker.settings()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.broker.stop()
+        self.broker.cleanup()
+
+    def produce(self, clients: int, records: int, rate: float | None = None) -> dict:
+        self.runs += 1
+        name = f"{self.sc.id}-{self.kind}-{self.tag}-{self.runs}"
+        sample = {"loadavg": loadavg()}
+        sample.update(saturate.produce_run(self.sc, self.broker, f"bench-{self.runs}", clients,
+                                           records, self.ctx.logs / name, rate=rate))
+        return sample
+
+    def consume(self, clients: int, records: int, topic: str) -> dict:
+        self.runs += 1
+        name = f"{self.sc.id}-{self.kind}-{self.tag}-{self.runs}"
+        sample = {"loadavg": loadavg()}
+        sample.update(saturate.consume_run(self.sc, self.broker, topic, clients, records,
+                                           self.ctx.logs / name, group=name))
+        return sample
+
+    def warmup(self) -> dict:
+        """The discarded warm-up run: one client, the scenario's base record count."""
+        if self.sc.kind == "consume":
+            return self.consume(1, self.sc.records[self.ctx.size], "bench-1")
+        return self.produce(1, self.sc.records[self.ctx.size])
+
+
+def _failed(reason: BaseException | str, **kw) -> dict:
+    text = str(reason) or repr(reason)
+    return {"loadavg": loadavg(), "status": "failed", "reason": text[-1500:], **kw}
+
+
+def _show(sc: Scenario, s: dict) -> str:
+    if s.get("status"):
+        return f"FAILED: {s['reason'].splitlines()[0][:200]}"
+    return (f"{s['clients']} clients: {s['mb_per_sec']:.1f} MiB/s, "
+            f"{s['records_per_sec']:,.0f} rec/s in {s['wall_s']:.1f}s, broker "
+            f"{s['broker_cores']:.2f} cores ({s['mib_per_broker_cpu_s'] or 0:.0f} MiB/CPU-s)"
+            + (f", p99 {s['p99_ms']:.0f} ms" if "p99_ms" in s else "")
+            + (f", retries {s['retries']:.0f}" if s.get("retries") else ""))
+
+
+def records_for(sc: Scenario, ctx: Context, records_per_sec: float, factor: float = 1.0,
+                at_rate: bool = False) -> int:
+    """Records for a run of ``SECONDS[size]`` at ``records_per_sec`` (at least the scenario's
+    base count; S1 at full size: more than the dirty page threshold). ``at_rate``: a run at
+    a fixed rate (the sweep), exactly that long."""
+    n = int(records_per_sec * SECONDS[ctx.size] * factor)
+    if at_rate:
+        return max(n, 10)
+    n = max(n, sc.records[ctx.size])
+    if sc.dirty and ctx.size == "full" and ctx.dirty_threshold:
+        n = max(n, int(ctx.dirty_threshold * 1.25 / sc.record_size) + 1)
+    return n
+
+
+def best_point(curve: list[dict], metric: str) -> dict | None:
+    """The point of highest ``metric``; of points within 3% of it, the fewest clients."""
+    ok = [s for s in curve if not s.get("status")]
+    if not ok:
+        return None
+    top = max(s[metric] for s in ok)
+    return min((s for s in ok if s[metric] >= 0.97 * top), key=lambda s: s["clients"])
+
+
+def saturation_scenario(sc: Scenario, ctx: Context, layout: str, entry: dict) -> None:
+    kinds = kinds_for(layout, ctx)
+    per = entry.setdefault("kinds", {})
+    metric = sc.primary
+    for kind in kinds:
+        per.setdefault(kind, {"curve": [], "samples": [], "sweep": [], "warmups": []})
+    # 1. the curve (S5: and its runs, in the same process, on the data written once)
+    for kind in kinds:
+        d = per[kind]
+        ctx.progress(f"{sc.id} [{layout}] {kind}: warm-up, then {ctx.clients} clients")
+        try:
+            with Session(sc, kind, ctx, "curve") as sess:
+                if sc.kind == "consume":  # the data, written once: topic bench-1
+                    d["setup"] = sess.produce(1, sc.records[ctx.size])
+                d["warmups"].append(_warm(sess, sc))
+                rate = d["warmups"][-1].get("records_per_sec") or 0.0
+                prev_n, best_so_far = 1, 0.0
+                for n in ctx.clients:
+                    try:
+                        if sc.kind == "consume":
+                            s = sess.consume(n, sc.records[ctx.size], "bench-1")
+                        else:
+                            s = sess.produce(n, records_for(sc, ctx, rate,
+                                                            (n / prev_n) ** 0.5))
+                    except Exception as e:
+                        s = _failed(e, clients=n)
+                    d["curve"].append(s)
+                    ctx.progress(f"{sc.id} [{layout}] {kind} curve: {_show(sc, s)}")
+                    if s.get("status"):
+                        break
+                    rate, prev_n = s["records_per_sec"], n
+                    if best_so_far and s[metric] < best_so_far * (1 + ctx.growth):
+                        break
+                    best_so_far = max(best_so_far, s[metric])
+                if sc.kind == "consume":
+                    bp = best_point(d["curve"], metric)
+                    for rep in range(ctx.runs):
+                        if bp is None:
+                            d["samples"].append(_failed("no successful curve point"))
+                            continue
+                        try:
+                            s = sess.consume(bp["clients"], sc.records[ctx.size], "bench-1")
+                        except Exception as e:
+                            s = _failed(e, clients=bp["clients"])
+                        d["samples"].append(s)
+                        ctx.progress(f"{sc.id} [{layout}] {kind} run {rep + 1}/{ctx.runs}: "
+                                     f"{_show(sc, s)}")
+        except Exception as e:
+            d["curve"].append(_failed(e))
+            ctx.progress(f"{sc.id} [{layout}] {kind}: FAILED: {str(e).splitlines()[0][:200]}")
+    if sc.kind != "consume":
+        # 2. runs at the saturation point, each on a fresh process with its own warm-up
+        for rep in range(ctx.runs):
+            order = kinds if rep % 2 == 0 else list(reversed(kinds))
+            for kind in order:
+                d = per[kind]
+                bp = best_point(d["curve"], metric)
+                if bp is None:
+                    d["samples"].append(_failed("no successful curve point"))
+                    continue
+                try:
+                    with Session(sc, kind, ctx, f"run{rep}") as sess:
+                        d["warmups"].append(_warm(sess, sc))
+                        s = sess.produce(bp["clients"],
+                                         records_for(sc, ctx, bp["records_per_sec"], 1.05))
+                except Exception as e:
+                    s = _failed(e, clients=bp["clients"])
+                d["samples"].append(s)
+                ctx.progress(f"{sc.id} [{layout}] {kind} run {rep + 1}/{ctx.runs}: "
+                             f"{_show(sc, s)}")
+    summarise_entry(sc, entry)
+    # 3. latency at equal load
+    if sc.kind == "produce" and layout == ctx.layouts[0] and sc.id in ctx.sweep:
+        kafka_max = entry["median"].get("kafka", {}).get("records_per_sec")
+        for kind in kinds:
+            d = per[kind]
+            own = entry["median"].get(kind, {}).get("records_per_sec")
+            bp = best_point(d["curve"], metric)
+            if not own or bp is None:
+                continue
+            loads = [(f"{f:.0%} of own maximum", f * own) for f in ctx.sweep_fractions]
+            if brokers.system_of(kind) == "headrace" and kafka_max:
+                loads.append(("50% of Kafka's maximum", 0.5 * kafka_max))
+            try:
+                with Session(sc, kind, ctx, "sweep") as sess:
+                    d["warmups"].append(_warm(sess, sc))
+                    for label, rate in loads:
+                        try:
+                            s = sess.produce(bp["clients"],
+                                             records_for(sc, ctx, rate, at_rate=True), rate=rate)
+                        except Exception as e:
+                            s = _failed(e, clients=bp["clients"])
+                        s["load"] = label
+                        d["sweep"].append(s)
+                        ctx.progress(f"{sc.id} [{layout}] {kind} at {label} ({rate:,.0f} rec/s):"
+                                     f" {_show(sc, s)}")
+            except Exception as e:
+                d["sweep"].append(_failed(e, load="session"))
+        summarise_entry(sc, entry)
+
+
+def _warm(sess: Session, sc: Scenario) -> dict:
+    try:
+        s = sess.warmup()
+    except Exception as e:
+        raise saturate.RunFailed(f"warm-up run failed: {e}") from e
+    sess.ctx.progress(f"{sc.id} {sess.kind} warm-up (discarded): {_show(sc, s)}")
+    return s
+
+
+def _stats(samples: list[dict]) -> tuple[dict, dict]:
+    keys = sorted({k for s in samples for k, v in s.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    med = {k: statistics.median(s[k] for s in samples if s.get(k) is not None)
+           for k in keys if any(s.get(k) is not None for s in samples)}
+    rng = {k: [min(s[k] for s in samples if s.get(k) is not None),
+               max(s[k] for s in samples if s.get(k) is not None)] for k in med}
+    return med, rng
+
+
+def summarise_entry(sc: Scenario, entry: dict) -> None:
+    """Per variant: median, min/max (only when every run succeeded; else the cell fails);
+    per system: the better Kafka variant and Headrace; the sweep's latencies."""
+    med: dict[str, dict] = {}
+    rng: dict[str, dict] = {}
+    status: dict[str, str] = {}
+    for kind, d in entry.get("kinds", {}).items():
+        ss = d["samples"]
+        bad = [s for s in ss if s.get("status")]
+        if not ss or bad:
+            why = bad[0]["reason"].splitlines()[0] if bad else "no runs"
+            status[kind] = f"failed ({len(bad)} of {len(ss)} runs): {why}"
+            med[kind] = {}
+            continue
+        status[kind] = f"ok ({len(ss)} runs)"
+        med[kind], rng[kind] = _stats(ss)
+        bp = best_point(d["curve"], sc.primary)
+        med[kind]["saturation_clients"] = bp["clients"] if bp else None
+        for s in d.get("sweep", []):
+            if s.get("load") == "50% of own maximum" and not s.get("status"):
+                med[kind]["p99_at_half_ms"] = s["p99_ms"]
+            if s.get("load") == "50% of Kafka's maximum" and not s.get("status"):
+                med[kind]["p99_at_kafka_half_ms"] = s["p99_ms"]
+    kafkas = [k for k in med if brokers.system_of(k) == "kafka"]
+    ok_kafkas = [k for k in kafkas if med[k]]
+    if ok_kafkas:
+        best = max(ok_kafkas, key=lambda k: med[k].get(sc.primary, 0))
+        entry["best_kafka"] = best
+        med["kafka"] = dict(med[best])
+        med["kafka"]["p99_at_kafka_half_ms"] = med[best].get("p99_at_half_ms")
+        rng["kafka"] = rng.get(best, {})
+    elif kafkas:
+        med["kafka"] = {}
+    heads = [k for k in med if brokers.system_of(k) == "headrace" and k != "headrace"]
+    if heads and "headrace" not in entry.get("kinds", {}):
+        med["headrace"] = med[heads[0]]
+        rng["headrace"] = rng.get(heads[0], {})
+        entry["headrace_kind"] = heads[0]
+    entry["median"], entry["range"], entry["status"] = med, rng, status
+
+
+def run_layout(layout: str, scenarios: list[Scenario], ctx: Context, results: dict,
+               failed: list[str]) -> None:
+    set_layout(layout)
+    block = results["layouts"].setdefault(layout, {
+        "broker_cpus": sorted(brokers.BROKER_CPUS), "client_cpus": sorted(brokers.CLIENT_CPUS),
+        "kinds": kinds_for(layout, ctx), "scenarios": {}})
+    for sc in scenarios:
+        entry = block["scenarios"].setdefault(sc.id, {"title": sc.title, "samples": {}})
+        try:
+            if sc.kind in ("produce", "consume"):
+                saturation_scenario(sc, ctx, layout, entry)
+            else:
+                kinds = kinds_for(layout, ctx)
+                if sc.kind == "coldstart":  # one process, the port known before the spawn
+                    kinds = [k if not k.startswith("headrace-w") else "headrace" for k in kinds]
+                sub = Context.__new__(Context)
+                sub.__dict__.update(ctx.__dict__)
+                sub.kinds = kinds
+                run_scenario(sc, sub, {"scenarios": block["scenarios"]})
+                summarise({"scenarios": {sc.id: entry}})
+                _fail_cells(sc, entry)
+        except Exception as e:  # keep going: one broken scenario must not lose the others
+            ctx.progress(f"{sc.id} [{layout}] FAILED: {e}")
+            failed.append(f"{sc.id}/{layout}")
+            entry["error"] = str(e)[-2000:]
+
+
+def _fail_cells(sc: Scenario, entry: dict) -> None:
+    """S6, S7: a variant with a failed run has no median (no median over the survivors);
+    min/max beside the medians; per system, the better Kafka variant and Headrace."""
+    med, rng, status = entry.setdefault("median", {}), {}, {}
+    for kind, ss in entry.get("samples", {}).items():
+        bad = [s for s in ss if s.get("status")]
+        if bad or not ss:
+            med[kind] = {}
+            status[kind] = (f"failed ({len(bad)} of {len(ss)} runs): "
+                            f"{bad[0]['reason'].splitlines()[0] if bad else 'no runs'}")
+        else:
+            status[kind] = f"ok ({len(ss)} runs)"
+            rng[kind] = _stats(ss)[1]
+    bar = sc.bars[0]
+    kafkas = [k for k in entry.get("samples", {}) if brokers.system_of(k) == "kafka"]
+    ok = [k for k in kafkas if med.get(k, {}).get(bar.metric) is not None]
+    if ok:
+        pick = max if bar.higher else min
+        best = pick(ok, key=lambda k: med[k][bar.metric])
+        entry["best_kafka"] = best
+        med["kafka"], rng["kafka"] = med[best], rng.get(best, {})
+    elif kafkas:
+        med["kafka"] = {}
+    heads = [k for k in entry.get("samples", {}) if brokers.system_of(k) == "headrace"]
+    if heads and "headrace" not in heads:
+        med["headrace"], rng["headrace"] = med[heads[0]], rng.get(heads[0], {})
+        entry["headrace_kind"] = heads[0]
+    entry["range"], entry["status"] = rng, status
 
 
 def summarise(results: dict) -> None:
@@ -109,18 +473,35 @@ def merge(base: dict, new: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--size", choices=SIZES, default="full")
-    ap.add_argument("--runs", type=int, default=3, help="runs per scenario and broker")
+    ap.add_argument("--size", choices=SIZES, default="full",
+                    help="full: measured runs of 30 s; small: 10 s; tiny: 3 s (a check)")
+    ap.add_argument("--runs", type=int, default=5,
+                    help="measured runs per scenario, layout and broker variant (default 5)")
     ap.add_argument("--scenarios", help="comma-separated ids (default: all)")
     ap.add_argument("--brokers", default="kafka,headrace")
+    ap.add_argument("--layouts", default=",".join(LAYOUTS),
+                    help="unpinned (the headline: everything shares every CPU), pinned (broker "
+                         "on CPU 0, clients on the rest); the first one is the headline")
+    ap.add_argument("--clients", default=None,
+                    help="client process counts of the saturation curve (default 1,2,4,8; "
+                         "tiny: 1,2)")
+    ap.add_argument("--growth", type=float, default=0.05,
+                    help="the curve stops when a step adds less than this share")
+    ap.add_argument("--kafka-variants", default="kafka-default,kafka-tuned",
+                    help="kafka-default: Kafka's start-script JVM settings; kafka-tuned: the "
+                         "operations documentation's (6 GiB heap, G1 flags) and "
+                         "socket.receive.buffer.bytes=-1; the better one is compared")
+    ap.add_argument("--headrace-workers", type=int, default=2,
+                    help="Headrace --workers in the unpinned layout (>1 starts a ZooKeeper)")
+    ap.add_argument("--sweep", default="S1,S2,S3,S4",
+                    help="produce scenarios with the latency sweep (headline layout)")
+    ap.add_argument("--sweep-fractions", default="0.25,0.5,0.75")
     ap.add_argument("--out", default=str(RESULTS), help="where results.{json,md} and plots go")
     ap.add_argument("--raw-dir", help="raw logs (default: bench/results/raw)")
     ap.add_argument("--data-dir", help="parent of the brokers' data directories "
                                        "(default: under the raw directory)")
     ap.add_argument("--e2e-rate", type=float, default=10.0, metavar="MB_PER_SEC",
-                    help="S6's offered rate (default 10 MB/s: on the 2-core development "
-                         "machine 50 MB/s of 1 KiB records saturates Apache Kafka on one core, "
-                         "and latency then only measures the queue)")
+                    help="S6's offered rate (default 10 MB/s)")
     ap.add_argument("--headrace-ref", default="HEAD",
                     help="git commit of Headrace to measure (default HEAD: committed code, "
                          "copied out of the repository); 'worktree' runs the installed "
@@ -130,8 +511,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-iperf", action="store_true")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--profile", action="store_true",
-                    help="Headrace only, S1/S3/S4 (or --scenarios) once each under py-spy; "
-                         "writes flame graphs and top-function tables to --out")
+                    help="S1/S3/S4 (or --scenarios) once each, pinned, Headrace under py-spy "
+                         "and Kafka with a Java Flight Recording (--brokers chooses); writes "
+                         "flame graphs and top-function tables to --out")
     ap.add_argument("--profile-idle", action="store_true",
                     help="with --profile: keep samples of waiting threads (where time goes "
                          "off the CPU: fsync, locks, epoll)")
@@ -142,6 +524,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="rewrite the README's Benchmarks section from these results")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
+    if args.clients is None:
+        args.clients = "1,2" if args.size == "tiny" else "1,2,4,8"
+    for layout in args.layouts.split(","):
+        if layout not in LAYOUTS:
+            ap.error(f"--layouts: unknown layout {layout}")
 
     # SIGINT and SIGTERM stop the run cleanly (brokers stopped, data removed), also when the
     # harness was started in the background, where SIGINT is ignored by default.
@@ -154,17 +541,17 @@ def main(argv: list[str] | None = None) -> int:
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if args.profile:
-        args.brokers = "headrace"
         args.runs = 1
         args.scenarios = args.scenarios or "S1,S3,S4"
     ctx = Context(args, stamp)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if brokers.cpu_count_ok():
-        brokers.pin_self(brokers.CLIENT_CPUS)
-    else:
+    ALL_CPUS.update(os.sched_getaffinity(0))
+    if args.profile:
+        ctx.layouts = ["pinned"]
+    if not brokers.cpu_count_ok():
         ctx.progress("fewer than 2 CPUs available: broker and client share the CPU")
-        brokers.BROKER_CPUS = brokers.CLIENT_CPUS = set(os.sched_getaffinity(0))
+    set_layout(ctx.layouts[0])
 
     headrace_at = "worktree"
     if args.headrace_ref != "worktree" and "headrace" in ctx.kinds:
@@ -177,34 +564,57 @@ def main(argv: list[str] | None = None) -> int:
         ctx.progress(f"measuring Headrace as committed at {headrace_at} ({args.headrace_ref})")
 
     command = "python -m bench.run " + " ".join(argv if argv is not None else sys.argv[1:])
+    info = machine()
+    ctx.dirty_threshold = info.get("dirty_threshold_bytes")
+    info["data_filesystem"] = filesystem(ctx.data)
+    info["fsync_start"] = fsync_latency(ctx.data)
     results: dict = {
         "command": command.strip(), "stamp": stamp, "size": ctx.size, "runs": ctx.runs,
-        "brokers": ctx.kinds, "loadavg_start": loadavg(), "machine": machine(),
+        "brokers": ctx.kinds, "loadavg_start": loadavg(), "machine": info,
         "headrace_at": headrace_at, "profile_idle": args.profile_idle,
-        "scenarios": {},
+        "seconds": SECONDS[ctx.size], "clients": ctx.clients, "growth": ctx.growth,
+        "layouts_run": ctx.layouts, "headline_layout": ctx.layouts[0],
+        "sweep_fractions": ctx.sweep_fractions,
+        "scenarios": {}, "layouts": {},
     }
     ctx.progress(f"load average at start: {results['loadavg_start']} "
-                 f"(1-minute above ~0.7 means a busy machine and noisy numbers)")
+                 f"(1-minute above ~0.7 means a busy machine and noisy numbers); fsync "
+                 f"p50 {info['fsync_start'].get('p50_ms', 0):.2f} ms in {ctx.data}")
     if not args.no_iperf and not args.profile:
+        set_layout("pinned")
         results["loopback"] = iperf_loopback(ctx, args.iperf_seconds)
         results["append"] = append_limit(ctx, (64 if ctx.size == "tiny" else 1024) << 20)
 
     scenarios = [with_e2e_rate(sc, args.e2e_rate) if sc.kind == "e2e" else sc
                  for sc in select(args.scenarios)]
-    if args.profile:
-        ctx.profile_dir = ctx.raw / "profiles"
-    failed = []
-    for sc in scenarios:
-        try:
-            run_scenario(sc, ctx, results)
-        except Exception as e:  # keep going: one broken scenario must not lose the others
-            ctx.progress(f"{sc.id} FAILED: {e}")
-            failed.append(sc.id)
-            results["scenarios"].setdefault(sc.id, {"title": sc.title, "samples": {}})[
-                "error"] = str(e)[-2000:]
+    failed: list[str] = []
+    zk = None
+    try:
+        if args.profile:
+            set_layout("pinned")
+            ctx.profile_dir = ctx.raw / "profiles"
+            for sc in scenarios:
+                run_scenario(sc, ctx, results)
+        else:
+            if "headrace" in ctx.kinds and ctx.headrace_workers > 1 and "unpinned" in ctx.layouts:
+                from headrace.broker.zookeeper_server import ZooKeeperServer
+                zk = ZooKeeperServer(ctx.raw / "zookeeper").start()
+                brokers.ZOOKEEPER = zk.connect_string
+                results["zookeeper"] = "one ZooKeeper for the run (Headrace --workers)"
+            for layout in ctx.layouts:
+                run_layout(layout, scenarios, ctx, results, failed)
+            head = results["layouts"][ctx.layouts[0]]
+            results["scenarios"] = head.pop("scenarios")
+    finally:
+        if zk is not None:
+            zk.stop()
+    results["settings"] = ctx.settings
+    results["start_retries"] = ctx.start_retries
+    results["machine"]["fsync_end"] = fsync_latency(ctx.data)
     results["loadavg_end"] = loadavg()
     results["elapsed_s"] = round(time.monotonic() - ctx.progress.t0, 1)
-    summarise(results)
+    if args.profile:
+        summarise(results)
     shutil.rmtree(ctx.data, ignore_errors=True)
 
     elapsed = results["elapsed_s"]

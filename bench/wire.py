@@ -7,8 +7,8 @@ Apache Kafka 3.9/4.0 and Headrace accept:
 - ApiVersions v0 (which APIs a broker lists, e.g. whether consumer groups are there),
 - Metadata v1 (partition leaders; a named topic is auto-created by both brokers),
 - CreateTopics v2 (a topic with N partitions, or placed replicas and topic configs),
-- ListOffsets v1 (a partition's latest offset: what a consumer can read),
-- Produce v3 with one record batch v2 (cold-start probe).
+- Produce v3 with one record batch v2 (cold-start probe),
+- ListOffsets v1 (end offsets: a run proves how many records the broker holds).
 
 Standard library plus ``crc32c`` (a Headrace dependency, so always installed).
 """
@@ -196,18 +196,19 @@ class WireClient:
             return err
         raise WireError("CreateTopics: empty response")
 
-    def latest_offsets(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
-        """ListOffsets v1, timestamp -1 (latest), as a consumer (replica id -1): {partition:
-        (error, offset)}. The latest offset is the high watermark: what consumers can read."""
-        body = struct.pack(">ii", -1, 1) + _str(topic) + struct.pack(">i", len(partitions)) + \
-            b"".join(struct.pack(">iq", p, -1) for p in partitions)
+    def list_offsets(self, topic: str, partitions: list[int], timestamp: int = -1
+                     ) -> dict[int, tuple[int, int]]:
+        """ListOffsets v1 (-1: the end offset, -2: the log start): {partition: (error,
+        offset)}, asked of this broker (which must lead the partitions)."""
+        body = struct.pack(">ii", -1, 1) + _str(topic) + struct.pack(">i", len(partitions)) \
+            + b"".join(struct.pack(">iq", p, timestamp) for p in partitions)
         r = self.request(LIST_OFFSETS, 1, body)
         out = {}
         for _ in range(r.take(">i")):
             r.string()
             for _ in range(r.take(">i")):
-                p, err, _ts, offset = r.take(">ihqq")
-                out[p] = (err, offset)
+                part, err, _ts, offset = r.take(">ihqq")
+                out[part] = (err, offset)
         return out
 
     def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
@@ -274,6 +275,29 @@ def ensure_topic(host: str, port: int, name: str, partitions: int, timeout: floa
                 return
             time.sleep(0.05)
     raise TimeoutError(f"topic {name} has no leaders after {timeout}s")
+
+
+def end_offsets(host: str, port: int, topic: str) -> dict[int, int]:
+    """{partition: end offset} of ``topic``, each asked of the partition's leader (a
+    ``--workers`` cluster or a Kafka cluster spreads leaders). Raises on any error code."""
+    with WireClient(host, port) as c:
+        terr, parts = c.metadata([topic]).get(topic, (3, {}))
+        if terr:
+            raise WireError(f"Metadata {topic}: error {terr}")
+        addresses = dict(c.brokers)
+    by_leader: dict[int, list[int]] = {}
+    for p, (err, leader) in parts.items():
+        if err or leader < 0:
+            raise WireError(f"{topic}-{p}: error {err}, leader {leader}")
+        by_leader.setdefault(leader, []).append(p)
+    out: dict[int, int] = {}
+    for leader, ps in by_leader.items():
+        with WireClient(*addresses[leader]) as c:
+            for p, (err, offset) in c.list_offsets(topic, sorted(ps)).items():
+                if err:
+                    raise WireError(f"ListOffsets {topic}-{p}: error {err}")
+                out[p] = offset
+    return out
 
 
 def group_apis_missing(host: str, port: int) -> list[str]:

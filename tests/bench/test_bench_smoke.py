@@ -7,7 +7,9 @@ Not a performance test: nothing here compares or asserts on numbers. It needs Ja
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import report, wire  # noqa: E402
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(330)
 
 
 @pytest.fixture(scope="module")
@@ -33,19 +35,49 @@ def kafka_classpath():
         pytest.skip(f"Apache Kafka's class path could not be resolved: {e}")
 
 
+def run_in_own_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run the harness in a process group of its own; past ``timeout``, SIGTERM the whole
+    group (the harness and the brokers it started), so that no broker is left running."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+        pytest.fail(f"the harness took more than {timeout}s:\n{err[-4000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def test_harness_tiny_headrace_only(tmp_path, kafka_classpath):
+    """One layout (pinned: no ZooKeeper to start), a curve of 1 and 2 clients, the latency
+    sweep on S1 only, at one load."""
     out = tmp_path / "results"
     cmd = [sys.executable, "-m", "bench.run", "--size", "tiny", "--runs", "1",
            "--brokers", "headrace", "--scenarios", "S1,S3,S4,S6,S7", "--no-iperf",
+           "--layouts", "pinned", "--sweep", "S1", "--sweep-fractions", "0.5",
            "--headrace-ref", "worktree",
            "--out", str(out), "--raw-dir", str(tmp_path / "raw")]
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=200)
+    res = run_in_own_group(cmd, timeout=300)
     assert res.returncode == 0, res.stderr[-4000:]
     results = json.loads((out / "results.json").read_text())
     assert len(results["loadavg_start"]) == 3
     for sid, metric in [("S1", "mb_per_sec"), ("S3", "mb_per_sec"),
                         ("S4", "records_per_sec"), ("S6", "p99_ms"), ("S7", "cold_start_ms")]:
         assert results["scenarios"][sid]["median"]["headrace"][metric] > 0, sid
+    s1 = results["scenarios"]["S1"]
+    curve = s1["kinds"]["headrace"]["curve"]
+    assert [s["clients"] for s in curve][:1] == [1]
+    # every measured run proved its work: the broker holds exactly the records requested
+    for s in curve + s1["kinds"]["headrace"]["samples"]:
+        assert s["records_stored"] == s["records"] > 0
+        # the broker's CPU was read from /proc; a tiny run may take less than one tick of it
+        assert s["broker_cpu_s"] >= 0
+        if s["broker_cpu_s"] > 0:
+            assert s["mib_per_broker_cpu_s"] > 0
+    assert [s["load"] for s in s1["kinds"]["headrace"]["sweep"]] == ["50% of own maximum"]
+    assert results["machine"]["data_filesystem"]["fstype"]
+    assert results["machine"]["fsync_start"]["p50_ms"] > 0
     md = (out / "results.md").read_text()
     assert "| S1: " in md and "Load average at start" in md
     assert "[bench" in res.stderr  # progress is shown
