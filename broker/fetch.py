@@ -84,7 +84,7 @@ async def handle(broker, header, request):
     moves = broker.moves if replica >= 0 else None
     wanted = []  # (topic response, partition response, partition or None, fetch offset, max bytes)
     responses = []
-    hints = LeaderHints(broker, R, 12, 16, version)
+    hints = LeaderHints(broker, header.session, R, 12, 16, version)
     authorizer, session = broker.authorizer, header.session
     replica_allowed = replica < 0 or authorizer.allows_cluster(session, Operation.CLUSTER_ACTION)
     for t in request.topics:
