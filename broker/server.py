@@ -266,7 +266,7 @@ class BrokerServer:
         self._servers: list[asyncio.base_events.Server] = []
         self._tls: dict[str, ssl.SSLContext] = {}  # listener name -> its TLS context
         self._sasl: dict[str, SaslConfig] = {}  # listener name -> its SASL settings
-        self.scram_credentials = ScramCredentials(self.data_dir)
+        self.scram_credentials = ScramCredentials(self.data_dir, self.cluster)
         # ACLs (authorizer.py): in the data directory, or in a cluster in ZooKeeper
         self.authorizer = Authorizer(config)
         self.acl_document = Document("acls", self.data_dir, self.cluster)
@@ -477,10 +477,14 @@ class BrokerServer:
             self.authorizer.replace(from_document(acls))
             quotas = await asyncio.to_thread(self.quota_document.load)
             self.quotas.replace(quotas_from_document(quotas))
+            await asyncio.to_thread(self.scram_credentials.load)
         except (ValueError, KeyError, TypeError) as e:
             await self._abandon()
-            raise StartupError(f"cannot read the ACLs or quotas in ZooKeeper: {e}") from None
+            raise StartupError(
+                f"cannot read the ACLs, quotas or SCRAM credentials in ZooKeeper: {e}"
+            ) from None
         self.acl_document.watch(self._acls_changed)
+        self.scram_credentials.watch()
         self.quota_document.watch(self._quotas_changed)
         authorizer = self.authorizer
         security = self.broker_client.security
@@ -563,7 +567,8 @@ class BrokerServer:
         clean = marker.exists() or not (self.data_dir / META).exists()  # a new directory is clean
         self.cluster_id = self._cluster_id()
         try:
-            self.scram_credentials.load()
+            if self.cluster is None:  # (a cluster's are read once it has joined)
+                self.scram_credentials.load()
         except (OSError, ValueError, KeyError) as e:
             self._unlock_data_dir()
             raise StartupError(f"cannot read {self.scram_credentials.path}: {e}") from e

@@ -17,6 +17,10 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
 )
 from tlsfiles import make_pki
 
@@ -201,3 +205,76 @@ def test_brokers_reach_each_other_over_sasl_ssl(cluster, pki):
         "replicated"
     ].partitions
     assert [sorted(partitions[p].isrs) for p in range(3)] == [[1, 2, 3]] * 3
+
+
+def scram_admin(port: int, pki, user: str, password: str) -> AdminClient:
+    return AdminClient({
+        "bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(pki.ca), "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": user, "sasl.password": password, "socket.timeout.ms": 5000,
+    })
+
+
+def logs_in(port: int, pki, user: str, password: str) -> bool:
+    try:
+        scram_admin(port, pki, user, password).list_topics(timeout=5)
+    except KafkaException:
+        return False
+    return True
+
+
+def test_scram_users_are_the_clusters_and_brokers_use_them_with_each_other(cluster, pki, zk_client):
+    """A SCRAM user added at one broker logs in at every broker (Kafka's /config/users znode and
+    change notifications); the brokers' own SCRAM user, added that way, carries replication
+    over the SASL_SSL inter-broker listener; a deletion at one broker holds at the others."""
+    brokers = cluster(3, {
+        "listeners": "BROKER://127.0.0.1:0,CLIENT://127.0.0.1:0",
+        "listener.security.protocol.map": "BROKER:SASL_SSL,CLIENT:PLAINTEXT",
+        "inter.broker.listener.name": "BROKER",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.broker.scram-sha-512.sasl.jaas.config":
+            "org.apache.kafka.common.security.scram.ScramLoginModule required"
+            ' username="broker" password="broker-secret";',
+        "ssl.keystore.location": pki.broker,
+        "ssl.truststore.location": pki.ca,
+    })
+    first = AdminClient({"bootstrap.servers": f"127.0.0.1:{brokers[0].listener_ports['CLIENT']}"})
+    for user, password in (("broker", "broker-secret"), ("carol", "carol-secret")):
+        upsert = UserScramCredentialUpsertion(
+            user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode())
+        for f in first.alter_user_scram_credentials([upsert]).values():
+            f.result(30)
+    ports = [b.listener_ports["BROKER"] for b in brokers]
+    for port in ports:
+        wait_for(lambda port=port: logs_in(port, pki, "carol", "carol-secret"), 20, "carol")
+        assert not logs_in(port, pki, "carol", "wrong")
+    # Kafka's layout: the salted credential, never the password
+    zk = zk_client()
+    config = json.loads(zk.get("/config/users/carol")[0])["config"]
+    assert list(config) == ["SCRAM-SHA-512"] and "iterations=8192" in config["SCRAM-SHA-512"]
+    assert "carol-secret" not in json.dumps(config)
+    assert zk.get_children("/config/changes")
+    third = AdminClient({"bootstrap.servers": f"127.0.0.1:{brokers[2].listener_ports['CLIENT']}"})
+    described = third.describe_user_scram_credentials(["carol"])["carol"].result(30)
+    assert [c.iterations for c in described.scram_credential_infos] == [8192]
+
+    # the brokers replicate as "broker" over SCRAM: acks=all with all three in the ISR
+    client = {"bootstrap.servers": f"127.0.0.1:{brokers[0].listener_ports['CLIENT']}"}
+    first.create_topics([NewTopic("r", 3, replication_factor=3,
+                                  config={"min.insync.replicas": "3"})])["r"].result(30)
+    producer = Producer({**client, "acks": "all", "message.timeout.ms": 30_000})
+    failures = []
+    for i in range(60):
+        producer.produce("r", value=b"%d" % i, partition=i % 3,
+                         on_delivery=lambda err, msg: err and failures.append(err))
+    assert producer.flush(60) == 0 and failures == []
+
+    # deleted at the second broker: refused at the third, and at the first
+    second = AdminClient({"bootstrap.servers": f"127.0.0.1:{brokers[1].listener_ports['CLIENT']}"})
+    deletion = UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512)
+    for f in second.alter_user_scram_credentials([deletion]).values():
+        f.result(30)
+    for port in (ports[2], ports[0]):
+        wait_for(lambda port=port: not logs_in(port, pki, "carol", "carol-secret"), 20, "deleted")
+    assert zk.exists("/config/users/carol") is None
