@@ -120,12 +120,35 @@ class ClientQuotas:
     ) -> int:
         """Count ``value`` (bytes, or request time in percent-seconds) against the client's
         quota of kind ``key``; the throttle time in ms it has earned (0: within its quota)."""
+        return self._use(session, client_id, key, value, now, refund=False)[0]
+
+    def fetch_throttle_ms(
+        self, session: Session, client_id: str | None, value: float, now: float
+    ) -> tuple[int, bool]:
+        """A fetch response of ``value`` bytes against ``consumer_byte_rate``: (throttle time
+        in ms, whether the records go out). As in Kafka, a fetch over the quota is answered
+        without records and its bytes are not counted, so the client fetches them again once
+        its throttle has passed; except a response larger on its own than the allowance
+        (quota x (``quota.window.num`` - 1) windows), which would never fit: it goes out
+        whole with its throttle time."""
+        ms, sent = self._use(session, client_id, FETCH, value, now, refund=True)
+        return ms, sent
+
+    def _use(
+        self,
+        session: Session,
+        client_id: str | None,
+        key: str,
+        value: float,
+        now: float,
+        refund: bool,
+    ) -> tuple[int, bool]:
         found = resolve(self.entries, session.user, client_id or "", key)
         if found is None:
-            return 0
+            return 0, True
         quota, counted = found
         if quota <= 0:
-            return 0
+            return 0, True
         paid = self._paid
         entity = (key, *counted)
         paid_until = paid.get(entity)
@@ -133,9 +156,14 @@ class ClientQuotas:
             if len(paid) >= self.max_entities > 0:
                 del paid[next(iter(paid))]  # the oldest entity tracked
             paid_until = now - self.allowance_s  # a new client has its allowance
-        paid_until = max(paid_until, now - self.allowance_s) + value / quota
-        paid[entity] = paid_until
-        return min(int((paid_until - now) * 1000), MAX_THROTTLE_MS) if paid_until > now else 0
+        before = max(paid_until, now - self.allowance_s)
+        after = before + value / quota
+        ms = min(int((after - now) * 1000), MAX_THROTTLE_MS) if after > now else 0
+        if ms and refund and value / quota <= self.allowance_s:
+            paid[entity] = before  # not counted: nothing is sent
+            return ms, False
+        paid[entity] = after
+        return ms, True
 
 
 # the stored document ---------------------------------------------------------------------

@@ -76,6 +76,20 @@ def test_throttle_times_are_kafkas_for_a_burst_and_hold_the_rate_over_time():
     assert quotas.tracked() == 1
 
 
+def test_a_fetch_over_the_quota_is_not_counted_unless_it_could_never_fit():
+    quotas = ClientQuotas(BrokerConfig({"quota.window.num": "3", "quota.window.size.seconds": "1"}))
+    quotas.replace({("alice", None): {FETCH: 1000.0}})
+    alice = Who("alice")
+    assert quotas.fetch_throttle_ms(alice, "c", 2_000, now=10.0) == (0, True)  # the allowance
+    # over: throttled, not sent, and not counted: the same fetch fits once the throttle passed
+    assert quotas.fetch_throttle_ms(alice, "c", 1_500, now=10.0) == (1500, False)
+    assert quotas.fetch_throttle_ms(alice, "c", 1_500, now=11.5) == (0, True)
+    # a response larger than the 2 s allowance would never fit: sent whole, with its throttle
+    assert quotas.fetch_throttle_ms(alice, "c", 5_000, now=30.0) == (3000, True)
+    ms, sent = quotas.fetch_throttle_ms(alice, "c", 1, now=30.0)  # counted: the next one waits
+    assert ms >= 3000 and not sent
+
+
 def quota_broker(tmp_path, **more) -> BrokerProcess:
     return BrokerProcess(
         tmp_path / "data",
@@ -220,6 +234,39 @@ def test_a_throttled_client_gets_throttle_time_ms_and_is_not_read_meanwhile(tmp_
             other.request(ApiKey.API_VERSIONS, 3, messages.ApiVersionsRequest(
                 client_software_name="t", client_software_version="1"))
             assert time.monotonic() - t0 < throttle_s
+
+
+def test_a_throttled_fetch_is_sent_empty_and_the_records_come_after_the_throttle(tmp_path):
+    """Kafka's throttled fetch: over consumer_byte_rate, the answer has the throttle time and
+    no records (and its bytes are not counted); the same fetch after the throttle gets them."""
+    with BrokerProcess(tmp_path / "data", {"quota.window.num": 2}) as broker:
+        broker.create_topic("f", 1)
+        P = messages.ProduceRequest
+        with WireClient(broker.port) as client:
+            for i in range(2):  # two batches of 15 kB
+                batch = build_batch([Record(value=bytes([i]) * 15_000)])
+                answer = client.request(ApiKey.PRODUCE, 9, P(acks=1, timeout_ms=5000, topic_data=[
+                    P.TopicProduceData(name="f", partition_data=[P.PartitionProduceData(index=0, records=batch)])]))
+                assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+        # 20 kB/s with 1 s of allowance: the first batch fits, the second not yet
+        set_quota(broker.port, [("client-id", None)], consumer_byte_rate=20_000)
+        F = messages.FetchRequest
+
+        def fetch(offset):
+            return F(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                     topics=[F.FetchTopic(topic="f", partitions=[F.FetchPartition(
+                         partition=0, fetch_offset=offset, partition_max_bytes=16_000)])])
+
+        with WireClient(broker.port) as client:
+            first = client.request(ApiKey.FETCH, 11, fetch(0))
+            assert first.throttle_time_ms == 0
+            assert len(first.responses[0].partitions[0].records) > 15_000
+            throttled = client.request(ApiKey.FETCH, 11, fetch(1))
+            assert throttled.throttle_time_ms > 0 and throttled.responses == []
+            again = client.request(ApiKey.FETCH, 11, fetch(1))  # held until the throttle ends
+            assert again.throttle_time_ms == 0
+            records = again.responses[0].partitions[0].records
+            assert bytes(records[:8]) == (1).to_bytes(8, "big") and b"\x01" * 15_000 in bytes(records)
 
 
 def test_quota_requests_that_kafka_refuses_are_refused(tmp_path):
