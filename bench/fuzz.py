@@ -309,6 +309,8 @@ def broker_settings(directory: Path) -> tuple[dict, Path]:
 
     pki = make_pki(directory)
     return {**BROKER_SETTINGS, "ssl.keystore.location": str(pki.broker)}, pki.ca
+
+
 FAILED = "answering UNKNOWN_SERVER_ERROR"
 RSS_GROWTH_LIMIT = 128 << 20
 
@@ -443,7 +445,11 @@ class BrokerFuzz:
         self.seen = len(broker.lines)  # log lines checked for handler failures
 
     def _connect(self, where: str) -> socket.socket:
-        port = {"plaintext": self.plain_port, "sasl": self.sasl_port, "authenticated": self.sasl_port}
+        port = {
+            "plaintext": self.plain_port,
+            "sasl": self.sasl_port,
+            "authenticated": self.sasl_port,
+        }
         raw = socket.create_connection(("127.0.0.1", port.get(where, self.tls_port)), timeout=10)
         if where in ("tls", "tls-authenticated", "scram-tls"):
             return self.tls.wrap_socket(raw, server_hostname="localhost")
@@ -564,9 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         broker_failures = 0
         with tempfile.TemporaryDirectory() as tmp:
             settings_, ca = broker_settings(Path(tmp) / "pki")
-            with BrokerProcess(
-                Path(tmp) / "data", settings_, args=["--log-level", "WARNING"]
-            ) as b:
+            with BrokerProcess(Path(tmp) / "data", settings_, args=["--log-level", "WARNING"]) as b:
                 fuzz = BrokerFuzz(b, ca)
                 while time.monotonic() < deadline:
                     n += 1
