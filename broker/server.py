@@ -341,6 +341,7 @@ class BrokerServer:
             per_ip_overrides=connection_overrides(str(config["max.connections.per.ip.overrides"])),
             idle_ms=int(config["connections.max.idle.ms"]),
         )
+        limits.admission = self.quotas.connection_refused  # ip quotas (quotas.py)
         try:
             await self._listen(limits)
         except StartupError:
