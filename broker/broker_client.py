@@ -213,6 +213,15 @@ class _Connection:
             except DecodeError as e:
                 raise NetworkError(f"malformed response from node {self.node_id}: {e}") from None
             if response.error_code:
+                log.warning(
+                    "node %d refused %s authentication as %s on the inter-broker listener %s"
+                    " (error %d): check its sasl.jaas.config and the user",
+                    self.node_id,
+                    security.mechanism,
+                    security.username,
+                    security.listener,
+                    response.error_code,
+                )
                 raise NetworkError(
                     f"node {self.node_id} refused {security.mechanism} authentication as"
                     f" {security.username} (error {response.error_code}:"

@@ -278,3 +278,35 @@ def test_scram_users_are_the_clusters_and_brokers_use_them_with_each_other(clust
     for port in (ports[2], ports[0]):
         wait_for(lambda port=port: not logs_in(port, pki, "carol", "carol-secret"), 20, "deleted")
     assert zk.exists("/config/users/carol") is None
+
+
+def test_a_broker_with_a_wrong_inter_broker_password_cannot_follow(cluster, pki):
+    """The other brokers check the inter-broker login: a broker whose JAAS entry has a wrong
+    password is refused (it says so in its log) and drops out of the ISR of what it follows."""
+    jaas = "listener.name.broker.plain.sasl.jaas.config"
+    settings = {
+        "listeners": "BROKER://127.0.0.1:0,CLIENT://127.0.0.1:0",
+        "listener.security.protocol.map": "BROKER:SASL_PLAINTEXT,CLIENT:PLAINTEXT",
+        "inter.broker.listener.name": "BROKER",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.broker.sasl.enabled.mechanisms": "PLAIN",
+        jaas: PLAIN_JAAS,
+        "replica.lag.time.max.ms": 3000,
+    }
+    first, second = cluster(2, settings)[:2]
+    second.stop()  # restarted with a wrong password in its own JAAS entry (its users are unchanged)
+    second.overrides[jaas] = PLAIN_JAAS.replace('password="broker-secret"', 'password="wrong"')
+    second.start()
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{first.listener_ports['CLIENT']}"})
+    admin.create_topics([NewTopic("two", 4, replication_factor=2)])["two"].result(30)
+    wait_for(lambda: any("refused PLAIN authentication as broker" in line for line in second.lines),
+             30, "the refusal in the log")
+    assert not any("refused PLAIN authentication" in line for line in first.lines)
+
+    def isrs():
+        md = admin.list_topics(topic="two", timeout=20).topics["two"].partitions
+        return {p.leader: sorted(p.isrs) for p in md.values()}
+
+    # what the first broker leads, the second cannot follow; the reverse holds
+    wait_for(lambda: isrs().get(1) == [1], 30, "the second broker out of the first's ISRs")
+    assert isrs().get(2) in (None, [1, 2])
