@@ -160,7 +160,7 @@ class ApacheKafka:
                  jvm_flags: list[str] | None = None,
                  properties: dict[str, object] | None = None,
                  offsets_partitions: int = 50, txn_partitions: int = 50,
-                 cpus: set[int] | None = None) -> None:
+                 cpus: set[int] | None = None, ssl_port: int | None = None) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port
         self.controller_port = controller_port or port + 1
@@ -172,6 +172,7 @@ class ApacheKafka:
         self.offsets_partitions = offsets_partitions
         self.txn_partitions = txn_partitions
         self.cpus = set(cpus) if cpus else None  # CPU affinity of the broker (all its threads)
+        self.ssl_port = ssl_port  # an SSL listener too (its ssl.keystore.* in ``properties``)
         self.spawned_at: float | None = None  # time.monotonic() just before the JVM is spawned
         self.proc: subprocess.Popen | None = None
         self._out = None
@@ -196,12 +197,18 @@ class ApacheKafka:
         if proxied:
             listeners.append(f"INTERNAL://{HOST}:{self.internal_port}")
             advertised.append(f"INTERNAL://{HOST}:{self.internal_port}")
+        protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT"
+        if self.ssl_port:
+            listeners.append(f"SSL://{HOST}:{self.ssl_port}")
+            advertised.append(f"SSL://{HOST}:{self.ssl_port}")
+            protocols += ",SSL:SSL"
         template = string.Template((POM_DIR / "server.properties.template").read_text())
         text = template.substitute(
             controller_port=self.controller_port,
             listeners=",".join(listeners),
             advertised_listeners=",".join(advertised),
             inter_broker_listener="INTERNAL" if proxied else "PLAINTEXT",
+            protocol_map=protocols,
             log_dir=self.data_dir / "kraft-logs",
             offsets_partitions=self.offsets_partitions,
             txn_partitions=self.txn_partitions,

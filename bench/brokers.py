@@ -212,8 +212,10 @@ class KafkaBroker(Broker):
     name = "kafka"
 
     def __init__(self, data_dir: Path, properties: dict[str, object] | None = None,
-                 cpus: set[int] | None = None, version: str = KAFKA_VERSION) -> None:
+                 cpus: set[int] | None = None, version: str = KAFKA_VERSION,
+                 ssl: bool = False) -> None:
         self.data_dir = Path(data_dir)
+        self.ssl = ssl  # an SSL listener too, at ``ssl_port`` (its keystore in ``properties``)
         self.properties = dict(properties or {})
         self.cpus = cpus if cpus is not None else BROKER_CPUS
         self.version = version
@@ -221,11 +223,12 @@ class KafkaBroker(Broker):
 
     def _make(self) -> ApacheKafka:
         if self.kafka is None:
-            base = free_port_block(3)
+            base = free_port_block(4 if self.ssl else 3)
             self.kafka = ApacheKafka(self.data_dir, port=base, controller_port=base + 1,
                                      internal_port=base + 2, version=self.version,
-                                     properties=self.properties, cpus=self.cpus)
-            self.port = base
+                                     properties=self.properties, cpus=self.cpus,
+                                     ssl_port=base + 3 if self.ssl else None)
+            self.port, self.ssl_port = base, base + 3
         return self.kafka
 
     def prepare(self) -> None:

@@ -1,10 +1,11 @@
 """Cluster benchmarks: Headrace's throughput per core (``--workers 1`` vs ``--workers 2``) and a
-3-broker Headrace cluster beside a 3-broker Apache Kafka cluster.
+3-broker Headrace cluster beside a 3-broker Apache Kafka cluster, without and with replication.
 
     python -m bench.cluster                         # both parts; bench/results/cluster.*
     python -m bench.cluster --parts scaling --seconds 5 --perf-records 2048   # a short check
     python -m bench.cluster --readme                # ... and the README's cluster section
     python -m bench.cluster --render bench/results/cluster.json --readme   # re-render only
+    python -m bench.cluster --parts replicated --readme   # RF=3: bench/results/cluster-rf3.*
 
 How this works
 --------------
@@ -42,10 +43,23 @@ Parts:
 * ``versus``: Apache Kafka, three combined broker+controller KRaft nodes (a 3-voter quorum),
   and Headrace ``--workers 3``, driven by the same ProducerPerformance command (and by the
   wire client, unless ``--versus-drivers perf``); interleaved.
+* ``replicated``: the same two clusters, but a topic of replication factor 3 (partition p's
+  replicas on the brokers p, p+1, p+2 mod 3, the first its leader) with
+  ``min.insync.replicas=2``, so an acks=all produce is answered once every ISR member has the
+  batch. Each broker keeps its default flush settings (page-cache acks on every replica)
+  unless ``--replicated-modes`` also names ``durable`` (``log.flush.interval.messages=1`` on
+  every broker, as in the other parts). Results go to ``cluster-rf3.*`` and a README section
+  of their own (``--stem``).
 
-Results: ``bench/results/cluster.json`` (every sample, latencies summarised),
-``cluster.csv`` (one row per run), ``cluster.png``; ``--readme`` rewrites the README between
-``<!-- bench-cluster:start -->`` and ``<!-- bench-cluster:end -->``.
+Every run checks its records: after the producers are done, the sum of the partitions' latest
+offsets (ListOffsets: the high watermark) must equal the records the producers had
+acknowledged (ProducerPerformance's count; the wire client's, warm-up included), or the run
+fails. A produce answered with an error that was appended all the same fails it too.
+
+Results: ``bench/results/<stem>.json`` (every sample, latencies summarised),
+``<stem>.csv`` (one row per run), ``<stem>.png``; ``--readme`` rewrites the README between
+``<!-- bench-<stem>:start -->`` and ``<!-- bench-<stem>:end -->``. The stem is ``cluster``,
+or ``cluster-rf3`` when only the replicated part runs.
 """
 
 from __future__ import annotations
@@ -83,7 +97,13 @@ from headrace.broker.process import BrokerProcess, terminate
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-START, END = "<!-- bench-cluster:start -->", "<!-- bench-cluster:end -->"
+
+
+def markers(stem: str) -> tuple[str, str]:
+    return f"<!-- bench-{stem}:start -->", f"<!-- bench-{stem}:end -->"
+
+
+START, END = markers("cluster")
 RECORD_SIZE = 64 * KiB
 # 15 records: the largest batch under max.request.size (1 MiB) and message.max.bytes, what
 # ProducerPerformance sends with batch.size=1 MiB
@@ -302,7 +322,7 @@ class KafkaCluster:
 
     system = "kafka"
 
-    def __init__(self, data_dir: Path, n: int) -> None:
+    def __init__(self, data_dir: Path, n: int, durable: bool = True) -> None:
         self.data_dir = data_dir
         self.n = n
         self.node_ids = list(range(1, n + 1))
@@ -312,7 +332,7 @@ class KafkaCluster:
             ApacheKafka(data_dir / f"node-{i}", port=b, controller_port=b + 1,
                         internal_port=b + 2, properties={
                             "node.id": i, "controller.quorum.voters": voters,
-                            "log.flush.interval.messages": 1,
+                            **({"log.flush.interval.messages": 1} if durable else {}),
                             "offsets.topic.num.partitions": 3 * n})
             for i, b in zip(self.node_ids, bases)]
         self.addresses = [(HOST, b) for b in bases]
@@ -369,11 +389,13 @@ class KafkaCluster:
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-def make_topic(cluster, topic: str, partitions: int, timeout: float = 60) -> dict[int, int]:
-    """Create ``topic`` with partition p on broker ``node_ids[p % n]``; wait until every
-    broker's Metadata shows every partition's leader. Returns {partition: leader}."""
+def make_topic(cluster, topic: str, partitions: int, rf: int = 1,
+               configs: dict[str, str] | None = None, timeout: float = 60) -> dict[int, int]:
+    """Create ``topic`` with partition p's replicas on brokers ``node_ids[(p + k) % n]`` for
+    k < ``rf`` (the first the leader); wait until every broker's Metadata shows every
+    partition's leader. Returns {partition: leader}."""
     ids = cluster.node_ids
-    plan = {p: [ids[p % len(ids)]] for p in range(partitions)}
+    plan = {p: [ids[(p + k) % len(ids)] for k in range(rf)] for p in range(partitions)}
     host, port = cluster.addresses[0]
     deadline = time.monotonic() + timeout
     with wire.WireClient(host, port) as c:
@@ -383,7 +405,7 @@ def make_topic(cluster, topic: str, partitions: int, timeout: float = 60) -> dic
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{host}:{port} knows brokers {sorted(c.brokers)} only")
             time.sleep(0.1)
-        err = c.create_topic(topic, partitions, assignments=plan)
+        err = c.create_topic(topic, partitions, assignments=plan, configs=configs)
         if err:
             raise wire.WireError(f"CreateTopics {topic}: error {err}")
     for host, port in cluster.addresses:
@@ -397,6 +419,29 @@ def make_topic(cluster, topic: str, partitions: int, timeout: float = 60) -> dic
                     raise TimeoutError(f"{topic} not served by {host}:{port}: {parts}")
                 time.sleep(0.1)
     return {p: r[0] for p, r in plan.items()}
+
+
+def check_records(cluster, topic: str, partitions: int, acked: int) -> int:
+    """The sum of the partitions' latest offsets (asked of each leader); raise unless it is
+    ``acked``, the records the producers had acknowledged."""
+    host, port = cluster.addresses[0]
+    with wire.WireClient(host, port) as c:
+        _terr, parts = c.metadata([topic])[topic]
+        by_leader: dict[tuple[str, int], list[int]] = {}
+        for p, (_err, leader) in parts.items():
+            by_leader.setdefault(c.brokers[leader], []).append(p)
+    ends: dict[int, int] = {}
+    for addr, ps in by_leader.items():
+        with wire.WireClient(*addr) as c:
+            for p, (err, offset) in c.latest_offsets(topic, ps).items():
+                if err:
+                    raise wire.WireError(f"ListOffsets {topic}-{p}: error {err}")
+                ends[p] = offset
+    total = sum(ends.values())
+    if len(ends) != partitions or total != acked:
+        raise RuntimeError(f"records check failed: {acked} acknowledged, latest offsets "
+                           f"{dict(sorted(ends.items()))} (sum {total})")
+    return total
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,8 +467,12 @@ class Run:
     durable: bool = True  # log.flush.interval.messages=1; else acks=all from the page cache
 
     @property
+    def rf(self) -> int:
+        return 3 if self.part == "replicated" else 1
+
+    @property
     def label(self) -> str:
-        return f"{self.system} x{self.brokers} {self.driver}" + (
+        return f"{self.system} x{self.brokers} RF={self.rf} {self.driver}" + (
             "" if self.durable else " page-cache")
 
 
@@ -478,7 +527,7 @@ def drive_wire(cluster, topic: str, groups: dict[str, list[int]], args, logs: Pa
         "warmup_errors": sum(r["warmup_errors"] for r in results),
         "client_cpu_s": sum(r["cpu_s"] for r in results),
         "client_per_process_cpu_s": [r["cpu_s"] for r in results],
-        "bytes": acked, **cpu,
+        "bytes": acked, "records_acked": sum(r["all_acked_records"] for r in results), **cpu,
     }
     sample["wall_s"] = args.seconds  # the clients' window; the meter's agrees within ms
     return sample
@@ -537,7 +586,7 @@ def drive_perf(cluster, topic: str, groups: dict[str, list[int]], args, logs: Pa
         "p99_ms": max(s["p99_ms"] for s in parsed),
         "p99_ms_per_producer": [s["p99_ms"] for s in parsed],
         "client_cpu_s": cpu["reaped_children_cpu_s"],
-        "bytes": total, **cpu,
+        "bytes": total, "records_acked": sum(s["records"] for s in parsed), **cpu,
     }
 
 
@@ -591,14 +640,14 @@ def wait_idle(limit: float, max_wait: float, progress: Progress) -> tuple[float,
 
 def run_one(run: Run, args, ctx: dict, progress: Progress) -> dict:
     ctx["seq"] += 1
-    tag = f"{ctx['seq']:02d}-{run.system}-x{run.brokers}-{run.driver}" + (
+    tag = f"{ctx['seq']:02d}-{run.system}-x{run.brokers}-rf{run.rf}-{run.driver}" + (
         "" if run.durable else "-pagecache")
     data = ctx["data"] / tag
     logs = ctx["logs"]
     busy, waited = wait_idle(args.idle_cores, args.idle_wait, progress) if args.idle_wait \
         else (None, 0.0)
     sample: dict = {"part": run.part, "system": run.system, "brokers": run.brokers,
-                    "driver": run.driver, "durable": run.durable, "rep": run.rep,
+                    "rf": run.rf, "driver": run.driver, "durable": run.durable, "rep": run.rep,
                     "loadavg": loadavg(),
                     "busy_before": busy, "waited_s": waited}
     progress(f"{tag}: load average {sample['loadavg']}, busy before "
@@ -611,12 +660,14 @@ def run_one(run: Run, args, ctx: dict, progress: Progress) -> dict:
             ctx["pythonpath"], durable=run.durable)
         zk_pids = [zk.pid]
     else:
-        cluster = KafkaCluster(data, run.brokers)
+        cluster = KafkaCluster(data, run.brokers, durable=run.durable)
         zk_pids = []
     try:
         cluster.start()
         topic = "bench-cluster"
-        sample["leaders"] = make_topic(cluster, topic, args.partitions)
+        sample["leaders"] = make_topic(
+            cluster, topic, args.partitions, run.rf,
+            {"min.insync.replicas": str(args.min_insync_replicas)} if run.rf > 1 else None)
         groups = {"broker": cluster.pids}
         if zk_pids:
             groups["zookeeper"] = zk_pids
@@ -624,6 +675,8 @@ def run_one(run: Run, args, ctx: dict, progress: Progress) -> dict:
                  f"{args.partitions} partitions; driving with {run.driver}")
         drive = drive_wire if run.driver == "wire" else drive_perf
         sample.update(drive(cluster, topic, groups, args, logs, tag, progress))
+        sample["records_checked"] = check_records(cluster, topic, args.partitions,
+                                                  sample["records_acked"])
     finally:
         cluster.stop()
     derive(sample)
@@ -674,7 +727,14 @@ def summarise(samples: list[dict], max_other: float | None = None) -> list[dict]
         tp = [s["mib_per_sec"] for s in use]
         row["mib_per_sec_range"] = [min(tp), max(tp)]
         out.append(row)
-    return out
+    # grouped by part, then flush mode, then driver, each in the order first seen (a failed
+    # run must not scatter a group)
+    first: dict[tuple, int] = {}
+    for r in out:
+        for k in ((r["part"],), (r["part"], r["durable"]), (r["part"], r["durable"], r["driver"])):
+            first.setdefault(k, len(first))
+    return sorted(out, key=lambda r: (first[(r["part"],)], first[(r["part"], r["durable"])],
+                                      first[(r["part"], r["durable"], r["driver"])]))
 
 
 def find(rows: list[dict], **kw) -> dict | None:
@@ -693,12 +753,14 @@ def ratios(rows: list[dict]) -> list[dict]:
             out.append({"what": f"Headrace --workers 2 / --workers 1 ({name})",
                         **{m: _div(b[m], a[m]) for m in ("mib_per_sec", "mib_per_broker_cpu_s",
                                                          "broker_cores")}})
-    for driver in ("perf", "wire"):
-        k = find(rows, part="versus", system="kafka", driver=driver)
-        h = find(rows, part="versus", system="headrace", driver=driver)
+    for part, durable, driver in ((part, durable, driver) for part in ("versus", "replicated")
+                                  for durable in (False, True) for driver in ("perf", "wire")):
+        k = find(rows, part=part, system="kafka", driver=driver, durable=durable)
+        h = find(rows, part=part, system="headrace", driver=driver, durable=durable)
         if k and h:
-            name = "ProducerPerformance" if driver == "perf" else "wire client"
-            out.append({"what": f"Headrace x3 / Kafka x3 ({name})",
+            name = ("ProducerPerformance" if driver == "perf" else "wire client") + _flush(h)
+            rf = ", RF=3" if part == "replicated" else ""
+            out.append({"what": f"Headrace x3 / Kafka x3 ({name}{rf})",
                         **{m: _div(h[m], k[m]) for m in (
                             "mib_per_sec", "mib_per_broker_cpu_s", "broker_cores", "p99_ms",
                             "broker_cpu_ms_per_mib")}})
@@ -717,12 +779,18 @@ def _f(v, digits: int = 1) -> str:
     return f"{v:.{digits}f}"
 
 
+def _flush(r: dict) -> str:
+    """What the run's acks wait for on disk, when its part's text does not already say."""
+    if r["part"] == "replicated":
+        return ", log.flush.interval.messages=1" if r.get("durable") else ", default flush"
+    return "" if r.get("durable", True) else ", page-cache acks"
+
+
 def _name(r: dict) -> str:
     sysname = "Apache Kafka" if r["system"] == "kafka" else "Headrace"
-    unit = "brokers" if r["system"] == "kafka" or r["part"] == "versus" else "workers"
+    unit = "workers" if r["system"] == "headrace" and r["part"] == "scaling" else "brokers"
     drv = "wire client" if r["driver"] == "wire" else "ProducerPerformance"
-    return f"{sysname}, {r['brokers']} {unit}, {drv}" + (
-        "" if r.get("durable", True) else ", page-cache acks")
+    return f"{sysname}, {r['brokers']} {unit}, {drv}{_flush(r)}"
 
 
 COLUMNS = (  # (header, cell) of the summary table, after the run's name
@@ -732,7 +800,9 @@ COLUMNS = (  # (header, cell) of the summary table, after the run's name
     ("MiB per broker CPU-s", lambda r: _f(r["mib_per_broker_cpu_s"])),
     ("broker CPU ms/MiB", lambda r: _f(r["broker_cpu_ms_per_mib"])),
     ("brokers", lambda r: _f(r["broker_cores"], 2)),
-    ("busiest main thread", lambda r: _f(r.get("busiest_loop_cores"), 2)),
+    # (Headrace's event loop; a JVM's main thread only waits)
+    ("busiest main thread", lambda r: "-" if r["system"] == "kafka"
+     else _f(r.get("busiest_loop_cores"), 2)),
     ("clients", lambda r: _f(r["client_cores"], 2)),
     ("ZooKeeper", lambda r: _f(r["zookeeper_cores"], 2)),
     ("kernel", lambda r: _f(r["kernel_cores"], 2)),
@@ -785,14 +855,14 @@ def _x(v) -> str:
 
 
 def write_csv(samples: list[dict], path: Path) -> None:
-    cols = ["part", "system", "brokers", "driver", "rep", "status", "load1", "load5",
+    cols = ["part", "system", "brokers", "rf", "driver", "rep", "status", "load1", "load5",
             "mib_per_sec", "records_per_sec", "p50_ms", "p99_ms", "wall_s", "broker_cpu_s",
             "broker_cores", "mib_per_broker_cpu_s", "broker_cpu_ms_per_mib",
             "broker_per_process_cores", "broker_main_thread_cores", "client_cpu_s",
             "client_cores", "zookeeper_cores",
             "other_cores", "kernel_threads_cores", "interrupt_cores", "other_processes_cores",
             "harness_cores", "unattributed_cores", "machine_busy_cores", "iowait_cores",
-            "disk_busy", "disk_write_mib_per_sec", "durable", "errors"]
+            "disk_busy", "disk_write_mib_per_sec", "durable", "records_checked", "errors"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
@@ -820,7 +890,8 @@ def write_plot(results: dict, path: Path) -> None:
         return
     labels = [f"{'Kafka' if r['system'] == 'kafka' else 'Headrace'}\nx{r['brokers']}\n"
               f"{'wire' if r['driver'] == 'wire' else 'perf'}"
-              + ("" if r.get("durable", True) else "\nno fsync") for r in rows]
+              + ("\nno fsync" if not r.get("durable", True) else
+                 "\nfsync each" if r["part"] == "replicated" else "") for r in rows]
     colors = ["#555555" if r["system"] == "kafka" else "#1f77b4" for r in rows]
     x = list(range(len(rows)))
     fig, axes = plt.subplots(1, 3, figsize=(16, 5))
@@ -831,7 +902,7 @@ def write_plot(results: dict, path: Path) -> None:
                 va="bottom", fontsize=8)
     ax.set_xticks(x, labels, fontsize=7)
     ax.set_ylim(0, max(r["mib_per_sec"] or 0 for r in rows) * 1.12 or 1)
-    ax.set_ylabel("MiB/s acknowledged (durable)")
+    ax.set_ylabel("MiB/s acknowledged")
     ax.set_title("Throughput")
     ax = axes[1]
     bottom = [0.0] * len(rows)
@@ -861,31 +932,52 @@ def write_plot(results: dict, path: Path) -> None:
     ax.set_ylim(0, max(r["mib_per_broker_cpu_s"] or 0 for r in rows) * 1.2 or 1)
     ax.set_ylabel("MiB per broker CPU-second")
     ax.set_title("Broker efficiency")
-    fig.suptitle(f"Cluster benchmark, 64 KiB records, acks=all, durable; load average at "
-                 f"start {results['loadavg_start']}", fontsize=10)
+    fig.suptitle(f"Cluster benchmark ({_setup(results)}), 64 KiB records, acks=all; load "
+                 f"average at start {results['loadavg_start']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def _setup(results: dict) -> str:
+    if results.get("stem", "cluster") == "cluster-rf3":
+        return f"RF=3, min.insync.replicas={results.get('min_insync_replicas', 2)}"
+    return "RF=1, log.flush.interval.messages=1"
+
+
+TITLES = {"cluster": "### Cluster: throughput per core, and 3 brokers beside Apache Kafka's 3",
+          "cluster-rf3": "#### RF=3: 3 brokers beside Apache Kafka's 3, every record on three"}
+
+
 def readme_section(results: dict) -> str:
+    stem = results.get("stem", "cluster")
     la = results["loadavg_start"]
     loads = [s["loadavg"][0] for s in results["samples"]]
     busy = [s["busy_before"] for s in results["samples"] if s.get("busy_before") is not None]
     busy_text = (f"; other work in the 3 s before each run: {min(busy):.2f} to "
                  f"{max(busy):.2f} cores busy" if busy else "")
     m = results.get("machine", {})
+    if stem == "cluster-rf3":
+        topic = (f"{results['partitions']} partitions of replication factor 3 (each broker "
+                 "leads two and follows four), `min.insync.replicas="
+                 f"{results.get('min_insync_replicas', 2)}`; 64 KiB records, acks=all; "
+                 "each broker's default flush settings (page-cache acks on every replica; "
+                 "Kafka's and Headrace's defaults alike) unless the row says "
+                 "`log.flush.interval.messages=1` (then on every broker). The end offsets "
+                 "are checked against the records acknowledged after every run. ")
+    else:
+        topic = (f"{results['partitions']} partitions (RF=1) spread evenly over the brokers; "
+                 "64 KiB records, acks=all, `log.flush.interval.messages=1` on every broker. ")
+    start, end = markers(stem)
     return "\n".join([
-        START,
-        "### Cluster: throughput per core, and 3 brokers beside Apache Kafka's 3",
+        start,
+        TITLES[stem],
         "",
         f"Command: `{results['command']}` ({results['stamp']}; Headrace at "
         f"{results.get('headrace_at')}, Apache Kafka {KAFKA_VERSION}; {m.get('cpu_model', '?')}, "
         f"{m.get('cpus')} CPUs). Load average at start {la}, at end {results['loadavg_end']}; "
         f"1-minute load at the start of each run {min(loads):.2f} to {max(loads):.2f}"
-        f"{busy_text}. "
-        f"{results['partitions']} partitions (RF=1) spread evenly over the brokers; 64 KiB "
-        "records, acks=all, `log.flush.interval.messages=1` on every broker. Wire client: "
+        f"{busy_text}. {topic}Wire client: "
         f"{results['clients']} processes x {results['inflight']} requests in flight per "
         f"leader, {results['seconds']:g} s window after {results['warmup']:g} s warm-up. "
         f"ProducerPerformance: {results['producers']} processes, {results['perf_records']} "
@@ -897,17 +989,18 @@ def readme_section(results: dict) -> str:
         "",
         markdown(results),
         "",
-        "![cluster](bench/results/cluster.png)",
-        END,
+        f"![{stem}](bench/results/{stem}.png)",
+        end,
     ])
 
 
 def update_readme(results: dict, readme: Path = README) -> None:
     text = readme.read_text()
     section = readme_section(results)
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        tail = rest.split(END, 1)[1]
+    start, end = markers(results.get("stem", "cluster"))
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        tail = rest.split(end, 1)[1]
         text = head + section + tail
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
@@ -933,12 +1026,19 @@ def plan(args) -> list[Run]:
             for driver in args.versus_drivers.split(","):
                 order = ["kafka", "headrace"] if rep % 2 == 0 else ["headrace", "kafka"]
                 runs += [Run("versus", s, 3, driver, rep) for s in order]
+        if "replicated" in parts:
+            for mode in args.replicated_modes.split(","):
+                for driver in args.replicated_drivers.split(","):
+                    order = ["kafka", "headrace"] if rep % 2 == 0 else ["headrace", "kafka"]
+                    runs += [Run("replicated", s, 3, driver, rep, mode == "durable")
+                             for s in order]
     return runs
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--parts", default="scaling,versus", help="scaling, versus or both")
+    ap.add_argument("--parts", default="scaling,versus",
+                    help="scaling, versus, replicated (comma-separated)")
     ap.add_argument("--drivers", default="wire,perf", help="drivers of the scaling part")
     ap.add_argument("--scaling-modes", default="durable",
                     help="durable: log.flush.interval.messages=1 (as S2); page-cache: acks=all "
@@ -948,6 +1048,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--versus-drivers", default="perf,wire",
                     help="drivers of the Kafka-vs-Headrace part (perf is the one asked for; "
                          "wire shows both clusters limited by their brokers)")
+    ap.add_argument("--replicated-drivers", default="perf,wire",
+                    help="drivers of the RF=3 part")
+    ap.add_argument("--replicated-modes", default="default",
+                    help="default: each broker's default flush settings; durable: "
+                         "log.flush.interval.messages=1 (comma-separated)")
+    ap.add_argument("--min-insync-replicas", type=int, default=2,
+                    help="the RF=3 topic's min.insync.replicas")
+    ap.add_argument("--stem", help="name of the results files and README section (default: "
+                                   "cluster-rf3 for --parts replicated, else cluster)")
     ap.add_argument("--runs", type=int, default=3, help="runs of each configuration")
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--clients", type=int, default=4, help="wire client processes")
@@ -1007,6 +1116,8 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_start": loadavg(), "runs": args.runs, "partitions": args.partitions,
         "clients": args.clients, "inflight": args.inflight, "seconds": args.seconds,
         "warmup": args.warmup, "producers": args.producers, "perf_records": args.perf_records,
+        "parts": args.parts, "min_insync_replicas": args.min_insync_replicas,
+        "stem": args.stem or ("cluster-rf3" if args.parts == "replicated" else "cluster"),
         "samples": [],
     }
     progress(f"uptime: {uptime}")
@@ -1050,10 +1161,11 @@ def finish(results: dict, args, progress: Progress, failed: int = 0) -> int:
     results["ratios"] = ratios(results["summary"])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "cluster.json").write_text(json.dumps(results, indent=1) + "\n")
-    write_csv(results["samples"], out / "cluster.csv")
+    stem = results.get("stem", "cluster")
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_csv(results["samples"], out / f"{stem}.csv")
     if not args.no_plot:
-        write_plot(results, out / "cluster.png")
+        write_plot(results, out / f"{stem}.png")
     print(markdown(results))
     if args.readme:
         update_readme(results)

@@ -1,14 +1,16 @@
-"""What TLS costs a Headrace producer: the produce scenarios over PLAINTEXT and over SSL.
+"""What TLS costs a producer, on Headrace and on Apache Kafka: the produce scenarios over
+PLAINTEXT and over SSL.
 
-    python -m bench.tls [--scenarios S1,S3] [--size small] [--rounds 2]
+    python -m bench.tls [--scenarios S1,S3] [--size small] [--rounds 2] [--brokers kafka,headrace]
 
-For each round and scenario, a fresh broker with a PLAINTEXT and an SSL listener (a CA and
-the broker's certificate made for the run with ``cryptography``, as the tests make them) is
-driven by Kafka's ProducerPerformance, as ``bench.run`` drives it, once through each
-listener (the order alternates between rounds); the broker is pinned to the broker CPU and
-the tool to the client CPU. Printed: MiB/s and the broker's share of a core per run, and per
-scenario the median SSL/PLAINTEXT throughput ratio. Needs Java 17 and Maven (the tool's jars
-come from Maven Central, as for ``bench.run``).
+For each round, scenario and broker, a fresh broker with a PLAINTEXT and an SSL listener (a CA
+and the broker's certificate made for the run with ``cryptography``, as the tests make them;
+both brokers read the same PEM files: Kafka's ``ssl.keystore.type=PEM``) is driven by Kafka's
+ProducerPerformance, as ``bench.run`` drives it, once through each listener (the order
+alternates between rounds, and so does the order of the brokers); the broker is pinned to the
+broker CPU and the tool to the client CPU. Printed: MiB/s and the broker's share of a core per
+run, and per scenario and broker the median SSL/PLAINTEXT ratio, and Headrace/Kafka over SSL.
+Needs Java 17 and Maven (Kafka's jars come from Maven Central, as for ``bench.run``).
 """
 
 from __future__ import annotations
@@ -38,16 +40,28 @@ def make_pki(directory: Path):
     return module.make_pki(directory)
 
 
-def run_once(sc, listener: str, pki, work: Path, size: str, rep: int) -> dict:
+def start(kind: str, pki, data: Path, log_file: Path) -> brokers.Broker:
+    """A broker of ``kind`` with a PLAINTEXT and an SSL listener, started."""
+    if kind == "kafka":
+        keystore = {"ssl.keystore.type": "PEM", "ssl.keystore.location": pki.broker}
+        return brokers.KafkaBroker(data, keystore, ssl=True).start()
     settings = {
         "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
         "ssl.keystore.location": pki.broker,
     }
-    data = work / f"{sc.id}-{listener}-{rep}"
-    broker = brokers.HeadraceBroker(data, settings, log_file=work / f"{sc.id}.log")
-    broker.start()
+    return brokers.HeadraceBroker(data, settings, log_file=log_file).start()
+
+
+def ssl_port(broker: brokers.Broker) -> int:
+    if isinstance(broker, brokers.KafkaBroker):
+        return broker.ssl_port
+    return broker.process.listener_ports["SSL"]
+
+
+def run_once(sc, kind: str, listener: str, pki, work: Path, size: str, rep: int) -> dict:
+    broker = start(kind, pki, work / f"{kind}-{sc.id}-{listener}-{rep}", work / f"{sc.id}.log")
     try:
-        port = broker.process.listener_ports[listener]
+        port = broker.port if listener == "PLAINTEXT" else ssl_port(broker)
         topic = f"bench-{sc.id.lower()}"
         wire.ensure_topic(HOST, broker.port, topic, sc.partitions)  # over PLAINTEXT
         args = producer_args(sc, topic, f"{HOST}:{port}", sc.records[size])
@@ -57,9 +71,11 @@ def run_once(sc, listener: str, pki, work: Path, size: str, rep: int) -> dict:
                 "ssl.truststore.type=PEM",
                 f"ssl.truststore.location={pki.ca}",
             ]
-        out, cpu = brokers.metered_tool(broker, PRODUCER, args, work / f"{sc.id}-{listener}.log")
+        log = work / f"{kind}-{sc.id}-{listener}.log"
+        out, cpu = brokers.metered_tool(broker, PRODUCER, args, log)
     finally:
         broker.stop()
+        broker.cleanup()
     parsed = parse_producer_performance(out)
     if parsed is None:
         raise RuntimeError(f"no ProducerPerformance summary for {sc.id} over {listener}")
@@ -71,25 +87,33 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scenarios", default="S1,S3")
     ap.add_argument("--size", default="small", choices=["tiny", "small", "full"])
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--brokers", default="kafka,headrace")
     args = ap.parse_args(argv)
     brokers.pin_self(brokers.CLIENT_CPUS)
     chosen = [SCENARIOS[name] for name in args.scenarios.split(",")]
+    kinds = args.brokers.split(",")
     with tempfile.TemporaryDirectory(prefix="headrace-bench-tls-") as tmp:
         work = Path(tmp)
         pki = make_pki(work / "pki")
         for sc in chosen:
-            runs: dict[str, list[dict]] = {"PLAINTEXT": [], "SSL": []}
+            runs: dict[tuple[str, str], list[dict]] = {}
             for rep in range(args.rounds):
-                order = ["PLAINTEXT", "SSL"] if rep % 2 == 0 else ["SSL", "PLAINTEXT"]
-                for listener in order:
-                    r = run_once(sc, listener, pki, work, args.size, rep)
-                    runs[listener].append(r)
-                    print(f"{sc.id} {listener:9} round {rep}: {r['mib_s']:7.1f} MiB/s,"
-                          f" broker CPU {r['cpu']:.2f}", flush=True)
-            plain = statistics.median(r["mib_s"] for r in runs["PLAINTEXT"])
-            tls = statistics.median(r["mib_s"] for r in runs["SSL"])
-            print(f"{sc.id}: {sc.title}\n  PLAINTEXT {plain:.1f} MiB/s, SSL {tls:.1f} MiB/s,"
-                  f" SSL/PLAINTEXT {tls / plain:.2f}x (medians of {args.rounds})", flush=True)
+                listeners = ["PLAINTEXT", "SSL"] if rep % 2 == 0 else ["SSL", "PLAINTEXT"]
+                for kind in kinds if rep % 2 == 0 else kinds[::-1]:
+                    for listener in listeners:
+                        r = run_once(sc, kind, listener, pki, work, args.size, rep)
+                        runs.setdefault((kind, listener), []).append(r)
+                        print(f"{sc.id} {kind:8} {listener:9} round {rep}: {r['mib_s']:7.1f}"
+                              f" MiB/s, broker CPU {r['cpu']:.2f}", flush=True)
+            median = {k: statistics.median(r["mib_s"] for r in v) for k, v in runs.items()}
+            print(f"{sc.id}: {sc.title} (medians of {args.rounds})", flush=True)
+            for kind in kinds:
+                plain, tls = median[kind, "PLAINTEXT"], median[kind, "SSL"]
+                print(f"  {kind:8} PLAINTEXT {plain:.1f} MiB/s, SSL {tls:.1f} MiB/s,"
+                      f" SSL/PLAINTEXT {tls / plain:.2f}x", flush=True)
+            if {"kafka", "headrace"} <= set(kinds):
+                ratio = median["headrace", "SSL"] / median["kafka", "SSL"]
+                print(f"  over SSL, Headrace/Kafka {ratio:.2f}x", flush=True)
 
 
 if __name__ == "__main__":

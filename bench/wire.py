@@ -6,7 +6,8 @@ Apache Kafka 3.9/4.0 and Headrace accept:
 
 - ApiVersions v0 (which APIs a broker lists, e.g. whether consumer groups are there),
 - Metadata v1 (partition leaders; a named topic is auto-created by both brokers),
-- CreateTopics v2 (a topic with N partitions),
+- CreateTopics v2 (a topic with N partitions, or placed replicas and topic configs),
+- ListOffsets v1 (a partition's latest offset: what a consumer can read),
 - Produce v3 with one record batch v2 (cold-start probe).
 
 Standard library plus ``crc32c`` (a Headrace dependency, so always installed).
@@ -21,7 +22,7 @@ import time
 import crc32c
 
 # API keys
-PRODUCE, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 3, 18, 19
+PRODUCE, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 2, 3, 18, 19
 FIND_COORDINATOR, OFFSET_COMMIT, JOIN_GROUP = 10, 8, 11
 CLIENT_ID = b"headrace-bench"
 
@@ -172,16 +173,19 @@ class WireClient:
         return out
 
     def create_topic(self, name: str, partitions: int, timeout_ms: int = 30000,
-                     assignments: dict[int, list[int]] | None = None) -> int:
+                     assignments: dict[int, list[int]] | None = None,
+                     configs: dict[str, str] | None = None) -> int:
         """CreateTopics v2; returns the error code (0, or 36 TOPIC_ALREADY_EXISTS, ...).
         ``assignments``: {partition: [broker ids]} (manual placement; ``partitions`` is then
-        their count)."""
+        their count); ``configs``: topic configs (``min.insync.replicas``, ...)."""
+        cfg = struct.pack(">i", len(configs or {})) + b"".join(
+            _str(k) + _str(str(v)) for k, v in (configs or {}).items())
         if assignments:
             placed = b"".join(struct.pack(">ii", p, len(ids)) + struct.pack(f">{len(ids)}i", *ids)
                               for p, ids in sorted(assignments.items()))
-            topic = struct.pack(">ihi", -1, -1, len(assignments)) + placed + struct.pack(">i", 0)
+            topic = struct.pack(">ihi", -1, -1, len(assignments)) + placed + cfg
         else:
-            topic = struct.pack(">ihii", partitions, 1, 0, 0)
+            topic = struct.pack(">ihi", partitions, 1, 0) + cfg
         body = (struct.pack(">i", 1) + _str(name) + topic + struct.pack(">i?", timeout_ms, False))
         r = self.request(CREATE_TOPICS, 2, body)
         r.take(">i")  # throttle
@@ -191,6 +195,20 @@ class WireClient:
             r.string()
             return err
         raise WireError("CreateTopics: empty response")
+
+    def latest_offsets(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        """ListOffsets v1, timestamp -1 (latest), as a consumer (replica id -1): {partition:
+        (error, offset)}. The latest offset is the high watermark: what consumers can read."""
+        body = struct.pack(">ii", -1, 1) + _str(topic) + struct.pack(">i", len(partitions)) + \
+            b"".join(struct.pack(">iq", p, -1) for p in partitions)
+        r = self.request(LIST_OFFSETS, 1, body)
+        out = {}
+        for _ in range(r.take(">i")):
+            r.string()
+            for _ in range(r.take(">i")):
+                p, err, _ts, offset = r.take(">ihqq")
+                out[p] = (err, offset)
+        return out
 
     def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
                 timeout_ms: int = 30000) -> tuple[int, int]:

@@ -160,6 +160,7 @@ class SaslSession:
         "principal",
         "expires_at",
         "reauthenticating",
+        "bare_tokens",
     )
 
     def __init__(self, config: SaslConfig) -> None:
@@ -170,6 +171,7 @@ class SaslSession:
         self.principal = ""  # once authenticated: "User:<name>"
         self.expires_at: float | None = None  # time.monotonic() when the session ends
         self.reauthenticating = False
+        self.bare_tokens = False  # after SaslHandshake v0: tokens come as bare frames
 
     @property
     def authenticated(self) -> bool:

@@ -9,6 +9,9 @@ SASL_AUTHENTICATION_FAILED after ``connection.failed.authentication.delay.ms``, 
 message whether the user exists or not, and the connection closes once the answer has left.
 Outside an exchange: before authentication the connection closes; after it (or on a listener
 without SASL) the answer is ILLEGAL_SASL_STATE, as Kafka's.
+
+After a SaslHandshake v0 the tokens come as bare frames (``bare_token``): each is answered
+with a bare frame, and a failure closes the connection after the same delay, with no answer.
 """
 
 from __future__ import annotations
@@ -63,3 +66,22 @@ async def _fail(broker, session, message):
         error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=message, auth_bytes=b""
     )
     return response, session.close
+
+
+def bare_token(broker, session, token: bytes):
+    """A token of an exchange begun by SaslHandshake v0: the answer as a bare frame."""
+    sasl = session.sasl
+    try:
+        answer, finished = sasl.step(token)
+    except AuthenticationFailed:
+        return _close_later(broker, session)
+    if finished:
+        sasl.bare_tokens = False
+        session.principal = sasl.principal
+        session.authenticated()
+    return [answer]
+
+
+async def _close_later(broker, session):
+    await asyncio.sleep(sasl_delay(broker))
+    session.close()

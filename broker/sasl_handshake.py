@@ -1,7 +1,10 @@
-"""SaslHandshake (key 17), version 1: the client names its SASL mechanism.
+"""SaslHandshake (key 17), versions 0-1: the client names its SASL mechanism.
 
-Version 0 (raw SASL tokens after the handshake, before SaslAuthenticate existed) is not
-spoken: clients use version 1 and SaslAuthenticate. The state machine is in ``sasl.py``: on a
+After version 1 the tokens come in SaslAuthenticate requests; after version 0 (from before
+SaslAuthenticate existed) they come as bare size-prefixed frames and are answered the same way
+(``BrokerServer._sasl_token``), and a failure closes the connection, as Kafka does. Clients
+that know SaslAuthenticate use version 1, but librdkafka looks for version 0 in ApiVersions to
+decide that the broker speaks SASL at all. The state machine is in ``sasl.py``: on a
 SASL listener before authentication, a handshake naming an enabled mechanism moves the
 connection to AUTHENTICATE; one naming another mechanism is answered UNSUPPORTED_SASL_MECHANISM
 (after the failure delay) and the connection closes; a second handshake before the first
@@ -20,7 +23,7 @@ from headrace.protocol import ApiKey, ErrorCode, messages
 from .sasl import AUTHENTICATE, COMPLETE
 
 API_KEY = ApiKey.SASL_HANDSHAKE
-MIN_VERSION, MAX_VERSION = 1, 1
+MIN_VERSION, MAX_VERSION = 0, 1
 
 R = messages.SaslHandshakeResponse
 
@@ -36,8 +39,11 @@ def handle(broker, header, request):
     reauth = sasl.state == COMPLETE
     if mechanism not in enabled or (reauth and mechanism != sasl.mechanism):
         return _refuse(broker, header, enabled)
+    if reauth and header.api_version == 0:
+        raise CloseConnection("re-authentication needs SaslHandshake v1 (KIP-368)")
     sasl.reauthenticating = reauth
     sasl.start(mechanism, broker.scram_credentials)
+    sasl.bare_tokens = header.api_version == 0
     return R(error_code=ErrorCode.NONE, mechanisms=enabled)
 
 

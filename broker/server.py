@@ -714,13 +714,15 @@ class BrokerServer:
 
     def handle(self, request: Request):
         started = time.monotonic()
+        conn = request.connection
+        session = conn.session
+        if isinstance(session, Session) and session.sasl is not None and session.sasl.bare_tokens:
+            return APIS[ApiKey.SASL_AUTHENTICATE].bare_token(self, session, bytes(request.frame))
         frame = memoryview(request.frame)
         try:
             header, offset = decode_request_header(frame)
         except DecodeError as e:
             raise CloseConnection(f"malformed request header: {e}") from None
-        conn = request.connection
-        session = conn.session
         if not isinstance(session, Session):  # the connection's first request
             session = conn.session = self._session(conn)
         context = RequestContext(*header, session)

@@ -67,7 +67,10 @@ class Client:
     timeout: float = 90.0           # per scenario
     env: Callable[[], dict] | None = None
     version: str = ""
-    brokers: int = 1                # 3: a cluster of three with ZooKeeper (compat/broker.py)
+    # what it runs against (compat/broker.py): "one" broker, "cluster" (three brokers with
+    # ZooKeeper, headrace serve --workers 3), "killable-cluster" (three separate broker
+    # processes), "secure" (one broker with SSL, mutual TLS, SASL_SSL and SASL_PLAINTEXT)
+    broker: str = "one"
 
 
 def _pip_ensure(modules: dict[str, str]) -> None:
@@ -245,7 +248,14 @@ JAVA_CLUSTER_SCENARIOS = ("cluster-produce-consume", "cluster-group", "cluster-t
 TOOL_CLUSTER_SCENARIOS = ("cluster-kafka-topics", "cluster-kafka-consumer-groups",
                           "cluster-kafka-broker-api-versions", "cluster-kafka-log-dirs")
 SPARK_CLUSTER_SCENARIOS = ("cluster-streaming-windows", "cluster-pipeline-example")
-CLUSTER_SCENARIOS = JAVA_CLUSTER_SCENARIOS + TOOL_CLUSTER_SCENARIOS + SPARK_CLUSTER_SCENARIOS
+# against three separate broker processes: the partition leader is killed with SIGKILL while an
+# idempotent acks=all producer writes (the harness kills it when the program asks, HOOK lines)
+KILL_SCENARIOS = ("cluster-leader-kill-9",)
+CLUSTER_SCENARIOS = (JAVA_CLUSTER_SCENARIOS + TOOL_CLUSTER_SCENARIOS + SPARK_CLUSTER_SCENARIOS
+                     + KILL_SCENARIOS)
+# against a broker with a listener of each security protocol (the "security" table)
+SECURITY_SCENARIOS = kit.SECURITY_SCENARIOS
+SPARK_SECURITY_SCENARIOS = ("security-sasl-ssl-scram-sha-512",)
 
 CLIENTS: dict[str, Client] = {c.name: c for c in [
     Client("java39", "Java kafka-clients", JAVA_SCENARIOS, _java_setup("java39"),
@@ -268,12 +278,31 @@ CLIENTS: dict[str, Client] = {c.name: c for c in [
     Client("spark", "PySpark with spark-sql-kafka-0-10", SPARK_SCENARIOS, _spark_setup,
            table="spark", timeout=420),
     Client("java4-cluster", "Java kafka-clients", JAVA_CLUSTER_SCENARIOS, _java_setup("java4"),
-           table="cluster", version=JAVA_VERSIONS["java4"][0], brokers=3),
+           table="cluster", version=JAVA_VERSIONS["java4"][0], broker="cluster"),
     Client("kafka-tools-4.0-cluster", "Kafka's tools (main classes from Maven Central)",
            TOOL_CLUSTER_SCENARIOS, _tools_setup("4.0.2"), table="cluster", timeout=150,
-           version="4.0.2", brokers=3),
+           version="4.0.2", broker="cluster"),
     Client("spark-cluster", "PySpark with spark-sql-kafka-0-10", SPARK_CLUSTER_SCENARIOS,
-           _spark_setup, table="cluster", timeout=420, brokers=3),
+           _spark_setup, table="cluster", timeout=420, broker="cluster"),
+    Client("java4-cluster-kill", "Java kafka-clients", KILL_SCENARIOS, _java_setup("java4"),
+           table="cluster", version=JAVA_VERSIONS["java4"][0], broker="killable-cluster",
+           timeout=150),
+    Client("confluent-kafka-cluster-kill", "librdkafka via confluent-kafka (PyPI)",
+           KILL_SCENARIOS,
+           _python_client("confluent-kafka", {"confluent_kafka": "confluent-kafka"}),
+           table="cluster", broker="killable-cluster", timeout=150),
+    Client("java4-security", "Java kafka-clients", SECURITY_SCENARIOS, _java_setup("java4"),
+           table="security", version=JAVA_VERSIONS["java4"][0], broker="secure"),
+    Client("java39-security", "Java kafka-clients", SECURITY_SCENARIOS, _java_setup("java39"),
+           table="security", version=JAVA_VERSIONS["java39"][0], broker="secure"),
+    Client("confluent-kafka-security", "librdkafka via confluent-kafka (PyPI)",
+           SECURITY_SCENARIOS,
+           _python_client("confluent-kafka", {"confluent_kafka": "confluent-kafka"}),
+           table="security", broker="secure"),
+    Client("kcat-security", "librdkafka via kcat (Debian)", SECURITY_SCENARIOS, _kcat_setup,
+           table="security", broker="secure"),
+    Client("spark-security", "PySpark with spark-sql-kafka-0-10", SPARK_SECURITY_SCENARIOS,
+           _spark_setup, table="security", timeout=420, broker="secure"),
 ]}
 
 VERSIONS: dict[str, Callable[[], str]] = {
@@ -286,7 +315,11 @@ VERSIONS: dict[str, Callable[[], str]] = {
     "franz-go": _franz_version,
     "spark": lambda: _spark_version(),
     "spark-cluster": lambda: _spark_version(),
+    "spark-security": lambda: _spark_version(),
+    "kcat-security": _kcat_version,
 }
+for _name in ("confluent-kafka-cluster-kill", "confluent-kafka-security"):
+    VERSIONS[_name] = VERSIONS["confluent-kafka"]
 
 
 def _spark_version() -> str:

@@ -26,6 +26,11 @@ COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 STANDARD_SCENARIOS = tuple(f"produce-{c}" for c in COMPRESSIONS) + (
     "idempotent", "group", "admin", "alter-configs", "transactions")
 
+# against a broker with a listener of each security protocol (compat/broker.py, SecureBroker):
+# records produced and read back over each, and a wrong SCRAM password refused
+SECURITY_SCENARIOS = ("security-ssl", "security-mtls", "security-sasl-ssl-scram-sha-512",
+                      "security-sasl-plaintext-plain", "security-wrong-password")
+
 WAIT_S = 30.0  # how long any single wait inside a scenario may take
 
 
@@ -87,6 +92,49 @@ def standard_scenarios(produce_consume: Callable[[str], Callable[[str, str], Non
     assert not missing, f"scenarios without a function: {sorted(missing)}"
     return scenarios
 
+
+def security() -> dict[str, str]:
+    """What a security scenario needs of the broker (compat/broker.py, SecureBroker): the
+    address of each listener (``plaintext``, ``ssl``, ``mtls``, ``sasl_ssl``,
+    ``sasl_plaintext``), the PEM files (``ca.pem``, ``client.cert.pem``, ``client.key.pem``,
+    ``client.keystore.pem``) and the users (``scram.username``, ``plain.password``...), read
+    from the properties file the environment variable ``HEADRACE_COMPAT_SECURITY`` names."""
+    import os
+    path = os.environ.get("HEADRACE_COMPAT_SECURITY")
+    if not path:
+        raise ScenarioFailed("HEADRACE_COMPAT_SECURITY is not set: not run against the "
+                             "suite's secure broker")
+    out = {}
+    with open(path) as f:
+        for line in f:
+            key, sep, value = line.rstrip("\n").partition("=")
+            if sep:
+                out[key] = value
+    return out
+
+
+
+def librdkafka_security(listener: str) -> dict[str, str]:
+    """librdkafka's settings for one listener of the suite's secure broker (``security()``),
+    without the address."""
+    sec = security()
+    conf = {}
+    if listener in ("ssl", "mtls", "sasl_ssl"):
+        conf["ssl.ca.location"] = sec["ca.pem"]
+    if listener in ("ssl", "mtls"):
+        conf["security.protocol"] = "SSL"
+    if listener == "mtls":
+        conf.update({"ssl.certificate.location": sec["client.cert.pem"],
+                     "ssl.key.location": sec["client.key.pem"]})
+    elif listener == "sasl_ssl":
+        conf.update({"security.protocol": "SASL_SSL", "sasl.mechanism": sec["scram.mechanism"],
+                     "sasl.username": sec["scram.username"],
+                     "sasl.password": sec["scram.password"]})
+    elif listener == "sasl_plaintext":
+        conf.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                     "sasl.username": sec["plain.username"],
+                     "sasl.password": sec["plain.password"]})
+    return conf
 
 def wait_until(cond: Callable[[], bool], what: str, timeout: float = WAIT_S,
                step: float = 0.2) -> None:

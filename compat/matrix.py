@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from compat.clients import (CLIENTS, CLUSTER_SCENARIOS, JAVA_SCENARIOS, ROOT, SPARK_SCENARIOS,
-                            TOOL_SCENARIOS, log)
+from compat.clients import (CLIENTS, CLUSTER_SCENARIOS, JAVA_SCENARIOS, ROOT, SECURITY_SCENARIOS,
+                            SPARK_SCENARIOS, TOOL_SCENARIOS, log)
 
 README = ROOT / "README.md"
 
@@ -15,8 +15,13 @@ TABLES = {
     "clients": ("Clients", JAVA_SCENARIOS),
     "tools": ("Kafka's command-line tools (run through their main classes)", TOOL_SCENARIOS),
     "spark": ("Spark (PySpark, Spark's Kafka source and sink)", SPARK_SCENARIOS),
-    "cluster": ("A cluster of three brokers (ZooKeeper, `headrace serve --workers 3`)",
-                CLUSTER_SCENARIOS),
+    "cluster": ("A cluster of three brokers (ZooKeeper, `headrace serve --workers 3`; the "
+                "`-cluster-kill` rows: three `headrace serve` processes with "
+                "`zookeeper.session.timeout.ms=6000`, the partition leader killed with SIGKILL "
+                "mid-produce)", CLUSTER_SCENARIOS),
+    "security": ("Security (one broker with an SSL, a mutual-TLS, a SASL_SSL listener with "
+                 "SCRAM-SHA-512 and a SASL_PLAINTEXT one with PLAIN; certificates made for the "
+                 "run)", SECURITY_SCENARIOS),
 }
 
 CLIENT_ORDER = list(CLIENTS)
@@ -38,13 +43,18 @@ def render_markdown(matrix: dict) -> str:
         "python -m compat                      # every client below; installs them; ~8 min once cached",
         "python -m compat --client kafkajs     # one client",
         "python -m compat --client java4-cluster  # a client against a cluster of three brokers",
+        "python -m compat --client kcat-security  # a client against TLS and SASL listeners",
         "python compat/spark/pipeline.py       # the Spark pipeline example on its own broker",
         "```",
         "",
-        f"Last run: {matrix.get('generated', '?')} against Headrace "
+        f"Last whole run: {matrix.get('generated', '?')} against Headrace "
         f"{matrix.get('headrace', '?')}, {matrix.get('minutes', '?')} min "
         f"(details: `compat/results/matrix.md`). `pytest tests/compat` runs the same suite "
         f"as tests."]
+    alone = [f"{n} ({e['run']})" for n, e in matrix.get("clients", {}).items()
+             if e.get("run") and not e["run"].startswith(str(matrix.get("generated")))]
+    if alone:
+        lines += ["", "Rows run on their own since: " + "; ".join(alone) + "."]
     failures: list[str] = []
     clients = matrix.get("clients", {})
     for table, (title, scenarios) in TABLES.items():
@@ -52,7 +62,8 @@ def render_markdown(matrix: dict) -> str:
         if not rows:
             continue
         lines += ["", f"**{title}**", ""]
-        heads = [s.removeprefix("cluster-") for s in scenarios]  # the table's title says it
+        # the table's title says it
+        heads = [s.removeprefix("cluster-").removeprefix("security-") for s in scenarios]
         lines.append("| client | version | " + " | ".join(heads) + " |")
         lines.append("|---|---|" + "---|" * len(scenarios))
         for name in rows:

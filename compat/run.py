@@ -62,13 +62,15 @@ def main(argv: list[str] | None = None) -> int:
             old["scenarios"].update(entry["scenarios"])
             entry["scenarios"] = {s: old["scenarios"][s] for s in CLIENTS[name].scenarios
                                   if s in old["scenarios"]}
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        entry["run"] = f"{stamp}, {headrace_version()}"
         matrix["clients"][name] = entry
+        if not args.client and not args.scenario:  # the header names whole runs only
+            matrix["generated"], matrix["headrace"] = stamp, headrace_version()
         # written after every client, so an interrupted run still leaves results
-        matrix["generated"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        matrix["headrace"] = headrace_version()
         json_path.write_text(json.dumps(matrix, indent=1) + "\n")
     matrix["clients"] = {n: matrix["clients"][n] for n in CLIENT_ORDER if n in matrix["clients"]}
-    if not args.client:
+    if not args.client and not args.scenario:
         matrix["minutes"] = round((time.monotonic() - t0) / 60, 1)
     json_path.write_text(json.dumps(matrix, indent=1) + "\n")
     (args.out / "matrix.md").write_text(render_details(matrix))

@@ -1,6 +1,7 @@
-"""Running a client's scenarios: a fresh Headrace per client (one broker, or a cluster of three
-with ZooKeeper for a client whose ``brokers`` is 3), each scenario its own process with a
-timeout (so one hung client cannot stop the others), its ``RESULT`` line read back into an
+"""Running a client's scenarios: a fresh Headrace per client (one broker; a cluster of three
+with ZooKeeper; three separate broker processes, one of which a scenario may have killed; or a
+broker with TLS and SASL listeners: the client's ``broker``, see ``compat/broker.py``), each
+scenario its own process with a timeout (so one hung client cannot stop the others), its ``RESULT`` line read back into an
 ``Outcome``; the brokers' complaints are added to a failure's reason."""
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from compat.broker import ClusterProcess, complaints_since, tail
+from compat.broker import (ClusterProcess, KillableCluster, SecureBroker, complaints_since,
+                           tail)
 from compat.clients import ROOT, VERSIONS, Client, Unavailable, log
 from headrace.broker.process import BrokerProcess
 
@@ -33,20 +36,51 @@ class Outcome:
 RESULT_RE = re.compile(r"^RESULT (pass|fail|n/a)\s?(.*)$")
 
 
+HOOK_RE = re.compile(r"^HOOK (.+)$")
+
+
 def run_scenario(cmd: list[str], bootstrap: str, scenario: str, prefix: str, timeout: float,
-                 env: dict | None, log_file: Path) -> Outcome:
+                 env: dict | None, log_file: Path,
+                 hook: Callable[[list[str]], str] | None = None) -> Outcome:
+    """Run one scenario program. With ``hook``, a line ``HOOK WORDS...`` the program prints
+    is handed to ``hook`` (e.g. the cluster's kill of a leader) and its answer is written to
+    the program's stdin as one line; without, stdin is empty."""
     t0 = time.monotonic()
     with open(log_file, "w") as out:
         proc = subprocess.Popen([*cmd, bootstrap, scenario, prefix], stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=ROOT, start_new_session=True)
-        try:
-            code = proc.wait(timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
+                                stderr=subprocess.STDOUT,
+                                stdin=subprocess.PIPE if hook else subprocess.DEVNULL,
+                                env=env, cwd=ROOT, start_new_session=True)
+        deadline = t0 + timeout
+        handled = 0
+        code = None
+        while code is None and time.monotonic() < deadline:
+            try:
+                code = proc.wait(0.1 if hook else max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            if hook and proc.stdin is not None:
+                asked = [m.group(1).split() for m in map(HOOK_RE.match, log_file.read_text(
+                    errors="replace").splitlines()) if m]
+                for words in asked[handled:]:
+                    handled += 1
+                    try:
+                        answer = hook(words)
+                    except Exception as exc:  # the program is told, and fails with it
+                        answer = f"error {type(exc).__name__}: {exc}"
+                    out.write(f"[compat] hook {' '.join(words)}: {answer}\n")
+                    out.flush()
+                    try:
+                        proc.stdin.write(f"{answer}\n".encode())
+                        proc.stdin.flush()
+                    except (BrokenPipeError, OSError):
+                        pass
+        timed_out = code is None
+        if timed_out:
             os.killpg(proc.pid, 9)
             code = proc.wait()
-            timed_out = True
+        if proc.stdin is not None:
+            proc.stdin.close()
     seconds = time.monotonic() - t0
     text = log_file.read_text(errors="replace")
     for line in reversed(text.splitlines()):
@@ -77,9 +111,13 @@ def run_client(client: Client, only: list[str] | None, logs: Path) -> dict:
     env = client.env() if client.env else None
     data_dir = Path(tempfile.mkdtemp(prefix=f"headrace-compat-{client.name}-"))
 
-    def fresh() -> BrokerProcess | ClusterProcess:
-        if client.brokers > 1:
-            return ClusterProcess(data_dir, client.brokers)
+    def fresh() -> BrokerProcess | ClusterProcess | KillableCluster | SecureBroker:
+        if client.broker == "cluster":
+            return ClusterProcess(data_dir)
+        if client.broker == "killable-cluster":
+            return KillableCluster(data_dir)
+        if client.broker == "secure":
+            return SecureBroker(data_dir)
         return BrokerProcess(data_dir)
 
     broker = fresh()
@@ -98,7 +136,7 @@ def run_client(client: Client, only: list[str] | None, logs: Path) -> dict:
             if not started:
                 try:
                     broker.start()
-                except (RuntimeError, TimeoutError, OSError) as exc:
+                except (RuntimeError, TimeoutError, OSError, ImportError) as exc:
                     reason = f"Headrace did not start: {' '.join(str(exc).split())}"[:600]
                     log(reason)
                     for s in client.scenarios:
@@ -109,8 +147,11 @@ def run_client(client: Client, only: list[str] | None, logs: Path) -> dict:
             prefix = f"c{stamp}-{client.name}-{scenario}".replace(".", "")
             print(f"[compat]   {client.name} {scenario} ... ", end="", flush=True)
             mark = broker.seen
+            extra = getattr(broker, "env", {})
             outcome = run_scenario(cmd, broker.bootstrap, scenario, prefix, client.timeout,
-                                   env, logs / f"{client.name}__{scenario}.log")
+                                   {**(env or os.environ), **extra} if extra else env,
+                                   logs / f"{client.name}__{scenario}.log",
+                                   getattr(broker, "hook", None))
             complaints = complaints_since(broker, mark)
             if outcome.status == "fail" and complaints:
                 outcome.reason += " [broker log: " + " / ".join(complaints) + "]"

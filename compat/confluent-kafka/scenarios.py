@@ -205,9 +205,135 @@ def transactions(bootstrap: str, prefix: str) -> None:
     kit.check_read_committed(got)
 
 
+def secured(listener: str) -> dict:
+    """The client settings for one listener of the suite's secure broker (kit.security)."""
+    return {"bootstrap.servers": kit.security()[listener], **kit.librdkafka_security(listener)}
+
+
+def over(listener: str):
+    """A topic created, 300 records produced (idempotent, acks=all) and read back, all through
+    one secured listener."""
+    def scenario(bootstrap: str, prefix: str) -> None:
+        conf = secured(listener)
+        topic = f"{prefix}-t"
+        create_topic(AdminClient({**base(bootstrap), **conf}), topic, 3)
+        recs = kit.records(300, 3)
+        produce(bootstrap, topic, recs, **conf, **{"enable.idempotence": True, "acks": "all"})
+        kit.check_records(recs, read_assigned(bootstrap, topic, 3, len(recs), **conf))
+    return scenario
+
+
+def wrong_password(bootstrap: str, prefix: str) -> None:
+    """SCRAM-SHA-512 over SASL_SSL with a wrong password: an authentication error, soon."""
+    errors: list[KafkaError] = []
+    conf = {**base(bootstrap), **secured("sasl_ssl"), "sasl.password": "not-the-password",
+            "error_cb": errors.append}
+    producer = Producer(conf)
+    t0 = time.monotonic()
+    producer.produce(f"{prefix}-t", value=b"never")
+    kit.wait_until(lambda: (producer.poll(0.2), any(
+        e.code() == KafkaError._AUTHENTICATION for e in errors))[1],
+        "an authentication error", timeout=20, step=0)
+    took = time.monotonic() - t0
+    first = next(e for e in errors if e.code() == KafkaError._AUTHENTICATION)
+    print(f"refused after {took:.1f}s: {first}", flush=True)
+    expect(producer.flush(1) == 1, "the record was delivered with a wrong password")
+
+
+def leader_kill_9(bootstrap: str, prefix: str) -> None:
+    """An idempotent acks=all producer writes to a partition of an RF=3 topic
+    (min.insync.replicas=2) of three brokers; once half is acknowledged the harness kills the
+    partition's leader with SIGKILL (HOOK kill-leader) while records are still in flight, and
+    the producer carries on against the new leader. Every acknowledged record must be read
+    back once, in the order sent; no record may fail."""
+    topic = f"{prefix}-t"
+    admin = AdminClient(base(bootstrap))
+    done(admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3,
+                                       config={"min.insync.replicas": "2"})],
+                             operation_timeout=WAIT_S))
+
+    def isr() -> tuple[int, list[int]]:
+        md = admin.list_topics(topic, timeout=WAIT_S).topics[topic].partitions[0]
+        return md.leader, list(md.isrs)
+    kit.wait_until(lambda: len(isr()[1]) == 3, "three replicas in sync")
+    leader = isr()[0]
+    print(f"leader of {topic}-0: broker {leader}", flush=True)
+    acked: list[int] = []
+    failed: list[str] = []
+
+    def report(err, msg):
+        if err is not None:
+            failed.append(str(err))
+        else:
+            acked.append(int(msg.value()))
+
+    producer = Producer({**base(bootstrap), "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 2, "message.timeout.ms": 120000})
+    answers: list[str] = []
+    n = 0
+
+    def send(count: int) -> None:
+        nonlocal n
+        for _ in range(count):
+            producer.produce(topic, value=str(n).encode(), partition=0, on_delivery=report)
+            n += 1
+        producer.poll(0.005)
+
+    for _ in range(100):
+        send(10)
+    expect(producer.flush(WAIT_S) == 0, "the first half not acknowledged")
+    import threading
+    reader = threading.Thread(target=lambda: answers.append(sys.stdin.readline().strip()),
+                              daemon=True)
+    reader.start()
+    asked = False
+    while reader.is_alive() and n < 200_000:  # in flight while the leader dies
+        send(10)
+        if not asked and n >= 1100:  # 100 records handed to the producer, not waited for
+            print(f"{len(acked)} acknowledged of {n} sent; HOOK kill-leader", flush=True)
+            print(f"HOOK kill-leader {topic} 0", flush=True)
+            asked = True
+        time.sleep(0.005)
+    reader.join(WAIT_S)
+    expect(bool(answers) and answers[0].startswith("killed"), f"the harness answered {answers}")
+    killed_at = n
+    for _ in range(100):  # and after: against the new leader once elected
+        send(10)
+    expect(producer.flush(90) == 0, f"{len(producer)} records still unacknowledged 90 s on")
+    expect(not failed, f"{len(failed)} records failed: {failed[:3]}")
+    expect(len(acked) == n, f"{len(acked)} acknowledged of {n}")
+    new_leader, in_sync = isr()
+    print(f"{answers[0]}; {killed_at - 1000} records sent after the first 1000 until the kill was answered, {n} in all; "
+          f"new leader {new_leader}, ISR {in_sync}", flush=True)
+    expect(new_leader not in (leader, -1), f"leader {new_leader} after the kill of {leader}")
+    watcher = Consumer({**base(bootstrap), "group.id": "unused-watermarks"})
+    try:
+        low, high = watcher.get_watermark_offsets(TopicPartition(topic, 0), timeout=WAIT_S)
+    finally:
+        watcher.close()
+    expect(low == 0 and high >= n, f"offsets {low}..{high} for {n} acknowledged records")
+    got = read_assigned(bootstrap, topic, 1, high)  # everything the log holds
+    values = [int(v) for _, _, v, _ in got]
+    expect(len(values) == len(set(values)), f"{len(values) - len(set(values))} records read twice")
+    expect(values == list(range(n)), f"read {len(values)} records, want 0..{n - 1} in order "
+                                     f"(first difference at {_first_difference(values, n)})")
+
+
+def _first_difference(values: list[int], n: int) -> int:
+    return next((i for i, v in enumerate(values) if v != i), min(len(values), n))
+
+
 SCENARIOS = kit.standard_scenarios(produce_consume, idempotent=idempotent, group=group,
                                    admin=admin_topics, alter_configs=alter_configs,
                                    transactions=transactions)
+SCENARIOS.update({
+    "security-ssl": over("ssl"),
+    "security-mtls": over("mtls"),
+    "security-sasl-ssl-scram-sha-512": over("sasl_ssl"),
+    "security-sasl-plaintext-plain": over("sasl_plaintext"),
+    "security-wrong-password": wrong_password,
+    "cluster-leader-kill-9": leader_kill_9,
+})
 
 if __name__ == "__main__":
     sys.exit(kit.main(SCENARIOS))

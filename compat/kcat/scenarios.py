@@ -59,9 +59,9 @@ def produce(bootstrap: str, topic: str, partitions: int, per_partition: int,
     return sent
 
 
-def consume(bootstrap: str, topic: str) -> list:
+def consume(bootstrap: str, topic: str, extra: list[str] = ()) -> list:
     out = kcat(["-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-J", "-q",
-                "-X", "broker.address.family=v4"])
+                "-X", "broker.address.family=v4", *extra])
     got = []
     for line in out.splitlines():
         if not line.strip():
@@ -180,12 +180,61 @@ def not_applicable(why: str):
     return scenario
 
 
+def secured(listener: str) -> tuple[str, list[str]]:
+    """The address of one listener of the suite's secure broker (kit.security) and the -X
+    options for it."""
+    conf = kit.librdkafka_security(listener)
+    return kit.security()[listener], [arg for k, v in conf.items() for arg in ("-X", f"{k}={v}")]
+
+
+def over(listener: str):
+    """300 records produced (idempotent, acks=all) and read back through one secured listener;
+    kcat -L through it lists the topic (created through the PLAINTEXT listener: kcat has no
+    admin operations)."""
+    def scenario(bootstrap: str, prefix: str) -> None:
+        address, extra = secured(listener)
+        topic = f"{prefix}-t"
+        create_topic(bootstrap, topic, 3)
+        meta = json.loads(kcat(["-L", "-b", address, "-t", topic, "-J", *extra]))
+        parts = [len(t["partitions"]) for t in meta.get("topics", []) if t["topic"] == topic]
+        expect(parts == [3], f"kcat -L over {listener} shows {parts} partitions, want [3]")
+        sent = produce(address, topic, 3, 100, ["-X", "enable.idempotence=true",
+                                                "-X", "acks=all", *extra])
+        kit.check_records(sent, consume(address, topic, extra))
+    return scenario
+
+
+def wrong_password(bootstrap: str, prefix: str) -> None:
+    """kcat -L with SCRAM-SHA-512 over SASL_SSL and a wrong password: an authentication error,
+    and kcat exits (no hang)."""
+    address, extra = secured("sasl_ssl")
+    extra = [a if not a.startswith("sasl.password=") else "sasl.password=not-the-password"
+             for a in extra]
+    t0 = time.monotonic()
+    res = subprocess.run(["kcat", "-L", "-b", address, "-m", "10", *extra], capture_output=True,
+                         text=True, timeout=WAIT_S)
+    took = time.monotonic() - t0
+    print(f"$ kcat -L (wrong password): exit {res.returncode} after {took:.1f}s\n"
+          f"{res.stderr[-2000:]}", flush=True)
+    expect(res.returncode != 0, "kcat -L succeeded with a wrong password")
+    expect("Authentication failed" in res.stderr,
+           f"no authentication error from kcat: {res.stderr.strip().splitlines()[-2:]}")
+
+
 SCENARIOS = kit.standard_scenarios(
     produce_consume, idempotent=idempotent, group=group,
     admin=not_applicable("kcat has no admin operations (only -L metadata)"),
     alter_configs=not_applicable("kcat has no admin operations (only -L metadata)"),
     transactions=not_applicable("kcat has no transactional producer"),
 )
+
+SCENARIOS.update({
+    "security-ssl": over("ssl"),
+    "security-mtls": over("mtls"),
+    "security-sasl-ssl-scram-sha-512": over("sasl_ssl"),
+    "security-sasl-plaintext-plain": over("sasl_plaintext"),
+    "security-wrong-password": wrong_password,
+})
 
 if __name__ == "__main__":
     sys.exit(kit.main(SCENARIOS))

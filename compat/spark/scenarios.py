@@ -294,7 +294,55 @@ def cluster_pipeline_example(bootstrap: str, prefix: str) -> None:
            f"pipeline.py exited with {res.returncode} and printed {printed}, want {want}")
 
 
+def sasl_ssl_options() -> dict[str, str]:
+    """Spark's ``kafka.``-prefixed client settings for the secure broker's SASL_SSL listener
+    (kit.security): SCRAM-SHA-512, and a PEM truststore (Kafka clients 2.7+)."""
+    sec = kit.security()
+    return {
+        "kafka.bootstrap.servers": sec["sasl_ssl"],
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": sec["scram.mechanism"],
+        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+                                  f'required username="{sec["scram.username"]}" '
+                                  f'password="{sec["scram.password"]}";',
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.location": sec["ca.pem"],
+    }
+
+
+def security_sasl_ssl(bootstrap: str, prefix: str) -> None:
+    """Spark's Kafka sink writes 200 records over SASL_SSL (SCRAM-SHA-512) and its source reads
+    them back over it: a batch query, then a streaming one (from the earliest offsets, to
+    memory); every key and value checked."""
+    topic = f"{prefix}-t"
+    pipeline.create_topics(bootstrap, [topic], partitions=2)  # through the PLAINTEXT listener
+    options = sasl_ssl_options()
+    spark = pipeline.session(prefix)
+    want = sorted((f"k{i}", f"v{i}") for i in range(200))
+    df = spark.createDataFrame(want, ["key", "value"])
+    df.write.format("kafka").options(**options).option("topic", topic).save()
+    read = (spark.read.format("kafka").options(**options).option("subscribe", topic)
+            .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
+    got = sorted((r[0], r[1]) for r in read.selectExpr("CAST(key AS STRING)",
+                                                        "CAST(value AS STRING)").collect())
+    expect(got == want, f"batch read {len(got)} records over SASL_SSL, want the 200 written "
+                        f"(first difference: {next((g for g in got if g not in want), None)})")
+    query = (spark.readStream.format("kafka").options(**options).option("subscribe", topic)
+             .option("startingOffsets", "earliest").load()
+             .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
+             .writeStream.format("memory").queryName("sasl_ssl_stream").start())
+    try:
+        query.processAllAvailable()
+        streamed = sorted((r[0], r[1]) for r in spark.sql("SELECT * FROM sasl_ssl_stream").collect())
+    finally:
+        query.stop()
+    expect(query.exception() is None, f"streaming query failed: {query.exception()}")
+    expect(streamed == want, f"streaming read {len(streamed)} records over SASL_SSL, want 200")
+    spark.stop()
+
+
 SCENARIOS = {
+    "security-sasl-ssl-scram-sha-512": security_sasl_ssl,
     "batch-read": batch_read,
     "streaming-windows": streaming_windows,
     "streaming-restart": streaming_restart,

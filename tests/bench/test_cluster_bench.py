@@ -6,12 +6,14 @@ Headrace broker; the whole harness, tiny, needs ZooKeeper (Java and Maven) and s
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -62,6 +64,47 @@ def test_wire_client_produces_to_manually_placed_partitions(tmp_path):
         # least what the window counted (the warm-up and the drain add more)
         assert all(e > 0 and e % 4 == 0 for e in ends), ends
         assert sum(ends) >= result["acked_records"]
+
+
+def test_records_check_compares_latest_offsets_with_what_was_acknowledged(tmp_path):
+    with BrokerProcess(tmp_path / "data") as broker:
+        with wire.WireClient("127.0.0.1", broker.port) as c:
+            assert c.create_topic("t", 2, assignments={0: [1], 1: [1]},
+                                  configs={"min.insync.replicas": "1"}) == 0
+        now = time.monotonic()
+        out = tmp_path / "client.json"
+        res = subprocess.run(
+            [sys.executable, "-m", "bench.wireproduce", "--bootstrap", broker.bootstrap,
+             "--topic", "t", "--record-size", "100", "--batch-records", "3", "--inflight", "2",
+             "--start-at", repr(now + 0.3), "--end-at", repr(now + 0.8), "--out", str(out)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        acked = json.loads(out.read_text())["all_acked_records"]
+        view = SimpleNamespace(addresses=[("127.0.0.1", broker.port)])
+        assert acked > 0 and cluster.check_records(view, "t", 2, acked) == acked
+        with pytest.raises(RuntimeError, match="records check failed"):
+            cluster.check_records(view, "t", 2, acked + 3)
+        with wire.WireClient("127.0.0.1", broker.port) as c:
+            assert c.create_topic("bad", 1, configs={"min.insync.replicas": "x"}) != 0
+
+
+def test_the_replicated_part_interleaves_the_systems_per_flush_mode():
+    args = argparse.Namespace(parts="replicated", runs=2, replicated_modes="default,durable",
+                              replicated_drivers="perf")
+    runs = cluster.plan(args)
+    assert [(r.system, r.durable, r.rf) for r in runs] == [
+        ("kafka", False, 3), ("headrace", False, 3), ("kafka", True, 3), ("headrace", True, 3),
+        ("headrace", False, 3), ("kafka", False, 3), ("headrace", True, 3), ("kafka", True, 3)]
+    rows = cluster.summarise([dict(sample("replicated", s, 3, "perf", mib, 10.0), durable=d)
+                              for s, mib, d in (("kafka", 50, False), ("headrace", 100, False),
+                                                ("kafka", 20, True))])
+    assert [cluster._name(r) for r in rows] == [
+        "Apache Kafka, 3 brokers, ProducerPerformance, default flush",
+        "Headrace, 3 brokers, ProducerPerformance, default flush",
+        "Apache Kafka, 3 brokers, ProducerPerformance, log.flush.interval.messages=1"]
+    [ratio] = cluster.ratios(rows)  # no Headrace row for the durable mode: no ratio
+    assert ratio["what"] == "Headrace x3 / Kafka x3 (ProducerPerformance, default flush, RF=3)"
+    assert ratio["mib_per_sec"] == pytest.approx(2.0)
 
 
 def sample(part, system, n, driver, mib, broker_cpu_s, wall=10.0):

@@ -347,6 +347,11 @@ def test_an_acknowledged_offset_commit_survives_a_kill_9_of_its_coordinator(clus
 
 
 def log_end(broker, topic: str, index: int) -> int:
+    return latest(broker, topic, index)[1]
+
+
+def latest(broker, topic: str, index: int) -> tuple[int, int]:
+    """ListOffsets latest (the high watermark) of one partition: (error code, offset)."""
     with WireClient(broker.port) as c:
         r = c.request(
             ApiKey.LIST_OFFSETS,
@@ -362,7 +367,8 @@ def log_end(broker, topic: str, index: int) -> int:
                 ],
             ),
         )
-    return r.topics[0].partitions[0].offset
+    p = r.topics[0].partitions[0]
+    return p.error_code, p.offset
 
 
 def test_a_follower_cut_off_from_its_leader_leaves_the_isr_and_rejoins(cluster):
@@ -540,3 +546,112 @@ def _kafka_tool(main_class: str, args: list[str], timeout: float = 90) -> subpro
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     print(f"$ {main_class} {' '.join(args)}\n{done.stdout}{done.stderr}")
     return done
+
+
+def kill_all(brokers) -> None:
+    """SIGKILL every broker at once (a stopped one too), then reap them."""
+    for b in brokers:
+        os.kill(b.pid, signal.SIGKILL)
+    for b in brokers:
+        b.kill()
+
+
+def test_a_whole_cluster_killed_at_once_loses_nothing_acknowledged(cluster):
+    """kill -9 of all three brokers together under the checked load, then all three started
+    again: every acks=all record acknowledged before or after is read back once, in order."""
+    brokers = cluster(3)
+    create(brokers, "blackout", 3, 3, **{"min.insync.replicas": 2})
+    wait_for(lambda: in_sync(brokers, "blackout", 3, 3), 30, "full ISRs")
+    load = AckedLoad(bootstrap(brokers), "blackout", producers=3, partitions=3).start()
+    try:
+        wait_for(lambda: load.acked_count() > 1000, 60, "load")
+        kill_all(brokers)
+        killed, before = time.monotonic(), load.acked_count()
+        for b in brokers:
+            b.start()
+        wait_for(lambda: in_sync(brokers, "blackout", 3, 3), 90, "full ISRs after the restart")
+        for p in range(3):
+            wait_for(lambda p=p: load.first_ack_after(killed, p), 90, f"acks on partition {p} again")
+        wait_for(lambda: load.acked_count() > before + 600, 60, "load after the restart")
+    finally:
+        load.stop()
+    result = load.check()
+    print(f"{before} acknowledged before the kill; {result}")
+    assert result["lost"] == result["duplicated"] == result["reordered"] == 0, result
+    assert result["read_all"] == 1 and not load.errors, (result, load.errors)
+
+
+def test_a_leader_restarted_with_lagging_isr_members_exposes_only_the_checkpointed_high_watermark(cluster, zk_client):
+    """Nodes 1-3 hold the partition (node 1 leads); node 4, holding nothing, is the controller
+    once they die. Node 1 has 5 acks=1 records its followers lack (their fetches to it are
+    blackholed by a proxy it advertises) when nodes 1-3 are killed together, the ISR still
+    naming all three. The controller is paused while the three start again, so that it finds
+    them all registered and, all of them restarted, elects node 1 (the first replica) with the
+    ISR 1, 2, 3 while nodes 2 and 3 still lack those records. Consumers must not see them
+    before every ISR member has them: the restarted leader's high watermark comes from
+    replication-offset-checkpoint (100), not its log end (105), until the lagging members
+    leave the ISR (replica.lag.time.max.ms). Else an election of node 2 or 3 would take back
+    offsets that consumers had read."""
+    proxy = TcpProxy().start()
+    fast = {"replica.high.watermark.checkpoint.interval.ms": 200}
+    try:
+        brokers = cluster(1, **{"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"}, **fast)
+        proxy.target = ("127.0.0.1", brokers[0].port)
+        cluster(2, **fast)
+        # the controller-to-be: a long session, so that a pause of a few seconds keeps it
+        brokers = cluster(1, **{"zookeeper.session.timeout.ms": 10000})
+        replicas, controller = brokers[:3], brokers[3]
+        admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+        topic = NewTopic("lagging", 1, replica_assignment=[[1, 2, 3]])
+        admin.create_topics([topic], operation_timeout=10)["lagging"].result(timeout=30)
+        wait_for(lambda: in_sync(brokers, "lagging", 1, 3), 30, "a full ISR")
+        leader = brokers[0]
+        for _ in range(100):
+            assert produce_one(leader, "lagging", 0) == ErrorCode.NONE
+        for b in replicas:
+            wait_for(lambda b=b: checkpointed(b).get(("lagging", 0)) == 100, 10, "the high watermark checkpointed")
+        proxy.cut("headrace-broker-2")
+        proxy.cut("headrace-broker-3")
+        for _ in range(5):
+            assert produce_one(leader, "lagging", 0, acks=1) == ErrorCode.NONE
+        time.sleep(0.5)  # checkpoints written meanwhile; within replica.lag.time.max.ms
+        assert latest(leader, "lagging", 0) == (ErrorCode.NONE, 100)
+        assert sorted(partitions(leader, "lagging")[0].isr_nodes) == [1, 2, 3]
+        kill_all(replicas)
+        # their sessions end; node 4 controls and finds no live ISR member: no leader
+        wait_for(lambda: partitions(controller, "lagging")[0].leader_id == -1, 30, "no leader")
+        zk = zk_client()
+        os.kill(controller.pid, signal.SIGSTOP)
+        try:
+            starts = [threading.Thread(target=b.start) for b in replicas]
+            for t in starts:
+                t.start()
+            wait_for(lambda: len(zk.get_children("/brokers/ids")) == 4, 4, "nodes 1-3 registered")
+        finally:
+            os.kill(controller.pid, signal.SIGCONT)
+        for t in starts:
+            t.join()
+        seen: list[tuple[int, int, tuple[int, ...]]] = []  # (leader, latest offset, ISR read after)
+        deadline = time.monotonic() + 8  # the ISR loses the lagging members after 4 s
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            for n, b in enumerate(replicas, 1):
+                try:
+                    error, offset = latest(b, "lagging", 0)
+                    isr = tuple(sorted(partitions(b, "lagging")[0].isr_nodes))
+                except (OSError, ConnectionError, KeyError):
+                    continue
+                if error == ErrorCode.NONE:
+                    seen.append((n, offset, isr))
+        print("(leader, latest offset, ISR) after the restart:", sorted(set(seen)))
+        assert (1, 100, (1, 2, 3)) in seen, sorted(set(seen))  # the case this test is about
+        # nodes 2 and 3 have 100: while either is in the ISR nothing above 100 is readable
+        assert all(offset <= 100 for n, offset, isr in seen if isr != (n,)), sorted(set(seen))
+        proxy.heal()
+        wait_for(lambda: in_sync(brokers, "lagging", 1, 3), 60, "every replica back in the ISR")
+        assert partitions(controller, "lagging")[0].leader_id == 1
+        # the acks=1 records stay: node 1 kept leading, and its followers copied them
+        final = latest(leader, "lagging", 0)
+        assert final == (ErrorCode.NONE, 105) and all(offset <= 105 for _, offset, _ in seen), final
+    finally:
+        proxy.close()

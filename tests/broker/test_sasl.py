@@ -210,6 +210,45 @@ def test_wrong_passwords_and_unknown_users_fail_alike_after_a_delay(tmp_path):
             assert metadata(c).brokers
 
 
+def bare(c, token: bytes) -> bytes:
+    """A SASL token as a bare frame (after SaslHandshake v0); the broker's bare answer."""
+    c.send_raw(struct.pack(">i", len(token)) + token)
+    return c.read_frame()
+
+
+def test_handshake_v0_carries_tokens_in_bare_frames(tmp_path):
+    """SaslHandshake v0 (before SaslAuthenticate existed): tokens and answers are bare frames;
+    a failure closes the connection without an answer. ApiVersions offers versions 0-1
+    (librdkafka decides from version 0 whether the broker speaks SASL at all)."""
+    with sasl_broker(tmp_path) as broker:
+        add_scram_user(broker.bootstrap, "carol", "carol-secret")
+        port = broker.listener_ports["SASL_PLAINTEXT"]
+        with WireClient(port) as c:
+            offered = {k.api_key: k for k in api_versions(c).api_keys}[ApiKey.SASL_HANDSHAKE]
+            assert (offered.min_version, offered.max_version) == (0, 1)
+            r = c.request(ApiKey.SASL_HANDSHAKE, 0, HS(mechanism="PLAIN"))
+            assert r.error_code == ErrorCode.NONE
+            assert bare(c, b"\0alice\0alice-secret") == b""
+            assert metadata(c).brokers  # requests with headers again, authenticated
+        with WireClient(port) as c:
+            assert c.request(ApiKey.SASL_HANDSHAKE, 0, HS(mechanism="SCRAM-SHA-512")).error_code == 0
+            client = ScramClient(["SCRAM-SHA-512"], "carol", "carol-secret")
+            client.set_server_first(bare(c, client.get_client_first().encode()).decode())
+            client.set_server_final(bare(c, client.get_client_final().encode()).decode())
+            assert metadata(c).brokers
+        with WireClient(port) as c:  # a wrong password: closed after the delay, no answer
+            c.request(ApiKey.SASL_HANDSHAKE, 0, HS(mechanism="PLAIN"))
+            started = time.monotonic()
+            c.send_raw(struct.pack(">i", 13) + b"\0alice\0wrong!")
+            assert c.closed_by_peer()
+            assert time.monotonic() - started >= 0.1
+        with WireClient(port) as c:  # re-authentication needs v1
+            c.request(ApiKey.SASL_HANDSHAKE, 0, HS(mechanism="PLAIN"))
+            bare(c, b"\0alice\0alice-secret")
+            c.send(ApiKey.SASL_HANDSHAKE, 0, HS(mechanism="PLAIN"))
+            assert c.closed_by_peer()
+
+
 def test_requests_before_authentication_close_the_connection(tmp_path):
     with sasl_broker(tmp_path) as broker:
         port = broker.listener_ports["SASL_PLAINTEXT"]

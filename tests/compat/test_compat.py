@@ -5,7 +5,10 @@ clients are installed into caches on the first run), then each (client, scenario
 result. Scenarios known to fail are xfail with the reason; n/a ones are skipped.
 ``HEADRACE_COMPAT=0`` skips the suite; ``HEADRACE_COMPAT_CLIENTS=java39,kcat`` limits it to
 some clients, and so does ``-k``: ``pytest tests/compat -k cluster`` runs only the rows against
-a cluster of three brokers (``java4-cluster``, ``kafka-tools-4.0-cluster``, ``spark-cluster``).
+a cluster of three brokers (``java4-cluster``, ``kafka-tools-4.0-cluster``, ``spark-cluster``,
+and the leader kill -9 rows ``java4-cluster-kill``, ``confluent-kafka-cluster-kill``), ``-k
+security`` the rows against TLS and SASL listeners. The whole suite took 23 min before the
+security and leader-kill rows (about 4 min more); the budget is 40 min.
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ from compat.run import CLIENTS  # noqa: E402
 
 # (client, scenario) -> why it fails today; each is a broker gap or bug to fix
 KNOWN_FAILING: dict[tuple[str, str], str] = {
+    **{("kcat-security", s): "librdkafka 2.0.2 (Debian's kcat) uses SASL only with a broker whose "
+       "ApiVersions include SaslHandshake v0; Headrace offers v1 only (v0's raw tokens are not "
+       "spoken); its SCRAM client-final nonce is its own nonce + the server's whole nonce, which "
+       "Kafka accepts (endsWith) and Headrace does not (README, Security, Not built yet)" for s in ("security-sasl-ssl-scram-sha-512", "security-sasl-plaintext-plain",
+                           "security-wrong-password")},
 }
 
 SELECTED = [c for c in os.environ.get("HEADRACE_COMPAT_CLIENTS", "").split(",") if c] \
@@ -33,7 +41,7 @@ CASES = [(c, s) for c in SELECTED for s in CLIENTS[c].scenarios]
 
 pytestmark = [
     pytest.mark.skipif(os.environ.get("HEADRACE_COMPAT") == "0", reason="HEADRACE_COMPAT=0"),
-    pytest.mark.timeout(1800),
+    pytest.mark.timeout(2500),
 ]
 
 
@@ -48,7 +56,7 @@ def matrix(request, tmp_path_factory) -> dict:
     for c in SELECTED:
         if c in wanted:
             cmd += ["--client", c]
-    subprocess.run(cmd, cwd=ROOT, check=True, timeout=1700)
+    subprocess.run(cmd, cwd=ROOT, check=True, timeout=2400)
     return json.loads((out / "matrix.json").read_text())
 
 

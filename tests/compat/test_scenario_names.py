@@ -29,6 +29,10 @@ PYTHON_PROGRAMS = {
     "kafka-tools-4.0-cluster": ["compat/kafka-tools/scenarios.py", "--version", "4.0.2"],
     "spark": ["compat/spark/scenarios.py"],
     "spark-cluster": ["compat/spark/scenarios.py"],
+    "spark-security": ["compat/spark/scenarios.py"],
+    "confluent-kafka-security": ["compat/confluent-kafka/scenarios.py"],
+    "confluent-kafka-cluster-kill": ["compat/confluent-kafka/scenarios.py"],
+    "kcat-security": ["compat/kcat/scenarios.py"],
 }
 
 
@@ -82,6 +86,8 @@ def test_the_other_programs_fail_an_unknown_scenario(source, unknown):
     [
         ("java39", "compat/java/src/main/java/dev/headrace/compat/Suite.java"),
         ("java4-cluster", "compat/java/src/main/java/dev/headrace/compat/Suite.java"),
+        ("java4-cluster-kill", "compat/java/src/main/java/dev/headrace/compat/Suite.java"),
+        ("java4-security", "compat/java/src/main/java/dev/headrace/compat/Suite.java"),
         ("franz-go", "compat/franz-go/main.go"),
         ("kafkajs", "compat/kafkajs/scenarios.js"),
     ],
@@ -95,3 +101,27 @@ def test_the_other_programs_know_their_listed_scenarios(client, source):
         if scenario.startswith("produce-"):
             names |= {f'"{scenario.removeprefix("produce-")}"', f"'{scenario.removeprefix('produce-')}'"}
         assert any(n in text for n in names), f"{client}: {scenario} not in {source}"
+
+
+def test_the_runner_answers_a_hook_line_on_the_programs_stdin(tmp_path):
+    """A scenario that prints ``HOOK WORDS`` gets the hook's answer as its next stdin line (how
+    the leader-kill scenarios have the harness kill a broker while they produce)."""
+    program = tmp_path / "hooked.py"
+    program.write_text(
+        "import sys\n"
+        "print('HOOK kill-leader t 0', flush=True)\n"
+        "answer = sys.stdin.readline().strip()\n"
+        "print('RESULT pass' if answer == 'killed 2' else f'RESULT fail answered {answer!r}')\n"
+    )
+    asked = []
+
+    def hook(words):
+        asked.append(words)
+        return "killed 2"
+
+    cmd = [sys.executable, str(program)]
+    outcome = run_scenario(cmd, "127.0.0.1:1", "s", "p", 60, None, tmp_path / "log", hook)
+    assert (outcome.status, asked) == ("pass", [["kill-leader", "t", "0"]]), outcome.reason
+    # without a hook, stdin is empty: the program reads nothing and says so
+    outcome = run_scenario(cmd, "127.0.0.1:1", "s", "p", 60, None, tmp_path / "log2")
+    assert outcome.status == "fail" and outcome.reason == "answered ''"

@@ -1,5 +1,8 @@
 package dev.headrace.compat;
 
+import java.io.BufferedReader;
+import java.io.FileReader;
+import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -13,6 +16,7 @@ import java.util.Set;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BooleanSupplier;
 import java.util.stream.Collectors;
 
@@ -40,6 +44,7 @@ import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.AuthenticationException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
@@ -104,6 +109,12 @@ public final class Suite {
             case "cluster-produce-consume" -> clusterProduceConsume();
             case "cluster-group" -> clusterGroup();
             case "cluster-transactions" -> clusterTransactions();
+            case "cluster-leader-kill-9" -> leaderKill9();
+            case "security-ssl" -> over("ssl");
+            case "security-mtls" -> over("mtls");
+            case "security-sasl-ssl-scram-sha-512" -> over("sasl_ssl");
+            case "security-sasl-plaintext-plain" -> over("sasl_plaintext");
+            case "security-wrong-password" -> wrongPassword();
             // a name this program does not know is a failure (a typo, or a scenario not written
             // yet), never n/a: n/a is only what a scenario declares it cannot do
             default -> throw new Failed("unknown scenario " + scenario);
@@ -578,5 +589,199 @@ public final class Suite {
         }
         int all = readAssigned(topic, SPREAD, 3 * SPREAD, Map.of()).size();
         expect(all == 3 * SPREAD, "read_uncommitted read " + all + " records, want " + 3 * SPREAD);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // against a broker with a listener of each security protocol (compat/broker.py,
+    // SecureBroker; its addresses, PEM files and users in the properties file that
+    // HEADRACE_COMPAT_SECURITY names)
+
+    private static Properties security() throws Exception {
+        String path = System.getenv("HEADRACE_COMPAT_SECURITY");
+        if (path == null) throw new Failed("HEADRACE_COMPAT_SECURITY is not set: not run against the suite's secure broker");
+        Properties p = new Properties();
+        try (FileReader r = new FileReader(path, StandardCharsets.UTF_8)) {
+            p.load(r);
+        }
+        return p;
+    }
+
+    /** The client settings for one listener: a PEM truststore (Kafka clients 2.7+), a PEM keystore for mTLS. */
+    private static Map<String, String> secured(String listener) throws Exception {
+        Properties sec = security();
+        Map<String, String> conf = new HashMap<>();
+        conf.put("bootstrap.servers", sec.getProperty(listener));
+        if (!listener.equals("sasl_plaintext")) {
+            conf.put("ssl.truststore.type", "PEM");
+            conf.put("ssl.truststore.location", sec.getProperty("ca.pem"));
+        }
+        switch (listener) {
+            case "ssl" -> conf.put("security.protocol", "SSL");
+            case "mtls" -> {
+                conf.put("security.protocol", "SSL");
+                conf.put("ssl.keystore.type", "PEM");
+                conf.put("ssl.keystore.location", sec.getProperty("client.keystore.pem"));
+            }
+            case "sasl_ssl" -> {
+                conf.put("security.protocol", "SASL_SSL");
+                conf.put("sasl.mechanism", sec.getProperty("scram.mechanism"));
+                conf.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required"
+                    + " username=\"" + sec.getProperty("scram.username") + "\" password=\""
+                    + sec.getProperty("scram.password") + "\";");
+            }
+            default -> {
+                conf.put("security.protocol", "SASL_PLAINTEXT");
+                conf.put("sasl.mechanism", "PLAIN");
+                conf.put("sasl.jaas.config", "org.apache.kafka.common.security.plain.PlainLoginModule required"
+                    + " username=\"" + sec.getProperty("plain.username") + "\" password=\""
+                    + sec.getProperty("plain.password") + "\";");
+            }
+        }
+        return conf;
+    }
+
+    /** A topic created, 300 records produced (idempotent, acks=all) and read back, all through one secured listener. */
+    private static void over(String listener) throws Exception {
+        Map<String, String> conf = secured(listener);
+        String topic = prefix + "-t";
+        Properties ap = common();
+        ap.putAll(conf);
+        try (Admin admin = Admin.create(ap)) {
+            createTopic(admin, topic, 3, Map.of());
+        }
+        List<Rec> recs = records(300, 3);
+        Map<String, String> pc = new HashMap<>(conf);
+        pc.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        pc.put(ProducerConfig.ACKS_CONFIG, "all");
+        produce(topic, recs, pc);
+        checkRecords(recs, readAssigned(topic, 3, recs.size(), conf));
+    }
+
+    /** SCRAM-SHA-512 over SASL_SSL with a wrong password: an authentication error, soon (no hang). */
+    private static void wrongPassword() throws Exception {
+        Map<String, String> conf = secured("sasl_ssl");
+        conf.put("sasl.jaas.config", conf.get("sasl.jaas.config").replaceAll("password=\"[^\"]*\"",
+            "password=\"not-the-password\""));
+        Properties p = common();
+        p.putAll(conf);
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "20000");
+        long t0 = System.nanoTime();
+        try (KafkaProducer<byte[], byte[]> producer =
+                 new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
+            producer.partitionsFor(prefix + "-t");
+            throw new Failed("metadata was served with a wrong password");
+        } catch (AuthenticationException e) {
+            System.out.printf("refused after %.1fs: %s%n", (System.nanoTime() - t0) / 1e9, e);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // against three separate broker processes (compat/broker.py, KillableCluster)
+
+    /** Leader and ISR of partition 0 of {@code topic}. */
+    private static TopicPartitionInfo partition0(Admin admin, String topic) throws Exception {
+        return admin.describeTopics(List.of(topic)).allTopicNames().get(WAIT_S, TimeUnit.SECONDS)
+            .get(topic).partitions().get(0);
+    }
+
+    /**
+     * An idempotent acks=all producer writes to a partition of an RF=3 topic
+     * (min.insync.replicas=2); once half is acknowledged the harness kills the partition's
+     * leader with SIGKILL (HOOK kill-leader) while records are still in flight, and the
+     * producer carries on against the new leader. Every acknowledged record must be read back
+     * once, in the order sent; no record may fail.
+     */
+    private static void leaderKill9() throws Exception {
+        String topic = prefix + "-t";
+        int leader;
+        try (Admin admin = Admin.create(common())) {
+            admin.createTopics(List.of(new NewTopic(topic, 1, (short) 3)
+                .configs(Map.of("min.insync.replicas", "2")))).all().get(WAIT_S, TimeUnit.SECONDS);
+            waitUntil(() -> {
+                try {
+                    return partition0(admin, topic).isr().size() == 3;
+                } catch (Exception e) {
+                    return false;
+                }
+            }, "three replicas in sync");
+            leader = partition0(admin, topic).leader().id();
+        }
+        System.out.println("leader of " + topic + "-0: broker " + leader);
+        Properties p = common();
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "2");
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "120000");
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "60000");
+        List<Integer> acked = java.util.Collections.synchronizedList(new ArrayList<>());
+        List<String> failed = java.util.Collections.synchronizedList(new ArrayList<>());
+        AtomicReference<String> answer = new AtomicReference<>();
+        int n = 0, killedAt;
+        try (KafkaProducer<byte[], byte[]> producer =
+                 new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
+            for (; n < 1000; n++) send(producer, topic, n, acked, failed);
+            producer.flush();
+            expect(acked.size() == 1000 && failed.isEmpty(), "the first half: " + acked.size()
+                + " acknowledged, failures " + failed);
+            Thread reader = new Thread(() -> {
+                try {
+                    answer.set(new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)).readLine());
+                } catch (Exception e) {
+                    answer.set("error " + e);
+                }
+            });
+            reader.setDaemon(true);
+            reader.start();
+            boolean asked = false;
+            while (reader.isAlive() && n < 200_000) {  // in flight while the leader dies
+                for (int i = 0; i < 10; i++, n++) send(producer, topic, n, acked, failed);
+                if (!asked && n >= 1100) {  // 100 records handed to the producer, not waited for
+                    System.out.println(acked.size() + " acknowledged of " + n + " sent; HOOK kill-leader");
+                    System.out.println("HOOK kill-leader " + topic + " 0");
+                    System.out.flush();
+                    asked = true;
+                }
+                Thread.sleep(5);
+            }
+            reader.join(TimeUnit.SECONDS.toMillis(WAIT_S));
+            expect(answer.get() != null && answer.get().startsWith("killed"), "the harness answered " + answer.get());
+            killedAt = n;
+            for (int i = 0; i < 1000; i++, n++) send(producer, topic, n, acked, failed);  // the new leader's
+            producer.flush();
+        }
+        expect(failed.isEmpty(), failed.size() + " records failed: " + failed.subList(0, Math.min(3, failed.size())));
+        expect(acked.size() == n, acked.size() + " acknowledged of " + n);
+        int newLeader;
+        List<Integer> isr;
+        try (Admin admin = Admin.create(common())) {
+            TopicPartitionInfo info = partition0(admin, topic);
+            newLeader = info.leader() == null ? -1 : info.leader().id();
+            isr = info.isr().stream().map(Node::id).collect(Collectors.toList());
+        }
+        System.out.println(answer.get() + "; " + (killedAt - 1000) + " records sent after the first 1000 until the kill was answered, "
+            + n + " in all; new leader " + newLeader + ", ISR " + isr);
+        expect(newLeader != leader && newLeader != -1, "leader " + newLeader + " after the kill of " + leader);
+        long high;
+        try (KafkaConsumer<byte[], byte[]> c = consumer(Map.of())) {
+            TopicPartition tp = new TopicPartition(topic, 0);
+            high = c.endOffsets(List.of(tp), Duration.ofSeconds(WAIT_S)).get(tp);
+        }
+        expect(high >= n, "end offset " + high + " for " + n + " acknowledged records");
+        List<Rec> got = readAssigned(topic, 1, (int) high, Map.of());
+        Set<String> distinct = new HashSet<>();
+        for (Rec r : got) distinct.add(r.value());
+        expect(distinct.size() == got.size(), (got.size() - distinct.size()) + " records read twice");
+        expect(got.size() == n, "read " + got.size() + " records, want " + n);
+        for (int i = 0; i < n; i++) {
+            expect(got.get(i).value().equals(Integer.toString(i)), "record " + i + " read as " + got.get(i).value());
+        }
+    }
+
+    private static void send(KafkaProducer<byte[], byte[]> producer, String topic, int i,
+                             List<Integer> acked, List<String> failed) {
+        producer.send(new ProducerRecord<>(topic, 0, null, bytes(Integer.toString(i))), (md, e) -> {
+            if (e != null) failed.add(e.toString());
+            else acked.add(i);
+        });
     }
 }
