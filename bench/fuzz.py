@@ -10,9 +10,13 @@ or a negative count (-1, -2, -2^31) written over the bytes at some position.
   ``DecodeError`` (anything else fails the run), and tracemalloc's peak during the decode stays
   within ``alloc_limit(len(input))``: a length prefix of 2^31 must not allocate 2 GiB.
 - The broker check (``BrokerFuzz``): the same inputs, framed with a header (and sometimes a
-  hostile size prefix), go over real sockets to a ``BrokerProcess`` with a PLAINTEXT and a
-  SASL_PLAINTEXT (PLAIN) listener: on PLAINTEXT, on SASL_PLAINTEXT before authentication, and
-  on SASL_PLAINTEXT after a successful PLAIN authentication. Every few inputs and at the end a
+  hostile size prefix), go over real sockets to a ``BrokerProcess`` with a PLAINTEXT, a
+  SASL_PLAINTEXT (PLAIN, SCRAM) and a SASL_SSL (SCRAM) listener: on PLAINTEXT, on
+  SASL_PLAINTEXT before authentication and after a successful PLAIN authentication, over TLS
+  on SASL_SSL before authentication and after a successful SCRAM-SHA-512 authentication, and
+  in plain bytes at the TLS listener (no handshake). Some connections instead run a SCRAM
+  exchange (SHA-256 or SHA-512, over TLS or not) whose client-first and/or client-final
+  message is mutated the same way, or replaced by drawn bytes. Every few inputs and at the end a
   fresh connection must get an ApiVersions answer; the broker must log no handler failure
   (UNKNOWN_SERVER_ERROR) and its RSS must stay within a bound; the caller then checks a real
   client still produces and fetches.
@@ -25,7 +29,9 @@ and prints the number of inputs tried and every failure with its seed.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import socket
+import ssl
 import struct
 import sys
 import tempfile
@@ -35,12 +41,15 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
+from scramp import ScramClient, ScramException
 
 from headrace.protocol import (
     ApiKey,
     DecodeError,
     RequestHeader,
     decode_request,
+    decode_response,
+    decode_response_header,
     encode_request,
     encode_request_header,
     messages,
@@ -285,10 +294,23 @@ JAAS = (
     ' username="admin" password="admin-secret" user_fuzz="fuzz-secret";'
 )
 BROKER_SETTINGS = {
-    "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-    "sasl.enabled.mechanisms": "PLAIN",
+    "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+    "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
     "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+    "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
 }
+SCRAM_USER, SCRAM_PASSWORD = "fuzz", "fuzz-secret"
+
+
+def broker_settings(directory: Path) -> tuple[dict, Path]:
+    """``BROKER_SETTINGS`` with a certificate made in ``directory`` for the SASL_SSL listener;
+    and the CA file that vouches for it."""
+    from bench.tls import make_pki
+
+    pki = make_pki(directory)
+    return {**BROKER_SETTINGS, "ssl.keystore.location": str(pki.broker)}, pki.ca
+
+
 FAILED = "answering UNKNOWN_SERVER_ERROR"
 RSS_GROWTH_LIMIT = 128 << 20
 
@@ -333,6 +355,60 @@ def authenticate(sock: socket.socket) -> None:
     assert resp[4:7] == b"\x00\x00\x00", "PLAIN authentication failed"  # tags byte, error 0
 
 
+def _sasl_authenticate(sock: socket.socket, token: bytes):
+    """SaslAuthenticate v2 with ``token``: the decoded answer."""
+    data = _call(
+        sock, ApiKey.SASL_AUTHENTICATE, 2, messages.SaslAuthenticateRequest(auth_bytes=token)
+    )
+    _, offset = decode_response_header(data, True)
+    return decode_response(ApiKey.SASL_AUTHENTICATE, 2, data, offset)
+
+
+def scram_exchange(
+    sock: socket.socket, mechanism: str, first: list | bytes | None, final: list | bytes | None
+) -> bool:
+    """SCRAM as ``SCRAM_USER``, with the client-first and client-final messages mutated by
+    the mutation lists given (or replaced by bytes given; None: as the client makes them).
+    Whether the broker accepted it."""
+    _call(sock, ApiKey.SASL_HANDSHAKE, 1, messages.SaslHandshakeRequest(mechanism=mechanism))
+    client = ScramClient([mechanism], SCRAM_USER, SCRAM_PASSWORD)
+
+    def hostile(message: str, how) -> bytes:
+        data = message.encode()
+        return how if isinstance(how, bytes) else mutate(data, how) if how else data
+
+    answer = _sasl_authenticate(sock, hostile(client.get_client_first(), first))
+    if answer.error_code:
+        return False
+    try:
+        client.set_server_first(bytes(answer.auth_bytes).decode())
+        final_message = client.get_client_final()
+    except (ScramException, UnicodeDecodeError, ValueError):
+        return False
+    answer = _sasl_authenticate(sock, hostile(final_message, final))
+    return answer.error_code == 0
+
+
+def add_scram_user(port: int) -> None:
+    """``SCRAM_USER`` for both SCRAM mechanisms (AlterUserScramCredentials over PLAINTEXT)."""
+    A = messages.AlterUserScramCredentialsRequest
+    upserts = []
+    for code, name in ((1, "sha256"), (2, "sha512")):
+        salt = b"fuzz-salt-of-mechanism-%d" % code
+        salted = hashlib.pbkdf2_hmac(name, SCRAM_PASSWORD.encode(), salt, 4096)
+        upserts.append(
+            A.ScramCredentialUpsertion(
+                name=SCRAM_USER, mechanism=code, iterations=4096, salt=salt, salted_password=salted
+            )
+        )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        body = encode_request(
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, A(deletions=[], upsertions=upserts)
+        )
+        s.sendall(frame(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 1, body))
+        _read_response(s)
+
+
 def answers_api_versions(port: int, timeout: float = 10) -> bool:
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         resp = _call(s, ApiKey.API_VERSIONS, 0, messages.ApiVersionsRequest())
@@ -355,27 +431,56 @@ def hostile_frames(draw, cases):
 class BrokerFuzz:
     """Hostile frames against a running ``BrokerProcess`` started with ``BROKER_SETTINGS``."""
 
-    def __init__(self, broker, wait: float = 0.1) -> None:
+    def __init__(self, broker, ca: Path, wait: float = 0.1) -> None:
         self.broker = broker
         self.plain_port = broker.listener_ports["PLAINTEXT"]
         self.sasl_port = broker.listener_ports["SASL_PLAINTEXT"]
+        self.tls_port = broker.listener_ports["SASL_SSL"]
+        self.tls = ssl.create_default_context(cafile=str(ca))
+        add_scram_user(self.plain_port)
+        self.kinds: dict[str, int] = {}  # connections tried, by kind
         self.wait = wait
         self.tried = 0
         self.rss_before = rss(broker.pid)
         self.seen = len(broker.lines)  # log lines checked for handler failures
 
+    def _connect(self, where: str) -> socket.socket:
+        port = {
+            "plaintext": self.plain_port,
+            "sasl": self.sasl_port,
+            "authenticated": self.sasl_port,
+        }
+        raw = socket.create_connection(("127.0.0.1", port.get(where, self.tls_port)), timeout=10)
+        if where in ("tls", "tls-authenticated", "scram-tls"):
+            return self.tls.wrap_socket(raw, server_hostname="localhost")
+        return raw
+
     def send(self, data: bytes, where: str) -> None:
-        port = self.plain_port if where == "plaintext" else self.sasl_port
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        with self._connect(where) as s:
             if where == "authenticated":
                 authenticate(s)
+            elif where == "tls-authenticated":
+                assert scram_exchange(s, "SCRAM-SHA-512", None, None), "SCRAM failed"
             try:
                 s.sendall(data)
                 s.settimeout(self.wait)
                 while s.recv(1 << 16):  # whatever comes back until a close or a pause
                     pass
-            except (TimeoutError, ConnectionError):
+            except (TimeoutError, ConnectionError, ssl.SSLError):
                 pass
+        self._tried(where)
+
+    def scram(self, mechanism: str, tls: bool, first, final) -> None:
+        """A SCRAM exchange with hostile client messages (``scram_exchange``)."""
+        with self._connect("scram-tls" if tls else "sasl") as s:
+            try:
+                scram_exchange(s, mechanism, first, final)
+            except (TimeoutError, ConnectionError, ssl.SSLError):
+                pass  # closed after a failure, as Kafka does
+        self._tried("scram-tls" if tls else "scram")
+
+    def _tried(self, kind: str) -> None:
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
         self.tried += 1
         if self.tried % 50 == 0:
             self.check()
@@ -390,12 +495,28 @@ class BrokerFuzz:
 
     def property(self, examples: int, derandomize: bool):
         cases = served()
-        where = st.sampled_from(["plaintext", "sasl", "authenticated"])
+        where = st.sampled_from(
+            ["plaintext", "sasl", "authenticated", "tls", "tls-authenticated", "tls-port-plain"]
+        )
+        hostile_message = st.one_of(
+            st.none(),
+            st.lists(MUTATION, min_size=1, max_size=4),
+            st.binary(max_size=300),
+        )
+        scram = st.tuples(
+            st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-512"]),
+            st.booleans(),
+            hostile_message,
+            hostile_message,
+        )
 
         @settings(max_examples=examples, derandomize=derandomize, **_SETTINGS)
-        @given(hostile_frames(cases), where)
-        def broker_hostile(data, where):
-            self.send(data, where)
+        @given(st.one_of(st.tuples(hostile_frames(cases), where), scram))
+        def broker_hostile(case):
+            if len(case) == 2:
+                self.send(*case)
+            else:
+                self.scram(*case)
 
         return broker_hostile
 
@@ -448,10 +569,9 @@ def main(argv: list[str] | None = None) -> int:
 
         broker_failures = 0
         with tempfile.TemporaryDirectory() as tmp:
-            with BrokerProcess(
-                Path(tmp) / "data", BROKER_SETTINGS, args=["--log-level", "WARNING"]
-            ) as b:
-                fuzz = BrokerFuzz(b)
+            settings_, ca = broker_settings(Path(tmp) / "pki")
+            with BrokerProcess(Path(tmp) / "data", settings_, args=["--log-level", "WARNING"]) as b:
+                fuzz = BrokerFuzz(b, ca)
                 while time.monotonic() < deadline:
                     n += 1
                     try:
@@ -469,7 +589,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"broker FAILURE after the run: {e!r}", flush=True)
                 grown = (rss(b.pid) - fuzz.rss_before) >> 20 if b.alive else None
         print(
-            f"broker: {fuzz.tried} inputs tried, {broker_failures} failures, RSS grew {grown} MiB",
+            f"broker: {fuzz.tried} inputs tried ({fuzz.kinds}), {broker_failures} failures,"
+            f" RSS grew {grown} MiB",
             flush=True,
         )
         failures += broker_failures

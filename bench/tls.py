@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 
 
-def _make_pki(directory: Path):
+def make_pki(directory: Path):
     spec = importlib.util.spec_from_file_location("tlsfiles", ROOT / "tests" / "tlsfiles.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     kinds = args.brokers.split(",")
     with tempfile.TemporaryDirectory(prefix="headrace-bench-tls-") as tmp:
         work = Path(tmp)
-        pki = _make_pki(work / "pki")
+        pki = make_pki(work / "pki")
         for sc in chosen:
             runs: dict[tuple[str, str], list[dict]] = {}
             for rep in range(args.rounds):

@@ -11,7 +11,9 @@ The process
     tls.py            TLS contexts of SSL and SASL_SSL listeners (PEM files), the certificate
                       principal
     sasl.py           SASL's state machine, PLAIN and SCRAM; scram_credentials.py keeps the
-                      SCRAM users salted in the data directory
+                      SCRAM users salted in the data directory (a cluster: in ZooKeeper)
+    inter_broker.py   how this broker reaches the others: the inter-broker listener's TLS
+                      and SASL settings (broker_client.py speaks them)
     authorizer.py     ACLs and the decisions made from them (cached per principal and resource)
     quotas.py         client quotas: which applies to a client, and its throttle time
     documents.py      small shared documents (the ACLs, the quotas): the data directory, or a

@@ -6,13 +6,16 @@ Needs ALTER_CONFIGS on the cluster (else CLUSTER_AUTHORIZATION_FAILED for every 
 entry is checked as Kafka checks it (INVALID_REQUEST with the reason): entity types ``user``
 and ``client-id`` at most once each (a null name is the default), keys
 ``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage`` and
-``controller_mutation_rate`` (kept, not enforced), values above 0, no key twice. ``ip``
-entities (connection rates) are refused: they are not built. The valid entries are stored
+``controller_mutation_rate`` (kept, not enforced), values above 0, no key twice; or an ``ip``
+entity alone (an IP address, or null for the default), whose only key is
+``connection_creation_rate``. The valid entries are stored
 (``documents.py``) before the answer unless ``validate_only``; beyond
 ``client.quota.max.entities`` entities nothing of the request is stored.
 """
 
 from __future__ import annotations
+
+import ipaddress
 
 from kazoo.exceptions import KazooException
 
@@ -20,7 +23,16 @@ from headrace.protocol import ApiKey, ErrorCode, messages
 
 from .authorizer import Operation
 from .documents import DocumentTooLarge
-from .quotas import CLIENT_ID, DEFAULT, IP, KEYS, USER, from_document, to_document
+from .quotas import (
+    CLIENT_ID,
+    CONNECTION_RATE,
+    DEFAULT,
+    IP,
+    KEYS,
+    USER,
+    from_document,
+    to_document,
+)
 
 API_KEY = ApiKey.ALTER_CLIENT_QUOTAS
 MIN_VERSION, MAX_VERSION = 0, 1
@@ -36,27 +48,33 @@ def _check(entry):
     """(entity key, {key: value or None to remove}) or the reason to refuse."""
     parts = {}
     for e in entry.entity:
-        if e.entity_type == IP:
-            return "Quotas of ip entities (connection rates) are not supported"
-        if e.entity_type not in (USER, CLIENT_ID):
+        if e.entity_type not in (USER, CLIENT_ID, IP):
             return f"Invalid entity type {e.entity_type!r}"
         if e.entity_type in parts:
             return f"Entity type {e.entity_type} given twice"
         if e.entity_name == "" and e.entity_type == USER:
             return "A user entity's name must not be empty"
+        if e.entity_type == IP and e.entity_name is not None:
+            try:
+                ipaddress.ip_address(e.entity_name)
+            except ValueError:
+                return f"{e.entity_name!r} is not an IP address"
         parts[e.entity_type] = DEFAULT if e.entity_name is None else e.entity_name
     if not parts:
         return "The entity is empty"
+    if IP in parts and len(parts) > 1:
+        return "An ip entity cannot be combined with a user or client-id"
+    keys = (CONNECTION_RATE,) if IP in parts else KEYS
     ops: dict[str, float | None] = {}
     for op in entry.ops:
-        if op.key not in KEYS:
+        if op.key not in keys:
             return f"Invalid quota config key {op.key!r} for a {'/'.join(parts)} entity"
         if op.key in ops:
             return f"Quota config key {op.key} given twice"
         if not op.remove and not op.value > 0:
             return f"Quota {op.key} must be above 0, not {op.value}"
         ops[op.key] = None if op.remove else float(op.value)
-    return (parts.get(USER), parts.get(CLIENT_ID)), ops
+    return (parts.get(USER), parts.get(CLIENT_ID), parts.get(IP)), ops
 
 
 async def handle(broker, header, request):

@@ -30,6 +30,7 @@ from .scram_credentials import (
 
 API_KEY = ApiKey.ALTER_USER_SCRAM_CREDENTIALS
 MIN_VERSION, MAX_VERSION = 0, 0
+MIN_SALT_BYTES = 12
 
 R = messages.AlterUserScramCredentialsResponse
 
@@ -51,7 +52,8 @@ def _error(store, op, upsert: bool) -> tuple[int, str] | None:
         return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations"
     if op.iterations > MAX_ITERATIONS:
         return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations"
-    if not op.salt or len(op.salted_password) != digest_size(mechanism):
+    # (a salt under 12 bytes could never be used: scramp refuses it at every login)
+    if len(op.salt) < MIN_SALT_BYTES or len(op.salted_password) != digest_size(mechanism):
         return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Salt or salted password is not acceptable"
     return None
 

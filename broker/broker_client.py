@@ -19,6 +19,11 @@ waiting on it; a timed-out request closes its connection too (its answer could s
 and the correlation id would then be stale), as Kafka's clients do. The next ``send`` to that
 node connects again. Versions are fixed by the caller (one that Headrace serves): no
 ApiVersions exchange. ``close`` (at broker stop) closes every connection and fails what waits.
+
+Security (inter_broker.py's ``ClientSecurity``): on a TLS inter-broker listener the connection
+is TLS from the start; on a SASL one, SaslHandshake (v1) and SaslAuthenticate (v2) run on the
+new connection before its first request, within the connect timeout, with PLAIN or SCRAM
+(scramp's client). A refused authentication is a ``NetworkError`` like a refused connection.
 """
 
 from __future__ import annotations
@@ -28,15 +33,21 @@ import logging
 import struct
 from collections.abc import Callable
 
+from scramp import ScramClient, ScramException
+
 from headrace.protocol import (
+    ApiKey,
     DecodeError,
     RequestHeader,
     decode_response,
     decode_response_header,
     encode_request,
     encode_request_header,
+    messages,
     response_header_is_flexible,
 )
+
+from .inter_broker import ClientSecurity
 
 log = logging.getLogger("headrace.broker_client")
 
@@ -64,8 +75,10 @@ class BrokerClient:
         max_in_flight: int = MAX_IN_FLIGHT,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         connect_timeout: float = CONNECT_TIMEOUT_S,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.address_of = address_of
+        self.security = security or ClientSecurity()
         self.client_id = client_id
         self.max_in_flight = max_in_flight
         self.max_response_bytes = max_response_bytes
@@ -158,15 +171,80 @@ class _Connection:
             if address is None:
                 raise NetworkError(f"no address for node {self.node_id}")
             host, port = address
+            security = self.client.security
             try:
                 async with asyncio.timeout(self.client.connect_timeout):
-                    reader, writer = await asyncio.open_connection(host, port)
+                    reader, writer = await asyncio.open_connection(
+                        host, port, ssl=security.tls, server_hostname=host if security.tls else None
+                    )
+                    try:
+                        if security.mechanism:
+                            await self._authenticate(reader, writer, security)
+                    except BaseException:
+                        writer.close()
+                        raise
             except (OSError, TimeoutError) as e:
                 where = f"node {self.node_id} at {host}:{port}"
                 raise NetworkError(f"cannot connect to {where}: {e!r}") from None
             self.writer = writer
             self.reader_task = asyncio.create_task(self._read(reader, writer))
             return writer
+
+    async def _authenticate(self, reader, writer, security: ClientSecurity) -> None:
+        """SaslHandshake, then SaslAuthenticate until the mechanism is done."""
+
+        async def call(api_key: int, version: int, message):
+            self.correlation_id = cid = (self.correlation_id + 1) & 0x7FFFFFFF
+            header = encode_request_header(
+                RequestHeader(api_key, version, cid, self.client.client_id)
+            )
+            body = encode_request(api_key, version, message)
+            writer.write(_SIZE.pack(len(header) + len(body)) + header + body)
+            await writer.drain()
+            size = _SIZE.unpack(await reader.readexactly(4))[0]
+            if not 4 <= size <= self.client.max_response_bytes:
+                raise NetworkError(f"node {self.node_id} sent a frame of {size} bytes")
+            frame = await reader.readexactly(size)
+            try:
+                _, offset = decode_response_header(
+                    frame, response_header_is_flexible(api_key, version)
+                )
+                response = decode_response(api_key, version, frame, offset)
+            except DecodeError as e:
+                raise NetworkError(f"malformed response from node {self.node_id}: {e}") from None
+            if response.error_code:
+                log.warning(
+                    "node %d refused %s authentication as %s on the inter-broker listener %s"
+                    " (error %d): check its sasl.jaas.config and the user",
+                    self.node_id,
+                    security.mechanism,
+                    security.username,
+                    security.listener,
+                    response.error_code,
+                )
+                raise NetworkError(
+                    f"node {self.node_id} refused {security.mechanism} authentication as"
+                    f" {security.username} (error {response.error_code}:"
+                    f" {getattr(response, 'error_message', None) or ''})"
+                )
+            return response
+
+        mechanism = security.mechanism
+        await call(ApiKey.SASL_HANDSHAKE, 1, messages.SaslHandshakeRequest(mechanism=mechanism))
+
+        async def authenticate(token: bytes) -> bytes:
+            request = messages.SaslAuthenticateRequest(auth_bytes=token)
+            return bytes((await call(ApiKey.SASL_AUTHENTICATE, 2, request)).auth_bytes)
+
+        if mechanism == "PLAIN":
+            await authenticate(f"\0{security.username}\0{security.password}".encode())
+            return
+        scram = ScramClient([mechanism], security.username, security.password)
+        try:
+            scram.set_server_first((await authenticate(scram.get_client_first().encode())).decode())
+            scram.set_server_final((await authenticate(scram.get_client_final().encode())).decode())
+        except (ScramException, UnicodeDecodeError) as e:
+            raise NetworkError(f"SCRAM with node {self.node_id} failed: {e}") from None
 
     async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         limit = self.client.max_response_bytes

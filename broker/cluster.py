@@ -5,7 +5,10 @@ How this works
 Under the chroot of ``zookeeper.connect`` (Kafka's ZooKeeper-era map, simplified):
 
   /cluster/id                  the cluster id, made by the first broker
-  /brokers/ids/<id>            ephemeral, one per live broker: {"host", "port", "rack"}
+  /brokers/ids/<id>            ephemeral, one per live broker, as Kafka writes it:
+                               {"endpoints": ["NAME://host:port", ...],
+                               "listener_security_protocol_map": {NAME: PROTOCOL}, "rack",
+                               and "host"/"port" of a listener named PLAINTEXT (else null/-1)}
   /brokers/topics/<name>       a topic: {"topic_id", "replicas": [[ids] per partition],
                                "leader_epochs": [...], "configs": {...}, and while partitions
                                move "reassigning": {index: {"target", "adding", "removing"}},
@@ -115,9 +118,53 @@ class TopicChangeError(Exception):
 
 @dataclass(frozen=True)
 class Endpoint:
+    """A broker's address on one listener (``host``, ``port``), its rack, and every listener
+    it registered: (name, security protocol, advertised host, port)."""
+
     host: str
     port: int
     rack: str | None = None
+    listeners: tuple[tuple[str, str, str, int], ...] = ()
+
+    def on(self, listener: str) -> Endpoint | None:
+        """This broker's address on the listener named ``listener``; None if it has none."""
+        for name, _, host, port in self.listeners:
+            if name == listener:
+                return Endpoint(host, port, self.rack, self.listeners)
+        return None
+
+    def encode(self) -> bytes:
+        plain = next((x for x in self.listeners if x[0] == "PLAINTEXT"), None)
+        return json.dumps(
+            {
+                "version": 5,
+                "host": plain[2] if plain else None,
+                "port": plain[3] if plain else -1,
+                "endpoints": [f"{n}://{_bracket(h)}:{p}" for n, _, h, p in self.listeners],
+                "listener_security_protocol_map": {n: proto for n, proto, _, _ in self.listeners},
+                "rack": self.rack,
+                "jmx_port": -1,
+            }
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes, listener: str) -> Endpoint | None:
+        """A registration read from ZooKeeper, addressed on ``listener`` (the inter-broker
+        one); None if it has no such listener."""
+        d = json.loads(data)
+        protocols = d.get("listener_security_protocol_map") or {}
+        found = []
+        for text in d.get("endpoints") or ():
+            name, _, address = text.partition("://")
+            host, _, port = address.rpartition(":")
+            found.append((name, protocols.get(name, name), host.strip("[]"), int(port)))
+        if not found and d.get("host") is not None:  # registered by an older Headrace
+            found.append(("PLAINTEXT", "PLAINTEXT", d["host"], int(d["port"])))
+        return cls("", 0, d.get("rack"), tuple(found)).on(listener)
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 @dataclass
@@ -193,6 +240,8 @@ class Cluster:
     def __init__(self, config, node_id: int) -> None:
         self.node_id = node_id
         self.endpoint = Endpoint("", 0)  # known once the broker listens
+        # the listener brokers reach each other through (inter.broker.listener.name)
+        self.inter_broker_listener = "PLAINTEXT"
         self.connect = str(config["zookeeper.connect"])
         self.max_broker_partitions = int(config["max.broker.partitions"])
         self.unclean_default = bool(config["unclean.leader.election.enable"])
@@ -354,9 +403,7 @@ class Cluster:
         session (a broker killed, not stopped) is waited for until the session timeout; one
         that outlives it belongs to a live broker, and this one cannot start."""
         path = f"{BROKERS}/{self.node_id}"
-        data = json.dumps(
-            {"host": self.endpoint.host, "port": self.endpoint.port, "rack": self.endpoint.rack}
-        ).encode()
+        data = self.endpoint.encode()
         deadline = time.monotonic() + self.session_s + 1
         while True:
             try:
@@ -371,10 +418,10 @@ class Cluster:
             if stat.ephemeralOwner == self.zk.client_id[0]:
                 return  # ours already (a retried create)
             if time.monotonic() > deadline:
-                holder = json.loads(held)
+                holder = json.loads(held).get("endpoints")
                 raise ClusterError(
                     f"broker id {self.node_id} is already registered in ZooKeeper at "
-                    f"{self.connect} by a live broker at {holder['host']}:{holder['port']}"
+                    f"{self.connect} by a live broker at {', '.join(holder or ())}"
                 )
             time.sleep(0.25)
 
@@ -535,8 +582,16 @@ class Cluster:
                     data, _ = self.zk.get(f"{BROKERS}/{name}")
                 except NoNodeError:
                     continue
-                d = json.loads(data)
-                found[int(name)] = Endpoint(d["host"], int(d["port"]), d.get("rack"))
+                endpoint = Endpoint.decode(data, self.inter_broker_listener)
+                if endpoint is None:
+                    log.warning(
+                        "broker %s has no listener %s (inter.broker.listener.name); it is"
+                        " not counted as live",
+                        name,
+                        self.inter_broker_listener,
+                    )
+                    continue
+                found[int(name)] = endpoint
             return found
 
         self.brokers = await asyncio.to_thread(read)

@@ -77,6 +77,13 @@ SECURITY_SETTINGS = [
     ),
     Setting("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", "TLS versions accepted."),
     Setting(
+        "ssl.endpoint.identification.algorithm",
+        "string",
+        "https",
+        "A broker connecting to another over TLS checks its certificate names the host"
+        " (https), or not (empty).",
+    ),
+    Setting(
         "ssl.cipher.suites",
         "list",
         "",
@@ -123,7 +130,21 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "inter.broker.listener.name",
             "string",
             "",
-            "The listener other brokers use (default: the one named PLAINTEXT, else the first).",
+            "The listener other brokers use (default: the one named as"
+            " security.inter.broker.protocol, else the first).",
+        ),
+        Setting(
+            "security.inter.broker.protocol",
+            "string",
+            "PLAINTEXT",
+            "The inter-broker listener by its name, when inter.broker.listener.name is not set.",
+        ),
+        Setting(
+            "sasl.mechanism.inter.broker.protocol",
+            "string",
+            "GSSAPI",
+            "SASL mechanism brokers use with each other on a SASL inter-broker listener"
+            " (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512).",
         ),
         *SECURITY_SETTINGS,
         Setting("log.dirs", "string", "./headrace-data", "The data directory."),
@@ -721,6 +742,7 @@ _BROKER_CHOICES = {
     "ssl.keystore.type": {"PEM"},
     "ssl.truststore.type": {"PEM"},
     "ssl.client.auth": {"none", "requested", "required"},
+    "ssl.endpoint.identification.algorithm": {"https", "HTTPS", ""},
 }
 
 _TOPIC_RANGES = {

@@ -2,7 +2,7 @@
 (``kafka-configs --describe --entity-type users``).
 
 Needs DESCRIBE_CONFIGS on the cluster (else CLUSTER_AUTHORIZATION_FAILED). Each filter
-component names an entity type (``user``, ``client-id``) and a match: EXACT (0) with a name,
+component names an entity type (``user``, ``client-id``, ``ip``) and a match: EXACT (0) with a name,
 DEFAULT (1), or ANY (2) name including the default. An entity matches when every component
 does; with ``strict`` it may have no other parts. An unknown entity type or match type is
 INVALID_REQUEST.
@@ -37,8 +37,8 @@ def handle(broker, header, request):
             return _error(ErrorCode.INVALID_REQUEST, f"Entity type {c.entity_type} given twice")
         wanted[c.entity_type] = c
     entries = []
-    for (user, client), values in broker.quotas.entries.items():
-        parts = {k: v for k, v in ((USER, user), (CLIENT_ID, client)) if v is not None}
+    for (user, client, ip), values in broker.quotas.entries.items():
+        parts = {k: v for k, v in ((USER, user), (CLIENT_ID, client), (IP, ip)) if v is not None}
         if request.strict and set(parts) != set(wanted):
             continue
         if not all(_matches(parts.get(kind), c) for kind, c in wanted.items()):

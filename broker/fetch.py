@@ -44,8 +44,9 @@ Authorization (Kafka's): a replica fetch needs CLUSTER_ACTION on the cluster, a 
 READ on each topic; a partition not allowed gets TOPIC_AUTHORIZATION_FAILED.
 
 Quotas: a consumer's response bytes count against its ``consumer_byte_rate`` (quotas.py);
-over it, the response (sent whole, unlike Kafka's, which sends a throttled fetch empty)
-carries the throttle time and the connection is muted for that long.
+over it, as in Kafka, the response is sent without records (no partitions; the reads are
+released and the bytes not counted) with the throttle time, and the connection is muted for
+that long; the client fetches the same offsets again afterwards.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ async def handle(broker, header, request):
     moves = broker.moves if replica >= 0 else None
     wanted = []  # (topic response, partition response, partition or None, fetch offset, max bytes)
     responses = []
-    hints = LeaderHints(broker, R, 12, 16, version)
+    hints = LeaderHints(broker, header.session, R, 12, 16, version)
     authorizer, session = broker.authorizer, header.session
     replica_allowed = replica < 0 or authorizer.allows_cluster(session, Operation.CLUSTER_ACTION)
     for t in request.topics:
@@ -175,6 +176,22 @@ async def handle(broker, header, request):
                     part.waiters.remove(wakeup)
                 except ValueError:
                     pass
+    throttle_ms = 0
+    if replica < 0 and FETCH_QUOTA in broker.quotas.active:
+        throttle_ms, sent = broker.quotas.fetch_throttle_ms(
+            session, header.client_id, total if wanted else 0, time.monotonic()
+        )
+        if not sent:  # Kafka's throttled fetch: no records, nothing held for it
+            _release(regions)
+            reservation.release()
+            session.throttle(throttle_ms)
+            return R(
+                throttle_time_ms=throttle_ms,
+                error_code=ErrorCode.NONE,
+                session_id=0,
+                responses=[],
+                node_endpoints=[],
+            )
     bytes_out = broker.metrics.bytes_out
     for resp, part, _, _ in wanted:
         if resp.records:
@@ -191,11 +208,9 @@ async def handle(broker, header, request):
         responses=responses,
         node_endpoints=hints.endpoints(),
     )
-    if replica < 0 and FETCH_QUOTA in broker.quotas.active:
-        response.throttle_time_ms = broker.quotas.throttle_ms(
-            session, header.client_id, FETCH_QUOTA, total if wanted else 0, time.monotonic()
-        )
-        session.throttle(response.throttle_time_ms)
+    if throttle_ms:
+        response.throttle_time_ms = throttle_ms
+        session.throttle(throttle_ms)
 
     def on_sent() -> None:
         _release(regions)

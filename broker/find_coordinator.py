@@ -57,7 +57,7 @@ async def _answer(
     if broker.cluster is None:
         host, port = broker.advertised(listener)
         return ErrorCode.NONE, None, node, host, port
-    endpoint = broker.cluster.brokers.get(node)
+    endpoint = broker.brokers(listener).get(node)
     if endpoint is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, "its broker is not available", -1, "", -1
     return ErrorCode.NONE, None, node, endpoint.host, endpoint.port

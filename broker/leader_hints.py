@@ -16,7 +16,11 @@ class LeaderHints:
     """Collects the hints of one response. ``message`` is the response class (its nested
     LeaderIdAndEpoch and NodeEndpoint structs are used)."""
 
-    def __init__(self, broker, message, leader_version: int, endpoints_version: int, version: int):
+    def __init__(
+        self, broker, session, message, leader_version: int, endpoints_version: int, version: int
+    ):
+        self.broker = broker
+        self.listener = session.listener  # the endpoints named are on the client's listener
         self.cluster = broker.cluster if version >= leader_version else None
         self.message = message
         self.with_endpoints = version >= endpoints_version
@@ -39,7 +43,7 @@ class LeaderHints:
         """The ``node_endpoints`` of the response: where the named leaders listen."""
         if not self.with_endpoints or self.cluster is None:
             return []
-        brokers = self.cluster.brokers
+        brokers = self.broker.brokers(self.listener)
         return [
             self.message.NodeEndpoint(node_id=b, host=e.host, port=e.port, rack=e.rack)
             for b in sorted(self.leaders)

@@ -10,7 +10,9 @@ Kafka's settings and formats:
 * ``listener.security.protocol.map``: ``NAME:PROTOCOL,...``; each listener's protocol is
   PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
 * ``inter.broker.listener.name``: the listener other brokers reach this one through (unset:
-  the one named PLAINTEXT, else the first).
+  the one named as ``security.inter.broker.protocol``, default PLAINTEXT, else the first; the
+  two settings are not given together). In a cluster every broker registers all its
+  advertised listeners, and reaches the others through their listener of this name.
 
 Every inconsistency is a ``ConfigError`` naming the setting: a protocol that is not one of the
 four, a listener without a protocol, an advertised name that is no listener, a wildcard bind
@@ -132,12 +134,17 @@ def listeners(config: BrokerConfig) -> list[Listener]:
             f"inter.broker.listener.name: {inter} is not a listener"
             f" (listeners has {', '.join(names)})"
         )
-    _check_prefixed(config, names)
-    if config["zookeeper.connect"] and (len(out) > 1 or out[0].protocol != "PLAINTEXT"):
+    if inter and "security.inter.broker.protocol" in config.explicit:
         raise ConfigError(
-            "listeners: a cluster (zookeeper.connect) has one PLAINTEXT listener for now"
-            " (brokers register one address, and the inter-broker client speaks PLAINTEXT)"
+            "security.inter.broker.protocol: give it or inter.broker.listener.name, not both"
         )
+    protocol = str(config["security.inter.broker.protocol"]).strip().upper()
+    if not inter and "security.inter.broker.protocol" in config.explicit and protocol not in names:
+        raise ConfigError(
+            f"security.inter.broker.protocol: no listener named {protocol}"
+            f" (listeners has {', '.join(names)}); or set inter.broker.listener.name"
+        )
+    _check_prefixed(config, names)
     return out
 
 
@@ -153,9 +160,10 @@ def listeners_text(found: list[Listener], shift: int = 0, advertised: bool = Fal
 
 
 def inter_broker(config: BrokerConfig, found: list[Listener]) -> Listener:
-    """The listener other brokers use: ``inter.broker.listener.name``, else PLAINTEXT, else
-    the first."""
-    name = str(config["inter.broker.listener.name"]).strip().upper() or "PLAINTEXT"
+    """The listener other brokers use: ``inter.broker.listener.name``, else the one named as
+    ``security.inter.broker.protocol`` (PLAINTEXT), else the first."""
+    name = str(config["inter.broker.listener.name"]).strip().upper()
+    name = name or str(config["security.inter.broker.protocol"]).strip().upper()
     return next((x for x in found if x.name == name), found[0])
 
 

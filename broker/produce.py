@@ -66,7 +66,7 @@ def handle(broker, header, request):
     now_ms = int(time.time() * 1000)
     acks_all = request.acks == -1
     waits: list[tuple[object, object, asyncio.Future]] = []  # (answer, leader state, future)
-    hints = LeaderHints(broker, R, 10, 10, version)
+    hints = LeaderHints(broker, session, R, 10, 10, version)
     for t in request.topic_data:
         topic = topics.find(None if version >= 13 else t.name, t.topic_id)
         name = topic.name if topic is not None else t.name  # (unknown names too, as Kafka)

@@ -5,7 +5,11 @@ How this works
 A quota entity names a user, a client id, or both; either part may be the default
 (``<default>`` in Kafka's tools, a null name on the wire). Its values are
 ``producer_byte_rate`` and ``consumer_byte_rate`` (bytes per second) and
-``request_percentage`` (handler time, 100 = one thread's whole time). They are set with
+``request_percentage`` (handler time, 100 = one thread's whole time). An entity may instead
+name an IP address alone (or the default IP), with ``connection_creation_rate``: new
+connections per second from that address (KIP-612), measured the same way (one connection
+costs 1); a connection over it is closed at once, before anything is read from it. An entity
+is (user, client id, ip), the parts not named None. They are set with
 AlterClientQuotas and kept as a shared document (``documents.py``: the data directory, or
 ZooKeeper in a cluster). ``replace`` takes the whole set.
 
@@ -53,6 +57,7 @@ if TYPE_CHECKING:
 
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 PRODUCE, FETCH, REQUEST = "producer_byte_rate", "consumer_byte_rate", "request_percentage"
+CONNECTION_RATE = "connection_creation_rate"
 # a throttle time is bounded only by this (it may cover several requests read ahead)
 MAX_THROTTLE_MS = 3_600_000
 # the keys AlterClientQuotas accepts for user and client-id entities
@@ -70,6 +75,7 @@ class _Default:
 
 DEFAULT = _Default()
 Part = str | _Default | None  # a name, the default, or not part of the entity (None)
+Entity = tuple[Part, Part, Part]  # (user, client id, ip)
 
 
 def resolve(entries: dict, user: str, client_id: str, key: str):
@@ -85,7 +91,7 @@ def resolve(entries: dict, user: str, client_id: str, key: str):
         (None, client_id),
         (None, DEFAULT),
     ):
-        values = entries.get((u, c))
+        values = entries.get((u, c, None))
         if values is not None and key in values:
             counted = (user if u is not None else None, client_id if c is not None else None)
             return values[key], counted
@@ -103,11 +109,11 @@ class ClientQuotas:
                 raise ConfigError(f"{name}: {config[name]} is below 1")
         self.max_entities = int(config["client.quota.max.entities"])
         self.allowance_s = (self.samples - 1) * self.window_s
-        self.entries: dict[tuple[Part, Part], dict[str, float]] = {}
+        self.entries: dict[Entity, dict[str, float]] = {}
         self.active: frozenset[str] = frozenset()  # the kinds some entity has a value for
         self._paid: dict[tuple, float] = {}  # entity -> when its usage is paid for
 
-    def replace(self, entries: dict[tuple[Part, Part], dict[str, float]]) -> None:
+    def replace(self, entries: dict[Entity, dict[str, float]]) -> None:
         self.entries = {k: dict(v) for k, v in entries.items() if v}
         self.active = frozenset(key for values in self.entries.values() for key in values)
         self._paid = {}
@@ -120,12 +126,59 @@ class ClientQuotas:
     ) -> int:
         """Count ``value`` (bytes, or request time in percent-seconds) against the client's
         quota of kind ``key``; the throttle time in ms it has earned (0: within its quota)."""
+        return self._use(session, client_id, key, value, now, refund=False)[0]
+
+    def connection_refused(self, host: str, now: float) -> str | None:
+        """Count a new connection from ``host`` against its ``connection_creation_rate``;
+        why it is refused, or None."""
+        if CONNECTION_RATE not in self.active:
+            return None
+        for ip in (host, DEFAULT):
+            values = self.entries.get((None, None, ip))
+            if values is not None and CONNECTION_RATE in values:
+                break
+        else:
+            return None
+        quota, paid = values[CONNECTION_RATE], self._paid
+        entity = (CONNECTION_RATE, host)
+        paid_until = paid.get(entity)
+        if paid_until is None:
+            if len(paid) >= self.max_entities > 0:
+                del paid[next(iter(paid))]
+            paid_until = now - self.allowance_s
+        before = max(paid_until, now - self.allowance_s)
+        if before > now:  # the connections before this one are not paid for yet
+            return f"connection_creation_rate ({quota:g}/s) reached for {host}"
+        paid[entity] = before + 1 / quota
+        return None
+
+    def fetch_throttle_ms(
+        self, session: Session, client_id: str | None, value: float, now: float
+    ) -> tuple[int, bool]:
+        """A fetch response of ``value`` bytes against ``consumer_byte_rate``: (throttle time
+        in ms, whether the records go out). As in Kafka, a fetch over the quota is answered
+        without records and its bytes are not counted, so the client fetches them again once
+        its throttle has passed; except a response larger on its own than the allowance
+        (quota x (``quota.window.num`` - 1) windows), which would never fit: it goes out
+        whole with its throttle time."""
+        ms, sent = self._use(session, client_id, FETCH, value, now, refund=True)
+        return ms, sent
+
+    def _use(
+        self,
+        session: Session,
+        client_id: str | None,
+        key: str,
+        value: float,
+        now: float,
+        refund: bool,
+    ) -> tuple[int, bool]:
         found = resolve(self.entries, session.user, client_id or "", key)
         if found is None:
-            return 0
+            return 0, True
         quota, counted = found
         if quota <= 0:
-            return 0
+            return 0, True
         paid = self._paid
         entity = (key, *counted)
         paid_until = paid.get(entity)
@@ -133,9 +186,14 @@ class ClientQuotas:
             if len(paid) >= self.max_entities > 0:
                 del paid[next(iter(paid))]  # the oldest entity tracked
             paid_until = now - self.allowance_s  # a new client has its allowance
-        paid_until = max(paid_until, now - self.allowance_s) + value / quota
-        paid[entity] = paid_until
-        return min(int((paid_until - now) * 1000), MAX_THROTTLE_MS) if paid_until > now else 0
+        before = max(paid_until, now - self.allowance_s)
+        after = before + value / quota
+        ms = min(int((after - now) * 1000), MAX_THROTTLE_MS) if after > now else 0
+        if ms and refund and value / quota <= self.allowance_s:
+            paid[entity] = before  # not counted: nothing is sent
+            return ms, False
+        paid[entity] = after
+        return ms, True
 
 
 # the stored document ---------------------------------------------------------------------
@@ -147,22 +205,22 @@ def _part(entity: dict, kind: str) -> Part:
     return DEFAULT if entity[kind] is None else str(entity[kind])
 
 
-def from_document(value) -> dict[tuple[Part, Part], dict[str, float]]:
+def from_document(value) -> dict[Entity, dict[str, float]]:
     if not value:
         return {}
     return {
-        (_part(e["entity"], USER), _part(e["entity"], CLIENT_ID)): {
+        (_part(e["entity"], USER), _part(e["entity"], CLIENT_ID), _part(e["entity"], IP)): {
             str(k): float(v) for k, v in e["values"].items()
         }
         for e in value["entries"]
     }
 
 
-def to_document(entries: dict[tuple[Part, Part], dict[str, float]]) -> dict:
+def to_document(entries: dict[Entity, dict[str, float]]) -> dict:
     out = []
-    for (u, c), values in entries.items():
+    for (u, c, ip), values in entries.items():
         entity: dict[str, str | None] = {}
-        for kind, part in ((USER, u), (CLIENT_ID, c)):
+        for kind, part in ((USER, u), (CLIENT_ID, c), (IP, ip)):
             if part is not None:
                 entity[kind] = None if part is DEFAULT else str(part)
         out.append({"entity": entity, "values": values})

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 HANDSHAKE, AUTHENTICATE, COMPLETE = "handshake", "authenticate", "complete"
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
 class AuthenticationFailed(Exception):
@@ -112,16 +113,16 @@ _JAAS = re.compile(
 _OPTION = re.compile(r'\s*([\w.-]+)\s*=\s*"((?:[^"\\]|\\.)*)"\s*')
 
 
-def plain_users(setting: str, text: str) -> dict[str, str]:
-    """The ``user_<name>="<password>"`` options of a JAAS entry for Kafka's
-    ``PlainLoginModule``, as {name: password}."""
+def jaas_options(setting: str, text: str, mechanism: str) -> dict[str, str]:
+    """The ``key="value"`` options of a JAAS entry for ``mechanism``'s login module."""
+    module = PLAIN_MODULE if mechanism == "PLAIN" else SCRAM_MODULE
     m = _JAAS.match(text)
     if m is None:
         raise ConfigError(f'{setting}: not a JAAS entry (<LoginModule> required key="value" ...;)')
-    module, _, options = m.groups()
-    if module != PLAIN_MODULE:
-        raise ConfigError(f"{setting}: PLAIN needs {PLAIN_MODULE}, not {module}")
-    users, position = {}, 0
+    found, _, options = m.groups()
+    if found != module:
+        raise ConfigError(f"{setting}: {mechanism} needs {module}, not {found}")
+    out, position = {}, 0
     while position < len(options):
         option = _OPTION.match(options, position)
         if option is None:
@@ -129,10 +130,20 @@ def plain_users(setting: str, text: str) -> dict[str, str]:
                 f"{setting}: cannot read the options from {options[position:]!r}"
                 ' (key="value" pairs)'
             )
-        key, value = option.group(1), re.sub(r"\\(.)", r"\1", option.group(2))
-        if key.startswith("user_") and len(key) > len("user_"):
-            users[key[len("user_") :]] = value
+        out[option.group(1)] = re.sub(r"\\(.)", r"\1", option.group(2))
         position = option.end()
+    return out
+
+
+def plain_users(setting: str, text: str) -> dict[str, str]:
+    """The ``user_<name>="<password>"`` options of a JAAS entry for Kafka's
+    ``PlainLoginModule``, as {name: password}."""
+    options = jaas_options(setting, text, "PLAIN")
+    users = {
+        key[len("user_") :]: value
+        for key, value in options.items()
+        if key.startswith("user_") and len(key) > len("user_")
+    }
     if not users:
         raise ConfigError(f'{setting}: no user_<name>="<password>" option, so no PLAIN users')
     return users

@@ -95,6 +95,7 @@ from .documents import Document
 from .group_coordinator import GroupCoordinator
 from .group_offsets import OFFSETS_TOPIC
 from .init_producer_id import ProducerIdManager
+from .inter_broker import client_security
 from .listeners import Listener, inter_broker, listeners
 from .log_cleaner import LogCleaner
 from .metrics import BrokerMetrics
@@ -206,6 +207,7 @@ class BrokerServer:
         self.cluster: Cluster | None = None
         if config["zookeeper.connect"]:
             self.cluster = Cluster(config, self.node_id)
+            self.cluster.inter_broker_listener = inter_broker(config, self.listeners).name
             self.topics.cluster = self.cluster
         self.cluster_id = ""  # read from (or written to) the data directory at start
         self.producer_ids = ProducerIdManager(
@@ -264,7 +266,7 @@ class BrokerServer:
         self._servers: list[asyncio.base_events.Server] = []
         self._tls: dict[str, ssl.SSLContext] = {}  # listener name -> its TLS context
         self._sasl: dict[str, SaslConfig] = {}  # listener name -> its SASL settings
-        self.scram_credentials = ScramCredentials(self.data_dir)
+        self.scram_credentials = ScramCredentials(self.data_dir, self.cluster)
         # ACLs (authorizer.py): in the data directory, or in a cluster in ZooKeeper
         self.authorizer = Authorizer(config)
         self.acl_document = Document("acls", self.data_dir, self.cluster)
@@ -277,9 +279,12 @@ class BrokerServer:
 
     def brokers(self, listener: Listener | None = None) -> dict[int, Endpoint]:
         """The live brokers by id, as a client that came through ``listener`` reaches them:
-        this one, or in a cluster every registered one (a cluster has one listener)."""
+        this one, or in a cluster every registered one that has a listener of that name (as
+        Kafka answers); default: the inter-broker listener."""
         if self.cluster is not None:
-            return dict(sorted(self.cluster.brokers.items()))
+            name = listener.name if listener is not None else self.cluster.inter_broker_listener
+            found = {b: e.on(name) for b, e in sorted(self.cluster.brokers.items())}
+            return {b: e for b, e in found.items() if e is not None}
         host, port = self.advertised(listener)
         return {self.node_id: Endpoint(host, port)}
 
@@ -336,6 +341,7 @@ class BrokerServer:
             per_ip_overrides=connection_overrides(str(config["max.connections.per.ip.overrides"])),
             idle_ms=int(config["connections.max.idle.ms"]),
         )
+        limits.admission = self.quotas.connection_refused  # ip quotas (quotas.py)
         try:
             await self._listen(limits)
         except StartupError:
@@ -415,6 +421,8 @@ class BrokerServer:
                     contexts[listener.name] = server_context(self.config, listener)
                 if listener.sasl:
                     sasl[listener.name] = sasl_config(self.config, listener)
+            if self.cluster is not None:  # how this broker reaches the others (inter_broker.py)
+                self.broker_client.security = client_security(self.config, self.listeners)
         except ConfigError as e:
             raise StartupError(str(e)) from None
         return contexts, sasl
@@ -451,10 +459,11 @@ class BrokerServer:
         assert self.cluster is not None and self.replicas is not None
         host, port = self.advertised()
         rack = str(self.config["broker.rack"]) or None
+        registered = tuple((x.name, x.protocol, *self.advertised(x)) for x in self.listeners)
         await self.replicas.load()
         self.replicas.start()
         try:
-            await self.cluster.start(self.topics, Endpoint(host, port, rack))
+            await self.cluster.start(self.topics, Endpoint(host, port, rack, registered))
             if self.cluster_id not in ("", self.cluster.cluster_id):
                 await self.cluster.stop()
                 raise ClusterError(
@@ -469,18 +478,25 @@ class BrokerServer:
             self.authorizer.replace(from_document(acls))
             quotas = await asyncio.to_thread(self.quota_document.load)
             self.quotas.replace(quotas_from_document(quotas))
+            await asyncio.to_thread(self.scram_credentials.load)
         except (ValueError, KeyError, TypeError) as e:
             await self._abandon()
-            raise StartupError(f"cannot read the ACLs or quotas in ZooKeeper: {e}") from None
+            raise StartupError(
+                f"cannot read the ACLs, quotas or SCRAM credentials in ZooKeeper: {e}"
+            ) from None
         self.acl_document.watch(self._acls_changed)
+        self.scram_credentials.watch()
         self.quota_document.watch(self._quotas_changed)
         authorizer = self.authorizer
-        if authorizer.enabled and ANONYMOUS not in authorizer.super_users:
+        security = self.broker_client.security
+        principal = security.principal
+        if authorizer.enabled and principal is not None and principal not in authorizer.super_users:
             log.warning(
-                "the authorizer is on: brokers reach each other through the PLAINTEXT listener"
-                " as %s, which needs CLUSTER_ACTION on the cluster (an ACL, or super.users) for"
-                " partition moves and transaction markers",
-                ANONYMOUS,
+                "the authorizer is on: brokers reach each other through listener %s as %s,"
+                " which needs CLUSTER_ACTION on the cluster (an ACL, or super.users) for"
+                " replica fetches, partition moves and transaction markers",
+                security.listener,
+                principal,
             )
         # the coordinators load the partitions this broker leads as the replica manager
         # tells them (``serve``), not all at once here
@@ -552,7 +568,8 @@ class BrokerServer:
         clean = marker.exists() or not (self.data_dir / META).exists()  # a new directory is clean
         self.cluster_id = self._cluster_id()
         try:
-            self.scram_credentials.load()
+            if self.cluster is None:  # (a cluster's are read once it has joined)
+                self.scram_credentials.load()
         except (OSError, ValueError, KeyError) as e:
             self._unlock_data_dir()
             raise StartupError(f"cannot read {self.scram_credentials.path}: {e}") from e

@@ -122,6 +122,35 @@ def server_context(config: BrokerConfig, listener: Listener) -> ssl.SSLContext:
     return context
 
 
+def client_context(config: BrokerConfig, listener: Listener) -> ssl.SSLContext:
+    """The TLS context a broker connects to the others' ``listener`` (the inter-broker one)
+    with, from that listener's settings as Kafka takes them: the truststore checks the other
+    broker's certificate (and ``ssl.endpoint.identification.algorithm=https`` its host name),
+    the keystore is this broker's certificate for mutual TLS."""
+
+    def get(name: str) -> Any:
+        return config.for_listener(listener.name, name)
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    versions = [v.strip() for v in str(get("ssl.enabled.protocols")).split(",") if v.strip()]
+    chosen = sorted(_VERSIONS[v] for v in versions if v in _VERSIONS)
+    if chosen:
+        context.minimum_version, context.maximum_version = chosen[0], chosen[-1]
+    truststore = str(get("ssl.truststore.location"))
+    keystore = str(get("ssl.keystore.location"))
+    try:  # (server_context has checked the files and says what is wrong with them)
+        if truststore:
+            context.load_verify_locations(cafile=truststore)
+        else:
+            context.load_default_certs()
+        if keystore:
+            context.load_cert_chain(keystore, password=str(get("ssl.key.password")) or None)
+    except (ssl.SSLError, OSError) as e:
+        raise ConfigError(f"the inter-broker listener {listener.name}'s TLS files: {e}") from None
+    context.check_hostname = str(get("ssl.endpoint.identification.algorithm")).lower() == "https"
+    return context
+
+
 _KEY_EXCHANGE = {"ECDHE_ECDSA": "ECDHE-ECDSA", "ECDHE_RSA": "ECDHE-RSA", "DHE_RSA": "DHE-RSA"}
 _CIPHERS = {
     "AES_128_GCM": "AES128-GCM",

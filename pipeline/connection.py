@@ -193,6 +193,10 @@ class Connection(asyncio.BufferedProtocol):
                 response.on_sent()
         if self._writer is not None:
             self._writer.close()
+        # no references back to the transport: a TLS transport (and its buffers) goes with
+        # its last reference, not at the collector's next pass, which under the broker's gc
+        # thresholds can be thousands of connections later
+        self._writer = self._transport = None
         self._buf = self._frame = None
         self._view = memoryview(b"")
         self._router.closed(self)

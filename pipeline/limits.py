@@ -4,13 +4,16 @@
 flight per connection and for the broker, unsent response bytes per connection, connection
 counts in total and per address, the idle timeout) and the counters shared by all
 connections: request bytes in flight (connections paused over the cap are resumed when it
-falls back) and open connections per address (``admit``/``leave``).
+falls back) and open connections per address (``admit``/``leave``). ``admission``, when
+set, is one more check of a new connection's address (the broker's connection-rate quotas):
+it returns why the connection is refused, or None.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -54,6 +57,7 @@ class Limits:
         self._paused: set[Connection] = set()
         self._refused = 0  # since the last log line about it
         self._refused_logged_at = 0.0
+        self.admission: Callable[[str, float], str | None] | None = None
 
     def acquire(self, conn: Connection, size: int) -> None:
         self.in_flight += size
@@ -81,6 +85,10 @@ class Limits:
         cap = self.per_ip_overrides.get(host, self.max_connections_per_ip)
         if count >= cap:
             return f"max.connections.per.ip ({cap}) reached for {host}"
+        if self.admission is not None:
+            refused = self.admission(host, time.monotonic())
+            if refused is not None:
+                return refused
         self.connections += 1
         self._per_ip[host] = count + 1
         return None

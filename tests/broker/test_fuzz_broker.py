@@ -1,5 +1,7 @@
 """A live broker under hostile frames over real sockets: on a PLAINTEXT listener, on a
-SASL_PLAINTEXT listener before authentication and after a PLAIN authentication. Every request
+SASL_PLAINTEXT listener before authentication and after a PLAIN authentication, over TLS on a
+SASL_SSL listener before and after a SCRAM authentication, and SCRAM exchanges whose client
+messages are mutated. Every request
 version the broker serves, built valid, then mutated (bit flips, truncations, huge length
 prefixes, negative counts, hostile frame sizes). Afterwards the broker still answers
 ApiVersions, no handler failed (UNKNOWN_SERVER_ERROR), its RSS stayed bounded, and kafka-python
@@ -21,17 +23,27 @@ EXAMPLES = 200
 
 
 @pytest.fixture
-def broker(tmp_path):
-    with BrokerProcess(tmp_path / "data", fuzz.BROKER_SETTINGS) as b:
-        yield b
+def started(tmp_path):
+    settings, ca = fuzz.broker_settings(tmp_path / "pki")
+    with BrokerProcess(tmp_path / "data", settings) as b:
+        yield b, ca
 
 
-def test_hostile_frames_before_and_after_authentication_leave_the_broker_serving(broker):
+@pytest.fixture
+def broker(started):
+    return started[0]
+
+
+def test_hostile_frames_before_and_after_authentication_leave_the_broker_serving(started):
+    broker, ca = started
     fuzz.well_behaved_client(broker.bootstrap)  # warm: RSS is measured from here
-    run = fuzz.BrokerFuzz(broker)
+    run = fuzz.BrokerFuzz(broker, ca)
     run.property(EXAMPLES, derandomize=True)()
-    print(f"{run.tried} inputs tried")
+    print(f"{run.tried} inputs tried: {run.kinds}")
     assert run.tried >= EXAMPLES
+    kinds = ("plaintext", "sasl", "authenticated", "tls", "tls-authenticated", "tls-port-plain",
+             "scram", "scram-tls")
+    assert all(run.kinds.get(k) for k in kinds), run.kinds
     run.check()  # ApiVersions answered, no handler failure, RSS within the bound
     assert broker.alive
     fuzz.well_behaved_client(broker.bootstrap)
@@ -50,6 +62,22 @@ def test_the_fuzz_checks_see_an_authenticated_connection_and_a_closed_one(broker
         s.sendall(fuzz.frame(3, 12, 1, b"\xff" * 8))  # Metadata before authentication
         s.settimeout(10)
         assert s.recv(100) == b""
+
+
+def test_the_fuzz_checks_see_scram_over_tls_accept_its_user_and_refuse_a_forged_proof(started):
+    """What the SCRAM and TLS cases rely on: the harness's user authenticates with SCRAM over
+    TLS, and a client-final message with a proof of its own making is refused."""
+    broker, ca = started
+    run = fuzz.BrokerFuzz(broker, ca)
+    with run._connect("tls-authenticated") as s:
+        assert fuzz.scram_exchange(s, "SCRAM-SHA-512", None, None)
+        resp = fuzz._call(s, 18, 0, fuzz.messages.ApiVersionsRequest())
+        assert resp[4:6] == b"\x00\x00"
+    with run._connect("sasl") as s:
+        assert fuzz.scram_exchange(s, "SCRAM-SHA-256", None, None)
+    with run._connect("scram-tls") as s:
+        # the right nonce is not known here, so any forged final message must fail
+        assert not fuzz.scram_exchange(s, "SCRAM-SHA-256", None, b"c=biws,r=forged,p=" + b"A" * 44)
 
 
 def test_metadata_before_v12_with_a_nameless_topic_closes_the_connection(broker):

@@ -13,7 +13,9 @@ from kafka import KafkaAdminClient
 from kafkawire import WireClient
 
 from headrace.broker.config import BrokerConfig, ConfigError
-from headrace.broker.listeners import listeners
+from headrace.broker.inter_broker import client_security
+from headrace.broker.listeners import inter_broker, listeners
+from headrace.broker.sasl import PLAIN_MODULE, SCRAM_MODULE
 from headrace.broker.process import BrokerProcess
 from headrace.protocol import ApiKey, messages
 
@@ -130,9 +132,35 @@ def test_a_wildcard_bind_with_an_advertised_address_is_fine():
     )
 
 
-def test_a_cluster_has_one_plaintext_listener_for_now():
-    with pytest.raises(ConfigError, match="listeners: a cluster"):
-        BrokerConfig({"zookeeper.connect": "127.0.0.1:2181", "listeners": "SSL://127.0.0.1:0"})
+def test_the_inter_broker_listener_and_its_client_security():
+    two = {"listeners": "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+           MAP: "INTERNAL:PLAINTEXT,EXTERNAL:SASL_PLAINTEXT"}
+    config = BrokerConfig({**two, "security.inter.broker.protocol": "PLAINTEXT",
+                           "listeners": "PLAINTEXT://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+                           MAP: "PLAINTEXT:PLAINTEXT,EXTERNAL:SASL_PLAINTEXT"})
+    assert inter_broker(config, listeners(config)).name == "PLAINTEXT"
+    with pytest.raises(ConfigError, match="security.inter.broker.protocol: give it or"):
+        BrokerConfig({**two, "inter.broker.listener.name": "INTERNAL",
+                      "security.inter.broker.protocol": "SSL"})
+    with pytest.raises(ConfigError, match="security.inter.broker.protocol: no listener named SSL"):
+        BrokerConfig({**two, "security.inter.broker.protocol": "SSL"})
+    sasl = {**two, "inter.broker.listener.name": "EXTERNAL", "sasl.enabled.mechanisms": "PLAIN"}
+    config = BrokerConfig(sasl)  # Kafka's default mechanism, GSSAPI, is not spoken
+    with pytest.raises(ConfigError, match="sasl.mechanism.inter.broker.protocol: GSSAPI"):
+        client_security(config, listeners(config))
+    config = BrokerConfig({**sasl, "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                           "sasl.jaas.config": PLAIN_MODULE + ' required user_a="b";'})
+    with pytest.raises(ConfigError, match='sasl.jaas.config: .* needs the brokers\' username='):
+        client_security(config, listeners(config))
+    config = BrokerConfig({
+        **sasl, "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.external.scram-sha-512.sasl.jaas.config":
+            SCRAM_MODULE + ' required username="broker" password="pw";',
+    })
+    security = client_security(config, listeners(config))
+    assert (security.listener, security.mechanism, security.username, security.principal) == (
+        "EXTERNAL", "SCRAM-SHA-512", "broker", "User:broker")
 
 
 def test_each_listener_answers_with_its_own_advertised_address(tmp_path):

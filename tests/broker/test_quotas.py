@@ -31,14 +31,14 @@ java = pytest.mark.skipif(shutil.which("java") is None or shutil.which("mvn") is
 
 def test_the_quota_of_a_client_is_found_in_kafkas_order():
     entries = {
-        (None, DEFAULT): {PRODUCE: 8.0},
-        (None, "app"): {PRODUCE: 7.0},
-        (DEFAULT, None): {PRODUCE: 6.0, FETCH: 60.0},
-        (DEFAULT, DEFAULT): {PRODUCE: 5.0},
-        (DEFAULT, "app"): {PRODUCE: 4.0},
-        ("alice", None): {PRODUCE: 3.0},
-        ("alice", DEFAULT): {PRODUCE: 2.0},
-        ("alice", "app"): {PRODUCE: 1.0},
+        (None, DEFAULT, None): {PRODUCE: 8.0},
+        (None, "app", None): {PRODUCE: 7.0},
+        (DEFAULT, None, None): {PRODUCE: 6.0, FETCH: 60.0},
+        (DEFAULT, DEFAULT, None): {PRODUCE: 5.0},
+        (DEFAULT, "app", None): {PRODUCE: 4.0},
+        ("alice", None, None): {PRODUCE: 3.0},
+        ("alice", DEFAULT, None): {PRODUCE: 2.0},
+        ("alice", "app", None): {PRODUCE: 1.0},
     }
     order = [("alice", "app"), ("alice", DEFAULT), ("alice", None), (DEFAULT, "app"), (DEFAULT, DEFAULT),
              (DEFAULT, None), (None, "app"), (None, DEFAULT)]
@@ -47,7 +47,7 @@ def test_the_quota_of_a_client_is_found_in_kafkas_order():
         assert quota == i + 1
         # usage is counted per entity matched; a default part counts the client's own name
         assert counted == tuple(None if k is None else v for k, v in zip(key, ("alice", "app")))
-        del entries[key][PRODUCE]
+        del entries[(*key, None)][PRODUCE]
     assert resolve(entries, "alice", "app", PRODUCE) is None
     assert resolve(entries, "bob", "x", FETCH) == (60.0, ("bob", None))  # each kind on its own
     assert resolve(entries, "bob", "x", REQUEST) is None
@@ -60,7 +60,7 @@ class Who:
 
 def test_throttle_times_are_kafkas_for_a_burst_and_hold_the_rate_over_time():
     quotas = ClientQuotas(BrokerConfig({"quota.window.num": "11", "quota.window.size.seconds": "1"}))
-    quotas.replace({("alice", None): {PRODUCE: 1000.0}})
+    quotas.replace({("alice", None, None): {PRODUCE: 1000.0}})
     alice = Who("alice")
     # a new client may send 10 windows' worth at once (Kafka's minimum window of 10 s) ...
     assert quotas.throttle_ms(alice, "c", PRODUCE, 10_000, now=100.0) == 0
@@ -74,6 +74,20 @@ def test_throttle_times_are_kafkas_for_a_burst_and_hold_the_rate_over_time():
     assert abs(sent / 100.0 - 1000) < 100
     assert quotas.throttle_ms(Who("bob"), "c", PRODUCE, 10**9, now) == 0  # no quota for bob
     assert quotas.tracked() == 1
+
+
+def test_a_fetch_over_the_quota_is_not_counted_unless_it_could_never_fit():
+    quotas = ClientQuotas(BrokerConfig({"quota.window.num": "3", "quota.window.size.seconds": "1"}))
+    quotas.replace({("alice", None, None): {FETCH: 1000.0}})
+    alice = Who("alice")
+    assert quotas.fetch_throttle_ms(alice, "c", 2_000, now=10.0) == (0, True)  # the allowance
+    # over: throttled, not sent, and not counted: the same fetch fits once the throttle passed
+    assert quotas.fetch_throttle_ms(alice, "c", 1_500, now=10.0) == (1500, False)
+    assert quotas.fetch_throttle_ms(alice, "c", 1_500, now=11.5) == (0, True)
+    # a response larger than the 2 s allowance would never fit: sent whole, with its throttle
+    assert quotas.fetch_throttle_ms(alice, "c", 5_000, now=30.0) == (3000, True)
+    ms, sent = quotas.fetch_throttle_ms(alice, "c", 1, now=30.0)  # counted: the next one waits
+    assert ms >= 3000 and not sent
 
 
 def quota_broker(tmp_path, **more) -> BrokerProcess:
@@ -222,6 +236,75 @@ def test_a_throttled_client_gets_throttle_time_ms_and_is_not_read_meanwhile(tmp_
             assert time.monotonic() - t0 < throttle_s
 
 
+def test_a_throttled_fetch_is_sent_empty_and_the_records_come_after_the_throttle(tmp_path):
+    """Kafka's throttled fetch: over consumer_byte_rate, the answer has the throttle time and
+    no records (and its bytes are not counted); the same fetch after the throttle gets them."""
+    with BrokerProcess(tmp_path / "data", {"quota.window.num": 2}) as broker:
+        broker.create_topic("f", 1)
+        P = messages.ProduceRequest
+        with WireClient(broker.port) as client:
+            for i in range(2):  # two batches of 15 kB
+                batch = build_batch([Record(value=bytes([i]) * 15_000)])
+                answer = client.request(ApiKey.PRODUCE, 9, P(acks=1, timeout_ms=5000, topic_data=[
+                    P.TopicProduceData(name="f", partition_data=[P.PartitionProduceData(index=0, records=batch)])]))
+                assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+        # 20 kB/s with 1 s of allowance: the first batch fits, the second not yet
+        set_quota(broker.port, [("client-id", None)], consumer_byte_rate=20_000)
+        F = messages.FetchRequest
+
+        def fetch(offset):
+            return F(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                     topics=[F.FetchTopic(topic="f", partitions=[F.FetchPartition(
+                         partition=0, fetch_offset=offset, partition_max_bytes=16_000)])])
+
+        with WireClient(broker.port) as client:
+            first = client.request(ApiKey.FETCH, 11, fetch(0))
+            assert first.throttle_time_ms == 0
+            assert len(first.responses[0].partitions[0].records) > 15_000
+            throttled = client.request(ApiKey.FETCH, 11, fetch(1))
+            assert throttled.throttle_time_ms > 0 and throttled.responses == []
+            again = client.request(ApiKey.FETCH, 11, fetch(1))  # held until the throttle ends
+            assert again.throttle_time_ms == 0
+            records = again.responses[0].partitions[0].records
+            assert bytes(records[:8]) == (1).to_bytes(8, "big") and b"\x01" * 15_000 in bytes(records)
+
+
+def test_an_ip_quota_holds_the_connection_creation_rate_of_an_address(tmp_path):
+    """kafka-configs --entity-type ips: connection_creation_rate through AlterClientQuotas and
+    DescribeClientQuotas; connections from the address over it are closed unanswered, and the
+    rate is paid back over time."""
+    A = messages.AlterClientQuotasRequest
+    D = messages.DescribeClientQuotasRequest
+    with BrokerProcess(tmp_path / "data", {"quota.window.num": 2}) as broker:
+        with WireClient(broker.port) as client:
+            answer = client.request(ApiKey.ALTER_CLIENT_QUOTAS, 1, A(entries=[A.EntryData(
+                entity=[A.EntityData(entity_type="ip", entity_name="127.0.0.1")],
+                ops=[A.OpData(key="connection_creation_rate", value=1.0, remove=False)])], validate_only=False))
+            assert answer.entries[0].error_code == ErrorCode.NONE
+            shown = client.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, D(
+                components=[D.ComponentData(entity_type="ip", match_type=0, match="127.0.0.1")], strict=True))
+            assert [(e.entity[0].entity_name, [(v.key, v.value) for v in e.values]) for e in shown.entries] == [
+                ("127.0.0.1", [("connection_creation_rate", 1.0)])]
+            # (this connection was admitted before the quota)
+        answered = []
+        for _ in range(12):  # at once: 1 s of allowance at 1/s and this one, then refused
+            with WireClient(broker.port) as c:
+                answered.append(fuzz_answers(c))
+        assert answered[0] and not all(answered)
+        time.sleep(2.5)  # paid back
+        with WireClient(broker.port) as c:
+            assert fuzz_answers(c)
+
+
+def fuzz_answers(client) -> bool:
+    try:
+        client.request(ApiKey.API_VERSIONS, 3, messages.ApiVersionsRequest(
+            client_software_name="t", client_software_version="1"))
+    except (ConnectionError, OSError, EOFError):
+        return False
+    return True
+
+
 def test_quota_requests_that_kafka_refuses_are_refused(tmp_path):
     A = messages.AlterClientQuotasRequest
     D = messages.DescribeClientQuotasRequest
@@ -235,7 +318,10 @@ def test_quota_requests_that_kafka_refuses_are_refused(tmp_path):
         assert alter([("user", "a")], key="nonsense") == ErrorCode.INVALID_REQUEST
         assert alter([("user", "a")], value=0) == ErrorCode.INVALID_REQUEST
         assert alter([("user", "a"), ("user", "b")]) == ErrorCode.INVALID_REQUEST
-        assert alter([("ip", "10.0.0.1")], key="connection_creation_rate") == ErrorCode.INVALID_REQUEST
+        assert alter([("ip", "10.0.0.1")]) == ErrorCode.INVALID_REQUEST  # not a key of ips
+        assert alter([("ip", "ten")], key="connection_creation_rate") == ErrorCode.INVALID_REQUEST
+        assert alter([("ip", None), ("user", "a")], key="connection_creation_rate") == ErrorCode.INVALID_REQUEST
+        assert alter([("user", "a")], key="connection_creation_rate") == ErrorCode.INVALID_REQUEST
         assert alter([("user", "a")]) == ErrorCode.NONE
         assert alter([("user", "b")]) == ErrorCode.NONE
         assert alter([("user", "c")]) == ErrorCode.INVALID_REQUEST  # client.quota.max.entities
@@ -295,7 +381,7 @@ def test_a_request_percentage_quota_throttles_a_busy_client(tmp_path):
 
 def test_usage_is_tracked_for_a_bounded_number_of_entities():
     quotas = ClientQuotas(BrokerConfig({"client.quota.max.entities": "2"}))
-    quotas.replace({(DEFAULT, None): {PRODUCE: 1000.0}})  # every user on their own
+    quotas.replace({(DEFAULT, None, None): {PRODUCE: 1000.0}})  # every user on their own
     for i in range(10):
         quotas.throttle_ms(Who(f"user{i}"), "c", PRODUCE, 100, now=float(i))
         assert quotas.tracked() <= 2

@@ -381,15 +381,16 @@ def test_scram_credentials_are_managed_and_stored_salted(tmp_path):
             assert [(x.user, x.error_code) for x in r.results] == [
                 ("nobody", ErrorCode.RESOURCE_NOT_FOUND), ("carol", ErrorCode.DUPLICATE_RESOURCE)]
 
-            def upsert(name, mechanism=1, iterations=4096, salted=32):
+            def upsert(name, mechanism=1, iterations=4096, salted=32, salt=16):
                 return A.ScramCredentialUpsertion(name=name, mechanism=mechanism,
-                                                  iterations=iterations, salt=b"s" * 16,
+                                                  iterations=iterations, salt=b"s" * salt,
                                                   salted_password=b"p" * salted)
             r = c.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, A(
                 deletions=[A.ScramCredentialDeletion(name="nobody", mechanism=1)],
                 upsertions=[upsert("few", iterations=100), upsert("many", iterations=20000),
                             upsert("odd", mechanism=9), upsert(""), upsert("short", salted=5),
-                            upsert("twice"), upsert("twice"), upsert("fine")]))
+                            upsert("twice"), upsert("twice"), upsert("fine"),
+                            upsert("salt11", salt=11)]))  # scramp could never use it
             assert [(x.user, x.error_code) for x in r.results] == [
                 ("nobody", ErrorCode.RESOURCE_NOT_FOUND),
                 ("few", ErrorCode.UNACCEPTABLE_CREDENTIAL),
@@ -399,6 +400,7 @@ def test_scram_credentials_are_managed_and_stored_salted(tmp_path):
                 ("short", ErrorCode.UNACCEPTABLE_CREDENTIAL),
                 ("twice", ErrorCode.DUPLICATE_RESOURCE),
                 ("fine", ErrorCode.NONE),
+                ("salt11", ErrorCode.UNACCEPTABLE_CREDENTIAL),
             ]
         path = tmp_path / "data" / "scram-credentials.json"
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
