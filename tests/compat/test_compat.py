@@ -26,13 +26,11 @@ sys.path.insert(0, str(ROOT))
 
 from compat.run import CLIENTS  # noqa: E402
 
-# (client, scenario) -> why it fails today; each is a broker gap or bug to fix
+# (client, scenario) -> why it fails today: a broker gap to fix, or a client bug refused as Kafka refuses it
 KNOWN_FAILING: dict[tuple[str, str], str] = {
-    **{("kcat-security", s): "librdkafka 2.0.2 (Debian's kcat) uses SASL only with a broker whose "
-       "ApiVersions include SaslHandshake v0; Headrace offers v1 only (v0's raw tokens are not "
-       "spoken); its SCRAM client-final nonce is its own nonce + the server's whole nonce, which "
-       "Kafka accepts (endsWith) and Headrace does not (README, Security, Not built yet)" for s in ("security-sasl-ssl-scram-sha-512", "security-sasl-plaintext-plain",
-                           "security-wrong-password")},
+    ("kcat-security", "security-sasl-ssl-scram-sha-512"): "librdkafka before 2.6.1 (Debian's kcat "
+    "has 2.0.2) repeats its own nonce in the SCRAM client-final message; Headrace checks the "
+    "nonce as RFC 5802 and Apache Kafka 4 do, so it fails as against Kafka 4 (README, SASL)",
 }
 
 SELECTED = [c for c in os.environ.get("HEADRACE_COMPAT_CLIENTS", "").split(",") if c] \
