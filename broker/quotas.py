@@ -161,8 +161,7 @@ class ClientQuotas:
         its throttle has passed; except a response larger on its own than the allowance
         (quota x (``quota.window.num`` - 1) windows), which would never fit: it goes out
         whole with its throttle time."""
-        ms, sent = self._use(session, client_id, FETCH, value, now, refund=True)
-        return ms, sent
+        return self._use(session, client_id, FETCH, value, now, refund=True)
 
     def _use(
         self,
