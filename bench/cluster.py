@@ -67,7 +67,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import shutil
 import signal
@@ -79,7 +78,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import brokers, wire
+from bench import brokers, wire, wireproduce
 from bench.apache_kafka import (
     HOST,
     KAFKA_VERSION,
@@ -293,15 +292,6 @@ def check_records(cluster, topic: str, partitions: int, acked: int) -> int:
 # Drivers
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q``-th percentile (nearest rank) of ``values``."""
-    if not values:
-        return None
-    s = sorted(values)
-    k = max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))
-    return s[k]
-
-
 @dataclass
 class Run:
     part: str
@@ -323,59 +313,11 @@ class Run:
 
 def drive_wire(cluster, topic: str, groups: dict[str, list[int]], args, logs: Path,
                tag: str, progress: Progress) -> dict:
-    start_at = time.monotonic() + args.warmup
-    end_at = start_at + args.seconds
     bootstrap = ",".join(f"{h}:{p}" for h, p in cluster.addresses)
-    procs, outs = [], []
-    for i in range(args.clients):
-        out = logs / f"{tag}-client{i}.json"
-        outs.append(out)
-        cmd = [sys.executable, "-m", "bench.wireproduce", "--bootstrap", bootstrap,
-               "--topic", topic, "--record-size", str(RECORD_SIZE),
-               "--batch-records", str(BATCH_RECORDS), "--inflight", str(args.inflight),
-               "--start-at", repr(start_at), "--end-at", repr(end_at), "--out", str(out)]
-        procs.append(subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL,
-                                      stderr=open(logs / f"{tag}-client{i}.log", "w")))
-    meter = Meter(groups, logs)
-    time.sleep(max(0.0, start_at - time.monotonic()))
-    meter.start()
-    next_note = time.monotonic() + 10
-    while time.monotonic() < end_at:
-        time.sleep(min(0.2, max(0.0, end_at - time.monotonic())))
-        if time.monotonic() >= next_note:
-            progress(f"  {tag}: {end_at - time.monotonic():.0f}s of the window left")
-            next_note += 10
-    cpu = meter.stop()
-    for p in procs:
-        try:
-            p.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            terminate(p, 5)
-    results = []
-    for p, out in zip(procs, outs):
-        if p.returncode != 0 or not out.exists():
-            raise RuntimeError(f"client exited with {p.returncode}: see {out.with_suffix('.log')}"
-                               + (f" {json.loads(out.read_text())['failures']}"
-                                  if out.exists() else ""))
-        results.append(json.loads(out.read_text()))
-    lat = [x for r in results for x in r.pop("latencies_ms")]
-    acked = sum(r["acked_bytes"] for r in results)
-    errors: dict[str, int] = {}
-    for r in results:
-        for code, n in r["errors"].items():
-            errors[code] = errors.get(code, 0) + n
-    sample = {
-        "mib_per_sec": acked / MiB / args.seconds,
-        "records_per_sec": sum(r["acked_records"] for r in results) / args.seconds,
-        "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
-        "requests_acked": len(lat), "errors": errors,
-        "warmup_errors": sum(r["warmup_errors"] for r in results),
-        "client_cpu_s": sum(r["cpu_s"] for r in results),
-        "client_per_process_cpu_s": [r["cpu_s"] for r in results],
-        "bytes": acked, "records_acked": sum(r["all_acked_records"] for r in results), **cpu,
-    }
-    sample["wall_s"] = args.seconds  # the clients' window; the meter's agrees within ms
-    return sample
+    return wireproduce.drive(bootstrap, topic, args.clients, Meter(groups, logs), logs, tag,
+                             record_size=RECORD_SIZE, batch_records=BATCH_RECORDS,
+                             inflight=args.inflight, warmup=args.warmup, seconds=args.seconds,
+                             progress=progress)
 
 
 def drive_perf(cluster, topic: str, groups: dict[str, list[int]], args, logs: Path,

@@ -41,6 +41,7 @@ class Context:
         # saturation (bench/run.py): absent from older callers' namespaces
         self.clients: list[int] = [int(x) for x in str(getattr(args, "clients", "1")).split(",")]
         self.growth: float = getattr(args, "growth", 0.05)
+        self.driver: str = getattr(args, "driver", "perf")
         self.kafka_variants: list[str] = str(getattr(args, "kafka_variants", "kafka")).split(",")
         self.headrace_workers: int = getattr(args, "headrace_workers", 1)
         self.layouts: list[str] = str(getattr(args, "layouts", "pinned")).split(",")

@@ -22,27 +22,20 @@ from /proc/<pid>/stat) per GiB served.
 from __future__ import annotations
 
 import argparse
-import socket
-import struct
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 from bench import wire
+from bench.wirefetch import Consumer
 from bench.brokers import (CLIENT_CPUS, HeadraceBroker, cpu_seconds, git_describe,
                            headrace_snapshot, pin_self)
 
 MiB = 1 << 20
 GiB = 1 << 30
 TOPIC = "fetchpath"
-FETCH = 1
 SEGMENT_BYTES = 256 * MiB
-
-
-def _str(s: str) -> bytes:
-    b = s.encode()
-    return struct.pack(">h", len(b)) + b
 
 
 def big_batch(size: int) -> bytes:
@@ -83,101 +76,11 @@ def warm(data_dir: Path) -> None:
                 pass
 
 
-class Consumer(threading.Thread):
-    """Fetch v4 in a loop over all partitions; counts the record bytes received."""
-
-    def __init__(self, port: int, partitions: int, max_bytes: int, stop: threading.Event,
-                 partition_max_bytes: int | None = None):
-        super().__init__(daemon=True)
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.partitions = partitions
-        self.max_bytes = max_bytes
-        self.partition_max_bytes = partition_max_bytes or max(1, max_bytes // partitions)
-        self.offsets = [0] * partitions
-        self.stop = stop
-        self.bytes = 0
-        self.error: BaseException | None = None
-        self.buf = bytearray(max_bytes + 4 * MiB)
-
-    def request(self, cid: int) -> bytes:
-        per = self.partition_max_bytes
-        body = struct.pack(">iiiib", -1, 500, 1, self.max_bytes, 0) + struct.pack(">i", 1)
-        body += _str(TOPIC) + struct.pack(">i", self.partitions)
-        for p, off in enumerate(self.offsets):
-            body += struct.pack(">iqi", p, off, per)
-        frame = struct.pack(">hhih", FETCH, 4, cid, len(wire.CLIENT_ID)) + wire.CLIENT_ID + body
-        return struct.pack(">i", len(frame)) + frame
-
-    def recv_into(self, view: memoryview, n: int) -> None:
-        got = 0
-        while got < n:
-            k = self.sock.recv_into(view[got:n])
-            if not k:
-                raise ConnectionError("closed by the broker")
-            got += k
-
-    def run(self) -> None:
-        try:
-            view = memoryview(self.buf)
-            cid = 0
-            while not self.stop.is_set():
-                cid += 1
-                self.sock.sendall(self.request(cid))
-                self.recv_into(view, 4)
-                (size,) = struct.unpack_from(">i", self.buf, 0)
-                if size > len(self.buf):
-                    raise ValueError(f"response of {size} bytes")
-                self.recv_into(view, size)
-                self.parse(size)
-        except BaseException as e:  # reported by the harness
-            if not self.stop.is_set():
-                self.error = e
-        finally:
-            self.sock.close()
-
-    def parse(self, size: int) -> None:
-        buf = self.buf
-        pos = 4 + 4  # correlation id, throttle
-        (ntopics,) = struct.unpack_from(">i", buf, pos)
-        pos += 4
-        for _ in range(ntopics):
-            (n,) = struct.unpack_from(">h", buf, pos)
-            pos += 2 + n
-            (nparts,) = struct.unpack_from(">i", buf, pos)
-            pos += 4
-            for _ in range(nparts):
-                p, err, hw, _lso, naborted = struct.unpack_from(">ihqqi", buf, pos)
-                pos += 26
-                if naborted > 0:
-                    pos += 16 * naborted
-                (rlen,) = struct.unpack_from(">i", buf, pos)
-                pos += 4
-                if err:
-                    raise ValueError(f"partition {p}: error {err}")
-                if rlen <= 0:
-                    if self.offsets[p] >= hw:
-                        self.offsets[p] = 0  # the end of the log: from the start again
-                    continue
-                end, b, last = pos + rlen, pos, -1
-                while b + 61 <= end:
-                    base, blen = struct.unpack_from(">qi", buf, b)
-                    if b + 12 + blen > end:
-                        break  # a partial batch at the end (not sent by Headrace)
-                    (delta,) = struct.unpack_from(">i", buf, b + 23)
-                    last = base + delta
-                    b += 12 + blen
-                self.bytes += rlen
-                self.offsets[p] = 0 if last + 1 >= hw else last + 1
-                pos = end
-        if pos != size:
-            raise ValueError(f"parsed {pos} of {size} bytes")
-
-
 def measure(broker: HeadraceBroker, args) -> dict:
     stop = threading.Event()
-    consumers = [Consumer(broker.port, args.partitions, args.max_bytes, stop,
-                          args.partition_max_bytes) for _ in range(args.consumers)]
+    consumers = [Consumer(("127.0.0.1", broker.port), TOPIC, list(range(args.partitions)),
+                          args.max_bytes, stop, args.partition_max_bytes)
+                 for _ in range(args.consumers)]
     for c in consumers:
         c.start()
     time.sleep(args.warmup)

@@ -334,8 +334,11 @@ def markdown(results: dict) -> str:
                 + curve + "\n")
     sweep = sweep_table(results["scenarios"])
     if sweep:
-        out += ("\nLatency at equal load (ProducerPerformance's own percentiles; several "
-                "clients: median p50, highest p99 and p99.9):\n\n" + sweep + "\n")
+        out += ("\nLatency at equal load (" + (
+            "each Produce request's, send to response, every request counted"
+            if results.get("driver") == "wire" else
+            "ProducerPerformance's own percentiles; several clients: median p50, highest p99 "
+            "and p99.9") + "):\n\n" + sweep + "\n")
     for name, block in layouts.items():
         if block.get("scenarios"):
             out += (f"\nLayout **{name}** (broker CPUs {block.get('broker_cpus')}, client CPUs "
@@ -392,7 +395,8 @@ def write_plots(results: dict, out_dir: Path) -> None:
                 ax.plot([x] * len(vals), vals, "k.", markersize=4)
         ax.set_xticks(range(len(tp)), [s for s, _ in tp])
         ax.set_ylabel("MiB/s (median, dots: runs)")
-        ax.set_title("Throughput (ProducerPerformance; S5: ConsumerPerformance fetch)")
+        ax.set_title("Throughput (produce: " + ("wire client" if results.get("driver") == "wire"
+                     else "ProducerPerformance") + "; S5: ConsumerPerformance fetch)")
         ax.legend()
         fig.tight_layout()
         fig.savefig(out_dir / "throughput.png", dpi=110)
@@ -480,6 +484,10 @@ def write_plots(results: dict, out_dir: Path) -> None:
 def readme_section(results: dict, out_dir: Path) -> str:
     rel = out_dir.resolve().relative_to(ROOT) if out_dir.resolve().is_relative_to(ROOT) else out_dir
     plots = "\n".join(f"![{p[:-4]}]({rel}/{p})" for p in PLOTS if (out_dir / p).exists())
+    driver = ("a pipelined Produce client (`bench/wireproduce.py`: one prebuilt batch as large "
+              "as the scenario's `batch.size`, 5 requests in flight per connection, acks=all; "
+              "it needs little CPU, so the broker and not the client saturates)"
+              if results.get("driver") == "wire" else "Kafka's own `ProducerPerformance`")
     profiles = sorted(out_dir.glob("profile-*.svg"))
     prof = ""
     if (out_dir / "notes.md").exists():
@@ -493,14 +501,14 @@ def readme_section(results: dict, out_dir: Path) -> str:
     return f"""## Benchmarks
 
 Apache Kafka and Headrace on the same machine, one after the other, each driven to saturation
-by Kafka's own `ProducerPerformance` and `ConsumerPerformance` (1, 2, 4, 8 client processes
-until the broker's throughput stops growing), with the broker's CPU read from `/proc` beside
+(1, 2, 4, 8 client processes until the broker's throughput stops growing) by {driver} and by
+Kafka's `ConsumerPerformance`, with the broker's CPU read from `/proc` beside
 every throughput (MiB per broker CPU-second). Headline layout: nothing pinned, Headrace with
 `--workers`; second table: the broker pinned to one CPU. Kafka runs with its start scripts'
 JVM settings and with its operations documentation's, and the better one is compared. Every
-run is checked (records sent, stored and consumed as requested, no client errors; a failed
-run fails its cell), each broker process takes a discarded warm-up run, and the latency sweep
-runs each broker at 25/50/75% of its own maximum (S6: end-to-end latency at a fixed rate,
+run is checked (records stored as acknowledged and consumed as requested, no client errors;
+a failed run fails its cell), each broker process takes a discarded warm-up run, and the
+latency sweep runs each broker at 25/50/75% of its own maximum (S6: end-to-end latency at a fixed rate,
 `bench/java/EndToEndRate.java`). One command runs everything and writes
 `{rel}/results.md`, `results.json` and the plots (how long: `{rel}/notes.md`):
 

@@ -4,23 +4,37 @@ How this works
 --------------
 A *session* is one broker process (fresh data directory): it is started, takes one discarded
 warm-up run (so Kafka's JIT and both brokers' caches are warm), then the measured runs of a
-plan, then it is stopped and its data removed. A *run* is ``clients`` Kafka tool processes
-started together (ProducerPerformance, or ConsumerPerformance for the consume scenario), each
-doing ``records / clients`` records (consumers: each reads the whole topic in a group of its
-own, so the broker serves ``clients`` times the topic), with the CPU of every broker process
-metered from /proc over the run (``bench.cpu.Meter``: a ``--workers`` broker's parent and
-workers together).
+plan, then it is stopped and its data removed. A *run* is ``clients`` client processes started
+together, with the CPU of every broker process metered from /proc over the run
+(``bench.cpu.Meter``: a ``--workers`` broker's parent and workers together). Two produce
+drivers:
+
+* ``wire`` (the default; ``bench/wireproduce.py``): pipelined Produce requests of one prebuilt
+  batch as large as the scenario's ``batch.size`` holds, 5 in flight per connection (Kafka's
+  ``max.in.flight.requests.per.connection``), acks=all. It costs the client little CPU per
+  byte, so on two cores the broker, not the client, is what saturates. A run is a window of
+  fixed length after a short warm-up inside the run; throughput and the broker's CPU are
+  measured over the window, latency is each request's, send to response.
+* ``perf``: Kafka's ProducerPerformance, each process doing ``records / clients`` records. On
+  two cores its JVMs take the CPU a broker would use, so its curve stops at the clients.
+
+Consumers, each reading the whole topic (the broker serves ``clients`` times the topic): with
+``wire``, ``bench/wirefetch.py`` processes (Fetch requests of up to 50 MiB, only batch headers
+read); with ``perf``, ConsumerPerformance processes, each in a group of its own.
 
 A run proves its work, or raises (the harness then fails the cell, it does not drop the run):
 every producer printed its summary with the records asked of it, its ``record-error-total``
 is 0 (``--print-metrics``; ``record-retry-total`` is kept), and the topic's end offsets
-(ListOffsets to each leader) add up to the records requested; every consumer read at least
-the records asked of it.
+(ListOffsets to each leader) add up to the records requested; a wire client had every request
+answered without an error, and the end offsets add up to the records acknowledged; every
+consumer read at least the records asked of it.
 
-Throughput is bytes over the run's wall time, from the first client's spawn to the last one's
-exit (JVM start-up included: conservative, and the same for both brokers); the tools' own
-rates, summed, are kept too (``tool_mb_per_sec``). MiB per broker CPU-second is the bytes
-stored (produce) or fetched (consume) over the broker processes' CPU-seconds in the run.
+ProducerPerformance's throughput is bytes over the run's wall time, from the first client's
+spawn to the last one's exit (JVM start-up included: conservative, and the same for both
+brokers); the tools' own rates, summed, are kept too (``tool_mb_per_sec``). MiB per broker
+CPU-second is the bytes stored (produce) or fetched (consume) over the broker processes'
+CPU-seconds
+in the run.
 """
 
 from __future__ import annotations
@@ -32,7 +46,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench import brokers, wire
+from bench import brokers, wire, wirefetch, wireproduce
 from bench.apache_kafka import HOST, KAFKA_VERSION, TOOL_JVM_FLAGS, classpath, log_flags
 from bench.consume import parse_consumer_performance
 from bench.cpu import Meter
@@ -41,6 +55,8 @@ from bench.scenarios import MiB, Scenario
 from headrace.broker.process import pinned, terminate
 
 CONSUMER = "org.apache.kafka.tools.ConsumerPerformance"
+WIRE_WARMUP_S = 3.0  # a wire run connects and fills its pipeline before the window opens
+WIRE_INFLIGHT = 5  # Kafka's max.in.flight.requests.per.connection
 _METRIC = re.compile(r"^producer-metrics:(record-error-total|record-retry-total|"
                      r"record-send-total):\{[^}]*\}\s*:\s*([-\d.eE+]+)", re.M)
 _PERF_LINE = re.compile(
@@ -182,6 +198,59 @@ def produce_run(sc: Scenario, broker: brokers.Broker, topic: str, clients: int, 
               "avg_ms": statistics.mean(p["avg_ms"] for p in ok)}
     _derive(sample, records * sc.record_size, cpu)
     sample["records_per_sec"] = records / cpu["wall_s"]
+    return sample
+
+
+def batch_records(sc: Scenario) -> int:
+    """Records per wire-client batch: as many as the scenario's ``batch.size`` holds (16 KiB,
+    the producer's default, unless set), about 10 bytes of record framing each."""
+    size = int(sc.producer_props.get("batch.size", 16384))
+    return max(1, (size - 61) // (sc.record_size + 10))
+
+
+def wire_produce_run(sc: Scenario, broker: brokers.Broker, topic: str, clients: int,
+                     seconds: float, log_prefix: Path, rate: float | None = None) -> dict:
+    """``clients`` wire-client processes writing to a new topic for a window of ``seconds``
+    (``rate``: records/s in all, else unlimited). Checked as the module says."""
+    wire.ensure_topic(HOST, broker.port, topic, sc.partitions)
+    meter = Meter({"broker": broker.pids}, disk=broker.data_dir)
+    try:
+        res = wireproduce.drive(
+            broker.bootstrap, topic, clients, meter, log_prefix.parent, log_prefix.name,
+            record_size=sc.record_size, batch_records=batch_records(sc),
+            inflight=WIRE_INFLIGHT, warmup=WIRE_WARMUP_S, seconds=seconds,
+            rate=rate * sc.record_size if rate else 0.0)
+    except RuntimeError as e:
+        raise RunFailed(str(e)) from e
+    stored = sum(wire.end_offsets(HOST, broker.port, topic).values())
+    if stored != res["records_acked"]:
+        raise RunFailed(f"end offsets add up to {stored}, {res['records_acked']} records "
+                        "acknowledged")
+    sample = {"clients": clients, "driver": "wire", "records_stored": stored,
+              "records_acked": res["records_acked"], "offered_records_per_sec": rate,
+              "retries": 0, "errors": 0, "batch_records": batch_records(sc),
+              **{k: res[k] for k in ("p50_ms", "p99_ms", "p999_ms", "requests_acked")}}
+    _derive(sample, res["bytes"], res)
+    sample["records_per_sec"] = res["records_per_sec"]
+    sample["client_cores"] = res["client_cpu_s"] / seconds
+    return sample
+
+
+def wire_consume_run(sc: Scenario, broker: brokers.Broker, topic: str, clients: int,
+                     log_prefix: Path, passes: int = 1) -> dict:
+    """``clients`` wire fetch processes, each reading all of ``topic`` ``passes`` times."""
+    meter = Meter({"broker": broker.pids}, disk=broker.data_dir)
+    try:
+        res = wirefetch.drive(broker.bootstrap, topic, clients, meter, log_prefix.parent,
+                              log_prefix.name, passes=passes)
+    except RuntimeError as e:
+        raise RunFailed(str(e)) from e
+    sample = {"clients": clients, "driver": "wire", "passes": passes,
+              "records": res["records"] // clients,
+              "records_consumed": res["records"], "errors": 0}
+    _derive(sample, res["bytes"], res)
+    sample["records_per_sec"] = res["records"] / res["wall_s"]
+    sample["client_cores"] = res["client_cpu_s"] / res["wall_s"]
     return sample
 
 

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench import cluster, wire  # noqa: E402
+from bench import cluster, wire, wireproduce  # noqa: E402
 from headrace.broker.process import BrokerProcess  # noqa: E402
 from headrace.protocol.records import decode_records  # noqa: E402
 
@@ -64,6 +64,25 @@ def test_wire_client_produces_to_manually_placed_partitions(tmp_path):
         # least what the window counted (the warm-up and the drain add more)
         assert all(e > 0 and e % 4 == 0 for e in ends), ends
         assert sum(ends) >= result["acked_records"]
+
+
+def test_paced_wire_clients_hold_the_offered_rate(tmp_path):
+    """``drive`` with ``rate``: two processes together send what was offered (the rate sweep's
+    runs), not the broker's maximum; every acknowledged record is in the log."""
+    with BrokerProcess(tmp_path / "data") as broker:
+        with wire.WireClient("127.0.0.1", broker.port) as c:
+            assert c.create_topic("t", 2, assignments={0: [1], 1: [1]}) == 0
+        meter = cluster.Meter({"broker": [broker.pid]}, tmp_path)
+        res = wireproduce.drive(broker.bootstrap, "t", 2, meter, tmp_path / "logs", "paced",
+                                record_size=1000, batch_records=10, inflight=4, warmup=1.0,
+                                seconds=3.0, rate=200_000)
+        assert res["errors"] == {} and res["requests_acked"] > 0
+        # 200 kB/s offered: 200 records/s, 20 requests/s in all, 60 in the window
+        assert 180 <= res["records_per_sec"] <= 220, res["records_per_sec"]
+        assert res["p99_ms"] is not None and res["broker_cpu_s"] >= 0
+        with wire.WireClient("127.0.0.1", broker.port) as c:
+            ends = c.list_offsets("t", [0, 1])
+        assert sum(offset for _err, offset in ends.values()) == res["records_acked"]
 
 
 def test_records_check_compares_latest_offsets_with_what_was_acknowledged(tmp_path):
@@ -168,10 +187,10 @@ def test_runs_disturbed_by_other_work_are_left_out_only_when_a_quiet_one_exists(
 
 
 def test_percentile_nearest_rank():
-    assert cluster.percentile([], 99) is None
-    assert cluster.percentile([3.0], 99) == 3.0
-    assert cluster.percentile([float(i) for i in range(1, 101)], 99) == 99.0
-    assert cluster.percentile([float(i) for i in range(1, 101)], 50) == 50.0
+    assert wireproduce.percentile([], 99) is None
+    assert wireproduce.percentile([3.0], 99) == 3.0
+    assert wireproduce.percentile([float(i) for i in range(1, 101)], 99) == 99.0
+    assert wireproduce.percentile([float(i) for i in range(1, 101)], 50) == 50.0
 
 
 def test_harness_tiny_two_workers(tmp_path):
