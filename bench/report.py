@@ -324,8 +324,10 @@ def markdown(results: dict) -> str:
     if ap:
         head.append("")
         head.append(f"Page-cache append limit (1 MiB pwrites to a new file from Python, broker "
-                    f"CPU, same directory): {ap['bytes_per_sec'] / 2**20:.0f} MiB/s; every byte "
-                    "a broker stores costs this copy.")
+                    f"CPU, same directory): {ap['bytes_per_sec'] / 2**20:.0f} MiB/s"
+                    + (f" ({ap['cpu_ms_per_mib']:.2f} ms CPU per MiB; the first 512 MiB "
+                       f"{ap['first'] / 2**20:.0f} MiB/s)" if "first" in ap else "")
+                    + "; every byte a broker stores costs this copy.")
     out = "\n".join(head) + "\n\n" + table(results) + "\n"
     curve = curve_table(results["scenarios"])
     if curve:

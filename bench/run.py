@@ -631,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_iperf and not args.profile:
         set_layout("pinned")
         results["loopback"] = iperf_loopback(ctx, args.iperf_seconds)
-        results["append"] = append_limit(ctx, (64 if ctx.size == "tiny" else 1024) << 20)
+        results["append"] = append_limit(ctx, (512 if ctx.size == "tiny" else 6144) << 20)
 
     scenarios = [with_e2e_rate(sc, args.e2e_rate) if sc.kind == "e2e" else sc
                  for sc in select(args.scenarios)]
