@@ -158,7 +158,7 @@ def curve_table(scen: dict) -> str:
                 if s is None:
                     cells.append("")
                 elif s.get("status"):
-                    cells.append("failed")
+                    cells.append(s["status"])
                 else:
                     cells.append(f"{_fmt(s['mb_per_sec'])} ({_fmt(s['mib_per_broker_cpu_s'])}, "
                                  f"{s['broker_cores']:.2f} cores)")

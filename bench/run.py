@@ -1,9 +1,10 @@
-"""Apache Kafka and Headrace side by side at saturation, driven by Kafka's own perf tools.
+"""Apache Kafka and Headrace side by side at saturation, the broker and not the client saturated.
 
     python -m bench.run --readme                 # the full measurement (hours; see notes.md)
     python -m bench.run --size tiny --runs 1     # seconds per scenario: a check that it works
     python -m bench.run --scenarios S1,S3 --brokers headrace --layouts unpinned
     python -m bench.run --profile                # py-spy flame graphs of Headrace under S1, S3, S4
+    python -m bench.run --driver perf            # Kafka's ProducerPerformance/ConsumerPerformance
 
 How this works
 --------------
@@ -14,7 +15,11 @@ two variants (``kafka``: its start scripts' JVM settings; ``kafka-tuned``: the o
 documentation's heap and G1 flags and ``socket.receive.buffer.bytes=-1``) and the better one
 is compared.
 
-For each throughput scenario (S1-S5) and broker variant (``bench/saturate.py`` for a run):
+The load comes from client processes (``bench/saturate.py``): by default the wire clients
+(``bench/wireproduce.py``, ``bench/wirefetch.py``), which need little CPU, so that on a small
+machine the broker saturates before the clients do; ``--driver perf``: Kafka's
+ProducerPerformance and ConsumerPerformance, whose JVMs on two cores take the CPU the broker
+would use. For each throughput scenario (S1-S5) and broker variant:
 
 1. the curve: one broker process, a discarded warm-up run, then 1, 2, 4, 8 client processes
    (``--clients``) until the throughput grows by less than ``--growth``; the client count of
@@ -23,7 +28,8 @@ For each throughput scenario (S1-S5) and broker variant (``bench/saturate.py`` f
    warm-up, interleaved between the variants (S5: in the curve's process, on its data); the
    median is the broker's maximum, min and max beside it; a failed run fails the cell;
 3. produce scenarios, headline layout: the rate sweep at 25/50/75% of the broker's own
-   maximum, and Headrace also at 50% of Kafka's (the durable latency bar compares p99 there).
+   maximum, and Headrace also at 50% of Kafka's (the durable latency bar compares p99 there
+   with Kafka's at 50% of its own maximum, from whichever Kafka variant has it lower).
 
 S6 (end-to-end latency at a fixed rate) and S7 (cold start) run as before, S6 with a warm-up
 run per broker process. Raw tool output and broker logs go to ``bench/results/raw/<stamp>/``;
@@ -251,6 +257,19 @@ def seconds_for(sc: Scenario, ctx: Context, mib_per_sec: float) -> float | None:
     return None
 
 
+def disk_short(sc: Scenario, ctx: Context, mib_per_sec: float) -> str | None:
+    """Why a produce run at ``mib_per_sec`` would not fit on the data disk (with a third to
+    spare), or None."""
+    if sc.kind != "produce" or not mib_per_sec:
+        return None
+    seconds = seconds_for(sc, ctx, mib_per_sec) or SECONDS[ctx.size]
+    need = mib_per_sec * MiB * (seconds + saturate.WIRE_WARMUP_S) * 4 / 3
+    free = shutil.disk_usage(ctx.data).free
+    if need <= free:
+        return None
+    return f"{need / 2**30:.1f} GiB needed, {free / 2**30:.1f} GiB free on the data disk"
+
+
 def best_point(curve: list[dict], metric: str) -> dict | None:
     """The point of highest ``metric``; of points within 3% of it, the fewest clients."""
     ok = [s for s in curve if not s.get("status")]
@@ -280,6 +299,12 @@ def saturation_scenario(sc: Scenario, ctx: Context, layout: str, entry: dict) ->
                 mib = d["warmups"][-1].get("mb_per_sec") or 0.0
                 prev_n, best_so_far = 1, 0.0
                 for n in ctx.clients:
+                    short = disk_short(sc, ctx, mib * (n / prev_n) ** 0.5)
+                    if short:  # the session keeps every point's data
+                        d["curve"].append({"clients": n, "status": "skipped", "reason": short})
+                        ctx.progress(f"{sc.id} [{layout}] {kind} curve: {n} clients skipped: "
+                                     f"{short}")
+                        break
                     try:
                         if sc.kind == "consume":
                             s = sess.consume(n, stored, "bench-1",
