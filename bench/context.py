@@ -48,6 +48,7 @@ class Context:
         self.sweep: set[str] = set(str(getattr(args, "sweep", "") or "").split(","))
         self.sweep_fractions: list[float] = [
             float(x) for x in str(getattr(args, "sweep_fractions", "0.25,0.5,0.75")).split(",")]
+        self.sweep_clients: int = getattr(args, "sweep_clients", 1)
         self.dirty_threshold: int | None = None
         self.settings: dict[str, dict] = {}  # broker variant: its settings in full
         self.start_retries: list[str] = []  # broker starts tried again (a port taken)

@@ -28,7 +28,8 @@ would use. For each throughput scenario (S1-S5) and broker variant:
    warm-up, interleaved between the variants (S5: in the curve's process, on its data); the
    median is the broker's maximum, min and max beside it; a failed run fails the cell;
 3. produce scenarios, headline layout: the rate sweep at 25/50/75% of the broker's own
-   maximum, and Headrace also at 50% of Kafka's (the durable latency bar compares p99 there
+   maximum (``--sweep-clients`` wire clients for every broker: the same offered traffic), and
+   Headrace also at 50% of Kafka's (the durable latency bar compares p99 there
    with Kafka's at 50% of its own maximum, from whichever Kafka variant has it lower).
 
 S6 (end-to-end latency at a fixed rate) and S7 (cold start) run as before, S6 with a warm-up
@@ -373,6 +374,10 @@ def saturation_scenario(sc: Scenario, ctx: Context, layout: str, entry: dict) ->
             if not own or bp is None:
                 continue
             loads = [(f"{f:.0%} of own maximum", f * own) for f in ctx.sweep_fractions]
+            # equal load means the same offered traffic: the same number of wire clients for
+            # every broker (more connections at one rate means more requests colliding at the
+            # partition); ProducerPerformance needs the saturation point's count to reach 75%
+            n = ctx.sweep_clients if ctx.driver == "wire" else bp["clients"]
             if brokers.system_of(kind) == "headrace" and kafka_max:
                 loads.append(("50% of Kafka's maximum", 0.5 * kafka_max))
             try:
@@ -380,10 +385,10 @@ def saturation_scenario(sc: Scenario, ctx: Context, layout: str, entry: dict) ->
                     d["warmups"].append(_warm(sess, sc))
                     for label, rate in loads:
                         try:
-                            s = sess.produce(bp["clients"],
-                                             records_for(sc, ctx, rate, at_rate=True), rate=rate)
+                            s = sess.produce(n, records_for(sc, ctx, rate, at_rate=True),
+                                             rate=rate)
                         except Exception as e:
-                            s = _failed(e, clients=bp["clients"])
+                            s = _failed(e, clients=n)
                         s["load"] = label
                         d["sweep"].append(s)
                         ctx.progress(f"{sc.id} [{layout}] {kind} at {label} ({rate:,.0f} rec/s):"
@@ -568,6 +573,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep", default="S1,S2,S3,S4",
                     help="produce scenarios with the latency sweep (headline layout)")
     ap.add_argument("--sweep-fractions", default="0.25,0.5,0.75")
+    ap.add_argument("--sweep-clients", type=int, default=1,
+                    help="wire client processes of every sweep run, for every broker")
     ap.add_argument("--out", default=str(RESULTS), help="where results.{json,md} and plots go")
     ap.add_argument("--raw-dir", help="raw logs (default: bench/results/raw)")
     ap.add_argument("--data-dir", help="parent of the brokers' data directories "
