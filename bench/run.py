@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -247,7 +248,8 @@ def passes_for(ctx: Context, records: int, clients: int, records_per_sec: float,
     records for the run to last ``SECONDS[size]`` at ``records_per_sec`` (in all)."""
     if ctx.driver != "wire" or not records_per_sec:
         return 1
-    return max(1, round(records_per_sec * SECONDS[ctx.size] * factor / (records * clients)))
+    return max(1, math.ceil(records_per_sec * SECONDS[ctx.size] * factor
+                            / (records * clients)))
 
 
 def seconds_for(sc: Scenario, ctx: Context, mib_per_sec: float) -> float | None:
