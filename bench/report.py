@@ -115,9 +115,10 @@ def table(results: dict, scenarios: dict | None = None) -> str:
                   if k not in (entry.get("best_kafka"), entry.get("headrace_kind"), "kafka",
                                "headrace")]
         for kind in others:
-            v = med.get(kind, {}).get(sc.primary if sc.kind in ("produce", "consume")
-                                      else (sc.bars[0].metric if sc.bars else ""))
-            lines.append(f"| | {kind} (not compared): {LABELS.get(sc.primary, sc.primary)} | "
+            metric = sc.primary if sc.kind in ("produce", "consume") else (
+                sc.bars[0].metric if sc.bars else "")
+            v = med.get(kind, {}).get(metric)
+            lines.append(f"| | {kind} (not compared): {LABELS.get(metric, metric)} | "
                          f"{_fmt(v) if v is not None else 'failed'} | | | | |")
         if sc.dirty and threshold:
             wrote = [med.get(x, {}).get("bytes") for x in ("kafka", "headrace")]
@@ -487,9 +488,11 @@ def readme_section(results: dict, out_dir: Path) -> str:
     rel = out_dir.resolve().relative_to(ROOT) if out_dir.resolve().is_relative_to(ROOT) else out_dir
     plots = "\n".join(f"![{p[:-4]}]({rel}/{p})" for p in PLOTS if (out_dir / p).exists())
     driver = ("a pipelined Produce client (`bench/wireproduce.py`: one prebuilt batch as large "
-              "as the scenario's `batch.size`, 5 requests in flight per connection, acks=all; "
-              "it needs little CPU, so the broker and not the client saturates)"
-              if results.get("driver") == "wire" else "Kafka's own `ProducerPerformance`")
+              "as the scenario's `batch.size`, 5 requests in flight per connection, acks=all) "
+              "and a Fetch client that reads only batch headers (`bench/wirefetch.py`); both "
+              "need little CPU, so the broker and not the client saturates"
+              if results.get("driver") == "wire" else
+              "Kafka's own `ProducerPerformance` and `ConsumerPerformance`")
     profiles = sorted(out_dir.glob("profile-*.svg"))
     prof = ""
     if (out_dir / "notes.md").exists():
@@ -503,8 +506,8 @@ def readme_section(results: dict, out_dir: Path) -> str:
     return f"""## Benchmarks
 
 Apache Kafka and Headrace on the same machine, one after the other, each driven to saturation
-(1, 2, 4, 8 client processes until the broker's throughput stops growing) by {driver} and by
-Kafka's `ConsumerPerformance`, with the broker's CPU read from `/proc` beside
+(1, 2, 4, 8 client processes until the broker's throughput stops growing) by {driver}, with
+the broker's CPU read from `/proc` beside
 every throughput (MiB per broker CPU-second). Headline layout: nothing pinned, Headrace with
 `--workers`; second table: the broker pinned to one CPU. Kafka runs with its start scripts'
 JVM settings and with its operations documentation's, and the better one is compared. Every

@@ -84,7 +84,7 @@ SCENARIOS: dict[str, Scenario] = {s.id: s for s in [
              bars=(Bar("records_per_sec", 1.0), EFFICIENCY), metrics=PRODUCE_METRICS),
     # every consumer reads the whole topic in a group of its own: N consumers, N times the
     # topic fetched
-    Scenario("S5", "ConsumerPerformance reading what an S1 producer wrote", "consume", 1,
+    Scenario("S5", "consumers reading what an S1 producer wrote", "consume", 1,
              64 * KiB, {"tiny": 256, "small": 4096, "full": 131072}, S1_PROPS,
              bars=(Bar("mb_per_sec", 1.0), EFFICIENCY), metrics=CONSUME_METRICS),
     Scenario("S6", "fixed rate 10 MB/s, 1 KiB records, end-to-end latency (assign())", "e2e",
