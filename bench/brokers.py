@@ -64,18 +64,24 @@ class CpuMeter:
     broker's and the client's CPUs were in total (anything above the broker's own share on its
     CPU is other work, e.g. other processes on a shared machine)."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids  # the broker's processes (a --workers broker: parent and workers)
         self.t0 = self.c0 = None
         self.j0: dict[int, tuple[int, int]] = {}
 
     def start(self) -> "CpuMeter":
-        self.c0, self.t0, self.j0 = cpu_seconds(self.pid), time.monotonic(), _cpu_jiffies()
+        self.c0, self.t0, self.j0 = self._cpu(), time.monotonic(), _cpu_jiffies()
         return self
+
+    def _cpu(self) -> float | None:
+        seconds = [cpu_seconds(p) for p in self.pids]
+        if not seconds or any(c is None for c in seconds):
+            return None
+        return sum(c for c in seconds if c is not None)
 
     def stop(self) -> float | None:
         """The broker's share of one core; details in ``self.report``."""
-        c1, j1 = cpu_seconds(self.pid), _cpu_jiffies()
+        c1, j1 = self._cpu(), _cpu_jiffies()
         wall = max(time.monotonic() - self.t0, 1e-9)
         self.report: dict[str, float] = {}
         for label, cpus in (("broker_cpu_busy", BROKER_CPUS), ("client_cpu_busy", CLIENT_CPUS)):
@@ -452,7 +458,7 @@ def metered_tool(broker: Broker, main: str | Path, args: list[str], log_file: Pa
     """``java_tool`` with the CPU metered over its run. Returns its stdout and the CPU figures:
     broker_cpu (the broker's share of a core), the CPUs' busy shares (``CpuMeter.report``) and
     client_cpu (the tool's share of a core)."""
-    meter = CpuMeter(broker.pid).start()
+    meter = CpuMeter(broker.pids).start()
     out = java_tool(main, args, log_file, on_line=on_line)
     cpu = {"broker_cpu": meter.stop(), **meter.report, "client_cpu": LAST_TOOL.get("client_cpu")}
     return out, cpu

@@ -33,8 +33,7 @@ ProducerPerformance's throughput is bytes over the run's wall time, from the fir
 spawn to the last one's exit (JVM start-up included: conservative, and the same for both
 brokers); the tools' own rates, summed, are kept too (``tool_mb_per_sec``). MiB per broker
 CPU-second is the bytes stored (produce) or fetched (consume) over the broker processes'
-CPU-seconds
-in the run.
+CPU-seconds in the run.
 """
 
 from __future__ import annotations
@@ -222,6 +221,8 @@ def wire_produce_run(sc: Scenario, broker: brokers.Broker, topic: str, clients: 
             rate=rate * sc.record_size if rate else 0.0)
     except RuntimeError as e:
         raise RunFailed(str(e)) from e
+    if res["warmup_errors"]:
+        raise RunFailed(f"{res['warmup_errors']} produce errors before the window")
     stored = sum(wire.end_offsets(HOST, broker.port, topic).values())
     if stored != res["records_acked"]:
         raise RunFailed(f"end offsets add up to {stored}, {res['records_acked']} records "

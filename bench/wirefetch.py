@@ -167,7 +167,7 @@ def read(bootstrap: str, topic: str, max_bytes: int, passes: int) -> dict:
             break
     t1, cpu1 = time.monotonic(), time.process_time()
     return {"records": records, "expected": sum(ends.values()) * passes, "bytes": size,
-            "seconds": t1 - t0, "cpu_s": cpu1 - cpu0, "failure": errors[0] if errors else None}
+            "seconds": t1 - t0, "cpu_s": cpu1 - cpu0, "failures": errors}
 
 
 def drive(bootstrap: str, topic: str, clients: int, meter: Meter, logs: Path, tag: str,
@@ -192,17 +192,10 @@ def drive(bootstrap: str, topic: str, clients: int, meter: Meter, logs: Path, ta
         cpu = meter.stop()
         for p in procs:
             terminate(p, 5)
-    results = []
-    for p, out in zip(procs, outs):
-        if p.returncode != 0 or not out.exists():
-            raise RuntimeError(f"fetch client exited with {p.returncode}: see "
-                               f"{out.with_suffix('.log')}"
-                               + (f" {json.loads(out.read_text())['failure']}"
-                                  if out.exists() else ""))
-        r = json.loads(out.read_text())
+    results = wireproduce.collect(procs, outs)
+    for r in results:
         if r["records"] != r["expected"]:
             raise RuntimeError(f"fetch client read {r['records']} records of {r['expected']}")
-        results.append(r)
     return {"clients": clients, "bytes": sum(r["bytes"] for r in results),
             "records": sum(r["records"] for r in results),
             "client_cpu_s": sum(r["cpu_s"] for r in results),
@@ -219,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     result = read(args.bootstrap, args.topic, args.max_bytes, args.passes)
     Path(args.out).write_text(json.dumps(result))
-    return 1 if result["failure"] else 0
+    return 1 if result["failures"] else 0
 
 
 if __name__ == "__main__":

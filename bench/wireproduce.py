@@ -243,6 +243,19 @@ def percentile(values: list[float], q: float) -> float | None:
     return s[max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))]
 
 
+def collect(procs: list[subprocess.Popen], outs: list[Path]) -> list[dict]:
+    """The JSON results of finished client processes; RuntimeError for the first that failed
+    (its exit code, log and ``failures``)."""
+    results = []
+    for p, out in zip(procs, outs):
+        if p.returncode != 0 or not out.exists():
+            raise RuntimeError(f"client exited with {p.returncode}: see {out.with_suffix('.log')}"
+                               + (f" {json.loads(out.read_text())['failures']}"
+                                  if out.exists() else ""))
+        results.append(json.loads(out.read_text()))
+    return results
+
+
 def drive(bootstrap: str, topic: str, clients: int, meter: Meter, logs: Path, tag: str, *,
           record_size: int, batch_records: int, inflight: int, warmup: float, seconds: float,
           rate: float = 0.0, progress=None) -> dict:
@@ -282,13 +295,7 @@ def drive(bootstrap: str, topic: str, clients: int, meter: Meter, logs: Path, ta
     finally:
         for p in procs:
             terminate(p, 5)
-    results = []
-    for p, out in zip(procs, outs):
-        if p.returncode != 0 or not out.exists():
-            raise RuntimeError(f"client exited with {p.returncode}: see {out.with_suffix('.log')}"
-                               + (f" {json.loads(out.read_text())['failures']}"
-                                  if out.exists() else ""))
-        results.append(json.loads(out.read_text()))
+    results = collect(procs, outs)
     lat = [x for r in results for x in r.pop("latencies_ms")]
     errors: dict[str, int] = {}
     for r in results:
