@@ -313,6 +313,14 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Per-address exceptions to max.connections.per.ip: host:count,host:count.",
         ),
         Setting(
+            "socket.send.buffer.bytes",
+            "int",
+            102400,
+            "Each client connection's socket send buffer (SO_SNDBUF); -1: the kernel's, which"
+            " grows with the connection. Kafka's default; small buffers make fetches cheaper"
+            " in CPU per byte, large ones faster over links with a long round trip.",
+        ),
+        Setting(
             "connections.max.idle.ms",
             "long",
             600000,

@@ -35,7 +35,6 @@ IGNORED: dict[str, str] = {
     "log.cleaner.io.buffer.size": "the cleaner reads whole batches",
     "log.cleaner.io.buffer.load.factor": "the cleaner's key map sizes itself",
     "log.cleaner.io.max.bytes.per.second": "the cleaner is not throttled",
-    "socket.send.buffer.bytes": "the kernel's socket buffer sizes are kept",
     "socket.receive.buffer.bytes": "the kernel's socket buffer sizes are kept",
     "socket.listen.backlog.size": "the listen backlog is fixed",
     "replica.socket.receive.buffer.bytes": "the kernel's socket buffer sizes are kept",

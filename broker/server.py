@@ -340,6 +340,7 @@ class BrokerServer:
             max_connections_per_ip=int(config["max.connections.per.ip"]),
             per_ip_overrides=connection_overrides(str(config["max.connections.per.ip.overrides"])),
             idle_ms=int(config["connections.max.idle.ms"]),
+            send_buffer=int(config["socket.send.buffer.bytes"]),
         )
         limits.admission = self.quotas.connection_refused  # ip quotas (quotas.py)
         try:

@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
 import time
 from collections import deque
 from typing import TYPE_CHECKING
@@ -166,6 +167,10 @@ class Connection(asyncio.BufferedProtocol):
             transport.close()
             return
         self.host = host
+        if self._limits.send_buffer > 0:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._limits.send_buffer)
         # pause_writing on every partial write, resume_writing once all has left
         transport.set_write_buffer_limits(high=0, low=0)  # type: ignore[attr-defined]
         self._router.opened(self)

@@ -2,11 +2,11 @@
 
 ``Limits`` holds every bound of the request path (frame sizes, requests and their bytes in
 flight per connection and for the broker, unsent response bytes per connection, connection
-counts in total and per address, the idle timeout) and the counters shared by all
-connections: request bytes in flight (connections paused over the cap are resumed when it
-falls back) and open connections per address (``admit``/``leave``). ``admission``, when
-set, is one more check of a new connection's address (the broker's connection-rate quotas):
-it returns why the connection is refused, or None.
+counts in total and per address, the idle timeout, each socket's send buffer) and the
+counters shared by all connections: request bytes in flight (connections paused over the
+cap are resumed when it falls back) and open connections per address (``admit``/``leave``).
+``admission``, when set, is one more check of a new connection's address (the broker's
+connection-rate quotas): it returns why the connection is refused, or None.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class Limits:
         max_connections_per_ip: int = 1 << 30,
         per_ip_overrides: dict[str, int] | None = None,
         idle_ms: int | None = None,
+        send_buffer: int = -1,
     ) -> None:
         self.max_frame = max_frame
         self.max_first_frame = max_frame if max_first_frame is None else max_first_frame
@@ -51,6 +52,7 @@ class Limits:
         self.max_connections_per_ip = max_connections_per_ip
         self.per_ip_overrides = dict(per_ip_overrides or {})
         self.idle_ms = idle_ms
+        self.send_buffer = send_buffer  # SO_SNDBUF of each connection; -1: the kernel's
         self.in_flight = 0
         self.connections = 0
         self._per_ip: dict[str, int] = {}

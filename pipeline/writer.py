@@ -15,10 +15,15 @@ queues a response behind the earlier ones; ``pump`` hands the queue out in order
   socket without passing through Python or a buffer of ours. A *step* runs in a thread of
   a small pool of the process's (sendfile waits for the disk when a page is not in the page
   cache; the event loop must not) and sends the queue from that chunk on, in order (bytes
-  chunks with ``os.write``, file chunks with sendfile: one thread hop for many chunks),
-  until the socket's buffer is full; the writer then takes what was sent off the queue,
-  waits until the socket is writable (``loop.add_writer`` on a duplicate of the socket's
-  descriptor: the transport owns the original) and pumps again. Nothing goes through the
+  chunks with ``os.write``, file chunks with sendfile: one thread hop for many chunks).
+  When the socket's buffer fills, the step waits in its thread (``poll``) for the reader to
+  make room and goes on, so a fast reader takes a whole response in one step instead of one
+  per socket buffer (each round trip through the event loop costs more CPU than the
+  kernel's copy of a buffer's worth). A step ends when its chunks are sent or after
+  ``STEP_MS``, whichever comes first; the writer then takes what was sent off the queue
+  and, if there is more, waits until the socket is writable (``loop.add_writer`` on a
+  duplicate of the socket's descriptor: the transport owns the original) and pumps again.
+  So a slow reader holds a thread for ``STEP_MS`` at the most. Nothing goes through the
   transport while a step runs or waits, so the bytes of responses never interleave. Where
   the file system cannot sendfile (EINVAL, ENOSYS), a step copies through a buffer of its
   thread's instead (``os.preadv`` then ``os.write``: two copies, no allocation).
@@ -46,7 +51,9 @@ import errno
 import functools
 import logging
 import os
+import select
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -75,24 +82,38 @@ class ShortFile(OSError):
 
 _STEP_ITEMS = 256  # chunks handed to one step at the most
 READ_STEP = 1 << 20  # over TLS, file bytes read at a time
+STEP_MS = 20  # a step waits for the socket for this long at the most, then lets others in
 
 
 def send_step(sock_fd: int, items: list) -> int:
-    """Send ``items`` in order to the non-blocking socket until it would block; returns how
-    many bytes were sent (runs in a thread). An item is (-1, bytes-like, 0, length) or (file
-    descriptor, None, position, length)."""
+    """Send ``items`` in order to the non-blocking socket, waiting for room while the reader
+    keeps taking bytes (see the module docstring); returns how many bytes were sent (runs in
+    a thread). An item is (-1, bytes-like, 0, length) or (file descriptor, None, position,
+    length)."""
     sent = 0
+    poller = None
+    deadline = time.monotonic() + STEP_MS / 1000
     for fd, data, position, count in items:
-        if fd < 0:
-            try:
-                n = os.write(sock_fd, data)
-            except BlockingIOError:
-                return sent
-        else:
-            n = send_file(sock_fd, fd, position, count)
-        sent += n
-        if n < count:
-            break  # the socket's buffer is full: wait until it is writable
+        done = 0
+        while True:
+            if fd >= 0:
+                done += send_file(sock_fd, fd, position + done, count - done)
+            else:
+                try:
+                    done += os.write(sock_fd, memoryview(data)[done:] if done else data)
+                except BlockingIOError:
+                    pass
+            if done == count:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return sent + done
+            if poller is None:
+                poller = select.poll()
+                poller.register(sock_fd, select.POLLOUT)
+            if not poller.poll(left * 1000):
+                return sent + done  # a slow reader: wait on the event loop instead
+        sent += count
     return sent
 
 
@@ -127,7 +148,7 @@ def send_file(sock_fd: int, file_fd: int, position: int, count: int) -> int:
 
 
 _NO_SENDFILE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)
-SEND_THREADS = 4  # steps are short (until a socket is full): a few threads serve every connection
+SEND_THREADS = 4  # steps are short (STEP_MS at the most): a few threads serve every connection
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 

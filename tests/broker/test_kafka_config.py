@@ -42,7 +42,6 @@ def test_kafka_server_properties_starts_headrace(tmp_path):
         assert listed == sorted(listed)
         assert {
             "num.network.threads",
-            "socket.send.buffer.bytes",
             "socket.receive.buffer.bytes",
             "process.roles",
             "controller.quorum.voters",
@@ -53,6 +52,7 @@ def test_kafka_server_properties_starts_headrace(tmp_path):
             "offsets.topic.replication.factor",
             "transaction.state.log.replication.factor",
             "transaction.state.log.min.isr",
+            "socket.send.buffer.bytes",
         } & set(listed)
         import confluent_kafka as ck
         from confluent_kafka.admin import AdminClient, ConfigResource
@@ -67,6 +67,7 @@ def test_kafka_server_properties_starts_headrace(tmp_path):
         resource = ConfigResource(ConfigResource.Type.BROKER, "1")
         configs = admin.describe_configs([resource])[resource].result(10)
         assert configs["num.io.threads"].value == "8"  # the file's settings took effect
+        assert configs["socket.send.buffer.bytes"].value == "102400"
         assert configs["log.retention.ms"].value == str(168 * 3600 * 1000)  # log.retention.hours
 
 

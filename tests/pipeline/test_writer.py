@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from headrace.pipeline import Limits, Response, serve
+from headrace.pipeline import Limits, Response, serve, writer
 
 MB = 1 << 20
 SIZE = 16 * MB  # more than the socket buffers on both sides hold
@@ -288,3 +288,77 @@ def test_many_file_and_bytes_chunks_arrive_in_order_to_a_slow_reader(content, lo
             os.close(handler.fd)
 
     run(loop_kind, main)
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_readers_that_stop_reading_do_not_hold_up_other_connections(content, loop_kind):
+    """More stalled readers than the writer has send threads: a step waits for a full socket
+    only so long, so another connection still gets its whole file."""
+    path, data = content
+    expected = b"head" + data[START : START + SIZE] + b"tail"
+
+    async def main():
+        handler = FileServer(path)
+        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 26,
+                        requests_per_connection=50)
+        server, router = await serve(handler, "127.0.0.1", 0, limits)
+        port = server.sockets[0].getsockname()[1]
+        stalled = []
+        try:
+            for _ in range(2 * writer.SEND_THREADS):
+                s = await asyncio.to_thread(client, port)
+                s.sendall(frame(b"send-the-file"))  # and never read
+                stalled.append(s)
+            await asyncio.sleep(0.2)
+
+            def read():
+                with client(port) as s:
+                    s.sendall(frame(b"send-the-file"))
+                    (size,) = struct.unpack(">i", read_exactly(s, 4, 4, 0))
+                    return read_exactly(s, size, 1 << 20, 0)
+
+            got = await asyncio.wait_for(asyncio.to_thread(read), 20)
+            assert got == expected
+        finally:
+            for s in stalled:
+                s.close()
+            server.close()
+            await router.close()
+            os.close(handler.fd)
+
+    run(loop_kind, main)
+
+
+@pytest.mark.parametrize("send_buffer", [65536, -1])
+def test_the_send_buffer_setting_sizes_each_connections_socket(content, send_buffer):
+    """``socket.send.buffer.bytes`` (Limits.send_buffer): SO_SNDBUF of each connection as
+    set (Linux reports it doubled), or the kernel's own when -1."""
+    path, _ = content
+
+    async def main():
+        handler = FileServer(path)
+        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 24,
+                        requests_per_connection=50, send_buffer=send_buffer)
+        server, router = await serve(handler, "127.0.0.1", 0, limits)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            s = await asyncio.to_thread(client, port)
+            s.sendall(frame(b"echo-this-frame"))
+            await asyncio.to_thread(read_exactly, s, 19, 19, 0)
+            (conn,) = router.connections
+            sock = conn._transport.get_extra_info("socket")
+            size = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            default = socket.socket()
+            kernel = default.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            default.close()
+            s.close()
+            if send_buffer > 0:
+                assert size == 2 * send_buffer
+            else:
+                assert size != 2 * 65536 and size >= kernel
+        finally:
+            server.close()
+            await router.close()
+            os.close(handler.fd)
+
+    run("uvloop", main)
