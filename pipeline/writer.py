@@ -18,12 +18,13 @@ queues a response behind the earlier ones; ``pump`` hands the queue out in order
   chunks with ``os.write``, file chunks with sendfile: one thread hop for many chunks).
   When the socket's buffer fills, the step waits in its thread (``poll``) for the reader to
   make room and goes on, so a fast reader takes a whole response in one step instead of one
-  per socket buffer (each round trip through the event loop costs more CPU than the
-  kernel's copy of a buffer's worth). A step ends when its chunks are sent or after
-  ``STEP_MS``, whichever comes first; the writer then takes what was sent off the queue
-  and, if there is more, waits until the socket is writable (``loop.add_writer`` on a
-  duplicate of the socket's descriptor: the transport owns the original) and pumps again.
-  So a slow reader holds a thread for ``STEP_MS`` at the most. Nothing goes through the
+  per socket buffer (with ``socket.send.buffer.bytes``' 100 KiB, a round trip through the
+  event loop at every full socket doubled the CPU per byte served). A step ends when its
+  chunks are sent or after ``STEP_MS``, whichever comes first; the writer then takes what
+  was sent off the queue and, if there is more, waits until the socket is writable
+  (``loop.add_writer`` on a duplicate of the socket's descriptor: the transport owns the
+  original) and pumps again. So a slow reader holds a thread for ``STEP_MS`` at the most,
+  and stalled readers cannot keep the others waiting. Nothing goes through the
   transport while a step runs or waits, so the bytes of responses never interleave. Where
   the file system cannot sendfile (EINVAL, ENOSYS), a step copies through a buffer of its
   thread's instead (``os.preadv`` then ``os.write``: two copies, no allocation).
