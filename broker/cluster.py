@@ -256,6 +256,7 @@ class Cluster:
             command_retry={"max_tries": 3, "max_delay": 1.0},
         )
         self.brokers: dict[int, Endpoint] = {}
+        self._brokers_reads = 0  # reads of the registered brokers started (the newest wins)
         self.topics: dict[str, TopicRecord] = {}
         self.controller_id = -1
         self.cluster_id = ""
@@ -594,7 +595,12 @@ class Cluster:
                 found[int(name)] = endpoint
             return found
 
-        self.brokers = await asyncio.to_thread(read)
+        self._brokers_reads += 1
+        started = self._brokers_reads
+        found = await asyncio.to_thread(read)
+        if started != self._brokers_reads:
+            return  # a later change is being read: this one must not overwrite it
+        self.brokers = found
         if self.controller is not None and self.controller.active:
             self.controller.changed()
 

@@ -585,15 +585,24 @@ def test_a_leader_restarted_with_lagging_isr_members_exposes_only_the_checkpoint
     """Nodes 1-3 hold the partition (node 1 leads); node 4, holding nothing, is the controller
     once they die. Node 1 has 5 acks=1 records its followers lack (their fetches to it are
     blackholed by a proxy it advertises) when nodes 1-3 are killed together, the ISR still
-    naming all three. The controller is paused while the three start again, so that it finds
-    them all registered and, all of them restarted, elects node 1 (the first replica) with the
-    ISR 1, 2, 3 while nodes 2 and 3 still lack those records. Consumers must not see them
+    naming all three. The controller is paused until their sessions have all ended (they end
+    up to a ping interval apart: seen one at a time, the first to go would leave the ISR) and
+    again while the three start, so that it finds them all registered and, all of them
+    restarted, elects node 1 (the first replica) with the ISR 1, 2, 3 while nodes 2 and 3
+    still lack those records. Consumers must not see them
     before every ISR member has them: the restarted leader's high watermark comes from
     replication-offset-checkpoint (100), not its log end (105), until the lagging members
     leave the ISR (replica.lag.time.max.ms). Else an election of node 2 or 3 would take back
     offsets that consumers had read."""
     proxy = TcpProxy().start()
-    fast = {"replica.high.watermark.checkpoint.interval.ms": 200}
+    # short sessions, so that the controller's pause while they end stays well within its own;
+    # a long lag, so that the followers cut off stay in the ISR until the kill however slow
+    # the machine is
+    fast = {
+        "replica.high.watermark.checkpoint.interval.ms": 200,
+        "zookeeper.session.timeout.ms": 3000,
+        "replica.lag.time.max.ms": 8000,
+    }
     try:
         brokers = cluster(1, **{"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"}, **fast)
         proxy.target = ("127.0.0.1", brokers[0].port)
@@ -617,10 +626,16 @@ def test_a_leader_restarted_with_lagging_isr_members_exposes_only_the_checkpoint
         time.sleep(0.5)  # checkpoints written meanwhile; within replica.lag.time.max.ms
         assert latest(leader, "lagging", 0) == (ErrorCode.NONE, 100)
         assert sorted(partitions(leader, "lagging")[0].isr_nodes) == [1, 2, 3]
-        kill_all(replicas)
-        # their sessions end; node 4 controls and finds no live ISR member: no leader
-        wait_for(lambda: partitions(controller, "lagging")[0].leader_id == -1, 30, "no leader")
         zk = zk_client()
+        os.kill(controller.pid, signal.SIGSTOP)
+        try:
+            kill_all(replicas)
+            wait_for(lambda: zk.get_children("/brokers/ids") == ["4"], 8, "sessions 1-3 ended")
+        finally:
+            os.kill(controller.pid, signal.SIGCONT)
+        # node 4 controls and finds no live ISR member: no leader, the ISR kept
+        wait_for(lambda: partitions(controller, "lagging")[0].leader_id == -1, 30, "no leader")
+        assert sorted(partitions(controller, "lagging")[0].isr_nodes) == [1, 2, 3]
         os.kill(controller.pid, signal.SIGSTOP)
         try:
             starts = [threading.Thread(target=b.start) for b in replicas]
@@ -632,7 +647,7 @@ def test_a_leader_restarted_with_lagging_isr_members_exposes_only_the_checkpoint
         for t in starts:
             t.join()
         seen: list[tuple[int, int, tuple[int, ...]]] = []  # (leader, latest offset, ISR read after)
-        deadline = time.monotonic() + 8  # the ISR loses the lagging members after 4 s
+        deadline = time.monotonic() + 12  # the ISR loses the lagging members after 8 s
         while time.monotonic() < deadline:
             time.sleep(0.05)
             for n, b in enumerate(replicas, 1):
