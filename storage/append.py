@@ -170,8 +170,7 @@ class LogAppends(LogState):
         saved = old.index_state()
         final = old.final_time_entry()
         try:
-            if final is not None:
-                old.time_index.write_entry(final)
+            old.write_out_indexes(final)
             new = LogSegment.create(
                 self.directory, self.log_end_offset, self.config.index_interval_bytes, self._files
             )

@@ -1,10 +1,14 @@
 """Sparse offset and time indexes, one of each per segment.
 
-Index files are append-only: an entry is written with one ``pwrite`` when it is added, so the
-number of valid entries is always ``file size // entry size`` (a torn trailing entry is
-dropped), and nothing needs trimming on roll or close. The active segment's indexes are
-mirrored in a bytearray; an inactive segment's index is memory-mapped read-only the first time
-it is searched, so old indexes live in the page cache rather than in the Python heap.
+Index files are append-only, so the number of valid entries is always ``file size // entry
+size`` (a torn trailing entry is dropped), and nothing needs trimming on roll or close. The
+active segment's indexes are mirrored in a bytearray, which searches read; its entries reach
+the file ``WRITE_BYTES`` at a time (one ``pwrite`` for many batches instead of one per batch),
+and all of them when the segment rolls or the log closes (``write_out``). So after a crash the
+active index's file may lack its last entries: recovery rebuilds the indexes of every segment
+from the one holding the recovery point on, which includes the active one, and a clean close
+leaves them whole. An inactive segment's index is memory-mapped read-only the first time it is
+searched, so old indexes live in the page cache rather than in the Python heap.
 
 Descriptors come from the log's OpenFiles budget (open_files.py): the active index's write
 descriptor is opened when an entry is written (at the end of the file, by position, so a
@@ -18,7 +22,9 @@ existing mapping never sees its file shrink. Index files carry no checksum; they
 sanity-checked when loaded and rebuilt from the segment when in doubt.
 
 Callers (LogSegment, under the log's lock) keep the in-memory side consistent: ``write_entry``
-touches only the file, ``add_entry`` only memory.
+and ``write_out`` touch only the file (an entry goes to the file no earlier than with the
+batch it indexes, so a failed append can be undone: ``resync_file``), ``add_entry`` only
+memory.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from . import _files
 from .open_files import CachedFile, MappedFile, OpenFiles
 
 _T = TypeVar("_T")
+
+WRITE_BYTES = 4096  # an active index's entries go to its file this many bytes at a time
 
 
 class _SparseIndex:
@@ -181,9 +189,22 @@ class _SparseIndex:
         return self.ENTRY.pack(a, b)
 
     def write_entry(self, data: bytes) -> None:
-        """Append one packed entry to the file (one write)."""
-        writer = self._writer
-        assert writer is not None, "the index is not active"
+        """Append one packed entry (not yet added) to the file: with the entries waiting before
+        it once ``WRITE_BYTES`` are waiting, else later."""
+        buf = self._buf
+        assert isinstance(buf, bytearray), "the index is not active"
+        if len(buf) - self._file_len + len(data) >= WRITE_BYTES:
+            self.write_out(data)
+
+    def write_out(self, data: bytes = b"") -> None:
+        """Write the added entries the file lacks, then ``data`` (an entry not yet added), now
+        (one write)."""
+        buf, writer = self._buf, self._writer
+        assert isinstance(buf, bytearray) and writer is not None, "the index is not active"
+        if len(buf) > self._file_len:
+            data = bytes(buf[self._file_len :]) + data
+        if not data:
+            return
         with writer.use(wrote=True) as fd:
             if os.pwrite(fd, data, self._file_len) != len(data):
                 raise OSError("short write to an index")
@@ -196,10 +217,11 @@ class _SparseIndex:
         buf += data
 
     def resync_file(self) -> None:
-        """Cut the file back to the in-memory entries (after a failed or partial write)."""
+        """Cut the file back to the added entries it holds (after a failed or partial write,
+        or a write of an entry whose batch was then undone)."""
         if self._writer is None or self._buf is None:
             return
-        keep = len(self._buf)
+        keep = min(self._file_len, len(self._buf))
         with self._writer.use(wrote=True) as fd:
             if os.fstat(fd).st_size != keep:
                 os.ftruncate(fd, keep)
@@ -212,6 +234,7 @@ class _SparseIndex:
         keep = n * self.ENTRY_SIZE
         if keep < len(buf):
             del buf[keep:]
+        if keep < self._file_len:
             with writer.use(wrote=True) as fd:
                 os.ftruncate(fd, keep)
             self._file_len = keep

@@ -481,8 +481,8 @@ class Log(LogAppends, LogReads, LogFlush):
         try:
             seg = self._active
             final = seg.final_time_entry()
+            seg.write_out_indexes(final)
             if final is not None:
-                seg.time_index.write_entry(final)
                 with self._lock:
                     seg.time_index.add_entry(final)
         except OSError as e:

@@ -242,6 +242,13 @@ class LogSegment:
             return self.time_index.pack(self.max_ts, self.max_ts_offset - self.base_offset)
         return None
 
+    def write_out_indexes(self, final: bytes | None) -> None:
+        """Write the index entries the files lack, and ``final`` (``final_time_entry``, added
+        afterwards) after them: before the segment stops being active (roll, close)."""
+        if self.offset_index.active:
+            self.offset_index.write_out()
+            self.time_index.write_out(final or b"")
+
     def rebuild_indexes(self) -> None:
         """Rebuild both index files from the batches (trusting sizes; no CRC checks)."""
         with self.log_file.use() as fd:

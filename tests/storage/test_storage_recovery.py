@@ -241,6 +241,37 @@ def test_bad_index_files_are_rebuilt(tmp_path, damage):
                 assert os.path.getsize(path / name) % 8 == 0
 
 
+def test_index_entries_not_yet_written_when_the_broker_died_are_rebuilt(tmp_path):
+    """The active index's entries reach its file in groups (index.WRITE_BYTES): after a crash
+    the file lacks the last ones and recovery puts them back; a clean close writes them all."""
+    config = LogConfig(segment_bytes=1 << 30, index_interval_bytes=64, segment_index_bytes=1 << 20)
+    path = tmp_path / "t-0"
+    log = Log.open(path, config, recover=False)
+    w = Writer(log, seed=8)
+    w.append_many(700)  # an entry per batch: more than one group
+    log.flush()
+    log._write_checkpoint(clean=False)
+    entries = log._active.offset_index.raw()
+    abandon(log)
+    index_file = path / f"{0:020d}.index"
+    on_disk = index_file.read_bytes()
+    assert 0 < len(on_disk) < len(entries) and entries.startswith(on_disk)
+    log = Log.open(path, config, recover=True)
+    try:
+        assert log._active.offset_index.raw() == entries
+        w.log = log
+        w.append_many(50)
+        rng = random.Random(3)
+        for _ in range(300):
+            off = rng.randrange(log.log_end_offset)
+            first = split_batches(log.read(off, 1))[0]
+            assert offset_of(first) <= off <= last_offset(first)
+        entries = log._active.offset_index.raw()
+    finally:
+        log.close()
+    assert index_file.read_bytes() == entries
+
+
 def test_clean_open_reads_no_segment_data(tmp_path, monkeypatch):
     path = tmp_path / "t-0"
     log = Log.open(path, CFG, recover=False)
