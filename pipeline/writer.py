@@ -5,10 +5,12 @@ How this works
 A response is a list of chunks: bytes-like objects, and *file chunks*: any other object with
 ``fd``, ``position`` and ``length`` (and ``len()``), such as the regions of segment files a
 fetch returns (stored record batches, left in the page cache). ``write(chunks, on_sent)``
-queues a response behind the earlier ones; ``pump`` hands the queue out in order:
+queues a response behind the earlier ones; ``pump`` hands the queue out in order. The pump
+runs once per pass of the event loop, after the handlers: the responses a pass completes
+(pipelined requests handled together) leave in one write, not one each. In order:
 
-* bytes-like chunks go to the transport (``writelines``), which sends what the socket takes
-  at once and keeps the rest in its buffer;
+* bytes-like chunks go to the transport (``writelines``: one write for the run of them),
+  which sends what the socket takes at once and keeps the rest in its buffer;
 * a file chunk waits until the transport's buffer is empty (the bytes before it have left;
   the transport then calls ``resume_writing`` and the connection pumps again) and is sent
   with ``os.sendfile`` from the file to the socket: the bytes go from the page cache to the
@@ -205,15 +207,17 @@ class ResponseWriter:
         "_waiting",
         "_closed",
         "_pumping",
+        "_soon",
         "_tls",
         "sendfile_steps",
+        "transport_writes",
     )
 
     def __init__(
         self, transport: asyncio.WriteTransport, progress: Callable[[], None] = _noop
     ) -> None:
         self._transport = transport
-        self._progress = progress  # called after each sendfile step (bytes left the queue)
+        self._progress = progress  # called after each pump or step that took bytes off the queue
         self._loop = asyncio.get_running_loop()
         self._queue: deque = deque()  # chunks, and a _Sent after each response's last one
         self._queued = 0  # bytes in the queue (file chunks: what is left of them)
@@ -225,10 +229,12 @@ class ResponseWriter:
         self._waiting = False  # for the socket to become writable
         self._closed = False
         self._pumping = False
+        self._soon = False  # a pump is due in the loop's next pass
         # over TLS the socket is not ours to write: file chunks are read and go through the
         # transport (see the module docstring)
         self._tls = transport.get_extra_info("ssl_object") is not None
         self.sendfile_steps = 0  # (for tests) steps taken
+        self.transport_writes = 0  # (for tests) writes of bytes chunks to the transport
 
     @property
     def buffered(self) -> int:
@@ -242,27 +248,20 @@ class ResponseWriter:
                 on_sent()
             return
         queue = self._queue
-        if not queue:
-            for c in chunks:
-                if not isinstance(c, _BYTES):
-                    break
-            else:  # the common case, nothing waiting before it: straight to the transport
-                transport = self._transport
-                transport.writelines(chunks)
-                if transport.get_write_buffer_size():
-                    self.unsent += 1
-                    self._passed.append(on_sent or _noop)
-                else:  # it has left, and so has everything before it
-                    self.left()
-                    if on_sent is not None:
-                        on_sent()
-                return
         self.unsent += 1
         for c in chunks:
             queue.append(c)
             self._queued += len(c)
         queue.append(_Sent(on_sent or _noop))
-        self.pump()
+        if not self._soon:  # the responses written in this pass of the loop go out together
+            self._soon = True
+            self._loop.call_soon(self._pump_soon)
+
+    def _pump_soon(self) -> None:
+        self._soon = False
+        if not self._closed:
+            self.pump()
+            self._progress()
 
     def pump(self) -> None:
         """Hand out the queue, up to a file chunk that must wait (see the module docstring)."""
@@ -289,6 +288,7 @@ class ResponseWriter:
             else:
                 if batch:
                     transport.writelines(batch)
+                    self.transport_writes += 1
                     batch = []
                 if not transport.get_write_buffer_size() and not transport.is_closing():
                     if self._tls:
@@ -298,6 +298,7 @@ class ResponseWriter:
                 break
         if batch:
             transport.writelines(batch)
+            self.transport_writes += 1
         if not queue and self._step is None:
             self._close_fd()
         if not transport.get_write_buffer_size():

@@ -362,3 +362,33 @@ def test_the_send_buffer_setting_sizes_each_connections_socket(content, send_buf
             os.close(handler.fd)
 
     run("uvloop", main)
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_responses_completed_in_one_pass_leave_in_one_write(content, loop_kind):
+    """Pipelined requests that arrive together are answered together: one write to the
+    transport for their responses (not one each), in order."""
+    path, _ = content
+    payloads = [b"request %03d" % i for i in range(50)]
+
+    async def main():
+        handler = FileServer(path)
+        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 24,
+                        requests_per_connection=100)
+        server, router = await serve(handler, "127.0.0.1", 0, limits)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            s = await asyncio.to_thread(client, port)
+            s.sendall(b"".join(frame(p) for p in payloads))  # one segment on loopback
+            got = await asyncio.to_thread(read_exactly, s, sum(4 + len(p) for p in payloads),
+                                          1 << 16, 0)
+            assert got == b"".join(frame(p) for p in payloads)
+            (conn,) = router.connections
+            assert conn._writer.transport_writes <= 5, conn._writer.transport_writes
+            s.close()
+        finally:
+            server.close()
+            await router.close()
+            os.close(handler.fd)
+
+    run(loop_kind, main)

@@ -1,0 +1,114 @@
+"""The produce path alone: how fast one Headrace process stores pipelined Produce requests,
+and how much CPU each GiB costs it.
+
+    python -m bench.producepath [--clients 2] [--partitions 8] [--record-size 1024]
+                                [--batch-records 15] [--inflight 5] [--seconds 15]
+                                [--compare REF ...] [--rounds 2]
+
+For each round and each broker under test (``--compare REF``: Headrace as committed at REF,
+next to the working tree; repeat it for more) a broker is started as one process on an empty
+data directory, pinned to the broker CPU, with a topic of ``--partitions`` partitions; then
+``--clients`` processes of ``bench.wireproduce`` (pinned to the client CPU: little CPU per
+byte) keep ``--inflight`` acks=1 Produce requests of one batch each outstanding, cycling over
+the partitions. Every acknowledged record is checked against the partitions' end offsets.
+
+Reported per run: MiB/s of records acknowledged, and the broker's CPU-seconds (user + system,
+from /proc/<pid>/stat) per GiB stored. S3 of ``bench.run`` is the same load, through Kafka's
+own producer and side by side with Kafka.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+
+from bench import wire
+from bench.brokers import (CLIENT_CPUS, HeadraceBroker, cpu_seconds, git_describe,
+                           headrace_snapshot, pin_self)
+from bench.wireproduce import drive
+
+MiB = 1 << 20
+GiB = 1 << 30
+TOPIC = "producepath"
+
+
+class BrokerCpu:
+    """The one broker process's CPU-seconds over the clients' window (``drive``'s meter)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def start(self) -> "BrokerCpu":
+        self.c0 = cpu_seconds(self.pid) or 0.0
+        return self
+
+    def stop(self) -> dict:
+        return {"broker_cpu_s": (cpu_seconds(self.pid) or 0.0) - self.c0}
+
+
+def measure(broker: HeadraceBroker, args, logs: Path) -> dict:
+    wire.ensure_topic("127.0.0.1", broker.port, TOPIC, args.partitions)
+    res = drive(broker.bootstrap, TOPIC, args.clients, BrokerCpu(broker.pid), logs, "producepath",
+                record_size=args.record_size, batch_records=args.batch_records,
+                inflight=args.inflight, warmup=args.warmup, seconds=args.seconds)
+    stored = sum(wire.end_offsets("127.0.0.1", broker.port, TOPIC).values())
+    if stored != res["records_acked"]:
+        raise RuntimeError(f"{res['records_acked']} records acknowledged, {stored} stored")
+    return {
+        "mib_s": res["mib_per_sec"],
+        "cpu_s_per_gib": res["broker_cpu_s"] / (res["bytes"] / GiB),
+        "gib": res["bytes"] / GiB,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", type=int, default=2)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--record-size", type=int, default=1024)
+    ap.add_argument("--batch-records", type=int, default=15)
+    ap.add_argument("--inflight", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--compare", metavar="REF", action="append", default=[],
+                    help="also measure Headrace as committed at REF (may be repeated)")
+    ap.add_argument("--data", type=Path,
+                    default=Path(tempfile.gettempdir()) / "headrace-producepath")
+    args = ap.parse_args(argv)
+
+    pin_self(CLIENT_CPUS)  # the clients inherit it; brokers pin themselves
+    variants: list[tuple[str, Path | None]] = []
+    for i, ref in enumerate(args.compare):
+        name = f"{ref} ({git_describe(ref)})"
+        variants.append((name, headrace_snapshot(ref, args.data / f"snapshot{i}")))
+    variants.append(("working tree", None))
+    results: dict[str, list[dict]] = {name: [] for name, _ in variants}
+    for r in range(args.rounds):
+        # every other round in the reverse order, so that neither is always first
+        for name, path in variants if r % 2 == 0 else variants[::-1]:
+            data_dir = args.data / "data"
+            shutil.rmtree(data_dir, ignore_errors=True)
+            broker = HeadraceBroker(data_dir, log_file=args.data / "broker.log",
+                                    pythonpath=path).start()
+            try:
+                res = measure(broker, args, args.data / "clients")
+            finally:
+                broker.stop()
+            results[name].append(res)
+            print(f"round {r + 1} {name:>24}: {res['mib_s']:8.1f} MiB/s "
+                  f"{res['cpu_s_per_gib']:6.3f} CPU-s/GiB ({res['gib']:.1f} GiB)", flush=True)
+    shutil.rmtree(args.data / "data", ignore_errors=True)
+    print(f"\n{args.clients} clients, {args.partitions} partitions, batches of "
+          f"{args.batch_records} x {args.record_size} B, {args.inflight} in flight, "
+          f"{args.seconds:.0f} s per run, best of {args.rounds}:")
+    for name, runs in results.items():
+        best = max(runs, key=lambda x: x["mib_s"])
+        cpu = min(x["cpu_s_per_gib"] for x in runs)
+        print(f"  {name:>24}: {best['mib_s']:8.1f} MiB/s  {cpu:6.3f} CPU-s/GiB")
+
+
+if __name__ == "__main__":
+    main()
