@@ -401,7 +401,11 @@ class Connection(asyncio.BufferedProtocol):
         return None if self._transport is None else self._transport.get_extra_info(name)
 
     def close(self) -> None:
+        """Close once the responses written so far have been sent (file chunks not yet
+        handed to a step are not)."""
         if not self.closed and self._transport is not None:
+            if self._writer is not None:
+                self._writer.pump()  # responses of this pass: to the transport, which sends them
             self.closed = True
             self._transport.close()
 

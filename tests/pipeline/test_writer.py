@@ -44,6 +44,9 @@ class FileServer:
 
     def handle(self, request):
         data = bytes(request.frame)
+        if data == b"answer-then-close":  # closed in the next pass, before the writer's pump
+            asyncio.get_running_loop().call_soon(request.connection.close)
+            return [b"goodbye"]
         if data == b"send-many-pieces":
             return Response(pieces(self.fd), lambda: None)
         if data != b"send-the-file":
@@ -385,6 +388,33 @@ def test_responses_completed_in_one_pass_leave_in_one_write(content, loop_kind):
             assert got == b"".join(frame(p) for p in payloads)
             (conn,) = router.connections
             assert conn._writer.transport_writes <= 5, conn._writer.transport_writes
+            s.close()
+        finally:
+            server.close()
+            await router.close()
+            os.close(handler.fd)
+
+    run(loop_kind, main)
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_a_connection_closed_right_after_a_response_still_sends_it(content, loop_kind):
+    """Closing a connection (as a failed authentication or a shutdown does) sends what was
+    written before, though the writer's pump for that pass has not run yet."""
+    path, _ = content
+
+    async def main():
+        handler = FileServer(path)
+        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 24,
+                        requests_per_connection=10)
+        server, router = await serve(handler, "127.0.0.1", 0, limits)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            s = await asyncio.to_thread(client, port)
+            s.sendall(frame(b"answer-then-close"))
+            got = await asyncio.to_thread(read_exactly, s, 11, 11, 0)
+            assert got == frame(b"goodbye")
+            assert await asyncio.to_thread(s.recv, 1) == b""  # then closed
             s.close()
         finally:
             server.close()
