@@ -33,8 +33,6 @@ import logging
 import struct
 from collections.abc import Callable
 
-from scramp import ScramClient, ScramException
-
 from headrace.protocol import (
     ApiKey,
     DecodeError,
@@ -239,6 +237,8 @@ class _Connection:
         if mechanism == "PLAIN":
             await authenticate(f"\0{security.username}\0{security.password}".encode())
             return
+        from scramp import ScramClient, ScramException  # (SCRAM only: a faster start)
+
         scram = ScramClient([mechanism], security.username, security.password)
         try:
             scram.set_server_first((await authenticate(scram.get_client_first().encode())).decode())

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import javaproperties
-
 LONG_MAX = (1 << 63) - 1
 
 
@@ -882,6 +880,8 @@ def read_properties(text: str) -> dict[str, str]:
     """A Java properties file as Java reads it (``javaproperties``): ``=``, ``:`` or
     whitespace separators, ``#`` and ``!`` comments, line continuations, escapes; a later
     line wins over an earlier one."""
+    import javaproperties  # (with xml and more: loaded only when a file is read)
+
     try:
         return javaproperties.loads(text)
     except ValueError as e:  # an invalid \u escape

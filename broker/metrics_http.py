@@ -25,7 +25,7 @@ import logging
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.process_collector import ProcessCollector
 
-from .metrics import BrokerCollector
+from .metrics_collector import BrokerCollector
 
 log = logging.getLogger("headrace.metrics")
 

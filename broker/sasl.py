@@ -38,8 +38,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from scramp import ScramException, ScramMechanism
-
 from .config import SASL_MECHANISMS, BrokerConfig, ConfigError
 
 if TYPE_CHECKING:
@@ -254,6 +252,8 @@ class ScramExchange:
     client-final -> server-final."""
 
     def __init__(self, mechanism: str, credentials: ScramCredentials) -> None:
+        from scramp import ScramMechanism  # (only SCRAM listeners load it: a faster start)
+
         self.mechanism = mechanism
         self.credentials = credentials
         self.server = ScramMechanism(mechanism).make_server(self._lookup)
@@ -270,6 +270,8 @@ class ScramExchange:
         return salt[:16], os.urandom(size), os.urandom(size), 4096
 
     def step(self, token: bytes) -> tuple[bytes, str | None]:
+        from scramp import ScramException
+
         try:
             message = token.decode()
             if self.first:

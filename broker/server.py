@@ -60,6 +60,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headrace.pipeline import (
     ByteBudget,
@@ -99,7 +100,6 @@ from .inter_broker import client_security
 from .listeners import Listener, inter_broker, listeners
 from .log_cleaner import LogCleaner
 from .metrics import BrokerMetrics
-from .metrics_http import MetricsServer
 from .moves import Moves
 from .quotas import REQUEST, ClientQuotas
 from .quotas import from_document as quotas_from_document
@@ -112,6 +112,9 @@ from .tls import certificate_principal, server_context
 from .topics import TopicManager
 from .transaction_coordinator import TransactionCoordinator
 from .transaction_log import TRANSACTION_TOPIC
+
+if TYPE_CHECKING:
+    from .metrics_http import MetricsServer
 
 log = logging.getLogger("headrace")
 
@@ -377,6 +380,8 @@ class BrokerServer:
         port = int(self.config["metrics.port"])
         if port < 0:
             return
+        from .metrics_http import MetricsServer  # (with prometheus_client: loaded when used)
+
         server = MetricsServer(self, self.host, port)
         try:
             await server.start()

@@ -376,3 +376,19 @@ def test_module_names_follow_package_dir(tmp_path):
     assert names["broker/x/y/z.py"] == ("headrace.broker.x.y.z", "headrace.broker.x.y")
     assert names["protocol/records/__init__.py"] == ("headrace.protocol.records",) * 2
     assert names["storage/log.py"] == ("headrace.storage.log", "headrace.storage")
+
+
+def test_a_broker_loads_optional_libraries_only_when_it_uses_them():
+    """What ``headrace serve`` imports before it listens is most of its start-up time: the
+    libraries of features a broker may not use (SCRAM, the metrics endpoint, properties
+    files) are imported where they are used, not by the broker's modules."""
+    import subprocess
+    import sys
+
+    optional = ("scramp", "prometheus_client", "javaproperties")
+    code = (
+        "import sys, headrace.broker.cli, headrace.broker.server\n"
+        f"print(' '.join(m for m in {optional!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == []
