@@ -176,7 +176,25 @@ def headrace_snapshot(ref: str, dest: Path) -> Path:
     if not cli.exists() or "--ready-file" not in cli.read_text():
         raise RuntimeError(f"Headrace at {ref} has no 'serve --ready-file', which the harness "
                            "waits on: measure a later commit")
+    compile_bytecode([lib])
     return lib
+
+
+def compile_bytecode(paths) -> None:
+    """Compile the Python files under ``paths`` to their ``__pycache__``, as ``pip install``
+    does: the brokers then start as an installed Headrace does, whatever
+    PYTHONDONTWRITEBYTECODE says (set, every start would compile every module again)."""
+    import compileall
+    for path in paths:
+        if not compileall.compile_dir(str(path), quiet=1):
+            raise RuntimeError(f"compiling {path} failed")
+
+
+def installed_tree() -> list[Path]:
+    """The directories of the installed (or editable) Headrace's packages."""
+    import headrace.broker, headrace.pipeline, headrace.protocol, headrace.storage
+    return [Path(p) for m in (headrace.broker, headrace.pipeline, headrace.protocol,
+                              headrace.storage) for p in m.__path__]
 
 
 def git_describe(ref: str) -> str:

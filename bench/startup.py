@@ -16,7 +16,9 @@ Produce v3 every millisecond from the moment the start is called:
   from the spawn of the JVM to the ack. Formatting its storage (``kafka-storage format``,
   which a Kafka user must run first) is done before and reported on its own line.
 
-Broker processes are pinned to CPU 0, this process (client, and the in-process broker) to
+Headrace's bytecode is compiled first (``compileall``, as ``pip install`` does), so that the
+figures are an installed Headrace's even where PYTHONDONTWRITEBYTECODE is set. Broker
+processes are pinned to CPU 0, this process (client, and the in-process broker) to
 CPU 1, as in the other benchmarks. Prints the median, the fastest and the slowest of each,
 and the load average before and after.
 """
@@ -35,7 +37,8 @@ from pathlib import Path
 
 from bench import wire
 from bench.apache_kafka import HOST, classpath
-from bench.brokers import BROKER_CPUS, CLIENT_CPUS, KafkaBroker, free_port_block, pin_self
+from bench.brokers import (BROKER_CPUS, CLIENT_CPUS, KafkaBroker, compile_bytecode,
+                           free_port_block, installed_tree, pin_self)
 from bench.context import loadavg
 from headrace.broker.process import BrokerProcess
 
@@ -127,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(os.sched_getaffinity(0)) >= 2:
         pin_self(CLIENT_CPUS)
     import headrace.broker.embedded  # noqa: F401  (imported once, before any timing)
+
+    compile_bytecode(installed_tree())  # as an installed Headrace starts
 
     before = loadavg()
     results: dict[str, list[float]] = {"headrace.Broker (in-process)": [], "BrokerProcess": []}
