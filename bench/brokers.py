@@ -192,9 +192,36 @@ def compile_bytecode(paths) -> None:
 
 def installed_tree() -> list[Path]:
     """The directories of the installed (or editable) Headrace's packages."""
-    import headrace.broker, headrace.pipeline, headrace.protocol, headrace.storage
+    import headrace.broker
+    import headrace.pipeline
+    import headrace.protocol
+    import headrace.storage
     return [Path(p) for m in (headrace.broker, headrace.pipeline, headrace.protocol,
                               headrace.storage) for p in m.__path__]
+
+
+def compare_variants(refs: list[str], snapshots: Path, rounds: int, measure, heading: str) -> None:
+    """Side by side: ``measure(pythonpath)`` for Headrace as committed at each of ``refs``
+    (snapshots under ``snapshots``) and for the working tree (pythonpath None), ``rounds``
+    times, every other round in the reverse order so that none is always first. ``measure``
+    returns {"mib_s", "cpu_s_per_gib", "gib"}. Prints every run, then ``heading`` and each
+    variant's best throughput and lowest CPU per GiB."""
+    variants: list[tuple[str, Path | None]] = [
+        (f"{ref} ({git_describe(ref)})", headrace_snapshot(ref, snapshots / f"snapshot{i}"))
+        for i, ref in enumerate(refs)]
+    variants.append(("working tree", None))
+    results: dict[str, list[dict]] = {name: [] for name, _ in variants}
+    for r in range(rounds):
+        for name, path in variants if r % 2 == 0 else variants[::-1]:
+            res = measure(path)
+            results[name].append(res)
+            print(f"round {r + 1} {name:>24}: {res['mib_s']:8.1f} MiB/s "
+                  f"{res['cpu_s_per_gib']:6.3f} CPU-s/GiB ({res['gib']:.1f} GiB)", flush=True)
+    print(f"\n{heading}, best of {rounds}:")
+    for name, runs in results.items():
+        best = max(x["mib_s"] for x in runs)
+        cpu = min(x["cpu_s_per_gib"] for x in runs)
+        print(f"  {name:>24}: {best:8.1f} MiB/s  {cpu:6.3f} CPU-s/GiB")
 
 
 def git_describe(ref: str) -> str:

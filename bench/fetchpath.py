@@ -22,6 +22,7 @@ from /proc/<pid>/stat) per GiB served.
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import threading
 import time
@@ -29,8 +30,7 @@ from pathlib import Path
 
 from bench import wire
 from bench.wirefetch import Consumer
-from bench.brokers import (CLIENT_CPUS, HeadraceBroker, cpu_seconds, git_describe,
-                           headrace_snapshot, pin_self)
+from bench.brokers import CLIENT_CPUS, HeadraceBroker, compare_variants, cpu_seconds, pin_self
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -49,7 +49,8 @@ def fill(data_dir: Path, gib: float, partitions: int, batch_kib: int) -> None:
     marker = data_dir / f".filled-{gib}-{partitions}-{batch_kib}"
     if marker.exists():
         return
-    data_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(data_dir, ignore_errors=True)  # (a topic written with other parameters)
+    data_dir.mkdir(parents=True)
     broker = HeadraceBroker(data_dir, {"log.segment.bytes": SEGMENT_BYTES}).start()
     try:
         wire.ensure_topic("127.0.0.1", broker.port, TOPIC, partitions)
@@ -124,32 +125,20 @@ def main(argv: list[str] | None = None) -> None:
     fill(data_dir, args.gib, args.partitions, args.batch_kib)
     warm(data_dir)
     pin_self(CLIENT_CPUS)  # after the fill: brokers started later pin themselves
-    variants: list[tuple[str, Path | None]] = []
-    for i, ref in enumerate(args.compare):
-        name = f"{ref} ({git_describe(ref)})"
-        variants.append((name, headrace_snapshot(ref, args.data / f"snapshot{i}")))
-    variants.append(("working tree", None))
-    results: dict[str, list[dict]] = {name: [] for name, _ in variants}
-    for r in range(args.rounds):
-        # every other round in the reverse order, so that neither is always first
-        for name, path in variants if r % 2 == 0 else variants[::-1]:
-            broker = HeadraceBroker(data_dir, {"log.segment.bytes": SEGMENT_BYTES},
-                                    log_file=args.data / "broker.log", pythonpath=path).start()
-            try:
-                res = measure(broker, args)
-            finally:
-                broker.stop()
-            results[name].append(res)
-            print(f"round {r + 1} {name:>24}: {res['mib_s']:8.1f} MiB/s "
-                  f"{res['cpu_s_per_gib']:6.3f} CPU-s/GiB ({res['gib']:.1f} GiB)", flush=True)
+
+    def run(path: Path | None) -> dict:
+        broker = HeadraceBroker(data_dir, {"log.segment.bytes": SEGMENT_BYTES},
+                                log_file=args.data / "broker.log", pythonpath=path).start()
+        try:
+            return measure(broker, args)
+        finally:
+            broker.stop()
+
     per = args.partition_max_bytes or args.max_bytes // args.partitions
-    print(f"\n{args.consumers} consumers, {args.partitions} partitions, max_bytes "
-          f"{args.max_bytes // MiB} MiB ({per // 1024} KiB per partition), "
-          f"{args.seconds:.0f} s per run, best of {args.rounds}:")
-    for name, runs in results.items():
-        best = max(runs, key=lambda x: x["mib_s"])
-        cpu = min(x["cpu_s_per_gib"] for x in runs)
-        print(f"  {name:>24}: {best['mib_s']:8.1f} MiB/s  {cpu:6.3f} CPU-s/GiB")
+    compare_variants(args.compare, args.data, args.rounds, run,
+                     f"{args.consumers} consumers, {args.partitions} partitions, max_bytes "
+                     f"{args.max_bytes // MiB} MiB ({per // 1024} KiB per partition), "
+                     f"{args.seconds:.0f} s per run")
 
 
 if __name__ == "__main__":

@@ -25,8 +25,7 @@ import tempfile
 from pathlib import Path
 
 from bench import wire
-from bench.brokers import (CLIENT_CPUS, HeadraceBroker, cpu_seconds, git_describe,
-                           headrace_snapshot, pin_self)
+from bench.brokers import CLIENT_CPUS, HeadraceBroker, compare_variants, cpu_seconds, pin_self
 from bench.wireproduce import drive
 
 MiB = 1 << 20
@@ -80,34 +79,22 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     pin_self(CLIENT_CPUS)  # the clients inherit it; brokers pin themselves
-    variants: list[tuple[str, Path | None]] = []
-    for i, ref in enumerate(args.compare):
-        name = f"{ref} ({git_describe(ref)})"
-        variants.append((name, headrace_snapshot(ref, args.data / f"snapshot{i}")))
-    variants.append(("working tree", None))
-    results: dict[str, list[dict]] = {name: [] for name, _ in variants}
-    for r in range(args.rounds):
-        # every other round in the reverse order, so that neither is always first
-        for name, path in variants if r % 2 == 0 else variants[::-1]:
-            data_dir = args.data / "data"
+
+    def run(path: Path | None) -> dict:
+        data_dir = args.data / "data"
+        shutil.rmtree(data_dir, ignore_errors=True)
+        broker = HeadraceBroker(data_dir, log_file=args.data / "broker.log",
+                                pythonpath=path).start()
+        try:
+            return measure(broker, args, args.data / "clients")
+        finally:
+            broker.stop()
             shutil.rmtree(data_dir, ignore_errors=True)
-            broker = HeadraceBroker(data_dir, log_file=args.data / "broker.log",
-                                    pythonpath=path).start()
-            try:
-                res = measure(broker, args, args.data / "clients")
-            finally:
-                broker.stop()
-            results[name].append(res)
-            print(f"round {r + 1} {name:>24}: {res['mib_s']:8.1f} MiB/s "
-                  f"{res['cpu_s_per_gib']:6.3f} CPU-s/GiB ({res['gib']:.1f} GiB)", flush=True)
-    shutil.rmtree(args.data / "data", ignore_errors=True)
-    print(f"\n{args.clients} clients, {args.partitions} partitions, batches of "
-          f"{args.batch_records} x {args.record_size} B, {args.inflight} in flight, "
-          f"{args.seconds:.0f} s per run, best of {args.rounds}:")
-    for name, runs in results.items():
-        best = max(runs, key=lambda x: x["mib_s"])
-        cpu = min(x["cpu_s_per_gib"] for x in runs)
-        print(f"  {name:>24}: {best['mib_s']:8.1f} MiB/s  {cpu:6.3f} CPU-s/GiB")
+
+    compare_variants(args.compare, args.data, args.rounds, run,
+                     f"{args.clients} clients, {args.partitions} partitions, batches of "
+                     f"{args.batch_records} x {args.record_size} B, {args.inflight} in flight, "
+                     f"{args.seconds:.0f} s per run")
 
 
 if __name__ == "__main__":
