@@ -589,11 +589,10 @@ def test_a_leader_restarted_with_lagging_isr_members_exposes_only_the_checkpoint
     up to a ping interval apart: seen one at a time, the first to go would leave the ISR) and
     again while the three start, so that it finds them all registered and, all of them
     restarted, elects node 1 (the first replica) with the ISR 1, 2, 3 while nodes 2 and 3
-    still lack those records. Consumers must not see them
-    before every ISR member has them: the restarted leader's high watermark comes from
-    replication-offset-checkpoint (100), not its log end (105), until the lagging members
-    leave the ISR (replica.lag.time.max.ms). Else an election of node 2 or 3 would take back
-    offsets that consumers had read."""
+    still lack those records. Consumers must not see them before every ISR member has them:
+    the restarted leader's high watermark comes from replication-offset-checkpoint (100), not
+    its log end (105), until the lagging members leave the ISR (replica.lag.time.max.ms).
+    Else an election of node 2 or 3 would take back offsets that consumers had read."""
     proxy = TcpProxy().start()
     # short sessions, so that the controller's pause while they end stays well within its own;
     # a long lag, so that the followers cut off stay in the ISR until the kill however slow
