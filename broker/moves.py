@@ -17,11 +17,12 @@ serving. Then, loss-free:
    the batches are appended unchanged with their offsets, and the producer state and the
    aborted-transactions index follow them.
 2. Catch up. Each replica fetch tells the leader the copy's log end (``replica_fetched``).
-   When it reaches the leader's log end, the leader stops taking writes to the partition
-   (``Partition.frozen``: produce, offset commits, transaction markers answer
-   NOT_LEADER_OR_FOLLOWER, and clients retry), waits for the flush of what was appended
-   before, then for the copy to fetch the final tail (the copy flushes before it fetches
-   again, so that fetch shows the tail is on its disk).
+   When it reaches the leader's log end, now or as it was at the copy's previous fetch
+   (Kafka's rule for the ISR: under steady writes the end moves between fetches), the
+   leader stops taking writes to the partition (``Partition.frozen``: produce, offset
+   commits, transaction markers answer NOT_LEADER_OR_FOLLOWER, and clients retry), waits
+   for the flush of what was appended before, then for the copy to fetch the final tail
+   (the copy flushes before it fetches again, so that fetch shows the tail is on its disk).
 3. Switch. The leader writes the znode by compare-and-set: ``replicas`` = the target, the
    leader epoch + 1, the reassignment cleared. Every broker follows the znode
    (``TopicManager.apply``): the new one serves its copy, the old one forgets the partition
@@ -70,6 +71,7 @@ class _Switch:
     """The leader's view of one partition moving away."""
 
     offset: int = -1  # the copy's log end, as its last fetch said
+    leader_end: int = -1  # the leader's log end when that fetch came
     fetched: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task | None = None
     not_before: float = 0.0  # event-loop time: no new try before it
@@ -188,15 +190,16 @@ class Moves:
         switch = self.switches.get(key)
         if switch is None:
             switch = self.switches[key] = _Switch()
-        switch.offset = offset
-        switch.fetched.set()
         partition = self.topics.partition(name, index)
-        if (
-            partition is not None
-            and switch.task is None
-            and offset >= partition.log.log_end_offset
-            and asyncio.get_running_loop().time() >= switch.not_before
-        ):
+        if partition is None:
+            return ErrorCode.NONE
+        end = partition.log.log_end_offset
+        # caught up: the copy has all the log had, now or when it last fetched (under
+        # steady writes a fetch rarely finds the log end unchanged)
+        caught_up = offset >= end or offset >= switch.leader_end >= 0
+        switch.offset, switch.leader_end = offset, end
+        switch.fetched.set()
+        if switch.task is None and caught_up and asyncio.get_running_loop().time() >= switch.not_before:
             switch.task = asyncio.create_task(self._switch(key, partition, switch, move["target"]))
         return ErrorCode.NONE
 

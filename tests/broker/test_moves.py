@@ -378,7 +378,13 @@ def test_a_joining_broker_takes_exactly_the_partitions_placement_gives_it_under_
         brokers += cluster(1, **CONTROLLER)
         want = expected("load", 12, (1, 2, 3, 4))
         assert 4 in want.values()
-        wait_for(lambda: placement(brokers, "load") == want, 60, "the partitions placement gives node 4")
+        try:
+            wait_for(lambda: placement(brokers, "load") == want, 60, "the partitions placement gives node 4")
+        except AssertionError:
+            print("DEBUG want", want, "got", placement(brokers, "load"))
+            for b in brokers:
+                print("DEBUG", b.port, "\n".join(b.lines[-80:]))
+            raise
         offsets = expected_sets("__consumer_offsets", 6, (1, 2, 3, 4), 3)
         assert any(4 in r for r in offsets.values())
         wait_for(lambda: replica_sets(brokers[0], "__consumer_offsets") == offsets, 60, "__consumer_offsets placed")
