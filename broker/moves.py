@@ -199,7 +199,11 @@ class Moves:
         caught_up = offset >= end or offset >= switch.leader_end >= 0
         switch.offset, switch.leader_end = offset, end
         switch.fetched.set()
-        if switch.task is None and caught_up and asyncio.get_running_loop().time() >= switch.not_before:
+        if (
+            switch.task is None
+            and caught_up
+            and asyncio.get_running_loop().time() >= switch.not_before
+        ):
             switch.task = asyncio.create_task(self._switch(key, partition, switch, move["target"]))
         return ErrorCode.NONE
 
