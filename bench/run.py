@@ -533,17 +533,27 @@ def summarise(results: dict) -> None:
 
 
 def merge(base: dict, new: dict) -> dict:
-    """``base`` with ``new``'s scenarios in place of its own; the re-runs are listed."""
+    """``base`` with ``new``'s scenarios in place of its own; a run of a layout other than
+    ``base``'s headline goes to that layout's table. The re-runs are listed."""
     from bench.scenarios import SCENARIOS
-    merged = dict(base)
-    scen = dict(base.get("scenarios", {}))
-    scen.update(new["scenarios"])
     order = {sid: i for i, sid in enumerate(SCENARIOS)}
-    merged["scenarios"] = dict(sorted(scen.items(), key=lambda kv: order.get(kv[0], 99)))
+
+    def updated(old: dict) -> dict:
+        scen = {**old, **new["scenarios"]}
+        return dict(sorted(scen.items(), key=lambda kv: order.get(kv[0], 99)))
+
+    merged = dict(base)
+    layout = new["headline_layout"]
+    if layout == base.get("headline_layout", layout):
+        merged["scenarios"] = updated(base.get("scenarios", {}))
+    else:
+        old = base.get("layouts", {}).get(layout, {})
+        block = {**new["layouts"][layout], "scenarios": updated(old.get("scenarios", {}))}
+        merged["layouts"] = {**base.get("layouts", {}), layout: block}
     merged["reruns"] = base.get("reruns", []) + [{
         "command": new["command"], "stamp": new["stamp"], "scenarios": list(new["scenarios"]),
-        "loadavg_start": new["loadavg_start"], "headrace_at": new.get("headrace_at"),
-        "elapsed_s": new.get("elapsed_s")}]
+        "layout": layout, "loadavg_start": new["loadavg_start"],
+        "headrace_at": new.get("headrace_at"), "elapsed_s": new.get("elapsed_s")}]
     return merged
 
 

@@ -93,6 +93,28 @@ def test_record_batch_crc_and_layout():
     assert crc == crc32c.crc32c(batch[21:])
 
 
+def test_merge_puts_a_run_of_another_layout_in_that_layouts_table():
+    from bench.run import merge
+
+    def run(layout: str, sid: str, value: float) -> dict:
+        return {"command": f"run {layout}", "stamp": "x", "loadavg_start": [0, 0, 0],
+                "headline_layout": layout, "layouts": {layout: {"kinds": ["headrace"]}},
+                "scenarios": {sid: {"median": {"headrace": {"mb_per_sec": value}}}}}
+
+    base = run("unpinned", "S3", 1.0)
+    base["scenarios"]["S1"] = {"median": {"headrace": {"mb_per_sec": 5.0}}}
+    pinned = merge(base, run("pinned", "S3", 2.0))
+    assert pinned["scenarios"] == base["scenarios"]  # the headline table is untouched
+    assert pinned["layouts"]["pinned"]["scenarios"]["S3"]["median"]["headrace"]["mb_per_sec"] == 2.0
+    again = merge(pinned, run("pinned", "S1", 3.0))
+    assert list(again["layouts"]["pinned"]["scenarios"]) == ["S1", "S3"]
+    head = merge(again, run("unpinned", "S3", 4.0))
+    assert head["scenarios"]["S3"]["median"]["headrace"]["mb_per_sec"] == 4.0
+    assert head["scenarios"]["S1"] == base["scenarios"]["S1"]
+    assert head["layouts"]["pinned"] == again["layouts"]["pinned"]
+    assert [r["layout"] for r in head["reruns"]] == ["pinned", "pinned", "unpinned"]
+
+
 def test_readme_rewrite_only_between_markers(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# Title\n\nkept\n")
