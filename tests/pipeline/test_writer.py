@@ -11,6 +11,7 @@ uvloop's (the broker's).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import struct
@@ -133,6 +134,21 @@ def run(loop_kind: str, main) -> None:
 LOOPS = ["asyncio", "uvloop"]
 
 
+@contextlib.asynccontextmanager
+async def file_server(path, **limits):
+    """A server whose handler is a ``FileServer`` of ``path``: (handler, router, port)."""
+    handler = FileServer(path)
+    bounds = {"max_frame": MB, "per_connection": MB, "per_broker": 16 * MB,
+              "requests_per_connection": 50, **limits}
+    server, router = await serve(handler, "127.0.0.1", 0, Limits(**bounds))
+    try:
+        yield handler, router, server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        await router.close()
+        os.close(handler.fd)
+
+
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_a_slow_reader_gets_the_file_bytes_intact_in_many_steps_and_in_order(
     content, loop_kind
@@ -141,27 +157,23 @@ def test_a_slow_reader_gets_the_file_bytes_intact_in_many_steps_and_in_order(
     expected = b"head" + data[START : START + SIZE] + b"tail"
 
     async def main():
-        handler = FileServer(path)
-        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 24,
-                        requests_per_connection=50)
-        server, router = await serve(handler, "127.0.0.1", 0, limits)
-        port = server.sockets[0].getsockname()[1]
-        got: dict = {}
+        async with file_server(path) as (handler, router, port):
+            got: dict = {}
 
-        def read():
-            with client(port) as s:
-                s.sendall(frame(b"before-the-file") + frame(b"send-the-file") + frame(b"after-the-file"))
-                for name in ("before", "file", "after"):
-                    (size,) = struct.unpack(">i", read_exactly(s, 4, 4, 0))
-                    if name == "file":
-                        half = read_exactly(s, size // 2, 64 * 1024, 0.001)
-                        got["sent_at_half"] = handler.sent.is_set()
-                        got[name] = half + read_exactly(s, size - len(half), 64 * 1024, 0.001)
-                        got["read_at"] = time.monotonic()
-                    else:
-                        got[name] = read_exactly(s, size, size, 0)
+            def read():
+                with client(port) as s:
+                    requests = (b"before-the-file", b"send-the-file", b"after-the-file")
+                    s.sendall(b"".join(map(frame, requests)))
+                    for name in ("before", "file", "after"):
+                        (size,) = struct.unpack(">i", read_exactly(s, 4, 4, 0))
+                        if name == "file":
+                            half = read_exactly(s, size // 2, 64 * 1024, 0.001)
+                            got["sent_at_half"] = handler.sent.is_set()
+                            got[name] = half + read_exactly(s, size - len(half), 64 * 1024, 0.001)
+                            got["read_at"] = time.monotonic()
+                        else:
+                            got[name] = read_exactly(s, size, size, 0)
 
-        try:
             thread = threading.Thread(target=read)
             thread.start()
             while thread.is_alive():
@@ -175,10 +187,6 @@ def test_a_slow_reader_gets_the_file_bytes_intact_in_many_steps_and_in_order(
             assert handler.sent.wait(5)
             if steps is not None:  # (the connection may be gone already)
                 assert steps >= 10, f"{steps} sendfile steps for a slow reader"
-        finally:
-            server.close()
-            await router.close()
-            os.close(handler.fd)
 
     run(loop_kind, main)
 
@@ -190,13 +198,8 @@ def test_a_connection_closed_mid_send_calls_on_sent_and_frees_its_descriptor(
     path, _ = content
 
     async def main():
-        handler = FileServer(path)
-        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 24,
-                        requests_per_connection=50)
-        server, router = await serve(handler, "127.0.0.1", 0, limits)
-        port = server.sockets[0].getsockname()[1]
-        baseline = open_fds()
-        try:
+        async with file_server(path) as (handler, router, port):
+            baseline = open_fds()
             s = await asyncio.to_thread(client, port)
             s.sendall(frame(b"send-the-file"))
             await asyncio.to_thread(read_exactly, s, 100_000, 100_000, 0)
@@ -210,10 +213,6 @@ def test_a_connection_closed_mid_send_calls_on_sent_and_frees_its_descriptor(
                 await asyncio.sleep(0.01)
             assert handler.sent.is_set(), "on_sent not called after the connection closed"
             assert await settles_at(baseline), "a descriptor was left open"
-        finally:
-            server.close()
-            await router.close()
-            os.close(handler.fd)
 
     run(loop_kind, main)
 
@@ -225,12 +224,7 @@ def test_a_file_cut_short_mid_send_closes_the_connection(content, tmp_path, loop
     copy.write_bytes(data)
 
     async def main():
-        handler = FileServer(copy)
-        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 24,
-                        requests_per_connection=50)
-        server, router = await serve(handler, "127.0.0.1", 0, limits)
-        port = server.sockets[0].getsockname()[1]
-        try:
+        async with file_server(copy) as (handler, router, port):
             s = await asyncio.to_thread(client, port)
             s.sendall(frame(b"send-the-file"))
             await asyncio.to_thread(read_exactly, s, 100_000, 100_000, 0)
@@ -250,10 +244,6 @@ def test_a_file_cut_short_mid_send_closes_the_connection(content, tmp_path, loop
                     break
                 await asyncio.sleep(0.01)
             assert handler.sent.is_set()
-        finally:
-            server.close()
-            await router.close()
-            os.close(handler.fd)
 
     run(loop_kind, main)
 
@@ -266,29 +256,20 @@ def test_many_file_and_bytes_chunks_arrive_in_order_to_a_slow_reader(content, lo
     )
 
     async def main():
-        handler = FileServer(path)
-        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 24,
-                        requests_per_connection=50)
-        server, router = await serve(handler, "127.0.0.1", 0, limits)
-        port = server.sockets[0].getsockname()[1]
+        async with file_server(path) as (handler, router, port):
 
-        def read():
-            with client(port) as s:
-                s.sendall(frame(b"send-many-pieces") * 3 + frame(b"after-the-pieces"))
-                out = []
-                for _ in range(4):
-                    (size,) = struct.unpack(">i", read_exactly(s, 4, 4, 0))
-                    out.append(read_exactly(s, size, 32 * 1024, 0.0002))
-                return out
+            def read():
+                with client(port) as s:
+                    s.sendall(frame(b"send-many-pieces") * 3 + frame(b"after-the-pieces"))
+                    out = []
+                    for _ in range(4):
+                        (size,) = struct.unpack(">i", read_exactly(s, 4, 4, 0))
+                        out.append(read_exactly(s, size, 32 * 1024, 0.0002))
+                    return out
 
-        try:
             got = await asyncio.to_thread(read)
             assert got[:3] == [expected] * 3
             assert got[3] == b"after-the-pieces"
-        finally:
-            server.close()
-            await router.close()
-            os.close(handler.fd)
 
     run(loop_kind, main)
 
@@ -301,33 +282,21 @@ def test_readers_that_stop_reading_do_not_hold_up_other_connections(content, loo
     expected = b"head" + data[START : START + SIZE] + b"tail"
 
     async def main():
-        handler = FileServer(path)
-        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 26,
-                        requests_per_connection=50)
-        server, router = await serve(handler, "127.0.0.1", 0, limits)
-        port = server.sockets[0].getsockname()[1]
-        stalled = []
-        try:
-            for _ in range(2 * writer.SEND_THREADS):
-                s = await asyncio.to_thread(client, port)
-                s.sendall(frame(b"send-the-file"))  # and never read
-                stalled.append(s)
-            await asyncio.sleep(0.2)
+        async with file_server(path, per_broker=64 * MB) as (handler, router, port):
+            with contextlib.ExitStack() as stalled:
+                for _ in range(2 * writer.SEND_THREADS):
+                    s = stalled.enter_context(await asyncio.to_thread(client, port))
+                    s.sendall(frame(b"send-the-file"))  # and never read
+                await asyncio.sleep(0.2)
 
-            def read():
-                with client(port) as s:
-                    s.sendall(frame(b"send-the-file"))
-                    (size,) = struct.unpack(">i", read_exactly(s, 4, 4, 0))
-                    return read_exactly(s, size, 1 << 20, 0)
+                def read():
+                    with client(port) as s:
+                        s.sendall(frame(b"send-the-file"))
+                        (size,) = struct.unpack(">i", read_exactly(s, 4, 4, 0))
+                        return read_exactly(s, size, 1 << 20, 0)
 
-            got = await asyncio.wait_for(asyncio.to_thread(read), 20)
-            assert got == expected
-        finally:
-            for s in stalled:
-                s.close()
-            server.close()
-            await router.close()
-            os.close(handler.fd)
+                got = await asyncio.wait_for(asyncio.to_thread(read), 20)
+                assert got == expected
 
     run(loop_kind, main)
 
@@ -339,12 +308,7 @@ def test_the_send_buffer_setting_sizes_each_connections_socket(content, send_buf
     path, _ = content
 
     async def main():
-        handler = FileServer(path)
-        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 24,
-                        requests_per_connection=50, send_buffer=send_buffer)
-        server, router = await serve(handler, "127.0.0.1", 0, limits)
-        port = server.sockets[0].getsockname()[1]
-        try:
+        async with file_server(path, send_buffer=send_buffer) as (handler, router, port):
             s = await asyncio.to_thread(client, port)
             s.sendall(frame(b"echo-this-frame"))
             await asyncio.to_thread(read_exactly, s, 19, 19, 0)
@@ -359,10 +323,6 @@ def test_the_send_buffer_setting_sizes_each_connections_socket(content, send_buf
                 assert size == 2 * send_buffer
             else:
                 assert size != 2 * 65536 and size >= kernel
-        finally:
-            server.close()
-            await router.close()
-            os.close(handler.fd)
 
     run("uvloop", main)
 
@@ -375,12 +335,7 @@ def test_responses_completed_in_one_pass_leave_in_one_write(content, loop_kind):
     payloads = [b"request %03d" % i for i in range(50)]
 
     async def main():
-        handler = FileServer(path)
-        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 24,
-                        requests_per_connection=100)
-        server, router = await serve(handler, "127.0.0.1", 0, limits)
-        port = server.sockets[0].getsockname()[1]
-        try:
+        async with file_server(path, requests_per_connection=100) as (handler, router, port):
             s = await asyncio.to_thread(client, port)
             s.sendall(b"".join(frame(p) for p in payloads))  # one segment on loopback
             got = await asyncio.to_thread(read_exactly, s, sum(4 + len(p) for p in payloads),
@@ -389,10 +344,6 @@ def test_responses_completed_in_one_pass_leave_in_one_write(content, loop_kind):
             (conn,) = router.connections
             assert conn._writer.transport_writes <= 5, conn._writer.transport_writes
             s.close()
-        finally:
-            server.close()
-            await router.close()
-            os.close(handler.fd)
 
     run(loop_kind, main)
 
@@ -404,21 +355,12 @@ def test_a_connection_closed_right_after_a_response_still_sends_it(content, loop
     path, _ = content
 
     async def main():
-        handler = FileServer(path)
-        limits = Limits(max_frame=1 << 20, per_connection=1 << 20, per_broker=1 << 24,
-                        requests_per_connection=10)
-        server, router = await serve(handler, "127.0.0.1", 0, limits)
-        port = server.sockets[0].getsockname()[1]
-        try:
+        async with file_server(path, requests_per_connection=10) as (handler, router, port):
             s = await asyncio.to_thread(client, port)
             s.sendall(frame(b"answer-then-close"))
             got = await asyncio.to_thread(read_exactly, s, 11, 11, 0)
             assert got == frame(b"goodbye")
             assert await asyncio.to_thread(s.recv, 1) == b""  # then closed
             s.close()
-        finally:
-            server.close()
-            await router.close()
-            os.close(handler.fd)
 
     run(loop_kind, main)
