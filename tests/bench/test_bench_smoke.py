@@ -140,3 +140,16 @@ def test_profile_summary_from_collapsed_stacks(tmp_path):
     assert own[0] == ("a/y.py:work", 75.0)
     assert dict(incl)["a/x.py:main"] == 100.0
     assert "<svg" in report.flamegraph_svg(report.read_collapsed(f), "t")
+
+
+def test_durable_latency_runs_the_disk_alone_and_headrace(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.durablelatency", "--seconds", "2", "--rounds", "1",
+         "--workers", "1", "--no-kafka", "--mib-per-sec", "20", "--data", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("round 1")]
+    assert [r[2] for r in rows] == ["disk:", "headrace:"]
+    for r in rows:  # p50 <= p99 <= p99.9, all positive
+        p50, p99, p999 = float(r[4]), float(r[6]), float(r[8])
+        assert 0 < p50 <= p99 <= p999
