@@ -37,7 +37,10 @@ TOPIC = "durable"
 
 def quantiles(latencies_ms: list[float]) -> dict:
     lat = sorted(latencies_ms)
-    at = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
+
+    def at(q: float) -> float:
+        return lat[min(len(lat) - 1, int(q * len(lat)))]
+
     return {"p50_ms": at(0.5), "p99_ms": at(0.99), "p999_ms": at(0.999), "count": len(lat)}
 
 
@@ -71,6 +74,10 @@ def broker_run(kind: str, root: Path, bytes_per_sec: float, seconds: float) -> d
         res = drive(broker.bootstrap, TOPIC, 1, Meter({"broker": broker.pids}), root / "clients",
                     kind, record_size=RECORD, batch_records=BATCH, inflight=5, warmup=5.0,
                     seconds=seconds, rate=bytes_per_sec)
+        stored = sum(wire.end_offsets("127.0.0.1", broker.port, TOPIC).values())
+        if stored != res["records_acked"]:
+            raise RuntimeError(f"{kind}: {res['records_acked']} records acknowledged, "
+                               f"{stored} stored")
     finally:
         broker.stop()
         broker.cleanup()
