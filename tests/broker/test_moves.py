@@ -153,8 +153,18 @@ def test_a_move_under_load_keeps_every_acknowledged_record_in_order(cluster):
     # the old broker deleted its copy, the new one serves it; epochs went up by one
     wait_for(lambda: not (brokers[source - 1].data_dir / f"moving-{index}").exists(), 10, "old copy removed")
     assert (brokers[target - 1].data_dir / f"moving-{index}").exists()
-    switched = [line for line in brokers[source - 1].lines if f"moving-{index} moved to [{target}]" in line]
-    assert switched, "the old leader logs the switch"
+    # the log line follows the switch's ZooKeeper write, and the broker's log is read by a
+    # thread: it may come a little after the copy's removal
+    old_log = brokers[source - 1].lines
+    try:
+        switched = wait_for(
+            lambda: [line for line in old_log if f"moving-{index} moved to [{target}]" in line],
+            10,
+            "the old leader to log the switch",
+        )
+    except AssertionError:
+        print("\n".join(line for line in old_log if f"moving-{index}" in line))
+        raise
     print(switched[0])  # how long writes were stopped
     md = metadata(brokers[0], ["moving"])
     epochs = {p.partition_index: p.leader_epoch for p in md.topics[0].partitions}
