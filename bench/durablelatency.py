@@ -27,21 +27,12 @@ from pathlib import Path
 
 from bench import brokers, wire
 from bench.cpu import Meter
-from bench.wireproduce import drive
+from bench.wireproduce import drive, percentile
 
 MiB = 1 << 20
 RECORD = 64 * 1024
 BATCH = 15  # S2's requests: as many 64 KiB records as a 1 MiB batch.size holds
 TOPIC = "durable"
-
-
-def quantiles(latencies_ms: list[float]) -> dict:
-    lat = sorted(latencies_ms)
-
-    def at(q: float) -> float:
-        return lat[min(len(lat) - 1, int(q * len(lat)))]
-
-    return {"p50_ms": at(0.5), "p99_ms": at(0.99), "p999_ms": at(0.999), "count": len(lat)}
 
 
 def disk_alone(directory: Path, bytes_per_sec: float, request: int, seconds: float) -> dict:
@@ -62,7 +53,8 @@ def disk_alone(directory: Path, bytes_per_sec: float, request: int, seconds: flo
     finally:
         os.close(fd)
         path.unlink()
-    return quantiles(lat)
+    return {"p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
+            "p999_ms": percentile(lat, 99.9)}
 
 
 def broker_run(kind: str, root: Path, bytes_per_sec: float, seconds: float) -> dict:
