@@ -3,14 +3,15 @@ and how much CPU each GiB costs it.
 
     python -m bench.producepath [--clients 2] [--partitions 8] [--record-size 1024]
                                 [--batch-records 15] [--inflight 5] [--seconds 15]
-                                [--compare REF ...] [--rounds 2]
+                                [--compare REF ...] [--rounds 2] [--unpinned]
 
 For each round and each broker under test (``--compare REF``: Headrace as committed at REF,
 next to the working tree; repeat it for more) a broker is started as one process on an empty
 data directory, pinned to the broker CPU, with a topic of ``--partitions`` partitions; then
 ``--clients`` processes of ``bench.wireproduce`` (pinned to the client CPU: little CPU per
-byte) keep ``--inflight`` acks=1 Produce requests of one batch each outstanding, cycling over
-the partitions. Every acknowledged record is checked against the partitions' end offsets.
+byte; ``--unpinned``: broker and clients share every CPU) keep ``--inflight`` acks=1 Produce
+requests of one batch each outstanding, cycling over the partitions. Every acknowledged
+record is checked against the partitions' end offsets.
 
 Reported per run: MiB/s of records acknowledged, and the broker's CPU-seconds (user + system,
 from /proc/<pid>/stat) per GiB stored. S3 of ``bench.run`` is the same load, through Kafka's
@@ -20,6 +21,7 @@ own producer and side by side with Kafka.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -74,17 +76,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--compare", metavar="REF", action="append", default=[],
                     help="also measure Headrace as committed at REF (may be repeated)")
+    ap.add_argument("--unpinned", action="store_true",
+                    help="broker and clients share every CPU (default: one CPU each)")
     ap.add_argument("--data", type=Path,
                     default=Path(tempfile.gettempdir()) / "headrace-producepath")
     args = ap.parse_args(argv)
 
-    pin_self(CLIENT_CPUS)  # the clients inherit it; brokers pin themselves
+    if not args.unpinned:
+        pin_self(CLIENT_CPUS)  # the clients inherit it; brokers pin themselves
+    broker_cpus = set(range(os.cpu_count() or 1)) if args.unpinned else None
 
     def run(path: Path | None) -> dict:
         data_dir = args.data / "data"
         shutil.rmtree(data_dir, ignore_errors=True)
         broker = HeadraceBroker(data_dir, log_file=args.data / "broker.log",
-                                pythonpath=path).start()
+                                cpus=broker_cpus, pythonpath=path).start()
         try:
             return measure(broker, args, args.data / "clients")
         finally:
@@ -94,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     compare_variants(args.compare, args.data, args.rounds, run,
                      f"{args.clients} clients, {args.partitions} partitions, batches of "
                      f"{args.batch_records} x {args.record_size} B, {args.inflight} in flight, "
-                     f"{args.seconds:.0f} s per run")
+                     f"{args.seconds:.0f} s per run" + (", unpinned" if args.unpinned else ""))
 
 
 if __name__ == "__main__":

@@ -214,6 +214,7 @@ class Moves:
         partition.frozen = True
         done = False
         try:
+            await partition.writes_done()
             await self.topics.flush([partition])
             end = partition.log.log_end_offset
             deadline = loop.time() + self.lag_s

@@ -3,10 +3,11 @@
 Each partition's payload is validated and appended on the spot (``log_validator.validate``:
 the records inside each batch, as Kafka's LogValidator checks them; ``Partition.append``: batch
 framing, size, CRC-32C, idempotent-producer sequence, offsets written in place) and the
-handler returns at once. When a partition's unflushed messages reach ``flush.messages`` the
-response waits for the flush stage, whose group commit covers every append made before it;
-otherwise the response is complete as soon as the data is in the page cache. acks=0 gets no
-response.
+handler returns at once, unless a partition's copy into the page cache went to the append
+stage (``Partition.produce``: large payloads; pipeline/append.py): then the response waits
+for those writes. When a partition's unflushed messages reach ``flush.messages`` the response
+waits for the flush stage, whose group commit covers every append made before it; otherwise
+the response is complete as soon as the data is in the page cache. acks=0 gets no response.
 
 Replication (cluster mode, leader_state.py): with acks=all a partition whose ISR is smaller
 than ``min.insync.replicas`` answers NOT_ENOUGH_REPLICAS before appending; otherwise the
@@ -66,6 +67,7 @@ def handle(broker, header, request):
     now_ms = int(time.time() * 1000)
     acks_all = request.acks == -1
     waits: list[tuple[object, object, asyncio.Future]] = []  # (answer, leader state, future)
+    writes: list[tuple[str, object, asyncio.Future]] = []  # (topic, answer, append stage's write)
     hints = LeaderHints(broker, session, R, 10, 10, version)
     for t in request.topic_data:
         topic = topics.find(None if version >= 13 else t.name, t.topic_id)
@@ -108,6 +110,7 @@ def handle(broker, header, request):
             if topic.setting("message.timestamp.type") == "LogAppendTime":
                 append_time = int(time.time() * 1000)
             rejection = None
+            written = None
             ls = partition.leader_state
             if p.records is None:
                 code, base = ErrorCode.CORRUPT_MESSAGE, -1
@@ -116,8 +119,12 @@ def handle(broker, header, request):
             elif (rejection := validate(p.records, topic, now_ms)) is not None:
                 code, base = rejection.error_code, -1
             else:
-                code, base, count = partition.append(
-                    p.records, int(topic.setting("max.message.bytes")), verify, append_time
+                code, base, count, written = partition.produce(
+                    p.records,
+                    int(topic.setting("max.message.bytes")),
+                    verify,
+                    append_time,
+                    broker.appender,
                 )
                 if count and partition.unflushed >= int(topic.setting("flush.messages")):
                     to_flush.append(partition)
@@ -140,6 +147,8 @@ def handle(broker, header, request):
                         )
                     ]
             partitions.append(answer)
+            if written is not None:
+                writes.append((t.name, answer, written))
             if acks_all and ls is not None and code == ErrorCode.NONE and not ls.solo:
                 waits.append((answer, ls, ls.wait(base + 1)))
         responses.append(
@@ -152,12 +161,34 @@ def handle(broker, header, request):
             session, header.client_id, PRODUCE_QUOTA, size, time.monotonic()
         )
         session.throttle(response.throttle_time_ms)
+    if writes:
+        return _after_writes(writes, broker, to_flush, waits, response, request)
+    return _finish(broker, to_flush, waits, response, request)
+
+
+def _finish(broker, to_flush, waits, response, request):
+    """The response once the batches are in the page cache: at once, or after the flush
+    stage and the ISR."""
     if waits:
         flushed = broker.topics.flush(to_flush) if to_flush else None
         return _after_replication(flushed, waits, response, request.timeout_ms / 1000)
     if to_flush:
         return _after_flush(broker.topics.flush(to_flush), response, request.acks)
     return None if request.acks == 0 else response
+
+
+async def _after_writes(writes, broker, to_flush, waits, response, request):
+    """Wait for the append stage's writes (a failed one answers KAFKA_STORAGE_ERROR), then
+    ``_finish``. acks=0 waits too: the request counts against the request limits until then."""
+    await asyncio.wait([w for _, _, w in writes])
+    for name, answer, write in writes:
+        error = write.exception()
+        if error is not None and answer.error_code == ErrorCode.NONE:
+            storage_failed(f"{name}-{answer.index}", "append", error)
+            answer.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            answer.base_offset = -1
+    result = _finish(broker, to_flush, waits, response, request)
+    return await result if asyncio.iscoroutine(result) else result
 
 
 async def _after_replication(flushed, waits, response, timeout_s: float):

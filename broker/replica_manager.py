@@ -336,6 +336,7 @@ class ReplicaManager:
         try:
             if leaving:
                 p.frozen = True
+                await p.writes_done()
                 await self.topics.flush([p])
                 code = await p.replicated(p.log.log_end_offset, self.lag_s)
                 if code:

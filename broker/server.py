@@ -24,8 +24,9 @@ does; the connection stays open (an acks=0 produce, having no response, closes i
 
 How the pieces are wired
 ------------------------
-``BrokerServer.__init__`` builds everything, and nothing waits for ``start`` to exist: the flush
-stage (``GroupCommit``), the topic table (``TopicManager``: every topic and partition, and
+``BrokerServer.__init__`` builds everything, and nothing waits for ``start`` to exist: the append
+stage (``Appender``, produce's copies into the page cache), the flush stage
+(``GroupCommit``), the topic table (``TopicManager``: every topic and partition, and
 ``topics.flush(partitions)``, the one way to make appends durable), the producer id source
 (``ProducerIdManager``), the group coordinator, the log cleaner and the transaction
 coordinator, and the ``BrokerClient`` the transaction coordinator sends markers to other
@@ -63,6 +64,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from headrace.pipeline import (
+    Appender,
     ByteBudget,
     CloseConnection,
     GroupCommit,
@@ -199,6 +201,7 @@ class BrokerServer:
         self.bound: dict[str, int] = {}  # listener name -> the port it listens on
         self.data_dir = Path(str(config["log.dirs"])).absolute()
         self.group_commit = GroupCommit()
+        self.appender = Appender()
         # what the request path counts; the rest is read at scrape time (metrics.py)
         self.metrics = BrokerMetrics()
         self.group_commit.observer = self.metrics.flushed
@@ -534,6 +537,7 @@ class BrokerServer:
             await self._router.close()
         self.groups.stop()
         self.transactions.stop()
+        await self.appender.close()
         await self.group_commit.close()
         await asyncio.to_thread(self._close_data_dir)
         self._servers = []
@@ -680,6 +684,7 @@ class BrokerServer:
         self.groups.stop()
         self.transactions.stop()
         await self.broker_client.close()
+        await self.appender.close()
         await self.group_commit.close()
         await asyncio.to_thread(self._close_data_dir)
         self.read_pool.shutdown(wait=True)

@@ -15,6 +15,7 @@ Files, in reading order:
   (request bytes in flight, connections per address).
 * ``budget.py``: ``ByteBudget``, broker-wide bytes reserved before memory is used (fetch
   responses) and released once the response has left.
+* ``append.py``: ``Appender``, the append stage: copies into the page cache in a thread.
 * ``flush.py``: ``GroupCommit``, the flush stage.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import ssl as ssl_module
 
+from .append import Appender
 from .budget import ByteBudget, Reservation
 from .connection import Connection
 from .flush import GroupCommit
@@ -30,6 +32,7 @@ from .limits import Limits
 from .router import CloseConnection, Handler, Request, Response, Router
 
 __all__ = [
+    "Appender",
     "ByteBudget",
     "CloseConnection",
     "Connection",

@@ -10,11 +10,22 @@ writes index entries (and the aborted-transaction entry of an
 abort marker) and only then publishes the new size and log end offset under the lock, so a
 reader never sees part of an append. A failed write is undone: the file is cut back and the
 index files return to their published entries.
+
+``append_later`` splits an append in two, so that the copy into the page cache can run in
+another thread while the owner goes on: the owner *reserves* (checks, rolls when due, takes
+the offsets: ``next_offset`` moves on, ``log_end_offset`` does not), and a writer thread
+later makes the same write and publication as ``append``, in reservation order. Every other
+owner operation first waits for the reservations to be written (``settle``), so they see the
+log as if the appends had been made on the spot. A reservation counts an entry in each index
+for every reservation ahead of it when it decides whether the segment has room, so a write
+never needs a roll of its own.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from functools import partial
 
 from .errors import StorageError
 from .io import undo_write
@@ -23,8 +34,21 @@ from .segment import INT32_MAX, LogSegment
 from .txn_index import AbortedTxn
 
 
+class Reservations:
+    """The appends ``append_later`` reserved and a writer has not yet written (lock held)."""
+
+    __slots__ = ("count", "size", "end", "written")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.count = 0
+        self.size = 0  # their bytes
+        self.end = 0  # the offset after the last one
+        self.written = threading.Condition(lock)  # notified when count drops to 0
+
+
 class LogAppends(LogState):
-    """Log's write side: the owner thread's append, roll and add_aborted_txn."""
+    """Log's write side: the owner thread's append, roll and add_aborted_txn; appends reserved
+    by the owner and written by a writer thread (``append_later``)."""
 
     def append(
         self,
@@ -41,42 +65,125 @@ class LogAppends(LogState):
         ``base_offset`` must equal ``log_end_offset``; afterwards ``log_end_offset`` is
         ``last_offset + 1``. Writes into the page cache only (see ``flush``). ``copied``:
         the batches come from another replica's log, where compaction may have left gaps
-        between offsets, so ``base_offset`` may lie above ``log_end_offset``.
+        between offsets, so ``base_offset`` may lie above ``log_end_offset``. Waits for the
+        appends ``append_later`` reserved first (``settle``).
 
         ``aborted_txn``: the batch is an abort marker (its ``last_offset`` lies in the batch);
         the entry goes to the transaction index of the segment that receives the batch,
         written before the batch is published, so a flush that covers the marker covers it.
         """
+        self.settle()
         if base_offset != self.log_end_offset and not (
             copied and base_offset > self.log_end_offset
         ):
             raise ValueError(
                 f"append at offset {base_offset}, log end offset is {self.log_end_offset}"
             )
+        n = self._checked_size(batch, base_offset, last_offset)
+        if aborted_txn is not None and not base_offset <= aborted_txn.last_offset <= last_offset:
+            raise ValueError("the aborted transaction's marker is not in the appended batch")
+        seg = self._segment_for(n, last_offset, max_timestamp, 0, 0)
+        self._append_to(seg, batch, n, base_offset, last_offset, max_timestamp, aborted_txn)
+
+    def append_later(self, batch, base_offset: int, last_offset: int, max_timestamp: int):
+        """Reserve an append of whole batches at ``next_offset`` (owner thread) and return the
+        call that writes it: a writer thread calls the calls of one log in the order they were
+        reserved, each one as ``append`` would write (it raises ``StorageError``). Until then
+        ``log_end_offset`` (what readers see) leaves the batch out and ``next_offset``
+        includes it. A roll due at the reservation happens there, after the earlier
+        reservations are written. A write whose predecessor failed fails too, so the offsets
+        stay contiguous; once every reservation has been written or failed, ``next_offset``
+        is ``log_end_offset`` again."""
+        if base_offset != self.next_offset:
+            raise ValueError(f"append at offset {base_offset}, next offset is {self.next_offset}")
+        n = self._checked_size(batch, base_offset, last_offset)
+        r = self._reserved
+        if r is None:
+            r = self._reserved = Reservations(self._lock)
+        with self._lock:
+            pending, pending_bytes = r.count, r.size
+        seg = self._segment_for(n, last_offset, max_timestamp, pending, pending_bytes)
+        with self._lock:
+            r.count += 1
+            r.size += n
+            r.end = last_offset + 1
+        return partial(
+            self._write_reserved, r, seg, batch, n, base_offset, last_offset, max_timestamp
+        )
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next append gets: ``log_end_offset`` unless ``append_later`` has
+        reservations not yet written (owner thread)."""
+        r = self._reserved
+        return r.end if r is not None and r.count else self.log_end_offset
+
+    @property
+    def writing(self) -> bool:
+        """Reservations of ``append_later`` are not yet written."""
+        r = self._reserved
+        return r is not None and r.count > 0
+
+    def settle(self) -> None:
+        """Wait until every reservation of ``append_later`` has been written or has failed
+        (every owner operation but ``append_later`` does this first)."""
+        r = self._reserved
+        if r is not None and r.count:
+            with r.written:
+                while r.count:
+                    r.written.wait()
+
+    def _checked_size(self, batch, base_offset: int, last_offset: int) -> int:
         if last_offset < base_offset:
             raise ValueError("last_offset < base_offset")
         if self._closed:
             raise StorageError("log is closed")
-        n = len(batch) if not isinstance(batch, memoryview) else batch.nbytes
-        if aborted_txn is not None and not base_offset <= aborted_txn.last_offset <= last_offset:
-            raise ValueError("the aborted transaction's marker is not in the appended batch")
+        return len(batch) if not isinstance(batch, memoryview) else batch.nbytes
+
+    def _segment_for(
+        self, n: int, last_offset: int, max_timestamp: int, pending: int, pending_bytes: int
+    ) -> LogSegment:
+        """The segment an append of ``n`` bytes goes to behind ``pending`` reserved appends of
+        ``pending_bytes``: the active one, or a new one when a roll is due (segment bytes or
+        age, index room counting an entry for every reserved append, relative offsets)."""
         try:
             if not self._appendable:
                 with self._lock:
                     self._make_appendable()
             seg = self._active
-            if seg.size:
-                if (
-                    seg.size + n > self.config.segment_bytes
-                    or seg.time_waited_for_roll(max_timestamp, time.monotonic()) > self._roll_ms
-                    or seg.offset_index.full(self._max_offset_entries)
-                    or seg.time_index.full(self._max_time_entries)
-                    or last_offset - seg.base_offset > INT32_MAX
-                ):
-                    seg = self._roll()
-            position = seg.size
-            if position + n > INT32_MAX:
-                raise ValueError("append larger than a segment can hold")
+            size = seg.size + pending_bytes
+            if size and (
+                size + n > self.config.segment_bytes
+                or (  # (a segment whose first batch is still reserved is new)
+                    seg.size
+                    and seg.time_waited_for_roll(max_timestamp, time.monotonic()) > self._roll_ms
+                )
+                or seg.offset_index.full(self._max_offset_entries - pending)
+                or seg.time_index.full(self._max_time_entries - pending)
+                or last_offset - seg.base_offset > INT32_MAX
+            ):
+                self.settle()
+                seg = self._roll()
+                size = 0
+        except OSError as e:
+            raise StorageError(f"append to {self.directory} failed: {e}") from e
+        if size + n > INT32_MAX:
+            raise ValueError("append larger than a segment can hold")
+        return seg
+
+    def _append_to(
+        self,
+        seg: LogSegment,
+        batch,
+        n: int,
+        base_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        aborted_txn: AbortedTxn | None,
+    ) -> None:
+        """Write at the end of ``seg`` (the active segment), then publish."""
+        position = seg.size
+        try:
             fd = seg.log_file.acquire()  # reopened if its descriptor was closed meanwhile
         except OSError as e:
             raise StorageError(f"append to {self.directory} failed: {e}") from e
@@ -98,6 +205,28 @@ class LogAppends(LogState):
             mt = self._max_ts
             if mt is not None and max_timestamp > mt[0]:
                 self._max_ts = (max_timestamp, last_offset)
+
+    def _write_reserved(
+        self,
+        r: Reservations,
+        seg: LogSegment,
+        batch,
+        n: int,
+        base_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+    ) -> None:
+        """An ``append_later`` reservation's write (the writer thread)."""
+        try:
+            if self._closed or seg is not self._active or base_offset != self.log_end_offset:
+                raise StorageError(f"append to {self.directory} failed: an earlier one failed")
+            self._append_to(seg, batch, n, base_offset, last_offset, max_timestamp, None)
+        finally:
+            with r.written:
+                r.count -= 1
+                r.size -= n
+                if not r.count:
+                    r.written.notify_all()
 
     def _write(
         self,
@@ -143,6 +272,7 @@ class LogAppends(LogState):
 
     def roll(self) -> None:
         """Start a new active segment now, unless the active one is empty (owner thread)."""
+        self.settle()
         if self._active.size:
             try:
                 self._roll()

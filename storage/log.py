@@ -31,8 +31,9 @@ part of the class:
     log.py          the state, opening, truncation, retention and DeleteRecords,
                     replace_segments, close
 
-Threads. One *owner* thread (the broker's event loop) calls ``append``, ``roll``,
-``truncate_to``, ``update_config``, ``close`` and ``delete``. One *flush* thread at a time may
+Threads. One *owner* thread (the broker's event loop) calls ``append``, ``append_later``,
+``roll``, ``truncate_to``, ``update_config``, ``close`` and ``delete``; one *writer* thread
+makes the writes ``append_later`` returns, in order (append.py). One *flush* thread at a time may
 call ``flush`` concurrently with the owner (group commit). One *maintenance* thread at a time
 may call ``apply_retention``, ``delete_records_before``, ``inactive_segments`` and
 ``replace_segments`` (the log cleaner, storage/cleaning/, is a client of these two): they
@@ -138,6 +139,7 @@ class Log(LogAppends, LogReads, LogFlush):
         self._dir_dirty = False
         self._rolled_index_paths: list[str] = []  # index files of rolled, unflushed segments
         self._max_ts: tuple[int, int] | None = None
+        self._reserved = None
         self._on_disk: Checkpoint | None = None  # the checkpoint entry, when known
         self._checkpoints = checkpoints  # the data directory's offsets checkpoint
         self.opened_clean = False  # open read no segment data (a clean close, or a new log)
@@ -155,6 +157,7 @@ class Log(LogAppends, LogReads, LogFlush):
 
     def update_config(self, config: LogConfig) -> None:
         """Apply changed settings (AlterConfigs); they take effect from the next append."""
+        self.settle()
         self.config = config
         self._set_limits(config)
 
@@ -341,6 +344,7 @@ class Log(LogAppends, LogReads, LogFlush):
         and the log end offset becomes that batch's base offset. Below the log start offset
         the log is emptied and restarts at ``offset``.
         """
+        self.settle()
         if offset >= self.log_end_offset:
             return
         try:
@@ -386,6 +390,7 @@ class Log(LogAppends, LogReads, LogFlush):
     def restart_at(self, offset: int) -> None:
         """Empty the log and start it again at ``offset`` (owner thread): a replica that
         copies another's log starts where that one starts."""
+        self.settle()
         try:
             self._truncate_fully(offset)
         except OSError as e:
@@ -476,6 +481,7 @@ class Log(LogAppends, LogReads, LogFlush):
 
         ``removing``: the log's directory is about to be removed: its checkpoint entry is
         dropped instead (written with the next write of the table)."""
+        self.settle()
         if self._closed:
             return
         try:

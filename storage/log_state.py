@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .segment import LogSegment
 
 if TYPE_CHECKING:
+    from .append import Reservations
     from .config import LogConfig
     from .open_files import OpenFiles
 
@@ -38,6 +39,7 @@ class LogState:
     _rolled_index_paths: list[str]  # index files of rolled, unflushed segments
     _max_ts: tuple[int, int] | None  # (largest timestamp, its offset); None: not known
     _closed: bool
+    _reserved: Reservations | None  # append_later's, once it was first called (append.py)
     _roll_ms: int
     _max_offset_entries: int
     _max_time_entries: int

@@ -1,0 +1,135 @@
+"""Appends reserved on the owner thread and written by a writer thread (``Log.append_later``).
+
+The reserved offsets are the next append's; readers see a reservation only once a writer has
+written it; the writes of one log run in reservation order; a roll due at a reservation waits
+for the writes ahead of it; a failed write fails the ones behind it and leaves the log as it
+was; every other owner operation waits for the writes first.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from headrace.storage import Log, LogConfig, StorageError
+from storage_batches import last_offset, make_batch, max_ts, split_batches
+
+
+def read_all(log: Log) -> list[bytes]:
+    out, offset = [], log.log_start_offset
+    while offset < log.log_end_offset:
+        got = split_batches(log.read(offset, 1 << 20))
+        out += got
+        offset = last_offset(got[-1]) + 1
+    return out
+
+
+def reserve(log: Log, count: int = 3, value_size: int = 100):
+    """Reserve one batch of ``count`` records at the next offset: (batch, write)."""
+    batch = make_batch(log.next_offset, count, value_size=value_size)
+    return batch, log.append_later(batch, log.next_offset, last_offset(batch), max_ts(batch))
+
+
+def test_a_reservation_is_readable_only_once_written(open_log):
+    log = open_log()
+    first, write = reserve(log)
+    assert (log.next_offset, log.log_end_offset, log.writing) == (3, 0, True)
+    second, write2 = reserve(log)
+    assert log.next_offset == 6 and int.from_bytes(second[:8], "big") == 3
+    assert read_all(log) == []
+    write()
+    assert log.log_end_offset == 3 and read_all(log) == [first]
+    write2()
+    assert (log.next_offset, log.log_end_offset, log.writing) == (6, 6, False)
+    assert read_all(log) == [first, second]
+
+
+def test_writes_in_a_thread_roll_segments_and_survive_a_reopen(open_log, log_dir, backend):
+    """Small segments: many reservations need a roll, which waits for the writes ahead."""
+    log = open_log()
+    writer = ThreadPoolExecutor(1)
+    batches, futures = [], []
+    for i in range(300):
+        batch, write = reserve(log, count=1 + i % 4, value_size=50 + i % 200)
+        batches.append(batch)
+        futures.append(writer.submit(write))
+        assert log.log_end_offset <= log.next_offset
+    for f in futures:
+        f.result(10)
+    writer.shutdown()
+    assert log.segment_count > 10
+    assert read_all(log) == batches
+    for b in batches[::37]:  # index lookups find every batch
+        assert split_batches(log.read(int.from_bytes(b[:8], "big"), 1 << 16))[0] == b
+    log.close()
+    reopened = open_log(recover=True)
+    assert read_all(reopened) == batches
+
+
+class FailingWrites:
+    """An I/O backend whose writes fail (ENOSPC) while ``failing`` is set."""
+
+    def __init__(self, backend) -> None:
+        self.backend, self.failing = backend, False
+
+    def write_all(self, fd, data, n, position):
+        if self.failing:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.backend.write_all(fd, data, n, position)
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+
+def test_a_failed_write_fails_the_ones_behind_it_and_leaves_the_log_as_it_was(open_log):
+    log = open_log(LogConfig(segment_bytes=1 << 20))
+    kept, write = reserve(log)
+    write()
+    log._io = FailingWrites(log._io)
+    log._io.failing = True
+    writes = [reserve(log)[1] for _ in range(3)]
+    assert log.next_offset == 12
+    for w in writes:
+        with pytest.raises(StorageError):
+            w()
+    assert (log.next_offset, log.log_end_offset, log.writing) == (3, 3, False)
+    assert read_all(log) == [kept]
+    log._io.failing = False
+    after, write = reserve(log)
+    assert int.from_bytes(after[:8], "big") == 3  # the failed offsets are given again
+    write()
+    assert read_all(log) == [kept, after]
+
+
+def test_owner_operations_wait_for_the_writes(open_log):
+    log = open_log(LogConfig(segment_bytes=1 << 20))
+    first, write = reserve(log)
+    timer = threading.Timer(0.2, write)
+    timer.start()
+    started = time.monotonic()
+    second = make_batch(3, 2)
+    log.append(second, 3, 4, max_ts(second))  # waits for the reservation ahead of it
+    assert time.monotonic() - started >= 0.15
+    assert read_all(log) == [first, second]
+    _, write = reserve(log)
+    threading.Timer(0.2, write).start()
+    log.truncate_to(3)  # waits, then cuts what it wrote
+    assert read_all(log) == [first] and log.next_offset == 3
+    third, write = reserve(log)
+    threading.Timer(0.2, write).start()
+    log.close()  # waits for the write, which the close then covers
+    reopened = open_log(recover=True)
+    assert read_all(reopened) == [first, third]
+
+
+def test_a_reservation_must_take_the_next_offset(open_log):
+    log = open_log()
+    _, write = reserve(log)
+    batch = make_batch(0)
+    with pytest.raises(ValueError):
+        log.append_later(batch, 0, 0, max_ts(batch))
+    write()
