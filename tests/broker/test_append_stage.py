@@ -34,11 +34,11 @@ def values_of(i: int, count: int = 4) -> list[bytes]:
     return [b"%06d-%d:" % (i, j) + os.urandom(RECORD) for j in range(count)]
 
 
-def send_produce(client, topic: str, values: list[bytes], sequence: int) -> int:
+def send_produce(client, topic: str, values: list[bytes], sequence: int, acks: int = 1) -> int:
     batch = build_batch([Record(value=v) for v in values], producer_id=PID, producer_epoch=0,
                         base_sequence=sequence)
     return client.send(ApiKey.PRODUCE, 9, P(
-        transactional_id=None, acks=1, timeout_ms=10_000,
+        transactional_id=None, acks=acks, timeout_ms=10_000,
         topic_data=[P.TopicProduceData(name=topic, partition_data=[
             P.PartitionProduceData(index=0, records=batch)])]))
 

@@ -193,6 +193,29 @@ def test_kill_9_of_the_leader_loses_no_acknowledged_record(cluster):
     assert result["acked"] > 1000
 
 
+def test_large_acks_all_produces_are_on_the_follower_that_takes_over(cluster):
+    """Requests of several hundred KiB, pipelined, whose copies the leader's append stage
+    makes: each acks=all answer comes once the follower has the batch, and after a kill -9 of
+    the leader the follower that takes over serves every acknowledged record."""
+    from test_append_stage import answers, read_all, send_produce, values_of
+
+    brokers = cluster(2)
+    create(brokers, "large", 1, 2, **{"min.insync.replicas": 2})
+    wait_for(lambda: in_sync(brokers, "large", 1, 2), 30, "a full ISR")
+    leader = partitions(brokers[0], "large")[0].leader_id
+    sent_values = [values_of(i) for i in range(8)]
+    with WireClient(brokers[leader - 1].port, timeout=30) as c:
+        sent = [send_produce(c, "large", v, 4 * i, acks=-1) for i, v in enumerate(sent_values)]
+        parts = answers(c, sent)
+    assert [(p.error_code, p.base_offset) for p in parts] == [(0, 4 * i) for i in range(8)]
+    brokers[leader - 1].kill()
+    survivor = brokers[2 - leader]
+    wait_for(lambda: partitions(survivor, "large")[0].leader_id == 3 - leader,
+             SESSION_MS / 1000 + 20, "the follower to lead")
+    with WireClient(survivor.port, timeout=30) as c:
+        assert read_all(c, "large") == [v for values in sent_values for v in values]
+
+
 def test_a_stopped_leader_steps_down_truncates_and_rejoins_the_isr(cluster):
     brokers = cluster(3)
     create(brokers, "paused", 1, 3, **{"min.insync.replicas": 2})
