@@ -5,7 +5,10 @@ path of a produce (validation, offsets, producer checks, transaction markers).
 sizes, record counts and CRCs, then the producer's sequence and epoch (``producer_state``) and,
 for a transactional batch, the coordinator's check that the partition is in the producer's
 open transaction. Offsets are written into the payload in place (the CRC does not cover them).
-After an append every waiting fetch is woken. When the log rolls a segment, the producer state
+After an append every waiting fetch is woken. ``Partition.produce`` (the Produce API's entry)
+leaves the copy of a large payload into the page cache to the append stage
+(pipeline/append.py): offsets and producer state at once, the batches readable (and the
+fetches woken) once the copy is done. When the log rolls a segment, the producer state
 is snapshotted in a worker thread.
 
 A replica's copy (``append_copied``: a partition being moved here, fetched from its leader)
