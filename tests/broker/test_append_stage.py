@@ -4,18 +4,32 @@ Pipelined on one connection, with an idempotent producer's sequences: responses 
 order, offsets contiguous, a retry answered with the original's offset, every record readable
 and still there after a kill. On a disk that fills up meanwhile, the writes behind a failed one
 fail too, nothing acknowledged is lost, and the producer's state forgets what was not written:
-the retry of the first failed request is stored once space returns.
+the retry of the first failed request is stored once space returns. Connections flooding it
+with acks=0 requests faster than it copies hold the broker to its request limits, and every
+record they sent is stored.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import struct
+import threading
+import time
 
 import pytest
-
-from headrace.protocol import ApiKey, ErrorCode, messages
-from headrace.protocol.records import Record, build_batch, decode_records, iter_batches
+from boundsprobe import MB, Watch, api_versions_frame, rss
 from kafkawire import WireClient
+
+from headrace.protocol import (
+    ApiKey,
+    ErrorCode,
+    RequestHeader,
+    encode_request,
+    encode_request_header,
+    messages,
+)
+from headrace.protocol.records import Record, build_batch, decode_records, iter_batches
 
 P = messages.ProduceRequest
 F = messages.FetchRequest
@@ -128,3 +142,58 @@ def test_a_disk_filling_under_pipelined_large_produces_loses_nothing_acknowledge
     b.start()
     with WireClient(b.port, timeout=30) as c:
         assert read_all(c, "full") == kept
+
+
+def log_end(client, topic: str) -> int:
+    L = messages.ListOffsetsRequest
+    r = client.request(ApiKey.LIST_OFFSETS, 7, L(replica_id=-1, isolation_level=0, topics=[
+        L.ListOffsetsTopic(name=topic, partitions=[
+            L.ListOffsetsPartition(partition_index=0, timestamp=-1)])]))
+    return r.topics[0].partitions[0].offset
+
+
+def test_an_acks_0_flood_of_large_produces_is_held_to_the_request_limits(broker_factory):
+    """Three connections send 1 MB acks=0 requests as fast as the loopback takes them, several
+    times faster than the page cache is filled here: the broker stops reading each connection
+    at ``connection.max.request.bytes`` in flight (its append stage's queue included), so its
+    memory stays near ``queued.max.request.bytes``, a new client is answered within a second,
+    and every record sent is stored."""
+    per_broker = 48 * MB
+    b = broker_factory({"connection.max.request.bytes": str(16 * MB),
+                        "queued.max.request.bytes": str(per_broker)})
+    with WireClient(b.port, timeout=30) as c:
+        create(c, "flood")
+        body = encode_request_header(RequestHeader(ApiKey.PRODUCE, 9, 1, "flood")) + encode_request(
+            ApiKey.PRODUCE, 9, P(transactional_id=None, acks=0, timeout_ms=10_000, topic_data=[
+                P.TopicProduceData(name="flood", partition_data=[P.PartitionProduceData(
+                    index=0, records=build_batch([Record(value=os.urandom(1_000_000))]))])]))
+        frame = struct.pack(">i", len(body)) + body
+        connections, frames = 3, 300
+        socks = [socket.create_connection(("127.0.0.1", b.port)) for _ in range(connections)]
+
+        def flood(sock: socket.socket) -> None:
+            sock.sendall(api_versions_frame())  # a first request may not be large
+            for _ in range(frames):
+                sock.sendall(frame)
+
+        baseline = rss(b.pid)
+        senders = [threading.Thread(target=flood, args=(s,), daemon=True) for s in socks]
+        started = time.monotonic()
+        with Watch(b.pid, b.port) as watch:
+            for t in senders:
+                t.start()
+            for t in senders:
+                t.join(120)
+            deadline = time.monotonic() + 60
+            while log_end(c, "flood") < connections * frames and time.monotonic() < deadline:
+                time.sleep(0.1)
+        elapsed = time.monotonic() - started
+        grown = watch.max_rss - baseline
+        print(f"acks=0 flood: {connections * frames} MB in {elapsed:.1f} s, {watch.summary()}, "
+              f"grown {grown / MB:.0f} MiB")
+        assert not any(t.is_alive() for t in senders)
+        assert log_end(c, "flood") == connections * frames, "every record sent is stored"
+        assert grown < per_broker + 48 * MB, f"RSS grew {grown / MB:.0f} MiB"
+        assert watch.slowest < 1.0, watch.summary()
+        for s in socks:
+            s.close()
