@@ -3,14 +3,15 @@ and how much CPU each GiB costs it.
 
     python -m bench.producepath [--clients 2] [--partitions 8] [--record-size 1024]
                                 [--batch-records 15] [--inflight 5] [--seconds 15]
-                                [--compare REF ...] [--rounds 2] [--unpinned]
+                                [--compare REF ...] [--rounds 2] [--unpinned] [--durable]
 
 For each round and each broker under test (``--compare REF``: Headrace as committed at REF,
 next to the working tree; repeat it for more) a broker is started as one process on an empty
 data directory, pinned to the broker CPU, with a topic of ``--partitions`` partitions; then
 ``--clients`` processes of ``bench.wireproduce`` (pinned to the client CPU: little CPU per
 byte; ``--unpinned``: broker and clients share every CPU) keep ``--inflight`` acks=1 Produce
-requests of one batch each outstanding, cycling over the partitions. Every acknowledged
+requests of one batch each outstanding, cycling over the partitions (``--durable``: the broker
+has ``log.flush.interval.messages=1``, so every ack waits for an fsync). Every acknowledged
 record is checked against the partitions' end offsets.
 
 Reported per run: MiB/s of records acknowledged, and the broker's CPU-seconds (user + system,
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="also measure Headrace as committed at REF (may be repeated)")
     ap.add_argument("--unpinned", action="store_true",
                     help="broker and clients share every CPU (default: one CPU each)")
+    ap.add_argument("--durable", action="store_true",
+                    help="log.flush.interval.messages=1: every ack after an fsync")
     ap.add_argument("--data", type=Path,
                     default=Path(tempfile.gettempdir()) / "headrace-producepath")
     args = ap.parse_args(argv)
@@ -89,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     def run(path: Path | None) -> dict:
         data_dir = args.data / "data"
         shutil.rmtree(data_dir, ignore_errors=True)
-        broker = HeadraceBroker(data_dir, log_file=args.data / "broker.log",
+        overrides = {"log.flush.interval.messages": 1} if args.durable else None
+        broker = HeadraceBroker(data_dir, overrides, log_file=args.data / "broker.log",
                                 cpus=broker_cpus, pythonpath=path).start()
         try:
             return measure(broker, args, args.data / "clients")
@@ -100,7 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     compare_variants(args.compare, args.data, args.rounds, run,
                      f"{args.clients} clients, {args.partitions} partitions, batches of "
                      f"{args.batch_records} x {args.record_size} B, {args.inflight} in flight, "
-                     f"{args.seconds:.0f} s per run" + (", unpinned" if args.unpinned else ""))
+                     f"{args.seconds:.0f} s per run" + (", unpinned" if args.unpinned else "")
+                     + (", durable" if args.durable else ""))
 
 
 if __name__ == "__main__":

@@ -155,6 +155,13 @@ def main(argv: list[str] | None = None) -> None:
             workers = len(os.sched_getaffinity(0)) if config["zookeeper.connect"] else 1
         if workers < 1 or (workers > 1 and not config["zookeeper.connect"]):
             raise ConfigError("--workers N wants N >= 1, and N > 1 needs zookeeper.connect")
+        if config["log.io.backend"] != "os":
+            from ..storage.io import get_backend
+
+            try:
+                get_backend(str(config["log.io.backend"]))
+            except ValueError as e:
+                raise ConfigError(f"log.io.backend: {e}") from None
     except (ConfigError, OSError) as e:
         print(f"headrace: {e}", file=sys.stderr)
         sys.exit(EXIT_CONFIG)

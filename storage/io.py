@@ -29,6 +29,10 @@ write-plus-fsync rate because ring writes queued behind the fsyncs. So appends u
 ``pwrite`` by default; ``UringBackend(ring_writes=True)`` sends them through the ring too
 (``liburing`` takes ``bytes``/``bytearray`` only, so a memoryview is copied first).
 
+Whether io_uring is usable is checked once per process, in a child process that sets up a
+ring: a native library that cannot run on this machine (a wheel built for instructions the
+CPU lacks dies of SIGILL) then makes the backend unavailable instead of killing the broker.
+
 Errors surface as OSError with the kernel's errno in both backends (ENOSPC, EIO, EBADF...).
 
 Descriptors: every fd passed to a backend is pinned by the caller in the log's OpenFiles
@@ -40,6 +44,9 @@ The io_uring rings (one per thread that used the backend) are descriptors outsid
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
 
 
@@ -226,6 +233,9 @@ def get_backend(name: str):
                     backend = UringBackend()
                 except ImportError as e:
                     raise ValueError(f"the io_uring backend needs the liburing package: {e}") from e
+                why = _uring_unusable()
+                if why:
+                    raise ValueError(f"io_uring is not usable here: {why}")
                 try:
                     backend._ring()
                 except OSError as e:
@@ -234,6 +244,35 @@ def get_backend(name: str):
                 raise ValueError(f"unknown I/O backend {name!r}; choose from {BACKENDS}")
             _instances[name] = backend
         return backend
+
+
+_PROBE = (
+    "import liburing as lu; r = lu.Ring(); lu.io_uring_queue_init(8, r); lu.io_uring_queue_exit(r)"
+)
+_probed: list[str] = []
+
+
+def _uring_unusable() -> str:
+    """Why setting up a ring fails in a child process ("" when it works); asked once."""
+    if not _probed:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60
+            )
+        except (OSError, subprocess.SubprocessError) as e:
+            _probed.append(f"the check could not run: {e}")
+        else:
+            if done.returncode < 0:
+                _probed.append(
+                    f"setting up a ring with the liburing package killed a process "
+                    f"({signal.Signals(-done.returncode).name})"
+                )
+            elif done.returncode:
+                lines = done.stderr.strip().splitlines()
+                _probed.append(lines[-1] if lines else f"exit status {done.returncode}")
+            else:
+                _probed.append("")
+    return _probed[0]
 
 
 def available_backends() -> list[str]:

@@ -275,11 +275,15 @@ def test_disk_full_gives_storage_errors_and_recovers(broker_factory, small_disk)
 
 
 @pytest.mark.parametrize("backend", ["os", "io_uring"])
-def test_io_backend_setting(broker_factory, backend):
+def test_io_backend_setting(broker_factory, tmp_path, backend):
     from headrace.storage.io import available_backends
 
-    if backend not in available_backends():
-        pytest.skip(f"{backend} is not available here")
+    if backend not in available_backends():  # a clear refusal at start, not a crash later
+        done = subprocess.run([sys.executable, "-m", "headrace", "serve", "--port", "0",
+                               "--data-dir", str(tmp_path), "--override", f"log.io.backend={backend}"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "log.io.backend" in done.stderr, done.stderr
+        pytest.skip(f"{backend} is not available here: {done.stderr.strip()}")
     b = broker_factory({"log.io.backend": backend, "log.flush.interval.messages": "1"})
     with WireClient(b.port) as c:
         create(c, "io")
