@@ -200,16 +200,19 @@ def installed_tree() -> list[Path]:
                               headrace.storage) for p in m.__path__]
 
 
-def compare_variants(refs: list[str], snapshots: Path, rounds: int, measure, heading: str) -> None:
+def compare_variants(refs: list[str], snapshots: Path, rounds: int, measure, heading: str,
+                     others: tuple[str, ...] = ()) -> None:
     """Side by side: ``measure(pythonpath)`` for Headrace as committed at each of ``refs``
-    (snapshots under ``snapshots``) and for the working tree (pythonpath None), ``rounds``
+    (snapshots under ``snapshots``) and for the working tree (pythonpath None), and
+    ``measure(kind)`` for each broker kind of ``others`` ("kafka-default"...), ``rounds``
     times, every other round in the reverse order so that none is always first. ``measure``
     returns {"mib_s", "cpu_s_per_gib", "gib"}. Prints every run, then ``heading`` and each
     variant's best throughput and lowest CPU per GiB."""
-    variants: list[tuple[str, Path | None]] = [
+    variants: list[tuple[str, Path | str | None]] = [
         (f"{ref} ({git_describe(ref)})", headrace_snapshot(ref, snapshots / f"snapshot{i}"))
         for i, ref in enumerate(refs)]
     variants.append(("working tree", None))
+    variants += [(kind, kind) for kind in others]
     results: dict[str, list[dict]] = {name: [] for name, _ in variants}
     for r in range(rounds):
         for name, path in variants if r % 2 == 0 else variants[::-1]:

@@ -4,6 +4,7 @@ and how much CPU each GiB costs it.
     python -m bench.producepath [--clients 2] [--partitions 8] [--record-size 1024]
                                 [--batch-records 15] [--inflight 5] [--seconds 15]
                                 [--compare REF ...] [--rounds 2] [--unpinned] [--durable]
+                                [--kafka] [--perf]
 
 For each round and each broker under test (``--compare REF``: Headrace as committed at REF,
 next to the working tree; repeat it for more) a broker is started as one process on an empty
@@ -12,7 +13,9 @@ data directory, pinned to the broker CPU, with a topic of ``--partitions`` parti
 byte; ``--unpinned``: broker and clients share every CPU) keep ``--inflight`` acks=1 Produce
 requests of one batch each outstanding, cycling over the partitions (``--durable``: the broker
 has ``log.flush.interval.messages=1``, so every ack waits for an fsync). Every acknowledged
-record is checked against the partitions' end offsets.
+record is checked against the partitions' end offsets. ``--kafka``: Apache Kafka (its start
+scripts' settings) under the same load, in the same rounds. ``--perf``: ``perf record`` of the
+broker process for 5 s in the middle of each run, and its ten busiest functions printed.
 
 Reported per run: MiB/s of records acknowledged, and the broker's CPU-seconds (user + system,
 from /proc/<pid>/stat) per GiB stored. S3 of ``bench.run`` is the same load, through Kafka's
@@ -24,10 +27,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
-from bench import wire
+from bench import brokers, wire
 from bench.brokers import CLIENT_CPUS, HeadraceBroker, compare_variants, cpu_seconds, pin_self
 from bench.wireproduce import drive
 
@@ -50,8 +55,28 @@ class BrokerCpu:
         return {"broker_cpu_s": (cpu_seconds(self.pid) or 0.0) - self.c0}
 
 
-def measure(broker: HeadraceBroker, args, logs: Path) -> dict:
+def perf_top(pid: int, after: float, output: Path) -> None:
+    """``perf record`` of ``pid`` for 5 s from ``after`` s on; prints its ten busiest functions."""
+    threading.Event().wait(after)
+    try:
+        record = subprocess.run(["perf", "record", "-o", str(output), "-p", str(pid), "--",
+                                 "sleep", "5"], capture_output=True, text=True)
+    except OSError as e:  # Debian: apt-get install linux-perf
+        record = subprocess.CompletedProcess([], 1, "", str(e))
+    if record.returncode != 0:
+        print(f"perf record failed: {record.stderr.strip()[-300:]}", flush=True)
+        return
+    report = subprocess.run(["perf", "report", "-i", str(output), "--no-children", "--sort",
+                             "dso,sym", "--stdio"], capture_output=True, text=True).stdout
+    top = [line for line in report.splitlines() if line.strip() and not line.startswith("#")]
+    print("\n".join(["perf, the broker's busiest functions:", *top[:10]]), flush=True)
+
+
+def measure(broker, args, logs: Path) -> dict:
     wire.ensure_topic("127.0.0.1", broker.port, TOPIC, args.partitions)
+    if args.perf:
+        threading.Thread(target=perf_top, args=(broker.pid, args.warmup + args.seconds / 2 - 2.5,
+                                                logs / "perf.data"), daemon=True).start()
     res = drive(broker.bootstrap, TOPIC, args.clients, BrokerCpu(broker.pid), logs, "producepath",
                 record_size=args.record_size, batch_records=args.batch_records,
                 inflight=args.inflight, warmup=args.warmup, seconds=args.seconds)
@@ -81,6 +106,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="broker and clients share every CPU (default: one CPU each)")
     ap.add_argument("--durable", action="store_true",
                     help="log.flush.interval.messages=1: every ack after an fsync")
+    ap.add_argument("--kafka", action="store_true",
+                    help="also measure Apache Kafka (kafka-default) under the same load")
+    ap.add_argument("--perf", action="store_true",
+                    help="perf record the broker for 5 s of each run; print its top functions")
     ap.add_argument("--data", type=Path,
                     default=Path(tempfile.gettempdir()) / "headrace-producepath")
     args = ap.parse_args(argv)
@@ -88,24 +117,34 @@ def main(argv: list[str] | None = None) -> None:
     if not args.unpinned:
         pin_self(CLIENT_CPUS)  # the clients inherit it; brokers pin themselves
     broker_cpus = set(range(os.cpu_count() or 1)) if args.unpinned else None
+    if broker_cpus:
+        brokers.BROKER_CPUS = broker_cpus  # Kafka's too
 
-    def run(path: Path | None) -> dict:
+    def run(variant: Path | str | None) -> dict:
         data_dir = args.data / "data"
         shutil.rmtree(data_dir, ignore_errors=True)
-        overrides = {"log.flush.interval.messages": 1} if args.durable else None
-        broker = HeadraceBroker(data_dir, overrides, log_file=args.data / "broker.log",
-                                cpus=broker_cpus, pythonpath=path).start()
+        if isinstance(variant, str):  # Kafka, on the broker CPUs, with its own settings
+            broker = brokers.make_broker(variant, data_dir, durable=args.durable, log_dir=args.data)
+            broker.prepare()
+            broker.start()
+        else:
+            overrides = {"log.flush.interval.messages": 1} if args.durable else None
+            broker = HeadraceBroker(data_dir, overrides, log_file=args.data / "broker.log",
+                                    cpus=broker_cpus, pythonpath=variant).start()
         try:
             return measure(broker, args, args.data / "clients")
         finally:
             broker.stop()
+            if isinstance(variant, str):
+                broker.cleanup()
             shutil.rmtree(data_dir, ignore_errors=True)
 
     compare_variants(args.compare, args.data, args.rounds, run,
                      f"{args.clients} clients, {args.partitions} partitions, batches of "
                      f"{args.batch_records} x {args.record_size} B, {args.inflight} in flight, "
                      f"{args.seconds:.0f} s per run" + (", unpinned" if args.unpinned else "")
-                     + (", durable" if args.durable else ""))
+                     + (", durable" if args.durable else ""),
+                     others=("kafka-default",) if args.kafka else ())
 
 
 if __name__ == "__main__":
