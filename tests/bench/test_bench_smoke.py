@@ -153,3 +153,15 @@ def test_durable_latency_runs_the_disk_alone_and_headrace(tmp_path):
     for r in rows:  # p50 <= p99 <= p99.9, all positive
         p50, p99, p999 = float(r[4]), float(r[6]), float(r[8])
         assert 0 < p50 <= p99 <= p999
+
+
+def test_pagecache_measures_every_way_of_filling_it(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.pagecache", "--mib", "16", "--rounds", "1", "--settle", "0",
+         "--dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [ln for ln in out.stdout.splitlines() if ln.startswith("round 1")]
+    assert len(rows) == 4
+    assert all(float(ln.split("MiB/s")[0].split()[-1]) > 0 for ln in rows)
+    assert list(tmp_path.iterdir()) == [], "its files are removed"
