@@ -61,6 +61,13 @@ def raise_nofile(n: int, pid: int | None = None) -> None:
             resource.prlimit(target, resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def frame(api_key: int, version: int, correlation_id: int, msg) -> bytes:
+    """A request's frame: its length, header and body."""
+    body = encode_request_header(RequestHeader(api_key, version, correlation_id, "probe"))
+    body += encode_request(api_key, version, msg)
+    return struct.pack(">i", len(body)) + body
+
+
 def api_versions_frame(correlation_id: int = 1) -> bytes:
     body = encode_request_header(RequestHeader(ApiKey.API_VERSIONS, 3, correlation_id, "probe"))
     body += encode_request(

@@ -13,22 +13,14 @@ from __future__ import annotations
 
 import os
 import socket
-import struct
 import threading
 import time
 
 import pytest
-from boundsprobe import MB, Watch, api_versions_frame, rss
+from boundsprobe import MB, Watch, api_versions_frame, frame, rss
 from kafkawire import WireClient
 
-from headrace.protocol import (
-    ApiKey,
-    ErrorCode,
-    RequestHeader,
-    encode_request,
-    encode_request_header,
-    messages,
-)
+from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch, decode_records, iter_batches
 
 P = messages.ProduceRequest
@@ -163,18 +155,17 @@ def test_an_acks_0_flood_of_large_produces_is_held_to_the_request_limits(broker_
                         "queued.max.request.bytes": str(per_broker)})
     with WireClient(b.port, timeout=30) as c:
         create(c, "flood")
-        body = encode_request_header(RequestHeader(ApiKey.PRODUCE, 9, 1, "flood")) + encode_request(
-            ApiKey.PRODUCE, 9, P(transactional_id=None, acks=0, timeout_ms=10_000, topic_data=[
-                P.TopicProduceData(name="flood", partition_data=[P.PartitionProduceData(
+        request = frame(ApiKey.PRODUCE, 9, 1, P(
+            transactional_id=None, acks=0, timeout_ms=10_000, topic_data=[P.TopicProduceData(
+                name="flood", partition_data=[P.PartitionProduceData(
                     index=0, records=build_batch([Record(value=os.urandom(1_000_000))]))])]))
-        frame = struct.pack(">i", len(body)) + body
         connections, frames = 3, 300
         socks = [socket.create_connection(("127.0.0.1", b.port)) for _ in range(connections)]
 
         def flood(sock: socket.socket) -> None:
             sock.sendall(api_versions_frame())  # a first request may not be large
             for _ in range(frames):
-                sock.sendall(frame)
+                sock.sendall(request)
 
         baseline = rss(b.pid)
         senders = [threading.Thread(target=flood, args=(s,), daemon=True) for s in socks]

@@ -11,18 +11,11 @@ import threading
 import time
 
 import pytest
-from boundsprobe import MB, Watch, api_versions_frame, produce_one, rss
+from boundsprobe import MB, Watch, api_versions_frame, frame, produce_one, rss
 from kafkawire import WireClient
 
 from headrace.broker.process import BrokerProcess
-from headrace.protocol import (
-    ApiKey,
-    ErrorCode,
-    RequestHeader,
-    encode_request,
-    encode_request_header,
-    messages,
-)
+from headrace.protocol import ApiKey, ErrorCode, messages
 
 F = messages.FetchRequest
 P = messages.ProduceRequest
@@ -46,12 +39,6 @@ def fetch_request(max_bytes: int, max_wait_ms: int = 500) -> F:
             )
         ],
     )
-
-
-def frame(api_key: int, version: int, correlation_id: int, msg) -> bytes:
-    body = encode_request_header(RequestHeader(api_key, version, correlation_id, "flood"))
-    body += encode_request(api_key, version, msg)
-    return struct.pack(">i", len(body)) + body
 
 
 def fill(port: int) -> None:
