@@ -43,6 +43,7 @@ The io_uring rings (one per thread that used the backend) are descriptors outsid
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -249,30 +250,24 @@ def get_backend(name: str):
 _PROBE = (
     "import liburing as lu; r = lu.Ring(); lu.io_uring_queue_init(8, r); lu.io_uring_queue_exit(r)"
 )
-_probed: list[str] = []
 
 
+@functools.cache
 def _uring_unusable() -> str:
     """Why setting up a ring fails in a child process ("" when it works); asked once."""
-    if not _probed:
-        try:
-            done = subprocess.run(
-                [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60
-            )
-        except (OSError, subprocess.SubprocessError) as e:
-            _probed.append(f"the check could not run: {e}")
-        else:
-            if done.returncode < 0:
-                _probed.append(
-                    f"setting up a ring with the liburing package killed a process "
-                    f"({signal.Signals(-done.returncode).name})"
-                )
-            elif done.returncode:
-                lines = done.stderr.strip().splitlines()
-                _probed.append(lines[-1] if lines else f"exit status {done.returncode}")
-            else:
-                _probed.append("")
-    return _probed[0]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"the check could not run: {e}"
+    if done.returncode < 0:
+        killed_by = signal.strsignal(-done.returncode) or f"signal {-done.returncode}"
+        return f"setting up a ring with the liburing package killed a process ({killed_by})"
+    if done.returncode:
+        lines = done.stderr.strip().splitlines()
+        return lines[-1] if lines else f"exit status {done.returncode}"
+    return ""
 
 
 def available_backends() -> list[str]:
