@@ -3,19 +3,21 @@ beyond the batch framing and CRC that ``Partition.append`` checks.
 
 How this works
 --------------
-``validate(records, topic, now_ms)`` walks the payload's batches (their headers only) and, for
-each, the records inside (``headrace.record_check``: C when it was built, else the Python
-reference; no per-record objects either way): every length and varint consistent with the
-batch, offset deltas 0..n-1, exactly ``records_count`` records and no bytes after them, a key
-on every record of a compacted topic, and on a CreateTime topic every timestamp within
+``validate(records, batches, topic, now_ms)`` looks at the payload's batches (their headers,
+parsed once by the caller for this and for the append) and, for each, the records inside
+(``headrace.record_check``: C when it was built, else the Python reference; no per-record
+objects either way): every length and varint consistent with the batch, offset deltas
+0..n-1, exactly ``records_count`` records and no bytes after them, a key on every record of a
+compacted topic, and on a CreateTime topic every timestamp within
 ``message.timestamp.before.max.ms`` before and ``message.timestamp.after.max.ms`` after the
 broker's clock. A compressed batch is decompressed first (bounded, as every decompression
 is: ``protocol.compression``). It returns None when all is well, else a ``Rejection``: Kafka's
 error code (INVALID_RECORD; INVALID_TIMESTAMP for a timestamp; CORRUPT_MESSAGE for a CRC
 that does not match, or a batch that cannot be decompressed), its message, and the index of
-the first bad record in its batch (Kafka's ``record_errors``, Produce v8+). Batch framing
-errors are left to ``Partition.append``, which answers them as before. A batch compressed
-with a codec this installation lacks cannot be looked into: its records are not checked.
+the first bad record in its batch (Kafka's ``record_errors``, Produce v8+). The batches'
+framing (the caller's ``iter_batches``) and each batch's size and CRC (``Partition.produce``)
+are checked elsewhere. A batch compressed with a codec this installation lacks cannot be
+looked into: its records are not checked.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from headrace.protocol.records import (
     BATCH_HEADER_SIZE,
     CorruptRecordError,
     crc_matches,
-    iter_batches,
 )
 from headrace.record_check import FRAMING, NO_KEY, OFFSET, TIMESTAMP, check_records
 
@@ -49,18 +50,16 @@ class Rejection:
     record_index: int  # the first bad record's index in its batch (-1: the batch itself)
 
 
-def validate(records, topic, now_ms: int) -> Rejection | None:
-    """See the module docstring."""
-    need_key = "compact" in str(topic.setting("cleanup.policy"))
-    if topic.setting("message.timestamp.type") == "CreateTime":
-        low = max(LONG_MIN, now_ms - int(topic.setting("message.timestamp.before.max.ms")))
-        high = min(LONG_MAX, now_ms + int(topic.setting("message.timestamp.after.max.ms")))
-    else:  # LogAppendTime: the broker's clock replaces them
+def validate(records, batches, topic, now_ms: int) -> Rejection | None:
+    """See the module docstring. ``batches``: ``iter_batches(records)``, walked once by the
+    caller for this and for the append."""
+    config = topic.produce_config
+    need_key = config.keys_required
+    if config.log_append_time:  # the broker's clock replaces the timestamps
         low, high = LONG_MIN, LONG_MAX
-    try:
-        batches = list(iter_batches(records))
-    except CorruptRecordError:
-        return None  # Partition.append answers it
+    else:
+        low = max(LONG_MIN, now_ms - config.timestamp_before_ms)
+        high = min(LONG_MAX, now_ms + config.timestamp_after_ms)
     for pos, size, h in batches:
         if h.is_control:
             continue  # refused by Partition.append (clients may not write control batches)

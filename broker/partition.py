@@ -166,18 +166,24 @@ class Partition:
         transaction) answers NONE. With ``log_append_time`` >= 0 (a LogAppendTime topic) every
         batch is stamped with it.
         """
-        code, base, count, _ = self.produce(records, max_batch, verify, log_append_time)
+        try:
+            batches = list(iter_batches(records))
+        except CorruptRecordError:
+            return ErrorCode.CORRUPT_MESSAGE, -1, 0
+        code, base, count, _ = self.produce(records, batches, max_batch, verify, log_append_time)
         return code, base, count
 
     def produce(
         self,
         records: memoryview,
+        batches: list,
         max_batch: int,
         verify=None,
         log_append_time: int = -1,
         appender: Appender | None = None,
     ) -> tuple[int, int, int, asyncio.Future | None]:
-        """``append``, with the copy into the page cache of a large payload (or of any payload
+        """``append`` of ``records`` whose ``batches`` (``iter_batches(records)``) the caller
+        has parsed, with the copy into the page cache of a large payload (or of any payload
         while earlier ones are being copied) left to ``appender``, the append stage: then the
         fourth element is the future of that write, and the batches count as appended (offsets,
         producer state) but are readable only once it is done; if it fails (with a
@@ -185,10 +191,6 @@ class Partition:
         written gets the future of the last write."""
         if self.frozen or self.gone:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, 0, None
-        try:
-            batches = list(iter_batches(records))
-        except CorruptRecordError:
-            return ErrorCode.CORRUPT_MESSAGE, -1, 0, None
         if not batches:
             return ErrorCode.CORRUPT_MESSAGE, -1, 0, None
         count = 0

@@ -36,6 +36,7 @@ import time
 from functools import partial
 
 from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol.records import CorruptRecordError, iter_batches
 from headrace.storage import StorageError
 
 from .authorizer import TOPIC, TRANSACTIONAL_ID, Operation
@@ -106,30 +107,32 @@ def handle(broker, header, request):
                     )
                 else:
                     verify = _epoch_checked_by_the_partition
-            append_time = -1
-            if topic.setting("message.timestamp.type") == "LogAppendTime":
-                append_time = int(time.time() * 1000)
+            config = topic.produce_config
+            append_time = int(time.time() * 1000) if config.log_append_time else -1
             rejection = None
             written = None
             ls = partition.leader_state
-            if p.records is None:
+            records = p.records
+            batches = _batches(records)
+            if batches is None:
                 code, base = ErrorCode.CORRUPT_MESSAGE, -1
             elif acks_all and ls is not None and len(ls.isr) < ls.min_isr:
                 code, base = ErrorCode.NOT_ENOUGH_REPLICAS, -1
-            elif (rejection := validate(p.records, topic, now_ms)) is not None:
+            elif (rejection := validate(records, batches, topic, now_ms)) is not None:
                 code, base = rejection.error_code, -1
             else:
                 code, base, count, written = partition.produce(
-                    p.records,
-                    int(topic.setting("max.message.bytes")),
+                    records,
+                    batches,
+                    config.max_message_bytes,
                     verify,
                     append_time,
                     broker.appender,
                 )
-                if count and partition.unflushed >= int(topic.setting("flush.messages")):
+                if count and partition.unflushed >= config.flush_messages:
                     to_flush.append(partition)
                 if code == ErrorCode.NONE:
-                    bytes_in[topic.name] = bytes_in.get(topic.name, 0) + len(p.records)
+                    bytes_in[topic.name] = bytes_in.get(topic.name, 0) + len(records)
             answer = R.PartitionProduceResponse(
                 index=p.index,
                 error_code=code,
@@ -209,6 +212,17 @@ async def _after_replication(flushed, waits, response, timeout_s: float):
             answer.error_code = code
             answer.base_offset = -1
     return response
+
+
+def _batches(records) -> list | None:
+    """The payload's batches (``iter_batches``), parsed once for the validation and the
+    append; None when there is no payload or its framing is broken (CORRUPT_MESSAGE)."""
+    if records is None:
+        return None
+    try:
+        return list(iter_batches(records))
+    except CorruptRecordError:
+        return None
 
 
 def _epoch_checked_by_the_partition(producer_id: int, epoch: int) -> int:

@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -171,11 +172,23 @@ def _always() -> bool:
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class ProduceConfig:
+    """The topic's settings the produce path reads for every partition of every request."""
+
+    log_append_time: bool  # message.timestamp.type is LogAppendTime
+    keys_required: bool  # cleanup.policy includes compact
+    timestamp_before_ms: int  # message.timestamp.before.max.ms
+    timestamp_after_ms: int  # message.timestamp.after.max.ms
+    max_message_bytes: int
+    flush_messages: int
+
+
 @dataclass(eq=False)
 class Topic:
     name: str
     topic_id: uuid.UUID
-    configs: dict[str, object]  # per-topic settings set explicitly
+    _configs: dict[str, object]  # per-topic settings set explicitly (``configs``)
     broker_config: BrokerConfig
     count: int = 0  # partitions of the topic; in a cluster, on every broker
     held: dict[int, Partition] = field(default_factory=dict)  # the ones on this broker
@@ -210,6 +223,29 @@ class Topic:
         if 0 <= index < self.count:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    @property
+    def configs(self) -> dict[str, object]:
+        """The settings set for this topic explicitly; replaced as a whole, never changed in
+        place, so that ``produce_config`` follows them."""
+        return self._configs
+
+    @configs.setter
+    def configs(self, configs: dict[str, object]) -> None:
+        self._configs = configs
+        self.__dict__.pop("produce_config", None)
+
+    @cached_property
+    def produce_config(self) -> ProduceConfig:
+        """The produce path's settings, read once per change of ``configs``."""
+        return ProduceConfig(
+            log_append_time=self.setting("message.timestamp.type") == "LogAppendTime",
+            keys_required="compact" in str(self.setting("cleanup.policy")),
+            timestamp_before_ms=int(self.setting("message.timestamp.before.max.ms")),
+            timestamp_after_ms=int(self.setting("message.timestamp.after.max.ms")),
+            max_message_bytes=int(self.setting("max.message.bytes")),
+            flush_messages=int(self.setting("flush.messages")),
+        )
 
     def setting(self, name: str) -> Any:
         """The topic's value of ``name``: its own if set, else the broker's default."""

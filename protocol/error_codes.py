@@ -1,66 +1,58 @@
 """The error codes a response carries: every non-zero ``...ErrorCode`` field, at any depth.
 
-``response_error_codes(api_key, version, response)`` walks only the fields that lead to an
-error field (a plan per API and version, made from the schema once and cached), so a Fetch
-response's records are never looked at: the cost is one step per topic, partition or group.
+``response_error_codes(api_key, version, response)`` runs a function made once per API and
+version from the schema (and cached) that visits only the fields leading to an error field, in
+nested loops, so a Fetch response's records are never looked at: the cost is one step per
+topic, partition or group.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 from .api import response_class
 from .schema import StructSpec
 
-# (error field attributes, (child attribute, is array, child plan), ...)
-_Plan = tuple[tuple[str, ...], tuple[tuple[str, bool, Any], ...]]
-
 
 def response_error_codes(api_key: int, version: int, response: Any) -> list[int]:
     """The non-zero error codes in ``response`` (a response message of ``api_key``)."""
-    plan = _plan_for(api_key, version)
     found: list[int] = []
-    if plan is not None:
-        _walk(plan, response, found)
+    _walker(api_key, version)(response, found)
     return found
 
 
 @cache
-def _plan_for(api_key: int, version: int) -> _Plan | None:
-    return _plan(response_class(api_key)._spec.root, version, frozenset())
+def _walker(api_key: int, version: int) -> Callable[[Any, list[int]], None]:
+    """A function ``(response, found)`` appending the response's non-zero error codes."""
+    lines = ["def walk(v0, found):"]
+    _emit(response_class(api_key)._spec.root, version, "v0", 1, lines, frozenset())
+    if len(lines) == 1:
+        lines.append("    pass")
+    ns: dict = {}
+    exec(compile("\n".join(lines) + "\n", f"<error codes {api_key} v{version}>", "exec"), ns)
+    return ns["walk"]
 
 
-def _plan(spec: StructSpec, version: int, seen: frozenset[int]) -> _Plan | None:
+def _emit(spec: StructSpec, version: int, var: str, depth: int, lines: list[str], seen) -> bool:
+    """Append to ``lines`` the statements that collect the error codes of ``var`` (a ``spec``
+    struct); False when none of its fields leads to an error code (nothing appended)."""
     if id(spec) in seen:
-        return None
-    errors, children = [], []
+        return False
+    seen = seen | {id(spec)}
+    pad, start = "    " * depth, len(lines)
     for f in spec.fields:
         if version not in f.versions:
             continue
         if f.type == "int16" and not f.is_array and f.name.endswith("ErrorCode"):
-            errors.append(f.attr)
+            lines += [f"{pad}if {var}.{f.attr}:", f"{pad}    found.append({var}.{f.attr})"]
         elif f.struct is not None:
-            child = _plan(f.struct, version, seen | {id(spec)})
-            if child is not None:
-                children.append((f.attr, f.is_array, child))
-    if not errors and not children:
-        return None
-    return tuple(errors), tuple(children)
-
-
-def _walk(plan: _Plan, value: Any, found: list[int]) -> None:
-    errors, children = plan
-    for attr in errors:
-        code = getattr(value, attr, 0)
-        if code:
-            found.append(code)
-    for attr, is_array, child in children:
-        item = getattr(value, attr, None)
-        if item is None:
-            continue
-        if is_array:
-            for element in item:
-                _walk(child, element, found)
-        else:
-            _walk(child, item, found)
+            child, mark = f"v{depth}", len(lines)
+            if f.is_array:
+                lines.append(f"{pad}for {child} in {var}.{f.attr} or ():")
+            else:
+                lines += [f"{pad}{child} = {var}.{f.attr}", f"{pad}if {child} is not None:"]
+            if not _emit(f.struct, version, child, depth + 1, lines, seen):
+                del lines[mark:]
+    return len(lines) > start

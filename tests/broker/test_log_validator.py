@@ -143,3 +143,43 @@ def test_a_real_client_gets_invalid_record_for_a_keyless_record_on_a_compacted_t
         producer.produce("compacted", b"keyed", key=b"k", on_delivery=lambda e, m: errors.append(e))
         producer.flush(20)
         assert [e.code() if e else None for e in errors] == [KafkaError.INVALID_RECORD, None]
+
+
+def set_configs(client, topic: str, **configs) -> int:
+    """AlterConfigs: the topic's explicit settings become exactly ``configs``."""
+    A = messages.AlterConfigsRequest
+    r = client.request(ApiKey.ALTER_CONFIGS, 2, A(validate_only=False, resources=[
+        A.AlterConfigsResource(resource_type=2, resource_name=topic, configs=[
+            A.AlterableConfig(name=n.replace("_", "."), value=str(v)) for n, v in configs.items()])]))
+    return r.responses[0].error_code
+
+
+def test_settings_changed_by_alter_configs_apply_to_the_next_produce(tmp_path):
+    """The produce path reads a topic's settings once per change (``Topic.produce_config``):
+    each AlterConfigs applies to the very next request, and a restart keeps it."""
+    data = tmp_path / "data"
+    now = int(time.time() * 1000)
+    keyless = batch([Record(key=None, value=b"x" * 100, timestamp=now)])
+    old = batch([Record(key=b"k", value=b"x" * 100, timestamp=now - 3_600_000)])
+    with BrokerProcess(data) as broker, WireClient(broker.port) as client:
+        broker.create_topic("t")
+        assert produce(client, "t", keyless).error_code == ErrorCode.NONE
+        assert produce(client, "t", old).error_code == ErrorCode.NONE
+        assert produce(client, "t", old).log_append_time_ms == -1
+
+        assert set_configs(client, "t", cleanup_policy="compact") == ErrorCode.NONE
+        assert produce(client, "t", keyless).error_code == ErrorCode.INVALID_RECORD
+        assert set_configs(client, "t", message_timestamp_before_max_ms=60_000) == ErrorCode.NONE
+        assert produce(client, "t", keyless).error_code == ErrorCode.NONE  # no longer compacted
+        assert produce(client, "t", old).error_code == ErrorCode.INVALID_TIMESTAMP
+        assert set_configs(client, "t", max_message_bytes=len(old) - 1) == ErrorCode.NONE
+        assert produce(client, "t", old).error_code == ErrorCode.MESSAGE_TOO_LARGE
+        assert set_configs(client, "t", message_timestamp_type="LogAppendTime") == ErrorCode.NONE
+        answer = produce(client, "t", old)  # its timestamp is replaced, so not too old
+        assert answer.error_code == ErrorCode.NONE and answer.log_append_time_ms >= now
+        assert log_end(client, "t") == 5
+    with BrokerProcess(data) as broker, WireClient(broker.port) as client:
+        assert produce(client, "t", old).log_append_time_ms >= now
+        assert produce(client, "t", keyless).error_code == ErrorCode.NONE
+        assert set_configs(client, "t", cleanup_policy="compact") == ErrorCode.NONE
+        assert produce(client, "t", keyless).error_code == ErrorCode.INVALID_RECORD
