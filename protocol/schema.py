@@ -297,7 +297,7 @@ def _make_class(spec: StructSpec, qualname: str, module: str):
     params, body = [], []
     for i, f in enumerate(fields):
         if f.default_is_mutable():
-            ns[f"_F{i}"] = f.default_value
+            ns[f"_F{i}"] = list if f.is_array else f.default_value  # a new object each time
             params.append(f"{f.attr}=_MISSING")
             body.append(f"    self.{f.attr} = _F{i}() if {f.attr} is _MISSING else {f.attr}")
         else:
