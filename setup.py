@@ -11,6 +11,12 @@ setup(
             sources=["broker/headrace/_record_check.c"],
             optional=True,
             extra_compile_args=["-O2"],
-        )
+        ),
+        Extension(
+            "headrace._send",
+            sources=["broker/headrace/_send.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
     ]
 )

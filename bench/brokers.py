@@ -218,8 +218,11 @@ def compare_variants(refs: list[str], snapshots: Path, rounds: int, measure, hea
         for name, path in variants if r % 2 == 0 else variants[::-1]:
             res = measure(path)
             results[name].append(res)
+            switches = (f", {res['switches_per_mib']:.1f} context switches per MiB"
+                        if "switches_per_mib" in res else "")
             print(f"round {r + 1} {name:>24}: {res['mib_s']:8.1f} MiB/s "
-                  f"{res['cpu_s_per_gib']:6.3f} CPU-s/GiB ({res['gib']:.1f} GiB)", flush=True)
+                  f"{res['cpu_s_per_gib']:6.3f} CPU-s/GiB ({res['gib']:.1f} GiB{switches})",
+                  flush=True)
     print(f"\n{heading}, best of {rounds}:")
     for name, runs in results.items():
         best = max(x["mib_s"] for x in runs)

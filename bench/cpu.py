@@ -45,6 +45,23 @@ def thread_cpu_seconds(pid: int, tid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def context_switches(pid: int) -> int:
+    """How many times the threads of ``pid`` alive now were switched out so far (voluntary:
+    they waited, for a lock, a queue, the socket; or not), from /proc."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tasks:
+        try:
+            lines = Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines()
+        except OSError:
+            continue
+        total += sum(int(ln.split()[1]) for ln in lines if "ctxt_switches:" in ln)
+    return total
+
+
 def children_of(pid: int) -> list[int]:
     return sorted(p for p, (ppid, _) in processes().items() if ppid == pid)
 

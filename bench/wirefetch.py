@@ -38,13 +38,18 @@ FETCH = 1
 class Consumer(threading.Thread):
     """Fetch v4 in a loop over all partitions; counts the record bytes and records received.
     ``ends``: read each partition up to this offset once, then stop (else: from 0 again at
-    the end of the log, until ``stop`` is set)."""
+    the end of the log, until ``stop`` is set). ``receive_buffer``: the socket's SO_RCVBUF (else
+the kernel's, which grows it)."""
 
     def __init__(self, addr: tuple[str, int], topic: str, partitions: list[int], max_bytes: int,
                  stop: threading.Event, partition_max_bytes: int | None = None,
-                 ends: dict[int, int] | None = None):
+                 ends: dict[int, int] | None = None, receive_buffer: int | None = None):
         super().__init__(daemon=True)
-        self.sock = socket.create_connection(addr, timeout=60)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if receive_buffer:  # before connecting, as Kafka's clients do (the window scale)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        self.sock.settimeout(60)
+        self.sock.connect(addr)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.topic = wire._str(topic)
         self.partitions = partitions
