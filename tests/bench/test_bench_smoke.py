@@ -165,3 +165,16 @@ def test_pagecache_measures_every_way_of_filling_it(tmp_path):
     assert len(rows) == 4
     assert all(float(ln.split("MiB/s")[0].split()[-1]) > 0 for ln in rows)
     assert list(tmp_path.iterdir()) == [], "its files are removed"
+
+
+def test_fetchpath_serves_a_topic_and_counts_context_switches(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.fetchpath", "--gib", "0.02", "--batch-kib", "64",
+         "--partitions", "1", "--consumers", "1", "--seconds", "1", "--warmup", "0.2",
+         "--rounds", "1", "--partition-max-bytes", "1048576", "--receive-buffer", "65536",
+         "--data", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    [row] = [ln for ln in out.stdout.splitlines() if ln.startswith("round 1")]
+    assert "working tree:" in row and "context switches per MiB" in row
+    assert float(row.split("MiB/s")[0].split()[-1]) > 0
