@@ -10,13 +10,15 @@ cross segment rolls) is written once into a data directory kept between runs
 (``--data``). Then, for each round and each broker under test (``--compare REF``: Headrace
 as committed at REF, next to the working tree; repeat it for more), a broker is started on
 that directory, pinned to the broker CPU, and ``--consumers`` client threads (pinned to the
-client CPU; ``--unpinned``: broker and clients share every CPU) send raw Fetch v4 requests for every partition (``--max-bytes`` per response, ``--max-bytes
-/ partitions`` or ``--partition-max-bytes`` per partition), one at a time per connection, each going back to offset 0 at
-the end of the log. The clients receive into a reused buffer and walk only the batch
-headers, so the broker is the bottleneck. The files are read once before the first round,
-so every round reads the page cache. ``--kafka``: Apache Kafka (its start scripts'
-settings) too, on the broker CPU, the same topic written into it before each of its runs.
-``--perf``: ``perf record`` of the broker for 5 s of each run, its busiest functions printed.
+client CPU; ``--unpinned``: broker and clients share every CPU) send raw Fetch v4 requests
+for every partition (``--max-bytes`` per response, ``--max-bytes / partitions`` or
+``--partition-max-bytes`` per partition), one at a time per connection, each going back to
+offset 0 at the end of the log. The clients receive into a reused buffer (``--receive-buffer``:
+their sockets' SO_RCVBUF) and walk only the batch headers, so the broker is the bottleneck.
+The files are read once before the first round, so every round reads the page cache.
+``--kafka``: Apache Kafka (its start scripts' settings) too, the same topic written into it
+before each of its runs. ``--perf``: ``perf record`` of the broker for 5 s of each run, its
+busiest functions printed.
 
 Reported per run: MiB/s of records received, the broker's CPU-seconds (user + system, from
 /proc/<pid>/stat) per GiB served, and how often its threads were switched out per MiB served

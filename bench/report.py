@@ -464,14 +464,15 @@ def write_plots(results: dict, out_dir: Path) -> None:
     # ratios against the bars
     rows = [v for v in verdicts(results) if v["ratio"] is not None]
     if rows:
-        fig, ax = plt.subplots(figsize=(8, 4))
+        fig, ax = plt.subplots(figsize=(9, 5))
         for i, v in enumerate(rows):
             bar = next(b for b in SCENARIOS[v["scenario"]].bars if b.metric == v["metric"])
             ax.bar(i, v["ratio"], 0.6, color="#2ca02c" if v["met"] else "#d62728")
             ax.plot([i - 0.35, i + 0.35], [bar.ratio] * 2, "k--")
             ax.text(i, v["ratio"], f"{v['ratio']:.2f}x", ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(range(len(rows)), [f"{v['scenario']}\n{LABELS[v['metric']]}"
-                                         for v in rows], fontsize=8)
+        ax.set_xticks(range(len(rows)), [f"{v['scenario']} {LABELS[v['metric']]}"
+                                         for v in rows], fontsize=8, rotation=30, ha="right",
+                      rotation_mode="anchor")
         ax.set_yscale("log")
         ax.set_ylabel("Headrace / Kafka (dashed: bar)")
         ax.set_title("Headrace vs Kafka against each bar (green: met)")
