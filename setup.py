@@ -13,8 +13,8 @@ setup(
             extra_compile_args=["-O2"],
         ),
         Extension(
-            "headrace._send",
-            sources=["broker/headrace/_send.c"],
+            "headrace.pipeline._send",
+            sources=["pipeline/_send.c"],
             optional=True,
             extra_compile_args=["-O2"],
         ),

@@ -158,8 +158,8 @@ def headrace_snapshot(ref: str, dest: Path) -> Path:
     (following ``[tool.setuptools.package-dir]`` of that commit's pyproject.toml), so that a
     run measures one fixed commit while the working tree keeps changing. Returns the
     directory to put first on PYTHONPATH. The compiled extensions (``headrace._record_check``,
-    ``headrace._send``) are not built for it: an editable install's finder supplies those of
-    the installed tree, and a commit that imports one it lacks runs the Python twin."""
+    ``headrace.pipeline._send``) are not built for it: an editable install's finder supplies
+    those of the installed tree, and a commit that imports one it lacks runs the Python twin."""
     import tomllib
     repo = Path(__file__).resolve().parent.parent
     src, lib = dest / "src", dest / "lib"

@@ -22,9 +22,9 @@ runs once per pass of the event loop, after the handlers: the responses a pass c
   make room and goes on, so a fast reader takes a whole response in one step instead of one
   per socket buffer (with ``socket.send.buffer.bytes``' 100 KiB, a round trip through the
   event loop at every full socket doubled the CPU per byte served). For a file chunk that
-  loop runs in C where the install built it (``headrace._send``: the interpreter lock taken
-  once per chunk, not after every wait; Kafka's consumers take 64 KiB at a time, so a 1 MiB
-  chunk fills the socket a dozen times), else in Python (``send_file``). A step ends when its
+  loop runs in C where the install built it (``_send.c``: the interpreter lock taken once per
+  chunk, not after every wait; Kafka's consumers take 64 KiB at a time, so a 1 MiB chunk
+  fills the socket a dozen times), else in Python (``send_file``). A step ends when its
   chunks are sent or after ``STEP_MS``, whichever comes first; the writer then takes what
   was sent off the queue and, if there is more, waits until the socket is writable
   (``loop.add_writer`` on a duplicate of the socket's descriptor: the transport owns the
@@ -159,7 +159,7 @@ def send_file(sock_fd: int, file_fd: int, position: int, count: int) -> int:
 
 
 try:  # C, built when the install had a compiler: the loop above for a file chunk, unlocked
-    from headrace._send import send_file as _send_in_c  # type: ignore[import-not-found]
+    from ._send import send_file as _send_in_c  # type: ignore[import-not-found]
 except ImportError:
     _send_in_c = None
 

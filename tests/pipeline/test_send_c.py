@@ -1,5 +1,5 @@
-"""``headrace._send.send_file``, the C loop that sends a file chunk of a send step
-(pipeline/writer.py), on its own: its contract with the Python path that stands behind it."""
+"""``headrace.pipeline._send.send_file``, the C loop that sends a file chunk of a send
+step (pipeline/writer.py), on its own: its contract with the Python path that stands behind it."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from headrace.pipeline import writer
 
 
 def test_the_c_loop_sends_what_the_reader_takes_and_stops_at_the_time_limit_or_the_file_end(content):
-    """``headrace._send.send_file``: the whole chunk to a reader that keeps reading, across
-    many fillings of the socket; what fits when nobody reads, once its time is up; what the
+    """``headrace.pipeline._send.send_file``: the whole chunk to a reader that keeps reading,
+    across many fillings of the socket; what fits when nobody reads, once its time is up; what the
     file has when it is shorter; nothing, without raising, on a bad descriptor (the Python
     path then tells why)."""
     if writer._send_in_c is None:
-        pytest.skip("headrace._send was not built (no C compiler at install)")
+        pytest.skip("headrace.pipeline._send was not built (no C compiler at install)")
     path, data = content
     fd = os.open(path, os.O_RDONLY)
     a, b = socket.socketpair()

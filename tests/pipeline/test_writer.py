@@ -5,8 +5,8 @@ The handler answers ``send-the-file`` with a region of a real file (a chunk obje
 descriptor, as storage's FileRegion does) between two byte chunks, and anything else with
 its own bytes. Clients are real blocking sockets in threads, with small receive buffers, so
 the broker side meets a full socket many times. Every test runs on asyncio's loop and on
-uvloop's (the broker's), and with a file chunk sent by the C loop (``headrace._send``, when
-built) and by its Python twin.
+uvloop's (the broker's), and with a file chunk sent by the C loop
+(``headrace.pipeline._send``, when built) and by its Python twin.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def read_exactly(s: socket.socket, n: int, piece: int, pause: float) -> bytes:
 def sender(request, monkeypatch):
     """Which loop sends a file chunk: the C one or the Python one it stands in for."""
     if request.param == "c" and writer._send_in_c is None:
-        pytest.skip("headrace._send was not built (no C compiler at install)")
+        pytest.skip("headrace.pipeline._send was not built (no C compiler at install)")
     if request.param == "python":
         monkeypatch.setattr(writer, "_send_in_c", None)
     return request.param

@@ -1,4 +1,4 @@
-/* headrace._send: the common case of a send step's file chunk (pipeline/writer.py), in C,
+/* headrace.pipeline._send: the common case of a send step's file chunk (writer.py), in C,
  * so that a chunk sent over many fillings of the socket's buffer takes the interpreter
  * lock once instead of twice per filling.
  *
@@ -65,7 +65,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "headrace._send",
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "headrace.pipeline._send",
                                     "A send step's file chunk, sent without the GIL.", -1,
                                     methods};
 
