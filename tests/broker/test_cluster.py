@@ -402,3 +402,40 @@ def test_a_topic_that_would_put_a_broker_over_its_partition_limit_is_refused(clu
     assert "max.broker.partitions" in e.value.args[0].str()
     assert leaders(brokers[0], "too-many") == {}  # nothing was written
     assert not any(list(b.data_dir.glob("too-many-*")) for b in brokers)
+
+
+def test_a_setting_changed_at_one_broker_applies_to_the_next_produce_at_another(cluster):
+    """AlterConfigs reaches ZooKeeper through the broker that took it; the leader of a partition
+    on another broker follows the change and its very next Produce obeys it."""
+    brokers = cluster(2)
+    create(brokers, "tuned", 4)
+    index = next(i for i, n in leaders(brokers[0], "tuned").items() if n == 2)
+    big = build_batch([Record(key=None, value=b"x" * 2000)])
+
+    def produce() -> messages.ProduceResponse.PartitionProduceResponse:
+        P = messages.ProduceRequest
+        with WireClient(brokers[1].port) as c:
+            r = c.request(ApiKey.PRODUCE, 9, P(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+                P.TopicProduceData(name="tuned", partition_data=[P.PartitionProduceData(index=index, records=big)])]))
+        return r.responses[0].partition_responses[0]
+
+    first = produce()
+    assert (first.error_code, first.log_append_time_ms) == (ErrorCode.NONE, -1)
+
+    def alter(**configs) -> None:
+        A = messages.AlterConfigsRequest
+        with WireClient(brokers[0].port) as c:
+            r = c.request(ApiKey.ALTER_CONFIGS, 2, A(validate_only=False, resources=[
+                A.AlterConfigsResource(resource_type=2, resource_name="tuned", configs=[
+                    A.AlterableConfig(name=n, value=v) for n, v in configs.items()])]))
+        assert r.responses[0].error_code == ErrorCode.NONE
+
+    alter(**{"message.timestamp.type": "LogAppendTime"})
+    appended = wait_for(lambda: (r := produce()).log_append_time_ms > 0 and r, 10, "LogAppendTime at node 2")
+    assert appended.error_code == ErrorCode.NONE
+    alter(**{"max.message.bytes": "1000"})  # AlterConfigs replaces: CreateTime again, and a bound
+    refused = wait_for(lambda: (r := produce()).error_code != ErrorCode.NONE and r, 10, "the bound at node 2")
+    assert (refused.error_code, refused.log_append_time_ms) == (ErrorCode.MESSAGE_TOO_LARGE, -1)
+    alter()  # back to the defaults: the same batch is taken again
+    taken = wait_for(lambda: (r := produce()).error_code == ErrorCode.NONE and r, 10, "defaults at node 2")
+    assert taken.base_offset > appended.base_offset
