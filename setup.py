@@ -1,6 +1,8 @@
-"""The one compiled part: Kafka's checks of the records in a batch (headrace._record_check).
-Optional: without a C compiler the install goes on and the Python reference does the work
-(``headrace.record_check``). Everything else is configured in pyproject.toml."""
+"""The compiled parts, each optional (without a C compiler the install goes on and Python does
+the work): Kafka's checks of the records in a batch (``headrace._record_check``; the Python
+reference is ``headrace.record_check``), a send step's sendfile loop (``headrace.pipeline._send``)
+and the page-residency check of no-wait reads (``headrace.storage._pages``). Everything else
+is configured in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -15,6 +17,12 @@ setup(
         Extension(
             "headrace.pipeline._send",
             sources=["pipeline/_send.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
+        Extension(
+            "headrace.storage._pages",
+            sources=["storage/_pages.c"],
             optional=True,
             extra_compile_args=["-O2"],
         ),

@@ -4,10 +4,16 @@ The stored batches are sent as they are on disk, without copying: a read finds t
 log and returns a region of the segment file (``Log.read_region``: descriptor, position,
 length; the file stays pinned), the response encoder passes it through as its own chunk,
 and the connection sends it with ``os.sendfile`` from the page cache to the socket
-(pipeline/writer.py). Records under ``REGION_MIN`` bytes are copied out in the read thread
-instead (a pread is cheaper than a sendfile step for little data), and so are all records
-while regions pin half of ``log.max.open.files`` (the other half stays for everything
-else). Reads run in the broker's read thread pool, never on the event loop. When fewer than
+(pipeline/writer.py). Records under ``REGION_MIN`` bytes are copied out by the read instead
+(a pread is cheaper than a sendfile step for little data), and so are all records while
+regions pin half of ``log.max.open.files`` (the other half stays for everything else).
+
+Where a read finds everything it needs in memory (the usual case: consumers read what was
+just written, or read before) it runs on the event loop, saving the trips to a read thread
+and back: it first runs as a no-wait read (``Log.read_region(nowait=True)``: the page cache
+only, locks only if free), and whenever any part of that would wait for the disk or another
+thread it gives back what it took and the whole read runs in the broker's read thread pool
+instead, so the event loop never waits for the disk. When fewer than
 ``min_bytes`` are available the request waits, until ``max_wait_ms`` at the most, on the
 partitions' "log end advanced" signal (every append wakes the fetches waiting on that
 partition) and reads again.
@@ -56,7 +62,7 @@ import functools
 import time
 
 from headrace.protocol import ApiKey, ErrorCode, messages
-from headrace.storage import FileRegion, OffsetOutOfRange, StorageError
+from headrace.storage import FileRegion, OffsetOutOfRange, StorageError, WouldBlock, nowait_reads
 
 from .authorizer import TOPIC, Operation
 from .leader_hints import LeaderHints
@@ -138,17 +144,19 @@ async def handle(broker, header, request):
         try:
             stable = [part.last_stable_offset for _, part, _, _ in wanted]
             marks = [part.high_watermark for _, part, _, _ in wanted]
-            read = broker.read_pool.submit(
-                _read_all,
-                wanted,
-                reservation.size,
-                stable,
-                marks,
-                replica >= 0,
-                read_committed,
-                regions,
-            )
-            total = await asyncio.wrap_future(read)
+            args = (wanted, reservation.size, stable, marks, replica >= 0, read_committed, regions)
+            total = None
+            if nowait_reads():
+                try:
+                    total = _read_all(*args, nowait=True)
+                except WouldBlock:
+                    _release(regions)  # and the read thread starts again
+            if total is None:
+                read = broker.read_pool.submit(_read_all, *args)
+                total = await asyncio.wrap_future(read)
+                broker.metrics.fetch_reads[1] += 1
+            else:
+                broker.metrics.fetch_reads[0] += 1
         except BaseException:
             if read is not None:  # once the read thread is done with them (maybe now)
                 read.add_done_callback(functools.partial(_release_after, regions))
@@ -250,10 +258,13 @@ def _read_all(
     replica: bool,
     read_committed: bool,
     regions: list,
+    nowait: bool = False,
 ) -> int:
-    """Fill in each partition's records and offsets (runs in a read thread); the file regions
-    among the records are added to ``regions``. A replica reads to the log end, others below
-    the high watermark (``marks``)."""
+    """Fill in each partition's records and offsets (in a read thread, or with ``nowait`` on
+    the event loop: then WouldBlock, leaving the regions it took in ``regions``, whenever
+    anything would wait, a storage error included, which the read thread meets again and
+    reports); the file regions among the records are added to ``regions``. A replica reads to
+    the log end, others below the high watermark (``marks``)."""
     total = 0
     for (resp, part, offset, partition_max), lso, high_watermark in zip(wanted, stable, marks):
         log = part.log
@@ -279,11 +290,14 @@ def _read_all(
                 max(budget, 1),
                 max_offset=resp.last_stable_offset if read_committed else limit,
                 copy_below=REGION_MIN,
+                nowait=nowait,
             )
         except OffsetOutOfRange:
             resp.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
             continue
         except StorageError as e:
+            if nowait:
+                raise WouldBlock from e
             storage_failed(f"{part.topic.name}-{part.index}", "read", e)
             resp.error_code = ErrorCode.KAFKA_STORAGE_ERROR
             continue
@@ -295,11 +309,13 @@ def _read_all(
             continue  # only the first partition with data may go over the limits
         if read_committed and size:
             try:
-                aborted = log.aborted_txns(offset, resp.last_stable_offset)
-            except StorageError as e:
-                storage_failed(f"{part.topic.name}-{part.index}", "read", e)
+                aborted = log.aborted_txns(offset, resp.last_stable_offset, nowait)
+            except (StorageError, WouldBlock) as e:
                 if region is not None:
                     region.release()
+                if nowait:
+                    raise WouldBlock from e
+                storage_failed(f"{part.topic.name}-{part.index}", "read", e)
                 resp.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                 continue
             resp.aborted_transactions = [

@@ -89,6 +89,7 @@ class BrokerMetrics:
         self.flush_seconds = Histogram(FLUSH_BUCKETS)
         self.flush_group = Histogram(GROUP_SIZE_BUCKETS)  # waiters completed by one flush
         self.flush_logs = 0  # log fsyncs in all
+        self.fetch_reads = [0, 0]  # Fetch reads done on the event loop, in a read thread
 
     def request_done(self, api_key: int, version: int, started: float, response) -> None:
         """A request's response is encoded: its latency and its error codes."""

@@ -177,6 +177,14 @@ class BrokerCollector(Collector):
         logs = CounterMetricFamily("headrace_flush_log_fsyncs", "Logs fsynced by group commits")
         logs.add_metric([], metrics.flush_logs)
         yield logs
+        reads = CounterMetricFamily(
+            "headrace_fetch_reads",
+            "Fetch reads: on the event loop (all in memory) or in a read thread",
+            labels=["thread"],
+        )
+        reads.add_metric(["event_loop"], metrics.fetch_reads[0])
+        reads.add_metric(["read_pool"], metrics.fetch_reads[1])
+        yield reads
 
     def _connections(self) -> Iterator[Metric]:
         router = self.broker.router

@@ -11,6 +11,9 @@ Public surface:
     LeaderEpochCache        a partition's leader epochs and their leader-epoch-checkpoint file
     OffsetOutOfRange        read or delete below the log start or above the log end offset
     StorageError            an I/O failure or unusable files (Kafka's KAFKA_STORAGE_ERROR)
+    WouldBlock, nowait_reads
+                            a no-wait read (Log.read_region(nowait=True), for the event
+                            loop) that would have waited; whether such reads can succeed here
     fsync_directory         make a directory's entries durable (used by the broker too)
     segment_batches, index_entries, check_segment, check_partition, segment_paths,
     CorruptSegment, Problem
@@ -51,14 +54,15 @@ Files, in the order to open them:
     _files.py       every file name in a partition directory; fsync by name
     _batch.py       the v2 batch header fields storage reads; iter_batches
     _records.py     the record walk compaction needs (keys, tombstones)
-    errors.py       StorageError, OffsetOutOfRange
+    errors.py       StorageError, OffsetOutOfRange, WouldBlock
+    _pages.c        whether a memory mapping's pages are in memory (no-wait index lookups)
     examine.py      read-only walks and checks of segment files (dump-log, verify)
 """
 
 from ._files import fsync_directory
 from .checkpoint import OffsetCheckpoints
 from .cleaning import CleanResult, clean
-from .errors import OffsetOutOfRange, StorageError
+from .errors import OffsetOutOfRange, StorageError, WouldBlock
 from .examine import (
     CorruptSegment,
     Problem,
@@ -68,6 +72,7 @@ from .examine import (
     segment_batches,
     segment_paths,
 )
+from .io import nowait_reads
 from .leader_epochs import LeaderEpochCache
 from .log import Log, LogConfig
 from .open_files import OpenFiles, OpenFilesExhausted
@@ -93,6 +98,8 @@ __all__ = [
     "OpenFiles",
     "OpenFilesExhausted",
     "StorageError",
+    "WouldBlock",
     "clean",
     "fsync_directory",
+    "nowait_reads",
 ]

@@ -43,12 +43,15 @@ class BadBatch(Exception):
         self.position = position
 
 
-def iter_batches(fd: int, position: int, end: int, headers: bool = False) -> Iterator:
+def iter_batches(
+    fd: int, position: int, end: int, headers: bool = False, pread=os.pread
+) -> Iterator:
     """Batches in file ``fd`` from ``position`` (a batch boundary) up to ``end``.
 
     Yields BatchInfo, or (BatchInfo, 61-byte header) when ``headers`` is true. Trusts sizes and
     does not check CRCs (that is recovery's job); raises BadBatch when a header is impossible
-    or a batch runs past ``end``.
+    or a batch runs past ``end``. ``pread``: how to read (``io.pread_nowait`` for a scan that
+    must not wait for the disk).
     """
     buf = b""
     buf_pos = position  # file position of buf[0]
@@ -58,7 +61,7 @@ def iter_batches(fd: int, position: int, end: int, headers: bool = False) -> Ite
         if i + BATCH_HEADER_SIZE > len(buf):
             if position + BATCH_HEADER_SIZE > end:
                 raise BadBatch(f"torn header at position {position}", position)
-            buf = os.pread(fd, max(BATCH_HEADER_SIZE, min(read_size, end - position)), position)
+            buf = pread(fd, max(BATCH_HEADER_SIZE, min(read_size, end - position)), position)
             buf_pos = position
             i = 0
             if len(buf) < BATCH_HEADER_SIZE:

@@ -15,3 +15,9 @@ class OffsetOutOfRange(Exception):
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
+
+
+class WouldBlock(Exception):
+    """A no-wait read (``nowait=True``) stopped where it would have waited: for the disk (data
+    not in the page cache), for a lock another thread holds, or to open or map a file. Nothing
+    was changed; the same read without ``nowait``, in a thread that may wait, does the rest."""

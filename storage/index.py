@@ -35,7 +35,13 @@ from collections.abc import Callable
 from typing import Any, Self, TypeVar
 
 from . import _files
+from .errors import WouldBlock
 from .open_files import CachedFile, MappedFile, OpenFiles
+
+try:
+    from ._pages import resident as _resident  # type: ignore[import-not-found]
+except ImportError:
+    _resident = None
 
 _T = TypeVar("_T")
 
@@ -74,18 +80,24 @@ class _SparseIndex:
     def exists(self) -> bool:
         return os.path.exists(self.path)
 
-    def _call(self, fn: Callable[[Any], _T]) -> _T:
+    def _call(self, fn: Callable[[Any], _T], nowait: bool = False) -> _T:
         """``fn(entries)``: the in-memory entries, or the mapping pinned for the call (an
-        inactive index is mapped first; raises FileNotFoundError when the file is missing)."""
+        inactive index is mapped first; raises FileNotFoundError when the file is missing).
+        ``nowait``: raise WouldBlock instead of mapping the file, or when a page of the
+        mapping is not in memory (where that cannot be checked, whenever it is mapped)."""
         buf = self._buf
         if buf is None:
             mapped = self._mapped
             if mapped is None:
+                if nowait:
+                    raise WouldBlock
                 mapped = self._map()
                 buf = self._buf
             if mapped is not None:
-                view = mapped.acquire()
+                view = mapped.acquire(nowait)
                 try:
+                    if nowait and (_resident is None or not _resident(view)):
+                        raise WouldBlock
                     return fn(view)
                 finally:
                     mapped.release()
@@ -311,10 +323,11 @@ class OffsetIndex(_SparseIndex):
     ENTRY_SIZE = 8
     __slots__ = ()
 
-    def lookup(self, offset: int) -> tuple[int, int]:
+    def lookup(self, offset: int, nowait: bool = False) -> tuple[int, int]:
         """(offset, position) of the greatest entry whose offset is <= ``offset``.
 
         Returns (base_offset, 0) when there is none: the segment's start is always a boundary.
+        ``nowait``: see ``_call``.
         """
 
         def find(buf) -> tuple[int, int]:
@@ -324,18 +337,18 @@ class OffsetIndex(_SparseIndex):
             rel, pos = self.ENTRY.unpack_from(buf, i * self.ENTRY_SIZE)
             return self.base_offset + rel, pos
 
-        return self._call(find)
+        return self._call(find, nowait)
 
-    def boundary_at_or_before(self, position: int, max_offset: int) -> int:
+    def boundary_at_or_before(self, position: int, max_offset: int, nowait: bool = False) -> int:
         """The greatest indexed position <= ``position`` whose entry's offset <= max_offset
-        (so its batch's base offset is <= max_offset too)."""
+        (so its batch's base offset is <= max_offset too). ``nowait``: see ``_call``."""
 
         def find(buf) -> int:
             rel = max_offset - self.base_offset
             i = min(self._floor(buf, position, 1), self._floor(buf, rel, 0))
             return self.ENTRY.unpack_from(buf, i * self.ENTRY_SIZE)[1] if i >= 0 else 0
 
-        return self._call(find)
+        return self._call(find, nowait)
 
     def entries_before_position(self, position: int) -> int:
         """How many entries point below ``position``."""

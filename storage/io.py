@@ -33,6 +33,11 @@ Whether io_uring is usable is checked once per process, in a child process that 
 ring: a native library that cannot run on this machine (a wheel built for instructions the
 CPU lacks dies of SIGILL) then makes the backend unavailable instead of killing the broker.
 
+No-wait reads (``pread_nowait``, for reads on the event loop: see reads.py) bypass both
+backends: ``preadv2`` with ``RWF_NOWAIT`` copies what is in the page cache and fails instead of
+reading the disk. Where the kernel or file system cannot do that, every no-wait read fails
+(``nowait_reads()`` then says False) and the callers read in their threads as before.
+
 Errors surface as OSError with the kernel's errno in both backends (ENOSPC, EIO, EBADF...).
 
 Descriptors: every fd passed to a backend is pinned by the caller in the log's OpenFiles
@@ -43,12 +48,15 @@ The io_uring rings (one per thread that used the backend) are descriptors outsid
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import signal
 import subprocess
 import sys
 import threading
+
+from .errors import WouldBlock
 
 
 class OsBackend:
@@ -193,6 +201,33 @@ class UringBackend:
                 self._lu.io_uring_queue_exit(ring)
             except Exception:
                 pass
+
+
+_nowait = hasattr(os, "RWF_NOWAIT")
+
+
+def nowait_reads() -> bool:
+    """Whether ``pread_nowait`` can succeed here (False once the kernel refused the flag)."""
+    return _nowait
+
+
+def pread_nowait(fd: int, n: int, position: int) -> bytes:
+    """n bytes at ``position``, if all of them are in the page cache; raises WouldBlock when
+    reading them would wait for the disk, and when the read fails (the caller's read that may
+    wait meets the error again and reports it)."""
+    global _nowait
+    if not _nowait:
+        raise WouldBlock
+    buf = bytearray(n)
+    try:
+        got = os.preadv(fd, [buf], position, os.RWF_NOWAIT)
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            _nowait = False  # not here: never try again
+        raise WouldBlock from e
+    if got != n:
+        raise WouldBlock  # part of it is not in the page cache (or the file is shorter)
+    return bytes(buf)
 
 
 def pwrite_all(fd: int, data, n: int, position: int) -> None:

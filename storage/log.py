@@ -84,7 +84,7 @@ from .errors import OffsetOutOfRange, StorageError
 from .flush import LogFlush
 from .io import get_backend
 from .open_files import CachedFile, OpenFiles
-from .reads import LogReads
+from .reads import LogReads, TryLock
 from .segment import LogSegment
 
 _DEFAULT_CONFIG = LogConfig()  # frozen: one instance serves every log opened with defaults
@@ -124,6 +124,7 @@ class Log(LogAppends, LogReads, LogFlush):
         self._io = get_backend(config.io_backend)
         self._files = files
         self._lock = threading.Lock()
+        self._try_lock = TryLock(self._lock)  # the same lock, for no-wait reads
         self._flush_lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
         self._segments = segments

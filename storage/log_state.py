@@ -11,6 +11,7 @@ import bisect
 import threading
 from typing import TYPE_CHECKING, Any
 
+from .errors import WouldBlock
 from .segment import LogSegment
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ class LogState:
     _io: Any  # the I/O backend (io.py)
     _files: OpenFiles  # the descriptor budget the log's files are opened under
     _lock: threading.Lock  # guards everything below
+    _try_lock: Any  # reads.TryLock: the same lock, taken only if free (no-wait reads)
     _segments: list[LogSegment]  # by base offset; the last one is active
     _bases: list[int]  # their base offsets
     _active: LogSegment
@@ -56,12 +58,15 @@ class LogState:
         """The offset segment ``i``'s offsets lie below (lock held)."""
         return self._bases[i + 1] if i + 1 < len(self._bases) else self.log_end_offset
 
-    def _locate(self, offset: int) -> tuple[LogSegment, int]:
-        """The segment holding ``offset`` and its index slot (lock held)."""
+    def _locate(self, offset: int, nowait: bool = False) -> tuple[LogSegment, int]:
+        """The segment holding ``offset`` and its index slot (lock held). ``nowait``: raise
+        WouldBlock when its indexes are yet to be loaded and checked."""
         i = bisect.bisect_right(self._bases, offset) - 1
         if i < 0:
             i = 0
         seg = self._segments[i]
+        if nowait and not seg.indexes_checked:
+            raise WouldBlock
         seg.ensure_indexes(self._limit_of(i))
         return seg, i
 

@@ -54,7 +54,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .errors import StorageError
+from .errors import StorageError, WouldBlock
 
 SETTING = "log.max.open.files"
 MIN_OPEN = 8  # a thread pins one or two files at a time; a few threads
@@ -118,7 +118,7 @@ class OpenFiles:
 
     # -- pinning ------------------------------------------------------------------------------
 
-    def _acquire(self, f: CachedFile) -> Any:
+    def _acquire(self, f: CachedFile, nowait: bool = False) -> Any:
         cond = self._cond
         while True:
             with cond:
@@ -129,6 +129,8 @@ class OpenFiles:
                     f.users += 1
                     self._lru.move_to_end(f)
                     return res
+                if nowait:
+                    raise WouldBlock  # opening may wait for the disk, or for an eviction
                 if f.opening:
                     cond.wait()
                     continue
@@ -334,9 +336,10 @@ class CachedFile:
         self.error: OSError | None = None  # an fsync failure at eviction, not yet reported
         self.retired = False
 
-    def acquire(self) -> int:
-        """Pin the file and return its descriptor (opening it, maybe closing another)."""
-        return self.owner._acquire(self)
+    def acquire(self, nowait: bool = False) -> int:
+        """Pin the file and return its descriptor (opening it, maybe closing another);
+        ``nowait``: only if it is open, else raise WouldBlock."""
+        return self.owner._acquire(self, nowait)
 
     def release(self, wrote: bool = False) -> None:
         """Unpin; ``wrote``: data was written through the descriptor (flush must fsync it)."""

@@ -17,6 +17,13 @@ a caller that sends the bytes straight from the page cache (``os.sendfile``). Th
 check covers the search; the bytes are read later from the same file, which deletion and
 compaction never change (they retire the file; the pin keeps it readable). Only an in-place
 truncation could cut it, and the reader then finds fewer bytes than the region's length.
+
+``read_region(..., nowait=True)`` is the same read for a thread that must not wait (the
+broker's event loop): it takes the log's lock only if it is free, uses only descriptors
+already open and indexes already loaded (an old segment's mapped index only when its pages are
+in memory: ``_pages.resident``), and reads with ``pread_nowait``; where any of these would
+wait it raises WouldBlock, having kept nothing, and the caller reads again without ``nowait``
+in a thread that may wait.
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ from collections.abc import Iterator
 from typing import Final
 
 from ._batch import BadBatch, iter_batches
-from .errors import OffsetOutOfRange, StorageError
+from .errors import OffsetOutOfRange, StorageError, WouldBlock
+from .io import pread_nowait
 from .log_state import LogState
 from .segment import LogSegment
 from .txn_index import AbortedTxn
@@ -65,14 +73,16 @@ class FileRegion:
     def __len__(self) -> int:
         return self.length
 
-    def read(self) -> bytes:
-        """The bytes (a copy), then release. Raises StorageError if they cannot all be read."""
+    def read(self, nowait: bool = False) -> bytes:
+        """The bytes (a copy), then release. Raises StorageError if they cannot all be read;
+        ``nowait``: WouldBlock unless all of them are in the page cache."""
         if not self.length:
             self.release()
             return b""
         path = self._file.path if self._file is not None else "?"
+        pread = pread_nowait if nowait else self._io.pread
         try:
-            data = self._io.pread(self.fd, self.length, self.position)
+            data = pread(self.fd, self.length, self.position)
         except OSError as e:
             raise StorageError(f"read of {path} failed: {e}") from e
         finally:
@@ -100,6 +110,23 @@ class FileRegion:
 
     def __repr__(self) -> str:
         return f"FileRegion(fd={self.fd}, position={self.position}, length={self.length})"
+
+
+class TryLock:
+    """A lock for a thread that must not wait: entering takes it if it is free and raises
+    WouldBlock if not."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(False):
+            raise WouldBlock
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
 
 
 class LogReads(LogState):
@@ -136,7 +163,12 @@ class LogReads(LogState):
             return data
 
     def read_region(
-        self, offset: int, max_bytes: int, max_offset: int | None = None, copy_below: int = 0
+        self,
+        offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        copy_below: int = 0,
+        nowait: bool = False,
     ) -> FileRegion | bytes:
         """What ``read`` would return, as a region of the segment file, not copied; as bytes
         (what ``read`` returns) when under ``copy_below`` bytes, or when regions already pin
@@ -145,10 +177,12 @@ class LogReads(LogState):
         The region's file stays pinned (open, and readable even if the segment is deleted or
         replaced meanwhile) until ``region.release()``. A truncation that cuts the segment
         in place (``truncate_to``) before the region is read makes it shorter than
-        ``length``: readers must check what they got.
+        ``length``: readers must check what they got. ``nowait``: raise WouldBlock rather than
+        wait (see the module's docstring).
         """
+        lock = self._try_lock if nowait else self._lock
         while True:
-            span = self._span(offset, max_bytes, max_offset)
+            span = self._span(offset, max_bytes, max_offset, nowait)
             if span is None:
                 return b""
             seg, fd, start, end, generation = span
@@ -156,24 +190,25 @@ class LogReads(LogState):
             if end - start >= copy_below and region._hold(self._files.max_open // 2):
                 return region
             try:
-                data = region.read()
+                data = region.read(nowait)
             except StorageError:
-                with self._lock:
+                with lock:
                     if generation != self._generation:
                         continue
                 raise
-            with self._lock:
+            with lock:
                 if generation != self._generation:
                     continue  # changed while we read: look again
             return data
 
     def _span(
-        self, offset: int, max_bytes: int, max_offset: int | None
+        self, offset: int, max_bytes: int, max_offset: int | None, nowait: bool = False
     ) -> tuple[LogSegment, int, int, int, int] | None:
         """(segment, pinned descriptor, start, end, generation) of what ``read`` returns, or
         None when that is nothing; the caller releases ``segment.log_file``."""
+        lock = self._try_lock if nowait else self._lock
         while True:
-            with self._lock:
+            with lock:
                 if offset < self.log_start_offset or offset > self.log_end_offset:
                     raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
                 if offset == self.log_end_offset:
@@ -184,9 +219,9 @@ class LogReads(LogState):
                     else min(max_offset, self.log_end_offset)
                 )
                 try:
-                    seg, _ = self._locate(offset)
-                    _, position = seg.offset_index.lookup(offset)
-                    fd = seg.log_file.acquire()
+                    seg, _ = self._locate(offset, nowait)
+                    _, position = seg.offset_index.lookup(offset, nowait)
+                    fd = seg.log_file.acquire(nowait)
                 except OSError as e:
                     raise StorageError(f"read of {self.directory} at {offset}: {e}") from e
                 limit = seg.size
@@ -194,17 +229,17 @@ class LogReads(LogState):
             keep = False
             try:
                 result = self._read_segment(
-                    seg, fd, position, limit, offset, max_bytes, hw, generation
+                    seg, fd, position, limit, offset, max_bytes, hw, generation, nowait
                 )
                 if isinstance(result, tuple):
-                    with self._lock:
+                    with lock:
                         if generation != self._generation:
                             continue  # changed meanwhile: look again
                     keep = True
                     start, end = result
                     return seg, fd, start, end, generation
             except (OSError, BadBatch) as e:
-                with self._lock:
+                with lock:
                     if generation != self._generation:
                         continue
                 raise StorageError(f"read of {self.directory} at {offset} failed: {e}") from e
@@ -215,7 +250,7 @@ class LogReads(LogState):
                 continue  # truncated meanwhile: look again
             if result is _NO_BATCH:
                 # no batch holds ``offset`` in its segment (a gap): go on with the next segment
-                with self._lock:
+                with lock:
                     next_base = self._next_base(seg)
                 if next_base is None or next_base >= self.log_end_offset:
                     return None
@@ -233,11 +268,13 @@ class LogReads(LogState):
         max_bytes: int,
         hw: int,
         generation: int,
+        nowait: bool,
     ) -> tuple[int, int] | _NoBatch | bool | None:
         """(start, end) of the whole batches to read; False: the first batch is at or above
         ``hw``; _NO_BATCH: none holds ``offset`` here; None: the segment changed."""
+        pread = pread_nowait if nowait else os.pread
         first = None
-        for b in iter_batches(fd, position, limit):
+        for b in iter_batches(fd, position, limit, pread=pread):
             if b.last_offset >= offset:
                 first = b
                 break
@@ -249,14 +286,16 @@ class LogReads(LogState):
         end = start + first.size
         target = min(start + max_bytes, limit)
         if end < target:
-            with self._lock:
+            with self._try_lock if nowait else self._lock:
                 if generation != self._generation:
                     return None
                 # a segment deleted meanwhile may have no index left to map: just scan
-                jump = 0 if seg.deleted else seg.offset_index.boundary_at_or_before(target, hw)
+                jump = (
+                    0 if seg.deleted else seg.offset_index.boundary_at_or_before(target, hw, nowait)
+                )
             if jump > end:
                 end = jump  # an indexed boundary within both limits
-            for b in iter_batches(fd, end, limit):
+            for b in iter_batches(fd, end, limit, pread=pread):
                 if b.base_offset >= hw or b.position + b.size > target:
                     break
                 end = b.position + b.size
@@ -362,14 +401,15 @@ class LogReads(LogState):
                 self._max_ts = best
             return self._max_ts
 
-    def aborted_txns(self, start: int, end: int) -> list[AbortedTxn]:
+    def aborted_txns(self, start: int, end: int, nowait: bool = False) -> list[AbortedTxn]:
         """The aborted transactions with a record in [start, end), for a read_committed read.
 
         Looks through the indexes of the segment holding ``start`` and the later ones, and
         stops at an entry whose last stable offset is >= ``end``: no transaction aborted after
         it can have started below ``end`` (Kafka's search). Safe from reader threads.
+        ``nowait``: WouldBlock when an index it needs is not yet in memory.
         """
-        with self._lock:
+        with self._try_lock if nowait else self._lock:
             if self._closed:
                 return []
             i = max(0, bisect.bisect_right(self._bases, start) - 1)
@@ -377,7 +417,7 @@ class LogReads(LogState):
         found = []
         try:
             for index in indexes:
-                for e in index.entries():
+                for e in index.entries(nowait):
                     if e.last_offset >= start and e.first_offset < end:
                         found.append(e)
                     if e.last_stable_offset >= end:

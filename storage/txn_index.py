@@ -29,6 +29,7 @@ import struct
 from typing import NamedTuple
 
 from ._files import fsync_path
+from .errors import WouldBlock
 from .open_files import CachedFile, OpenFiles
 
 ENTRY = struct.Struct(">hqqqq")
@@ -68,8 +69,11 @@ class TransactionIndex:
         index._entries = ()
         return index
 
-    def entries(self) -> tuple[AbortedTxn, ...]:
+    def entries(self, nowait: bool = False) -> tuple[AbortedTxn, ...]:
+        """The entries, read from the file the first time (``nowait``: WouldBlock then)."""
         if self._entries is None:
+            if nowait:
+                raise WouldBlock
             self._entries = _read(self.path)
         return self._entries
 

@@ -231,3 +231,61 @@ def test_a_response_in_flight_holds_no_copy_and_its_budget_returns_when_closed_m
         assert len(got) == len(produced)
         assert all(got[o] == produced[o] for o in got)
     assert broker.alive
+
+
+def test_a_fetch_reads_on_the_event_loop_what_is_in_memory_and_in_a_thread_what_is_not(tmp_path):
+    """The same answer either way; ``headrace_fetch_reads_total`` says where each read ran."""
+    import headrace
+    from test_metrics import scrape, value
+
+    from headrace.storage import nowait_reads
+
+    if not nowait_reads():
+        pytest.skip("no RWF_NOWAIT reads here: every fetch reads in a thread")
+    pytest.importorskip("headrace.storage._pages", reason="the C extension was not built")
+
+    def reads(port) -> tuple[float, float]:
+        samples = scrape(port)
+        return tuple(
+            value(samples, "headrace_fetch_reads_total", thread=t) for t in ("event_loop", "read_pool")
+        )
+
+    def evict(directory) -> None:  # clean pages out of the page cache (the broker fsyncs them)
+        for name in os.listdir(directory):
+            fd = os.open(directory / name, os.O_RDONLY)
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+
+    settings = {"metrics.port": 0, "log.flush.interval.messages": 1, "log.segment.bytes": MB}
+    with headrace.Broker(settings, data_dir=tmp_path / "data") as broker:
+        port = int(broker.bootstrap_servers.rsplit(":", 1)[1])
+        with WireClient(port, timeout=30) as c:
+            create(c, "cold")
+            produced = fill(c, "cold", 12)  # 200 KB batches: old segments and the active one
+            segments = broker.data_dir / "cold-0"
+            assert sum(name.endswith(".log") for name in os.listdir(segments)) >= 2
+
+            def read_all() -> list:
+                got, offset = {}, 0
+                while offset < len(produced):
+                    r = c.request(ApiKey.FETCH, 12, fetch_request("cold", 50 * MB, offset))
+                    part = r.responses[0].partitions[0]
+                    assert part.error_code == ErrorCode.NONE
+                    got.update(records_by_offset(part.records))
+                    offset = max(got) + 1
+                return [got[o] for o in range(len(produced))]
+
+            # the first read of a rolled segment maps its index (a read thread's job) ...
+            assert read_all() == produced
+            before = reads(broker.metrics_port)
+            assert read_all() == produced  # ... after which all is in memory
+            warm = reads(broker.metrics_port)
+            assert warm[0] > before[0] and warm[1] == before[1]
+            evict(segments)
+            assert read_all() == produced  # from the disk, in the read threads
+            cold = reads(broker.metrics_port)
+            assert cold[1] > warm[1] and cold[0] == warm[0]
+            assert read_all() == produced  # in memory again
+            again = reads(broker.metrics_port)
+            assert again[0] > cold[0] and again[1] == cold[1]
