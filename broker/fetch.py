@@ -160,6 +160,8 @@ async def handle(broker, header, request):
         except BaseException:
             if read is not None:  # once the read thread is done with them (maybe now)
                 read.add_done_callback(functools.partial(_release_after, regions))
+            else:
+                _release(regions)
             reservation.release()
             raise
         reservation.grow(total - reservation.size)  # one batch over the limit at the most
