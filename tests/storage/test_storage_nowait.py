@@ -5,7 +5,6 @@ index mapped but not resident, a descriptor to open, indexes to load, the log's 
 
 import mmap
 import os
-import random
 import threading
 
 import pytest
@@ -15,8 +14,7 @@ from headrace.storage.io import pread_nowait
 from storage_batches import Writer
 
 from conftest import SMALL
-from test_storage_log import expected_read
-from test_storage_regions import region_bytes
+from test_storage_regions import check_random_reads, region_bytes
 
 pages = pytest.importorskip("headrace.storage._pages", reason="the C extension was not built")
 pytestmark = pytest.mark.skipif(not nowait_reads(), reason="no RWF_NOWAIT reads here")
@@ -71,18 +69,8 @@ def test_nowait_reads_answer_as_reads_do_once_everything_is_in_memory(open_log, 
     assert len(log._bases) > 10
     for base in log._bases:  # a read of each segment opens its file and maps its index
         log.read(base, 1)
-    rng = random.Random(seed)
-    leo = log.log_end_offset
-    regions = 0
-    for _ in range(500):
-        offset = rng.randrange(0, leo + 1)
-        max_bytes = rng.choice([1, 50, 300, 1000, 5000, 10**9])
-        max_offset = rng.choice([None, rng.randrange(0, leo + 2)])
-        copy_below = rng.choice([0, 10**9])
-        got = log.read_region(offset, max_bytes, max_offset, copy_below=copy_below, nowait=True)
-        regions += isinstance(got, FileRegion)
-        assert region_bytes(got) == expected_read(log, w.batches, offset, max_bytes, max_offset)
-    assert regions > 100
+    assert check_random_reads(log, w.batches, seed, 500, nowait=True) > 100
+    assert check_random_reads(log, w.batches, seed, 200, copy_below=10**9, nowait=True) == 0
 
 
 def test_a_nowait_read_raises_where_it_would_wait_and_holds_nothing(log_dir, tmp_path):

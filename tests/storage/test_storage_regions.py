@@ -23,22 +23,28 @@ def region_bytes(got) -> bytes:
     return bytes(got)
 
 
+def check_random_reads(log, batches, seed: int, reads: int, **options) -> int:
+    """``reads`` read_region calls at random offsets and bounds, each checked against the
+    reference answer; returns how many gave a region."""
+    rng = random.Random(seed)
+    leo = log.log_end_offset
+    regions = 0
+    for _ in range(reads):
+        offset = rng.randrange(0, leo + 1)
+        max_bytes = rng.choice([1, 50, 300, 1000, 5000, 10**9])
+        max_offset = rng.choice([None, rng.randrange(0, leo + 2)])
+        got = log.read_region(offset, max_bytes, max_offset, **options)
+        regions += isinstance(got, FileRegion)
+        assert region_bytes(got) == expected_read(log, batches, offset, max_bytes, max_offset)
+    return regions
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_regions_hold_what_read_returns(open_log, seed):
     log = open_log()
     w = Writer(log, seed=seed)
     w.append_many(300)
-    rng = random.Random(seed)
-    leo = log.log_end_offset
-    regions = 0
-    for _ in range(1000):
-        offset = rng.randrange(0, leo + 1)
-        max_bytes = rng.choice([1, 50, 300, 1000, 5000, 10**9])
-        max_offset = rng.choice([None, rng.randrange(0, leo + 2)])
-        got = log.read_region(offset, max_bytes, max_offset)
-        regions += isinstance(got, FileRegion)
-        assert region_bytes(got) == expected_read(log, w.batches, offset, max_bytes, max_offset)
-    assert regions > 500
+    assert check_random_reads(log, w.batches, seed, 1000) > 500
 
 
 def test_small_reads_are_copied(open_log):
