@@ -161,6 +161,30 @@ async def test_reading_stops_at_the_in_flight_cap_and_resumes():
         await router.close()
 
 
+async def test_a_connection_with_many_requests_lets_others_in_its_queue_take_turns():
+    """One handler queue: 300 pipelined requests that arrive in one read are handled ``BURST``
+    at a time, so a request another connection sends meanwhile does not wait for all of them."""
+    handler = Echo()
+    server, router = await serve(handler, "127.0.0.1", 0, limits(), 1)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        (ra, wa), (rb, wb) = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        many = [payload(0, i, size=8) for i in range(300)]  # 3,600 bytes: one read
+        wa.write(b"".join(frame(p) for p in many))
+        while not handler.seen:  # the first of them is being handled...
+            await asyncio.sleep(0)
+        other = payload(0, 10_000)
+        wb.write(frame(other))  # ...when the other connection's request arrives
+        assert await asyncio.wait_for(read_frames(rb, 1), 10) == [other]
+        assert await asyncio.wait_for(read_frames(ra, 300), 10) == many
+        assert handler.seen.index(other) < 200
+        wa.close()
+        wb.close()
+    finally:
+        server.close()
+        await router.close()
+
+
 class SlowLog:
     """A flush target whose flush takes time and records what it covered."""
 
