@@ -162,7 +162,7 @@ async def test_reading_stops_at_the_in_flight_cap_and_resumes():
 
 
 async def test_a_connection_with_many_requests_lets_others_in_its_queue_take_turns():
-    """One handler queue: 300 pipelined requests that arrive in one read are handled ``BURST``
+    """One handler queue: 300 pipelined requests that arrive in one read are handled 64
     at a time, so a request another connection sends meanwhile does not wait for all of them."""
     handler = Echo()
     server, router = await serve(handler, "127.0.0.1", 0, limits(), 1)
