@@ -103,7 +103,7 @@ class Moves:
 
     # the new owner: copies -----------------------------------------------------------------
 
-    def take_copy(self, name: str, index: int) -> Partition | None:
+    async def take_copy(self, name: str, index: int) -> Partition | None:
         """The copy of a partition that is now this broker's, handed over (no longer
         fetched); None when there is none."""
         entry = self.copies.pop((name, index), None)
@@ -112,7 +112,7 @@ class Moves:
         leader, copy = entry
         fetcher = self.fetchers.get(leader)
         if fetcher is not None:
-            fetcher.remove(name, index)
+            await fetcher.remove(name, index)
         return copy
 
     async def follow(self, topic: Topic, record: TopicRecord | None) -> None:
@@ -131,7 +131,7 @@ class Moves:
         for (t, index), (leader, copy) in list(self.copies.items()):
             if t == name and (index not in wanted or wanted[index][0] != leader):
                 self.copies.pop((t, index))
-                self.fetchers[leader].remove(t, index)
+                await self.fetchers[leader].remove(t, index)
                 log.info("copy of %s-%d dropped (the move was cancelled)", t, index)
                 await asyncio.to_thread(_drop, copy)
         for index, (leader, epoch) in wanted.items():

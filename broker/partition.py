@@ -85,6 +85,7 @@ class Partition:
         "hw",
         "epochs",
         "_writes",
+        "_snapshots",
     )
 
     def __init__(self, topic: Topic, index: int, log: Log, producers: ProducerStateManager):
@@ -107,6 +108,7 @@ class Partition:
         self.hw = -1  # the high watermark; -1: the log end (no other replica to wait for)
         self.epochs: LeaderEpochCache | None = None  # loaded when replication needs it
         self._writes: asyncio.Future | None = None  # the last write left to the append stage
+        self._snapshots: set[asyncio.Future] = set()  # producer-state snapshots being written
 
     @property
     def last_stable_offset(self) -> int:
@@ -342,7 +344,9 @@ class Partition:
             except OSError:
                 log.exception("producer state snapshot of %s failed", directory)
 
-        asyncio.get_running_loop().run_in_executor(None, write)
+        written = asyncio.get_running_loop().run_in_executor(None, write)
+        self._snapshots.add(written)
+        written.add_done_callback(self._snapshots.discard)
 
     def append_transactional(self, batch: bytearray, producer_id: int, epoch: int) -> int:
         """Append a batch the coordinator wrote for a transaction (transactional offset
@@ -444,6 +448,7 @@ class Partition:
             drop_snapshots_above(directory, plog.log_end_offset)
             return ProducerStateManager.load(directory, plog)
 
+        await self._snapshots_written()  # none may land above the cut once it is made
         self.producers = await asyncio.to_thread(cut)
         end = self.log.log_end_offset
         self._segments = self.log.segment_count
@@ -453,6 +458,24 @@ class Partition:
             self.epochs.truncate_from_end(end)
             if self.epochs.dirty:
                 await asyncio.to_thread(self.epochs.write)
+
+    async def restart_at(self, offset: int) -> None:
+        """(A copy.) Empty the log and start it again at ``offset`` (the leader's log start
+        passed this copy's end): no producer state is left, and no snapshot of the old one."""
+        plog, directory = self.log, Path(self.log.directory)
+
+        def restart() -> None:
+            plog.restart_at(offset)
+            drop_snapshots_above(directory, -1)
+
+        await self._snapshots_written()
+        await asyncio.to_thread(restart)
+        self.producers = ProducerStateManager()
+        self._segments = plog.segment_count
+
+    async def _snapshots_written(self) -> None:
+        if self._snapshots:
+            await asyncio.wait(list(self._snapshots))
 
     def _appended(self, count: int) -> None:
         self.unflushed += count

@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import CorruptRecordError, read_batch_header
@@ -70,6 +70,10 @@ class Copy:
     error: int = ErrorCode.NONE  # the last partition error the leader gave
     follower: bool = False  # a replica of the partition (not a move's copy)
     truncate: bool = False  # ask OffsetForLeaderEpoch (and truncate) before fetching
+    # held while an answer is applied to the copy (or it is truncated): ``remove`` waits for it,
+    # so that the partition's new role (leader, another leader's follower) starts from a log
+    # this fetcher no longer changes
+    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class ReplicaFetcher:
@@ -114,9 +118,13 @@ class ReplicaFetcher:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader}")
 
-    def remove(self, topic: str, index: int) -> None:
-        self.copies.pop((topic, index), None)
+    async def remove(self, topic: str, index: int) -> None:
+        """Stop copying the partition, once what is being done to its copy is done."""
+        c = self.copies.pop((topic, index), None)
         self._changed.set()
+        if c is not None:
+            async with c.busy:
+                pass
 
     def copy(self, topic: str, index: int) -> Copy | None:
         return self.copies.get((topic, index))
@@ -195,16 +203,18 @@ class ReplicaFetcher:
         for t in response.responses:
             for p in t.partitions:
                 key = (t.topic, p.partition_index)
-                found = self.copies.get(key)
-                if found is None or found is not sent.get(key):
-                    continue  # removed (or replaced) while the fetch was out
-                c = found
-                try:
-                    if await self._follow(c, p):
-                        to_flush.append(c.partition)
-                except (StorageError, CorruptRecordError) as e:
-                    log.warning("copy of %s-%d from node %d: %s", *key, self.leader, e)
-                    c.error = ErrorCode.KAFKA_STORAGE_ERROR
+                if key not in sent:
+                    continue
+                c = sent[key]
+                async with c.busy:
+                    if self.copies.get(key) is not c:
+                        continue  # removed (or replaced) while the fetch was out
+                    try:
+                        if await self._follow(c, p):
+                            to_flush.append(c.partition)
+                    except (StorageError, CorruptRecordError) as e:
+                        log.warning("copy of %s-%d from node %d: %s", *key, self.leader, e)
+                        c.error = ErrorCode.KAFKA_STORAGE_ERROR
                 if c.error == ErrorCode.UNKNOWN_LEADER_EPOCH and backoff is False:
                     backoff = EPOCH_BACKOFF_S
                 elif c.error:
@@ -227,8 +237,7 @@ class ReplicaFetcher:
             return await self._follow_leader(c, p)
         if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if p.log_start_offset > plog.log_end_offset or plog.log_end_offset > p.high_watermark:
-                await asyncio.to_thread(plog.restart_at, max(p.log_start_offset, 0))
-                partition.producers.truncate(0)  # type: ignore[attr-defined]
+                await partition.restart_at(max(p.log_start_offset, 0))  # type: ignore[attr-defined]
                 c.error = ErrorCode.NONE
             return False
         if p.error_code:
@@ -244,8 +253,7 @@ class ReplicaFetcher:
         plog = partition.log  # type: ignore[attr-defined]
         if p.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if p.log_start_offset > plog.log_end_offset:  # the leader's log starts past ours
-                await asyncio.to_thread(plog.restart_at, p.log_start_offset)
-                partition.producers.truncate(0)  # type: ignore[attr-defined]
+                await partition.restart_at(p.log_start_offset)  # type: ignore[attr-defined]
                 epochs = partition.epochs  # type: ignore[attr-defined]
                 if epochs is not None:
                     epochs.truncate_from_end(0)
@@ -331,7 +339,10 @@ class ReplicaFetcher:
                         self.leader,
                         c.leader_epoch,
                     )
-                    await partition.truncate_to(end)  # type: ignore[attr-defined]
+                    async with c.busy:
+                        if self.copies.get(key) is not c:
+                            continue  # removed meanwhile: no longer this fetcher's to change
+                        await partition.truncate_to(end)  # type: ignore[attr-defined]
                 c.truncate = False
         return answered
 
@@ -346,7 +357,7 @@ async def _take(partition, p) -> bytes:
         if plog.log_end_offset == plog.log_start_offset:
             base = read_batch_header(records).base_offset
             if base != plog.log_end_offset:
-                await asyncio.to_thread(plog.restart_at, base)
+                await partition.restart_at(base)
         partition.append_copied(memoryview(records))
     start = min(p.log_start_offset, plog.log_end_offset)
     if start > plog.log_start_offset:

@@ -162,7 +162,7 @@ class ReplicaManager:
         replicas = record.assigned(index)
         if self.node_id not in replicas and not (state.leader == self.node_id):
             await self._stop_leading(p)
-            self._unfollow(name, index)
+            await self._unfollow(name, index)
             return
         if state.leader == self.node_id:
             ls = p.leader_state
@@ -176,14 +176,14 @@ class ReplicaManager:
         else:
             await self._stop_leading(p)
             if state.leader < 0:
-                self._unfollow(name, index)
+                await self._unfollow(name, index)
             else:
                 await self._follow(p, state)
 
     async def _become_leader(self, p: Partition, state: PartitionState, replicas) -> None:
         name, index = p.topic.name, p.index
         was_leading = p.leader_state is not None and p.leader
-        self._unfollow(name, index)
+        await self._unfollow(name, index)
         await self._load_epochs(p)
         assert p.epochs is not None
         p.epochs.assign(state.leader_epoch, p.log.log_end_offset)
@@ -259,19 +259,20 @@ class ReplicaManager:
         name, index = p.topic.name, p.index
         key = (name, index)
         if self.following.get(key) not in (None, state.leader):
-            self._unfollow(name, index)
+            await self._unfollow(name, index)
         await self._load_epochs(p)
         self.following[key] = state.leader
         self._fetcher(state.leader).add(name, index, p, state.leader_epoch, follower=True)
 
-    def _unfollow(self, name: str, index: int) -> None:
+    async def _unfollow(self, name: str, index: int) -> None:
+        """Stop fetching the partition, once its fetcher is done changing the log."""
         leader = self.following.pop((name, index), None)
         if leader is None:
             return
         fetcher = self.fetchers.get(leader)
         if fetcher is not None:
-            fetcher.remove(name, index)
-            if not fetcher.copies:
+            await fetcher.remove(name, index)
+            if not fetcher.copies and self.fetchers.get(leader) is fetcher:
                 del self.fetchers[leader]
                 asyncio.ensure_future(fetcher.stop())
 
@@ -286,7 +287,7 @@ class ReplicaManager:
     async def forget(self, p: Partition) -> None:
         """The partition is gone from this broker (moved away, deleted)."""
         await self._stop_leading(p)
-        self._unfollow(p.topic.name, p.index)
+        await self._unfollow(p.topic.name, p.index)
 
     def serve(self) -> None:
         """The coordinators have started: tell them every leadership change, those made

@@ -694,7 +694,7 @@ class TopicManager:
         copied = {}  # partitions that moved here: their copies become the served logs
         if self.moves is not None:
             for i in wanted:
-                copy = self.moves.take_copy(name, i)
+                copy = await self.moves.take_copy(name, i)
                 if copy is not None:
                     copied[i] = copy
         fresh = [i for i in wanted if i not in copied]

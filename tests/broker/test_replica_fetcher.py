@@ -57,15 +57,15 @@ def _fill(broker) -> None:
     )
 
 
+async def _flush(partitions) -> None:
+    await asyncio.to_thread(lambda: [p.log.flush() for p in partitions])
+
+
 async def _copy(port: int, directory: Path, end: int) -> Partition:
     client = BrokerClient(lambda node: ("127.0.0.1", port))
     plog = Log.open(str(directory), LogConfig(segment_bytes=64 * 1024), recover=False)
     copy = Partition(None, 0, plog, ProducerStateManager())  # type: ignore[arg-type]
-
-    async def flush(partitions):
-        await asyncio.to_thread(lambda: [p.log.flush() for p in partitions])
-
-    fetcher = ReplicaFetcher(client, 7, 1, SETTINGS, flush)
+    fetcher = ReplicaFetcher(client, 7, 1, SETTINGS, _flush)
     fetcher.add("src", 0, copy, 0)
     try:
         for _ in range(400):
@@ -126,7 +126,7 @@ def test_stopping_a_fetcher_right_after_its_last_copy_is_removed_ends_it(tmp_pat
         fetcher = ReplicaFetcher(client, 7, 1, {**SETTINGS, "replica.fetch.backoff.ms": 60_000}, None)
         fetcher.add("src", 0, copy, 0)
         await asyncio.sleep(0.2)  # the first fetch failed; the fetcher waits out its backoff
-        fetcher.remove("src", 0)
+        await fetcher.remove("src", 0)
         try:
             await asyncio.wait_for(fetcher.stop(), 5)
             return True
@@ -137,3 +137,37 @@ def test_stopping_a_fetcher_right_after_its_last_copy_is_removed_ends_it(tmp_pat
             await client.close()
 
     assert asyncio.run(main())
+
+
+def test_a_removed_copy_is_changed_no_more_once_remove_returns(broker_factory, tmp_path):
+    """A partition's next role (leader, or the follower of another leader) starts from the log
+    its fetcher leaves: ``remove`` returns only once the answer being applied is in. Here it
+    is called while the first answer is being applied: OFFSET_OUT_OF_RANGE (the copy's fetch
+    offset 0 is below the leader's log start, 1000), so the copy is emptied and restarted at
+    1000 in a worker thread."""
+    broker = broker_factory({"log.segment.bytes": 64 * 1024})
+    _fill(broker)
+
+    async def main() -> tuple[int, int]:
+        client = BrokerClient(lambda node: ("127.0.0.1", broker.port))
+        plog = Log.open(str(tmp_path / "copy"), LogConfig(segment_bytes=64 * 1024), recover=False)
+        copy = Partition(None, 0, plog, ProducerStateManager())  # type: ignore[arg-type]
+        fetcher = ReplicaFetcher(client, 7, 1, SETTINGS, _flush)
+        fetcher.add("src", 0, copy, 0)
+        busy = fetcher.copies[("src", 0)].busy
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while not busy.locked() and loop.time() < deadline:
+            await asyncio.sleep(0)
+        try:
+            await fetcher.remove("src", 0)
+            end = plog.log_end_offset
+            await asyncio.sleep(0.5)  # several fetch intervals
+            return end, plog.log_end_offset
+        finally:
+            await fetcher.stop()
+            await client.close()
+            plog.close()
+
+    end, later = asyncio.run(main())
+    assert end == later == 1000
