@@ -153,7 +153,9 @@ def handle(broker, header, request):
             if written is not None:
                 writes.append((t.name, answer, written))
             if acks_all and ls is not None and code == ErrorCode.NONE and not ls.solo:
-                waits.append((answer, ls, ls.wait(base + 1)))
+                # (a retry's batches too: it gets their first offset, and waits for them all)
+                end = base + sum(h.records_count for _, _, h in batches)
+                waits.append((answer, ls, ls.wait(end)))
         responses.append(
             R.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=partitions)
         )
