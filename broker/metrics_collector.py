@@ -44,7 +44,7 @@ class BrokerCollector(Collector):
         broker = self.broker
         metrics: BrokerMetrics = broker.metrics
         yield from self._requests(metrics)
-        yield from self._topics(metrics)
+        yield from self._traffic(metrics)
         yield from self._partitions()
         yield from self._flush(metrics)
         yield from self._connections()
@@ -86,7 +86,7 @@ class BrokerCollector(Collector):
             errors.add_metric([_api_name(api_key), _error_name(code)], n)
         yield errors
 
-    def _topics(self, metrics: BrokerMetrics) -> Iterator[Metric]:
+    def _traffic(self, metrics: BrokerMetrics) -> Iterator[Metric]:
         bytes_in = CounterMetricFamily(
             "headrace_topic_bytes_in", "Record batch bytes appended by Produce", labels=["topic"]
         )
@@ -101,6 +101,14 @@ class BrokerCollector(Collector):
         for topic, n in sorted(metrics.bytes_out.items()):
             bytes_out.add_metric([topic], n)
         yield bytes_out
+        reads = CounterMetricFamily(
+            "headrace_fetch_reads",
+            "Fetch reads: on the event loop (all in memory) or in a read thread",
+            labels=["thread"],
+        )
+        reads.add_metric(["event_loop"], metrics.fetch_reads[0])
+        reads.add_metric(["read_pool"], metrics.fetch_reads[1])
+        yield reads
 
     def _partitions(self) -> Iterator[Metric]:
         broker = self.broker
@@ -177,14 +185,6 @@ class BrokerCollector(Collector):
         logs = CounterMetricFamily("headrace_flush_log_fsyncs", "Logs fsynced by group commits")
         logs.add_metric([], metrics.flush_logs)
         yield logs
-        reads = CounterMetricFamily(
-            "headrace_fetch_reads",
-            "Fetch reads: on the event loop (all in memory) or in a read thread",
-            labels=["thread"],
-        )
-        reads.add_metric(["event_loop"], metrics.fetch_reads[0])
-        reads.add_metric(["read_pool"], metrics.fetch_reads[1])
-        yield reads
 
     def _connections(self) -> Iterator[Metric]:
         router = self.broker.router
