@@ -189,6 +189,8 @@ def main() -> int:
             f" reordered {result['reordered']} failed {result['failed']}"
             f" (read back completely: {bool(result['read_all'])})"
         )
+        for copy in result["copies"]:
+            print("duplicated:", copy)
         for line in summary:
             print(line)
         print(f"load average at the end {[round(x, 2) for x in os.getloadavg()]}")

@@ -9,7 +9,9 @@ read in. Every acknowledgement is recorded with its partition, offset and time.
 ``check`` reads the whole topic back with a consumer (assign, from the start, up to each
 partition's high watermark) and counts, over the acknowledged records: ``lost`` (acknowledged,
 not read), ``duplicated`` (read more than once) and ``reordered`` (a producer's records read
-out of the order it wrote them).
+out of the order it wrote them); ``copies`` names the first few duplicated records with the
+offsets each copy was read at and the offset its acknowledgement gave (two offsets: the log
+holds two copies; one offset twice: a read returned it twice).
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ class AckedLoad:
             for p, ts in sorted(times.items())
         }
 
-    def check(self, timeout: float = 120) -> dict[str, int]:
+    def check(self, timeout: float = 120) -> dict:
         """Read the topic back; counts of acked, lost, duplicated and reordered records."""
         consumer = Consumer(
             {
@@ -147,6 +149,7 @@ class AckedLoad:
             ends[p] = high
         consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
         seen: dict[int, list[int]] = {i: [] for i in range(len(self.acks))}
+        offsets: dict[tuple[int, int], list[int]] = {}  # (producer, n) -> offsets read at
         done = {p for p, end in ends.items() if end <= 0}
         deadline = time.monotonic() + timeout
         while len(done) < self.partitions and time.monotonic() < deadline:
@@ -155,11 +158,13 @@ class AckedLoad:
                     continue
                 if m.offset() + 1 >= ends[m.partition()]:
                     done.add(m.partition())
-                producer, n = m.value().decode().split(":")
-                seen.setdefault(int(producer), []).append(int(n))
+                producer, n = (int(x) for x in m.value().decode().split(":"))
+                seen.setdefault(producer, []).append(n)
+                offsets.setdefault((producer, n), []).append(m.offset())
         consumer.close()
         lost = duplicated = reordered = 0
         acked = 0
+        copies = []
         for i, a in enumerate(self.acks):
             got = seen.get(i, [])
             counts: dict[int, int] = {}
@@ -172,6 +177,8 @@ class AckedLoad:
                     lost += 1
                 elif c > 1:
                     duplicated += c - 1
+                    if len(copies) < 5:
+                        copies.append(f"{i}:{n} read at {offsets[(i, n)]}, acked at {a.acked[n][1]}")
             reordered += sum(1 for x, y in zip(got, got[1:]) if y <= x and y in a.acked)
         return {
             "acked": acked,
@@ -180,4 +187,5 @@ class AckedLoad:
             "reordered": reordered,
             "failed": sum(len(a.failed) for a in self.acks),
             "read_all": int(len(done) == self.partitions),
+            "copies": copies,
         }

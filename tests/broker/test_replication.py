@@ -600,7 +600,7 @@ def test_a_whole_cluster_killed_at_once_loses_nothing_acknowledged(cluster):
         load.stop()
     result = load.check()
     print(f"{before} acknowledged before the kill; {result}")
-    assert result["lost"] == result["duplicated"] == result["reordered"] == 0, result
+    assert result["lost"] == result["duplicated"] == result["reordered"] == 0, (result, load.errors)
     assert result["read_all"] == 1 and not load.errors, (result, load.errors)
 
 
