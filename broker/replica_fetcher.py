@@ -39,6 +39,7 @@ that lets the leader advance the high watermark then stands for data on this rep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -130,10 +131,15 @@ class ReplicaFetcher:
         return self.copies.get((topic, index))
 
     async def stop(self) -> None:
+        """Stop fetching, not in the middle of changing a copy (a cut made in a worker thread
+        would go on without the partition following it)."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            async with contextlib.AsyncExitStack() as held:
+                for c in list(self.copies.values()):
+                    await held.enter_async_context(c.busy)
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def _run(self) -> None:
         while True:
