@@ -16,9 +16,11 @@ whose log is empty starts at the first batch the leader sends (the leader's log 
 may lie inside it), and every copy follows the leader's log start offset (DeleteRecords,
 retention). OFFSET_OUT_OF_RANGE means the leader's log start passed the copy's end: the copy
 starts again at the leader's log start. Disk work other than the append (those truncations,
-flushes) runs in a worker thread. A copy that has caught up (an answer without records at
-the leader's end) is flushed before the next fetch, so the fetch that tells the leader it has
-caught up comes after the flush.
+flushes) runs in a worker thread; ``remove`` and ``stop`` return only once what is being
+done to a copy (an answer applied, a truncation) is done, so that the partition's next role
+(leader, the follower of another leader) starts from a log no fetcher changes any more. A copy
+that has caught up (an answer without records at the leader's end) is flushed before the next
+fetch, so the fetch that tells the leader it has caught up comes after the flush.
 
 Errors (the leader unreachable, NOT_LEADER_OR_FOLLOWER, a fenced leader epoch, a storage error)
 make the fetcher wait ``replica.fetch.backoff.ms`` and try again (UNKNOWN_LEADER_EPOCH, a leader
