@@ -31,13 +31,15 @@ part of the class:
     log.py          the state, opening, truncation, retention and DeleteRecords,
                     replace_segments, close
 
-Threads. One *owner* thread (the broker's event loop) calls ``append``, ``append_later``,
-``roll``, ``truncate_to``, ``update_config``, ``close`` and ``delete``; one *writer* thread
-makes the writes ``append_later`` returns, in order (append.py). One *flush* thread at a time may
-call ``flush`` concurrently with the owner (group commit). One *maintenance* thread at a time
-may call ``apply_retention``, ``delete_records_before``, ``inactive_segments`` and
-``replace_segments`` (the log cleaner, storage/cleaning/, is a client of these two): they
-only remove or replace inactive segments, under the lock, and do their file work outside it.
+Threads. One *owner* thread at a time (the broker's event loop, or a worker thread it hands a
+truncation to while it changes the log no other way) calls ``append``, ``append_later``,
+``roll``, ``truncate_to``, ``restart_at``, ``update_config``, ``close`` and ``delete``; one
+*writer* thread makes the writes ``append_later`` returns, in order (append.py). One *flush*
+thread at a time may call ``flush`` concurrently with the owner (group commit). One
+*maintenance* thread at a time may call ``apply_retention``, ``delete_records_before``,
+``inactive_segments`` and ``replace_segments`` (the log cleaner, storage/cleaning/, is a
+client of these two): they only remove or replace inactive segments, under the lock, and do
+their file work outside it.
 Any number of *reader* threads may call ``read``, ``batch_headers``, ``offset_for_timestamp``,
 ``max_timestamp`` and ``aborted_txns`` concurrently with all of them.
 
