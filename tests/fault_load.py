@@ -167,18 +167,15 @@ class AckedLoad:
         copies = []
         for i, a in enumerate(self.acks):
             got = seen.get(i, [])
-            counts: dict[int, int] = {}
-            for n in got:
-                counts[n] = counts.get(n, 0) + 1
             for n in a.acked:
                 acked += 1
-                c = counts.get(n, 0)
-                if c == 0:
+                read_at = offsets.get((i, n), [])
+                if not read_at:
                     lost += 1
-                elif c > 1:
-                    duplicated += c - 1
+                elif len(read_at) > 1:
+                    duplicated += len(read_at) - 1
                     if len(copies) < 5:
-                        copies.append(f"{i}:{n} read at {offsets[(i, n)]}, acked at {a.acked[n][1]}")
+                        copies.append(f"{i}:{n} read at {read_at}, acked at {a.acked[n][1]}")
             reordered += sum(1 for x, y in zip(got, got[1:]) if y <= x and y in a.acked)
         return {
             "acked": acked,
