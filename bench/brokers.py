@@ -417,7 +417,7 @@ KAFKA_TUNED_JVM_FLAGS = [
     "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true",
 ]
 KAFKA_TUNED_PROPERTIES = {"socket.receive.buffer.bytes": -1}
-KINDS = ("kafka-default", "kafka-tuned", "headrace", "headrace-w2")
+KINDS = ("kafka-default", "kafka-tuned", "headrace", "headrace-single", "headrace-w2")
 
 
 def system_of(kind: str) -> str:
@@ -431,8 +431,9 @@ def make_broker(kind: str, data_dir: Path, durable: bool = False, fixed_port: bo
     ``log.flush.interval.messages=1`` for both. ``fixed_port``: the port is known before the
     process starts (Kafka's always is). Kinds: "kafka" or "kafka-default" (Kafka's
     start-script JVM settings),
-    "kafka-tuned" (the operations documentation's), "headrace" (one process) and
-    "headrace-wN" (``--workers N``, needs ``ZOOKEEPER``)."""
+    "kafka-tuned" (the operations documentation's), "headrace" (one process; as
+    "headrace-single" beside "headrace-wN" in one layout) and "headrace-wN" (``--workers N``,
+    needs ``ZOOKEEPER``)."""
     extra = {"log.flush.interval.messages": 1} if durable else {}
     if kind in ("kafka", "kafka-default"):
         return KafkaBroker(data_dir, properties=extra, name=kind)
@@ -446,7 +447,7 @@ def make_broker(kind: str, data_dir: Path, durable: bool = False, fixed_port: bo
         return HeadraceWorkers(data_dir, int(kind[len("headrace-w"):]), ZOOKEEPER,
                                {**HEADRACE_PARITY, **extra}, log_file=log,
                                pythonpath=HEADRACE_PATH, cpus=BROKER_CPUS)
-    if kind == "headrace":
+    if kind in ("headrace", "headrace-single"):
         extra = {**HEADRACE_PARITY, **extra}
         log = (log_dir / f"{data_dir.name}.broker.log") if log_dir else None
         return HeadraceBroker(data_dir, overrides=extra, log_file=log,

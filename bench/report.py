@@ -68,9 +68,11 @@ def _cell(entry: dict, system: str, metric: str) -> str:
     return _fmt(v)
 
 
-def _kafka_name(entry: dict) -> str:
-    best = entry.get("best_kafka")
-    return f" ({best})" if best and best != "kafka" else ""
+def _compared(entry: dict) -> str:
+    """The variants compared, when a system has more than one: " (kafka-default, headrace-w2)"."""
+    names = [k for k in (entry.get("best_kafka"), entry.get("headrace_kind"))
+             if k and k not in ("kafka", "headrace")]
+    return f" ({', '.join(names)})" if names else ""
 
 
 def table(results: dict, scenarios: dict | None = None) -> str:
@@ -108,7 +110,7 @@ def table(results: dict, scenarios: dict | None = None) -> str:
             lines.append(f"| {sid}: {entry.get('title', sc.title)} | (no results) | | | | | |")
         sat = [med.get(x, {}).get("saturation_clients") for x in ("kafka", "headrace")]
         if any(sat):
-            lines.append(f"| | client processes at the maximum{_kafka_name(entry)} | "
+            lines.append(f"| | client processes at the maximum{_compared(entry)} | "
                          + " | ".join("-" if v is None else f"{v:g}" for v in sat)
                          + " | | | |")
         others = [k for k in entry.get("kinds", entry.get("samples", {}))
@@ -446,7 +448,7 @@ def write_plots(results: dict, out_dir: Path) -> None:
                                  if not s.get("status"))
                     if pts:
                         col = colors["kafka"] if kind.startswith("kafka") else colors["headrace"]
-                        marker = "s" if kind == "kafka-tuned" else "o"
+                        marker = "s" if kind in ("kafka-tuned", "headrace-single") else "o"
                         ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=col,
                                 marker=marker, label=f"{kind} ({layout})")
             ax.set_xscale("log", base=2)
@@ -509,9 +511,11 @@ def readme_section(results: dict, out_dir: Path) -> str:
 Apache Kafka and Headrace on the same machine, one after the other, each driven to saturation
 (1, 2, 4, 8 client processes until the broker's throughput stops growing) by {driver}, with
 the broker's CPU read from `/proc` beside
-every throughput (MiB per broker CPU-second). Headline layout: nothing pinned, Headrace with
-`--workers`; second table: the broker pinned to one CPU. Kafka runs with its start scripts'
-JVM settings and with its operations documentation's, and the better one is compared. Every
+every throughput (MiB per broker CPU-second). Headline layout: nothing pinned; second table:
+the broker pinned to one CPU. Each system runs in two variants there and the better one is
+compared: Kafka with its start scripts' JVM settings and with its operations documentation's,
+Headrace with `--workers 2` and as one process (`headrace serve`; scenarios measured before
+this variant existed ran `--workers 2` only: each scenario names the variants it compared). Every
 run is checked (records stored as acknowledged and consumed as requested, no client errors;
 a failed run fails its cell), each broker process takes a discarded warm-up run, and the
 latency sweep runs each broker at 25/50/75% of its own maximum (S6: end-to-end latency at a fixed rate,

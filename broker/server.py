@@ -176,6 +176,9 @@ API_MODULES = (
 APIS = {
     m.API_KEY: m for m in (importlib.import_module(f".{name}", __package__) for name in API_MODULES)
 }
+# the APIs whose responses can be large, and how large (looked up once: a module attribute
+# that is missing costs an exception per request)
+RESPONSE_BYTES = {key: m.response_bytes for key, m in APIS.items() if hasattr(m, "response_bytes")}
 
 CLEAN_SHUTDOWN = ".clean_shutdown"
 # a connection's frames are capped at this until it has sent one valid request (as Kafka caps
@@ -759,7 +762,7 @@ class BrokerServer:
             )
         except DecodeError as e:
             raise CloseConnection(f"malformed {api.__name__} v{version} request: {e}") from None
-        size = getattr(api, "response_bytes", None)
+        size = RESPONSE_BYTES.get(header.api_key)
         if size is not None:  # count it against the connection before its next request
             request.expect(size(self, body))
         try:

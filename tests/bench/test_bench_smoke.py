@@ -115,6 +115,40 @@ def test_merge_puts_a_run_of_another_layout_in_that_layouts_table():
     assert [r["layout"] for r in head["reruns"]] == ["pinned", "pinned", "unpinned"]
 
 
+def test_each_system_is_compared_in_its_better_variant():
+    """Kafka's and Headrace's two variants: the higher throughput (S3), the lower p99 (S6) is
+    compared, from that variant alone; the other is shown as not compared."""
+    from bench.run import _fail_cells, summarise, summarise_entry
+    from bench.scenarios import SCENARIOS
+
+    def run(mib: float, cpu: float) -> dict:
+        return {"clients": 1, "mb_per_sec": mib, "records_per_sec": mib * 1024,
+                "mib_per_broker_cpu_s": mib / cpu}
+
+    s3 = {"kinds": {kind: {"curve": [run(mib, cpu)], "samples": [run(mib, cpu)] * 3,
+                           "sweep": []}
+                    for kind, mib, cpu in [("kafka-default", 100, 1.0), ("kafka-tuned", 90, 0.5),
+                                           ("headrace-w2", 110, 1.4),
+                                           ("headrace-single", 130, 0.9)]}}
+    summarise_entry(SCENARIOS["S3"], s3)
+    assert (s3["best_kafka"], s3["headrace_kind"]) == ("kafka-default", "headrace-single")
+    assert s3["median"]["headrace"]["mib_per_broker_cpu_s"] == 130 / 0.9
+    assert s3["median"]["kafka"]["mib_per_broker_cpu_s"] == 100 / 1.0
+    md = report.table({"scenarios": {"S3": s3}})
+    assert "(kafka-default, headrace-single)" in md
+    assert "headrace-w2 (not compared)" in md and "kafka-tuned (not compared)" in md
+
+    s6 = {"samples": {kind: [{"p99_ms": p99}] * 3 for kind, p99 in
+                      [("kafka-default", 9.0), ("kafka-tuned", 8.0), ("headrace-w2", 12.0),
+                       ("headrace-single", 7.0)]}}
+    s6["samples"]["headrace-w2"][0] = {"status": "failed", "reason": "no records received"}
+    summarise({"scenarios": {"S6": s6}})
+    _fail_cells(SCENARIOS["S6"], s6)
+    assert (s6["best_kafka"], s6["headrace_kind"]) == ("kafka-tuned", "headrace-single")
+    assert s6["median"]["headrace"]["p99_ms"] == 7.0
+    assert s6["status"]["headrace-w2"].startswith("failed")
+
+
 def test_readme_rewrite_only_between_markers(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# Title\n\nkept\n")
