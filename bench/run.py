@@ -558,6 +558,9 @@ def merge(base: dict, new: dict) -> dict:
     layout = new["headline_layout"]
     if layout == base.get("headline_layout", layout):
         merged["scenarios"] = updated(base.get("scenarios", {}))
+        old = base.get("layouts", {}).get(layout, {})
+        kinds = list(dict.fromkeys(old.get("kinds", []) + new["layouts"][layout].get("kinds", [])))
+        merged["layouts"] = {**base.get("layouts", {}), layout: {**old, "kinds": kinds}}
     else:
         old = base.get("layouts", {}).get(layout, {})
         block = {**new["layouts"][layout], "scenarios": updated(old.get("scenarios", {}))}

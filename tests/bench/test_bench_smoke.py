@@ -108,8 +108,11 @@ def test_merge_puts_a_run_of_another_layout_in_that_layouts_table():
     assert pinned["layouts"]["pinned"]["scenarios"]["S3"]["median"]["headrace"]["mb_per_sec"] == 2.0
     again = merge(pinned, run("pinned", "S1", 3.0))
     assert list(again["layouts"]["pinned"]["scenarios"]) == ["S1", "S3"]
-    head = merge(again, run("unpinned", "S3", 4.0))
+    rerun = run("unpinned", "S3", 4.0)
+    rerun["layouts"]["unpinned"]["kinds"] = ["headrace-w2", "headrace"]
+    head = merge(again, rerun)
     assert head["scenarios"]["S3"]["median"]["headrace"]["mb_per_sec"] == 4.0
+    assert head["layouts"]["unpinned"]["kinds"] == ["headrace", "headrace-w2"]  # every one run
     assert head["scenarios"]["S1"] == base["scenarios"]["S1"]
     assert head["layouts"]["pinned"] == again["layouts"]["pinned"]
     assert [r["layout"] for r in head["reruns"]] == ["pinned", "pinned", "unpinned"]
