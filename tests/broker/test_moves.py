@@ -234,6 +234,14 @@ def test_replicated_partitions_move_kafkas_way_under_load(cluster):
         finally:
             os.kill(paused.pid, signal.SIGCONT)
         wait_for(lambda: not ongoing(asked), 60, "both moves done")
+
+        def settled() -> bool:  # the topic's znode and the partitions' states are watched
+            return all(  # apart: Metadata may show the new replicas with the old state a while
+                leader in reps and set(isr) <= set(reps)
+                for reps, isr, leader, _ in replicas_of(asked, "wide").values()
+            )
+
+        wait_for(settled, 10, "the moved partitions' states in the metadata")
         after = replicas_of(asked, "wide")
         load.wait_acked(len(load.acked) + 2000)  # producing carries on
     assert after[0][0] == target0 and after[0][2] == leader0 and after[0][3] == epoch0
