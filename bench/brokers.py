@@ -38,11 +38,18 @@ def cpu_count_ok() -> bool:
 
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU time of process ``pid`` (all its threads) so far, from /proc."""
+    times = cpu_times(pid)
+    return None if times is None else sum(times)
+
+
+def cpu_times(pid: int) -> tuple[float, float] | None:
+    """(user, system) CPU time of process ``pid`` (all its threads) so far, from /proc."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def _cpu_jiffies() -> dict[int, tuple[int, int]]:
@@ -208,7 +215,8 @@ def compare_variants(refs: list[str], snapshots: Path, rounds: int, measure, hea
     (snapshots under ``snapshots``) and for the working tree (pythonpath None), and
     ``measure(kind)`` for each broker kind of ``others`` ("kafka-default"...), ``rounds``
     times, every other round in the reverse order so that none is always first. ``measure``
-    returns {"mib_s", "cpu_s_per_gib", "gib"}. Prints every run, then ``heading`` and each
+    returns {"mib_s", "cpu_s_per_gib", "gib"} (and optionally "user_s_per_gib",
+    "switches_per_mib"). Prints every run, then ``heading`` and each
     variant's best throughput and lowest CPU per GiB."""
     variants: list[tuple[str, Path | str | None]] = [
         (f"{ref} ({git_describe(ref)})", headrace_snapshot(ref, snapshots / f"snapshot{i}"))
@@ -222,14 +230,18 @@ def compare_variants(refs: list[str], snapshots: Path, rounds: int, measure, hea
             results[name].append(res)
             switches = (f", {res['switches_per_mib']:.1f} context switches per MiB"
                         if "switches_per_mib" in res else "")
+            user = f", user {res['user_s_per_gib']:.3f}" if "user_s_per_gib" in res else ""
             print(f"round {r + 1} {name:>24}: {res['mib_s']:8.1f} MiB/s "
-                  f"{res['cpu_s_per_gib']:6.3f} CPU-s/GiB ({res['gib']:.1f} GiB{switches})",
+                  f"{res['cpu_s_per_gib']:6.3f} CPU-s/GiB ({res['gib']:.1f} GiB{switches}{user})",
                   flush=True)
     print(f"\n{heading}, best of {rounds}:")
     for name, runs in results.items():
         best = max(x["mib_s"] for x in runs)
         cpu = min(x["cpu_s_per_gib"] for x in runs)
-        print(f"  {name:>24}: {best:8.1f} MiB/s  {cpu:6.3f} CPU-s/GiB")
+        # user CPU (the broker's own code, not the kernel's page cache): the steadier figure
+        users = sorted(x["user_s_per_gib"] for x in runs if "user_s_per_gib" in x)
+        user = f"  (user: median {users[len(users) // 2]:.3f})" if users else ""
+        print(f"  {name:>24}: {best:8.1f} MiB/s  {cpu:6.3f} CPU-s/GiB{user}")
 
 
 def git_describe(ref: str) -> str:

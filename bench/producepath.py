@@ -18,7 +18,8 @@ scripts' settings) under the same load, in the same rounds. ``--perf``: ``perf r
 broker process for 5 s in the middle of each run, and its ten busiest functions printed.
 
 Reported per run: MiB/s of records acknowledged, and the broker's CPU-seconds (user + system,
-from /proc/<pid>/stat) per GiB stored. S3 of ``bench.run`` is the same load, through Kafka's
+from /proc/<pid>/stat) per GiB stored, and of them the user CPU-seconds (the broker's own
+code; the system part, mostly the copy into the page cache, varies more between runs). S3 of ``bench.run`` is the same load, through Kafka's
 own producer and side by side with Kafka.
 """
 
@@ -33,7 +34,7 @@ import threading
 from pathlib import Path
 
 from bench import brokers, wire
-from bench.brokers import CLIENT_CPUS, HeadraceBroker, compare_variants, cpu_seconds, pin_self
+from bench.brokers import CLIENT_CPUS, HeadraceBroker, compare_variants, cpu_times, pin_self
 from bench.wireproduce import drive
 
 MiB = 1 << 20
@@ -48,11 +49,12 @@ class BrokerCpu:
         self.pid = pid
 
     def start(self) -> "BrokerCpu":
-        self.c0 = cpu_seconds(self.pid) or 0.0
+        self.t0 = cpu_times(self.pid) or (0.0, 0.0)
         return self
 
     def stop(self) -> dict:
-        return {"broker_cpu_s": (cpu_seconds(self.pid) or 0.0) - self.c0}
+        user, system = cpu_times(self.pid) or (0.0, 0.0)
+        return {"broker_cpu_s": user + system - sum(self.t0), "broker_user_s": user - self.t0[0]}
 
 
 def perf_top(pid: int, after: float, output: Path) -> None:
@@ -86,6 +88,7 @@ def measure(broker, args, logs: Path) -> dict:
     return {
         "mib_s": res["mib_per_sec"],
         "cpu_s_per_gib": res["broker_cpu_s"] / (res["bytes"] / GiB),
+        "user_s_per_gib": res["broker_user_s"] / (res["bytes"] / GiB),
         "gib": res["bytes"] / GiB,
     }
 

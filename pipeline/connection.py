@@ -368,7 +368,7 @@ class Connection(asyncio.BufferedProtocol):
             self._done[seq] = response
             if response is not None:
                 chunks = response.chunks if isinstance(response, Response) else response
-                self._parked_bytes += sum(len(c) for c in chunks)
+                self._parked_bytes += sum(map(len, chunks))
             return
         done, writer = self._done, self._writer
         assert writer is not None  # set in connection_made
@@ -379,7 +379,7 @@ class Connection(asyncio.BufferedProtocol):
                     chunks, on_sent = response.chunks, response.on_sent
                 else:
                     chunks, on_sent = response, None
-                size = sum(len(c) for c in chunks)
+                size = sum(map(len, chunks))
                 writer.write([size.to_bytes(_SIZE, "big"), *chunks], on_sent)
             freed += self._sizes.pop(self._next_write)
             self._next_write += 1
@@ -388,7 +388,7 @@ class Connection(asyncio.BufferedProtocol):
             response = done.pop(self._next_write)
             if response is not None:
                 chunks = response.chunks if isinstance(response, Response) else response
-                self._parked_bytes -= sum(len(c) for c in chunks)
+                self._parked_bytes -= sum(map(len, chunks))
         self.active_at = time.monotonic()
         self._in_flight -= freed
         self._limits.release(freed)

@@ -3,9 +3,11 @@
 How this works
 --------------
 Each connection keeps the requests it has read in its own queue (``connection.requests``).
-A connection with requests waiting is scheduled on handler queue ``connection.id % queues``;
-one task drains each handler queue, taking one request of the first connection, then putting
-that connection back at the end if it has more. A connection always lands in the same queue,
+A connection with requests waiting is scheduled on handler queue ``connection.id % queues``.
+A handler queue that gets a connection while idle is drained in the event loop's next pass
+(``call_soon``: no task or future per wakeup), one request of the first connection at a time,
+that connection put back at the end if it has more; after 64 requests the rest waits for the
+next pass, so other queues and the network get a turn. A connection always lands in the same queue,
 so its requests are handled one after another in arrival order, while different connections
 spread over the queues and take turns within one.
 
@@ -91,12 +93,11 @@ class Router:
 
     def __init__(self, handler: Handler, queues: int = 4) -> None:
         self._handler = handler
+        self._loop = asyncio.get_running_loop()
         self._queues: list[deque[Connection]] = [deque() for _ in range(queues)]
-        self._wakeups = [asyncio.Event() for _ in range(queues)]
-        self._tasks = [
-            asyncio.get_running_loop().create_task(self._drain(i), name=f"handler-queue-{i}")
-            for i in range(queues)
-        ]
+        self._draining = [False] * queues  # a drain of the queue is due in the loop's next pass
+        self._tasks: list[asyncio.Task] = []
+        self._closed = False
         self.connections: set[Connection] = set()
         self._pending: set[asyncio.Future] = set()
 
@@ -118,7 +119,9 @@ class Router:
         conn.scheduled = True
         i = conn.id % len(self._queues)
         self._queues[i].append(conn)
-        self._wakeups[i].set()
+        if not self._draining[i]:
+            self._draining[i] = True
+            self._loop.call_soon(self._drain, i)
 
     @property
     def queued(self) -> int:
@@ -131,23 +134,22 @@ class Router:
             depths[conn.id % len(depths)] += len(conn.requests)
         return depths
 
-    async def _drain(self, i: int) -> None:
-        queue, wakeup = self._queues[i], self._wakeups[i]
-        while True:
-            await wakeup.wait()
-            wakeup.clear()
-            handled = 0
-            while queue:
-                conn = queue.popleft()
-                conn.scheduled = False
-                if conn.closed or not conn.requests:
-                    continue
-                if conn.writable:
-                    self._handle(conn.requests.popleft())
-                    self.schedule(conn)
-                handled += 1
-                if handled % 64 == 0:
-                    await asyncio.sleep(0)  # let other queues and the network have a turn
+    def _drain(self, i: int) -> None:
+        queue = self._queues[i]
+        handled = 0
+        while queue and handled < 64 and not self._closed:
+            conn = queue.popleft()
+            conn.scheduled = False
+            if conn.closed or not conn.requests:
+                continue
+            if conn.writable:
+                self._handle(conn.requests.popleft())
+                self.schedule(conn)
+            handled += 1
+        if queue and not self._closed:
+            self._loop.call_soon(self._drain, i)  # the rest in the next pass
+        else:
+            self._draining[i] = False
 
     def _handle(self, request: Request) -> None:
         conn = request.connection
@@ -207,6 +209,7 @@ class Router:
             await asyncio.sleep(0.01)
 
     async def close(self) -> None:
+        self._closed = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

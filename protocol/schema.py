@@ -290,6 +290,12 @@ class Struct:
 _MISSING = object()
 
 
+def _struct_maker(spec: StructSpec):
+    """Makes a ``spec`` struct with its defaults (``spec.cls`` is looked up on the call: the
+    class may be built after the one that holds it)."""
+    return lambda: spec.cls()
+
+
 def _make_class(spec: StructSpec, qualname: str, module: str):
     fields = spec.fields
     names = [f.attr for f in fields]
@@ -297,7 +303,8 @@ def _make_class(spec: StructSpec, qualname: str, module: str):
     params, body = [], []
     for i, f in enumerate(fields):
         if f.default_is_mutable():
-            ns[f"_F{i}"] = list if f.is_array else f.default_value  # a new object each time
+            # a new object each time: an empty list, or the struct with its defaults
+            ns[f"_F{i}"] = list if f.is_array else _struct_maker(f.struct)
             params.append(f"{f.attr}=_MISSING")
             body.append(f"    self.{f.attr} = _F{i}() if {f.attr} is _MISSING else {f.attr}")
         else:

@@ -88,7 +88,10 @@ class OpenFiles:
         if max_open < MIN_OPEN:
             raise ValueError(f"{SETTING} must be at least {MIN_OPEN}")
         self.max_open = max_open
-        self._cond = threading.Condition(threading.Lock())
+        # held for bookkeeping with ``with self._lock`` (the Condition's own ``with`` is a
+        # Python-level call each way, on every pin); waits and notifications go through _cond
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._lru: OrderedDict[CachedFile, None] = OrderedDict()  # open files, oldest first
         self._held = 0  # descriptors open, including ones being evicted
         self._evicting = 0  # evictions in flight (fsync outside the lock)
@@ -121,7 +124,7 @@ class OpenFiles:
     def _acquire(self, f: CachedFile, nowait: bool = False) -> Any:
         cond = self._cond
         while True:
-            with cond:
+            with self._lock:
                 if f.retired:
                     raise FileNotFoundError(errno.ENOENT, "file is no longer in use", f.path)
                 res = f.res
@@ -164,14 +167,14 @@ class OpenFiles:
         try:
             res = f._open_resource()
         except OSError as e:
-            with cond:
+            with self._lock:
                 f.opening = False
                 self._held -= 1
                 cond.notify_all()
             if e.errno in (errno.EMFILE, errno.ENFILE):
                 raise self._exhausted(f"opening {f.path}: {e.strerror}") from e
             raise
-        with cond:
+        with self._lock:
             f.opening = False
             cond.notify_all()
             if f.retired:
@@ -185,7 +188,7 @@ class OpenFiles:
             return res
 
     def _release(self, f: CachedFile, wrote: bool) -> None:
-        with self._cond:
+        with self._lock:
             f.users -= 1
             if wrote:
                 f.dirty = True
@@ -194,12 +197,12 @@ class OpenFiles:
                 self._close_locked(f, self._detach(f))
 
     def _close_if_idle(self, f: CachedFile) -> None:
-        with self._cond:
+        with self._lock:
             if f.res is not None and f.users == 0 and not f.dirty:
                 self._close_locked(f, self._detach(f))
 
     def _retire(self, f: CachedFile) -> None:
-        with self._cond:
+        with self._lock:
             f.retired = True
             f.dirty = False
             if f.users == 0 and f.res is not None:
@@ -248,7 +251,7 @@ class OpenFiles:
             os.close(fd)
         except OSError:
             pass
-        with self._cond:
+        with self._lock:
             if error is not None and f.error is None:
                 f.error = error
             f.evicting -= 1
@@ -273,7 +276,7 @@ class OpenFiles:
         Raises OSError: the backend's, or an earlier eviction's fsync failure."""
         pinned: list[tuple[CachedFile, int]] = []
         error: OSError | None = None
-        with self._cond:
+        with self._lock:
             for f in files:
                 while f.evicting:
                     self._cond.wait()
@@ -294,7 +297,7 @@ class OpenFiles:
         except OSError as e:
             error = e
         finally:
-            with self._cond:
+            with self._lock:
                 for f, writes in pinned:
                     f.users -= 1
                     if error is None and f.writes == writes:
