@@ -304,7 +304,7 @@ def _make_class(spec: StructSpec, qualname: str, module: str):
     for i, f in enumerate(fields):
         if f.default_is_mutable():
             # a new object each time: an empty list, or the struct with its defaults
-            ns[f"_F{i}"] = list if f.is_array else _struct_maker(f.struct)
+            ns[f"_F{i}"] = list if f.is_array or f.struct is None else _struct_maker(f.struct)
             params.append(f"{f.attr}=_MISSING")
             body.append(f"    self.{f.attr} = _F{i}() if {f.attr} is _MISSING else {f.attr}")
         else:
