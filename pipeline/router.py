@@ -7,9 +7,9 @@ A connection with requests waiting is scheduled on handler queue ``connection.id
 A handler queue that gets a connection while idle is drained in the event loop's next pass
 (``call_soon``: no task or future per wakeup), one request of the first connection at a time,
 that connection put back at the end if it has more; after 64 requests the rest waits for the
-next pass, so other queues and the network get a turn. A connection always lands in the same queue,
-so its requests are handled one after another in arrival order, while different connections
-spread over the queues and take turns within one.
+next pass, so other queues and the network get a turn. A connection always lands in the same
+queue, so its requests are handled one after another in arrival order, while different
+connections spread over the queues and take turns within one.
 
 A connection that is not ``writable`` (its client has not taken enough of its responses) is
 not scheduled: its requests wait, unhandled, until the responses drain and the connection
