@@ -222,7 +222,8 @@ def wire_produce_run(sc: Scenario, broker: brokers.Broker, topic: str, clients: 
     except RuntimeError as e:
         raise RunFailed(str(e)) from e
     if res["warmup_errors"]:
-        raise RunFailed(f"{res['warmup_errors']} produce errors before the window")
+        raise RunFailed(f"produce errors before the window (error code: count): "
+                        f"{res['warmup_errors']}")
     stored = sum(wire.end_offsets(HOST, broker.port, topic).values())
     if stored != res["records_acked"]:
         raise RunFailed(f"end offsets add up to {stored}, {res['records_acked']} records "

@@ -261,7 +261,9 @@ def wait_ready(host: str, port: int, timeout: float = 60.0) -> None:
 
 
 def ensure_topic(host: str, port: int, name: str, partitions: int, timeout: float = 60.0) -> None:
-    """Create ``name`` with ``partitions`` partitions and wait until every one has a leader."""
+    """Create ``name`` with ``partitions`` partitions and wait until every one has a leader
+    that answers for it (ListOffsets: a broker may name a new partition's leader in Metadata
+    before that leader takes requests for it)."""
     deadline = time.monotonic() + timeout
     with WireClient(host, port) as c:
         err = c.create_topic(name, partitions)
@@ -272,9 +274,18 @@ def ensure_topic(host: str, port: int, name: str, partitions: int, timeout: floa
             terr, parts = md.get(name, (3, {}))
             if terr == 0 and len(parts) == partitions and all(
                     e == 0 and leader >= 0 for e, leader in parts.values()):
-                return
+                break
             time.sleep(0.05)
-    raise TimeoutError(f"topic {name} has no leaders after {timeout}s")
+        else:
+            raise TimeoutError(f"topic {name} has no leaders after {timeout}s")
+    while True:
+        try:
+            end_offsets(host, port, name)
+            return
+        except WireError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
 
 
 def end_offsets(host: str, port: int, topic: str) -> dict[int, int]:

@@ -67,7 +67,7 @@ class Connection:
         self.acked = 0
         self.requests = 0
         self.errors: dict[int, int] = {}  # error code: count, in the window
-        self.warmup_errors = 0
+        self.warmup_errors: dict[int, int] = {}  # error code: count, before the window
         self.all_acked = 0  # batches acknowledged without error, window or not (a check)
         self.latencies: list[float] = []
         self.failure: str | None = None
@@ -132,7 +132,8 @@ class Connection:
                 self.slots.release()
                 self.all_acked += err == 0
                 if not t0 <= now <= t1:
-                    self.warmup_errors += err != 0
+                    if err:
+                        self.warmup_errors[err] = self.warmup_errors.get(err, 0) + 1
                     continue
                 if err:
                     self.errors[err] = self.errors.get(err, 0) + 1
@@ -198,9 +199,12 @@ def run(args: argparse.Namespace) -> dict:
         c.close(timeout=30)
     lat = [x for c in conns for x in c.latencies]
     errors: dict[str, int] = {}
+    warmup_errors: dict[str, int] = {}
     for c in conns:
         for code, n in c.errors.items():
             errors[str(code)] = errors.get(str(code), 0) + n
+        for code, n in c.warmup_errors.items():
+            warmup_errors[str(code)] = warmup_errors.get(str(code), 0) + n
     return {
         "seconds": args.end_at - args.start_at,
         "acked_bytes": sum(c.acked_bytes for c in conns),
@@ -208,7 +212,7 @@ def run(args: argparse.Namespace) -> dict:
         "all_acked_records": sum(c.all_acked for c in conns) * args.batch_records,
         "requests": sum(c.requests for c in conns),
         "errors": errors,
-        "warmup_errors": sum(c.warmup_errors for c in conns),
+        "warmup_errors": warmup_errors,
         "cpu_s": cpu1 - cpu0,
         "connections": len(conns),
         "failures": [c.failure for c in conns if c.failure],
@@ -298,9 +302,12 @@ def drive(bootstrap: str, topic: str, clients: int, meter: Meter, logs: Path, ta
     results = collect(procs, outs)
     lat = [x for r in results for x in r.pop("latencies_ms")]
     errors: dict[str, int] = {}
+    warmup_errors: dict[str, int] = {}
     for r in results:
         for code, n in r["errors"].items():
             errors[code] = errors.get(code, 0) + n
+        for code, n in r["warmup_errors"].items():
+            warmup_errors[code] = warmup_errors.get(code, 0) + n
     if errors:
         raise RuntimeError(f"produce errors in the window (error code: count): {errors}")
     acked = sum(r["acked_bytes"] for r in results)
@@ -311,7 +318,7 @@ def drive(bootstrap: str, topic: str, clients: int, meter: Meter, logs: Path, ta
         "offered_mib_per_sec": rate / (1 << 20) if rate else None,
         "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
         "p999_ms": percentile(lat, 99.9), "requests_acked": len(lat), "errors": errors,
-        "warmup_errors": sum(r["warmup_errors"] for r in results),
+        "warmup_errors": warmup_errors,  # (error code: count)
         "client_cpu_s": sum(r["cpu_s"] for r in results),
         "client_per_process_cpu_s": [r["cpu_s"] for r in results],
         "records_acked": sum(r["all_acked_records"] for r in results), **cpu,
