@@ -238,7 +238,7 @@ def compare_variants(refs: list[str], snapshots: Path, rounds: int, measure, hea
     for name, runs in results.items():
         best = max(x["mib_s"] for x in runs)
         cpu = min(x["cpu_s_per_gib"] for x in runs)
-        # user CPU (the broker's own code, not the kernel's page cache): the steadier figure
+        # user CPU: the broker's own code, without the kernel's (the copy into the page cache)
         users = sorted(x["user_s_per_gib"] for x in runs if "user_s_per_gib" in x)
         user = f"  (user: median {users[len(users) // 2]:.3f})" if users else ""
         print(f"  {name:>24}: {best:8.1f} MiB/s  {cpu:6.3f} CPU-s/GiB{user}")

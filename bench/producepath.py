@@ -18,9 +18,9 @@ scripts' settings) under the same load, in the same rounds. ``--perf``: ``perf r
 broker process for 5 s in the middle of each run, and its ten busiest functions printed.
 
 Reported per run: MiB/s of records acknowledged, and the broker's CPU-seconds (user + system,
-from /proc/<pid>/stat) per GiB stored, and of them the user CPU-seconds (the broker's own
-code; the system part, mostly the copy into the page cache, varies more between runs). S3 of ``bench.run`` is the same load, through Kafka's
-own producer and side by side with Kafka.
+from /proc/<pid>/stat) per GiB stored, and of them the user CPU-seconds (the broker's own code,
+without the kernel's). S3 of ``bench.run`` is the same load, through Kafka's own producer and
+side by side with Kafka.
 """
 
 from __future__ import annotations
