@@ -60,7 +60,8 @@ log = logging.getLogger("headrace")
 _LEADER_EPOCH = struct.Struct(">i")
 
 # Payloads at least this large go to the append stage (Partition.produce): there the copy into
-# the page cache (about 0.75 ms per 256 KiB, often more) outweighs the hop to its thread and back
+# the page cache (about 0.75 ms per 256 KiB, often more), or the direct write of a log flushed
+# after every message, outweighs the hop to its thread and back
 WRITE_LATER_BYTES = 256 * 1024
 
 
@@ -183,6 +184,7 @@ class Partition:
         verify=None,
         log_append_time: int = -1,
         appender: Appender | None = None,
+        direct: bool = False,
     ) -> tuple[int, int, int, asyncio.Future | None]:
         """``append`` of ``records`` whose ``batches`` (``iter_batches(records)``) the caller
         has parsed, with the copy into the page cache of a large payload (or of any payload
@@ -190,7 +192,8 @@ class Partition:
         fourth element is the future of that write, and the batches count as appended (offsets,
         producer state) but are readable only once it is done; if it fails (with a
         ``StorageError``), the producer state forgets them. A retry of a batch still being
-        written gets the future of the last write."""
+        written gets the future of the last write. ``direct``: the append stage writes around
+        the page cache (``Log.append_later``)."""
         if self.frozen or self.gone:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, 0, None
         if not batches:
@@ -237,7 +240,7 @@ class Partition:
             and not first.is_transactional
             and (len(records) >= WRITE_LATER_BYTES or self.log.writing)
         ):
-            base, max_timestamp, written = self._write_later(records, batches, appender)
+            base, max_timestamp, written = self._write_later(records, batches, appender, direct)
         else:
             base, max_timestamp = self._write(records, batches)
         if base < 0:
@@ -289,14 +292,14 @@ class Partition:
         self._rolled(base)
         return base, max_timestamp
 
-    def _write_later(self, records, batches, appender: Appender):
+    def _write_later(self, records, batches, appender: Appender, direct: bool):
         """Set offsets and reserve the append; the copy goes to ``appender``. (base offset, max
         timestamp, the write's future); base -1 on a storage error."""
         log = self.log
         base = log.next_offset
         offset, max_timestamp = self._set_offsets(records, batches, base)
         try:
-            write = log.append_later(records, base, offset - 1, max_timestamp)
+            write = log.append_later(records, base, offset - 1, max_timestamp, direct)
         except StorageError as e:
             storage_failed(f"{self.topic.name}-{self.index}", "append", e)
             return -1, -1, None

@@ -128,6 +128,7 @@ def handle(broker, header, request):
                     verify,
                     append_time,
                     broker.appender,
+                    config.flush_messages == 1,
                 )
                 if count and partition.unflushed >= config.flush_messages:
                     to_flush.append(partition)

@@ -6,10 +6,12 @@ Copying a produce payload into the page cache is most of what storing it costs (
 per MiB on a machine whose memory the page cache has not used yet), and ``os.pwrite``
 releases the interpreter while it copies. ``Appender.write(call)`` runs ``call`` (a log's
 ``append_later`` write) in the stage's one thread and returns a future that completes on the
-event loop when it has run, with its exception if it raised. Calls run in the order they were
-given, so the writes of one log keep their reservation order; the thread waits for the next
-call when there is none. While it copies one request's batches, the event loop reads, checks
-and reserves the next ones: one connection's pipelined requests, or another's.
+event loop when it has run, with its exception if it raised. (The write of a log flushed after
+every append goes around the page cache instead: ``storage.io.pwrite_direct``.) Calls run in
+the order they were given, so the writes of one log keep their reservation order; the thread
+waits for the next call when there is none. While it copies one request's batches, the event
+loop reads, checks and reserves the next ones: one connection's pipelined requests, or
+another's.
 
 The queue holds what handlers wait for: a produce request stays in flight (counted against
 the connection's and the broker's request bytes, ``Limits``) until its write has run, so the

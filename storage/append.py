@@ -14,7 +14,8 @@ index files return to their published entries.
 ``append_later`` splits an append in two, so that the copy into the page cache can run in
 another thread while the owner goes on: the owner *reserves* (checks, rolls when due, takes
 the offsets: ``next_offset`` moves on, ``log_end_offset`` does not), and a writer thread
-later makes the same write and publication as ``append``, in reservation order. Every other
+later makes the same write and publication as ``append``, in reservation order (with
+``direct``, around the page cache: ``io.pwrite_direct``). Every other
 owner operation first waits for the reservations to be written (``settle``), so they see the
 log as if the appends had been made on the spot. A reservation counts an entry in each index
 for every reservation ahead of it when it decides whether the segment has room, so a write
@@ -28,7 +29,7 @@ import time
 from functools import partial
 
 from .errors import StorageError
-from .io import undo_write
+from .io import pwrite_direct, undo_write
 from .log_state import LogState
 from .segment import INT32_MAX, LogSegment
 from .txn_index import AbortedTxn
@@ -85,7 +86,9 @@ class LogAppends(LogState):
         seg = self._segment_for(n, last_offset, max_timestamp, 0, 0)
         self._append_to(seg, batch, n, base_offset, last_offset, max_timestamp, aborted_txn)
 
-    def append_later(self, batch, base_offset: int, last_offset: int, max_timestamp: int):
+    def append_later(
+        self, batch, base_offset: int, last_offset: int, max_timestamp: int, direct: bool = False
+    ):
         """Reserve an append of whole batches at ``next_offset`` (owner thread) and return the
         call that writes it: a writer thread calls the calls of one log in the order they were
         reserved, each one as ``append`` would write (it raises ``StorageError``). Until then
@@ -93,7 +96,10 @@ class LogAppends(LogState):
         includes it. A roll due at the reservation happens there, after the earlier
         reservations are written. A write whose predecessor failed fails too, so the offsets
         stay contiguous; once every reservation has been written or failed, ``next_offset``
-        is ``log_end_offset`` again."""
+        is ``log_end_offset`` again. ``direct``: write around the page cache
+        (``io.pwrite_direct``), for a log flushed after every append: its bytes must reach
+        the disk before the ack anyway, and copying them into the page cache on the way costs
+        more than the write itself."""
         if base_offset != self.next_offset:
             raise ValueError(f"append at offset {base_offset}, next offset is {self.next_offset}")
         n = self._checked_size(batch, base_offset, last_offset)
@@ -108,7 +114,7 @@ class LogAppends(LogState):
             r.size += n
             r.end = last_offset + 1
         return partial(
-            self._write_reserved, r, seg, batch, n, base_offset, last_offset, max_timestamp
+            self._write_reserved, r, seg, batch, n, base_offset, last_offset, max_timestamp, direct
         )
 
     @property
@@ -180,6 +186,7 @@ class LogAppends(LogState):
         last_offset: int,
         max_timestamp: int,
         aborted_txn: AbortedTxn | None,
+        direct: bool = False,
     ) -> None:
         """Write at the end of ``seg`` (the active segment), then publish."""
         position = seg.size
@@ -189,7 +196,16 @@ class LogAppends(LogState):
             raise StorageError(f"append to {self.directory} failed: {e}") from e
         try:
             oi, ti = self._write(
-                seg, fd, batch, n, position, base_offset, last_offset, max_timestamp, aborted_txn
+                seg,
+                fd,
+                batch,
+                n,
+                position,
+                base_offset,
+                last_offset,
+                max_timestamp,
+                aborted_txn,
+                direct,
             )
         finally:
             seg.log_file.release(wrote=True)
@@ -215,12 +231,13 @@ class LogAppends(LogState):
         base_offset: int,
         last_offset: int,
         max_timestamp: int,
+        direct: bool,
     ) -> None:
         """An ``append_later`` reservation's write (the writer thread)."""
         try:
             if self._closed or seg is not self._active or base_offset != self.log_end_offset:
                 raise StorageError(f"append to {self.directory} failed: an earlier one failed")
-            self._append_to(seg, batch, n, base_offset, last_offset, max_timestamp, None)
+            self._append_to(seg, batch, n, base_offset, last_offset, max_timestamp, None, direct)
         finally:
             with r.written:
                 r.count -= 1
@@ -239,11 +256,15 @@ class LogAppends(LogState):
         last_offset: int,
         max_timestamp: int,
         aborted_txn: AbortedTxn | None,
+        direct: bool,
     ) -> tuple[bytes | None, bytes | None]:
         """Write the batch and its index entries at ``position`` through ``fd`` (pinned);
         undo everything on failure. Returns the index entries to publish."""
         try:
-            self._io.write_all(fd, batch, n, position)
+            if direct:
+                pwrite_direct(seg.log_file.path, fd, batch, n, position)
+            else:
+                self._io.write_all(fd, batch, n, position)
         except OSError as e:
             raise StorageError(f"append to {self.directory} failed: {e}") from e
         if aborted_txn is not None:

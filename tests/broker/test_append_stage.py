@@ -29,10 +29,13 @@ PID = 4242
 RECORD = 80 * 1024  # four of them make a payload above the append stage's threshold
 
 
-def create(client, name: str) -> None:
+def create(client, name: str, durable: bool = False) -> None:
+    """A one-partition topic; ``durable``: flushed after every message, so that the append
+    stage writes around the page cache."""
     C = messages.CreateTopicsRequest
+    configs = [C.CreatableTopicConfig(name="flush.messages", value="1")] if durable else []
     r = client.request(ApiKey.CREATE_TOPICS, 7, C(topics=[C.CreatableTopic(
-        name=name, num_partitions=1, replication_factor=1)]))
+        name=name, num_partitions=1, replication_factor=1, configs=configs)]))
     assert r.topics[0].error_code == ErrorCode.NONE, r.topics[0].error_message
 
 
@@ -78,11 +81,12 @@ def read_all(client, topic: str) -> list[bytes]:
             offset = h.base_offset + h.last_offset_delta + 1
 
 
-def test_pipelined_large_produces_are_stored_in_order_and_survive_a_kill(broker_factory):
+@pytest.mark.parametrize("durable", [False, True], ids=["page-cache", "durable"])
+def test_pipelined_large_produces_are_stored_in_order_and_survive_a_kill(broker_factory, durable):
     b = broker_factory()
     sent_values = [values_of(i, count=1 if i % 5 == 4 else 4) for i in range(20)]
     with WireClient(b.port, timeout=30) as c:
-        create(c, "large")
+        create(c, "large", durable)
         sequence, sent = 0, []
         for values in sent_values:  # all twenty in flight at once
             sent.append(send_produce(c, "large", values, sequence))
@@ -102,13 +106,14 @@ def test_pipelined_large_produces_are_stored_in_order_and_survive_a_kill(broker_
         assert read_all(c, "large") == expected
 
 
+@pytest.mark.parametrize("durable", [False, True], ids=["page-cache", "durable"])
 @pytest.mark.parametrize("small_disk", ["6m"], indirect=True)
 def test_a_disk_filling_under_pipelined_large_produces_loses_nothing_acknowledged(
-    broker_factory, small_disk
+    broker_factory, small_disk, durable
 ):
     b = broker_factory(data_dir=small_disk / "data")
     with WireClient(b.port, timeout=30) as c:
-        create(c, "full")
+        create(c, "full", durable)
         st = os.statvfs(small_disk)
         with open(small_disk / "filler", "wb") as f:  # room for about three requests
             f.write(b"\0" * max(0, st.f_bavail * st.f_frsize - 1100 * 1024))
