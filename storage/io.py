@@ -11,8 +11,8 @@ A log's three hot operations go through a backend, chosen by ``LogConfig.io_back
 
 Everything else (index entries, scans at open, recovery, compaction) uses plain ``os`` calls:
 it is rare or off the request path. So does ``pwrite_direct``, the append stage's write around
-the page cache for a log flushed after every append (one buffer per writing thread, as large
-as its largest write).
+the page cache for a log flushed after every append (through a 1 MiB buffer per writing
+thread).
 
 ``os`` (default): ``os.pwrite``, ``os.fsync`` and ``os.pread``; the caller runs fsyncs off the
 event loop (the broker's flush stage) and reads in its read threads.
@@ -248,37 +248,49 @@ def pwrite_all(fd: int, data, n: int, position: int) -> None:
 
 
 DIRECT_BLOCK = 4096  # O_DIRECT alignment of offsets, lengths and memory (a page: safe for any disk)
-_direct_buffers = threading.local()  # per writer thread: a page-aligned buffer, grown as needed
+DIRECT_CHUNK = 1 << 20  # bytes per O_DIRECT write at most: the size of each thread's buffer
+_direct_buffers = threading.local()  # per writing thread: a page-aligned buffer
 
 
 def pwrite_direct(path: str, fd: int, data, n: int, position: int) -> None:
     """``pwrite_all`` around the page cache: the ``n`` bytes of ``data`` go from memory to the
     disk (``O_DIRECT``), and the file ``fd`` (open at ``path``) ends after them.
 
-    ``O_DIRECT`` takes whole aligned blocks, so the bytes before ``position`` in its block are
-    read back through ``fd``, the last block is padded with zeros, and the file is cut back
-    to ``position + n``. Where the file system refuses ``O_DIRECT``, writes through ``fd``.
+    ``O_DIRECT`` takes whole aligned blocks from aligned memory, so the bytes are copied into
+    the thread's buffer behind the bytes before ``position`` in its block (read back through
+    ``fd``) and written ``DIRECT_CHUNK`` at a time; the last block is padded with zeros, and
+    the file is cut back to ``position + n``. Where the file system refuses ``O_DIRECT``,
+    writes through ``fd``.
     """
-    start = position - position % DIRECT_BLOCK
-    head = position - start
-    size = -(-(head + n) // DIRECT_BLOCK) * DIRECT_BLOCK
     try:
         dfd = os.open(path, os.O_WRONLY | os.O_DIRECT)
     except OSError as e:
         if e.errno != errno.EINVAL:
             raise
         return pwrite_all(fd, data, n, position)
+    buf = getattr(_direct_buffers, "buf", None)
+    if buf is None:
+        buf = _direct_buffers.buf = mmap.mmap(-1, DIRECT_CHUNK)
+    start = position - position % DIRECT_BLOCK
+    fill = position - start  # bytes in the buffer
     try:
-        buf = getattr(_direct_buffers, "buf", None)
-        if buf is None or len(buf) < size:
-            buf = _direct_buffers.buf = mmap.mmap(-1, size)
-        with memoryview(buf) as view:
-            if head and os.preadv(fd, [view[:head]], start) != head:
+        with memoryview(buf) as view, memoryview(data) as src:
+            if fill and os.preadv(fd, [view[:fill]], start) != fill:
                 raise OSError(errno.EIO, "the block being appended to is short", path)
-            view[head : head + n] = data
-            view[head + n : size] = bytes(size - head - n)
-            if os.pwrite(dfd, view[:size], start) != size:
-                raise OSError(errno.EIO, "short write", path)
+            done = 0
+            while done < n:
+                take = min(n - done, DIRECT_CHUNK - fill)
+                view[fill : fill + take] = src[done : done + take]
+                done += take
+                fill += take
+                if done == n:  # the last write: pad its last block
+                    size = -(-fill // DIRECT_BLOCK) * DIRECT_BLOCK
+                    view[fill:size] = bytes(size - fill)
+                    fill = size
+                if os.pwrite(dfd, view[:fill], start) != fill:
+                    raise OSError(errno.EIO, "short write", path)
+                start += fill
+                fill = 0
         os.ftruncate(fd, position + n)
     except OSError:
         undo_write(fd, position)

@@ -139,14 +139,16 @@ def test_a_reservation_must_take_the_next_offset(open_log):
 
 
 def test_direct_writes_keep_every_byte_and_the_file_ends_where_the_log_does(open_log, log_dir):
-    """``direct=True`` writes around the page cache in whole 4 KiB blocks. Between appends made
-    in the page cache, at positions no block boundary aligns, across rolls: every byte reads
-    back, the segment files end where the log does after each write, and both a copy taken
-    with the log still open (as after a crash) and a reopen find the same batches."""
+    """``direct=True`` writes around the page cache in whole 4 KiB blocks, 1 MiB at a time.
+    Between appends made in the page cache, at positions no block boundary aligns, across rolls
+    and in several writes: every byte reads back, the segment files end where the log does
+    after each write, and both a copy taken with the log still open (as after a crash) and a
+    reopen find the same batches."""
     log = open_log(dataclasses.replace(SMALL, segment_bytes=64 * 1024))
     batches = []
     for i in range(40):
-        batch = make_batch(log.next_offset, 1 + i % 3, value_size=700 + 1031 * (i % 9))
+        size = 700 + 1031 * (i % 9) if i % 10 else (5 << 19) + 123  # 2.5 MiB: three writes
+        batch = make_batch(log.next_offset, 1 + i % 3, value_size=size)
         if i % 4 == 0:
             log.append(batch, log.next_offset, last_offset(batch), max_ts(batch))
         else:
