@@ -259,8 +259,8 @@ def pwrite_direct(path: str, fd: int, data, n: int, position: int) -> None:
     ``O_DIRECT`` takes whole aligned blocks from aligned memory, so the bytes are copied into
     the thread's buffer behind the bytes before ``position`` in its block (read back through
     ``fd``) and written ``DIRECT_CHUNK`` at a time; the last block is padded with zeros, and
-    the file is cut back to ``position + n``. Where the file system refuses ``O_DIRECT``,
-    writes through ``fd``.
+    the file is cut back to ``position + n``. Where the file system refuses ``O_DIRECT`` or
+    these blocks (EINVAL), writes through ``fd``.
     """
     try:
         dfd = os.open(path, os.O_WRONLY | os.O_DIRECT)
@@ -268,35 +268,41 @@ def pwrite_direct(path: str, fd: int, data, n: int, position: int) -> None:
         if e.errno != errno.EINVAL:
             raise
         return pwrite_all(fd, data, n, position)
+    try:
+        _write_blocks(dfd, fd, data, n, position)
+        os.ftruncate(fd, position + n)
+    except OSError as e:
+        undo_write(fd, position)
+        if e.errno != errno.EINVAL:
+            raise
+        pwrite_all(fd, data, n, position)
+    finally:
+        os.close(dfd)
+
+
+def _write_blocks(dfd: int, fd: int, data, n: int, position: int) -> None:
     buf = getattr(_direct_buffers, "buf", None)
     if buf is None:
         buf = _direct_buffers.buf = mmap.mmap(-1, DIRECT_CHUNK)
     start = position - position % DIRECT_BLOCK
     fill = position - start  # bytes in the buffer
-    try:
-        with memoryview(buf) as view, memoryview(data) as src:
-            if fill and os.preadv(fd, [view[:fill]], start) != fill:
-                raise OSError(errno.EIO, "the block being appended to is short", path)
-            done = 0
-            while done < n:
-                take = min(n - done, DIRECT_CHUNK - fill)
-                view[fill : fill + take] = src[done : done + take]
-                done += take
-                fill += take
-                if done == n:  # the last write: pad its last block
-                    size = -(-fill // DIRECT_BLOCK) * DIRECT_BLOCK
-                    view[fill:size] = bytes(size - fill)
-                    fill = size
-                if os.pwrite(dfd, view[:fill], start) != fill:
-                    raise OSError(errno.EIO, "short write", path)
-                start += fill
-                fill = 0
-        os.ftruncate(fd, position + n)
-    except OSError:
-        undo_write(fd, position)
-        raise
-    finally:
-        os.close(dfd)
+    with memoryview(buf) as view, memoryview(data) as src:
+        if fill and os.preadv(fd, [view[:fill]], start) != fill:
+            raise OSError(errno.EIO, "the block being appended to is short")
+        done = 0
+        while done < n:
+            take = min(n - done, DIRECT_CHUNK - fill)
+            view[fill : fill + take] = src[done : done + take]
+            done += take
+            fill += take
+            if done == n:  # the last write: pad its last block
+                size = -(-fill // DIRECT_BLOCK) * DIRECT_BLOCK
+                view[fill:size] = bytes(size - fill)
+                fill = size
+            if os.pwrite(dfd, view[:fill], start) != fill:
+                raise OSError(errno.EIO, "short write")
+            start += fill
+            fill = 0
 
 
 def undo_write(fd: int, position: int) -> None:

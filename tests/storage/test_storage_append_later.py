@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import shutil
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -165,3 +166,29 @@ def test_direct_writes_keep_every_byte_and_the_file_ends_where_the_log_does(open
     assert read_all(open_log(recover=True, path=log_dir.with_name("copy-0"))) == batches
     log.close()
     assert read_all(open_log()) == batches
+
+
+@pytest.fixture
+def ramfs(tmp_path):
+    """A ramfs mounted for the test: a file system that refuses ``O_DIRECT``. Needs root."""
+    mnt = tmp_path / "ramfs"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "ramfs", "ramfs", str(mnt)], capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a ramfs (needs root): {done.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_direct_writes_go_through_the_page_cache_where_the_file_system_refuses_them(
+    open_log, ramfs
+):
+    log = open_log(path=ramfs / "topic-0")
+    batches = []
+    for i in range(6):
+        batch = make_batch(log.next_offset, 2, value_size=5000 + 777 * i)
+        log.append_later(batch, log.next_offset, last_offset(batch), max_ts(batch), direct=True)()
+        batches.append(batch)
+    assert read_all(log) == batches
+    log.close()
+    assert read_all(open_log(path=ramfs / "topic-0")) == batches
