@@ -15,11 +15,11 @@ index files return to their published entries.
 another thread while the owner goes on: the owner *reserves* (checks, rolls when due, takes
 the offsets: ``next_offset`` moves on, ``log_end_offset`` does not), and a writer thread
 later makes the same write and publication as ``append``, in reservation order (with
-``direct``, around the page cache: ``io.pwrite_direct``). Every other
-owner operation first waits for the reservations to be written (``settle``), so they see the
-log as if the appends had been made on the spot. A reservation counts an entry in each index
-for every reservation ahead of it when it decides whether the segment has room, so a write
-never needs a roll of its own.
+``direct``, around the page cache: ``io.pwrite_direct``). Every other owner operation first
+waits for the reservations to be written (``settle``), so they see the log as if the appends
+had been made on the spot. A reservation counts an entry in each index for every reservation
+ahead of it when it decides whether the segment has room, so a write never needs a roll of
+its own.
 """
 
 from __future__ import annotations
