@@ -330,7 +330,8 @@ def markdown(results: dict) -> str:
                     f"CPU, same directory): {ap['bytes_per_sec'] / 2**20:.0f} MiB/s"
                     + (f" ({ap['cpu_ms_per_mib']:.2f} ms CPU per MiB; the first 512 MiB "
                        f"{ap['first'] / 2**20:.0f} MiB/s)" if "first" in ap else "")
-                    + "; every byte a broker stores costs this copy.")
+                    + "; every byte a broker stores in the page cache costs this copy "
+                    "(Headrace's durable appends of 256 KiB or more skip it).")
     out = "\n".join(head) + "\n\n" + table(results) + "\n"
     curve = curve_table(results["scenarios"])
     if curve:
