@@ -193,14 +193,16 @@ def test_kill_9_of_the_leader_loses_no_acknowledged_record(cluster):
     assert result["acked"] > 1000
 
 
-def test_large_acks_all_produces_are_on_the_follower_that_takes_over(cluster):
+@pytest.mark.parametrize("flush", [{}, {"flush.messages": 1}], ids=["page-cache", "durable"])
+def test_large_acks_all_produces_are_on_the_follower_that_takes_over(cluster, flush):
     """Requests of several hundred KiB, pipelined, whose copies the leader's append stage
-    makes: each acks=all answer comes once the follower has the batch, and after a kill -9 of
-    the leader the follower that takes over serves every acknowledged record."""
+    makes (durable: around the page cache, so the follower's fetches read the leader's disk):
+    each acks=all answer comes once the follower has the batch, and after a kill -9 of the
+    leader the follower that takes over serves every acknowledged record."""
     from test_append_stage import answers, read_all, send_produce, values_of
 
     brokers = cluster(2)
-    create(brokers, "large", 1, 2, **{"min.insync.replicas": 2})
+    create(brokers, "large", 1, 2, **{"min.insync.replicas": 2}, **flush)
     wait_for(lambda: in_sync(brokers, "large", 1, 2), 30, "a full ISR")
     leader = partitions(brokers[0], "large")[0].leader_id
     sent_values = [values_of(i) for i in range(8)]
