@@ -1,9 +1,18 @@
-"""The client one broker uses to send requests to another (WriteTxnMarkers...).
+"""The client one broker uses to send requests to another (WriteTxnMarkers, replica fetches).
 
 How this works
 --------------
 ``BrokerClient`` keeps at most one connection per remote node, opened on first use at the
 address ``address_of(node_id)`` gives (the cluster's broker registry; ``None``: unknown node).
+
+Each kind of traffic has a client of its own, made with ``channel(name)``: its own connections,
+with the same address book, security and limits (as Kafka's replica fetcher threads, its
+transaction marker channel and its controller channel each have their own). They must not
+share a connection: a broker answers a connection's requests in the order they came, so a
+request that waits for something another kind carries would hold that answer behind itself.
+A transaction marker waits until its partition's ISR has fetched it; if the marker and the
+coordinator broker's own replica fetches went over one connection, the fetch answer carrying
+the marker would queue behind the marker's answer until the marker timed out.
 ``send(node_id, api_key, version, message, timeout)`` encodes the request with the next
 correlation id, writes it and waits for its response; requests are pipelined on the
 connection and one reader task matches each response frame to its request by correlation id.
@@ -32,6 +41,7 @@ import asyncio
 import logging
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from headrace.protocol import (
     ApiKey,
@@ -75,14 +85,47 @@ class BrokerClient:
         connect_timeout: float = CONNECT_TIMEOUT_S,
         security: ClientSecurity | None = None,
     ) -> None:
-        self.address_of = address_of
-        self.security = security or ClientSecurity()
+        # shared with every channel: set ``address_of`` or ``security`` on any, all follow
+        self._peers = _Peers(address_of, security or ClientSecurity())
+        self._channels: list[BrokerClient] = []
         self.client_id = client_id
         self.max_in_flight = max_in_flight
         self.max_response_bytes = max_response_bytes
         self.connect_timeout = connect_timeout
         self._connections: dict[int, _Connection] = {}
         self._closed = False
+
+    @property
+    def address_of(self) -> Callable[[int], Address | None]:
+        return self._peers.address_of
+
+    @address_of.setter
+    def address_of(self, address_of: Callable[[int], Address | None]) -> None:
+        self._peers.address_of = address_of
+
+    @property
+    def security(self) -> ClientSecurity:
+        return self._peers.security
+
+    @security.setter
+    def security(self, security: ClientSecurity) -> None:
+        self._peers.security = security
+
+    def channel(self, name: str) -> BrokerClient:
+        """A client for another kind of traffic: connections of its own, this one's address
+        book, security and limits; its client id ends in ``-name``. ``close`` of this client
+        closes it too."""
+        other = BrokerClient(
+            self.address_of,
+            client_id=f"{self.client_id}-{name}",
+            max_in_flight=self.max_in_flight,
+            max_response_bytes=self.max_response_bytes,
+            connect_timeout=self.connect_timeout,
+        )
+        other._peers = self._peers
+        self._channels = [c for c in self._channels if not c._closed]
+        self._channels.append(other)
+        return other
 
     async def send(self, node_id: int, api_key: int, version: int, message, timeout: float):
         """The decoded response of ``message`` sent to ``node_id``; ``NetworkError`` if none."""
@@ -109,12 +152,24 @@ class BrokerClient:
         return 0 if conn is None else len(conn.waiting)
 
     async def close(self) -> None:
+        """Close every connection (and every channel's) and fail what waits on them."""
+        channels, self._channels = self._channels, []
+        for channel in channels:
+            await channel.close()
         self._closed = True
         connections, self._connections = list(self._connections.values()), {}
         for conn in connections:
             conn.fail(NetworkError("the broker client is closed"))
         for conn in connections:
             await conn.closed()
+
+
+@dataclass
+class _Peers:
+    """How to reach the other brokers (one for a client and all its channels)."""
+
+    address_of: Callable[[int], Address | None]
+    security: ClientSecurity
 
 
 class _Connection:

@@ -84,7 +84,7 @@ class Moves:
         self.node_id = node_id
         self.topics = topics
         self.cluster = cluster
-        self.client = client  # the BrokerClient
+        self.client = client  # the BrokerClient (each fetcher gets a channel of its own)
         self.config = config
         self.lag_s = int(config["replica.lag.time.max.ms"]) / 1000
         self.copies: dict[Key, tuple[int, Partition]] = {}  # (leader, the local copy)
@@ -165,7 +165,11 @@ class Moves:
         fetcher = self.fetchers.get(leader)
         if fetcher is None:
             fetcher = self.fetchers[leader] = ReplicaFetcher(
-                self.client, self.node_id, leader, self.config, self.topics.flush
+                self.client.channel(f"move-fetcher-{leader}"),
+                self.node_id,
+                leader,
+                self.config,
+                self.topics.flush,
             )
         return fetcher
 

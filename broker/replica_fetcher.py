@@ -2,13 +2,14 @@
 
 How this works
 --------------
-One ``ReplicaFetcher`` per leader runs one loop for all the partitions this broker copies
-from it: a Fetch (v12) with this broker's id as ``replica_id``, and for each partition the
-leader epoch this broker knows (``current_leader_epoch``) and the copy's log end offset as
-the fetch offset. The leader answers up to its log end, long-polling
-``replica.fetch.wait.max.ms``; the request asks for at most ``replica.fetch.max.bytes`` per
-partition and ``replica.fetch.response.max.bytes`` in all (within the inter-broker client's
-frame limit, which is checked before a response is read).
+One ``ReplicaFetcher`` per leader runs one loop for all the partitions this broker copies from
+it, over a connection of its own (its owner gives it a ``BrokerClient.channel``: no other
+request waits behind its long polls, and it waits behind none): a Fetch (v12) with this broker's
+id as ``replica_id``, and for each partition the leader epoch this broker knows
+(``current_leader_epoch``) and the copy's log end offset as the fetch offset. The leader answers
+up to its log end, long-polling ``replica.fetch.wait.max.ms``; the request asks for at most
+``replica.fetch.max.bytes`` per partition and ``replica.fetch.response.max.bytes`` in all
+(within the inter-broker client's frame limit, which is checked before a response is read).
 
 Each answer's batches are appended unchanged on the event loop (``Partition.append_copied``:
 offsets kept, producer state and aborted-transaction entries rebuilt from the headers). A copy
@@ -90,7 +91,7 @@ class ReplicaFetcher:
         config,
         flush: Callable[[list], asyncio.Future],
     ) -> None:
-        self.client = client  # the BrokerClient
+        self.client = client  # a BrokerClient of its own (a channel): closed by ``stop``
         self.node_id = node_id
         self.leader = leader
         self.wait_ms = int(config["replica.fetch.wait.max.ms"])
@@ -142,6 +143,7 @@ class ReplicaFetcher:
                     await held.enter_async_context(c.busy)
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+        await self.client.close()
 
     async def _run(self) -> None:
         while True:

@@ -70,7 +70,7 @@ class ReplicaManager:
         self.node_id = node_id
         self.topics = topics
         self.cluster = cluster
-        self.client = client  # the BrokerClient
+        self.client = client  # the BrokerClient (each fetcher gets a channel of its own)
         self.config = config
         self.lag_s = int(config["replica.lag.time.max.ms"]) / 1000
         self.fetchers: dict[int, ReplicaFetcher] = {}
@@ -280,7 +280,11 @@ class ReplicaManager:
         fetcher = self.fetchers.get(leader)
         if fetcher is None:
             fetcher = self.fetchers[leader] = ReplicaFetcher(
-                self.client, self.node_id, leader, self.config, self.topics.flush
+                self.client.channel(f"replica-fetcher-{leader}"),
+                self.node_id,
+                leader,
+                self.config,
+                self.topics.flush,
             )
         return fetcher
 

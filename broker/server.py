@@ -223,8 +223,9 @@ class BrokerServer:
             self.data_dir, self.cluster.producer_id_block if self.cluster else None
         )
         self.groups = GroupCoordinator(self.node_id, self.topics, config)
-        # requests to the other brokers (transaction markers); the cluster's registry gives
-        # their addresses, a single broker has none
+        # requests to the other brokers, each kind on a channel of its own (transaction
+        # markers here, replica fetches per fetcher); the cluster's registry gives their
+        # addresses, a single broker has none
         self.broker_client = BrokerClient(
             self.cluster.address_of if self.cluster else lambda node_id: None,
             client_id=f"headrace-broker-{self.node_id}",
@@ -251,7 +252,7 @@ class BrokerServer:
             state_segment_bytes=int(config["transaction.state.log.segment.bytes"]),
             write_timeout_ms=int(config["request.timeout.ms"]),
             leader_of=self.cluster.leader_of if self.cluster else None,
-            broker_client=self.broker_client,
+            broker_client=self.broker_client.channel("txn-markers"),
         )
         # cluster mode: partitions moving here and away (moves.py), and this broker's role
         # (leader, follower) for each partition it holds a replica of (replica_manager.py)

@@ -4,8 +4,9 @@ two brokers without touching either.
 ``TcpProxy`` listens on 127.0.0.1 and forwards every connection to ``target`` (settable after
 the proxy starts, so a broker can advertise the proxy's port before it knows its own). It
 reads the first request frame of each connection to learn the Kafka client id (a Headrace
-broker's inter-broker client is ``headrace-broker-<id>``). ``cut(client_id)`` blackholes that
-client: its connections, open or new, stop carrying bytes either way (nothing is closed, as
+broker's inter-broker clients are ``headrace-broker-<id>-<channel>``, one per kind of traffic).
+``cut(client_id)`` blackholes that client, and every client whose id starts with it and a
+``-`` (``cut("headrace-broker-3")``: all of broker 3's channels): its connections, open or new, stop carrying bytes either way (nothing is closed, as
 when packets are dropped: the client sees its requests time out). ``heal()`` ends the cut: the
 blackholed connections are closed, so the client connects again and is forwarded.
 """
@@ -50,8 +51,11 @@ class _Link:
     @property
     def cut(self) -> bool:
         """Cut now, or once cut (a connection that dropped bytes never carries any again)."""
-        if not self.was_cut and self.client_id in self.proxy.cut_ids:
-            self.was_cut = True
+        if not self.was_cut and self.client_id is not None:
+            self.was_cut = any(
+                self.client_id == x or self.client_id.startswith(x + "-")
+                for x in tuple(self.proxy.cut_ids)
+            )
         return self.was_cut
 
     def run(self) -> None:

@@ -134,3 +134,34 @@ async def test_a_huge_frame_length_fails_at_once_and_a_silent_peer_times_out(rog
         assert client.in_flight(NODE) == 0
     finally:
         await client.close()
+
+
+async def test_each_channel_has_connections_of_its_own_so_a_long_poll_holds_up_no_other(broker):
+    """A broker answers a connection's requests in the order they came: a request behind a
+    long poll on the same connection waits for it; on another channel's connection it does
+    not. Closing the client closes its channels."""
+    client = BrokerClient(lambda node: ("127.0.0.1", broker.port))
+    fetcher, markers = client.channel("fetcher"), client.channel("markers")
+    assert (fetcher.client_id, markers.client_id) == ("headrace-broker-fetcher", "headrace-broker-markers")
+    C = messages.CreateTopicsRequest
+    r = await markers.send(NODE, ApiKey.CREATE_TOPICS, 5, C(topics=[C.CreatableTopic(
+        name="w", num_partitions=1, replication_factor=1, assignments=[], configs=[])],
+        timeout_ms=10_000), 10)
+    assert r.topics[0].error_code == 0
+    waiting = asyncio.ensure_future(fetcher.send(NODE, ApiKey.FETCH, 11, long_poll_fetch(), 30))
+    await asyncio.sleep(0.3)
+    started = time.monotonic()
+    answered = await markers.send(NODE, ApiKey.METADATA, 9, metadata_for("w"), 10)
+    assert answered.topics[0].error_code == 0 and time.monotonic() - started < 5
+    assert (fetcher.in_flight(NODE), markers.in_flight(NODE)) == (1, 0)
+    with pytest.raises(RequestTimedOut):  # the same connection: behind the long poll
+        await fetcher.send(NODE, ApiKey.METADATA, 9, metadata_for("w"), 2)
+    with pytest.raises(NetworkError):  # (a timed-out request closes its connection)
+        await asyncio.wait_for(waiting, 5)
+    waiting = asyncio.ensure_future(fetcher.send(NODE, ApiKey.FETCH, 11, long_poll_fetch(), 30))
+    await asyncio.sleep(0.3)
+    await client.close()
+    with pytest.raises(NetworkError):
+        await asyncio.wait_for(waiting, 5)
+    with pytest.raises(NetworkError, match="closed"):
+        await markers.send(NODE, ApiKey.METADATA, 9, metadata_for("w"), 5)

@@ -313,6 +313,44 @@ def test_a_consumer_group_and_a_transaction_survive_a_kill_of_their_coordinator(
     assert sum(after.values()) >= 301
 
 
+def test_transactions_across_brokers_commit_at_once_while_acks_all_producers_load_them(cluster):
+    """A transaction's markers go to the leaders of its partitions and wait there for the ISR,
+    the coordinator's broker among it. Were they sent on the connection its replica fetches
+    to that leader use, a fetch answer carrying the marker would queue behind the marker's
+    own answer (a broker answers a connection in request order) until the marker timed out
+    (4 s): the commit, and every acks=all write of that partition, would wait that long."""
+    brokers = cluster(3)
+    create(brokers, "busy", 6, 3, **{"min.insync.replicas": 2})
+    wait_for(lambda: in_sync(brokers, "busy", 6, 3), 30, "full ISRs")
+    leaders = {p.leader_id for p in partitions(brokers[0], "busy").values()}
+    assert len(leaders) >= 2, leaders  # partitions led by brokers other than the coordinator
+    load = AckedLoad(bootstrap(brokers), "busy", producers=6, partitions=6, interval_s=0).start()
+    took = []
+    try:
+        wait_for(lambda: load.acked_count() > 3000, 60, "load")
+        started = time.monotonic()
+        txp = Producer({"bootstrap.servers": bootstrap(brokers), "transactional.id": "across"})
+        txp.init_transactions(30)
+        for i in range(40):
+            txp.begin_transaction()
+            for p in range(6):
+                txp.produce("busy", value=b"1000:%d" % i, partition=p)  # (not a load producer)
+            txp.flush(30)
+            t0 = time.monotonic()
+            txp.commit_transaction(60)
+            took.append(time.monotonic() - t0)
+        gaps = load.longest_gaps(started)
+    finally:
+        load.stop()
+    took.sort()
+    print(f"commits: p50 {took[len(took) // 2] * 1000:.0f} ms, max {took[-1] * 1000:.0f} ms;"
+          f" longest gaps without an ack (s): { {p: round(g, 2) for p, g in gaps.items()} }")
+    assert took[-1] < 2.0, [round(t, 2) for t in took[-5:]]
+    assert max(gaps.values()) < 2.0, gaps
+    result = load.check()
+    assert result["lost"] == result["duplicated"] == result["reordered"] == 0, result
+
+
 def test_an_acknowledged_offset_commit_survives_a_kill_9_of_its_coordinator(cluster):
     """The commit is answered only once the followers of the group's partition of
     __consumer_offsets have it: with the followers paused it waits, and a kill -9 of the
