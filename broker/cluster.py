@@ -259,6 +259,7 @@ class Cluster:
         self._brokers_reads = 0  # reads of the registered brokers started (the newest wins)
         self.topics: dict[str, TopicRecord] = {}
         self.controller_id = -1
+        self._controller_seen = asyncio.Event()  # a controller has been named since the start
         self.cluster_id = ""
         self.fenced = True
         self.serving = False  # until ``serve``: a reconnection before it must not unfence
@@ -576,37 +577,61 @@ class Cluster:
         self._spawn(self._read_brokers(ids))
 
     async def _read_brokers(self, ids: list[str]) -> None:
-        def read() -> dict[int, Endpoint]:
-            found = {}
-            for name in ids:
-                try:
-                    data, _ = self.zk.get(f"{BROKERS}/{name}")
-                except NoNodeError:
-                    continue
-                endpoint = Endpoint.decode(data, self.inter_broker_listener)
-                if endpoint is None:
-                    log.warning(
-                        "broker %s has no listener %s (inter.broker.listener.name); it is"
-                        " not counted as live",
-                        name,
-                        self.inter_broker_listener,
-                    )
-                    continue
-                found[int(name)] = endpoint
-            return found
-
         self._brokers_reads += 1
         started = self._brokers_reads
-        found = await asyncio.to_thread(read)
+        found = await asyncio.to_thread(self._registrations, ids)
         if started != self._brokers_reads:
             return  # a later change is being read: this one must not overwrite it
         self.brokers = found
         if self.controller is not None and self.controller.active:
             self.controller.changed()
 
+    async def registered_now(self) -> dict[int, Endpoint]:
+        """The registered brokers as ZooKeeper has them now, not as the last watch event told
+        (a broker that has just registered may not have reached the view yet)."""
+        return await asyncio.to_thread(self._registrations)
+
+    def _registrations(self, ids: list[str] | None = None) -> dict[int, Endpoint]:
+        """(In a thread.) The registered brokers ``ids`` (None: every one registered now, as
+        ZooKeeper has it once synced), by id."""
+        if ids is None:
+            self.zk.sync(BROKERS)
+            ids = self.zk.get_children(BROKERS)
+        found = {}
+        for name in ids:
+            try:
+                data, _ = self.zk.get(f"{BROKERS}/{name}")
+            except NoNodeError:
+                continue
+            endpoint = Endpoint.decode(data, self.inter_broker_listener)
+            if endpoint is None:
+                log.warning(
+                    "broker %s has no listener %s (inter.broker.listener.name); it is"
+                    " not counted as live",
+                    name,
+                    self.inter_broker_listener,
+                )
+                continue
+            found[int(name)] = endpoint
+        return found
+
     async def _read_controller(self) -> None:
         contenders = await asyncio.to_thread(self._election.contenders)
         self.controller_id = int(contenders[0]) if contenders else -1
+        if self.controller_id >= 0:
+            self._controller_seen.set()
+
+    async def controller_known(self) -> None:
+        """Wait until the view names a controller (a broker answers clients only from then
+        on: Kafka's admin clients wait for one, and a broker just started, with this one
+        contending, learns it within milliseconds)."""
+        while True:
+            try:
+                async with asyncio.timeout(5):
+                    await self._controller_seen.wait()
+                return
+            except TimeoutError:
+                log.warning("broker %d: no controller elected yet; waiting", self.node_id)
 
     def _topic_names_changed(self, names: list[str]) -> None:
         for name in names:
@@ -962,11 +987,18 @@ class Cluster:
         manual: set[int] = set()
         if replicas is None:
             live = self._live()
+            if replication_factor > len(live):
+                # a broker that has just registered may not have reached this view yet (its
+                # watch event is on the way): read the registrations before refusing
+                found = await self.registered_now()
+                live = {
+                    b: BrokerInfo(rack=e.rack) for b, e in found.items() if b not in self.removed
+                }
             if not live:
-                raise TopicChangeError(39, "no broker is registered")  # INVALID_REPLICATION_FACTOR
+                raise TopicChangeError(38, "no broker is registered")  # INVALID_REPLICATION_FACTOR
             if not 1 <= replication_factor <= len(live):
                 raise TopicChangeError(
-                    39,  # INVALID_REPLICATION_FACTOR
+                    38,  # INVALID_REPLICATION_FACTOR
                     f"Replication factor: {replication_factor} larger than available brokers:"
                     f" {len(live)}.",
                 )

@@ -48,7 +48,7 @@ async def handle(broker, header, request):
             result.error_message = "Authorization failed."
             continue
         try:
-            partitions, replicas, configs = _check(broker, t, names)
+            partitions, replicas, configs = await _checked(broker, t, names)
         except _Refused as e:
             result.error_code, result.error_message = e.args
             continue
@@ -94,14 +94,32 @@ class _Refused(Exception):
     pass
 
 
+class _TooFewBrokers(_Refused):
+    """Refused for want of live brokers (looked at again before it is final)."""
+
+
 def live_brokers(broker) -> set[int]:
     """The brokers partitions may be placed on: this one, or in a cluster the live ones."""
     return set(broker.brokers())
 
 
-def check_assignment(broker, broker_ids) -> str | None:
+async def _checked(broker, t, names) -> tuple[int, list[list[int]] | None, dict]:
+    """``_check``; in a cluster, a refusal for want of live brokers is made only after the
+    registered brokers are read again (one that has just registered may not be in this
+    broker's view yet: its watch event is on the way)."""
+    try:
+        return _check(broker, t, names, live_brokers(broker))
+    except _TooFewBrokers:
+        if broker.cluster is None:
+            raise
+    live = set(await broker.cluster.registered_now()) | {broker.node_id}
+    return _check(broker, t, names, live)
+
+
+def check_assignment(broker, broker_ids, live: set[int] | None = None) -> str | None:
     """What is wrong with a manual assignment of one partition, if anything."""
-    live = live_brokers(broker)
+    if live is None:
+        live = live_brokers(broker)
     if not broker_ids:
         return "A partition needs at least one replica."
     if len(set(broker_ids)) != len(broker_ids):
@@ -114,7 +132,7 @@ def check_assignment(broker, broker_ids) -> str | None:
     return None
 
 
-def _check(broker, t, names) -> tuple[int, list[list[int]] | None, dict]:
+def _check(broker, t, names, live: set[int]) -> tuple[int, list[list[int]] | None, dict]:
     if names.count(t.name) > 1:
         raise _Refused(ErrorCode.INVALID_REQUEST, f"Topic '{t.name}' appears more than once.")
     problem = topic_name_error(t.name)
@@ -132,9 +150,10 @@ def _check(broker, t, names) -> tuple[int, list[list[int]] | None, dict]:
         if indexes != list(range(len(indexes))):
             raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions must be 0..n-1.")
         for a in sorted(t.assignments, key=lambda a: a.partition_index):
-            problem = check_assignment(broker, a.broker_ids)
+            problem = check_assignment(broker, a.broker_ids, live)
             if problem:
-                raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+                refused = _TooFewBrokers if set(a.broker_ids) - live else _Refused
+                raise refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
         partitions = len(indexes)
         replicas = [
             list(a.broker_ids) for a in sorted(t.assignments, key=lambda a: a.partition_index)
@@ -146,7 +165,6 @@ def _check(broker, t, names) -> tuple[int, list[list[int]] | None, dict]:
         )
         if partitions < 1:
             raise _Refused(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be at least 1.")
-        live = len(live_brokers(broker))
         rf = (
             int(broker.config["default.replication.factor"])
             if t.replication_factor == -1
@@ -158,12 +176,15 @@ def _check(broker, t, names) -> tuple[int, list[list[int]] | None, dict]:
                 f"Replication factor: {t.replication_factor} is not supported by a broker on"
                 " its own (one replica per partition; run a cluster for more).",
             )
-        if not 1 <= rf <= live:
+        if rf < 1:
             raise _Refused(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"Replication factor: {rf} larger than available brokers: {live}."
-                if rf > live
-                else f"Replication factor must be at least 1 (was {rf}).",
+                f"Replication factor must be at least 1 (was {rf}).",
+            )
+        if rf > len(live):
+            raise _TooFewBrokers(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Replication factor: {rf} larger than available brokers: {len(live)}.",
             )
     configs = {}
     for c in t.configs:

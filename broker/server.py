@@ -294,7 +294,12 @@ class BrokerServer:
         if self.cluster is not None:
             name = listener.name if listener is not None else self.cluster.inter_broker_listener
             found = {b: e.on(name) for b, e in sorted(self.cluster.brokers.items())}
-            return {b: e for b, e in found.items() if e is not None}
+            known = {b: e for b, e in found.items() if e is not None}
+            if self.node_id not in known:  # (its session lost, registering again): still here
+                host, port = self.advertised(listener)
+                rack = str(self.config["broker.rack"]) or None
+                known = dict(sorted({**known, self.node_id: Endpoint(host, port, rack)}.items()))
+            return known
         host, port = self.advertised(listener)
         return {self.node_id: Endpoint(host, port)}
 
@@ -370,6 +375,11 @@ class BrokerServer:
             )
         )
         self.cleaner.start()
+        # only now are connections accepted: until here they wait in the listen backlog, so
+        # no client is answered before the broker knows what to answer (in a cluster: it is
+        # registered and has read the brokers, topics, partition states and controller)
+        for server in self._servers:
+            await server.start_serving()
         self._started = True
         log.info(
             "headrace listening on %s, data in %s (%.0f ms)",
@@ -454,6 +464,7 @@ class BrokerServer:
                     ssl=self._tls.get(listener.name),
                     listener=listener,
                     router=self._router,
+                    start_serving=False,  # (``start`` begins accepting once ready)
                 )
             except OSError as e:
                 for server in self._servers:
@@ -517,6 +528,7 @@ class BrokerServer:
         await self.transactions.start(load=False)
         self.replicas.serve()
         self.cluster.serve()
+        await self.cluster.controller_known()
         self.cluster_id = self.cluster.cluster_id
         await asyncio.to_thread(self._write_meta, self.cluster_id)
 

@@ -57,8 +57,11 @@ async def serve(
     ssl: ssl_module.SSLContext | None = None,
     listener: object = None,
     router: Router | None = None,
+    start_serving: bool = True,
 ) -> tuple[asyncio.Server, Router]:
     """Start listening; returns the server and its router (for draining on shutdown).
+    With ``start_serving=False`` the port is bound and listens, but no connection is
+    accepted (they wait in the backlog) until ``server.start_serving()``.
 
     With ``ssl`` the connections speak TLS (the handshake happens before the first frame).
     ``listener`` is given to each connection as it is (``Connection.listener``: the handler
@@ -77,5 +80,6 @@ async def serve(
         reuse_address=True,
         backlog=1024,
         ssl=ssl,
+        start_serving=start_serving,
     )
     return server, router
