@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,6 +60,13 @@ log = logging.getLogger("headrace")
 
 _LEADER_EPOCH = struct.Struct(">i")
 
+# A producer-state snapshot is also written once this many offsets were appended since the
+# newest one (at most every SNAPSHOT_MIN_S): a cut (``truncate_to``) rebuilds the state by
+# replaying the batch headers from the newest snapshot below it, and a log that does not roll
+# (1 GiB segments) would otherwise be replayed from its start, which takes seconds on a long log
+SNAPSHOT_RECORDS = 20_000
+SNAPSHOT_MIN_S = 1.0
+
 # Payloads at least this large go to the append stage (Partition.produce): there the copy into
 # the page cache (about 0.75 ms per 256 KiB, often more), or the direct write of a log flushed
 # after every message, outweighs the hop to its thread and back
@@ -87,6 +95,7 @@ class Partition:
         "epochs",
         "_writes",
         "_snapshots",
+        "_snapshot_time",
     )
 
     def __init__(self, topic: Topic, index: int, log: Log, producers: ProducerStateManager):
@@ -110,6 +119,7 @@ class Partition:
         self.epochs: LeaderEpochCache | None = None  # loaded when replication needs it
         self._writes: asyncio.Future | None = None  # the last write left to the append stage
         self._snapshots: set[asyncio.Future] = set()  # producer-state snapshots being written
+        self._snapshot_time = 0.0  # time.monotonic() of the last one
 
     @property
     def last_stable_offset(self) -> int:
@@ -329,16 +339,28 @@ class Partition:
             self._appended(0)
 
     def _rolled(self, offset: int) -> None:
-        """After an append at ``offset``: snapshot the producer state if the log rolled."""
+        """After an append ending below ``offset`` (the producer state has every batch below it
+        and none above): snapshot the producer state if the log rolled, or if
+        ``SNAPSHOT_RECORDS`` offsets came since the newest snapshot and no write of the append
+        stage is in flight, so that a cut replays little (``SNAPSHOT_RECORDS``)."""
         if self.log.segment_count != self._segments:
             self._segments = self.log.segment_count
             self._snapshot_in_background(offset)
+        elif (
+            not self.producers.empty  # (none for a partition without producers, as at close)
+            and offset - self.producers.snapshot_offset >= SNAPSHOT_RECORDS
+            and self._writes is None
+            and time.monotonic() - self._snapshot_time >= SNAPSHOT_MIN_S
+        ):
+            self._snapshot_in_background(offset)
 
     def _snapshot_in_background(self, offset: int) -> None:
-        """Snapshot the producer state below ``offset`` (the rolled segment's end; the batch at
-        ``offset`` is not recorded yet) and write it in a worker thread."""
+        """Snapshot the producer state below ``offset`` (the batch at ``offset`` is not
+        recorded yet) and write it in a worker thread."""
         data = self.producers.snapshot(offset)
         self.producers.snapshotted = True
+        self.producers.snapshot_offset = offset
+        self._snapshot_time = time.monotonic()
         directory = Path(self.log.directory)
 
         def write():
@@ -403,7 +425,7 @@ class Partition:
             nonlocal run_start
             if run_start >= 0:
                 log.append(records[run_start:run_end], run_base, run_last, run_ts, copied=True)
-                self._rolled(run_base)
+                self._rolled(run_last + 1)  # (the run's batches are in the producer state)
                 run_start = -1
 
         epochs = self.epochs
@@ -441,14 +463,23 @@ class Partition:
     async def truncate_to(self, offset: int) -> None:
         """(A follower.) Cut the log at ``offset`` (a batch boundary; what lies above came from
         a leader the new one does not follow): indexes, producer state (rebuilt from the log
-        below it, as at recovery) and leader-epoch cache follow. Disk work in a thread."""
+        below it, as at recovery: from the newest snapshot below the cut, see ``_rolled``) and
+        leader-epoch cache follow. An empty producer state stays empty (a cut adds no
+        producer; as Kafka, nothing is replayed). Disk work in a thread."""
         if offset >= self.log.log_end_offset:
             return
         plog, directory = self.log, Path(self.log.directory)
+        before = self.producers
+        empty = before.empty
 
         def cut() -> ProducerStateManager:
             plog.truncate_to(offset)
             drop_snapshots_above(directory, plog.log_end_offset)
+            if empty:
+                state = ProducerStateManager()
+                state.snapshotted = before.snapshotted
+                state.snapshot_offset = min(before.snapshot_offset, plog.log_end_offset)
+                return state
             return ProducerStateManager.load(directory, plog)
 
         await self._snapshots_written()  # none may land above the cut once it is made

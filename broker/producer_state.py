@@ -28,7 +28,10 @@ and without an open transaction here are forgotten (``expire``, run by the topic
 however many producer ids clients make up.
 
 Snapshots (``producer-state-<offset>.json`` in the partition directory, the state of every
-batch below ``offset``) are written when the log rolls a segment and when it closes, except
+batch below ``offset``) are written when the log rolls a segment, when it has grown by
+``partition.SNAPSHOT_RECORDS`` offsets since the newest one (a follower's cut rebuilds the
+state from the newest snapshot below it: without one it would replay the whole log, seconds on
+a long one, while the follower fetches nothing) and when it closes, except
 that a partition without producer state and without a snapshot writes none at close (most
 partitions of a large broker: their clean start then reads nothing); the newest two are
 kept. On open the newest snapshot at or below the log end is loaded (newer ones are deleted:
@@ -104,6 +107,10 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerEntry] = {}
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.snapshotted = False  # a snapshot file may exist (found at load, or written)
+        # where a rebuild of this state would start replaying: the offset of the newest
+        # snapshot (loaded or written), else the log start (Partition writes one more when the
+        # log has grown well past it)
+        self.snapshot_offset = 0
 
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> tuple[int, int]:
         """(error code, -1) to append or refuse, or (NONE, base offset) for a retry."""
@@ -285,12 +292,14 @@ class ProducerStateManager:
         offsets = [int(m.group(1)) for n in names if (m := _SNAPSHOT_NAME.match(n))]
         legacy = SNAPSHOT in names
         state.snapshotted = bool(offsets) or legacy
+        state.snapshot_offset = log.log_start_offset
         if just_opened and log.opened_clean and not state.snapshotted:
             return state
         start = log.log_start_offset
         data = _newest_snapshot(directory, log.log_end_offset, offsets, legacy)
         if data is not None:
             start = max(start, data["offset"])
+            state.snapshot_offset = start
             for pid, fields in data["producers"].items():
                 epoch, batches = fields[0], fields[1]
                 entry = state.producers[int(pid)] = ProducerEntry(epoch)
