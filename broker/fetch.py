@@ -36,7 +36,9 @@ other fetch reads only below the high watermark (what the ISR has). A follower's
 its log end, goes to the partition's ``LeaderState`` (leader_state.py: its progress, the ISR,
 the high watermark) and a move's copy's to ``broker.moves`` (it decides when a move switches
 ownership), before any wait. ``current_leader_epoch``, when given, is checked for every fetch
-(an older one: FENCED_LEADER_EPOCH, a newer one: UNKNOWN_LEADER_EPOCH).
+(an older one: FENCED_LEADER_EPOCH, a newer one: UNKNOWN_LEADER_EPOCH; also at a broker that
+does not lead the partition, when the epoch is newer than any it has seen: it is behind an
+election, ``not_served_error``).
 
 Transactions: every partition reports its last stable offset (LSO: below it every
 transaction is decided). A ``read_committed`` fetch reads only below the LSO and gets the
@@ -113,7 +115,9 @@ async def handle(broker, header, request):
             partition = topic.partition(p.partition) if topic is not None else None
             if partition is None:
                 if topic is not None:
-                    resp.error_code = topic.partition_error(p.partition)
+                    resp.error_code = not_served_error(
+                        broker, topic, p.partition, p.current_leader_epoch
+                    )
                     hints.add(resp, topic.name, p.partition)
                 elif by_id:
                     resp.error_code = ErrorCode.UNKNOWN_TOPIC_ID
@@ -250,6 +254,23 @@ def epoch_error(partition, current_leader_epoch: int) -> int:
     if current_leader_epoch > current:
         return ErrorCode.UNKNOWN_LEADER_EPOCH
     return ErrorCode.NONE
+
+
+def not_served_error(broker, topic, index: int, current_leader_epoch: int) -> int:
+    """Why partition ``index`` of ``topic`` is not served here (``Topic.partition_error``),
+    but UNKNOWN_LEADER_EPOCH when the asker knows a newer leader epoch than this broker has
+    seen, as Kafka answers: the broker is behind an election (a follower often asks its new
+    leader before that leader has heard it won), and the asker tries again at once, where
+    NOT_LEADER_OR_FOLLOWER would send it away for a backoff."""
+    code = topic.partition_error(index)
+    cluster = broker.cluster
+    if (
+        code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        and cluster is not None
+        and current_leader_epoch > cluster.leader_epoch(topic.name, index)
+    ):
+        return ErrorCode.UNKNOWN_LEADER_EPOCH
+    return code
 
 
 def _read_all(

@@ -6,15 +6,18 @@ epoch it knows that is not above it and the offset where that epoch ended (the s
 next one, or the log end for the current one), from its leader-epoch cache
 (headrace.storage.LeaderEpochCache). The asker truncates above that offset.
 
-Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere). The request's
-``current_leader_epoch``, when given, is checked as Fetch checks it: an older one gets
-FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH. A partition without an epoch cache (one
-broker on its own) answers (-1, -1): no epoch is known.
+Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere, or UNKNOWN_LEADER_EPOCH
+when the asker knows a newer leader epoch than this broker has seen:
+``fetch.not_served_error``). The request's ``current_leader_epoch``, when given, is checked as
+Fetch checks it: an older one gets FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH. A
+partition without an epoch cache (one broker on its own) answers (-1, -1): no epoch is known.
 """
 
 from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .fetch import not_served_error
 
 API_KEY = ApiKey.OFFSET_FOR_LEADER_EPOCH
 MIN_VERSION, MAX_VERSION = 2, 4
@@ -35,7 +38,7 @@ def handle(broker, header, request):
             partition = topic.partition(p.partition) if topic is not None else None
             if partition is None:
                 result.error_code = (
-                    topic.partition_error(p.partition)
+                    not_served_error(broker, topic, p.partition, p.current_leader_epoch)
                     if topic is not None
                     else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 )

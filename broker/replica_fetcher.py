@@ -23,9 +23,13 @@ done to a copy (an answer applied, a truncation) is done, so that the partition'
 that has caught up (an answer without records at the leader's end) is flushed before the next
 fetch, so the fetch that tells the leader it has caught up comes after the flush.
 
-Errors (the leader unreachable, NOT_LEADER_OR_FOLLOWER, a fenced leader epoch, a storage error)
-make the fetcher wait ``replica.fetch.backoff.ms`` and try again (UNKNOWN_LEADER_EPOCH, a leader
-that has not yet seen its own election, only ``EPOCH_BACKOFF_S``); its owner (moves.py, or
+Errors: a request that fails (the leader unreachable, a request-level error) makes the whole
+fetcher wait ``replica.fetch.backoff.ms``; a partition's error (NOT_LEADER_OR_FOLLOWER, a
+fenced leader epoch, a storage error) keeps only that partition out of the fetches for as long
+(``Copy.retry_at``; UNKNOWN_LEADER_EPOCH, a leader that has not yet seen its own election, only
+``EPOCH_BACKOFF_S``), while the others go on, as Kafka's fetcher delays only the partitions in
+error: a partition the leader cannot serve must not hold back the high watermark of those it
+can (the follower stays in their ISRs). Its owner (moves.py, or
 replica_manager.py) removes partitions when they stop being copied, and ``stop``s the fetcher
 when none is left.
 
@@ -74,6 +78,7 @@ class Copy:
     error: int = ErrorCode.NONE  # the last partition error the leader gave
     follower: bool = False  # a replica of the partition (not a move's copy)
     truncate: bool = False  # ask OffsetForLeaderEpoch (and truncate) before fetching
+    retry_at: float = 0.0  # after a partition error: not asked for before this (loop time)
     # held while an answer is applied to the copy (or it is truncated): ``remove`` waits for it,
     # so that the partition's new role (leader, another leader's follower) starts from a log
     # this fetcher no longer changes
@@ -113,6 +118,8 @@ class ReplicaFetcher:
         if known is not None and known.partition is partition:
             if follower and known.leader_epoch != leader_epoch:
                 known.truncate = True
+            if known.leader_epoch != leader_epoch:
+                known.retry_at = 0.0  # news: no more waiting out an error of the old epoch
             known.leader_epoch = leader_epoch
         else:
             self.copies[(topic, index)] = Copy(
@@ -171,13 +178,17 @@ class ReplicaFetcher:
                     pass
 
     async def _fetch_once(self) -> bool | float:
-        """One fetch and what follows from it; True (or a delay) to back off before the next."""
-        if any(c.truncate for c in self.copies.values()):
-            if not await self._truncate():
-                return True
-        sent = {k: c for k, c in self.copies.items() if not c.truncate}
+        """One fetch and what follows from it; True (or a delay) to back off before the next.
+        A partition the leader answered with an error waits out its own backoff
+        (``Copy.retry_at``) while the others go on being fetched, as Kafka's fetcher delays
+        only the partitions in error."""
+        now = asyncio.get_running_loop().time()
+        if any(c.truncate and c.retry_at <= now for c in self.copies.values()):
+            await self._truncate(now)
+        sent = {k: c for k, c in self.copies.items() if not c.truncate and c.retry_at <= now}
         if not sent:
-            return False
+            waits = [c.retry_at - now for c in self.copies.values()]
+            return max(min(waits, default=self.backoff_s), EPOCH_BACKOFF_S)
         by_topic: dict[str, list] = {}
         for (topic, index), c in sent.items():
             plog = c.partition.log  # type: ignore[attr-defined]
@@ -210,6 +221,7 @@ class ReplicaFetcher:
             return True
         backoff: bool | float = False
         to_flush = []
+        now = asyncio.get_running_loop().time()
         for t in response.responses:
             for p in t.partitions:
                 key = (t.topic, p.partition_index)
@@ -225,10 +237,9 @@ class ReplicaFetcher:
                     except (StorageError, CorruptRecordError) as e:
                         log.warning("copy of %s-%d from node %d: %s", *key, self.leader, e)
                         c.error = ErrorCode.KAFKA_STORAGE_ERROR
-                if c.error == ErrorCode.UNKNOWN_LEADER_EPOCH and backoff is False:
-                    backoff = EPOCH_BACKOFF_S
-                elif c.error:
-                    backoff = True
+                if c.error:
+                    epoch = c.error == ErrorCode.UNKNOWN_LEADER_EPOCH  # (the leader is behind)
+                    c.retry_at = now + (EPOCH_BACKOFF_S if epoch else self.backoff_s)
         if to_flush:
             try:
                 await self.flush(to_flush)
@@ -285,10 +296,11 @@ class ReplicaFetcher:
             topic.setting("flush.messages")
         )
 
-    async def _truncate(self) -> bool:
+    async def _truncate(self, now: float) -> None:
         """Ask the leader where each follower waiting for it diverges (OffsetForLeaderEpoch for
-        its latest epoch) and truncate there. False to back off (nothing was answered)."""
-        pending = {k: c for k, c in self.copies.items() if c.truncate}
+        its latest epoch) and truncate there; a partition not answered waits out its backoff
+        (the others are fetched meanwhile)."""
+        pending = {k: c for k, c in self.copies.items() if c.truncate and c.retry_at <= now}
         topics: dict[str, list] = {}
         for (topic, index), c in pending.items():
             epochs = c.partition.epochs  # type: ignore[attr-defined]
@@ -302,7 +314,7 @@ class ReplicaFetcher:
                 )
             )
         if not topics:
-            return True
+            return
         request = EpochReq(
             replica_id=self.node_id,
             topics=[
@@ -312,7 +324,8 @@ class ReplicaFetcher:
         response = await self.client.send(
             self.leader, ApiKey.OFFSET_FOR_LEADER_EPOCH, EPOCHS_VERSION, request, 30
         )
-        answered = False
+        for c in pending.values():  # (until answered)
+            c.retry_at = now + self.backoff_s
         for t in response.topics:
             for r in t.partitions:
                 key = (t.topic, r.partition)
@@ -322,8 +335,10 @@ class ReplicaFetcher:
                 c = found
                 if r.error_code:
                     c.error = r.error_code
+                    if r.error_code == ErrorCode.UNKNOWN_LEADER_EPOCH:  # (the leader is behind)
+                        c.retry_at = now + EPOCH_BACKOFF_S
                     continue
-                answered = True
+                c.retry_at = 0.0
                 partition = c.partition
                 plog = partition.log  # type: ignore[attr-defined]
                 epochs = partition.epochs  # type: ignore[attr-defined]
@@ -354,7 +369,6 @@ class ReplicaFetcher:
                             continue  # removed meanwhile: no longer this fetcher's to change
                         await partition.truncate_to(end)  # type: ignore[attr-defined]
                 c.truncate = False
-        return answered
 
 
 async def _take(partition, p) -> bytes:

@@ -140,6 +140,33 @@ def test_clients_produce_and_consume_through_the_cluster(cluster):
     assert len({p.leader_id for p in md.topics[0].partitions}) == 3  # spread over the brokers
 
 
+def test_a_broker_behind_an_election_answers_unknown_leader_epoch(cluster):
+    """A Fetch or OffsetForLeaderEpoch naming a newer leader epoch than a broker has seen, at a
+    broker that does not lead the partition (as a follower asking its new leader before that
+    leader has heard of its election), gets UNKNOWN_LEADER_EPOCH, retried at once, as Kafka
+    answers; with the epoch it knows, NOT_LEADER_OR_FOLLOWER."""
+    brokers = cluster(3)
+    create(brokers, "epochs", 1)
+    leader = leaders(brokers[0], "epochs")[0]
+    other = next(b for n, b in enumerate(brokers, 1) if n != leader)
+    F, O = messages.FetchRequest, messages.OffsetForLeaderEpochRequest
+
+    def codes(epoch: int) -> tuple[int, int]:
+        fetch = F(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, topics=[F.FetchTopic(
+            topic="epochs", partitions=[F.FetchPartition(partition=0, current_leader_epoch=epoch,
+                                                         fetch_offset=0, partition_max_bytes=1024)])])
+        ofle = O(replica_id=-1, topics=[O.OffsetForLeaderTopic(topic="epochs", partitions=[
+            O.OffsetForLeaderPartition(partition=0, current_leader_epoch=epoch, leader_epoch=0)])])
+        with WireClient(other.port) as c:
+            f = c.request(ApiKey.FETCH, 12, fetch).responses[0].partitions[0].error_code
+            o = c.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, ofle).topics[0].partitions[0].error_code
+        return f, o
+
+    E = ErrorCode
+    assert codes(0) == (E.NOT_LEADER_OR_FOLLOWER, E.NOT_LEADER_OR_FOLLOWER)
+    assert codes(1) == (E.UNKNOWN_LEADER_EPOCH, E.UNKNOWN_LEADER_EPOCH)
+
+
 def test_a_request_at_the_wrong_broker_gets_not_leader_or_follower_and_a_leader_hint(cluster):
     brokers = cluster(3)
     create(brokers, "routed", 6)

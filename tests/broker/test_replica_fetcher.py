@@ -171,3 +171,43 @@ def test_a_removed_copy_is_changed_no_more_once_remove_returns(broker_factory, t
 
     end, later = asyncio.run(main())
     assert end == later == 1000
+
+
+def test_a_partition_in_error_waits_out_its_backoff_alone(broker_factory, tmp_path):
+    """One partition the leader answers with an error (here: one it does not have) keeps only
+    itself out of the fetches for ``replica.fetch.backoff.ms`` (60 s here); the fetcher's
+    other partition goes on being copied, as new records arrive (a follower stuck on one
+    partition would hold back the high watermark of all the others)."""
+    broker = broker_factory()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("src", 1)])["src"].result(10)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 2})
+
+    def produce(n: int) -> None:
+        for i in range(n):
+            producer.produce("src", value=b"v%d" % i)
+        assert producer.flush(30) == 0
+
+    async def main() -> tuple[int, int]:
+        client = BrokerClient(lambda node: ("127.0.0.1", broker.port))
+        logs = [Log.open(str(tmp_path / f"c{i}"), LogConfig(), recover=False) for i in (0, 5)]
+        good, missing = (Partition(None, 0, plog, ProducerStateManager()) for plog in logs)  # type: ignore[arg-type]
+        fetcher = ReplicaFetcher(client, 7, 1, {**SETTINGS, "replica.fetch.backoff.ms": 60_000}, _flush)
+        fetcher.add("src", 5, missing, 0)
+        fetcher.add("src", 0, good, 0)
+        try:
+            await asyncio.to_thread(produce, 100)
+            await asyncio.sleep(1.0)
+            await asyncio.to_thread(produce, 100)  # after the error: copied all the same
+            for _ in range(100):
+                if good.log.log_end_offset >= 200:
+                    break
+                await asyncio.sleep(0.1)
+            return good.log.log_end_offset, fetcher.copies[("src", 5)].error
+        finally:
+            await fetcher.stop()
+            for plog in logs:
+                plog.close()
+
+    end, error = asyncio.run(main())
+    assert error == 3 and end == 200, (end, error)  # UNKNOWN_TOPIC_OR_PARTITION
