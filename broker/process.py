@@ -10,6 +10,10 @@ and returns once the broker listens; ``stop`` is the clean path (SIGTERM: in-fli
 answered, logs flushed, clean-shutdown marker written), ``kill`` the unclean one (SIGKILL).
 A restart keeps the port and the data directory. The broker's log lines are kept in
 ``lines`` (the most recent ``KEEP_LINES``), and also appended to ``log_file`` if one is given.
+``host`` is the address to listen on and to give as ``bootstrap`` (default 127.0.0.1; with a
+``listeners`` override, the host clients should use); ``argv_prefix`` goes before the Python
+interpreter on the command line, e.g. ``["ip", "netns", "exec", "b1"]`` (a prefix that execs
+keeps ``pid`` the broker's own).
 
 How readiness works: the broker is started with ``--ready-file PATH`` and writes
 ``host:port`` there (atomically) once it has recovered its data and listens; ``start`` watches
@@ -78,8 +82,12 @@ class BrokerProcess:
         cpus: set[int] | None = None,
         pythonpath: Path | None = None,
         rlimit_nofile: int | None = None,
+        host: str = "127.0.0.1",
+        argv_prefix: Sequence[str] = (),
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.host = host
+        self.argv_prefix = list(argv_prefix)
         self.overrides = dict(overrides or {})
         self.args = list(args)  # more command-line arguments, e.g. ["--config", path]
         self.port = port
@@ -96,7 +104,7 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def bootstrap_servers(self) -> str:
@@ -117,9 +125,9 @@ class BrokerProcess:
         return self.proc.pid if self.proc is not None else 0
 
     def command(self, ready_file: Path) -> list[str]:
-        cmd = [sys.executable, "-m", "headrace", "serve"]
+        cmd = [*self.argv_prefix, sys.executable, "-m", "headrace", "serve"]
         if "listeners" not in self.overrides:  # else the listeners say where
-            cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
+            cmd += ["--host", self.host, "--port", str(self.port)]
         cmd += ["--data-dir", str(self.data_dir), "--ready-file", str(ready_file)]
         for key, value in self.overrides.items():
             cmd += ["--override", f"{key}={value}"]

@@ -20,7 +20,7 @@ the server's log goes to ``zookeeper.log``.
 Ready means a real ZooKeeper request succeeded (a session is opened and ``/`` is listed), never
 just an open port: the port accepts connections before the server serves them.
 
-Only 127.0.0.1 is bound (``clientPortAddress``), the admin HTTP server is off, and the
+Only ``host`` is bound (``clientPortAddress``), the admin HTTP server is off, and the
 ``srvr``, ``ruok`` and ``mntr`` four-letter words are enabled. The JVM is kept small
 (``JVM_FLAGS``): a 256 MB heap cap starting at 16 MB, the serial collector (no parallel GC
 threads), the C1 compiler only and a smaller code cache and thread stacks. Measured on a busy
@@ -105,10 +105,10 @@ _PROBE_LOG.propagate = False
 _PROBE_LOG.addHandler(logging.NullHandler())
 
 
-def _free_port() -> int:
-    """A port free on 127.0.0.1 now (ZooKeeper binds it a moment later: a small race)."""
+def _free_port(host: str = HOST) -> int:
+    """A port free on ``host`` now (ZooKeeper binds it a moment later: a small race)."""
     with socket.socket() as s:
-        s.bind((HOST, 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -118,7 +118,10 @@ class ZooKeeperServer:
     ``port=0`` picks a free port at the first start; a restart keeps the port and the data.
     ``tick_ms`` is ZooKeeper's tickTime: sessions may ask for timeouts from 2 to 20 ticks.
     ``log_file``: where the server's log goes (default ``DATA_DIR/zookeeper.log``; "-" keeps it
-    on this process's stderr).
+    on this process's stderr). ``host``: the address to bind (``clientPortAddress``) and to
+    connect to (default 127.0.0.1); ``argv_prefix``: put before ``java`` on the command line,
+    e.g. ``["ip", "netns", "exec", "zk"]`` (a prefix that execs keeps ``pid`` the server's);
+    ``settings``: more ``zoo.cfg`` lines (e.g. ``{"maxSessionTimeout": 60000}``).
     """
 
     def __init__(
@@ -129,8 +132,15 @@ class ZooKeeperServer:
         version: str = ZOOKEEPER_VERSION,
         jvm_flags: list[str] | None = None,
         log_file: str | os.PathLike[str] | None = None,
+        *,
+        host: str = HOST,
+        argv_prefix: list[str] | None = None,
+        settings: dict[str, object] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
+        self.host = host
+        self.argv_prefix = list(argv_prefix or [])
+        self.settings = dict(settings or {})
         self.port = port
         self.tick_ms = tick_ms
         self.version = version
@@ -141,7 +151,7 @@ class ZooKeeperServer:
 
     @property
     def connect_string(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -153,10 +163,11 @@ class ZooKeeperServer:
             f"tickTime={self.tick_ms}",
             f"dataDir={self.data_dir}",
             f"clientPort={self.port}",
-            f"clientPortAddress={HOST}",
+            f"clientPortAddress={self.host}",
             "admin.enableServer=false",
             "4lw.commands.whitelist=srvr,ruok,mntr",
             "maxClientCnxns=0",
+            *(f"{key}={value}" for key, value in self.settings.items()),
         ]
         cfg.write_text("".join(line + "\n" for line in lines))
         return cfg
@@ -169,9 +180,10 @@ class ZooKeeperServer:
         cp = classpath(self.version)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.port == 0:
-            self.port = _free_port()
+            self.port = _free_port(self.host)
         cfg = self.write_config()
         cmd = [
+            *self.argv_prefix,
             "java",
             *self.jvm_flags,
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
