@@ -171,38 +171,16 @@ class Load:
     # Metadata probe ---------------------------------------------------------------------
 
     def probe(self) -> None:
-        from headrace.protocol import (
-            ApiKey,
-            RequestHeader,
-            decode_response,
-            decode_response_header,
-            encode_request,
-            encode_request_header,
-            messages,
-            response_header_is_flexible,
-        )
-
         a = self.args
-        request = messages.MetadataRequest(topics=None, allow_auto_topic_creation=False)
-        body = encode_request(ApiKey.METADATA, 12, request)
-        header = encode_request_header(RequestHeader(ApiKey.METADATA, 12, 1, "faults-probe"))
-        frame = struct.pack(">i", len(header) + len(body)) + header + body
-        flexible = response_header_is_flexible(ApiKey.METADATA, 12)
         hosts = [h.rsplit(":", 1) for h in a.bootstrap.split(",")]
         while not self.stopping.is_set():
             for host, port in hosts:
                 t = time.monotonic()
                 try:
-                    with socket.create_connection((host, int(port)), timeout=2) as s:
-                        s.settimeout(5)
-                        s.sendall(frame)
-                        size = struct.unpack(">i", _exactly(s, 4))[0]
-                        data = _exactly(s, size)
+                    md = metadata(socket.create_connection, host, int(port))
                 except OSError:
                     self.probe_down += 1
                     continue
-                _, offset = decode_response_header(data, flexible)
-                md = decode_response(ApiKey.METADATA, 12, data, offset)
                 problems = []
                 if not md.brokers:
                     problems.append("no brokers")
@@ -263,6 +241,35 @@ class Load:
             "errors": len(self.errors),
         }
         print(json.dumps(line), flush=True)
+
+
+def metadata(connect, host: str, port: int, topics: list[str] | None = None, timeout: float = 5):
+    """A Metadata v12 answer of the broker at ``host:port`` (every topic, or ``topics``), on a
+    new connection made by ``connect(address, timeout)`` (``socket.create_connection``, or a
+    ``NetnsThread``'s, to reach into a namespace). OSError if none."""
+    from headrace.protocol import (
+        ApiKey,
+        RequestHeader,
+        decode_response,
+        decode_response_header,
+        encode_request,
+        encode_request_header,
+        messages,
+        response_header_is_flexible,
+    )
+
+    M = messages.MetadataRequest
+    named = None if topics is None else [M.MetadataRequestTopic(name=t) for t in topics]
+    request = M(topics=named, allow_auto_topic_creation=False)
+    body = encode_request_header(RequestHeader(ApiKey.METADATA, 12, 1, "faults")) + (
+        encode_request(ApiKey.METADATA, 12, request)
+    )
+    with connect((host, port), timeout) as s:
+        s.settimeout(timeout)
+        s.sendall(struct.pack(">i", len(body)) + body)
+        data = _exactly(s, struct.unpack(">i", _exactly(s, 4))[0])
+    _, offset = decode_response_header(data, response_header_is_flexible(ApiKey.METADATA, 12))
+    return decode_response(ApiKey.METADATA, 12, data, offset)
 
 
 def _exactly(s: socket.socket, n: int) -> bytes:

@@ -16,6 +16,7 @@ behind a replica fetch, a broker answering before it knew the cluster).
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -71,3 +72,43 @@ def test_an_rf3_topic_is_made_at_once_after_every_start(tmp_path):
     out = run_starts("headrace", 3, tmp_path, SHORT, say=print)
     assert out["failures"] == [] and out["created"] == 3, out
     assert out["bad"] == 0 and out["answers"] > 0, out
+
+
+@pytest.mark.timeout(300)
+def test_a_leader_cut_off_from_zookeeper_soon_stops_naming_itself_leader(tmp_path):
+    """Cut off from ZooKeeper, a leader learns it has lost its session (it is fenced) while its
+    view still names it the leader. Its Metadata answer then names no leader for those
+    partitions (LEADER_NOT_AVAILABLE): clients ask again, elsewhere, and find the leader the
+    controller elects, instead of coming back to a broker that serves none of them."""
+    from bench.faults.scenarios import TOPIC, Admin, Testbed
+    from bench.faults.systems import HeadraceCluster
+    from bench.faults.workload import metadata
+    from headrace.protocol import ErrorCode
+
+    bed = Testbed()
+    cluster = HeadraceCluster(tmp_path, bed.placement(), session_timeout_ms=SESSION_MS)
+    try:
+        cluster.start()
+        admin = Admin(bed.via, cluster.bootstrap)
+        admin.create_topic(TOPIC, 3)
+        leader = admin.partitions(TOPIC)[0][0]
+        assert leader == 1  # (placed by hand: partition 0 on brokers 1, 2, 3)
+
+        def partition0() -> tuple[int, int]:
+            """(error, leader) of partition 0 as the cut-off broker itself answers."""
+            host, port = cluster.address(leader).rsplit(":", 1)
+            md = metadata(bed.via.connect, host, int(port), [TOPIC])
+            p = md.topics[0].partitions[0]
+            return p.error_code, p.leader_id
+
+        assert partition0() == (ErrorCode.NONE, leader)
+        bed.net.cut(bed.host_of(leader), bed.zk)
+        cut = time.monotonic()
+        while partition0() == (ErrorCode.NONE, leader):
+            assert time.monotonic() - cut < 3 * SESSION_MS / 1000, "still names itself leader"
+            time.sleep(0.2)
+        assert partition0() == (ErrorCode.LEADER_NOT_AVAILABLE, -1)
+        print(f"names no leader {time.monotonic() - cut:.1f} s after the cut")
+    finally:
+        cluster.stop(clean=False)
+        bed.close()
