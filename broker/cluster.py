@@ -457,9 +457,23 @@ class Cluster:
         await self._read_controller()
         names = await asyncio.to_thread(self.zk.get_children, TOPICS)
         records = await asyncio.to_thread(self._read_topics, names)
-        self.topics = {n: r for n, r in records.items() if r is not None}
-        states = await asyncio.to_thread(self._read_states, self.topics)
-        self.states = states
+        fresh = {n: r for n, r in records.items() if r is not None}
+        states = await asyncio.to_thread(self._read_states, dict(fresh))
+        # the watches go on meanwhile: a topic or state they told while this read was on its
+        # way may be newer than the one read, and is kept (the same topic, by its id)
+        same = {
+            n
+            for n, r in fresh.items()
+            if n in self.topics and self.topics[n].topic_id == r.topic_id
+        }
+        for name in same:
+            if self.topics[name].mzxid > fresh[name].mzxid:
+                fresh[name] = self.topics[name]
+        for key, state in states.items():
+            known = self.states.get(key)
+            if key[0] in same and known is not None and known.version > state.version:
+                states[key] = known
+        self.topics, self.states = fresh, states
         for name in self.topics:
             self._watch_states(name)
         assert self.topic_manager is not None
@@ -588,8 +602,13 @@ class Cluster:
 
     async def registered_now(self) -> dict[int, Endpoint]:
         """The registered brokers as ZooKeeper has them now, not as the last watch event told
-        (a broker that has just registered may not have reached the view yet)."""
-        return await asyncio.to_thread(self._registrations)
+        (a broker that has just registered may not have reached the view yet); the view
+        when ZooKeeper cannot be read."""
+        try:
+            return await asyncio.to_thread(self._registrations)
+        except KazooException as e:
+            log.warning("cannot read the registered brokers: %r", e)
+            return dict(self.brokers)
 
     def _registrations(self, ids: list[str] | None = None) -> dict[int, Endpoint]:
         """(In a thread.) The registered brokers ``ids`` (None: every one registered now, as
