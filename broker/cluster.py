@@ -53,7 +53,9 @@ not expired yet waits for it (up to the session timeout); a live broker with the
 start-up error. When this broker loses its session (kazoo's LOST), or its connection stays
 suspended for two thirds of the session timeout (the cluster may have given it up), it is
 *fenced*: every partition answers NOT_LEADER_OR_FOLLOWER and every coordinator
-NOT_COORDINATOR (``Topic.partition`` returns None), until it has a session again, has
+NOT_COORDINATOR (``Topic.partition`` returns None), and the server (``on_fenced``) answers the
+acks=all writes waiting there, closes every connection and closes new ones at once, so that
+clients ask the other brokers, whose view is current; until it has a session again, has
 registered again, has re-read every topic and the controller has confirmed the new
 registration: the controller confirms each registration it sees (``confirm``, at every check,
 after updating the members and before deciding anything) by writing the registering session
@@ -70,6 +72,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -280,6 +283,7 @@ class Cluster:
         self.states: dict[tuple[str, int], PartitionState] = {}
         self._states_watched: set[tuple[str, int]] = set()
         self.replicas: ReplicaManager | None = None  # this broker's roles (set by the server)
+        self.on_fenced: Callable[[], None] | None = None  # told when it becomes fenced
         self.shutting_down: set[int] = set()  # brokers in a controlled shutdown
 
     # start and stop -------------------------------------------------------------------------
@@ -763,10 +767,12 @@ class Cluster:
             log.warning(
                 "broker %d lost its ZooKeeper session: not serving partitions", self.node_id
             )
-        self.fenced = True
+        was_fenced, self.fenced = self.fenced, True
         self._not_leading.set()
         if self.controller is not None:
             self.controller.stop()  # a fenced controller decides nothing
+        if not was_fenced and self.on_fenced is not None:
+            self.on_fenced()
 
     async def _rejoin(self) -> None:
         """After a lost session: register again, re-read everything, wait for the

@@ -12,7 +12,8 @@ The high watermark (HW) is the smallest LEO over the ISR, the leader's own inclu
 moves forward. With the leader alone in the ISR it is the log end (``Partition.hw`` = -1).
 ``wait(offset)`` is the purgatory of acks=all: a future completed (with an error code) once
 the HW reaches ``offset``; with NOT_ENOUGH_REPLICAS_AFTER_APPEND if by then the ISR is smaller
-than ``min.insync.replicas``; with NOT_LEADER_OR_FOLLOWER when this broker stops leading. The
+than ``min.insync.replicas``; with NOT_LEADER_OR_FOLLOWER when this broker stops leading or is
+fenced (``release``). The
 waiters are requests in flight (each bounded by the connection and broker request limits),
 kept in offset order; one whose request timed out is removed at once.
 
@@ -196,6 +197,12 @@ class LeaderState:
     def stop(self) -> None:
         """This broker no longer leads the partition (at this epoch)."""
         self.active = False
+        self.release()
+
+    def release(self) -> None:
+        """Answer every acks=all write waiting here NOT_LEADER_OR_FOLLOWER: the broker stops
+        leading, or is fenced (its session lost: it may have been replaced, and the clients
+        retry at the leader they find, idempotent producers without duplicates)."""
         waiters, self.waiters = self.waiters, deque()
         for _, f in waiters:
             if not f.done():

@@ -3,10 +3,7 @@
 On a single broker it leads every partition. In a cluster the brokers, replicas, leaders,
 leader epochs, ISRs and the controller come from ZooKeeper (``Cluster``: the topics and each
 partition's state znode); a partition whose leader is down, or that has none, has leader -1
-and LEADER_NOT_AVAILABLE, and replicas on brokers that are down are listed as offline. A
-broker that is fenced (its ZooKeeper session lost, until the controller confirms it again)
-names no leader where its view names itself: it serves none of them, and another may have
-been elected meanwhile, so clients ask again (elsewhere) rather than come back to it. Topics
+and LEADER_NOT_AVAILABLE, and replicas on brokers that are down are listed as offline. Topics
 are named (or, from v10, identified by topic ID). An unknown topic is created when
 ``auto.create.topics.enable`` is on and the request allows it (v4+); otherwise it gets
 UNKNOWN_TOPIC_OR_PARTITION. A topic without a name before v12 (where the response's name is
@@ -107,7 +104,7 @@ def _response(broker, header, topics, missing, request, denied=()):
                 topic_id=topic.topic_id,
                 is_internal=topic.name in INTERNAL_TOPICS,
                 partitions=(
-                    _placed(cluster, broker.node_id, topic.name, record)
+                    _placed(cluster, topic.name, record)
                     if record is not None
                     else [_here(broker.node_id, i) for i in range(topic.count)]
                 ),
@@ -164,13 +161,11 @@ def _here(node: int, index: int):
     )
 
 
-def _placed(cluster, node_id: int, name: str, record) -> list:
+def _placed(cluster, name: str, record) -> list:
     out = []
     for i in range(len(record.replicas)):
         replicas = record.assigned(i)  # during a move, the adding replicas too (as Kafka)
         leader = cluster.leader(name, i)
-        if leader == node_id and cluster.fenced:
-            leader = -1  # its session lost: the controller may have elected another since
         out.append(
             M.MetadataResponsePartition(
                 error_code=ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,

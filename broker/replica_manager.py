@@ -97,6 +97,16 @@ class ReplicaManager:
         self._hw_interval_s = int(config["replica.high.watermark.checkpoint.interval.ms"]) / 1000
         self._hw_task: asyncio.Task | None = None
 
+    def fenced(self) -> None:
+        """The broker is fenced (its session lost): the acks=all writes waiting on the
+        partitions it leads are answered NOT_LEADER_OR_FOLLOWER now, as new ones are (the
+        controller may elect other leaders; a client that waited for its request to time out
+        would keep its partition away from the new leader meanwhile)."""
+        for t in self.topics.all_topics():
+            for p in t.partitions:
+                if p.leader_state is not None:
+                    p.leader_state.release()
+
     async def load(self) -> None:
         """Read the high-watermark checkpoint (before any partition gets a role)."""
         self._start_hw = await asyncio.to_thread(hw_checkpoint.read, self.topics.data_dir)

@@ -266,6 +266,7 @@ class BrokerServer:
             )
             self.replicas.on_leadership = self._partitions_moved
             self.replicas.on_gaining = self._gaining
+            self.cluster.on_fenced = self._fenced
             self.topics.replicas = self.cluster.replicas = self.replicas
             self.cluster.controller = Controller(
                 self.cluster, int(config["controller.rebalance.interval.ms"])
@@ -357,7 +358,7 @@ class BrokerServer:
             idle_ms=int(config["connections.max.idle.ms"]),
             send_buffer=int(config["socket.send.buffer.bytes"]),
         )
-        limits.admission = self.quotas.connection_refused  # ip quotas (quotas.py)
+        limits.admission = self._admission
         try:
             await self._listen(limits)
         except StartupError:
@@ -563,6 +564,27 @@ class BrokerServer:
         purge what they keep about them."""
         self.metrics.topics_deleted(names)
         await self.groups.on_topics_deleted(names)
+
+    def _admission(self, host: str, now: float) -> str | None:
+        """Why a new connection is closed at once, if it is: a fenced broker (its ZooKeeper
+        session lost, until the controller confirms it again) answers nothing, then the ip
+        quotas (quotas.py)."""
+        if self._started and self.cluster is not None and self.cluster.fenced:
+            return "fenced (the ZooKeeper session was lost): serving nothing until confirmed"
+        return self.quotas.connection_refused(host, now)
+
+    def _fenced(self) -> None:
+        """The broker is fenced: its view of the cluster may be stale (another broker may lead
+        its partitions by now) and it serves none of them, so it answers nothing: the acks=all
+        writes waiting here are answered NOT_LEADER_OR_FOLLOWER, every connection is closed and
+        new ones are closed at once until it is confirmed again (``_admission``). Its clients
+        take it for down and ask the other brokers, which name the leaders elected meanwhile
+        (left open, they would keep asking it, and it could only say what it knew before)."""
+        assert self.replicas is not None
+        self.replicas.fenced()
+        if self._router is not None:
+            for conn in list(self._router.connections):
+                conn.close()
 
     def _gaining(self, name: str, index: int) -> None:
         """This broker is about to lead partition ``index`` of ``name``: if it holds a

@@ -16,6 +16,7 @@ behind a replica fetch, a broker answering before it knew the cluster).
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
@@ -75,40 +76,69 @@ def test_an_rf3_topic_is_made_at_once_after_every_start(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_a_leader_cut_off_from_zookeeper_soon_stops_naming_itself_leader(tmp_path):
-    """Cut off from ZooKeeper, a leader learns it has lost its session (it is fenced) while its
-    view still names it the leader. Its Metadata answer then names no leader for those
-    partitions (LEADER_NOT_AVAILABLE): clients ask again, elsewhere, and find the leader the
-    controller elects, instead of coming back to a broker that serves none of them."""
+def test_a_leader_cut_off_is_fenced_and_its_clients_go_to_the_new_leader(tmp_path):
+    """A leader cut off from ZooKeeper and the other brokers (its clients still reach it) learns
+    it has lost its session: it is fenced, and its view, which still names it the leader, may
+    be stale. It then answers nothing: it closes its connections and every new one, so its
+    clients take it for down and ask the other brokers, which name the leader elected
+    meanwhile. An idempotent acks=all producer of one of its partitions is acknowledged by the
+    new leader while the cut lasts (left answered by the fenced broker, clients kept asking it
+    and waited for the heal)."""
     from bench.faults.scenarios import TOPIC, Admin, Testbed
-    from bench.faults.systems import HeadraceCluster
+    from bench.faults.systems import HeadraceCluster, NetnsThread
     from bench.faults.workload import metadata
-    from headrace.protocol import ErrorCode
 
     bed = Testbed()
     cluster = HeadraceCluster(tmp_path, bed.placement(), session_timeout_ms=SESSION_MS)
+    acks: list[tuple[float, int]] = []  # (time, offset)
+    stop = threading.Event()
+
+    def produce() -> None:  # (on the thread of the clients' namespace: the client's threads too)
+        from confluent_kafka import Producer
+
+        producer = Producer(
+            {"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "linger.ms": 2}
+        )
+
+        def acked(err, msg) -> None:
+            if err is None:
+                acks.append((time.monotonic(), msg.offset()))
+
+        while not stop.is_set():
+            producer.produce(TOPIC, value=b"x", partition=0, on_delivery=acked)
+            producer.poll(0.005)
+        producer.flush(60)
+
     try:
         cluster.start()
-        admin = Admin(bed.via, cluster.bootstrap)
-        admin.create_topic(TOPIC, 3)
-        leader = admin.partitions(TOPIC)[0][0]
-        assert leader == 1  # (placed by hand: partition 0 on brokers 1, 2, 3)
-
-        def partition0() -> tuple[int, int]:
-            """(error, leader) of partition 0 as the cut-off broker itself answers."""
-            host, port = cluster.address(leader).rsplit(":", 1)
-            md = metadata(bed.via.connect, host, int(port), [TOPIC])
-            p = md.topics[0].partitions[0]
-            return p.error_code, p.leader_id
-
-        assert partition0() == (ErrorCode.NONE, leader)
-        bed.net.cut(bed.host_of(leader), bed.zk)
+        Admin(bed.via, cluster.bootstrap).create_topic(TOPIC, 3)
+        leader = 1  # (placed by hand: partition 0 on brokers 1, 2, 3)
+        host, port = cluster.address(leader).rsplit(":", 1)
+        load = threading.Thread(target=NetnsThread(bed.clients.ns).call, args=(produce,))
+        load.start()
+        time.sleep(2)
+        assert acks, "nothing acknowledged before the cut"
+        others = [bed.zk] + [bed.host_of(b) for b in cluster.ids if b != leader]
+        bed.net.cut(bed.host_of(leader), others)
         cut = time.monotonic()
-        while partition0() == (ErrorCode.NONE, leader):
-            assert time.monotonic() - cut < 3 * SESSION_MS / 1000, "still names itself leader"
+        while True:  # until the fenced broker answers nothing
+            try:
+                metadata(bed.via.connect, host, int(port), [TOPIC], timeout=2)
+            except OSError:
+                break
+            assert time.monotonic() - cut < 3 * SESSION_MS / 1000, "still answering"
             time.sleep(0.2)
-        assert partition0() == (ErrorCode.LEADER_NOT_AVAILABLE, -1)
-        print(f"names no leader {time.monotonic() - cut:.1f} s after the cut")
+        fenced = time.monotonic() - cut
+        time.sleep(2 * SESSION_MS / 1000)
+        during = [t - cut for t, _ in acks if t > cut]
+        bed.net.heal()
+        stop.set()
+        load.join(90)
+        print(f"fenced {fenced:.1f} s after the cut; acknowledged again after {during[:1]} s")
+        assert during and during[0] < fenced + SESSION_MS / 1000, (fenced, during[:3])
+        offsets = [o for _, o in acks]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
     finally:
+        stop.set()
         cluster.stop(clean=False)
         bed.close()
