@@ -206,6 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loss", type=float, default=0.03)
     ap.add_argument("--delay-ms", type=float, default=20.0)
     ap.add_argument("--jitter-ms", type=float, default=15.0)
+    ap.add_argument(
+        "--prefill",
+        type=int,
+        default=0,
+        help="write N one-record batches into partition 0 first; every fault then concerns it",
+    )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--work", type=Path, help="the runs' data and logs (default: a new /tmp dir)")
     ap.add_argument("--render", type=Path, help="re-render the table and plot of a faults.json")
@@ -232,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         loss=args.loss,
         delay_ms=args.delay_ms,
         jitter_ms=args.jitter_ms,
+        prefill=args.prefill,
     )
     out = args.out
     runs = args.work or Path(tempfile.mkdtemp(prefix="headrace-faults-"))

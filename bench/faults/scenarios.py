@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -90,6 +91,9 @@ class Options:
     delay_ms: float = 20.0
     jitter_ms: float = 15.0
     healthy_timeout_s: float = 180.0
+    # one-record idempotent batches written into partition 0 before the rounds (whose faults
+    # then all concern partition 0): a long log, as hours of load leave one
+    prefill: int = 0
 
     @property
     def hold(self) -> float:
@@ -262,7 +266,7 @@ def read_back(clients: Host, bootstrap: str, out: Path, partitions: int) -> dict
         "--topic", TOPIC, "--out", str(out), "--partitions", str(partitions),
     ]  # fmt: skip
     with open(out / "read.err", "ab") as err:
-        subprocess.run(clients.command(argv), cwd=ROOT, stderr=err, check=True, timeout=600)
+        subprocess.run(clients.command(argv), cwd=ROOT, stderr=err, check=True, timeout=900)
     return json.loads((out / "read.json").read_text())
 
 
@@ -276,7 +280,8 @@ class Nemesis:
 
     def victim(self, round_: int) -> int:
         ps = self.admin.partitions(TOPIC)
-        leader, replicas, isr = ps[round_ % self.opts.partitions]
+        index = 0 if self.opts.prefill else round_ % self.opts.partitions
+        leader, replicas, isr = ps[index]
         if self.mode == "follower-isolated":
             return next(b for b in isr if b != leader)
         return leader
@@ -345,6 +350,61 @@ class Nemesis:
         return time.monotonic() - t0
 
 
+def prefill(via: NetnsThread, cluster: Cluster, admin: Admin, count: int) -> float:
+    """Write ``count`` one-record batches of one idempotent producer (values ``f:<n>``, which
+    the checker does not judge) into partition 0, pipelined, acks=1, from the clients'
+    namespace: a long log to cut (every batch carries a producer id, so a rebuild of the
+    producer state replays each). The seconds it took."""
+    from headrace.protocol import (
+        ApiKey,
+        RequestHeader,
+        decode_response,
+        decode_response_header,
+        encode_request,
+        encode_request_header,
+        messages,
+        response_header_is_flexible,
+    )
+    from headrace.protocol.records import Record, build_batch
+
+    from .workload import _exactly
+
+    P = messages.ProduceRequest
+    flexible = response_header_is_flexible(ApiKey.PRODUCE, 9)
+    host, port = cluster.address(admin.partitions(TOPIC)[0][0]).rsplit(":", 1)
+    t0 = time.monotonic()
+    with via.connect((host, int(port)), 30) as sock:
+        sock.settimeout(120)
+        outstanding = 0
+        for n in range(count):
+            batch = build_batch(
+                [Record(value=b"f:%d" % n)],
+                producer_id=7_000_000,
+                producer_epoch=0,
+                base_sequence=n,
+            )
+            data = P.PartitionProduceData(index=0, records=batch)
+            message = P(
+                transactional_id=None,
+                acks=1,
+                timeout_ms=30_000,
+                topic_data=[P.TopicProduceData(name=TOPIC, partition_data=[data])],
+            )
+            header = encode_request_header(RequestHeader(ApiKey.PRODUCE, 9, n, "faults-prefill"))
+            body = header + encode_request(ApiKey.PRODUCE, 9, message)
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            outstanding += 1
+            while outstanding > 64 or (n == count - 1 and outstanding):
+                frame = _exactly(sock, struct.unpack(">i", _exactly(sock, 4))[0])
+                outstanding -= 1
+                _, at = decode_response_header(frame, flexible)
+                answer = decode_response(ApiKey.PRODUCE, 9, frame, at)
+                code = answer.responses[0].partition_responses[0].error_code
+                if code:
+                    raise RuntimeError(f"prefill refused with error {code}")
+    return time.monotonic() - t0
+
+
 def run_mode(
     system: str,
     mode: str,
@@ -369,6 +429,10 @@ def run_mode(
         admin.create_topic(TOPIC, opts.partitions)
         nemesis = Nemesis(mode, bed, cluster, admin, opts)
         nemesis.wait_healthy(say)
+        if opts.prefill:
+            say(f"[{system} {mode}] writing {opts.prefill:,} batches into partition 0")
+            took = prefill(bed.via, cluster, admin, opts.prefill)
+            say(f"[{system} {mode}] prefilled in {took:.0f} s")
         load = LoadProcess(bed.clients, cluster.bootstrap, root, opts)
         load.wait_going(opts.txn_producers > 0)
         time.sleep(opts.warmup_s)

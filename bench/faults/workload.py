@@ -243,33 +243,37 @@ class Load:
         print(json.dumps(line), flush=True)
 
 
-def metadata(connect, host: str, port: int, topics: list[str] | None = None, timeout: float = 5):
-    """A Metadata v12 answer of the broker at ``host:port`` (every topic, or ``topics``), on a
-    new connection made by ``connect(address, timeout)`` (``socket.create_connection``, or a
-    ``NetnsThread``'s, to reach into a namespace). OSError if none."""
+def request(connect, host: str, port: int, api_key: int, version: int, message, timeout=5.0):
+    """The decoded answer of the broker at ``host:port`` to one request, on a new connection
+    made by ``connect(address, timeout)`` (``socket.create_connection``, or a ``NetnsThread``'s
+    to reach into a namespace). OSError if none."""
     from headrace.protocol import (
-        ApiKey,
         RequestHeader,
         decode_response,
         decode_response_header,
         encode_request,
         encode_request_header,
-        messages,
         response_header_is_flexible,
     )
 
-    M = messages.MetadataRequest
-    named = None if topics is None else [M.MetadataRequestTopic(name=t) for t in topics]
-    request = M(topics=named, allow_auto_topic_creation=False)
-    body = encode_request_header(RequestHeader(ApiKey.METADATA, 12, 1, "faults")) + (
-        encode_request(ApiKey.METADATA, 12, request)
-    )
+    header = encode_request_header(RequestHeader(api_key, version, 1, "faults"))
+    body = header + encode_request(api_key, version, message)
     with connect((host, port), timeout) as s:
         s.settimeout(timeout)
         s.sendall(struct.pack(">i", len(body)) + body)
         data = _exactly(s, struct.unpack(">i", _exactly(s, 4))[0])
-    _, offset = decode_response_header(data, response_header_is_flexible(ApiKey.METADATA, 12))
-    return decode_response(ApiKey.METADATA, 12, data, offset)
+    _, offset = decode_response_header(data, response_header_is_flexible(api_key, version))
+    return decode_response(api_key, version, data, offset)
+
+
+def metadata(connect, host: str, port: int, topics: list[str] | None = None, timeout=5.0):
+    """Metadata v12 (every topic, or ``topics``): ``request``."""
+    from headrace.protocol import ApiKey, messages
+
+    M = messages.MetadataRequest
+    named = None if topics is None else [M.MetadataRequestTopic(name=t) for t in topics]
+    message = M(topics=named, allow_auto_topic_creation=False)
+    return request(connect, host, port, ApiKey.METADATA, 12, message, timeout)
 
 
 def _exactly(s: socket.socket, n: int) -> bytes:
@@ -302,11 +306,16 @@ def read(args) -> None:
     got: dict[int, list] = {p: [] for p in range(partitions)}
     deadline = time.monotonic() + args.timeout_s
     done: set[int] = set()
+    prefilled = 0
     while len(done) < partitions and time.monotonic() < deadline:
         for m in consumer.consume(1000, 0.5):
             if m.error():
                 continue
-            got[m.partition()].append([m.offset(), m.value().decode()])
+            value = m.value().decode()
+            if value.startswith("f:"):  # (a prefill's: not judged, only counted)
+                prefilled += 1
+                continue
+            got[m.partition()].append([m.offset(), value])
         for p in range(partitions):
             if p in done:
                 continue
@@ -314,7 +323,8 @@ def read(args) -> None:
             if ends[p] <= 0 or position >= ends[p]:
                 done.add(p)
     consumer.close()
-    out = {"ends": ends, "records": got, "complete": sorted(done) == list(range(partitions))}
+    complete = sorted(done) == list(range(partitions))
+    out = {"ends": ends, "records": got, "complete": complete, "prefilled": prefilled}
     (Path(args.out) / "read.json").write_text(json.dumps(out))
 
 
@@ -331,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--abort-every", type=int, default=4)
     ap.add_argument("--probe-ms", type=float, default=100.0)
     ap.add_argument("--flush-s", type=float, default=120.0)
-    ap.add_argument("--timeout-s", type=float, default=180.0)
+    ap.add_argument("--timeout-s", type=float, default=600.0)
     args = ap.parse_args(argv)
     if args.what == "load":
         Load(args).run()
