@@ -130,7 +130,7 @@ def markdown(results: dict) -> str:
             f"Transactions across brokers, busy cluster ({t['system']}): {t.get('commits')}"
             f" commits, p50 {_ms(t.get('p50_s'))}, p99 {_ms(t.get('p99_s'))}, max"
             f" {_ms(t.get('max_s'))} (leaders {t.get('leaders')}; {t.get('acked', 0):,} acks=all"
-            " records meanwhile)."
+            f" records acknowledged in the {t.get('seconds', 0):.0f} s they took)."
         )
     for s in results.get("starts", []):
         lines.append(

@@ -580,13 +580,16 @@ def run_txn_latency(
 ) -> dict:
     """Transactions across brokers on a busy cluster: the load's acks=all producers on every
     partition of ``faults`` (whose leaders are all three brokers) and one transactional
-    producer committing transactions that write to all of them, until ``commits`` are done;
-    the commits' own times (``commit_transaction`` called to returned)."""
+    producer committing transactions that write to all of them. Once the load has run
+    ``warmup_s``, the next ``commits`` commits are measured: their own times
+    (``commit_transaction`` called to returned), and the acks=all records acknowledged
+    meanwhile."""
     opts = Options(**{**asdict(opts), "abort_every": 0, "txn_producers": 1})
     bed = Testbed()
     cluster = SYSTEMS[system](root / "cluster", bed.placement(), session_timeout_ms=opts.session_ms)
     load: LoadProcess | None = None
     out: dict = {"system": system}
+    start = time.monotonic()
     try:
         cluster.start()
         admin = Admin(bed.via, cluster.bootstrap)
@@ -594,20 +597,28 @@ def run_txn_latency(
         Nemesis("lossy", bed, cluster, admin, opts).wait_healthy(say)
         out["leaders"] = sorted({leader for leader, _, _ in admin.partitions(TOPIC).values()})
         load = LoadProcess(bed.clients, cluster.bootstrap, root, opts)
-        deadline = time.monotonic() + 600
-        while load.last.get("txns", 0) < commits + 1 and time.monotonic() < deadline:
+        load.wait_going(transactions=True)
+        time.sleep(opts.warmup_s)
+        start = time.monotonic()
+        before = load.last.get("txns", 0)
+        deadline = start + 600
+        while load.last.get("txns", 0) < before + commits + 1 and time.monotonic() < deadline:
             time.sleep(0.5)
     finally:
         if load is not None:
             loaded = load.stop()
-            times = [t["commit_s"] for t in loaded["txns"] if "commit_s" in t][1 : commits + 1]
-            # (the first commit is left out: it waits for the coordinator's first load)
+            measured = [t for t in loaded["txns"] if "commit_s" in t and t["start"] >= start]
+            measured = measured[:commits]
+            times = [t["commit_s"] for t in measured]
+            end = measured[-1]["end"] if measured else start
+            acked = checker.ack_times(loaded)
             out.update(
                 commits=len(times),
                 p50_s=checker.percentile(times, 0.5),
                 p99_s=checker.percentile(times, 0.99),
                 max_s=max(times) if times else None,
-                acked=sum(len(p["acked"]) for p in loaded["producers"]),
+                acked=sum(1 for ts in acked.values() for t in ts if start <= t <= end),
+                seconds=round(end - start, 1),
                 errors=loaded["errors"][:10],
             )
         cluster.stop(clean=False)
