@@ -206,18 +206,22 @@ class ZooKeeperServer:
             raise
         return self
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        """Wait until a session opens and ``/`` can be listed (the process must stay alive)."""
+    def _probe_client(self):
+        """The client ``wait_ready`` tries with: a short session timeout, as kazoo waits that
+        long for an answer to its connect request, and a server that accepts connections may
+        not answer yet."""
         from kazoo.client import KazooClient
 
+        return KazooClient(self.connect_string, timeout=0.5, logger=_PROBE_LOG)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until a session opens and ``/`` can be listed (the process must stay alive)."""
         deadline = time.monotonic() + timeout
         while True:
             if self.proc is None or self.proc.poll() is not None:
                 code = None if self.proc is None else self.proc.returncode
                 raise RuntimeError(f"ZooKeeper exited with {code}:\n{self.tail()}")
-            # a short session timeout: kazoo waits that long for an answer to its connect
-            # request, and a server that accepts connections may not answer yet
-            client = KazooClient(self.connect_string, timeout=0.5, logger=_PROBE_LOG)
+            client = self._probe_client()
             try:
                 client.start(timeout=1.0)
                 client.get_children("/")

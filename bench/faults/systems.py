@@ -110,7 +110,6 @@ import os
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -125,7 +124,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # bench.* when this file is loaded by path
     sys.path.insert(0, str(ROOT))
 
-from bench.apache_kafka import BROKER_JVM_FLAGS, KAFKA_VERSION, _recv_exact  # noqa: E402
+from bench.apache_kafka import BROKER_JVM_FLAGS, KAFKA_VERSION  # noqa: E402
 from bench.apache_kafka import classpath as kafka_classpath  # noqa: E402
 from headrace.broker.maven import JavaToolMissing, require_tools  # noqa: E402
 from headrace.broker.process import BrokerProcess  # noqa: E402
@@ -355,30 +354,13 @@ _HERE = NetnsThread(None)
 def metadata(
     address: str, timeout: float = 2.0, via: NetnsThread = _HERE
 ) -> tuple[list[tuple[int, str, int]], int]:
-    """Metadata v1 (no topics) from the broker at ``host:port``: the brokers it lists as
-    (id, host, port), and the controller's id (-1: none known)."""
+    """The brokers the broker at ``host:port`` lists, as (id, host, port), and the controller
+    it names (-1: none known), from a Metadata answer without topics."""
+    from .workload import metadata as ask
+
     host, port = address.rsplit(":", 1)
-    client_id = b"headrace-faults"
-    body = struct.pack(">hhih", 3, 1, 1, len(client_id)) + client_id + struct.pack(">i", 0)
-    with via.connect((host, int(port)), timeout) as sock:
-        sock.settimeout(timeout)
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-        data = _recv_exact(sock, size)
-    pos = 4  # correlation id
-    (count,) = struct.unpack_from(">i", data, pos)
-    pos += 4
-    brokers = []
-    for _ in range(max(count, 0)):
-        node_id, hlen = struct.unpack_from(">ih", data, pos)
-        pos += 6
-        bhost = data[pos : pos + hlen].decode()
-        pos += hlen
-        bport, rlen = struct.unpack_from(">ih", data, pos)  # port, rack (nullable)
-        pos += 6 + max(rlen, 0)
-        brokers.append((node_id, bhost, bport))
-    (controller,) = struct.unpack_from(">i", data, pos)
-    return brokers, controller
+    md = ask(via.connect, host, int(port), [], timeout)
+    return [(b.node_id, b.host, b.port) for b in md.brokers], md.controller_id
 
 
 def proc_state(pid: int) -> str | None:
@@ -421,28 +403,8 @@ class _ZooKeeperServer(ZooKeeperServer):
         super().__init__(*args, **kwargs)
         self.via = via
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        if self.via.netns is None:
-            return super().wait_ready(timeout)
-        deadline = time.monotonic() + timeout
-        while True:  # as ZooKeeperServer.wait_ready: a session opens and / is listed
-            if self.proc is None or self.proc.poll() is not None:
-                code = None if self.proc is None else self.proc.returncode
-                raise RuntimeError(f"ZooKeeper exited with {code}:\n{self.tail()}")
-            client = self.via.kazoo(self.connect_string, timeout=0.5, logger=_quiet)
-            try:
-                client.start(timeout=1.0)
-                client.get_children("/")
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"ZooKeeper not ready after {timeout}s:\n{self.tail()}"
-                    ) from None
-                time.sleep(0.05)
-            finally:
-                client.stop()
-                client.close()
+    def _probe_client(self):
+        return self.via.kazoo(self.connect_string, timeout=0.5, logger=_quiet)
 
 
 class ZooKeeperNode:
@@ -903,7 +865,7 @@ class Cluster:
                     )
                 try:
                     listed, _controller = metadata(b.address, via=self.via)
-                except (OSError, struct.error, ConnectionError) as e:
+                except (OSError, ValueError) as e:  # (refused, reset; a cut answer)
                     seen[i] = e
                     continue
                 seen[i] = sorted(listed)
@@ -952,7 +914,7 @@ class Cluster:
             if b.alive and not b.paused:
                 try:
                     _listed, controller = metadata(b.address, via=self.via)
-                except (OSError, struct.error, ConnectionError):
+                except (OSError, ValueError):
                     continue
                 if controller >= 0:
                     return controller
