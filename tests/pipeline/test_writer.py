@@ -117,15 +117,22 @@ def content(tmp_path):
     return path, data
 
 
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def descriptors_of(inode: tuple[int, int]) -> int:
+    """How many of this process's descriptors refer to ``inode`` (device, inode number)."""
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            st = os.stat(f"/proc/self/fd/{name}")
+        except OSError:  # (closed meanwhile)
+            continue
+        count += (st.st_dev, st.st_ino) == inode
+    return count
 
 
-async def settles_at(count: int, seconds: float = 2.0) -> bool:
-    """Does the process's descriptor count reach ``count`` within ``seconds``? (Clients left by
-    other tests in this process may hold a socket for a moment while they reconnect.)"""
+async def settles_at(inode: tuple[int, int], count: int, seconds: float = 2.0) -> bool:
+    """Does the number of descriptors of ``inode`` reach ``count`` within ``seconds``?"""
     for _ in range(int(seconds / 0.01)):
-        if open_fds() == count:
+        if descriptors_of(inode) == count:
             return True
         await asyncio.sleep(0.01)
     return False
@@ -210,12 +217,14 @@ def test_a_connection_closed_mid_send_calls_on_sent_and_frees_its_descriptor(
 
     async def main():
         async with file_server(path) as (handler, router, port):
-            baseline = open_fds()
             s = await asyncio.to_thread(client, port)
             s.sendall(frame(b"send-the-file"))
             await asyncio.to_thread(read_exactly, s, 100_000, 100_000, 0)
+            (conn,) = router.connections
+            st = os.fstat(conn.extra("socket").fileno())
+            inode = (st.st_dev, st.st_ino)
             # the writer waits for the socket with its own descriptor
-            assert await settles_at(baseline + 3), "client socket, server socket, and its copy"
+            assert await settles_at(inode, 2), "the server's socket and the writer's copy"
             assert not handler.sent.is_set()
             s.close()
             for _ in range(500):
@@ -223,7 +232,7 @@ def test_a_connection_closed_mid_send_calls_on_sent_and_frees_its_descriptor(
                     break
                 await asyncio.sleep(0.01)
             assert handler.sent.is_set(), "on_sent not called after the connection closed"
-            assert await settles_at(baseline), "a descriptor was left open"
+            assert await settles_at(inode, 0), "a descriptor of the socket was left open"
 
     run(loop_kind, main)
 
