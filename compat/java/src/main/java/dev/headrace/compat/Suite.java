@@ -33,6 +33,7 @@ import org.apache.kafka.clients.admin.TransactionDescription;
 import org.apache.kafka.clients.admin.TransactionState;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
@@ -278,10 +279,10 @@ public final class Suite {
         Set<String> seen = new HashSet<>();
         List<String> reads = new ArrayList<>();  // every record each poll returned
         try (KafkaConsumer<byte[], byte[]> a = consumer(conf); KafkaConsumer<byte[], byte[]> b = consumer(conf)) {
-            a.subscribe(List.of(topic));
+            a.subscribe(List.of(topic), commitOnRevoke(a));
             waitUntil(() -> { poll(a, seen, reads); return a.assignment().size() == 4; },
                 "the first consumer to be assigned all 4 partitions");
-            b.subscribe(List.of(topic));
+            b.subscribe(List.of(topic), commitOnRevoke(b));
             waitUntil(() -> {
                 poll(a, seen, reads);
                 poll(b, seen, reads);
@@ -296,8 +297,8 @@ public final class Suite {
             b.commitSync();
         }
         if (kip848) {
-            // the broker hands a partition over only once its old owner revoked it (after our
-            // commit), so no record is read twice
+            // the broker hands a partition over only once its old owner revoked it (after the
+            // commit in onPartitionsRevoked), so no record is read twice
             expect(reads.size() == recs.size(), "read " + reads.size() + " records for "
                 + recs.size() + " sent (" + (reads.size() - seen.size()) + " read twice)");
         }
@@ -310,6 +311,25 @@ public final class Suite {
             expect(offsets.equals(Map.of(0, 100L, 1, 100L, 2, 100L, 3, 100L)),
                 "committed offsets " + offsets + ", want 100 each");
         }
+    }
+
+    /**
+     * Commits what the consumer has read before it gives partitions up. A listener also makes
+     * the revocation wait for the application thread: without one, kafka-clients before the fix
+     * of KAFKA-20332 can complete a revocation in the background while a poll's records of that
+     * partition are still to be returned (and committed), so they are read twice on any broker.
+     */
+    private static ConsumerRebalanceListener commitOnRevoke(KafkaConsumer<byte[], byte[]> c) {
+        return new ConsumerRebalanceListener() {
+            @Override
+            public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+                if (!partitions.isEmpty()) c.commitSync(Duration.ofSeconds(WAIT_S));
+            }
+
+            @Override
+            public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+            }
+        };
     }
 
     private static void poll(KafkaConsumer<byte[], byte[]> c, Set<String> seen, List<String> reads) {
@@ -488,8 +508,8 @@ public final class Suite {
         Set<String> seen = new HashSet<>();
         List<String> reads = new ArrayList<>();
         try (KafkaConsumer<byte[], byte[]> a = consumer(conf); KafkaConsumer<byte[], byte[]> b = consumer(conf)) {
-            a.subscribe(List.of(topic));
-            b.subscribe(List.of(topic));
+            a.subscribe(List.of(topic), commitOnRevoke(a));
+            b.subscribe(List.of(topic), commitOnRevoke(b));
             waitUntil(() -> {
                 poll(a, seen, reads);
                 poll(b, seen, reads);
