@@ -6,7 +6,8 @@ faults, in one run, and the table that compares them.
     python -m bench.faults --systems headrace --modes all --rounds 1   # a quick look
     python -m bench.faults --only starts --starts 50         # the start check alone
     python -m bench.faults --only txn-latency                # transactions on a busy cluster
-    python -m bench.faults --render bench/results/faults.json        # the table again
+    python -m bench.faults --render bench/results/faults/faults.json  # the table again
+    python -m bench.faults --render a/faults.json b/faults.json       # several runs, one table
 
 Parts (``--only`` picks some; default all three):
 
@@ -15,7 +16,8 @@ Parts (``--only`` picks some; default all three):
   anomaly, transactions per minute, the longest time a partition went without an
   acknowledgement after a fault and after a heal (median over the rounds and the worst), and
   Metadata answers without brokers.
-* ``txn-latency``: 60 transactions across the three brokers on a busy cluster, p50 and p99.
+* ``txn-latency``: 60 transactions across the three brokers on a busy cluster (after 30 s of
+  its load), p50 and p99.
 * ``starts``: ``--starts`` cluster starts, each with an RF=3 topic made at once.
 
 Results: ``--out`` (default ``bench/results/faults``): ``faults.json`` (everything),
@@ -80,15 +82,23 @@ def _f(v, digits: int = 2) -> str:
 def markdown(results: dict) -> str:
     opts = results["options"]
     hold = opts["hold_s"] or opts["session_ms"] / 1000 + 4
+    lossy = next((r["options"] for r in results.get("raw", []) if r["mode"] == "lossy"), opts)
+    runs = results.get("runs") or [results]
     lines = [
-        f"Fault suite, {results['started']}: Headrace {results.get('headrace_commit', '?')}"
-        " and Apache Kafka 3.9.2 (ZooKeeper mode), 3 brokers each; every broker, ZooKeeper and"
-        " the clients in a network namespace of their own;"
+        "Fault suite: Headrace and Apache Kafka 3.9.2 (ZooKeeper mode), 3 brokers each; every"
+        " broker, ZooKeeper and the clients in a network namespace of their own;"
         f" `zookeeper.session.timeout.ms={opts['session_ms']}`, RF=3,"
         f" `min.insync.replicas=2`, {opts['producers']} idempotent acks=all producers and"
         f" {opts['txn_producers']} transactional producer; faults held {hold:.0f} s (lossy:"
-        f" {opts['lossy_hold_s']:.0f} s of {opts['loss']:.0%} loss and {opts['delay_ms']:.0f}"
-        f" +/- {opts['jitter_ms']:.0f} ms each way). Command: `{results['command']}`.",
+        f" {lossy['lossy_hold_s']:.0f} s of {lossy['loss']:.0%} loss and"
+        f" {lossy['delay_ms']:.0f} +/- {lossy['jitter_ms']:.0f} ms each way). "
+        + ("Run" if len(runs) == 1 else "Runs")
+        + ": "
+        + "; ".join(
+            f"`{r['command']}` (Headrace {r.get('headrace_commit', '?')}, {r['started']})"
+            for r in runs
+        )
+        + ".",
         "",
     ]
     rows = results.get("modes", [])
@@ -214,12 +224,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--work", type=Path, help="the runs' data and logs (default: a new /tmp dir)")
-    ap.add_argument("--render", type=Path, help="re-render the table and plot of a faults.json")
+    ap.add_argument(
+        "--render",
+        type=Path,
+        nargs="+",
+        help="the table and plot of a faults.json again, into --out; of several runs' faults.json,"
+        " one table (a later run's row replaces an earlier one of the same mode and system)",
+    )
     ap.add_argument("--readme", action="store_true", help="put the table in README.md too")
     args = ap.parse_args(argv)
     if args.render:
-        results = json.loads(args.render.read_text())
-        _write(results, args.render.parent)
+        results = merge([json.loads(path.read_text()) for path in args.render])
+        _write(results, args.out)
         if args.readme:
             update_readme(results)
         return 0
@@ -284,6 +300,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.readme:
         update_readme(results)
     return 0
+
+
+def merge(runs: list[dict]) -> dict:
+    """Several runs' results as one: ``runs`` lists each run's command, commit and start; a
+    later run's row (mode and system, or system) replaces an earlier one's."""
+    out = {**runs[0], "runs": [], "modes": [], "raw": [], "txn_latency": [], "starts": []}
+    for run in runs:
+        out["runs"] += run.get("runs") or [
+            {k: run[k] for k in ("started", "command", "headrace_commit")}
+        ]
+        for part, key in (
+            ("modes", ("mode", "system")),
+            ("raw", ("mode", "system")),
+            ("txn_latency", ("system",)),
+            ("starts", ("system",)),
+        ):
+            for row in run.get(part, []):
+                ident = [row.get(k) for k in key]
+                out[part] = [r for r in out[part] if [r.get(k) for k in key] != ident] + [row]
+    for part in ("modes", "raw"):
+        out[part].sort(key=lambda r: (MODES.index(r["mode"]), list(SYSTEMS).index(r["system"])))
+    return out
 
 
 def _write(results: dict, out: Path) -> int:
