@@ -6,6 +6,8 @@
 * ``acked``: acknowledged records; ``lost``: acknowledged, never read; ``duplicated``: read
   more than once (each extra copy counts); ``offset_mismatch``: read at another offset than the
   acknowledgement gave; ``reordered``: a producer's record read after one it wrote later;
+  and, not an anomaly, ``acked_without_offset``: acknowledgements that came without an offset,
+  so there is none to check (the record must still be read, once);
 
 and over the transactions (``t<j>:<k>:<p>`` on every partition ``p``):
 
@@ -54,7 +56,7 @@ def check(load: dict, read: dict) -> dict:
             if value.startswith("p"):
                 producer, n = value[1:].split(":")
                 order.setdefault(int(producer), []).append(int(n))
-    out = dict.fromkeys(("acked", *COUNTS), 0)
+    out = dict.fromkeys(("acked", "acked_without_offset", *COUNTS), 0)
     examples: list[str] = []
     for i, p in enumerate(load["producers"]):
         acked = p["acked"]
@@ -68,7 +70,9 @@ def check(load: dict, read: dict) -> dict:
                 if len(where) > 1:
                     out["duplicated"] += len(where) - 1
                     _note(examples, f"p{i}:{n} read at {where}, acked at {offset}")
-                if offset not in where:
+                if offset is None:
+                    out["acked_without_offset"] += 1
+                elif offset not in where:
                     out["offset_mismatch"] += 1
                     _note(examples, f"p{i}:{n} read at {where}, acked at {offset}")
         seen = order.get(i, [])

@@ -31,6 +31,15 @@ def test_a_clean_history_has_no_anomaly():
     assert result["acked"] == 3 and checker.anomalies(result) == 0, result
 
 
+def test_an_acknowledgement_without_an_offset_is_counted_apart_and_is_no_anomaly():
+    acks = {**CLEAN_ACKS, "1": [0, None, 2.0]}
+    result = checker.check(*history(CLEAN_READ, [COMMITTED], acks))
+    assert result["acked_without_offset"] == 1 and checker.anomalies(result) == 0, result
+    without = {**CLEAN_READ, 0: [[0, "p0:0"], [2, "t0:0:0"], [3, "p0:2"]]}
+    result = checker.check(*history(without, [COMMITTED], acks))
+    assert result["lost"] == 1, "one without an offset must still be read"
+
+
 @pytest.mark.parametrize(
     "records, txn, count",
     [
