@@ -77,7 +77,7 @@ def check(load: dict, read: dict) -> dict:
                     _note(examples, f"p{i}:{n} read at {where}, acked at {offset}")
         seen = order.get(i, [])
         for x, y in zip(seen, seen[1:]):
-            if y <= x and str(y) in acked:
+            if y < x and str(y) in acked:
                 out["reordered"] += 1
                 _note(examples, f"p{i}: {y} read after {x}")
     partitions = len(read["records"])

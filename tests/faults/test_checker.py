@@ -63,6 +63,12 @@ def test_each_anomaly_is_counted(records, txn, count):
     assert checker.anomalies(result) >= 1 and result["examples"], result
 
 
+def test_a_record_read_twice_in_a_row_is_one_duplicate_and_no_reordering():
+    twice = {**CLEAN_READ, 0: [[0, "p0:0"], [1, "p0:1"], [2, "p0:1"], [3, "p0:2"]]}
+    result = checker.check(*history(twice, [], CLEAN_ACKS))
+    assert result["duplicated"] == 1 and result["reordered"] == 0, result
+
+
 def test_the_longest_gap_counts_from_the_start_and_up_to_the_end():
     times = [1.0, 2.0, 2.5, 6.0, 6.1]
     assert checker.longest_gap(times, 0.0, 10.0) == pytest.approx(3.9)  # 6.1 -> the end
