@@ -3,7 +3,7 @@
 No tarball: Maven resolves ``org.apache.kafka:kafka_2.13`` (broker), ``kafka-tools``,
 ``kafka-clients`` and the reload4j logging backend from ``bench/kafka/pom.xml`` once, and the
 resulting class path is cached in ``~/.cache/headrace/`` (``$HEADRACE_CACHE`` overrides it).
-Everything listens on 127.0.0.1 only. The Maven resolution is ``headrace.broker.maven``'s.
+Everything listens on 127.0.0.1 only. The Maven resolution is ``headrace.broker.tools.maven``'s.
 
 Library use::
 
@@ -47,7 +47,7 @@ import sys
 import time
 from pathlib import Path
 
-from headrace.broker.maven import CACHE_DIR, build_classpath, cached_classpath
+from headrace.broker.tools.maven import CACHE_DIR, build_classpath, cached_classpath
 
 KAFKA_VERSION = "3.9.2"
 KAFKA4_VERSION = "4.0.2"  # also works: pass version=KAFKA4_VERSION (log4j2 instead of reload4j)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from bench import wire
-from headrace.broker.process import BrokerProcess, pinned
+from headrace.broker.tools.process import BrokerProcess, pinned
 from bench.apache_kafka import (HOST, KAFKA_VERSION, TOOL_JVM_FLAGS, ApacheKafka, classpath,
                                 log_flags)
 

@@ -100,7 +100,7 @@ from bench.cpu import (  # noqa: F401  (the names cluster.py always had)
 )
 from bench.produce import PRODUCER, producer_args
 from bench.scenarios import S1_PROPS, KiB, MiB, Scenario
-from headrace.broker.process import BrokerProcess, terminate
+from headrace.broker.tools.process import BrokerProcess, terminate
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -912,7 +912,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     try:
         if any(r.system == "headrace" for r in runs):
-            from headrace.broker.zookeeper_server import ZooKeeperServer
+            from headrace.broker.tools.zookeeper_server import ZooKeeperServer
             ctx["zk"] = ZooKeeperServer(raw / "zookeeper").start()
             from kazoo.client import KazooClient
             kz = KazooClient(ctx["zk"].connect_string)

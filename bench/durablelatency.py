@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(args.data, ignore_errors=True)
     zk = None
     if args.workers > 1:
-        from headrace.broker.zookeeper_server import ZooKeeperServer
+        from headrace.broker.tools.zookeeper_server import ZooKeeperServer
         zk = ZooKeeperServer(args.data / "zookeeper").start()
         brokers.ZOOKEEPER = zk.connect_string
     kinds = ["disk", f"headrace-w{args.workers}" if args.workers > 1 else "headrace"]

@@ -1,7 +1,7 @@
 """Hostile input against the decoder and a live broker (``python -m bench.fuzz --minutes 10``).
 
 How this works: hypothesis builds a valid request for every (API key, version) the broker
-serves (the ApiVersions table, ``headrace.broker.server.APIS``), encodes it, then applies up
+serves (the ApiVersions table, ``headrace.broker.apis.registry.APIS``), encodes it, then applies up
 to a few mutations: a bit flip, a byte set to 0x00/0x7F/0x80/0xFF, a truncation, bytes
 inserted or appended, a huge length prefix (2^31-1, 2^15-1, a 5-byte varint of 2^32-1)
 or a negative count (-1, -2, -2^31) written over the bytes at some position.
@@ -60,7 +60,7 @@ from headrace.protocol.schema import FieldSpec, StructSpec
 
 def served() -> list[tuple[int, int]]:
     """(api key, version) for every request version the broker accepts."""
-    from headrace.broker.server import APIS
+    from headrace.broker.apis.registry import APIS
 
     return [
         (k, v)
@@ -565,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         tracemalloc.stop()
         print(f"decoder: {counter.n} inputs tried, {failures} failures", flush=True)
     if args.target in ("broker", "both"):
-        from headrace.broker.process import BrokerProcess
+        from headrace.broker.tools.process import BrokerProcess
 
         broker_failures = 0
         with tempfile.TemporaryDirectory() as tmp:

@@ -15,7 +15,7 @@ from pathlib import Path
 from bench import brokers
 from bench.apache_kafka import HOST, KAFKA_VERSION
 from bench.context import HERE, Context
-from headrace.broker.process import pinned
+from headrace.broker.tools.process import pinned
 
 
 def machine() -> dict:

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch, decode_records, iter_batches
 

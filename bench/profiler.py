@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from bench import brokers
-from headrace.broker.process import pinned, terminate
+from headrace.broker.tools.process import pinned, terminate
 
 
 def pyspy() -> str:

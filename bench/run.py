@@ -704,7 +704,7 @@ def main(argv: list[str] | None = None) -> int:
                 run_scenario(sc, ctx, results)
         else:
             if "headrace" in ctx.kinds and ctx.headrace_workers > 1 and "unpinned" in ctx.layouts:
-                from headrace.broker.zookeeper_server import ZooKeeperServer
+                from headrace.broker.tools.zookeeper_server import ZooKeeperServer
                 zk = ZooKeeperServer(ctx.raw / "zookeeper").start()
                 brokers.ZOOKEEPER = zk.connect_string
                 results["zookeeper"] = "one ZooKeeper for the run (Headrace --workers)"

@@ -51,7 +51,7 @@ from bench.consume import parse_consumer_performance
 from bench.cpu import Meter
 from bench.produce import PRODUCER, producer_args
 from bench.scenarios import MiB, Scenario
-from headrace.broker.process import pinned, terminate
+from headrace.broker.tools.process import pinned, terminate
 
 CONSUMER = "org.apache.kafka.tools.ConsumerPerformance"
 WIRE_WARMUP_S = 3.0  # a wire run connects and fills its pipeline before the window opens

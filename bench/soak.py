@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from bench.wire import WireClient
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import (
     ApiKey,
     RequestHeader,

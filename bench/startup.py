@@ -40,7 +40,7 @@ from bench.apache_kafka import HOST, classpath
 from bench.brokers import (BROKER_CPUS, CLIENT_CPUS, KafkaBroker, compile_bytecode,
                            free_port_block, installed_tree, pin_self)
 from bench.context import loadavg
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 
 TOPIC = "startup"
 POLL_S = 0.001
@@ -109,7 +109,7 @@ def kafka(root: Path, formats: list[float]) -> float:
 def import_ms() -> float:
     """Milliseconds a fresh interpreter takes to import ``headrace.Broker``'s modules."""
     code = (
-        "import time; t = time.perf_counter(); import headrace.broker.embedded; "
+        "import time; t = time.perf_counter(); import headrace.broker.app.embedded; "
         "print((time.perf_counter() - t) * 1000)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(os.sched_getaffinity(0)) >= 2:
         pin_self(CLIENT_CPUS)
-    import headrace.broker.embedded  # noqa: F401  (imported once, before any timing)
+    import headrace.broker.app.embedded  # noqa: F401  (imported once, before any timing)
 
     compile_bytecode(installed_tree())  # as an installed Headrace starts
 
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, samples in results.items():
         print(_row(name, samples))
     print()
-    print(f"Importing headrace.broker.embedded in a fresh interpreter (once per test session, "
+    print(f"Importing headrace.broker.app.embedded in a fresh interpreter (once per test session, "
           f"not in the figures): {imported:.0f} ms (median of 3).")
     if formats:
         print(f"kafka-storage format before each Kafka start (not in the figures): median "

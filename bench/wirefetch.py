@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bench import wire, wireproduce
 from bench.cpu import Meter
-from headrace.broker.process import terminate
+from headrace.broker.tools.process import terminate
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from bench import wire
 from bench.cpu import Meter
-from headrace.broker.process import terminate
+from headrace.broker.tools.process import terminate
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,7 +1,7 @@
 """The Headrace a client's scenarios run against, and what the suite reads from its log.
 
 ``Broker`` (``BrokerProcess``) is one broker; ``ClusterProcess`` is a cluster of three on this
-machine: a standalone ZooKeeper (``headrace.broker.zookeeper_server``, Maven Central's jars)
+machine: a standalone ZooKeeper (``headrace.broker.tools.zookeeper_server``, Maven Central's jars)
 and ``headrace serve --workers 3`` with ``zookeeper.connect`` set, so brokers 1-3 each run in
 their own process with their own port and data directory. Its ``bootstrap`` lists the three
 addresses; it is ready once every broker's Metadata lists all three. Both keep the log lines
@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from headrace.broker.process import BrokerProcess
-from headrace.broker.zookeeper_server import ZooKeeperServer
+from headrace.broker.tools.process import BrokerProcess
+from headrace.broker.tools.zookeeper_server import ZooKeeperServer
 from headrace.protocol import (
     ApiKey,
     RequestHeader,

@@ -20,7 +20,7 @@ from typing import Callable
 from compat.broker import (ClusterProcess, KillableCluster, SecureBroker, complaints_since,
                            tail)
 from compat.clients import ROOT, VERSIONS, Client, Unavailable, log
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 
 
 @dataclass

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 
 # a project of its own, run by tests/broker/test_pytest_plugin.py as its users would run it
 collect_ignore = ["plugin_example"]
@@ -60,7 +60,7 @@ def zookeeper(tmp_path_factory):
     """One standalone ZooKeeper for the whole test session, from Maven Central's jars. Needs
     Java and Maven: without them the tests that use it fail, naming what to install.
     tickTime is 500 ms, so sessions may ask for timeouts from 1 s to 10 s."""
-    from headrace.broker.zookeeper_server import ZooKeeperServer
+    from headrace.broker.tools.zookeeper_server import ZooKeeperServer
 
     zk = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), tick_ms=500)
     zk.start()

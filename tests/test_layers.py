@@ -209,6 +209,91 @@ def test_every_package_folder_has_a_rule_and_files():
         assert list(folder.rglob("*.py")), f"{folder} has no Python files"
 
 
+# Inside broker/: its sub-packages, from the top down. A module may import its own sub-package
+# and those below it, never one above (so no two sub-packages import each other); the modules
+# at the root of broker/ (``background``) are below them all. ``coordinator.txn`` is above
+# ``coordinator.group``: a transaction's offsets are a group's.
+BROKER_LAYERS = [
+    "app",
+    "tools",
+    "apis",
+    "coordinator.txn",
+    "coordinator.group",
+    "replication",
+    "client",
+    "security",
+    "cluster",
+    "log",
+    "config",
+    "",
+]
+NESTED = {"coordinator"}  # sub-packages whose own sub-packages are the layers
+
+# Imports that still run up, each with the change that removes it. The test fails on any
+# other, and on one of these that is gone (take it off the list).
+KNOWN_UPWARD = {
+    # the cluster tells replication of leader changes: an interface of cluster/ will
+    ("cluster", "replication"),
+    # the topic table asks the cluster to create topics and moves partitions
+    ("log", "cluster"),
+    ("log", "replication"),
+}
+
+
+def broker_layer(module: str) -> str | None:
+    """``headrace.broker.log.topics`` -> ``log``; the root's modules -> ``""``."""
+    parts = module.split(".")
+    if parts[:2] != [TOP, "broker"] or len(parts) < 3:
+        return None
+    inside = parts[2:]
+    if inside[0] in NESTED and len(inside) > 1:
+        return ".".join(inside[:2])
+    return inside[0] if inside[0] in BROKER_LAYERS else ""
+
+
+def broker_upward(root: Path = ROOT) -> dict[tuple[str, str], list[str]]:
+    """(from layer, to layer) -> the imports that run up, as ``path:line module``."""
+    tree = [s for s in sources(package_dirs(root)) if broker_layer(s.module) is not None]
+    known = {s.module for s in tree}
+    rank = {layer: i for i, layer in enumerate(BROKER_LAYERS)}
+    found: dict[tuple[str, str], list[str]] = {}
+    for source in tree:
+        own = broker_layer(source.module)
+        assert own in rank, f"{source.path}: {own!r} is not in BROKER_LAYERS"
+        for line, module in imported(source, known):
+            target = broker_layer(module)
+            if target in rank and rank[target] < rank[own]:
+                where = f"{source.path.relative_to(root)}:{line} {module}"
+                found.setdefault((own, target), []).append(where)
+    return found
+
+
+def test_broker_sub_packages_import_only_downward():
+    found = broker_upward()
+    new = {pair: where for pair, where in found.items() if pair not in KNOWN_UPWARD}
+    assert not new, "\n".join(
+        ["imports that run up inside broker/:", *(w for ws in new.values() for w in ws)]
+    )
+    gone = KNOWN_UPWARD - set(found)
+    assert not gone, f"no longer imported, take off KNOWN_UPWARD: {sorted(gone)}"
+
+
+def test_each_broker_sub_package_maps_its_files():
+    """Each sub-package's ``__init__`` is its map: it names every file in it."""
+    broker = package_dirs()["headrace.broker"]
+    for init in sorted(broker.rglob("__init__.py")):
+        folder = init.parent
+        if folder == broker / "headrace" or "__pycache__" in folder.parts:
+            continue
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        entries = [p.name for p in folder.glob("*.py") if p.name != "__init__.py"]
+        entries += [f"{d.name}/" for d in folder.iterdir() if (d / "__init__.py").exists()]
+        if folder == broker:
+            entries = [e for e in entries if e != "headrace/"]
+        missing = [e for e in sorted(entries) if e not in doc]
+        assert not missing, f"{init.relative_to(ROOT)} does not name {missing}"
+
+
 # The checker itself, on fake trees laid out like the project.
 
 PYPROJECT = """
@@ -387,7 +472,7 @@ def test_a_broker_loads_optional_libraries_only_when_it_uses_them():
 
     optional = ("scramp", "prometheus_client", "javaproperties")
     code = (
-        "import sys, headrace.broker.cli, headrace.broker.server\n"
+        "import sys, headrace.broker.app.cli, headrace.broker.app.server\n"
         f"print(' '.join(m for m in {optional!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -38,7 +38,7 @@ The data directory root, chosen by the caller, holds::
                           ``kafka.out`` (stdout/stderr: WARN and up, JVM messages)
 
 ZooKeeper (both systems): one standalone server (ZooKeeper 3.9, Maven Central's jars,
-``headrace.broker.zookeeper_server``) with ``tickTime`` 500 ms: ZooKeeper grants sessions of
+``headrace.broker.tools.zookeeper_server``) with ``tickTime`` 500 ms: ZooKeeper grants sessions of
 2 to 20 ticks (so 4 s sessions are allowed) and checks for expired sessions once a tick, so a
 killed broker's session ends within half a second of the timeout. ``maxSessionTimeout`` is
 raised to the session timeout when that is above 20 ticks (Kafka's old default of 18 s, say).
@@ -126,9 +126,9 @@ if str(ROOT) not in sys.path:  # bench.* when this file is loaded by path
 
 from bench.apache_kafka import BROKER_JVM_FLAGS, KAFKA_VERSION  # noqa: E402
 from bench.apache_kafka import classpath as kafka_classpath  # noqa: E402
-from headrace.broker.maven import JavaToolMissing, require_tools  # noqa: E402
-from headrace.broker.process import BrokerProcess  # noqa: E402
-from headrace.broker.zookeeper_server import ZooKeeperServer  # noqa: E402
+from headrace.broker.tools.maven import JavaToolMissing, require_tools  # noqa: E402
+from headrace.broker.tools.process import BrokerProcess  # noqa: E402
+from headrace.broker.tools.zookeeper_server import ZooKeeperServer  # noqa: E402
 
 __all__ = [
     "BROKER_IDS",
@@ -1019,8 +1019,8 @@ class HeadraceCluster(Cluster):
         super().__init__(root, placement, **kwargs)
 
     def has_setting(self, name: str) -> bool:
-        from headrace.broker.config import BROKER_SETTINGS
-        from headrace.broker.kafka_settings import IGNORED
+        from headrace.broker.config.config import BROKER_SETTINGS
+        from headrace.broker.config.kafka_settings import IGNORED
 
         return name in BROKER_SETTINGS or name in IGNORED
 

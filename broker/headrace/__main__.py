@@ -1,3 +1,3 @@
-from headrace.broker.cli import main
+from headrace.broker.app.cli import main
 
 main()

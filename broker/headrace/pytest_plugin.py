@@ -64,7 +64,7 @@ class KafkaBrokerFactory:
 
             broker = Broker(values, data_dir=path)
         else:
-            from headrace.broker.process import BrokerProcess
+            from headrace.broker.tools.process import BrokerProcess
 
             broker = BrokerProcess(path, values)
         broker.start()

@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.bootstrap:
         return example(args.bootstrap)
-    from headrace.broker.process import BrokerProcess
+    from headrace.broker.tools.process import BrokerProcess
     with tempfile.TemporaryDirectory(prefix="headrace-pipeline-data-") as data:
         with BrokerProcess(data) as broker:
             print(f"Headrace on {broker.bootstrap}", flush=True)

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench import cluster, wire, wireproduce  # noqa: E402
-from headrace.broker.process import BrokerProcess  # noqa: E402
+from headrace.broker.tools.process import BrokerProcess  # noqa: E402
 from headrace.protocol.records import decode_records  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)

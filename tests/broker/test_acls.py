@@ -26,7 +26,7 @@ from kafkawire import WireClient
 from test_cluster import bootstrap, cluster, create, wait_for  # noqa: F401 (a fixture)
 from test_moves import _kafka_tool
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 JAAS = (

@@ -12,7 +12,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 
 
 def headrace(bootstrap: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:

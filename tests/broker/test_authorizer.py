@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from headrace.broker.authorizer import (
+from headrace.broker.security.authorizer import (
     CLUSTER,
     CLUSTER_NAME,
     GROUP,
@@ -20,7 +20,7 @@ from headrace.broker.authorizer import (
     ResourceType,
     invalid,
 )
-from headrace.broker.config import BrokerConfig, ConfigError
+from headrace.broker.config.config import BrokerConfig, ConfigError
 
 ON = "kafka.security.authorizer.AclAuthorizer"
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED

@@ -24,7 +24,7 @@ from boundsprobe import (
 )
 from kafkawire import WireClient
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 MANY = 3000
@@ -194,7 +194,7 @@ def test_connections_max_idle_ms_closes_idle_connections_only(tmp_path):
 
 
 def test_per_ip_overrides_are_checked_at_start_up():
-    from headrace.broker.config import BrokerConfig, ConfigError, connection_overrides
+    from headrace.broker.config.config import BrokerConfig, ConfigError, connection_overrides
 
     assert connection_overrides("127.0.0.1:200, broker-host:5,[::1]:7") == {
         "127.0.0.1": 200,

@@ -12,7 +12,7 @@ import pytest
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from kafkawire import WireClient
 
 C = messages.CreateTopicsRequest

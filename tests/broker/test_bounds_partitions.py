@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from kafkawire import WireClient
 
 C = messages.CreateTopicsRequest

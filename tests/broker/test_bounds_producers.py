@@ -9,7 +9,7 @@ import time
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from kafkawire import WireClient
 
 EXPIRATION_MS = 1500
@@ -67,7 +67,7 @@ def test_made_up_producer_ids_expire_and_active_ones_stay(tmp_path):
 
 
 def test_a_producer_with_an_open_transaction_is_not_forgotten():
-    from headrace.broker.producer_state import ProducerStateManager
+    from headrace.broker.log.producer_state import ProducerStateManager
 
     state = ProducerStateManager()
     state.record(1, 0, 0, 0, 10, transactional=True)

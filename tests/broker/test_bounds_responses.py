@@ -14,7 +14,7 @@ import pytest
 from boundsprobe import MB, Watch, api_versions_frame, frame, produce_one, rss
 from kafkawire import WireClient
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 F = messages.FetchRequest

@@ -8,7 +8,7 @@ import uuid
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from kafkawire import WireClient
 
 MAX_IDS = 10

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from headrace.broker.broker_client import BrokerClient, NetworkError, RequestTimedOut
+from headrace.broker.client.broker_client import BrokerClient, NetworkError, RequestTimedOut
 from headrace.protocol import ApiKey, messages
 
 M = messages.MetadataRequest

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 
 
 def run(*args, timeout=30):

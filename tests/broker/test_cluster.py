@@ -12,8 +12,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kafkawire import WireClient
 
-from headrace.broker.placement import BrokerInfo, assign_replicas
-from headrace.broker.process import BrokerProcess
+from headrace.broker.cluster.placement import BrokerInfo, assign_replicas
+from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
 

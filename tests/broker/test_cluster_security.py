@@ -24,7 +24,7 @@ from confluent_kafka.admin import (
 )
 from tlsfiles import make_pki
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 
 PLAIN_JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required"

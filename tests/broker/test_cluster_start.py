@@ -17,7 +17,7 @@ import time
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafkawire import WireClient
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import ApiKey, messages
 
 SESSION_MS = 4000

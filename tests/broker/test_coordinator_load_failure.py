@@ -13,8 +13,8 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 from kafkawire import WireClient
 
-from headrace.broker.group_offsets import partition_for
-from headrace.broker.process import BrokerProcess
+from headrace.broker.coordinator.group.group_offsets import partition_for
+from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 PARTITIONS = 50  # offsets.topic.num.partitions and transaction.state.log.num.partitions

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from headrace.broker.config import BrokerConfig
-from headrace.broker.init_producer_id import ProducerIdManager
-from headrace.broker.log_cleaner import LogCleaner
-from headrace.broker.topics import TopicManager
-from headrace.broker.transaction_coordinator import TransactionCoordinator
-from headrace.broker.transaction_log import TRANSACTION_TOPIC
-from headrace.broker.transaction_state import COMPLETE_COMMIT, EMPTY
+from headrace.broker.config.config import BrokerConfig
+from headrace.broker.coordinator.txn.producer_ids import ProducerIdManager
+from headrace.broker.log.log_cleaner import LogCleaner
+from headrace.broker.log.topics import TopicManager
+from headrace.broker.coordinator.txn.transaction_coordinator import TransactionCoordinator
+from headrace.broker.coordinator.txn.transaction_log import TRANSACTION_TOPIC
+from headrace.broker.coordinator.txn.transaction_state import COMPLETE_COMMIT, EMPTY
 from headrace.pipeline import GroupCommit
 from headrace.protocol import ErrorCode
 from headrace.protocol.records import Record, build_batch

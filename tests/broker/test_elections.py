@@ -3,8 +3,8 @@ controller and the followers meet."""
 
 from __future__ import annotations
 
-from headrace.broker.elections import elect, preferred
-from headrace.broker.partition_state import PartitionState
+from headrace.broker.cluster.elections import elect, preferred
+from headrace.broker.cluster.partition_state import PartitionState
 from headrace.storage import LeaderEpochCache
 
 

@@ -8,9 +8,9 @@ import socket
 import pytest
 
 import headrace
-from headrace.broker.admin_request import AdminError
-from headrace.broker.config import ConfigError
-from headrace.broker.server import StartupError
+from headrace.broker.client.admin_request import AdminError
+from headrace.broker.config.config import ConfigError
+from headrace.broker.app.server import StartupError
 
 
 def refused(bootstrap: str) -> bool:

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import fuzz  # noqa: E402
-from headrace.broker.process import BrokerProcess  # noqa: E402
+from headrace.broker.tools.process import BrokerProcess  # noqa: E402
 
 EXAMPLES = 200
 

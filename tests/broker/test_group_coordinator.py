@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from headrace.broker.config import BrokerConfig
-from headrace.broker.group_coordinator import CommittedOffset, GroupCoordinator
-from headrace.broker.topics import TopicManager
+from headrace.broker.config.config import BrokerConfig
+from headrace.broker.coordinator.group.group_coordinator import CommittedOffset, GroupCoordinator
+from headrace.broker.log.topics import TopicManager
 from headrace.pipeline.flush import GroupCommit
 
 SETTINGS = {"offsets.topic.num.partitions": "2", "offsets.retention.minutes": "1"}

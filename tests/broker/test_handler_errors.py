@@ -16,7 +16,7 @@ import os
 import pytest
 
 import headrace
-from headrace.broker import describe_configs, produce
+from headrace.broker.apis import describe_configs, produce
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
 from kafkawire import WireClient

@@ -20,11 +20,11 @@ from kafkawire import WireClient
 from test_transactions_wire import FAST, add_partitions, end_txn, fetch, init_pid, produce
 from test_write_txn_markers import add_offsets, committed, txn_offset_commit, write_markers
 
-from headrace.broker.config import BrokerConfig
-from headrace.broker.group_offsets import OFFSETS_TOPIC
-from headrace.broker.server import BrokerServer
-from headrace.broker.transaction_log import TRANSACTION_TOPIC
-from headrace.broker.transaction_state import COMPLETE_COMMIT, PREPARE_COMMIT
+from headrace.broker.config.config import BrokerConfig
+from headrace.broker.coordinator.group.group_offsets import OFFSETS_TOPIC
+from headrace.broker.app.server import BrokerServer
+from headrace.broker.coordinator.txn.transaction_log import TRANSACTION_TOPIC
+from headrace.broker.coordinator.txn.transaction_state import COMPLETE_COMMIT, PREPARE_COMMIT
 from headrace.protocol import ErrorCode
 
 E = ErrorCode

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from headrace.broker.config import BrokerConfig, ConfigError
-from headrace.broker.process import BrokerProcess
+from headrace.broker.config.config import BrokerConfig, ConfigError
+from headrace.broker.tools.process import BrokerProcess
 
 KAFKA_PROPERTIES = Path(__file__).parent / "kafka_config" / "server.properties"
 WARNING = "settings of Apache Kafka that change nothing in Headrace, ignored: "

@@ -12,11 +12,11 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient
 from kafkawire import WireClient
 
-from headrace.broker.config import BrokerConfig, ConfigError
-from headrace.broker.inter_broker import client_security
-from headrace.broker.listeners import inter_broker, listeners
-from headrace.broker.sasl import PLAIN_MODULE, SCRAM_MODULE
-from headrace.broker.process import BrokerProcess
+from headrace.broker.config.config import BrokerConfig, ConfigError
+from headrace.broker.client.inter_broker import client_security
+from headrace.broker.config.listeners import inter_broker, listeners
+from headrace.broker.security.sasl import PLAIN_MODULE, SCRAM_MODULE
+from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import ApiKey, messages
 
 

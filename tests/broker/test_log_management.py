@@ -19,7 +19,7 @@ from headrace.protocol.records import (
     iter_batches,
 )
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from kafkawire import WireClient
 
 FAST = {"log.retention.check.interval.ms": "100", "log.cleaner.backoff.ms": "100"}

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 from kafkawire import WireClient
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.compression import compress
 from headrace.protocol.records import Record, build_batch

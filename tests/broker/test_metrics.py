@@ -12,8 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import headrace
-from headrace.broker import topics as topics_module
-from headrace.broker.admin_request import AdminError
+from headrace.broker.log import topics as topics_module
+from headrace.broker.client.admin_request import AdminError
 
 
 def get(port: int, path: str) -> tuple[int, str]:

@@ -20,8 +20,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafkawire import WireClient
 from test_cluster import bootstrap, cluster, create, leaders, metadata, wait_for  # noqa: F401
 
-from headrace.broker.group_offsets import partition_for
-from headrace.broker.placement import BrokerInfo, assign_replicas
+from headrace.broker.coordinator.group.group_offsets import partition_for
+from headrace.broker.cluster.placement import BrokerInfo, assign_replicas
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 # small bounds: a stuck move gives up fast, copies fetch often

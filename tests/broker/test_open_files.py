@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch, decode_records, iter_batches
 from kafkawire import WireClient

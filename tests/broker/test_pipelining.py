@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from headrace.broker.config import BrokerConfig
-from headrace.broker.server import BrokerServer
+from headrace.broker.config.config import BrokerConfig
+from headrace.broker.app.server import BrokerServer
 from headrace.protocol import (
     ApiKey,
     RequestHeader,

@@ -20,8 +20,8 @@ from collections import Counter
 
 import pytest
 
-from headrace.broker import placement
-from headrace.broker.placement import BrokerInfo, assign_replicas, partition_key, rendezvous
+from headrace.broker.cluster import placement
+from headrace.broker.cluster.placement import BrokerInfo, assign_replicas, partition_key, rendezvous
 
 PARTITIONS = [(f"topic-{i % 97}", i // 97) for i in range(10_000)]
 BROKERS = 100
@@ -105,7 +105,7 @@ def test_same_answer_in_another_process_from_inputs_in_another_order():
     rf, racks, base, _, _ = _simulate(3, 10)
     script = (
         "import hashlib, json, random, sys\n"
-        "from headrace.broker.placement import BrokerInfo, assign_replicas\n"
+        "from headrace.broker.cluster.placement import BrokerInfo, assign_replicas\n"
         "rf, racks, count = json.loads(sys.argv[1])\n"
         "parts = [(f'topic-{i % 97}', i // 97) for i in range(10_000)]\n"
         "random.Random(7).shuffle(parts)\n"

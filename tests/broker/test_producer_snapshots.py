@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 
-from headrace.broker import partition as partition_module
-from headrace.broker.partition import Partition
-from headrace.broker.producer_state import ProducerStateManager
+from headrace.broker.log import partition as partition_module
+from headrace.broker.log.partition import Partition
+from headrace.broker.log.producer_state import ProducerStateManager
 from headrace.protocol.records import Record, build_batch
 from headrace.storage import Log, LogConfig
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 import headrace
-from headrace.broker.admin_request import AdminError
-from headrace.broker.process import BrokerProcess
+from headrace.broker.client.admin_request import AdminError
+from headrace.broker.tools.process import BrokerProcess
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "plugin_example"
 

@@ -15,9 +15,9 @@ from confluent_kafka.admin import AdminClient
 from kafkawire import WireClient
 from test_moves import _kafka_tool
 
-from headrace.broker.process import BrokerProcess
-from headrace.broker.config import BrokerConfig
-from headrace.broker.quotas import DEFAULT, FETCH, PRODUCE, REQUEST, ClientQuotas, resolve
+from headrace.broker.tools.process import BrokerProcess
+from headrace.broker.config.config import BrokerConfig
+from headrace.broker.security.quotas import DEFAULT, FETCH, PRODUCE, REQUEST, ClientQuotas, resolve
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
 
@@ -391,7 +391,7 @@ def test_usage_is_tracked_for_a_bounded_number_of_entities():
 def test_a_shared_document_is_bounded_and_a_refused_change_leaves_the_file(tmp_path):
     import asyncio
 
-    from headrace.broker.documents import MAX_BYTES, Document, DocumentTooLarge
+    from headrace.broker.cluster.documents import MAX_BYTES, Document, DocumentTooLarge
 
     async def run():
         doc = Document("quotas", tmp_path, None)

@@ -11,10 +11,10 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from headrace.broker.broker_client import BrokerClient
-from headrace.broker.partition import Partition
-from headrace.broker.producer_state import ProducerStateManager
-from headrace.broker.replica_fetcher import ReplicaFetcher
+from headrace.broker.client.broker_client import BrokerClient
+from headrace.broker.log.partition import Partition
+from headrace.broker.log.producer_state import ProducerStateManager
+from headrace.broker.replication.replica_fetcher import ReplicaFetcher
 from headrace.storage import Log, LogConfig
 
 SETTINGS = {

@@ -24,7 +24,7 @@ from kafkawire import WireClient
 
 from fault_load import AckedLoad
 from tcp_proxy import TcpProxy
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
 
@@ -300,7 +300,7 @@ def test_a_consumer_group_and_a_transaction_survive_a_kill_of_their_coordinator(
     txp.begin_transaction()
     txp.produce("work", value=b"1000", partition=0)
     # kill the group's coordinator (the leader of its partition of __consumer_offsets)
-    from headrace.broker.group_offsets import partition_for
+    from headrace.broker.coordinator.group.group_offsets import partition_for
 
     offsets_partition = partition_for("survivors", 50)
     coordinator = partitions(brokers[0], "__consumer_offsets")[offsets_partition].leader_id
@@ -360,7 +360,7 @@ def test_an_acknowledged_offset_commit_survives_a_kill_9_of_its_coordinator(clus
     """The commit is answered only once the followers of the group's partition of
     __consumer_offsets have it: with the followers paused it waits, and a kill -9 of the
     coordinator right after the answer loses nothing."""
-    from headrace.broker.group_offsets import partition_for
+    from headrace.broker.coordinator.group.group_offsets import partition_for
 
     brokers = cluster(3)
     create(brokers, "tracked", 1, 3)

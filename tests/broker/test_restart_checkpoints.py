@@ -5,7 +5,7 @@ partition) opened without recovery."""
 
 from __future__ import annotations
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch, decode_records, iter_batches
 from headrace.storage.checkpoint import parse

@@ -26,7 +26,7 @@ from kafkawire import WireClient
 from scramp import ScramClient
 from tlsfiles import make_pki
 
-from headrace.broker.process import BrokerProcess
+from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
 

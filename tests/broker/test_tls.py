@@ -16,8 +16,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from tlsfiles import make_pki
 
-from headrace.broker.process import BrokerProcess
-from headrace.broker.tls import certificate_principal, openssl_name
+from headrace.broker.tools.process import BrokerProcess
+from headrace.broker.security.tls import certificate_principal, openssl_name
 from headrace.protocol import ApiKey, RequestHeader, encode_request, encode_request_header, messages
 
 MAP = "listener.security.protocol.map"

@@ -7,9 +7,9 @@ import struct
 
 import pytest
 
-from headrace.broker import transaction_state as ts
-from headrace.broker.producer_state import ProducerStateManager
-from headrace.broker.txn_markers import (
+from headrace.broker.coordinator.txn import transaction_state as ts
+from headrace.broker.log.producer_state import ProducerStateManager
+from headrace.broker.log.txn_markers import (
     ABORT,
     COMMIT,
     LEGACY_INDEX_FILE,

@@ -11,7 +11,7 @@ from kafkawire import WireClient
 from test_transactions import read
 from test_transactions_wire import FAST, add_partitions, create_topic, init_pid
 
-from headrace.broker.group_offsets import partition_for
+from headrace.broker.coordinator.group.group_offsets import partition_for
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
 

@@ -14,7 +14,7 @@ import pytest
 from kazoo.exceptions import BadVersionError
 from kazoo.protocol.states import EventType
 
-from headrace.broker.zookeeper_server import ZOOKEEPER_VERSION, ZooKeeperServer
+from headrace.broker.tools.zookeeper_server import ZOOKEEPER_VERSION, ZooKeeperServer
 
 
 def four_letter_word(connect_string: str, word: bytes) -> str:

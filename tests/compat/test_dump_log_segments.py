@@ -26,7 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from headrace.broker.process import BrokerProcess  # noqa: E402
+from headrace.broker.tools.process import BrokerProcess  # noqa: E402
 from headrace.storage.examine import segment_batches, segment_paths  # noqa: E402
 
 pytestmark = [

@@ -1,0 +1,26 @@
+"""headrace.broker.apis: one module per Kafka API, each ``handle(broker, header, request)``.
+
+registry.py lists them in API key order (ApiVersions answers from it); a new API is a module
+and a line there. A module returns its response, ``None`` (acks=0) or an awaitable of either;
+``app/server.py`` decodes the request and encodes the answer. By family:
+
+produce and fetch   produce.py (leader_hints.py: KIP-951's hints in a NOT_LEADER answer),
+                    fetch.py, list_offsets.py, offset_for_leader_epoch.py
+cluster             api_versions.py, metadata.py, describe_cluster.py, describe_log_dirs.py,
+                    unregister_broker.py
+security            sasl_handshake.py, sasl_authenticate.py,
+                    describe_user_scram_credentials.py, alter_user_scram_credentials.py,
+                    create_acls.py, describe_acls.py, delete_acls.py,
+                    describe_client_quotas.py, alter_client_quotas.py
+topic admin         create_topics.py, create_partitions.py, delete_topics.py,
+                    delete_records.py, describe_configs.py, alter_configs.py,
+                    incremental_alter_configs.py, elect_leaders.py,
+                    alter_partition_reassignments.py, list_partition_reassignments.py
+classic groups      find_coordinator.py, join_group.py, sync_group.py, heartbeat.py,
+                    leave_group.py, describe_groups.py, list_groups.py, delete_groups.py
+consumer groups     consumer_group_heartbeat.py, consumer_group_describe.py (KIP-848)
+offsets             offset_commit.py, offset_fetch.py, offset_delete.py
+transactions        init_producer_id.py, add_partitions_to_txn.py, add_offsets_to_txn.py,
+                    txn_offset_commit.py, end_txn.py, write_txn_markers.py
+transaction admin   describe_producers.py, describe_transactions.py, list_transactions.py
+"""

@@ -1,0 +1,110 @@
+"""ConsumerGroupDescribe (key 69), versions 0-1: KIP-848 groups, their members, and each
+member's current and target assignment. A group id that is not a consumer group gets
+GROUP_ID_NOT_FOUND, with Kafka's messages ("Group G not found.", "Group G is not a consumer
+group."); the admin client then falls back to DescribeGroups and reports the first message
+when that fails too.
+"""
+
+from __future__ import annotations
+
+from headrace.broker.security.authorizer import GROUP, OMITTED_OPERATIONS, Operation
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.CONSUMER_GROUP_DESCRIBE
+MIN_VERSION, MAX_VERSION = 0, 1
+
+R = messages.ConsumerGroupDescribeResponse
+CONSUMER_MEMBER = 1
+
+
+def _assignment(broker, parts):
+    by_topic: dict = {}
+    for tid, p in parts:
+        by_topic.setdefault(tid, []).append(p)
+    out = []
+    for tid, ps in by_topic.items():
+        topic = broker.topics.by_id.get(tid)
+        out.append(
+            R.TopicPartitions(
+                topic_id=tid, topic_name=topic.name if topic else "", partitions=sorted(ps)
+            )
+        )
+    return R.Assignment(topic_partitions=out)
+
+
+def handle(broker, header, request):
+    authorizer, session = broker.authorizer, header.session
+    groups = []
+    for group_id in request.group_ids:
+        group = broker.groups.consumer.groups.get(group_id)
+        ops = (
+            authorizer.operations(session, GROUP, group_id)
+            if request.include_authorized_operations
+            else OMITTED_OPERATIONS
+        )
+        if not authorizer.allows(session, Operation.DESCRIBE, GROUP, group_id):
+            groups.append(
+                R.DescribedGroup(
+                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    group_id=group_id,
+                    group_state="",
+                    authorized_operations=OMITTED_OPERATIONS,
+                )
+            )
+            continue
+        refused = broker.groups.not_served(group_id)
+        if refused:
+            groups.append(
+                R.DescribedGroup(
+                    error_code=refused,
+                    group_id=group_id,
+                    group_state="",
+                    authorized_operations=ops,
+                )
+            )
+            continue
+        if group is None:
+            classic = broker.groups.groups.get(group_id)
+            message = (
+                f"Group {group_id} is not a consumer group."
+                if classic is not None
+                else f"Group {group_id} not found."
+            )
+            groups.append(
+                R.DescribedGroup(
+                    error_code=ErrorCode.GROUP_ID_NOT_FOUND,
+                    error_message=message,
+                    group_id=group_id,
+                    group_state="Dead",
+                    authorized_operations=ops,
+                )
+            )
+            continue
+        groups.append(
+            R.DescribedGroup(
+                error_code=ErrorCode.NONE,
+                group_id=group_id,
+                group_state=group.state_name,
+                group_epoch=group.epoch,
+                assignment_epoch=group.assignment_epoch,
+                assignor_name=group.assignor_name,
+                authorized_operations=ops,
+                members=[
+                    R.Member(
+                        member_id=m.member_id,
+                        instance_id=m.instance_id,
+                        rack_id=m.rack_id,
+                        member_epoch=m.epoch,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        subscribed_topic_names=list(m.subscribed),
+                        subscribed_topic_regex=m.regex,
+                        assignment=_assignment(broker, m.assigned),
+                        target_assignment=_assignment(broker, group.target.get(m.member_id, ())),
+                        member_type=CONSUMER_MEMBER,
+                    )
+                    for m in group.members.values()
+                ],
+            )
+        )
+    return R(throttle_time_ms=0, groups=groups)

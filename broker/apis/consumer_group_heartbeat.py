@@ -1,0 +1,54 @@
+"""ConsumerGroupHeartbeat (key 68), versions 0-1: KIP-848's consumer group protocol.
+
+One request does what JoinGroup, SyncGroup, Heartbeat and LeaveGroup do in the classic
+protocol; the broker computes the assignment (see ``consumer_group``). The assignment is
+sent only when it changed since the member was last told; partitions are named by topic id.
+"""
+
+from __future__ import annotations
+
+from headrace.broker.security.authorizer import GROUP, Operation
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.CONSUMER_GROUP_HEARTBEAT
+MIN_VERSION, MAX_VERSION = 0, 1
+
+R = messages.ConsumerGroupHeartbeatResponse
+
+
+def handle(broker, header, request):
+    coordinator = broker.groups.consumer
+    if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
+        error, message, member_id, epoch, assigned = (
+            ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            None,
+            None,
+            0,
+            None,
+        )
+    elif not (refused := broker.groups.not_served(request.group_id)):
+        error, message, member_id, epoch, assigned = coordinator.heartbeat(
+            request, header.client_id or ""
+        )
+    else:
+        error, message, member_id, epoch, assigned = refused, None, None, 0, None
+    assignment = None
+    if assigned is not None:
+        by_topic: dict = {}
+        for tid, p in assigned:
+            by_topic.setdefault(tid, []).append(p)
+        assignment = R.Assignment(
+            topic_partitions=[
+                R.TopicPartitions(topic_id=tid, partitions=sorted(ps))
+                for tid, ps in by_topic.items()
+            ]
+        )
+    return R(
+        throttle_time_ms=0,
+        error_code=error,
+        error_message=message,
+        member_id=member_id,
+        member_epoch=epoch,
+        heartbeat_interval_ms=coordinator.heartbeat_ms if not error else 0,
+        assignment=assignment,
+    )

@@ -1,0 +1,26 @@
+"""DeleteGroups (key 42), versions 0-2: delete groups without members, offsets included.
+
+A group with members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND. Deleting writes
+a tombstone for each committed offset to ``__consumer_offsets`` and waits for the flush.
+"""
+
+from __future__ import annotations
+
+from headrace.broker.security.authorizer import GROUP, Operation
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.DELETE_GROUPS
+MIN_VERSION, MAX_VERSION = 0, 2
+
+R = messages.DeleteGroupsResponse
+
+
+async def handle(broker, header, request):
+    results = []
+    for group_id in request.groups_names:
+        if not broker.authorizer.allows(header.session, Operation.DELETE, GROUP, group_id):
+            error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        elif not (error := broker.groups.not_served(group_id)):
+            error = await broker.groups.delete_group(group_id)
+        results.append(R.DeletableGroupResult(group_id=group_id, error_code=error))
+    return R(throttle_time_ms=0, results=results)

@@ -1,0 +1,61 @@
+"""DescribeAcls (key 29), versions 1-3: the ACLs a filter matches (``kafka-acls --list``).
+
+The principal needs DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED); without an
+authorizer the answer is SECURITY_DISABLED. A filter with an unknown code is INVALID_REQUEST.
+Matching ACLs are grouped by resource (type, name, pattern type), as Kafka answers.
+"""
+
+from __future__ import annotations
+
+from headrace.broker.security.authorizer import AclFilter, Operation
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.DESCRIBE_ACLS
+MIN_VERSION, MAX_VERSION = 1, 3
+
+R = messages.DescribeAclsResponse
+
+
+def handle(broker, header, request):
+    authorizer = broker.authorizer
+    if not authorizer.enabled:
+        return _error(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
+    if not authorizer.allows_cluster(header.session, Operation.DESCRIBE):
+        return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+    acl_filter = AclFilter(
+        request.resource_type_filter,
+        request.resource_name_filter,
+        request.pattern_type_filter,
+        request.principal_filter,
+        request.host_filter,
+        request.operation,
+        request.permission_type,
+    )
+    reason = acl_filter.invalid()
+    if reason is not None:
+        return _error(ErrorCode.INVALID_REQUEST, reason)
+    resources: dict[tuple, list] = {}
+    for acl in authorizer.find(acl_filter):
+        resources.setdefault((acl.resource_type, acl.name, acl.pattern_type), []).append(
+            R.AclDescription(
+                principal=acl.principal,
+                host=acl.host,
+                operation=acl.operation,
+                permission_type=acl.permission,
+            )
+        )
+    return R(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        error_message=None,
+        resources=[
+            R.DescribeAclsResource(
+                resource_type=t, resource_name=name, pattern_type=pattern, acls=acls
+            )
+            for (t, name, pattern), acls in resources.items()
+        ],
+    )
+
+
+def _error(code: int, message: str | None):
+    return R(throttle_time_ms=0, error_code=code, error_message=message, resources=[])

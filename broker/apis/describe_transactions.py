@@ -1,0 +1,64 @@
+"""DescribeTransactions (key 65), version 0: the coordinator's view of transactional ids.
+
+Unknown ids get TRANSACTIONAL_ID_NOT_FOUND. The state names are Kafka's (``Ongoing``,
+``CompleteCommit``...), so ``kafka-transactions.sh describe`` prints what it would for Kafka.
+"""
+
+from __future__ import annotations
+
+from headrace.broker.security.authorizer import TRANSACTIONAL_ID, Operation
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.DESCRIBE_TRANSACTIONS
+MIN_VERSION, MAX_VERSION = 0, 0
+
+R = messages.DescribeTransactionsResponse
+
+
+def handle(broker, header, request):
+    states = []
+    for tid in request.transactional_ids:
+        txn = broker.transactions.describe(tid)
+        if not broker.authorizer.allows(header.session, Operation.DESCRIBE, TRANSACTIONAL_ID, tid):
+            states.append(
+                R.TransactionState(
+                    error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    transactional_id=tid,
+                    transaction_state="",
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    transaction_start_time_ms=-1,
+                    topics=[],
+                )
+            )
+            continue
+        refused = broker.transactions.not_served(tid)
+        if txn is None or refused:
+            states.append(
+                R.TransactionState(
+                    error_code=refused or ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                    transactional_id=tid,
+                    transaction_state="",
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    transaction_start_time_ms=-1,
+                    topics=[],
+                )
+            )
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for name, index in sorted(txn.partitions):
+            by_topic.setdefault(name, []).append(index)
+        states.append(
+            R.TransactionState(
+                error_code=ErrorCode.NONE,
+                transactional_id=tid,
+                transaction_state=txn.state.name,
+                transaction_timeout_ms=txn.timeout_ms,
+                transaction_start_time_ms=txn.start_ms,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                topics=[R.TopicData(topic=n, partitions=ps) for n, ps in by_topic.items()],
+            )
+        )
+    return R(throttle_time_ms=0, transaction_states=states)

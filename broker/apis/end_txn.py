@@ -1,0 +1,35 @@
+"""EndTxn (key 26), versions 0-4: commit or abort a producer's transaction.
+
+The coordinator writes its decision, a marker to every partition of the transaction, flushes
+them and completes the transaction before answering (``transaction_coordinator``). A retry
+of a finished commit or abort succeeds; EndTxn without an open transaction is
+INVALID_TXN_STATE; one while the markers are written is CONCURRENT_TRANSACTIONS. Fencing is
+PRODUCER_FENCED from v2, INVALID_PRODUCER_EPOCH before. v5 (transaction version 2, epoch
+bump on every EndTxn) is not listed: Headrace advertises no transaction.version feature.
+"""
+
+from __future__ import annotations
+
+from headrace.broker.security.authorizer import TRANSACTIONAL_ID, Operation
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.END_TXN
+MIN_VERSION, MAX_VERSION = 0, 4
+
+R = messages.EndTxnResponse
+
+
+async def handle(broker, header, request):
+    if not broker.authorizer.allows(
+        header.session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id
+    ):
+        return R(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    refused = broker.transactions.not_served(request.transactional_id)
+    if refused:
+        return R(throttle_time_ms=0, error_code=refused)
+    error = await broker.transactions.end_txn(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+    )
+    if error == ErrorCode.PRODUCER_FENCED and header.api_version < 2:
+        error = ErrorCode.INVALID_PRODUCER_EPOCH
+    return R(throttle_time_ms=0, error_code=error)

@@ -1,0 +1,29 @@
+"""Heartbeat (key 12), versions 0-4: keep a member's session alive; learn of rebalances.
+
+A heartbeat during PreparingRebalance answers REBALANCE_IN_PROGRESS (the member must rejoin);
+an unknown member gets UNKNOWN_MEMBER_ID and a stale generation ILLEGAL_GENERATION.
+"""
+
+from __future__ import annotations
+
+from headrace.broker.security.authorizer import GROUP, Operation
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.HEARTBEAT
+MIN_VERSION, MAX_VERSION = 0, 4
+
+
+def handle(broker, header, request):
+    if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        return messages.HeartbeatResponse(throttle_time_ms=0, error_code=code)
+    refused = broker.groups.not_served(request.group_id)
+    if refused:
+        return messages.HeartbeatResponse(throttle_time_ms=0, error_code=refused)
+    error = broker.groups.classic.heartbeat(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        request.group_instance_id if header.api_version >= 3 else None,
+    )
+    return messages.HeartbeatResponse(throttle_time_ms=0, error_code=error)

@@ -1,0 +1,101 @@
+"""IncrementalAlterConfigs (key 44), versions 0-1: change some of a topic's settings.
+
+Each listed setting is changed by its operation and the others stay as they are: SET (0)
+sets the value, DELETE (1) removes the per-topic value so the broker default applies again,
+APPEND (2) and SUBTRACT (3) add or remove items of a list setting (``cleanup.policy``;
+INVALID_CONFIG for other settings). The result is checked and saved as AlterConfigs does
+(see alter_configs.py); a failure leaves the topic's settings unchanged.
+
+Replication throttles are not kept (moves copy at full speed): removing one (DELETE of
+``leader.replication.throttled.rate``... on a broker, of ``leader.replication.throttled.replicas``
+... on a topic, what ``kafka-reassign-partitions --verify`` sends) succeeds and changes nothing,
+as removing an unset setting does in Kafka; setting one is refused.
+"""
+
+from __future__ import annotations
+
+from headrace.broker.config.config import TOPIC_SETTINGS
+from headrace.broker.security.authorizer import Operation
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .alter_configs import Refused, alter, parse
+from .describe_configs import BROKER, config_denied
+
+API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
+MIN_VERSION, MAX_VERSION = 0, 1
+
+R = messages.IncrementalAlterConfigsResponse
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+BROKER_THROTTLES = frozenset(
+    (
+        "leader.replication.throttled.rate",
+        "follower.replication.throttled.rate",
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+    )
+)
+TOPIC_THROTTLES = frozenset(
+    ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+)
+
+
+def _items(value: object) -> list[str]:
+    return [w.strip() for w in str(value).split(",") if w.strip()]
+
+
+def _changed(topic, res) -> dict[str, object]:
+    """The topic's settings with each listed operation applied."""
+    configs = dict(topic.configs)
+    seen = set()
+    for c in res.configs:
+        if c.name in seen:
+            raise Refused(ErrorCode.INVALID_REQUEST, f"{c.name} is listed twice")
+        seen.add(c.name)
+        if c.name in TOPIC_THROTTLES and c.config_operation == DELETE:
+            continue  # none is ever set
+        setting = TOPIC_SETTINGS.get(c.name)
+        if setting is None:
+            raise Refused(ErrorCode.INVALID_CONFIG, f"unknown topic config {c.name!r}")
+        op = c.config_operation
+        if op == SET:
+            configs[c.name] = parse(c.name, c.value)
+        elif op == DELETE:
+            configs.pop(c.name, None)
+        elif op in (APPEND, SUBTRACT):
+            if setting.type != "list":
+                raise Refused(
+                    ErrorCode.INVALID_CONFIG,
+                    f"{c.name} is not a list: APPEND and SUBTRACT do not apply",
+                )
+            current = _items(topic.setting(c.name) if c.name not in configs else configs[c.name])
+            given = _items(c.value or "")
+            if op == APPEND:
+                new = current + [w for w in given if w not in current]
+            else:
+                new = [w for w in current if w not in given]
+            configs[c.name] = parse(c.name, ",".join(new))
+        else:
+            raise Refused(ErrorCode.INVALID_REQUEST, f"unknown config operation {op}")
+    return configs
+
+
+async def handle(broker, header, request):
+    cleared = [
+        res
+        for res in request.resources
+        if res.resource_type == BROKER
+        and res.configs
+        and not config_denied(broker, header.session, Operation.ALTER_CONFIGS, res)
+        and all(c.name in BROKER_THROTTLES and c.config_operation == DELETE for c in res.configs)
+    ]
+    request.resources = [res for res in request.resources if all(res is not c for c in cleared)]
+    response = await alter(broker, header, request, R, _changed)
+    for res in cleared:  # no throttle is ever set: nothing to remove
+        response.responses.append(
+            R.AlterConfigsResourceResponse(
+                error_code=ErrorCode.NONE,
+                error_message=None,
+                resource_type=res.resource_type,
+                resource_name=res.resource_name,
+            )
+        )
+    return response

@@ -1,0 +1,34 @@
+"""LeaveGroup (key 13), versions 0-5: members leave (v3+: several at once, by member id or
+``group.instance.id``); the group rebalances without them.
+"""
+
+from __future__ import annotations
+
+from headrace.broker.security.authorizer import GROUP, Operation
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.LEAVE_GROUP
+MIN_VERSION, MAX_VERSION = 0, 5
+
+R = messages.LeaveGroupResponse
+
+
+def handle(broker, header, request):
+    if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
+        return R(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
+    refused = broker.groups.not_served(request.group_id)
+    if refused:
+        return R(throttle_time_ms=0, error_code=refused, members=[])
+    if header.api_version < 3:
+        _, errors = broker.groups.classic.leave(request.group_id, [(request.member_id, None)])
+        return R(throttle_time_ms=0, error_code=errors[0])
+    members = [(m.member_id, m.group_instance_id) for m in request.members]
+    error, errors = broker.groups.classic.leave(request.group_id, members)
+    return R(
+        throttle_time_ms=0,
+        error_code=error,
+        members=[
+            R.MemberResponse(member_id=m, group_instance_id=i, error_code=e)
+            for (m, i), e in zip(members, errors)
+        ],
+    )

@@ -1,0 +1,119 @@
+"""OffsetFetch (key 9), versions 1-10: read a group's committed offsets.
+
+v1-7 ask for one group; v8+ for several at once. Topics may be null (v2+): every committed
+offset of the group. A partition without a committed offset gets offset -1 and no error, as
+in Kafka. v10 names topics by id. Offsets are written before they are acknowledged, and
+there are no transactions, so ``require_stable`` has nothing to wait for.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from headrace.broker.security.authorizer import GROUP, TOPIC, Operation
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.OFFSET_FETCH
+MIN_VERSION, MAX_VERSION = 1, 10
+
+R = messages.OffsetFetchResponse
+NO_ID = uuid.UUID(int=0)
+
+
+def handle(broker, header, request):
+    version = header.api_version
+    session = header.session
+    if version < 8:
+        group_id = request.group_id
+        error, answers = _group(broker, session, group_id, request.topics, False)
+        return R(
+            throttle_time_ms=0,
+            error_code=error,
+            topics=[
+                R.OffsetFetchResponseTopic(
+                    name=name, partitions=_partitions(R.OffsetFetchResponsePartition, parts)
+                )
+                for name, _, parts in answers
+            ],
+        )
+    by_id = version >= 10
+    groups = []
+    for g in request.groups:
+        error, answers = _group(broker, session, g.group_id, g.topics, by_id)
+        groups.append(
+            R.OffsetFetchResponseGroup(
+                group_id=g.group_id,
+                error_code=error,
+                topics=[
+                    R.OffsetFetchResponseTopics(
+                        name=name,
+                        topic_id=topic_id,
+                        partitions=_partitions(R.OffsetFetchResponsePartitions, parts),
+                    )
+                    for name, topic_id, parts in answers
+                ],
+            )
+        )
+    return R(throttle_time_ms=0, groups=groups)
+
+
+def _partitions(cls, parts):
+    """One group's answers for a topic as response partitions (``cls``: the version's)."""
+    return [
+        cls(
+            partition_index=p,
+            committed_offset=o,
+            committed_leader_epoch=e,
+            metadata=m,
+            error_code=code,
+        )
+        for p, o, e, m, code in parts
+    ]
+
+
+def _group(broker, session, group_id, topics, by_id):
+    """(group error, [(topic name, topic id, [(partition, offset, epoch, metadata, error)])]).
+    Authorization (Kafka's): DESCRIBE on the group, and on each topic (all topics: those not
+    allowed are left out; named ones get TOPIC_AUTHORIZATION_FAILED)."""
+    authorizer = broker.authorizer
+    if not group_id:
+        return ErrorCode.INVALID_GROUP_ID, []
+    if not authorizer.allows(session, Operation.DESCRIBE, GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
+    refused = broker.groups.not_served(group_id)
+    if refused:
+        return refused, []
+    offsets = broker.groups.fetch_offsets(group_id)
+    answers = []
+    if topics is None:
+        by_topic: dict[str, list] = {}
+        for (t, p), c in sorted(offsets.items()):
+            by_topic.setdefault(t, []).append(
+                (p, c.offset, c.leader_epoch, c.metadata, ErrorCode.NONE)
+            )
+        for name, parts in by_topic.items():
+            topic = broker.topics.get(name)
+            if by_id and topic is None:
+                continue
+            if not authorizer.allows(session, Operation.DESCRIBE, TOPIC, name):
+                continue
+            answers.append((name, topic.topic_id if topic else NO_ID, parts))
+        return ErrorCode.NONE, answers
+    for t in topics:
+        if by_id:
+            topic = broker.topics.by_id.get(t.topic_id)
+            name = topic.name if topic else None
+        else:
+            name = t.name
+        parts = []
+        allowed = name is None or authorizer.allows(session, Operation.DESCRIBE, TOPIC, name)
+        for p in t.partition_indexes:
+            c = offsets.get((name, p))
+            if not allowed:
+                parts.append((p, -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            elif c is None:
+                parts.append((p, -1, -1, "", ErrorCode.NONE))
+            else:
+                parts.append((p, c.offset, c.leader_epoch, c.metadata, ErrorCode.NONE))
+        answers.append((t.name if not by_id else "", t.topic_id if by_id else NO_ID, parts))
+    return ErrorCode.NONE, answers

@@ -1,0 +1,53 @@
+"""SyncGroup (key 14), versions 0-5: the leader hands out the assignment; everyone gets theirs.
+
+While the group completes its rebalance a member's SyncGroup waits for the leader's; the
+leader's carries every member's assignment, which the broker stores without reading it.
+Once Stable, a SyncGroup is answered at once with the member's current assignment.
+"""
+
+from __future__ import annotations
+
+from headrace.broker.security.authorizer import GROUP, Operation
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.SYNC_GROUP
+MIN_VERSION, MAX_VERSION = 0, 5
+
+R = messages.SyncGroupResponse
+
+
+def handle(broker, header, request):
+    version = header.api_version
+    if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
+        return _response(broker, request, ErrorCode.GROUP_AUTHORIZATION_FAILED, b"")
+    refused = broker.groups.not_served(request.group_id)
+    if refused:
+        return _response(broker, request, refused, b"")
+    outcome = broker.groups.classic.sync(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        request.group_instance_id if version >= 3 else None,
+        request.protocol_type if version >= 5 else None,
+        request.protocol_name if version >= 5 else None,
+        request.assignments,
+    )
+    if isinstance(outcome, tuple):
+        return _response(broker, request, *outcome)
+    return _later(broker, request, outcome)
+
+
+async def _later(broker, request, waiter):
+    return _response(broker, request, *(await waiter))
+
+
+def _response(broker, request, error, assignment):
+    group = broker.groups.groups.get(request.group_id)
+    ok = error == ErrorCode.NONE and group is not None
+    return R(
+        throttle_time_ms=0,
+        error_code=error,
+        protocol_type=group.protocol_type if ok else None,
+        protocol_name=group.protocol_name if ok else None,
+        assignment=assignment,
+    )

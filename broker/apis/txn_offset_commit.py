@@ -1,0 +1,146 @@
+"""TxnOffsetCommit (key 28), versions 0-4: offsets committed inside a transaction.
+
+When this broker is also the transaction coordinator of the transactional id, the producer
+must have added the group to its open transaction (AddOffsetsToTxn) with its current epoch,
+else INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING or PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
+before v3); elsewhere the partition's producer state fences an old epoch, as in Kafka before
+KIP-890. From v3 a member id and generation are checked against the group like
+OffsetCommit's. The offsets are written to the group's partition of ``__consumer_offsets`` as
+one transactional batch of the producer and held by the group coordinator until the
+transaction's marker reaches that partition: a commit makes them the group's committed
+offsets, an abort drops them (see ``GroupCoordinator.complete_txn``). The answer waits for the
+batch to be flushed and, in a cluster, for the partition's ISR to have it (as offset commits
+do, ``offset_store``).
+"""
+
+from __future__ import annotations
+
+from headrace.broker.background import wall_clock_ms
+from headrace.broker.coordinator.group import group_offsets
+from headrace.broker.coordinator.group.group_coordinator import (
+    OFFSET_METADATA_MAX_BYTES,
+    CommittedOffset,
+)
+from headrace.broker.security.authorizer import GROUP, TOPIC, TRANSACTIONAL_ID, Operation
+from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol.records import Record, build_batch
+
+API_KEY = ApiKey.TXN_OFFSET_COMMIT
+MIN_VERSION, MAX_VERSION = 0, 4
+
+R = messages.TxnOffsetCommitResponse
+
+
+def _respond(request, codes):
+    return R(
+        throttle_time_ms=0,
+        topics=[
+            R.TxnOffsetCommitResponseTopic(
+                name=t.name,
+                partitions=[
+                    R.TxnOffsetCommitResponsePartition(
+                        partition_index=p.partition_index,
+                        error_code=codes(t.name, p.partition_index),
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+    )
+
+
+def handle(broker, header, request):
+    version = header.api_version
+    group_id = request.group_id
+    if not group_id:
+        return _respond(request, lambda t, p: ErrorCode.INVALID_GROUP_ID)
+    authorizer, session = broker.authorizer, header.session
+    if not authorizer.allows(session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id):
+        return _respond(request, lambda t, p: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not authorizer.allows(session, Operation.READ, GROUP, group_id):
+        return _respond(request, lambda t, p: ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    refused = broker.groups.not_served(group_id)
+    if refused:
+        return _respond(request, lambda t, p: refused)
+    error = _check_transaction(broker, request, group_id)
+    if not error and not broker.groups.room_for(group_id):
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE  # group.max.groups: no new group
+    if error == ErrorCode.PRODUCER_FENCED and version < 3:
+        error = ErrorCode.INVALID_PRODUCER_EPOCH
+    if not error and version >= 3 and request.member_id and request.generation_id >= 0:
+        error, _ = broker.groups.check_commit(
+            group_id, request.generation_id, request.member_id, request.group_instance_id
+        )
+    if error:
+        return _respond(request, lambda t, p: error)
+    now = wall_clock_ms()
+    codes = {}
+    offsets = {}
+    for t in request.topics:
+        for p in t.partitions:
+            topic = broker.topics.get(t.name)
+            if not authorizer.allows(session, Operation.READ, TOPIC, t.name):
+                codes[(t.name, p.partition_index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif topic is None or not 0 <= p.partition_index < topic.count:
+                codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif (
+                p.committed_metadata is not None
+                and len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES
+            ):
+                codes[(t.name, p.partition_index)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                codes[(t.name, p.partition_index)] = ErrorCode.NONE
+                offsets[(t.name, p.partition_index)] = CommittedOffset(
+                    p.committed_offset,
+                    p.committed_leader_epoch if version >= 2 else -1,
+                    p.committed_metadata or "",
+                    now,
+                )
+    if not offsets:
+        return _respond(request, lambda t, p: codes[(t, p)])
+    return _write(broker, request, group_id, offsets, codes, now, version)
+
+
+def _check_transaction(broker, request, group_id) -> int:
+    """The transaction coordinator's check, when it is this broker."""
+    txns = broker.transactions
+    if not txns.owns(request.transactional_id):
+        return ErrorCode.NONE
+    return txns.check_offset_commit(
+        request.transactional_id, request.producer_id, request.producer_epoch, group_id
+    )
+
+
+async def _write(broker, request, group_id, offsets, codes, now, version):
+    partition = await broker.groups.offsets_partition(group_id)
+    records = [
+        Record(
+            key=group_offsets.offset_key(group_id, t, p),
+            value=group_offsets.offset_value(c),
+            timestamp=now,
+        )
+        for (t, p), c in offsets.items()
+    ]
+    batch = bytearray(
+        build_batch(
+            records,
+            producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch,
+            base_sequence=-1,
+            is_transactional=True,
+        )
+    )
+    # checked again: the transaction may have changed while the offsets topic was created
+    error = _check_transaction(broker, request, group_id)
+    if not error:
+        error = partition.append_transactional(batch, request.producer_id, request.producer_epoch)
+    if error in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):  # per version
+        error = ErrorCode.PRODUCER_FENCED if version >= 3 else ErrorCode.INVALID_PRODUCER_EPOCH
+    if not error:
+        broker.groups.add_txn_offsets(request.producer_id, group_id, offsets)
+        error = await broker.groups.offsets_written(partition)
+    if error:
+        for key in offsets:
+            codes[key] = error
+    return _respond(request, lambda t, p: codes[(t, p)])

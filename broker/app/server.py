@@ -1,0 +1,873 @@
+"""The broker process: start-up, request dispatch to the API modules, clean shutdown.
+
+How this works
+--------------
+``BrokerServer.handle`` is the pipeline's handler. It runs in a handler queue, in arrival order per
+connection: it decodes the request header, finds the API module (one per Kafka API, listed
+in ``APIS``), decodes the body and calls the module's ``handle(broker, header, request)``.
+A module returns the response message, ``None`` for no response (acks=0), or an awaitable of
+either when the answer comes later (a produce waiting for its flush, a long-polling fetch, an
+admin request doing disk work in a thread). An awaitable may also give ``(message, on_sent)``:
+``on_sent`` is called once the response has left through the socket (Fetch releases its
+share of ``fetch_budget``, the broker-wide budget for response bytes in memory, there). A
+module whose responses can be large says how large with ``response_bytes(broker, request)``;
+the connection counts that as unsent until the response is written, so a client that does not
+read gets none of its next requests handled.
+Encoding the response header and body happens here, once, for every API.
+
+Requests the broker cannot parse close the connection, as Kafka does: an unknown API key, a
+version outside what we list (except ApiVersions, which answers UNSUPPORTED_VERSION with the
+list so the client can retry), or a malformed body. A module that fails unexpectedly (raises,
+or its awaitable does) gets its request answered with UNKNOWN_SERVER_ERROR wherever the
+response has an error code (``protocol.error_response``) and the traceback logged, as Kafka
+does; the connection stays open (an acks=0 produce, having no response, closes it).
+
+How the pieces are wired
+------------------------
+``BrokerServer.__init__`` builds everything, and nothing waits for ``start`` to exist: the append
+stage (``Appender``, produce's copies into the page cache), the flush stage
+(``GroupCommit``), the topic table (``TopicManager``: every topic and partition, and
+``topics.flush(partitions)``, the one way to make appends durable), the producer id source
+(``ProducerIdManager``), the group coordinator, the log cleaner and the transaction
+coordinator, and the ``BrokerClient`` the transaction coordinator sends markers to other
+brokers with (closed at stop). The last two are handed what they use (the topic table, the
+producer ids, the group coordinator for transactional offsets, the node id, the settings they
+read, the broker client) rather than
+the broker, so each can be built and tested alone. The API modules get the ``BrokerServer`` as
+their request context and use the coordinators' public methods. ``metrics`` (metrics.py) is
+what the request path counts (``_encode`` adds each response's latency and error codes);
+with ``metrics.port`` set, ``metrics_http`` serves it, and what it reads at scrape time, from
+``start`` on (``ready`` says when the broker serves).
+
+Start-up (``start``) locks the data directory (``.lock``: one broker per directory; a second
+one exits at once, naming the holder's pid), loads the logs, replays the groups' and
+transactions' state, starts serving, then the background jobs (``background.run_every``: the
+periodic flush and the expiry of idle producers here, offset expiry, the transaction timer,
+the log cleaner's passes). It reads the clean-shutdown marker: without it, every log is
+recovered (torn tails cut). Shutdown stops accepting, answers what is in flight, stops the
+background jobs, flushes every log, writes the marker and releases the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import fcntl
+import logging
+import os
+import ssl
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from headrace.broker.apis.registry import APIS
+from headrace.broker.background import run_every
+from headrace.broker.client.broker_client import BrokerClient
+from headrace.broker.client.inter_broker import client_security
+from headrace.broker.cluster.cluster import Cluster, ClusterError, Endpoint
+from headrace.broker.cluster.controller import Controller
+from headrace.broker.cluster.documents import Document
+from headrace.broker.config.config import BrokerConfig, ConfigError, connection_overrides
+from headrace.broker.config.listeners import Listener, inter_broker, listeners
+from headrace.broker.coordinator.group.group_coordinator import GroupCoordinator
+from headrace.broker.coordinator.group.group_offsets import OFFSETS_TOPIC
+from headrace.broker.coordinator.txn.producer_ids import ProducerIdManager
+from headrace.broker.coordinator.txn.transaction_coordinator import TransactionCoordinator
+from headrace.broker.coordinator.txn.transaction_log import TRANSACTION_TOPIC
+from headrace.broker.log.log_cleaner import LogCleaner
+from headrace.broker.log.topics import TopicManager
+from headrace.broker.replication.moves import Moves
+from headrace.broker.replication.replica_manager import ReplicaManager
+from headrace.broker.security.authorizer import Authorizer, from_document
+from headrace.broker.security.quotas import REQUEST, ClientQuotas
+from headrace.broker.security.quotas import from_document as quotas_from_document
+from headrace.broker.security.sasl import AUTHENTICATE, COMPLETE, HANDSHAKE, SaslConfig, SaslSession
+from headrace.broker.security.sasl import listener_config as sasl_config
+from headrace.broker.security.scram_credentials import ScramCredentials
+from headrace.broker.security.session import ANONYMOUS, RequestContext, Session
+from headrace.broker.security.tls import certificate_principal, server_context
+from headrace.pipeline import (
+    Appender,
+    ByteBudget,
+    CloseConnection,
+    GroupCommit,
+    Limits,
+    Request,
+    Response,
+    Router,
+    serve,
+)
+from headrace.protocol import (
+    ApiKey,
+    DecodeError,
+    ErrorCode,
+    decode_message,
+    decode_request_header,
+    encode_response,
+    encode_response_header,
+    error_response,
+    request_class,
+    response_header_is_flexible,
+)
+from headrace.storage import StorageError, fsync_directory
+
+from .metrics import BrokerMetrics
+
+if TYPE_CHECKING:
+    from .metrics_http import MetricsServer
+
+log = logging.getLogger("headrace")
+
+# the APIs whose responses can be large, and how large (looked up once: a module attribute
+# that is missing costs an exception per request)
+RESPONSE_BYTES = {key: m.response_bytes for key, m in APIS.items() if hasattr(m, "response_bytes")}
+
+CLEAN_SHUTDOWN = ".clean_shutdown"
+# a connection's frames are capped at this until it has sent one valid request (as Kafka caps
+# them before authentication), then at socket.request.max.bytes
+FIRST_REQUEST_MAX_BYTES = 512 * 1024
+META = "meta.properties"
+LOCK = ".lock"
+
+
+class StartupError(Exception):
+    """The broker cannot start (data directory unusable, port taken...)."""
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        broker_id = int(config["broker.id"])
+        self.node_id = broker_id if broker_id >= 0 else int(config["node.id"])
+        # where to listen (listeners.py): the first listener's address is the broker's
+        # host:port in logs and the ready file; bound ports are known after start
+        self.listeners = listeners(config)
+        self.host, self.port = self.listeners[0].host, self.listeners[0].port
+        self.bound: dict[str, int] = {}  # listener name -> the port it listens on
+        self.data_dir = Path(str(config["log.dirs"])).absolute()
+        self.group_commit = GroupCommit()
+        self.appender = Appender()
+        # what the request path counts; the rest is read at scrape time (metrics.py)
+        self.metrics = BrokerMetrics()
+        self.group_commit.observer = self.metrics.flushed
+        self._started = False  # logs loaded, listening and (in a cluster) registered
+        self._metrics_server: MetricsServer | None = None
+        self.topics = TopicManager(self.data_dir, config, self.group_commit)
+        self.topics.on_deleted = self._topics_deleted
+        # cluster mode: membership and topic metadata in ZooKeeper (cluster.py)
+        self.cluster: Cluster | None = None
+        if config["zookeeper.connect"]:
+            self.cluster = Cluster(config, self.node_id)
+            self.cluster.inter_broker_listener = inter_broker(config, self.listeners).name
+            self.topics.cluster = self.cluster
+        self.cluster_id = ""  # read from (or written to) the data directory at start
+        self.producer_ids = ProducerIdManager(
+            self.data_dir, self.cluster.producer_id_block if self.cluster else None
+        )
+        self.groups = GroupCoordinator(self.node_id, self.topics, config)
+        # requests to the other brokers, each kind on a channel of its own (transaction
+        # markers here, replica fetches per fetcher); the cluster's registry gives their
+        # addresses, a single broker has none
+        self.broker_client = BrokerClient(
+            self.cluster.address_of if self.cluster else lambda node_id: None,
+            client_id=f"headrace-broker-{self.node_id}",
+        )
+        self.cleaner = LogCleaner(
+            self.topics,
+            retention_check_ms=int(config["log.retention.check.interval.ms"]),
+            backoff_ms=int(config["log.cleaner.backoff.ms"]),
+            compaction=bool(config["log.cleaner.enable"]),
+            dedupe_buffer_bytes=int(config["log.cleaner.dedupe.buffer.size"]),
+        )
+        self.transactions = TransactionCoordinator(
+            self.topics,
+            self.producer_ids,
+            self.groups,
+            node_id=self.node_id,
+            max_timeout_ms=int(config["transaction.max.timeout.ms"]),
+            expiration_ms=int(config["transactional.id.expiration.ms"]),
+            max_ids=int(config["transactional.id.max.count"]),
+            check_interval_ms=int(
+                config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
+            ),
+            state_partitions=int(config["transaction.state.log.num.partitions"]),
+            state_segment_bytes=int(config["transaction.state.log.segment.bytes"]),
+            write_timeout_ms=int(config["request.timeout.ms"]),
+            leader_of=self.cluster.leader_of if self.cluster else None,
+            broker_client=self.broker_client.channel("txn-markers"),
+        )
+        # cluster mode: partitions moving here and away (moves.py), and this broker's role
+        # (leader, follower) for each partition it holds a replica of (replica_manager.py)
+        self.moves: Moves | None = None
+        self.replicas: ReplicaManager | None = None
+        if self.cluster is not None:
+            self.moves = Moves(self.node_id, self.topics, self.cluster, self.broker_client, config)
+            self.topics.moves = self.moves
+            self.replicas = ReplicaManager(
+                self.node_id, self.topics, self.cluster, self.broker_client, config
+            )
+            self.replicas.on_leadership = self._partitions_moved
+            self.replicas.on_gaining = self._gaining
+            self.cluster.on_fenced = self._fenced
+            self.topics.replicas = self.cluster.replicas = self.replicas
+            self.cluster.controller = Controller(
+                self.cluster, int(config["controller.rebalance.interval.ms"])
+            )
+        self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
+        # fetch responses in memory: reserved before reading, released once sent
+        self.fetch_budget = ByteBudget(int(config["queued.max.response.bytes"]))
+        self._servers: list[asyncio.base_events.Server] = []
+        self._tls: dict[str, ssl.SSLContext] = {}  # listener name -> its TLS context
+        self._sasl: dict[str, SaslConfig] = {}  # listener name -> its SASL settings
+        self.scram_credentials = ScramCredentials(self.data_dir, self.cluster)
+        # ACLs (authorizer.py): in the data directory, or in a cluster in ZooKeeper
+        self.authorizer = Authorizer(config)
+        self.acl_document = Document("acls", self.data_dir, self.cluster)
+        # client quotas (quotas.py), kept the same way
+        self.quotas = ClientQuotas(config)
+        self.quota_document = Document("quotas", self.data_dir, self.cluster)
+        self._router: Router | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._lock_fd = -1  # the data directory's lock, held from start to stop
+
+    def brokers(self, listener: Listener | None = None) -> dict[int, Endpoint]:
+        """The live brokers by id, as a client that came through ``listener`` reaches them:
+        this one, or in a cluster every registered one that has a listener of that name (as
+        Kafka answers); default: the inter-broker listener."""
+        if self.cluster is not None:
+            name = listener.name if listener is not None else self.cluster.inter_broker_listener
+            found = {b: e.on(name) for b, e in sorted(self.cluster.brokers.items())}
+            known = {b: e for b, e in found.items() if e is not None}
+            if self.node_id not in known:  # (its session lost, registering again): still here
+                host, port = self.advertised(listener)
+                rack = str(self.config["broker.rack"]) or None
+                known = dict(sorted({**known, self.node_id: Endpoint(host, port, rack)}.items()))
+            return known
+        host, port = self.advertised(listener)
+        return {self.node_id: Endpoint(host, port)}
+
+    @property
+    def controller_id(self) -> int:
+        return self.cluster.controller_id if self.cluster is not None else self.node_id
+
+    def advertised(self, listener: Listener | None = None) -> tuple[str, int]:
+        """The address clients of ``listener`` (default: the inter-broker one) are given."""
+        if listener is None:
+            listener = inter_broker(self.config, self.listeners)
+        port = listener.advertised_port or self.bound.get(listener.name, listener.port)
+        return listener.advertised_host, port
+
+    def ready_line(self) -> str:
+        """What ``--ready-file`` gets: the first listener's bound ``host:port``, then (when
+        there are several) every listener's ``NAME://host:port``."""
+        items = [f"{self.host or '0.0.0.0'}:{self.port}"]
+        for x in self.listeners if len(self.listeners) > 1 else ():
+            items.append(f"{x.name}://{x.host or '0.0.0.0'}:{self.bound[x.name]}")
+        return " ".join(items)
+
+    # lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        started = time.monotonic()
+        if self.config.ignored:
+            log.warning(
+                "settings of Apache Kafka that change nothing in Headrace, ignored: %s",
+                ", ".join(self.config.ignored),
+            )
+        self._tls, self._sasl = self._security()
+        await self._serve_metrics()
+        try:
+            await asyncio.to_thread(self._open_data_dir)
+        except BaseException:
+            await self._stop_metrics()
+            raise
+        if self.cluster is None:
+            self.acl_document.watch(self._acls_changed)
+            self.quota_document.watch(self._quotas_changed)
+            await self.groups.start()
+            await self.transactions.start()
+        config = self.config
+        limits = Limits(
+            max_frame=int(config["socket.request.max.bytes"]),
+            max_first_frame=min(FIRST_REQUEST_MAX_BYTES, int(config["socket.request.max.bytes"])),
+            per_connection=int(config["connection.max.request.bytes"]),
+            per_broker=int(config["queued.max.request.bytes"]),
+            requests_per_connection=int(config["queued.max.requests"]),
+            response_bytes=int(config["connection.max.response.bytes"]),
+            max_connections=int(config["max.connections"]),
+            max_connections_per_ip=int(config["max.connections.per.ip"]),
+            per_ip_overrides=connection_overrides(str(config["max.connections.per.ip.overrides"])),
+            idle_ms=int(config["connections.max.idle.ms"]),
+            send_buffer=int(config["socket.send.buffer.bytes"]),
+        )
+        limits.admission = self._admission
+        try:
+            await self._listen(limits)
+        except StartupError:
+            await self._abandon()
+            raise
+        if self.cluster is not None:
+            await self._join_cluster()
+        self._tasks.append(
+            asyncio.create_task(run_every(self._flush_interval, self._flush_due, "periodic flush"))
+        )
+        expiry_s = int(self.config["producer.id.expiration.check.interval.ms"]) / 1000
+        self._tasks.append(
+            asyncio.create_task(
+                run_every(expiry_s, self.topics.expire_producers, "producer id expiration")
+            )
+        )
+        self.cleaner.start()
+        # only now are connections accepted: until here they wait in the listen backlog, so
+        # no client is answered before the broker knows what to answer (in a cluster: it is
+        # registered and has read the brokers, topics, partition states and controller)
+        for server in self._servers:
+            await server.start_serving()
+        self._started = True
+        log.info(
+            "headrace listening on %s, data in %s (%.0f ms)",
+            ", ".join(
+                f"{x.name}://{x.host or '0.0.0.0'}:{self.bound[x.name]} ({x.protocol})"
+                for x in self.listeners
+            ),
+            self.data_dir,
+            (time.monotonic() - started) * 1000,
+        )
+
+    async def _serve_metrics(self) -> None:
+        """The Prometheus and health endpoint (``metrics.port``), up before the logs are
+        loaded so that /health answers and /ready says "not yet" meanwhile."""
+        port = int(self.config["metrics.port"])
+        if port < 0:
+            return
+        from .metrics_http import MetricsServer  # (with prometheus_client: loaded when used)
+
+        server = MetricsServer(self, self.host, port)
+        try:
+            await server.start()
+        except OSError as e:
+            raise StartupError(
+                f"metrics.port: cannot listen on {self.host or '0.0.0.0'}:{port}: {e.strerror}"
+            ) from e
+        self._metrics_server = server
+        log.info("metrics on http://%s:%d/metrics", self.host or "0.0.0.0", server.port)
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port /metrics, /health and /ready answer on (None: ``metrics.port`` is -1)."""
+        return self._metrics_server.port if self._metrics_server is not None else None
+
+    @property
+    def ready(self) -> bool:
+        """What /ready says: started (logs loaded, listening, in a cluster registered) and
+        not stopping, nor fenced (a cluster broker whose ZooKeeper session was lost, until
+        the controller has confirmed it again)."""
+        return self._started and (self.cluster is None or not self.cluster.fenced)
+
+    @property
+    def router(self) -> Router | None:
+        return self._router
+
+    def unavailable_coordinator_partitions(self) -> dict[str, list[int]]:
+        """Partitions of the internal topics whose state failed to load (see the coordinators'
+        ``unavailable``): their groups and transactions answer COORDINATOR_LOAD_IN_PROGRESS."""
+        return {
+            OFFSETS_TOPIC: sorted(self.groups.unavailable),
+            TRANSACTION_TOPIC: sorted(self.transactions.unavailable),
+        }
+
+    def _security(self) -> tuple[dict[str, ssl.SSLContext], dict[str, SaslConfig]]:
+        """TLS contexts of the SSL and SASL_SSL listeners and SASL settings of the SASL ones,
+        made before anything else so that a bad setting stops the start at once (its message
+        names the setting)."""
+        contexts, sasl = {}, {}
+        try:
+            for listener in self.listeners:
+                if listener.tls:
+                    contexts[listener.name] = server_context(self.config, listener)
+                if listener.sasl:
+                    sasl[listener.name] = sasl_config(self.config, listener)
+            if self.cluster is not None:  # how this broker reaches the others (inter_broker.py)
+                self.broker_client.security = client_security(self.config, self.listeners)
+        except ConfigError as e:
+            raise StartupError(str(e)) from None
+        return contexts, sasl
+
+    async def _listen(self, limits: Limits) -> None:
+        """One server per listener, all on one router (handler queues and limits are the
+        broker's)."""
+        for listener in self.listeners:
+            try:
+                server, self._router = await serve(
+                    self,
+                    listener.host,
+                    listener.port,
+                    limits,
+                    queues=int(self.config["num.io.threads"]),
+                    ssl=self._tls.get(listener.name),
+                    listener=listener,
+                    router=self._router,
+                    start_serving=False,  # (``start`` begins accepting once ready)
+                )
+            except OSError as e:
+                for server in self._servers:
+                    server.close()
+                raise StartupError(
+                    f"listeners: cannot listen on {listener.name}://{listener.host}:"
+                    f"{listener.port}: {e.strerror}"
+                ) from e
+            self._servers.append(server)
+            self.bound[listener.name] = server.sockets[0].getsockname()[1]
+        self.port = self.bound[self.listeners[0].name]
+
+    async def _join_cluster(self) -> None:
+        """Register, read the topics (the logs follow them), load the coordinators' state,
+        then serve: until then every partition and coordinator answers as fenced."""
+        assert self.cluster is not None and self.replicas is not None
+        host, port = self.advertised()
+        rack = str(self.config["broker.rack"]) or None
+        registered = tuple((x.name, x.protocol, *self.advertised(x)) for x in self.listeners)
+        await self.replicas.load()
+        self.replicas.start()
+        try:
+            await self.cluster.start(self.topics, Endpoint(host, port, rack, registered))
+            if self.cluster_id not in ("", self.cluster.cluster_id):
+                await self.cluster.stop()
+                raise ClusterError(
+                    f"data directory {self.data_dir} belongs to cluster {self.cluster_id}, "
+                    f"not to {self.cluster.cluster_id} of {self.cluster.connect}"
+                )
+        except ClusterError as e:
+            await self._abandon()
+            raise StartupError(str(e)) from None
+        try:
+            acls = await asyncio.to_thread(self.acl_document.load)
+            self.authorizer.replace(from_document(acls))
+            quotas = await asyncio.to_thread(self.quota_document.load)
+            self.quotas.replace(quotas_from_document(quotas))
+            await asyncio.to_thread(self.scram_credentials.load)
+        except (ValueError, KeyError, TypeError) as e:
+            await self._abandon()
+            raise StartupError(
+                f"cannot read the ACLs, quotas or SCRAM credentials in ZooKeeper: {e}"
+            ) from None
+        self.acl_document.watch(self._acls_changed)
+        self.scram_credentials.watch()
+        self.quota_document.watch(self._quotas_changed)
+        authorizer = self.authorizer
+        security = self.broker_client.security
+        principal = security.principal
+        if authorizer.enabled and principal is not None and principal not in authorizer.super_users:
+            log.warning(
+                "the authorizer is on: brokers reach each other through listener %s as %s,"
+                " which needs CLUSTER_ACTION on the cluster (an ACL, or super.users) for"
+                " replica fetches, partition moves and transaction markers",
+                security.listener,
+                principal,
+            )
+        # the coordinators load the partitions this broker leads as the replica manager
+        # tells them (``serve``), not all at once here
+        await self.groups.start(load=False)
+        await self.transactions.start(load=False)
+        self.replicas.serve()
+        self.cluster.serve()
+        await self.cluster.controller_known()
+        self.cluster_id = self.cluster.cluster_id
+        await asyncio.to_thread(self._write_meta, self.cluster_id)
+
+    def _acls_changed(self, value) -> None:
+        try:
+            self.authorizer.replace(from_document(value))
+        except (ValueError, KeyError, TypeError):
+            log.exception("ACLs in ZooKeeper unreadable; the ones known are kept")
+
+    def _quotas_changed(self, value) -> None:
+        try:
+            self.quotas.replace(quotas_from_document(value))
+        except (ValueError, KeyError, TypeError):
+            log.exception("client quotas in ZooKeeper unreadable; the ones known are kept")
+
+    async def _abandon(self) -> None:
+        """Undo a start that failed after opening the data directory."""
+        await self._stop_metrics()
+        for server in self._servers:
+            server.close()
+        if self._router is not None:
+            await self._router.close()
+        self.groups.stop()
+        self.transactions.stop()
+        await self.appender.close()
+        await self.group_commit.close()
+        await asyncio.to_thread(self._close_data_dir)
+        self._servers = []
+
+    async def _topics_deleted(self, names: set[str]) -> None:
+        """Topics are gone (deleted here, or in a cluster by any broker): the coordinators
+        purge what they keep about them."""
+        self.metrics.topics_deleted(names)
+        await self.groups.on_topics_deleted(names)
+
+    def _admission(self, host: str, now: float) -> str | None:
+        """Why a new connection is closed at once, if it is: a fenced broker (its ZooKeeper
+        session lost, until the controller confirms it again) answers nothing, then the ip
+        quotas (quotas.py)."""
+        if self._started and self.cluster is not None and self.cluster.fenced:
+            return "fenced (the ZooKeeper session was lost): serving nothing until confirmed"
+        return self.quotas.connection_refused(host, now)
+
+    def _fenced(self) -> None:
+        """The broker is fenced: its view of the cluster may be stale (another broker may lead
+        its partitions by now) and it serves none of them, so it answers nothing: the acks=all
+        writes waiting here are answered NOT_LEADER_OR_FOLLOWER, every connection is closed and
+        new ones are closed at once until it is confirmed again (``_admission``). Its clients
+        take it for down and ask the other brokers, which name the leaders elected meanwhile
+        (left open, they would keep asking it, and it could only say what it knew before)."""
+        assert self.replicas is not None
+        self.replicas.fenced()
+        if self._router is not None:
+            for conn in list(self._router.connections):
+                conn.close()
+
+    def _gaining(self, name: str, index: int) -> None:
+        """This broker is about to lead partition ``index`` of ``name``: if it holds a
+        coordinator's state, its requests get COORDINATOR_LOAD_IN_PROGRESS until the
+        coordinator has loaded it (``_partitions_moved``, told a moment later)."""
+        if name == OFFSETS_TOPIC:
+            self.groups.loading.add(index)
+        elif name == TRANSACTION_TOPIC:
+            self.transactions.loading.add(index)
+
+    async def _partitions_moved(self, name: str, gained: list[int], lost: list[int]) -> None:
+        """Partitions moved here or away: a coordinator whose state partition it is loads or
+        unloads what it keeps there."""
+        if name == OFFSETS_TOPIC:
+            await self.groups.partitions_moved(gained, lost)
+        elif name == TRANSACTION_TOPIC:
+            await self.transactions.partitions_moved(gained, lost)
+
+    def _open_data_dir(self) -> None:
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._lock_data_dir()
+            probe = self.data_dir / ".probe"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise StartupError(f"data directory {self.data_dir} is not usable: {e}") from e
+        marker = self.data_dir / CLEAN_SHUTDOWN
+        clean = marker.exists() or not (self.data_dir / META).exists()  # a new directory is clean
+        self.cluster_id = self._cluster_id()
+        try:
+            if self.cluster is None:  # (a cluster's are read once it has joined)
+                self.scram_credentials.load()
+        except (OSError, ValueError, KeyError) as e:
+            self._unlock_data_dir()
+            raise StartupError(f"cannot read {self.scram_credentials.path}: {e}") from e
+        if self.cluster is None:
+            try:
+                self.authorizer.replace(from_document(self.acl_document.load()))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                self._unlock_data_dir()
+                raise StartupError(f"cannot read {self.acl_document.path}: {e}") from e
+            try:
+                self.quotas.replace(quotas_from_document(self.quota_document.load()))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                self._unlock_data_dir()
+                raise StartupError(f"cannot read {self.quota_document.path}: {e}") from e
+        try:
+            self.topics.load(recover=not clean)
+        except (StorageError, OSError, ValueError) as e:
+            self._unlock_data_dir()
+            raise StartupError(f"cannot open the logs in {self.data_dir}: {e}") from e
+        marker.unlink(missing_ok=True)
+        fsync_directory(self.data_dir)
+        if not clean:
+            log.info("no clean-shutdown marker: logs were recovered")
+
+    def _lock_data_dir(self) -> None:
+        """One broker per data directory, as Kafka's ``.lock``: an exclusive ``flock`` taken
+        before anything in the directory is read, held until ``stop`` (the kernel releases it
+        when the process dies, however it dies). The file holds the holder's pid."""
+        fd = os.open(self.data_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StartupError(
+                f"data directory {self.data_dir} is in use by another broker (pid {holder})"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        pid = f"{os.getpid()}\n".encode()
+        os.pwrite(fd, pid, 0)
+        os.ftruncate(fd, len(pid))
+        self._lock_fd = fd
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the only descriptor releases the flock
+            self._lock_fd = -1
+
+    def _cluster_id(self) -> str:
+        """The data directory's cluster id; a new directory gets one (in a cluster, the
+        cluster's, written once it is known)."""
+        path = self.data_dir / META
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if line.startswith("cluster.id="):
+                    return line.split("=", 1)[1].strip()
+        if self.cluster is not None:
+            return ""
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self._write_meta(cluster_id)
+        return cluster_id
+
+    def _write_meta(self, cluster_id: str) -> None:
+        path = self.data_dir / META
+        path.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
+
+    async def stop(self) -> None:
+        """Stop accepting, answer in-flight requests, flush everything, mark the stop clean."""
+        if not self._servers:
+            return
+        self._started = False
+        if self.cluster is not None and bool(self.config["controlled.shutdown.enable"]):
+            started = time.monotonic()
+            timeout = int(self.config["controlled.shutdown.max.retries"]) * int(
+                self.config["controlled.shutdown.retry.backoff.ms"]
+            )
+            left = await self.cluster.controlled_shutdown(max(timeout, 0) / 1000)
+            log.info(
+                "controlled shutdown in %.0f ms (%d partitions still led or in sync)",
+                (time.monotonic() - started) * 1000,
+                max(left, 0),
+            )
+        for server in self._servers:
+            server.close()
+        for task in self._tasks:
+            task.cancel()
+        router = self._router
+        assert router is not None  # set together with _server
+        await router.drain(timeout=5.0)
+        for conn in list(router.connections):
+            conn.close()
+        await router.close()
+        if self.cluster is not None:
+            await self.cluster.stop()
+        if self.moves is not None:
+            await self.moves.stop()
+        if self.replicas is not None:
+            await self.replicas.stop()
+        await self.cleaner.stop()
+        self.groups.stop()
+        self.transactions.stop()
+        await self.broker_client.close()
+        await self.appender.close()
+        await self.group_commit.close()
+        await asyncio.to_thread(self._close_data_dir)
+        self.read_pool.shutdown(wait=True)
+        self._servers = []
+        await self._stop_metrics()
+        log.info("headrace stopped cleanly")
+
+    async def _stop_metrics(self) -> None:
+        if self._metrics_server is not None:
+            await self._metrics_server.stop()
+            self._metrics_server = None
+
+    def _close_data_dir(self) -> None:
+        self.topics.close()
+        (self.data_dir / CLEAN_SHUTDOWN).write_bytes(b"")
+        fsync_directory(self.data_dir)
+        self._unlock_data_dir()
+
+    def _flush_interval(self, topic=None) -> float:
+        """How old unflushed data may get: ``flush.ms``, and at the latest
+        ``log.flush.offset.checkpoint.interval.ms``, so that recovery reads little."""
+        checkpoint = int(self.config["log.flush.offset.checkpoint.interval.ms"]) / 1000
+        if topic is not None:
+            return min(int(topic.setting("flush.ms")) / 1000, checkpoint)
+        return min((self._flush_interval(t) for t in self.topics.all_topics()), default=checkpoint)
+
+    async def _flush_due(self) -> None:
+        now = asyncio.get_running_loop().time()
+        due = [
+            p
+            for p in self.topics.all_partitions()
+            if p.unflushed and now - p.flushed_at >= self._flush_interval(p.topic)
+        ]
+        if due:
+            await self.topics.flush(due)
+
+    # the pipeline's handler --------------------------------------------------------------------
+
+    def handle(self, request: Request):
+        started = time.monotonic()
+        conn = request.connection
+        session = conn.session
+        if isinstance(session, Session) and session.sasl is not None and session.sasl.bare_tokens:
+            return APIS[ApiKey.SASL_AUTHENTICATE].bare_token(self, session, bytes(request.frame))
+        frame = memoryview(request.frame)
+        try:
+            header, offset = decode_request_header(frame)
+        except DecodeError as e:
+            raise CloseConnection(f"malformed request header: {e}") from None
+        if not isinstance(session, Session):  # the connection's first request
+            session = conn.session = self._session(conn)
+        context = RequestContext(*header, session)
+        if session.sasl is not None and session.sasl.state != COMPLETE:
+            _before_authentication(session.sasl, header.api_key)
+        elif session.sasl is not None and session.sasl.expired():
+            if header.api_key != ApiKey.SASL_HANDSHAKE:  # a re-authentication may begin
+                raise CloseConnection(
+                    "SASL session expired without re-authentication (connections.max.reauth.ms)"
+                )
+        api = APIS.get(header.api_key)
+        if api is None:
+            raise CloseConnection(f"unknown api key {header.api_key}")
+        version = header.api_version
+        if not api.MIN_VERSION <= version <= api.MAX_VERSION:
+            if header.api_key == ApiKey.API_VERSIONS:
+                return self._encode(header, api.unsupported(), started, version=0)
+            raise CloseConnection(f"unsupported version {version} of api key {header.api_key}")
+        try:
+            # bytes after the body are ignored, as Kafka does (librdkafka sends some)
+            body = decode_message(
+                request_class(header.api_key), version, frame, offset, exact=False
+            )
+        except DecodeError as e:
+            raise CloseConnection(f"malformed {api.__name__} v{version} request: {e}") from None
+        size = RESPONSE_BYTES.get(header.api_key)
+        if size is not None:  # count it against the connection before its next request
+            request.expect(size(self, body))
+        try:
+            if REQUEST in self.quotas.active:  # request_percentage quotas: time the handler
+                started = time.perf_counter()
+                outcome = api.handle(self, context, body)
+                throttle = self._request_time(context, time.perf_counter() - started)
+                if throttle and outcome is not None:
+                    if hasattr(outcome, "__await__"):
+                        outcome = _throttled_later(outcome, throttle)
+                    else:
+                        _throttled(outcome, throttle)
+            else:
+                outcome = api.handle(self, context, body)
+            if outcome is None:
+                self.metrics.request_done(header.api_key, version, started, None)
+                return None
+            if hasattr(outcome, "__await__"):
+                return self._encode_later(header, body, outcome, started)
+            return self._encode(header, outcome, started)
+        except CloseConnection:
+            raise
+        except Exception:
+            return self._failed(header, body, started)
+
+    def _request_time(self, context: RequestContext, seconds: float) -> int:
+        """Count a request's handler time against the client's request_percentage quota;
+        the throttle time it earned (ms), the connection muted for it."""
+        now = time.monotonic()
+        ms = self.quotas.throttle_ms(
+            context.session, context.client_id, REQUEST, seconds * 100, now
+        )
+        context.session.throttle(ms)
+        return ms
+
+    def _session(self, conn) -> Session:
+        listener = conn.listener
+        session = Session(listener, conn)
+        if listener.tls:
+            session.principal = certificate_principal(conn.extra("peercert")) or ANONYMOUS
+        if listener.sasl:
+            session.sasl = SaslSession(self._sasl[listener.name])
+            conn.require_authentication()  # small frames, one at a time, until authenticated
+        return session
+
+    def connection_closed(self, connection) -> None:
+        if isinstance(connection.session, Session):
+            connection.session.closed()  # (no cycle left between the two)
+
+    def _encode(self, header, response, started: float, version: int | None = None) -> list:
+        version = header.api_version if version is None else version
+        self.metrics.request_done(header.api_key, version, started, response)
+        flexible = response_header_is_flexible(header.api_key, version)
+        head = encode_response_header(header.correlation_id, flexible)
+        body = encode_response(header.api_key, version, response)
+        body[0] = head + body[0]  # one small write for header and the first part of the body
+        return body
+
+    async def _encode_later(
+        self, header, body, awaitable, started: float
+    ) -> list | Response | None:
+        try:
+            response = await awaitable
+            if isinstance(response, tuple):  # (message, on_sent): told once it has left
+                message, on_sent = response
+                try:
+                    return Response(self._encode(header, message, started), on_sent)
+                except BaseException:
+                    on_sent()
+                    raise
+            if response is None:
+                self.metrics.request_done(header.api_key, header.api_version, started, None)
+                return None
+            return self._encode(header, response, started)
+        except CloseConnection:
+            raise
+        except Exception:
+            return self._failed(header, body, started)
+
+    def _failed(self, header, body, started: float) -> list:
+        """A handler failed unexpectedly (called in its ``except``): log the traceback and
+        answer UNKNOWN_SERVER_ERROR wherever the response has an error code, as Kafka does;
+        an acks=0 produce, which has no response, closes the connection instead."""
+        log.exception(
+            "%s v%d (correlation id %d, client %r) failed; answering UNKNOWN_SERVER_ERROR",
+            ApiKey(header.api_key).name,
+            header.api_version,
+            header.correlation_id,
+            header.client_id,
+        )
+        if header.api_key == ApiKey.PRODUCE and body.acks == 0:
+            raise CloseConnection("an acks=0 produce failed (it has no response to carry that)")
+        error = error_response(
+            header.api_key, header.api_version, body, ErrorCode.UNKNOWN_SERVER_ERROR
+        )
+        return self._encode(header, error, started)
+
+
+def _throttled(response, ms: int) -> None:
+    """Put a throttle time in a response that has the field (the larger one wins)."""
+    message = response[0] if isinstance(response, tuple) else response
+    if getattr(message, "throttle_time_ms", None) is not None:
+        message.throttle_time_ms = max(message.throttle_time_ms, ms)
+
+
+async def _throttled_later(awaitable, ms: int):
+    response = await awaitable
+    if response is not None:
+        _throttled(response, ms)
+    return response
+
+
+# before a SASL client has authenticated (or while it re-authenticates), as Kafka's
+# SaslServerAuthenticator: ApiVersions and SaslHandshake first, then SaslAuthenticate
+_SASL_APIS = {
+    HANDSHAKE: (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE),
+    AUTHENTICATE: (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE),
+}
+
+
+def _before_authentication(sasl: SaslSession, api_key: int) -> None:
+    """Close the connection on a request its SASL state does not allow (the SASL modules
+    refine what their own keys may do)."""
+    if api_key not in _SASL_APIS[sasl.state]:
+        what = "re-authentication" if sasl.reauthenticating else "SASL authentication"
+        raise CloseConnection(f"api key {api_key} during {what}")
+
+
+__all__ = ["APIS", "ApiKey", "BrokerServer", "StartupError"]

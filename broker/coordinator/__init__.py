@@ -1,0 +1,3 @@
+"""headrace.broker.coordinator: the coordinators: ``group/`` (consumer groups and their offsets)
+and ``txn/`` (transactions).
+"""

@@ -1,0 +1,20 @@
+"""headrace.broker.coordinator.group: the group coordinator: classic and KIP-848 consumer groups
+and their committed offsets in ``__consumer_offsets``.
+
+group_coordinator.py    The group coordinator: classic and KIP-848 consumer groups and their
+                        committed offsets
+classic_coordinator.py  Classic groups: JoinGroup, SyncGroup, Heartbeat and LeaveGroup, the
+                        rebalance between them
+classic_group.py        The classic group model: a group, its members and the answer to a
+                        JoinGroup
+group_state.py          The classic consumer group's state machine, as data
+consumer_group.py       KIP-848 consumer groups: the broker assigns, members reconcile through
+                        heartbeats
+group_sessions.py       Member sessions, for classic and KIP-848 groups alike
+offset_store.py         Committed offsets of every group, classic and KIP-848, kept in
+                        ``__consumer_offsets``
+group_offsets.py        Committed offsets in the internal topic ``__consumer_offsets``, in
+                        Kafka's record layouts
+group_membership.py     A classic group's membership in ``__consumer_offsets``, as Kafka stores
+                        it
+"""

@@ -1,0 +1,16 @@
+"""headrace.broker.coordinator.txn: the transaction coordinator: transactional ids, fencing, commit
+and abort; producer ids; the markers written on this broker.
+
+transaction_coordinator.py  The transaction coordinator: transactional producer ids, epochs and
+                            fencing, the partitions of each open transaction, and the
+                            commit/abort markers that close it
+transaction_state.py        The transaction state machine, as data: every allowed state change
+                            and every per-state answer of the transaction coordinator lives in
+                            this file
+transaction_log.py          Transaction coordinator state in the internal compacted topic
+                            ``__transaction_state``, in Kafka's record layouts
+markers.py                  Transaction markers written on this broker: the leader's side of
+                            closing a transaction
+producer_ids.py             Producer ids for idempotent and transactional producers, none given
+                            twice
+"""

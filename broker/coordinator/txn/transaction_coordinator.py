@@ -1,0 +1,684 @@
+"""The transaction coordinator: transactional producer ids, epochs and fencing, the partitions
+of each open transaction, and the commit/abort markers that close it.
+
+How this works
+--------------
+Everything runs on the event loop. The allowed state changes and the answer each request
+gets in each state are the tables in ``transaction_state``; this file carries out the steps.
+A change is first written to ``__transaction_state`` (``transaction_log``), flushed and, in a
+cluster, taken by the partition's ISR (Kafka writes it with acks=-1: at most
+``request.timeout.ms``, else COORDINATOR_NOT_AVAILABLE; an ISR below the topic's
+``min.insync.replicas``, ``transaction.state.log.min.isr``, refuses it before the append the
+same way), then made in memory (``txns``); while it is written the transaction is *pending*
+and other requests for it get CONCURRENT_TRANSACTIONS. A broker that becomes a partition's
+leader loads its whole log: it was in the ISR, so it has every acknowledged change.
+
+* InitProducerId with a transactional id: a new id gets a producer id, epoch 0. A known id
+  gets epoch + 1 (a new producer id when the epoch is exhausted), which fences the previous
+  producer; an open transaction of the old producer is aborted first (the fence: epoch + 1
+  and an abort, then the new producer's bump).
+* AddPartitionsToTxn / AddOffsetsToTxn add partitions (for offsets: the group's partition of
+  ``__consumer_offsets``) and make the transaction Ongoing; its timeout starts then.
+* Produce: a transactional batch is accepted only for a partition in the producer's Ongoing
+  transaction with the current epoch (``verify``), when this broker coordinates the
+  transactional id (``coordinates``); elsewhere the partition's producer state fences old
+  epochs, as in Kafka before KIP-890. The partition remembers where the transaction starts,
+  which holds its last stable offset back until the marker.
+* TxnOffsetCommit writes the offsets to ``__consumer_offsets`` as a transactional batch;
+  the group coordinator keeps them aside (``GroupCoordinator.add_txn_offsets``) and they
+  become the group's committed offsets only with the commit marker of that partition (see
+  ``write_txn_markers``).
+* EndTxn: PrepareCommit/PrepareAbort is written (the decision), then a control batch goes to
+  every partition of the transaction (``_write_markers``: the partitions led here directly,
+  the others in a WriteTxnMarkers request to their leader, one per broker, all at once), the
+  partitions are flushed, and CompleteCommit or CompleteAbort is written; the client is
+  answered after that, so a committed transaction is visible to ``read_committed`` readers
+  when the producer hears of it. Where a marker could not be written (leader moved or
+  unreachable, disk error) the transaction stays decided and the timer tries again, sending
+  only the markers still missing.
+* The cluster is seen through three callables given at construction: ``leader_of(topic,
+  partition)`` (a node id; None for an unknown partition), ``is_coordinator(transactional
+  id)`` and the ``broker_client`` that reaches other brokers. The defaults are one broker:
+  every partition is led here and every transactional id is coordinated here, so nothing goes
+  over the network.
+* A timer aborts transactions open longer than their timeout (with an epoch bump: the
+  producer is fenced), finishes decisions whose markers could not be written, and forgets
+  ids idle for ``transactional.id.expiration.ms``. At most ``transactional.id.max.count``
+  ids are kept: a new one beyond gets COORDINATOR_NOT_AVAILABLE.
+* Start-up replays ``__transaction_state`` and finishes every Prepare* decision found there
+  (a crash between the decision and its markers; the group coordinator has read the pending
+  offsets of open transactions back from ``__consumer_offsets`` before). Open transactions
+  stay open: their producer may carry on, a new producer with the id aborts them, or they
+  time out.
+
+Fencing answers are PRODUCER_FENCED; the API modules turn them into INVALID_PRODUCER_EPOCH
+for request versions older than KIP-588.
+
+Crash tests: the environment variable ``HEADRACE_TEST_CRASH`` set to ``after-prepare`` (once
+a Prepare* decision is durable, before any marker) or ``after-first-marker`` (once the first
+partition's marker is flushed) makes the broker kill itself with SIGKILL at that point. It is
+read only by tests; nothing else sets it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import replace
+
+from headrace.broker.background import run_every, wall_clock_ms
+from headrace.broker.client.broker_client import NetworkError
+from headrace.broker.coordinator.group import group_offsets
+from headrace.broker.coordinator.group.group_offsets import OFFSETS_TOPIC
+from headrace.broker.log.topics import ReplayError
+from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.storage import StorageError
+
+from . import transaction_log
+from .markers import write_here
+from .transaction_log import TRANSACTION_TOPIC, TransactionMetadata
+from .transaction_state import (
+    ABORT_FIRST,
+    ACCEPT,
+    ADD_PARTITIONS,
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    COMPLETING,
+    DEAD,
+    DONE,
+    EMPTY,
+    END_TXN,
+    IDLE,
+    INIT_PRODUCER_ID,
+    ONGOING,
+    PREPARE_ABORT,
+    PREPARE_COMMIT,
+    PREPARE_EPOCH_FENCE,
+    TXN_OFFSET_COMMIT,
+    check_transition,
+)
+
+log = logging.getLogger("headrace.transactions")
+
+E = ErrorCode
+MAX_EPOCH = (1 << 15) - 1
+COORDINATOR_EPOCH = 0  # the coordinator of a transactional id never moves yet
+MARKER_VERSION = 1  # WriteTxnMarkers version sent to other brokers
+MARKER_TIMEOUT_S = 5.0  # for one WriteTxnMarkers request
+MARKER_ATTEMPTS = 3  # per completion asked for by a client, before leaving it to the timer
+TIMER_CONCURRENCY = 32  # transactions the timer aborts or completes at once
+MARKER_BACKOFF_S = 0.1  # doubled after each attempt
+# marker codes after which a partition needs no more tries (INVALID_PRODUCER_EPOCH: a newer
+# epoch of the producer has been seen there, which already closed this transaction)
+MARKER_DONE = {E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.INVALID_PRODUCER_EPOCH}
+Key = tuple[str, int]
+
+
+def _crash_point(name: str) -> None:
+    """Fault injection for crash tests (see the module doc)."""
+    if os.environ.get("HEADRACE_TEST_CRASH") == name:
+        log.warning("HEADRACE_TEST_CRASH=%s: killing the broker", name)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class TransactionCoordinator:
+    """Built from what it uses: the topic table (``__transaction_state`` and the partitions
+    of transactions live there), the producer id source, the group coordinator (a committed
+    transaction's offsets become the group's), this node's id, the settings it reads and the
+    cluster's callables (see the module doc)."""
+
+    def __init__(
+        self,
+        topics,
+        producer_ids,
+        groups,
+        *,
+        node_id: int,
+        max_timeout_ms: int,
+        expiration_ms: int,
+        check_interval_ms: int,
+        max_ids: int = 2**31 - 1,
+        state_partitions: int,
+        state_segment_bytes: int,
+        now_ms: Callable[[], int] = wall_clock_ms,
+        leader_of: Callable[[str, int], int | None] | None = None,
+        is_coordinator: Callable[[str], bool] | None = None,
+        broker_client=None,
+        write_timeout_ms: int = 30000,
+    ) -> None:
+        self.topics = topics
+        self.producer_ids = producer_ids
+        self.groups = groups
+        self.node_id = node_id
+        self.max_timeout_ms = max_timeout_ms
+        self.expiration_ms = expiration_ms
+        self.check_interval_ms = check_interval_ms
+        self.max_ids = max_ids  # transactional.id.max.count
+        self.state_partitions = state_partitions
+        self.state_segment_bytes = state_segment_bytes
+        self.now_ms = now_ms
+        self.leader_of = leader_of or (lambda topic, partition: node_id)
+        self.is_coordinator = is_coordinator
+        self.broker_client = broker_client
+        # partitions of __transaction_state held here whose ids are not served (requests get
+        # COORDINATOR_LOAD_IN_PROGRESS): moved here and being loaded, or their replay failed
+        self.loading: set[int] = set()
+        self.unavailable: set[int] = set()
+        self.write_timeout_s = write_timeout_ms / 1000  # request.timeout.ms, as in Kafka
+        self.txns: dict[str, TransactionMetadata] = {}
+        # (transactional id, producer id, epoch) of a decided transaction -> its partitions
+        # whose marker is written (while some others' are not)
+        self._marked: dict[tuple[str, int, int], set[Key]] = {}
+        self._tasks: list[asyncio.Task] = []
+
+    # lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self, load: bool = True) -> None:
+        """Load the transactional ids (unless ``load`` is False: in a cluster the partitions
+        this broker leads are loaded as it comes to lead them) and start the timer."""
+        topic = self.topics.get(TRANSACTION_TOPIC)
+        if topic is not None and load:
+            await self._load(topic.partitions)
+        self._tasks.append(
+            asyncio.create_task(
+                run_every(
+                    self.check_interval_ms / 1000, self.check_transactions, "transaction check"
+                )
+            )
+        )
+
+    def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+    async def _load(self, partitions) -> None:
+        """Read the transactional ids of ``partitions`` of ``__transaction_state``; complete
+        the transactions a previous coordinator had decided."""
+        found: dict[str, TransactionMetadata] = {}
+        for partition in partitions:
+            try:
+                found.update(await asyncio.to_thread(transaction_log.replay, [partition.log]))
+            except ReplayError as e:
+                log.error(
+                    "cannot load the transactional ids of %s-%d: %s; they answer"
+                    " COORDINATOR_LOAD_IN_PROGRESS until the partition is repaired (headrace"
+                    " verify names the bad position) and the broker restarted",
+                    TRANSACTION_TOPIC,
+                    partition.index,
+                    e,
+                )
+                self.unavailable.add(partition.index)
+        self.txns.update(found)
+        if found:
+            log.info("loaded %d transactional ids", len(found))
+        for txn in found.values():
+            if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):  # else the timer's
+                await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
+
+    async def partitions_moved(self, gained: list[int], lost: list[int]) -> None:
+        """Partitions of ``__transaction_state`` moved here (their transactional ids are
+        loaded, decided transactions completed) or away (their ids are forgotten here)."""
+        self.loading.update(gained)
+        try:
+            await self._partitions_moved(gained, lost)
+        finally:
+            self.loading.difference_update(gained)
+
+    async def _partitions_moved(self, gained: list[int], lost: list[int]) -> None:
+        self.unavailable.difference_update(lost)
+        topic = self.topics.get(TRANSACTION_TOPIC)
+        if topic is None:
+            return
+        if lost:
+            doomed = [
+                tid for tid in self.txns if group_offsets.partition_for(tid, topic.count) in lost
+            ]
+            for tid in doomed:
+                del self.txns[tid]
+            for key in [k for k in self._marked if k[0] in doomed]:
+                del self._marked[key]
+            if doomed:
+                log.info(
+                    "unloaded %d transactional ids (partitions %s moved away)", len(doomed), lost
+                )
+        if gained:
+            await self._load([topic.held[i] for i in gained if i in topic.held])
+
+    async def coordinator_for(self, transactional_id: str) -> int:
+        """The broker that coordinates ``transactional_id``: the leader of its partition of
+        ``__transaction_state`` (made on first use), as in Kafka; -1 when it has none."""
+        topic = await self._state_topic()
+        cluster = self.topics.cluster
+        if cluster is None:
+            return self.node_id
+        index = group_offsets.partition_for(transactional_id, topic.count)
+        return cluster.leader(TRANSACTION_TOPIC, index)
+
+    def owns(self, transactional_id: str) -> bool:
+        """Does this broker coordinate ``transactional_id`` now? (See GroupCoordinator.owns;
+        ``is_coordinator``, when given, decides instead.) Produce and TxnOffsetCommit check a
+        transaction's state only there."""
+        if self.is_coordinator is not None:
+            return self.is_coordinator(transactional_id)
+        topic = self.topics.get(TRANSACTION_TOPIC)
+        if topic is None:
+            return self.topics.cluster is None
+        index = group_offsets.partition_for(transactional_id, topic.count)
+        return topic.partition(index) is not None
+
+    def not_served(self, transactional_id: str) -> int:
+        """Why a request for ``transactional_id`` cannot be served here: NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS (its partition is being loaded, or failed to load), or
+        NONE."""
+        if not self.owns(transactional_id):
+            return E.NOT_COORDINATOR
+        if self.loading or self.unavailable:
+            topic = self.topics.get(TRANSACTION_TOPIC)
+            index = group_offsets.partition_for(transactional_id, topic.count) if topic else -1
+            if index in self.loading or index in self.unavailable:
+                return E.COORDINATOR_LOAD_IN_PROGRESS
+        return E.NONE
+
+    def is_leader(self, topic: str, partition: int) -> bool:
+        """Does this broker lead the partition (or know nothing of it)? (WriteTxnMarkers)"""
+        return self.leader_of(topic, partition) in (None, self.node_id)
+
+    # writing state ------------------------------------------------------------------------------
+
+    async def _state_topic(self):
+        """``__transaction_state``, made on first use."""
+        return await self.topics.internal(
+            TRANSACTION_TOPIC,
+            self.state_partitions,
+            {"cleanup.policy": "compact", "segment.bytes": self.state_segment_bytes},
+        )
+
+    async def _state_partition(self, transactional_id: str):
+        topic = await self._state_topic()
+        return topic.held_partition(group_offsets.partition_for(transactional_id, topic.count))
+
+    async def _change(self, old: TransactionMetadata | None, new: TransactionMetadata) -> int:
+        """Write ``new`` (a changed copy of ``old``; DEAD: a tombstone), flush, then make it
+        current. Returns an error code; on error nothing changes."""
+        tid = new.transactional_id
+        if old is not None:
+            check_transition(old.state, new.state)
+            old.pending = True
+        new.pending = False
+        try:
+            partition = await self._state_partition(tid)
+            if partition.too_few_in_sync():  # NOT_ENOUGH_REPLICAS, as Kafka maps it
+                return E.COORDINATOR_NOT_AVAILABLE
+            record = None if new.state is DEAD else new
+            batch = transaction_log.record_batch(tid, record, self.now_ms())
+            error, _, _ = partition.append(memoryview(batch), len(batch))
+            if error == E.NOT_LEADER_OR_FOLLOWER:  # the partition is moving away
+                return E.NOT_COORDINATOR
+            if error:
+                return error
+            end = partition.log.log_end_offset
+            await self.topics.flush([partition])
+            if partition.gone:  # moved away meanwhile: the new coordinator read the record
+                return E.NOT_COORDINATOR
+            error = await partition.replicated(end, self.write_timeout_s)
+            if error == E.NOT_LEADER_OR_FOLLOWER:
+                return E.NOT_COORDINATOR
+            if error:
+                log.info("transactional id %s: the write was not replicated (error %d)", tid, error)
+                return E.COORDINATOR_NOT_AVAILABLE
+        except StorageError:
+            log.exception("writing the state of transactional id %s failed", tid)
+            return E.COORDINATOR_NOT_AVAILABLE
+        finally:
+            if old is not None:
+                old.pending = False
+        if self.txns.get(tid) is not old and old is not None:
+            return E.CONCURRENT_TRANSACTIONS  # cannot happen while changes are pending
+        if new.state is DEAD:
+            self.txns.pop(tid, None)
+        else:
+            self.txns[tid] = new
+        return E.NONE
+
+    def _check(self, transactional_id: str, producer_id: int, epoch: int, table=None):
+        """(error, metadata) for a request of an existing producer; with ``table`` (one of
+        ``transaction_state``'s answer tables keyed by state), also its answer in the
+        transaction's state."""
+        txn = self.txns.get(transactional_id)
+        if txn is None or txn.producer_id != producer_id:
+            return E.INVALID_PRODUCER_ID_MAPPING, None
+        if epoch != txn.producer_epoch:
+            return E.PRODUCER_FENCED, None
+        if txn.pending:
+            return E.CONCURRENT_TRANSACTIONS, None
+        if table is not None and table[txn.state] is not ACCEPT:
+            return table[txn.state], None
+        return E.NONE, txn
+
+    # requests -----------------------------------------------------------------------------------
+
+    async def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1
+    ) -> tuple[int, int, int]:
+        """(error, producer id, epoch) for InitProducerId with a transactional id."""
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return E.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        txn = self.txns.get(transactional_id)
+        if txn is None:
+            if len(self.txns) >= self.max_ids:
+                return E.COORDINATOR_NOT_AVAILABLE, -1, -1  # until idle ids expire
+            pid = await self.producer_ids.next_id()
+            if transactional_id in self.txns:
+                return E.CONCURRENT_TRANSACTIONS, -1, -1
+            new = TransactionMetadata(
+                transactional_id, pid, 0, timeout_ms, EMPTY, set(), self.now_ms()
+            )
+            new.pending = True
+            self.txns[transactional_id] = new  # placeholder while the first record is written
+            error = await self._change(None, replace(new, pending=False))
+            if error:
+                if self.txns.get(transactional_id) is new:
+                    del self.txns[transactional_id]
+                return error, -1, -1
+            return E.NONE, pid, 0
+        if txn.pending:
+            return E.CONCURRENT_TRANSACTIONS, -1, -1
+        if producer_id >= 0 and (producer_id, epoch) != (txn.producer_id, txn.producer_epoch):
+            return E.PRODUCER_FENCED, -1, -1
+        action = INIT_PRODUCER_ID[txn.state]
+        if action is ABORT_FIRST:
+            error = await self._fence_and_abort(txn)
+            if error:
+                return error, -1, -1
+            txn = self.txns[transactional_id]
+        elif action is not ACCEPT:
+            assert isinstance(action, int)  # the tables' other entries are error codes
+            return action, -1, -1
+        pid, new_epoch = txn.producer_id, txn.producer_epoch + 1
+        if new_epoch >= MAX_EPOCH:
+            pid, new_epoch = await self.producer_ids.next_id(), 0
+        new = replace(
+            txn,
+            producer_id=pid,
+            producer_epoch=new_epoch,
+            timeout_ms=timeout_ms,
+            state=EMPTY,
+            partitions=set(),
+            update_ms=self.now_ms(),
+            start_ms=-1,
+        )
+        error = await self._change(txn, new)
+        if error:
+            return error, -1, -1
+        return E.NONE, pid, new_epoch
+
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: set[tuple[str, int]],
+        verify_only: bool = False,
+    ) -> int:
+        error, txn = self._check(transactional_id, producer_id, epoch, ADD_PARTITIONS)
+        if error:
+            return error
+        if verify_only:
+            added = txn.state is ONGOING and partitions <= txn.partitions
+            return E.NONE if added else E.INVALID_TXN_STATE
+        if txn.state is ONGOING and partitions <= txn.partitions:
+            return E.NONE
+        now = self.now_ms()
+        new = replace(
+            txn,
+            state=ONGOING,
+            partitions=txn.partitions | partitions,
+            update_ms=now,
+            start_ms=txn.start_ms if txn.state is ONGOING else now,
+        )
+        return await self._change(txn, new)
+
+    async def end_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
+    ) -> int:
+        error, txn = self._check(transactional_id, producer_id, epoch)
+        if error:
+            return error
+        action = END_TXN[(txn.state, commit)]
+        if action is DONE:
+            return E.NONE
+        if action is not ACCEPT:
+            assert isinstance(action, int)  # the tables' other entries are error codes
+            return action
+        prepared = replace(
+            txn, state=PREPARE_COMMIT if commit else PREPARE_ABORT, update_ms=self.now_ms()
+        )
+        error = await self._change(txn, prepared)
+        if error:
+            return error
+        return await self._complete(self.txns[transactional_id], commit)
+
+    def verify(
+        self, transactional_id: str | None, topic: str, partition: int, producer_id: int, epoch: int
+    ) -> int:
+        """May this producer append a transactional batch to the partition? (Produce)"""
+        txn = self.txns.get(transactional_id) if transactional_id is not None else None
+        if txn is None or txn.producer_id != producer_id:
+            return E.INVALID_TXN_STATE
+        if epoch != txn.producer_epoch:
+            return E.INVALID_PRODUCER_EPOCH
+        if txn.state is not ONGOING or (topic, partition) not in txn.partitions:
+            return E.INVALID_TXN_STATE
+        return E.NONE
+
+    def check_offset_commit(
+        self, transactional_id: str, producer_id: int, epoch: int, group_id: str
+    ) -> int:
+        """May this producer commit offsets for ``group_id`` in its transaction?"""
+        error, txn = self._check(transactional_id, producer_id, epoch, TXN_OFFSET_COMMIT)
+        if error:
+            return error
+        topic = self.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return E.INVALID_TXN_STATE
+        index = group_offsets.partition_for(group_id, topic.count)
+        if (OFFSETS_TOPIC, index) not in txn.partitions:
+            return E.INVALID_TXN_STATE
+        return E.NONE
+
+    # completing ---------------------------------------------------------------------------------
+
+    async def _fence_and_abort(
+        self, txn: TransactionMetadata, attempts: int = MARKER_ATTEMPTS
+    ) -> int:
+        """Abort an open transaction with the epoch bumped, fencing its producer."""
+        check_transition(txn.state, PREPARE_EPOCH_FENCE)
+        check_transition(PREPARE_EPOCH_FENCE, PREPARE_ABORT)
+        pid, epoch = txn.producer_id, txn.producer_epoch + 1
+        if epoch > MAX_EPOCH:
+            epoch = MAX_EPOCH
+        prepared = replace(
+            txn, producer_id=pid, producer_epoch=epoch, state=PREPARE_ABORT, update_ms=self.now_ms()
+        )
+        error = await self._change(txn, prepared)
+        if error:
+            return error
+        return await self._complete(self.txns[txn.transactional_id], False, attempts)
+
+    async def _complete(
+        self, prepared: TransactionMetadata, commit: bool, attempts: int = MARKER_ATTEMPTS
+    ) -> int:
+        """Write the markers of a decided transaction, then complete it."""
+        _crash_point("after-prepare")
+        prepared.pending = True
+        try:
+            error = await self._write_markers(prepared, commit, attempts)
+        finally:
+            prepared.pending = False
+        if error:
+            return error  # still decided: the timer completes it
+        done = replace(
+            prepared,
+            state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
+            partitions=set(),
+            update_ms=self.now_ms(),
+        )
+        return await self._change(prepared, done)
+
+    async def _write_markers(self, txn: TransactionMetadata, commit: bool, attempts: int) -> int:
+        """The markers of ``txn`` on each of its partitions not marked yet, written and
+        flushed: here for the partitions led here, by WriteTxnMarkers to the leader of the
+        others (up to ``attempts`` times, the leader looked up again each time).
+        Returns NONE once every partition has its marker, else COORDINATOR_NOT_AVAILABLE."""
+        ident = (txn.transactional_id, txn.producer_id, txn.producer_epoch)
+        marked = self._marked.setdefault(ident, set())
+        backoff = MARKER_BACKOFF_S
+        for attempt in range(attempts):
+            todo = sorted(txn.partitions - marked)
+            if not todo:
+                break
+            by_node: dict[int, list[Key]] = {}
+            for key in todo:
+                leader = self.leader_of(*key)
+                if leader is None:
+                    marked.add(key)  # deleted meanwhile
+                else:
+                    by_node.setdefault(leader, []).append(key)
+            sends = [
+                self._markers_here(txn, commit, keys)
+                if node == self.node_id
+                else self._markers_to(node, txn, commit, keys)
+                for node, keys in by_node.items()
+            ]
+            retry = False
+            for codes in await asyncio.gather(*sends):
+                for (topic, index), code in codes.items():
+                    if code in MARKER_DONE:
+                        marked.add((topic, index))
+                        if code != E.NONE and code != E.UNKNOWN_TOPIC_OR_PARTITION:
+                            log.warning(
+                                "marker for %s in %s-%d: error %d",
+                                txn.transactional_id,
+                                topic,
+                                index,
+                                code,
+                            )
+                    else:
+                        retry = True
+                        log.info(
+                            "marker for %s in %s-%d: error %d (attempt %d)",
+                            txn.transactional_id,
+                            topic,
+                            index,
+                            code,
+                            attempt + 1,
+                        )
+            if not retry:
+                break
+            if attempt + 1 < attempts:
+                await asyncio.sleep(backoff)
+                backoff *= 2
+        if txn.partitions - marked:
+            return E.COORDINATOR_NOT_AVAILABLE  # still decided: the timer completes it
+        self._marked.pop(ident, None)
+        return E.NONE
+
+    async def _markers_here(self, txn, commit: bool, keys: list[Key]) -> dict[Key, int]:
+        pid, epoch = txn.producer_id, txn.producer_epoch
+        codes = {}
+        if os.environ.get("HEADRACE_TEST_CRASH") == "after-first-marker":
+            codes = await write_here(
+                self.topics, self.groups, pid, epoch, commit, COORDINATOR_EPOCH, keys[:1]
+            )
+            _crash_point("after-first-marker")
+            keys = keys[1:]
+        codes.update(
+            await write_here(self.topics, self.groups, pid, epoch, commit, COORDINATOR_EPOCH, keys)
+        )
+        return codes
+
+    async def _markers_to(self, node: int, txn, commit: bool, keys: list[Key]) -> dict[Key, int]:
+        """WriteTxnMarkers to ``node`` for ``keys``: a code per partition (NETWORK_EXCEPTION
+        for all when the request failed)."""
+        W = messages.WriteTxnMarkersRequest
+        by_topic: dict[str, list[int]] = {}
+        for name, index in keys:
+            by_topic.setdefault(name, []).append(index)
+        request = W(
+            markers=[
+                W.WritableTxnMarker(
+                    producer_id=txn.producer_id,
+                    producer_epoch=txn.producer_epoch,
+                    transaction_result=commit,
+                    topics=[
+                        W.WritableTxnMarkerTopic(name=name, partition_indexes=indexes)
+                        for name, indexes in by_topic.items()
+                    ],
+                    coordinator_epoch=COORDINATOR_EPOCH,
+                )
+            ]
+        )
+        if self.broker_client is None:
+            return dict.fromkeys(keys, E.NETWORK_EXCEPTION)
+        try:
+            response = await self.broker_client.send(
+                node, ApiKey.WRITE_TXN_MARKERS, MARKER_VERSION, request, MARKER_TIMEOUT_S
+            )
+        except NetworkError as e:
+            log.info("markers of %s to node %d: %s", txn.transactional_id, node, e)
+            return dict.fromkeys(keys, E.NETWORK_EXCEPTION)
+        codes: dict[Key, int] = dict.fromkeys(keys, E.UNKNOWN_SERVER_ERROR)  # unless answered
+        for result in response.markers:
+            for t in result.topics:
+                for p in t.partitions:
+                    if (t.name, p.partition_index) in codes:
+                        codes[(t.name, p.partition_index)] = p.error_code
+        return codes
+
+    # the timer ----------------------------------------------------------------------------------
+
+    async def check_transactions(self, now: int | None = None) -> None:
+        """Abort timed-out transactions, finish stuck decisions (one try each, several at
+        once: a broker that does not answer holds up only its own transactions), expire idle
+        ids."""
+        now = self.now_ms() if now is None else now
+        slots = asyncio.Semaphore(TIMER_CONCURRENCY)
+
+        async def markers(txn: TransactionMetadata) -> None:
+            async with slots:
+                if txn.pending or self.txns.get(txn.transactional_id) is not txn:
+                    return
+                if txn.state is ONGOING:
+                    log.info(
+                        "aborting transaction of %s: open longer than %d ms",
+                        txn.transactional_id,
+                        txn.timeout_ms,
+                    )
+                    await self._fence_and_abort(txn, attempts=1)
+                else:
+                    await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
+
+        work = []
+        for txn in list(self.txns.values()):
+            if txn.pending or self.txns.get(txn.transactional_id) is not txn:
+                continue
+            if txn.state is ONGOING and now > txn.start_ms + txn.timeout_ms:
+                work.append(markers(txn))
+            elif txn.state in COMPLETING and txn.state is not PREPARE_EPOCH_FENCE:
+                work.append(markers(txn))
+            elif txn.state in IDLE and now > txn.update_ms + self.expiration_ms:
+                await self._change(txn, replace(txn, state=DEAD, update_ms=now))
+        if work:
+            await asyncio.gather(*work)
+
+    # administration -----------------------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> TransactionMetadata | None:
+        return self.txns.get(transactional_id)
+
+    def transactions(self) -> list[TransactionMetadata]:
+        """Every known transactional id's metadata, by id."""
+        return [self.txns[tid] for tid in sorted(self.txns)]

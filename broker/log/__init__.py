@@ -1,0 +1,17 @@
+"""headrace.broker.log: the topics and partitions this broker holds: the topic table, one partition
+and its append path, producer state, record checks, cleaning.
+
+topics.py          Topics: their metadata and partitions (``partition.py``: one partition and
+                   the append path)
+partition.py       One partition: its log, its producers' state, the fetches waiting for it, and
+                   the append path of a produce (validation, offsets, producer checks,
+                   transaction markers)
+producer_state.py  Producer state of one partition: idempotent sequences and open transactions
+log_validator.py   What Kafka's LogValidator checks in a produced payload before anything of it
+                   is stored, beyond the batch framing and CRC that ``Partition.append`` checks
+txn_markers.py     Transaction markers (control batches) and the per-partition aborted-
+                   transactions index
+log_cleaner.py     The log cleaner: retention and compaction in the background, off the request
+                   path
+storage_errors.py  Storage errors in the broker's log: the partition, what failed, and the cause
+"""
