@@ -13,6 +13,7 @@ is refused with INVALID_REQUEST. ``validate_only`` checks without changing anyth
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from headrace.broker.cluster.cluster import TopicChangeError
 from headrace.broker.config.config import ConfigError, validate_topic_setting
@@ -65,7 +66,7 @@ async def apply(broker, topic, configs: dict[str, object], validate_only: bool) 
             raise Refused(e.error_code, e.message) from None
 
 
-async def alter(broker, header, request, response_class, new_configs: Callable) -> object:
+async def alter(broker, header, request, response_class, new_configs: Callable) -> Any:
     """What AlterConfigs and IncrementalAlterConfigs share: for each resource, find its topic,
     work out the topic's new settings with ``new_configs(topic, resource)`` (which raises
     Refused) and apply them; a refusal is that resource's answer. Authorization (Kafka's):

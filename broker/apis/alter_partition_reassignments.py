@@ -20,6 +20,7 @@ only valid target, and nothing moves.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from headrace.broker.cluster.cluster import TopicChangeError
 from headrace.broker.security.authorizer import Operation
@@ -47,7 +48,7 @@ async def handle(broker, header, request):
         responses.append(out)
         topic = broker.topics.get(t.name)
         targets: dict[int, list[int] | None] = {}
-        answers: dict[int, R.ReassignablePartitionResponse] = {}
+        answers: dict[int, Any] = {}  # R.ReassignablePartitionResponse
         for p in t.partitions:
             code, message = _check(broker, topic, p.partition_index, p.replicas, allow_rf_change)
             answer = R.ReassignablePartitionResponse(

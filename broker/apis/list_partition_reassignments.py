@@ -21,6 +21,7 @@ def handle(broker, header, request):
         return R(throttle_time_ms=0, error_code=code, error_message=None, topics=[])
     cluster = broker.cluster
     records = cluster.topics if cluster is not None else {}
+    wanted: dict[str, set[int] | None]
     if request.topics is None:
         wanted = {name: None for name in sorted(records)}
     else:

@@ -91,6 +91,7 @@ def _group(broker, session, group_id, topics, by_id):
             by_topic.setdefault(t, []).append(
                 (p, c.offset, c.leader_epoch, c.metadata, ErrorCode.NONE)
             )
+        name: str | None
         for name, parts in by_topic.items():
             topic = broker.topics.get(name)
             if by_id and topic is None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from functools import partial
 
 from headrace.broker.log.log_validator import validate
@@ -54,8 +55,7 @@ R = messages.ProduceResponse
 def handle(broker, header, request):
     version = header.api_version
     if request.acks not in (0, 1, -1):
-        code = ErrorCode.INVALID_REQUIRED_ACKS
-        return _all_failed(request, version, code)
+        return _all_failed(request, version, ErrorCode.INVALID_REQUIRED_ACKS)
     authorizer, session = broker.authorizer, header.session
     if request.transactional_id is not None and not authorizer.allows(
         session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id
@@ -70,6 +70,7 @@ def handle(broker, header, request):
     waits: list[tuple[object, object, asyncio.Future]] = []  # (answer, leader state, future)
     writes: list[tuple[str, object, asyncio.Future]] = []  # (topic, answer, append stage's write)
     hints = LeaderHints(broker, session, R, 10, 10, version)
+    code: int
     for t in request.topic_data:
         topic = topics.find(None if version >= 13 else t.name, t.topic_id)
         name = topic.name if topic is not None else t.name  # (unknown names too, as Kafka)
@@ -99,7 +100,7 @@ def handle(broker, header, request):
                     hints.add(answer, topic.name, p.index)
                 partitions.append(answer)
                 continue
-            verify = None
+            verify: Callable[[int, int], int] | None = None
             if request.transactional_id is not None:
                 if broker.transactions.owns(request.transactional_id):
                     verify = partial(
@@ -153,7 +154,13 @@ def handle(broker, header, request):
             partitions.append(answer)
             if written is not None:
                 writes.append((t.name, answer, written))
-            if acks_all and ls is not None and code == ErrorCode.NONE and not ls.solo:
+            if (
+                acks_all
+                and ls is not None
+                and batches is not None
+                and code == ErrorCode.NONE
+                and not ls.solo
+            ):
                 # (a retry's batches too: it gets their first offset, and waits for them all)
                 end = base + sum(h.records_count for _, _, h in batches)
                 waits.append((answer, ls, ls.wait(end)))
