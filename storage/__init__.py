@@ -15,6 +15,7 @@ Public surface:
                             a no-wait read (Log.read_region(nowait=True), for the event
                             loop) that would have waited; whether such reads can succeed here
     fsync_directory         make a directory's entries durable (used by the broker too)
+    replace_file            replace a small file whole, atomically (and durably)
     segment_batches, index_entries, check_segment, check_partition, segment_paths,
     CorruptSegment, Problem
                             segment and index files read as they are, without a Log, and
@@ -59,7 +60,7 @@ Files, in the order to open them:
     examine.py      read-only walks and checks of segment files (dump-log, verify)
 """
 
-from ._files import fsync_directory
+from ._files import fsync_directory, replace_file
 from .checkpoint import OffsetCheckpoints
 from .cleaning import CleanResult, clean
 from .errors import OffsetOutOfRange, StorageError, WouldBlock
@@ -101,5 +102,6 @@ __all__ = [
     "WouldBlock",
     "clean",
     "fsync_directory",
+    "replace_file",
     "nowait_reads",
 ]

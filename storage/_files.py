@@ -21,7 +21,7 @@ The log cleaner (cleaning/) builds compacted segments in the subdirectory ``clea
 is read.
 
 ``fsync_directory`` (exported by the package) and ``fsync_path`` are the one way to fsync by
-name, here and in the broker.
+name, and ``replace_file`` the one way to replace a small file whole, here and in the broker.
 """
 
 from __future__ import annotations
@@ -154,3 +154,32 @@ def fsync_path(path, missing_ok: bool = False) -> None:
 def fsync_directory(directory) -> None:
     """Make a directory's entries (files created, renamed or unlinked in it) durable."""
     fsync_path(directory)
+
+
+def replace_file(path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:
+    """Replace the file ``path`` with ``data``, all at once: ``data`` is written to
+    ``path.tmp`` beside it, which is then renamed over it, so a reader (or a restart after a
+    crash) finds the old contents or the new, never a mix. ``durable``: the new file is
+    fsynced before the rename and its directory after it, so the new contents survive a crash
+    once this returns. On a failure the ``.tmp`` file is removed and the error raised."""
+    path = os.fspath(path)
+    tmp = temp_path(path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if durable:
+        fsync_directory(os.path.dirname(path) or ".")

@@ -256,17 +256,7 @@ class OffsetCheckpoints:
                 lines = list(self._load().values())
                 migrated = list(self._migrated)
             data = (f"{VERSION}\n{len(lines)}\n" + "".join(lines)).encode("ascii")
-            tmp = _files.temp_path(self.path)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            _files.fsync_directory(self.directory)
+            _files.replace_file(self.path, data)
             with self._lock:
                 self._written = version
                 self._last_write = time.monotonic()

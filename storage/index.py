@@ -259,15 +259,7 @@ class _SparseIndex:
         was_active = self.active
         rewrite = not _holds(self.path, data)
         if rewrite:
-            tmp = _files.temp_path(self.path)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
+            _files.replace_file(self.path, data, durable=False)
         self._unload()
         self.torn = False
         if was_active:

@@ -33,6 +33,8 @@ import os
 import threading
 from pathlib import Path
 
+from ._files import replace_file
+
 FILE_NAME = "leader-epoch-checkpoint"
 VERSION = 0
 MAX_ENTRIES = 100_000  # a file claiming more is not read (bounded allocation)
@@ -134,17 +136,8 @@ class LeaderEpochCache:
             entries = list(self.entries)
             self.dirty = False
             text = f"{VERSION}\n{len(entries)}\n" + "".join(f"{e} {s}\n" for e, s in entries)
-            tmp = self.path.with_name(FILE_NAME + ".tmp")
             try:
-                with open(tmp, "w") as f:
-                    f.write(text)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
+                replace_file(self.path, text.encode("ascii"))
             except BaseException:
                 self.dirty = True
-                try:
-                    tmp.unlink()
-                except OSError:
-                    pass
                 raise

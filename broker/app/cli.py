@@ -47,6 +47,7 @@ from headrace.broker.client.admin_request import AdminError
 from headrace.broker.config.config import BROKER_SETTINGS, BrokerConfig, ConfigError
 from headrace.broker.config.listeners import listeners
 from headrace.broker.tools import dump_log_command, groups_command, topics_command, verify_command
+from headrace.storage import replace_file
 
 EXIT_FAILED = 1  # an admin command failed (the broker refused, or could not be reached)
 EXIT_CONFIG = 2
@@ -216,6 +217,4 @@ def _run(config: BrokerConfig, ready_file: str | None = None) -> int:
 
 def _write_ready(path: Path, line: str) -> None:
     """``line`` into ``path``, all at once: written beside it, then renamed."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(f"{line}\n")
-    os.replace(tmp, path)
+    replace_file(path, f"{line}\n".encode(), durable=False)

@@ -14,7 +14,6 @@ all are ready.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from headrace.broker.config.config import BrokerConfig
 from headrace.broker.config.listeners import listeners, listeners_text
+from headrace.storage import replace_file
 
 
 def _orphan_stops() -> None:
@@ -74,9 +74,7 @@ def run(config: BrokerConfig, argv: list[str], workers: int, ready_file: str | N
             time.sleep(0.05)
         if ready_file and all(r.exists() for r in readies):
             lines = "".join(r.read_text() for r in readies)
-            tmp_ready = Path(ready_file + ".tmp")
-            tmp_ready.write_text(lines)
-            os.replace(tmp_ready, ready_file)
+            replace_file(ready_file, lines.encode(), durable=False)
         while not stopping and all(c.poll() is None for c in children):
             time.sleep(0.1)
     for c in children:

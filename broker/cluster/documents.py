@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from headrace.storage import fsync_directory
+from headrace.storage import replace_file
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -130,18 +129,7 @@ class Document:
             return value, stat.mzxid
 
     def _write(self, data: bytes) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        os.replace(tmp, self.path)
-        fsync_directory(self.path.parent)
+        replace_file(self.path, data, mode=0o600)
 
 
 def _encode(value: Any) -> bytes:

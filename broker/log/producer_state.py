@@ -55,7 +55,7 @@ from pathlib import Path
 
 from headrace.protocol.errors import ErrorCode
 from headrace.protocol.records import read_batch_header
-from headrace.storage import AbortedTxn
+from headrace.storage import AbortedTxn, replace_file
 
 from .txn_markers import ABORT, COMMIT, CONTROL_READ_BYTES, LEGACY_INDEX_FILE, control_type
 
@@ -339,12 +339,7 @@ def write_snapshot_data(directory: Path, data: dict) -> None:
     """Write a snapshot (in a worker thread, or at close) and drop all but the newest few."""
     directory = Path(directory)
     name = snapshot_name(data["offset"])
-    tmp = directory / (name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, directory / name)
+    replace_file(directory / name, json.dumps(data).encode())
     offsets = sorted(_snapshot_offsets(directory))
     for old in offsets[:-SNAPSHOTS_KEPT]:
         (directory / snapshot_name(old)).unlink(missing_ok=True)

@@ -56,6 +56,7 @@ from headrace.storage import (
     OpenFiles,
     StorageError,
     fsync_directory,
+    replace_file,
 )
 
 from .partition import Partition
@@ -386,17 +387,9 @@ class TopicManager:
             }
             if self.cluster is not None:
                 data[pending.name]["held"] = sorted({*pending.held, *held})
-        tmp = self.data_dir / (TOPICS_FILE + ".tmp")
-        try:
-            with open(tmp, "w") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.data_dir / TOPICS_FILE)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        fsync_directory(self.data_dir)
+        replace_file(
+            self.data_dir / TOPICS_FILE, json.dumps(data, indent=1, sort_keys=True).encode()
+        )
 
     # changes (on the event loop; disk work in a thread) ---------------------------------------
 

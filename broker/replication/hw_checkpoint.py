@@ -24,11 +24,10 @@ ignored (every replica starts at 0: safe, the followers' fetches move it up agai
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from pathlib import Path
 
-from headrace.storage import fsync_directory
+from headrace.storage import replace_file
 
 log = logging.getLogger("headrace.replicas")
 
@@ -70,17 +69,11 @@ def read(data_dir: Path) -> dict[Key, int]:
 def write(data_dir: Path, entries: dict[Key, int]) -> None:
     """(In a worker thread.) Replace ``data_dir``'s file with ``entries``."""
     path = Path(data_dir) / FILE_NAME
-    tmp = path.with_name(FILE_NAME + ".tmp")
     text = f"{VERSION}\n{len(entries)}\n" + "".join(
         f"{t} {p} {hw}\n" for (t, p), hw in sorted(entries.items())
     )
     with _writing:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_directory(path.parent)
+        replace_file(path, text.encode())
 
 
 def known(partition) -> int | None:

@@ -30,7 +30,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,7 @@ from urllib.parse import quote, unquote
 
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
-from headrace.storage import fsync_directory
+from headrace.storage import replace_file
 
 if TYPE_CHECKING:
     from headrace.broker.cluster.cluster import Cluster
@@ -181,18 +180,7 @@ class ScramCredentials:
                 for user, mechanisms in sorted(users.items())
             },
         }
-        tmp = self.path.with_name(FILE + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        os.replace(tmp, self.path)
-        fsync_directory(self.path.parent)
+        replace_file(self.path, json.dumps(data, indent=1).encode(), mode=0o600)
 
     # in a cluster ----------------------------------------------------------------------------
 

@@ -9,9 +9,10 @@ no two brokers give the same id.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+from headrace.storage import replace_file
 
 BLOCK = 1000
 FILE = "producer-ids"
@@ -50,10 +51,5 @@ class ProducerIdManager:
             return pid
 
     def _reserve(self, upto: int) -> None:
-        tmp = self._path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(str(upto))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
+        replace_file(self._path, str(upto).encode())
         self._reserved = upto
