@@ -178,7 +178,7 @@ async def handle(broker, header, request):
         wakeup = loop.create_future()
         parts = [part for _, part, _, _ in wanted]
         for part in parts:
-            part.waiters.append(wakeup)
+            part.await_data(wakeup)
         try:
             async with asyncio.timeout(remaining):
                 await wakeup
@@ -186,10 +186,7 @@ async def handle(broker, header, request):
             pass
         finally:
             for part in parts:
-                try:
-                    part.waiters.remove(wakeup)
-                except ValueError:
-                    pass
+                part.stop_awaiting(wakeup)
     throttle_ms = 0
     if replica < 0 and FETCH_QUOTA in broker.quotas.active:
         throttle_ms, sent = broker.quotas.fetch_throttle_ms(

@@ -17,6 +17,11 @@ the aborted-transactions entries from their headers as recovery does, so idempot
 and open transactions carry on when the copy becomes the leader. While a move switches
 ownership the leader refuses writes (``frozen``: NOT_LEADER_OR_FOLLOWER, clients retry); a
 partition that moved away or was deleted is ``gone``.
+
+The high watermark (``hw``) and the fetches waiting for data are the partition's alone: the
+leader's state (replication/leader_state.py) moves the high watermark up with ``advance_hw``,
+a follower takes its leader's with ``follow_hw``, a leader stepping down keeps it with
+``keep_hw``, and whoever changes what a waiting fetch would get calls ``wake_fetches``.
 """
 
 from __future__ import annotations
@@ -81,7 +86,7 @@ class Partition:
         "index",
         "log",
         "producers",
-        "waiters",
+        "_fetches",
         "unflushed",
         "flushed_at",
         "_segments",
@@ -103,7 +108,7 @@ class Partition:
         self.index = index
         self.log = log
         self.producers = producers
-        self.waiters: list[asyncio.Future] = []
+        self._fetches: list[asyncio.Future] = []  # long-polling fetches waiting for data
         self.unflushed = 0  # messages appended since the last flush was asked for
         self.flushed_at = 0.0  # event-loop time of that flush
         self._segments = log.segment_count  # a change means the log rolled: snapshot
@@ -166,6 +171,51 @@ class Partition:
         hw = self.hw
         end = self.log.log_end_offset
         return end if hw < 0 or hw > end else hw
+
+    # The high watermark and the fetches waiting for data are this partition's alone: the
+    # replication roles change them through these methods (as Kafka's Partition does).
+
+    def advance_hw(self, hw: int | None) -> bool:
+        """(The leader, leader_state.py.) ``None``: no other replica is in sync, so the high
+        watermark is the log end; else move it up to ``hw``, the smallest log end over the
+        ISR (never back). Whether it moved; the caller then wakes the waiting fetches."""
+        if hw is None:
+            self.hw = -1
+            return True
+        if self.hw < 0:  # from "the log end" to a number: never below what it was
+            self.hw = self.log.log_end_offset
+        if hw <= self.hw:
+            return False
+        self.hw = hw
+        return True
+
+    def follow_hw(self, leader_hw: int) -> None:
+        """(A follower; a replica taking its first role, from its checkpoint.) The leader's
+        high watermark, never past this log's end."""
+        self.hw = min(leader_hw, self.log.log_end_offset)
+
+    def keep_hw(self) -> None:
+        """(A leader stepping down.) The high watermark as it is now, as a number, not "the
+        log end" (which a follower's log could run past)."""
+        self.hw = self.high_watermark
+
+    def await_data(self, fetch: asyncio.Future) -> None:
+        """A long-polling fetch waits for this partition's next append (or HW move)."""
+        self._fetches.append(fetch)
+
+    def stop_awaiting(self, fetch: asyncio.Future) -> None:
+        try:
+            self._fetches.remove(fetch)
+        except ValueError:
+            pass
+
+    def wake_fetches(self) -> None:
+        """Answer the waiting fetches now (there is data, or the partition's role changed)."""
+        if self._fetches:
+            fetches, self._fetches = self._fetches, []
+            for f in fetches:
+                if not f.done():
+                    f.set_result(None)
 
     def append(
         self, records: memoryview, max_batch: int, verify=None, log_append_time: int = -1
@@ -513,11 +563,7 @@ class Partition:
 
     def _appended(self, count: int) -> None:
         self.unflushed += count
-        if self.waiters:
-            waiters, self.waiters = self.waiters, []
-            for w in waiters:
-                if not w.done():
-                    w.set_result(None)
+        self.wake_fetches()
 
     def close(self) -> None:
         self.log.close()

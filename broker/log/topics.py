@@ -641,9 +641,7 @@ class TopicManager:
             if self.replicas is not None:
                 await self.replicas.forget(p)
             p.gone = True
-            for w in p.waiters:
-                if not w.done():
-                    w.set_result(None)
+            p.wake_fetches()
         await asyncio.to_thread(self._delete_files, topic)
 
     async def _no_one_told(self, names: set[str]) -> None:
@@ -731,10 +729,7 @@ class TopicManager:
             p.gone = True
             if self.moves is not None:
                 self.moves.forget(topic.name, p.index)
-            waiters, p.waiters = p.waiters, []
-            for w in waiters:
-                if not w.done():
-                    w.set_result(None)
+            p.wake_fetches()
         await asyncio.to_thread(self._save_or_log)
         log.info("partitions %s of %s moved away: removing them here", indexes, topic.name)
         await asyncio.to_thread(self._remove_partitions, topic, gone)

@@ -137,25 +137,17 @@ class LeaderState:
         """Move the HW to the smallest LEO over the ISR (never back); complete the waiters it
         passes, and wake the fetches waiting for it."""
         p = self.partition
-        if self.solo:
-            p.hw = -1
-        else:
-            if p.hw < 0:  # from "the log end" to a number: never below what it was
-                p.hw = p.log.log_end_offset
+        hw = None
+        if not self.solo:
             hw = p.log.log_end_offset
             for r in self.state.isr:
                 if r != self.node_id:
                     f = self.followers.get(r)
                     hw = min(hw, f.leo if f is not None else -1)
-            if hw <= p.hw:
-                return
-            p.hw = hw
+        if not p.advance_hw(hw):
+            return
         self._complete()
-        if p.waiters:
-            waiters, p.waiters = p.waiters, []
-            for w in waiters:
-                if not w.done():
-                    w.set_result(None)
+        p.wake_fetches()
 
     # acks=all ------------------------------------------------------------------------------
 

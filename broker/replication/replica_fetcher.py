@@ -289,7 +289,7 @@ class ReplicaFetcher:
             if epochs is not None and epochs.dirty:
                 await asyncio.to_thread(epochs.write)
         if p.high_watermark >= 0:
-            partition.hw = min(p.high_watermark, plog.log_end_offset)  # type: ignore[attr-defined]
+            partition.follow_hw(p.high_watermark)  # type: ignore[attr-defined]
         topic = partition.topic  # type: ignore[attr-defined]
         return partition.unflushed > 0 and partition.unflushed >= int(  # type: ignore[attr-defined]
             topic.setting("flush.messages")

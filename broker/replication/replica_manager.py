@@ -235,7 +235,7 @@ class ReplicaManager:
             return
         # its first role: the high watermark it had before the restart (0: none known)
         start_hw = self._start_hw.pop((p.topic.name, p.index), 0)
-        p.hw = min(start_hw, p.log.log_end_offset)
+        p.follow_hw(start_hw)
         directory = Path(p.log.directory)
         if p.log.log_end_offset == 0 and p.log.log_start_offset == 0:
             p.epochs = LeaderEpochCache(directory)
@@ -252,15 +252,12 @@ class ReplicaManager:
     async def _stop_leading(self, p: Partition) -> None:
         was_leading = p.leader and p.leader_state is not None
         if p.leader_state is not None:
-            p.hw = p.high_watermark
+            p.keep_hw()
             p.leader_state.stop()
             p.leader_state = None
         p.leader = False
         p.leader_epoch = -1
-        waiters, p.waiters = p.waiters, []
-        for w in waiters:
-            if not w.done():
-                w.set_result(None)
+        p.wake_fetches()
         if was_leading:
             log.info("%s-%d: no longer the leader", p.topic.name, p.index)
             await self._tell(p.topic.name, [], [p.index])
