@@ -12,16 +12,17 @@ tools/         the admin commands (``headrace topics``, ``groups``, ``dump-log``
 apis/          one module per Kafka API, and the registry of them
 coordinator/   ``txn/``: the transaction coordinator, producer ids, markers;
                ``group/``: classic and KIP-848 consumer groups, committed offsets
-replication/   cluster mode's copies of a partition: leader and follower roles, the ISR and
-               high watermark, replica fetchers, moving a partition
+replication/   cluster mode's replicas here: this broker's role for each partition (leader,
+               follower), the replica fetchers, moving a partition
 client/        the broker as a Kafka client: of the other brokers, and of a running broker
                (the admin commands)
 security/      who is asking and what they may do: sessions, TLS, SASL, SCRAM users, ACLs,
                client quotas
+log/           the topics and partitions this broker holds: the topic table, a partition's
+               append path and high watermark, its leader's view of the followers, producer
+               state, record checks, the log cleaner
 cluster/       cluster mode's metadata in ZooKeeper: membership, topics, partition states,
                the controller, elections, placement
-log/           the topics and partitions this broker holds: the topic table, a partition's
-               append path, producer state, record checks, the log cleaner
 config/        settings, with Kafka's names, types and defaults; listeners
 background.py  ``run_every``: the loop behind every periodic job; the wall clock
 
@@ -29,7 +30,9 @@ Below broker/ are ``headrace.pipeline`` (the request path: connections, handler 
 append and flush stages), ``headrace.storage`` (segmented logs) and ``headrace.protocol``
 (Kafka's wire format). Each sub-package's ``__init__`` is the map of its files.
 
-Where the import order still runs up (each listed in ``KNOWN_UPWARD`` of the test, with what
-will remove it): cluster/ names replication's ``ReplicaManager`` and log/ names cluster/'s
-``Cluster`` and replication's ``LeaderState``, ``Moves`` and ``ReplicaManager``, as types.
+Where a lower sub-package calls back into a higher one, it says what it needs as a
+``Protocol`` of its own, which the higher one's class fulfils: the cluster tells the topic
+table of topic changes (``cluster.TopicTable``) and the replica manager of partition states
+(``cluster.PartitionRoles``); the topic table tells moves and roles of its partitions
+(``topics.MovesHere``, ``topics.Roles``).
 """

@@ -72,9 +72,9 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -90,9 +90,6 @@ from .partition_state import PartitionState
 from .placement import BrokerInfo, assign_replicas
 
 if TYPE_CHECKING:
-    from headrace.broker.log.topics import TopicManager
-    from headrace.broker.replication.replica_manager import ReplicaManager
-
     from .controller import Controller
 
 log = logging.getLogger("headrace.cluster")
@@ -105,6 +102,23 @@ PRODUCER_IDS = "/latest_producer_id_block"
 MEMBERS = "/cluster/members"
 CONFIRMED = "/brokers/confirmed"
 SHUTTING_DOWN = "/brokers/shutting_down"
+
+
+class TopicTable(Protocol):
+    """The topics this broker holds (log/topics.py's ``TopicManager``): told of every topic
+    change, it opens, follows and forgets partitions."""
+
+    @property
+    def topics(self) -> Mapping[str, object]: ...
+
+    async def apply(self, name: str) -> None: ...
+
+
+class PartitionRoles(Protocol):
+    """This broker's role for each partition (replication/replica_manager.py): told when a
+    partition's state (leader, epoch, ISR) changes."""
+
+    def state_changed(self, name: str, index: int) -> None: ...
 
 
 class ClusterError(Exception):
@@ -267,7 +281,7 @@ class Cluster:
         self.cluster_id = ""
         self.fenced = True
         self.serving = False  # until ``serve``: a reconnection before it must not unfence
-        self.topic_manager: TopicManager | None = None
+        self.topic_manager: TopicTable | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
         self._suspended: asyncio.TimerHandle | None = None
@@ -283,13 +297,13 @@ class Cluster:
         # partition -> its leader, leader epoch and ISR (partition_state.py), newest seen
         self.states: dict[tuple[str, int], PartitionState] = {}
         self._states_watched: set[tuple[str, int]] = set()
-        self.replicas: ReplicaManager | None = None  # this broker's roles (set by the server)
+        self.replicas: PartitionRoles | None = None  # this broker's roles (set by the server)
         self.on_fenced: Callable[[], None] | None = None  # told when it becomes fenced
         self.shutting_down: set[int] = set()  # brokers in a controlled shutdown
 
     # start and stop -------------------------------------------------------------------------
 
-    async def start(self, topic_manager: TopicManager, endpoint: Endpoint) -> None:
+    async def start(self, topic_manager: TopicTable, endpoint: Endpoint) -> None:
         """Connect, register, read the brokers and topics and apply them; then watch. The
         broker stays fenced until ``serve``."""
         self._loop = asyncio.get_running_loop()

@@ -1,11 +1,14 @@
-"""headrace.broker.log: the topics and partitions this broker holds: the topic table, one partition
-and its append path, producer state, record checks, cleaning.
+"""headrace.broker.log: the topics and partitions this broker holds: the topic table, one
+partition and its append path, its leader's view of the followers, producer state, record
+checks, cleaning.
 
 topics.py          Topics: their metadata and partitions (``partition.py``: one partition and
                    the append path)
 partition.py       One partition: its log, its producers' state, the fetches waiting for it, and
                    the append path of a produce (validation, offsets, producer checks,
-                   transaction markers)
+                   transaction markers); the one writer of its high watermark
+leader_state.py    What the leader of a partition keeps about its followers: their log ends,
+                   the ISR, the high watermark, and the acks=all produces waiting for it
 producer_state.py  Producer state of one partition: idempotent sequences and open transactions
 log_validator.py   What Kafka's LogValidator checks in a produced payload before anything of it
                    is stored, beyond the batch framing and CRC that ``Partition.append`` checks

@@ -19,7 +19,7 @@ ownership the leader refuses writes (``frozen``: NOT_LEADER_OR_FOLLOWER, clients
 partition that moved away or was deleted is ``gone``.
 
 The high watermark (``hw``) and the fetches waiting for data are the partition's alone: the
-leader's state (replication/leader_state.py) moves the high watermark up with ``advance_hw``,
+leader's state (log/leader_state.py) moves the high watermark up with ``advance_hw``,
 a follower takes its leader's with ``follow_hw``, a leader stepping down keeps it with
 ``keep_hw``, and whoever changes what a waiting fetch would get calls ``wake_fetches``.
 """
@@ -56,9 +56,9 @@ from .storage_errors import storage_failed
 from .txn_markers import ABORT, COMMIT, control_batch, control_marker
 
 if TYPE_CHECKING:
-    from headrace.broker.replication.leader_state import LeaderState
     from headrace.pipeline import Appender
 
+    from .leader_state import LeaderState
     from .topics import Topic
 
 log = logging.getLogger("headrace")

@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from headrace.broker.config.config import TOPIC_SETTINGS, BrokerConfig
 from headrace.pipeline import GroupCommit
@@ -63,11 +63,30 @@ from .partition import Partition
 from .producer_state import ProducerStateManager
 
 if TYPE_CHECKING:
-    from headrace.broker.cluster.cluster import Cluster
-    from headrace.broker.replication.moves import Moves
-    from headrace.broker.replication.replica_manager import ReplicaManager
+    from headrace.broker.cluster.cluster import Cluster, TopicRecord
 
 log = logging.getLogger("headrace")
+
+
+class MovesHere(Protocol):
+    """The copies of partitions moving to this broker (cluster mode: replication/moves.py),
+    as the topic table tells them of its topics."""
+
+    async def follow(self, topic: Topic, record: TopicRecord | None) -> None: ...
+
+    async def take_copy(self, name: str, index: int) -> Partition | None: ...
+
+    def forget(self, name: str, index: int) -> None: ...
+
+
+class Roles(Protocol):
+    """This broker's role for each partition (cluster mode: replication/replica_manager.py),
+    as the topic table tells it of the partitions it opens and drops."""
+
+    async def topic_applied(self, topic: Topic) -> None: ...
+
+    async def forget(self, p: Partition) -> None: ...
+
 
 TOPICS_FILE = "topics.json"
 TRANSACTION_STATE = "__transaction_state"
@@ -289,10 +308,9 @@ class TopicManager:
         self._internal: dict[str, asyncio.Future] = {}  # internal topics being made
         # called once topics are gone (the broker's coordinators purge what they keep of them)
         self.on_deleted: Callable[[set[str]], Awaitable[None]] = self._no_one_told
-        # cluster mode: the copies of partitions moving here (replication.moves.Moves)
-        self.moves: Moves | None = None
-        # cluster mode: this broker's role for each partition (replica_manager.py)
-        self.replicas: ReplicaManager | None = None
+        # cluster mode: the copies of partitions moving here, and this broker's roles
+        self.moves: MovesHere | None = None
+        self.replicas: Roles | None = None
 
     # start and stop (called in a worker thread before serving and after it) ---------------
 

@@ -48,10 +48,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from headrace.broker.cluster.partition_state import PartitionState
+from headrace.broker.log.leader_state import LeaderState
 from headrace.storage import LeaderEpochCache
 
 from . import hw_checkpoint
-from .leader_state import LeaderState
 from .replica_fetcher import ReplicaFetcher
 
 if TYPE_CHECKING:

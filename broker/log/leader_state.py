@@ -42,7 +42,7 @@ from headrace.broker.cluster.partition_state import PartitionState
 from headrace.protocol import ErrorCode
 
 if TYPE_CHECKING:
-    from headrace.broker.log.partition import Partition
+    from .partition import Partition
 
 log = logging.getLogger("headrace.replicas")
 
