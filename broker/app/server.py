@@ -66,9 +66,10 @@ from headrace.broker.apis.registry import APIS
 from headrace.broker.background import run_every
 from headrace.broker.client.broker_client import BrokerClient
 from headrace.broker.client.inter_broker import client_security
-from headrace.broker.cluster.cluster import Cluster, ClusterError, Endpoint
+from headrace.broker.cluster.cluster import Cluster, ClusterError
 from headrace.broker.cluster.controller import Controller
 from headrace.broker.cluster.documents import Document
+from headrace.broker.cluster.znodes import Endpoint
 from headrace.broker.config.config import BrokerConfig, ConfigError, connection_overrides
 from headrace.broker.config.listeners import Listener, inter_broker, listeners
 from headrace.broker.coordinator.group.group_coordinator import GroupCoordinator

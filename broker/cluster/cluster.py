@@ -2,25 +2,7 @@
 
 How this works
 --------------
-Under the chroot of ``zookeeper.connect`` (Kafka's ZooKeeper-era map, simplified):
-
-  /cluster/id                  the cluster id, made by the first broker
-  /brokers/ids/<id>            ephemeral, one per live broker, as Kafka writes it:
-                               {"endpoints": ["NAME://host:port", ...],
-                               "listener_security_protocol_map": {NAME: PROTOCOL}, "rack",
-                               and "host"/"port" of a listener named PLAINTEXT (else null/-1)}
-  /brokers/topics/<name>       a topic: {"topic_id", "replicas": [[ids] per partition],
-                               "leader_epochs": [...], "configs": {...}, and while partitions
-                               move "reassigning": {index: {"target", "adding", "removing"}},
-                               and "manual": [indexes placed by hand]}
-  /controller                  kazoo's election recipe: the first contender is the controller
-  /latest_producer_id_block    the first producer id not yet handed out, taken by CAS
-  /cluster/members             the member brokers (controller.py): {"members": {id: {"rack"}},
-                               "removed": [ids]}, by CAS
-  /brokers/confirmed/<id>      the session whose registration of broker <id> the controller
-                               has confirmed (written by the controller)
-  /brokers/shutting_down/<id>  ephemeral: broker <id> is stopping cleanly and asks the
-                               controller to move its leaderships away (controlled shutdown)
+The znodes, their paths and their contents are znodes.py's.
 
 Reading: kazoo's watches run on kazoo's threads; they only hand the new value to the event
 loop, where ``brokers``, ``topics`` and ``controller_id`` change. A topic event older than what
@@ -70,15 +52,13 @@ import asyncio
 import json
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
-    BadVersionError,
     KazooException,
     NodeExistsError,
     NoNodeError,
@@ -88,20 +68,23 @@ from kazoo.handlers.threading import KazooTimeoutError
 from . import partition_state
 from .partition_state import PartitionState
 from .placement import BrokerInfo, assign_replicas
+from .zk_client import ZkClient
+from .znodes import (
+    BROKERS,
+    CONTROLLER,
+    MEMBERS,
+    NO_MEMBERS,
+    PRODUCER_IDS,
+    SHUTTING_DOWN,
+    TOPICS,
+    Endpoint,
+    TopicRecord,
+)
 
 if TYPE_CHECKING:
     from .controller import Controller
 
 log = logging.getLogger("headrace.cluster")
-
-BROKERS = "/brokers/ids"
-TOPICS = "/brokers/topics"
-CONTROLLER = "/controller"
-CLUSTER_ID = "/cluster/id"
-PRODUCER_IDS = "/latest_producer_id_block"
-MEMBERS = "/cluster/members"
-CONFIRMED = "/brokers/confirmed"
-SHUTTING_DOWN = "/brokers/shutting_down"
 
 
 class TopicTable(Protocol):
@@ -134,123 +117,6 @@ class TopicChangeError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    """A broker's address on one listener (``host``, ``port``), its rack, and every listener
-    it registered: (name, security protocol, advertised host, port)."""
-
-    host: str
-    port: int
-    rack: str | None = None
-    listeners: tuple[tuple[str, str, str, int], ...] = ()
-
-    def on(self, listener: str) -> Endpoint | None:
-        """This broker's address on the listener named ``listener``; None if it has none."""
-        for name, _, host, port in self.listeners:
-            if name == listener:
-                return Endpoint(host, port, self.rack, self.listeners)
-        return None
-
-    def encode(self) -> bytes:
-        plain = next((x for x in self.listeners if x[0] == "PLAINTEXT"), None)
-        return json.dumps(
-            {
-                "version": 5,
-                "host": plain[2] if plain else None,
-                "port": plain[3] if plain else -1,
-                "endpoints": [f"{n}://{_bracket(h)}:{p}" for n, _, h, p in self.listeners],
-                "listener_security_protocol_map": {n: proto for n, proto, _, _ in self.listeners},
-                "rack": self.rack,
-                "jmx_port": -1,
-            }
-        ).encode()
-
-    @classmethod
-    def decode(cls, data: bytes, listener: str) -> Endpoint | None:
-        """A registration read from ZooKeeper, addressed on ``listener`` (the inter-broker
-        one); None if it has no such listener."""
-        d = json.loads(data)
-        protocols = d.get("listener_security_protocol_map") or {}
-        found = []
-        for text in d.get("endpoints") or ():
-            name, _, address = text.partition("://")
-            host, _, port = address.rpartition(":")
-            found.append((name, protocols.get(name, name), host.strip("[]"), int(port)))
-        if not found and d.get("host") is not None:  # registered by an older Headrace
-            found.append(("PLAINTEXT", "PLAINTEXT", d["host"], int(d["port"])))
-        return cls("", 0, d.get("rack"), tuple(found)).on(listener)
-
-
-def _bracket(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
-
-
-@dataclass
-class TopicRecord:
-    """A topic as the cluster knows it (the znode's content)."""
-
-    topic_id: uuid.UUID
-    replicas: list[list[int]]  # per partition, the leader first
-    leader_epochs: list[int]
-    configs: dict[str, Any] = field(default_factory=dict)
-    version: int = -1  # the znode's version: writes compare-and-set on it
-    mzxid: int = 0  # the znode's last modification: older watch events are dropped
-    created_ms: int = 0  # when the znode was made (a namesake of a deleted topic is newer)
-    # partition -> {"target": [ids], "adding": [ids], "removing": [ids]}: moves under way
-    reassigning: dict[int, dict[str, list[int]]] = field(default_factory=dict)
-    # partitions placed by hand (CreateTopics assignments, reassignments): the controller
-    # leaves them where they are
-    manual: set[int] = field(default_factory=set)
-
-    def replicated_move(self, index: int) -> bool:
-        """Partition ``index`` is moving Kafka's way (more than one replica before or after):
-        the adding brokers follow its leader as replicas; a move of a single replica to
-        another single broker is a copy and a switch instead (moves.py)."""
-        move = self.reassigning.get(index)
-        if move is None or not 0 <= index < len(self.replicas):
-            return False
-        return len(self.replicas[index]) > 1 or len(move["target"]) > 1
-
-    def assigned(self, index: int) -> list[int]:
-        """The brokers holding a replica of partition ``index``: its replicas, and during a
-        replicated move the adding ones too (Kafka's RS = ORS + TRS)."""
-        current = self.replicas[index]
-        if not self.replicated_move(index):
-            return current
-        return current + [b for b in self.reassigning[index]["adding"] if b not in current]
-
-    def encode(self) -> bytes:
-        d: dict[str, Any] = {
-            "topic_id": str(self.topic_id),
-            "replicas": self.replicas,
-            "leader_epochs": self.leader_epochs,
-            "configs": self.configs,
-        }
-        if self.reassigning:
-            d["reassigning"] = {str(i): m for i, m in sorted(self.reassigning.items())}
-        if self.manual:
-            d["manual"] = sorted(self.manual)
-        return json.dumps(d, sort_keys=True).encode()
-
-    @classmethod
-    def decode(cls, data: bytes, stat) -> TopicRecord:
-        d = json.loads(data)
-        return cls(
-            uuid.UUID(d["topic_id"]),
-            [list(r) for r in d["replicas"]],
-            list(d["leader_epochs"]),
-            dict(d["configs"]),
-            stat.version,
-            stat.mzxid,
-            stat.ctime,
-            {
-                int(i): {k: list(v) for k, v in m.items()}
-                for i, m in d.get("reassigning", {}).items()
-            },
-            set(d.get("manual", ())),
-        )
-
-
 class Cluster:
     """This broker's view of the cluster, and its writes to it. ``start`` connects, registers
     and reads everything; the watches keep the view current from then on."""
@@ -273,6 +139,7 @@ class Cluster:
             connection_retry={"max_tries": -1, "max_delay": 1.0},
             command_retry={"max_tries": 3, "max_delay": 1.0},
         )
+        self.zk_client = ZkClient(self.zk)
         self.brokers: dict[int, Endpoint] = {}
         self._brokers_reads = 0  # reads of the registered brokers started (the newest wins)
         self.topics: dict[str, TopicRecord] = {}
@@ -319,8 +186,8 @@ class Cluster:
                 "(zookeeper.connection.timeout.ms)"
             ) from None
         try:
-            self.cluster_id = await asyncio.to_thread(self._prepare)
-            await asyncio.to_thread(self._register)
+            self.cluster_id = await asyncio.to_thread(self.zk_client.prepare)
+            await self._register()
         except BaseException:
             await asyncio.to_thread(self._close)
             raise
@@ -408,43 +275,16 @@ class Cluster:
         finally:
             self.zk.close()
 
-    def _prepare(self) -> str:
-        """(In a thread.) The paths every broker uses, and the cluster id."""
-        for path in (BROKERS, TOPICS, CONTROLLER, SHUTTING_DOWN):
-            self.zk.ensure_path(path)
-        try:
-            self.zk.create(CLUSTER_ID, uuid.uuid4().hex[:22].encode(), makepath=True)
-        except NodeExistsError:
-            pass
-        data, _ = self.zk.get(CLUSTER_ID)
-        return data.decode()
-
-    def _register(self) -> None:
-        """(In a thread.) The ephemeral registration. A znode of this id left by a previous
-        session (a broker killed, not stopped) is waited for until the session timeout; one
-        that outlives it belongs to a live broker, and this one cannot start."""
-        path = f"{BROKERS}/{self.node_id}"
-        data = self.endpoint.encode()
-        deadline = time.monotonic() + self.session_s + 1
-        while True:
-            try:
-                self.zk.create(path, data, ephemeral=True, makepath=True)
-                return
-            except NodeExistsError:
-                pass
-            try:
-                held, stat = self.zk.get(path)
-            except NoNodeError:
-                continue
-            if stat.ephemeralOwner == self.zk.client_id[0]:
-                return  # ours already (a retried create)
-            if time.monotonic() > deadline:
-                holder = json.loads(held).get("endpoints")
-                raise ClusterError(
-                    f"broker id {self.node_id} is already registered in ZooKeeper at "
-                    f"{self.connect} by a live broker at {', '.join(holder or ())}"
-                )
-            time.sleep(0.25)
+    async def _register(self) -> None:
+        """The ephemeral registration (zk_client.py waits out a previous session's)."""
+        holder = await asyncio.to_thread(
+            self.zk_client.register, self.node_id, self.endpoint.encode(), self.session_s + 1
+        )
+        if holder is not None:
+            raise ClusterError(
+                f"broker id {self.node_id} is already registered in ZooKeeper at "
+                f"{self.connect} by a live broker at {holder}"
+            )
 
     # the view -------------------------------------------------------------------------
 
@@ -475,9 +315,9 @@ class Cluster:
         await self._read_brokers(await asyncio.to_thread(self.zk.get_children, BROKERS))
         await self._read_controller()
         names = await asyncio.to_thread(self.zk.get_children, TOPICS)
-        records = await asyncio.to_thread(self._read_topics, names)
+        records = await asyncio.to_thread(self.zk_client.read_topics, names)
         fresh = {n: r for n, r in records.items() if r is not None}
-        states = await asyncio.to_thread(self._read_states, dict(fresh))
+        states = await asyncio.to_thread(self.zk_client.read_states, dict(fresh))
         # the watches go on meanwhile: a topic or state they told while this read was on its
         # way may be newer than the one read, and is kept (the same topic, by its id)
         same = {
@@ -498,27 +338,6 @@ class Cluster:
         assert self.topic_manager is not None
         for name in sorted(set(self.topics) | set(self.topic_manager.topics)):
             await self.topic_manager.apply(name)
-
-    def _read_topics(self, names) -> dict[str, TopicRecord | None]:
-        out: dict[str, TopicRecord | None] = {}
-        for name in names:
-            try:
-                data, stat = self.zk.get(f"{TOPICS}/{name}")
-            except NoNodeError:
-                out[name] = None
-                continue
-            out[name] = TopicRecord.decode(data, stat)
-        return out
-
-    def _read_states(self, topics: dict[str, TopicRecord]) -> dict:
-        """(In a thread.) The state of every partition of ``topics`` that has one."""
-        out: dict[tuple[str, int], PartitionState] = {}
-        for name, record in topics.items():
-            for index in range(len(record.replicas)):
-                state = partition_state.read(self.zk, name, index)
-                if state is not None:
-                    out[(name, index)] = state
-        return out
 
     def _watch_states(self, name: str) -> None:
         """Watch the state znode of every partition of topic ``name`` (not watched yet)."""
@@ -792,14 +611,14 @@ class Cluster:
     async def _rejoin(self) -> None:
         """After a lost session: register again, re-read everything, wait for the
         controller's confirmation, serve again."""
-        await asyncio.to_thread(self._register)
+        await self._register()
         session = self.zk.client_id[0]
         self._lost = False
         await self._read_all()
         if self.controller_id == self.node_id:
             await self.confirm([self.node_id])
         log.info("broker %d registered again: waiting for the controller", self.node_id)
-        while not await asyncio.to_thread(self._is_confirmed, session):
+        while not await asyncio.to_thread(self.zk_client.is_confirmed, self.node_id, session):
             if self._lost or self._stopping.is_set():
                 return  # the session ended again: the next rejoin takes over
             await asyncio.sleep(0.2)
@@ -808,84 +627,25 @@ class Cluster:
         if self._elected and self.controller is not None:
             self.controller.start()
 
-    def _is_confirmed(self, session: int) -> bool:
-        """(In a thread.) Has the controller confirmed this broker's registration by
-        ``session``?"""
-        try:
-            data, _ = self.zk.get(f"{CONFIRMED}/{self.node_id}")
-        except NoNodeError:
-            return False
-        return data == str(session).encode()
-
     async def bump_controller_epoch(self) -> tuple[int, int]:
         """(The controller, as it starts.) The controller epoch + 1, by compare-and-set on
         ``/controller_epoch``: (the new epoch, the znode's version), which every state write
         of this controller checks (a controller elected later bumps it, fencing this one)."""
-
-        def run() -> tuple[int, int]:
-            path = partition_state.CONTROLLER_EPOCH
-            while True:
-                try:
-                    data, stat = self.zk.get(path)
-                except NoNodeError:
-                    try:
-                        self.zk.create(path, b"1")
-                    except NodeExistsError:
-                        continue
-                    return 1, 0
-                epoch = int(data or b"0") + 1
-                try:
-                    new = self.zk.set(path, str(epoch).encode(), version=stat.version)
-                except BadVersionError:
-                    continue
-                return epoch, new.version
-
-        return await asyncio.to_thread(run)
+        data, stat = await self.zk_client.update(
+            partition_state.CONTROLLER_EPOCH,
+            lambda data, _: str(int(data or b"0") + 1).encode(),
+            initial=b"0",
+        )
+        return int(data), stat.version
 
     async def restarted(self, nodes) -> set[int]:
         """(The controller.) Those of ``nodes`` registered by a session the controller has not
         confirmed yet: they were down (or their session ended) since, however briefly."""
-
-        def run() -> set[int]:
-            out = set()
-            for node in nodes:
-                try:
-                    _, stat = self.zk.get(f"{BROKERS}/{node}")
-                except NoNodeError:
-                    continue
-                try:
-                    data, _ = self.zk.get(f"{CONFIRMED}/{node}")
-                except NoNodeError:
-                    data = b""
-                if data != str(stat.ephemeralOwner).encode():
-                    out.add(node)
-            return out
-
-        return await asyncio.to_thread(run)
+        return await asyncio.to_thread(self.zk_client.restarted, nodes)
 
     async def confirm(self, nodes) -> None:
         """(The controller.) Confirm the current registration of each of ``nodes``."""
-
-        def run() -> None:
-            for node in nodes:
-                try:
-                    _, stat = self.zk.get(f"{BROKERS}/{node}")
-                except NoNodeError:
-                    continue
-                session = str(stat.ephemeralOwner).encode()
-                if self._confirmed.get(node) == session:
-                    continue
-                path = f"{CONFIRMED}/{node}"
-                try:
-                    self.zk.set(path, session)
-                except NoNodeError:
-                    try:
-                        self.zk.create(path, session, makepath=True)
-                    except NodeExistsError:
-                        self.zk.set(path, session)
-                self._confirmed[node] = session
-
-        await asyncio.to_thread(run)
+        await asyncio.to_thread(self.zk_client.confirm, nodes, self._confirmed)
 
     # the controller role -------------------------------------------------------------------------
 
@@ -922,34 +682,16 @@ class Cluster:
 
     # members -------------------------------------------------------------------------
 
-    def _read_members(self) -> tuple[dict, Any]:
-        """(In a thread.) The members znode's content and stat (made empty if missing)."""
-        try:
-            data, stat = self.zk.get(MEMBERS)
-        except NoNodeError:
-            try:
-                self.zk.create(MEMBERS, b'{"members": {}, "removed": []}', makepath=True)
-            except NodeExistsError:
-                pass
-            data, stat = self.zk.get(MEMBERS)
-        return json.loads(data), stat
-
     async def _change_members(self, change) -> dict:
         """Read, change (``change(d)`` returns True when it changed ``d``) and compare-and-set
-        the members znode; the content written (or read, when unchanged)."""
+        the members znode (made empty if missing); the content written (or read)."""
 
-        def run() -> dict:
-            while True:
-                d, stat = self._read_members()
-                if not change(d):
-                    return d
-                try:
-                    self.zk.set(MEMBERS, json.dumps(d, sort_keys=True).encode(), stat.version)
-                except BadVersionError:
-                    continue
-                return d
+        def changed(data: bytes, _) -> bytes | None:
+            d = json.loads(data)
+            return json.dumps(d, sort_keys=True).encode() if change(d) else None
 
-        return await asyncio.to_thread(run)
+        data, _ = await self.zk_client.update(MEMBERS, changed, initial=NO_MEMBERS)
+        return json.loads(data)
 
     async def update_members(self) -> dict[int, str | None]:
         """(The controller.) Registered brokers not yet members become members; removed
@@ -1001,7 +743,7 @@ class Cluster:
             log.warning("unreadable %s", MEMBERS)
 
     async def members(self) -> dict[int, str | None]:
-        d, _ = await asyncio.to_thread(self._read_members)
+        d = await self._change_members(lambda _: False)
         return {int(b): m.get("rack") for b, m in d["members"].items()}
 
     # writes -------------------------------------------------------------------------
@@ -1054,20 +796,8 @@ class Cluster:
             record.manual = manual
         states = {i: partition_state.initial(r) for i, r in enumerate(replicas)}
 
-        def write():
-            txn = self.zk.transaction()
-            txn.create(f"{TOPICS}/{name}", record.encode())
-            partition_state.create_ops(txn, name, states, parent=True)
-            results = txn.commit()
-            if isinstance(results[0], NodeExistsError):
-                raise NodeExistsError()
-            for r in results:
-                if isinstance(r, Exception):
-                    raise r
-            return self.zk.exists(f"{TOPICS}/{name}")
-
         try:
-            stat = await asyncio.to_thread(write)
+            stat = await asyncio.to_thread(self.zk_client.create_topic, name, record, states)
         except NodeExistsError:
             # made by another broker: serve it here before saying so (its watch may lag)
             try:
@@ -1182,54 +912,27 @@ class Cluster:
         partition."""
         if self.fenced:
             return False
-        path = f"{TOPICS}/{name}"
 
-        def run() -> tuple[TopicRecord, Any, PartitionState | None] | None:
-            while True:
-                try:
-                    data, stat = self.zk.get(path)
-                except NoNodeError:
-                    return None
-                record = TopicRecord.decode(data, stat)
-                move = record.reassigning.get(index)
-                if not (
-                    move is not None
-                    and move["target"] == target
-                    and index < len(record.replicas)
-                    and record.replicas[index][:1] == [leader]
-                ):
-                    return None
-                state = partition_state.read(self.zk, name, index)
-                if state is not None and state.leader != leader:
-                    return None
-                epoch = max(record.leader_epochs[index], state.leader_epoch if state else 0) + 1
-                record.replicas[index] = list(target)
-                record.leader_epochs[index] = epoch
-                del record.reassigning[index]
-                new_state = PartitionState(
-                    target[0], epoch, tuple(target), state.controller_epoch if state else 0
-                )
-                txn = self.zk.transaction()
-                txn.set_data(path, record.encode(), stat.version)
-                if state is not None:  # (else the controller makes it: ``ensure_state``)
-                    txn.set_data(
-                        partition_state.state_path(name, index), new_state.encode(), state.version
-                    )
-                results = txn.commit()
-                if any(isinstance(r, Exception) for r in results):
-                    continue
-                if state is None:
-                    return record, results[0], None
-                return record, results[0], replace(new_state, version=results[1].version)
+        def switch(record: TopicRecord, state: PartitionState | None):
+            move = record.reassigning.get(index)
+            if not (
+                move is not None
+                and move["target"] == target
+                and index < len(record.replicas)
+                and record.replicas[index][:1] == [leader]
+            ):
+                return None
+            if state is not None and state.leader != leader:
+                return None
+            epoch = max(record.leader_epochs[index], state.leader_epoch if state else 0) + 1
+            record.replicas[index] = list(target)
+            record.leader_epochs[index] = epoch
+            del record.reassigning[index]
+            # (a partition without a state znode gets one from the controller: ensure_state)
+            controller_epoch = state.controller_epoch if state else 0
+            return record, PartitionState(target[0], epoch, tuple(target), controller_epoch)
 
-        done = await asyncio.to_thread(run)
-        if done is None:
-            return False
-        record, stat, written = done
-        if written is not None:
-            self.learned(name, index, written)
-        await self._written(name, record, stat)
-        return True
+        return await self._finish(name, index, switch, tell_roles=False)
 
     async def finish_reassignment(
         self, name: str, index: int, leader: int, epoch: int, target: list[int]
@@ -1242,57 +945,46 @@ class Cluster:
         move or the state is no longer what the leader saw."""
         if self.fenced:
             return False
-        path = f"{TOPICS}/{name}"
         live = set(self.brokers)
 
-        def run() -> tuple[TopicRecord, Any, PartitionState] | None:
-            while True:
-                try:
-                    data, stat = self.zk.get(path)
-                except NoNodeError:
+        def end(record: TopicRecord, state: PartitionState | None):
+            move = record.reassigning.get(index)
+            if (
+                move is None
+                or move["target"] != target
+                or state is None
+                or state.leader != leader
+                or state.leader_epoch != epoch
+                or not set(target) <= set(state.isr)
+            ):
+                return None
+            isr = tuple(b for b in state.isr if b in target)
+            if leader in target:
+                new_state = replace(state, isr=isr)
+            else:
+                candidates = [b for b in target if b in isr and b in live]
+                if not candidates:
                     return None
-                record = TopicRecord.decode(data, stat)
-                move = record.reassigning.get(index)
-                state = partition_state.read(self.zk, name, index)
-                if (
-                    move is None
-                    or move["target"] != target
-                    or state is None
-                    or state.leader != leader
-                    or state.leader_epoch != epoch
-                    or not set(target) <= set(state.isr)
-                ):
-                    return None
-                isr = tuple(b for b in state.isr if b in target)
-                if leader in target:
-                    new_state = replace(state, isr=isr)
-                else:
-                    candidates = [b for b in target if b in isr and b in live]
-                    if not candidates:
-                        return None
-                    new_state = replace(
-                        state, leader=candidates[0], leader_epoch=epoch + 1, isr=isr
-                    )
-                record.replicas[index] = list(target)
-                record.leader_epochs[index] = new_state.leader_epoch
-                del record.reassigning[index]
-                txn = self.zk.transaction()
-                txn.set_data(path, record.encode(), stat.version)
-                txn.set_data(
-                    partition_state.state_path(name, index), new_state.encode(), state.version
-                )
-                results = txn.commit()
-                if any(isinstance(r, Exception) for r in results):
-                    continue
-                return record, results[0], replace(new_state, version=results[1].version)
+                new_state = replace(state, leader=candidates[0], leader_epoch=epoch + 1, isr=isr)
+            record.replicas[index] = list(target)
+            record.leader_epochs[index] = new_state.leader_epoch
+            del record.reassigning[index]
+            return record, new_state
 
-        done = await asyncio.to_thread(run)
+        return await self._finish(name, index, end, tell_roles=True)
+
+    async def _finish(self, name: str, index: int, change, tell_roles: bool) -> bool:
+        """A move's last write (``ZkClient.update_topic_and_state``), then the view; with
+        ``tell_roles`` the replica manager hears of the new state at once (a switch's new
+        leader hears of it through the watch, once the copy has been handed over)."""
+        done = await asyncio.to_thread(self.zk_client.update_topic_and_state, name, index, change)
         if done is None:
             return False
         record, stat, written = done
-        self.learned(name, index, written)
+        if written is not None:
+            self.learned(name, index, written)
         await self._written(name, record, stat)
-        if self.replicas is not None:
+        if tell_roles and self.replicas is not None:
             self.replicas.state_changed(name, index)
         return True
 
@@ -1316,23 +1008,19 @@ class Cluster:
     async def _change(self, name: str, change) -> None:
         """Read, change and compare-and-set a topic's znode until no one else wrote between
         (``change`` returns the record to write, or None to write nothing)."""
-        path = f"{TOPICS}/{name}"
-        while True:
-            try:
-                data, stat = await asyncio.to_thread(self.zk.get, path)
-            except NoNodeError:
-                raise TopicChangeError(3, f"topic {name} does not exist") from None
-            record = change(TopicRecord.decode(data, stat))
-            if record is None:
-                return  # nothing to write
-            try:
-                new_stat = await asyncio.to_thread(
-                    self.zk.set, path, record.encode(), version=stat.version
-                )
-            except BadVersionError:
-                continue
-            await self._written(name, record, new_stat)
-            return
+        changed: TopicRecord | None = None
+
+        def encode(data: bytes, stat) -> bytes | None:
+            nonlocal changed
+            changed = change(TopicRecord.decode(data, stat))
+            return changed.encode() if changed is not None else None
+
+        try:
+            _, stat = await self.zk_client.update(f"{TOPICS}/{name}", encode)
+        except NoNodeError:
+            raise TopicChangeError(3, f"topic {name} does not exist") from None
+        if changed is not None:
+            await self._written(name, changed, stat)
 
     async def _written(self, name: str, record: TopicRecord, stat) -> None:
         record.version, record.mzxid, record.created_ms = stat.version, stat.mzxid, stat.ctime
@@ -1345,16 +1033,7 @@ class Cluster:
 
     async def producer_id_block(self, size: int) -> int:
         """The first of ``size`` producer ids now this broker's alone."""
-
-        def take() -> int:
-            self.zk.ensure_path(PRODUCER_IDS)
-            while True:
-                data, stat = self.zk.get(PRODUCER_IDS)
-                start = int(data or b"0")
-                try:
-                    self.zk.set(PRODUCER_IDS, str(start + size).encode(), stat.version)
-                except BadVersionError:
-                    continue
-                return start
-
-        return await asyncio.to_thread(take)
+        data, _ = await self.zk_client.update(
+            PRODUCER_IDS, lambda data, _: str(int(data or b"0") + size).encode(), initial=b""
+        )
+        return int(data) - size

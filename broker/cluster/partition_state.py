@@ -30,7 +30,8 @@ from dataclasses import dataclass, replace
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-TOPICS = "/brokers/topics"
+from .znodes import TOPICS
+
 CONTROLLER_EPOCH = "/controller_epoch"
 
 

@@ -63,7 +63,8 @@ from .partition import Partition
 from .producer_state import ProducerStateManager
 
 if TYPE_CHECKING:
-    from headrace.broker.cluster.cluster import Cluster, TopicRecord
+    from headrace.broker.cluster.cluster import Cluster
+    from headrace.broker.cluster.znodes import TopicRecord
 
 log = logging.getLogger("headrace")
 

@@ -58,7 +58,8 @@ from headrace.storage import StorageError
 from .replica_fetcher import ReplicaFetcher
 
 if TYPE_CHECKING:
-    from headrace.broker.cluster.cluster import Cluster, TopicRecord
+    from headrace.broker.cluster.cluster import Cluster
+    from headrace.broker.cluster.znodes import TopicRecord
     from headrace.broker.log.topics import Topic, TopicManager
 
 log = logging.getLogger("headrace.moves")
