@@ -3,7 +3,7 @@
 
     python -m bench.cluster                         # both parts; bench/results/cluster.*
     python -m bench.cluster --parts scaling --seconds 5 --perf-records 2048   # a short check
-    python -m bench.cluster --readme                # ... and the README's cluster section
+    python -m bench.cluster --readme                # ... and its section of docs/benchmarks.md
     python -m bench.cluster --render bench/results/cluster.json --readme   # re-render only
     python -m bench.cluster --parts replicated --readme   # RF=3: bench/results/cluster-rf3.*
 
@@ -48,8 +48,8 @@ Parts:
   ``min.insync.replicas=2``, so an acks=all produce is answered once every ISR member has the
   batch. Each broker keeps its default flush settings (page-cache acks on every replica)
   unless ``--replicated-modes`` also names ``durable`` (``log.flush.interval.messages=1`` on
-  every broker, as in the other parts). Results go to ``cluster-rf3.*`` and a README section
-  of their own (``--stem``).
+  every broker, as in the other parts). Results go to ``cluster-rf3.*`` and a section of
+  docs/benchmarks.md of their own (``--stem``).
 
 Every run checks its records: after the producers are done, the sum of the partitions' latest
 offsets (ListOffsets: the high watermark) must equal the records the producers had
@@ -57,9 +57,9 @@ acknowledged (ProducerPerformance's count; the wire client's, warm-up included),
 fails. A produce answered with an error that was appended all the same fails it too.
 
 Results: ``bench/results/<stem>.json`` (every sample, latencies summarised),
-``<stem>.csv`` (one row per run), ``<stem>.png``; ``--readme`` rewrites the README between
-``<!-- bench-<stem>:start -->`` and ``<!-- bench-<stem>:end -->``. The stem is ``cluster``,
-or ``cluster-rf3`` when only the replicated part runs.
+``<stem>.csv`` (one row per run), ``<stem>.png``; ``--readme`` rewrites docs/benchmarks.md
+between ``<!-- bench-<stem>:start -->`` and ``<!-- bench-<stem>:end -->``. The stem is
+``cluster``, or ``cluster-rf3`` when only the replicated part runs.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ from bench.scenarios import S1_PROPS, KiB, MiB, Scenario
 from headrace.broker.tools.process import BrokerProcess, terminate
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "benchmarks.md"  # the cluster sections (they were in README.md)
 
 
 def markers(stem: str) -> tuple[str, str]:
@@ -480,7 +480,7 @@ def run_one(run: Run, args, ctx: dict, progress: Progress) -> dict:
 
 
 # --------------------------------------------------------------------------------------------
-# Summary, files, plot, README
+# Summary, files, plot, docs section
 
 METRICS = ("mib_per_sec", "p50_ms", "p99_ms", "mib_per_broker_cpu_s", "broker_cpu_ms_per_mib",
            "broker_cores", "busiest_loop_cores", "client_cores", "zookeeper_cores",
@@ -732,11 +732,12 @@ def _setup(results: dict) -> str:
     return "RF=1, log.flush.interval.messages=1"
 
 
-TITLES = {"cluster": "### Cluster: throughput per core, and 3 brokers beside Apache Kafka's 3",
-          "cluster-rf3": "#### RF=3: 3 brokers beside Apache Kafka's 3, every record on three"}
+TITLES = {"cluster": "## Cluster: throughput per core, and 3 brokers beside Apache Kafka's 3",
+          "cluster-rf3": "### RF=3: 3 brokers beside Apache Kafka's 3, every record on three"}
 
 
-def readme_section(results: dict) -> str:
+def readme_section(results: dict, page: Path = PAGE) -> str:
+    """The section of ``page`` for ``results``, its plot linked relative to the page."""
     stem = results.get("stem", "cluster")
     la = results["loadavg_start"]
     loads = [s["loadavg"][0] for s in results["samples"]]
@@ -756,6 +757,7 @@ def readme_section(results: dict) -> str:
         topic = (f"{results['partitions']} partitions (RF=1) spread evenly over the brokers; "
                  "64 KiB records, acks=all, `log.flush.interval.messages=1` on every broker. ")
     start, end = markers(stem)
+    plot = os.path.relpath(RESULTS.resolve() / f"{stem}.png", page.resolve().parent)
     return "\n".join([
         start,
         TITLES[stem],
@@ -776,14 +778,16 @@ def readme_section(results: dict) -> str:
         "",
         markdown(results),
         "",
-        f"![{stem}](bench/results/{stem}.png)",
+        f"![{stem}]({Path(plot).as_posix()})",
         end,
     ])
 
 
-def update_readme(results: dict, readme: Path = README) -> None:
-    text = readme.read_text()
-    section = readme_section(results)
+def update_readme(results: dict, page: Path = PAGE) -> None:
+    """The section of ``page`` (docs/benchmarks.md) between this stem's markers, appended
+    with its markers when they are absent."""
+    text = page.read_text()
+    section = readme_section(results, page)
     start, end = markers(results.get("stem", "cluster"))
     if start in text and end in text:
         head, rest = text.split(start, 1)
@@ -791,7 +795,7 @@ def update_readme(results: dict, readme: Path = README) -> None:
         text = head + section + tail
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
-    readme.write_text(text)
+    page.write_text(text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -842,7 +846,7 @@ def main(argv: list[str] | None = None) -> int:
                          "log.flush.interval.messages=1 (comma-separated)")
     ap.add_argument("--min-insync-replicas", type=int, default=2,
                     help="the RF=3 topic's min.insync.replicas")
-    ap.add_argument("--stem", help="name of the results files and README section (default: "
+    ap.add_argument("--stem", help="name of the results files and docs section (default: "
                                    "cluster-rf3 for --parts replicated, else cluster)")
     ap.add_argument("--runs", type=int, default=3, help="runs of each configuration")
     ap.add_argument("--partitions", type=int, default=6)
@@ -870,7 +874,8 @@ def main(argv: list[str] | None = None) -> int:
                          "'worktree' runs the installed working tree")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--raw-dir", help="logs and data (default: bench/results/raw/<stamp>)")
-    ap.add_argument("--readme", action="store_true", help="rewrite the README's section")
+    ap.add_argument("--readme", action="store_true",
+                    help="rewrite its section of docs/benchmarks.md")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -942,7 +947,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def finish(results: dict, args, progress: Progress, failed: int = 0) -> int:
-    """Medians, ratios, the files, the plot and (``--readme``) the README section."""
+    """Medians, ratios, the files, the plot and (``--readme``) the docs section."""
     results["max_other_cores"] = args.max_other_cores
     results["summary"] = summarise(results["samples"], args.max_other_cores)
     results["ratios"] = ratios(results["summary"])

@@ -1,13 +1,17 @@
-"""Results table (markdown + JSON), plots (PNG), the README section and profile summaries.
+"""Results table (markdown + JSON), plots (PNG), the docs page and profile summaries.
 
     python -m bench.report bench/results/results.json           # re-render table and plots
-    python -m bench.report bench/results/results.json --readme  # ... and the README section
+    python -m bench.report bench/results/results.json --readme  # ... and the docs pages
+
+``--readme`` writes the Benchmarks section of ``docs/benchmarks.md``, the list of re-runs in
+``docs/benchmarks-history.md`` and the headline figures in README.md, each between its markers.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import zlib
@@ -18,7 +22,11 @@ from bench.scenarios import LABELS, SCENARIOS, UNITS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "benchmarks.md"  # the Benchmarks section (it was in README.md)
+HISTORY = "benchmarks-history.md"  # beside the page: the re-runs of single scenarios
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+HISTORY_START, HISTORY_END = "<!-- bench-history:start -->", "<!-- bench-history:end -->"
+HEADLINE_START, HEADLINE_END = "<!-- bench-headline:start -->", "<!-- bench-headline:end -->"
 PLOTS = ("throughput.png", "saturation.png", "latency.png", "ratios.png")
 
 
@@ -281,7 +289,16 @@ def cpu_table(results: dict) -> str:
             "and network softirqs):\n\n" + head + "\n".join(rows) + "\n")
 
 
-def markdown(results: dict) -> str:
+def reruns_text(results: dict) -> list[str]:
+    """One line per re-run of some scenarios merged into ``results`` (``bench.run --merge``)."""
+    return [f"Re-run of {', '.join(r['scenarios'])} with `{r['command']}` at {r['stamp']} "
+            f"(Headrace at {r.get('headrace_at')}, load average at start "
+            f"{r['loadavg_start']})." for r in results.get("reruns", [])]
+
+
+def markdown(results: dict, history: str | None = None) -> str:
+    """The whole results text. With ``history`` (a link) one line stands for the re-run lines,
+    which the docs keep on a page of their own."""
     m = results.get("machine", {})
     lb = results.get("loopback", {})
     la = results.get("loadavg_start")
@@ -313,11 +330,17 @@ def markdown(results: dict) -> str:
         + f"; at end: {results.get('loadavg_end')}; 1-minute load at the start of each run: "
         + _load_range(results) + f". Run took {results.get('elapsed_s', 0) / 60:.1f} min.",
     ]
-    for r in results.get("reruns", []):
-        head.append("")
-        head.append(f"Re-run of {', '.join(r['scenarios'])} with `{r['command']}` at {r['stamp']} "
-                    f"(Headrace at {r.get('headrace_at')}, load average at start "
-                    f"{r['loadavg_start']}).")
+    reruns = results.get("reruns", [])
+    if history is None:
+        for line in reruns_text(results):
+            head += ["", line]
+    elif reruns:
+        last = reruns[-1]
+        n = f"{len(reruns)} re-run" + ("s" if len(reruns) != 1 else "")
+        head += ["", f"Since then {n} measured some scenarios again, each "
+                 f"replacing those scenarios' results below; the last at {last['stamp']} "
+                 f"(Headrace at {last.get('headrace_at')}). Each with its command: "
+                 f"[Benchmarks: re-runs]({history})."]
     if lb:
         head.append("")
         head.append("Loopback limit (iperf3, pinned CPUs): "
@@ -485,12 +508,25 @@ def write_plots(results: dict, out_dir: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# README
+# The docs pages and the README's headline figures
 
 
-def readme_section(results: dict, out_dir: Path) -> str:
-    rel = out_dir.resolve().relative_to(ROOT) if out_dir.resolve().is_relative_to(ROOT) else out_dir
-    plots = "\n".join(f"![{p[:-4]}]({rel}/{p})" for p in PLOTS if (out_dir / p).exists())
+def _link(target: Path, page: Path) -> str:
+    """``target`` as a relative link from ``page`` (which may be in another folder)."""
+    return Path(os.path.relpath(target.resolve(), page.resolve().parent)).as_posix()
+
+
+def _repo_path(path: Path) -> str:
+    """``path`` as the repository names it (``bench/results``), for text rather than links."""
+    full = path.resolve()
+    return full.relative_to(ROOT).as_posix() if full.is_relative_to(ROOT) else str(path)
+
+
+def readme_section(results: dict, out_dir: Path, page: Path = PAGE) -> str:
+    """The Benchmarks section of ``page``: links relative to it, the re-runs on ``HISTORY``."""
+    rel = _repo_path(out_dir)
+    link = _link(out_dir, page)
+    plots = "\n".join(f"![{p[:-4]}]({link}/{p})" for p in PLOTS if (out_dir / p).exists())
     driver = ("a pipelined Produce client (`bench/wireproduce.py`: one prebuilt batch as large "
               "as the scenario's `batch.size`, 5 requests in flight per connection, acks=all) "
               "and a Fetch client that reads only batch headers (`bench/wirefetch.py`); both "
@@ -501,13 +537,13 @@ def readme_section(results: dict, out_dir: Path) -> str:
     prof = ""
     if (out_dir / "notes.md").exists():
         prof += (f"\n\nWhat the numbers mean, which bars are met and what stands in the way: "
-                 f"[{rel}/notes.md]({rel}/notes.md).")
+                 f"[{rel}/notes.md]({link}/notes.md).")
     if profiles:
         prof += ("\n\nFlame graphs (Headrace: py-spy; Kafka: JFR; "
                  "`python -m bench.run --profile`): "
-                + ", ".join(f"[{p.stem[8:]}]({rel}/{p.name})" for p in profiles)
-                + f"; top functions in [{rel}/profiles.md]({rel}/profiles.md).")
-    return f"""## Benchmarks
+                + ", ".join(f"[{p.stem[8:]}]({link}/{p.name})" for p in profiles)
+                + f"; top functions in [{rel}/profiles.md]({link}/profiles.md).")
+    return f"""# Benchmarks
 
 Apache Kafka and Headrace on the same machine, one after the other, each driven to saturation
 (1, 2, 4, 8 client processes until the broker's throughput stops growing) by {driver}, with
@@ -530,24 +566,74 @@ python -m bench.run --size tiny --runs 1                     # a quick check
 
 Latest results:
 
-{markdown(results)}
+{markdown(results, history=HISTORY)}
 {plots}{prof}
 """
+
+
+def history_section(results: dict) -> str:
+    """The re-runs merged into ``results``, oldest first (``HISTORY``'s part between markers)."""
+    lines = reruns_text(results)
+    return "\n\n".join(lines) + "\n" if lines else "No re-runs since the whole run.\n"
+
+
+def headline_section(results: dict, page: Path, readme: Path) -> str:
+    """A few lines for the README: per scenario the figure of its first bar, Kafka beside
+    Headrace, and a link to ``page``."""
+    m = results.get("machine", {})
+    rows = ["| scenario | Apache Kafka | Headrace | Headrace/Kafka |", "|---|---:|---:|---:|"]
+    for sid, entry in results["scenarios"].items():
+        sc = SCENARIOS.get(sid)
+        if sc is None or not sc.bars:
+            continue
+        metric = sc.bars[0].metric
+        r = ratio(entry, metric)
+        rows.append(f"| {sid}: {entry.get('title', sc.title)}: {LABELS.get(metric, metric)} "
+                    f"({UNITS.get(metric, '')}) | {_cell(entry, 'kafka', metric).split(' (')[0]} "
+                    f"| {_cell(entry, 'headrace', metric).split(' (')[0]} | "
+                    f"{'-' if r is None else f'{r:.2f}x'} |")
+    link = _link(page, readme)
+    return (f"Apache Kafka {m.get('kafka_version')} (KRaft, one node) and Headrace, one after "
+            f"the other on one machine ({m.get('cpu_model', '?')}, {m.get('cpus')} CPUs), each "
+            f"driven to saturation; one figure per scenario, medians of "
+            f"{results['runs']} runs ([{link}]({link}): the method, the machine, every figure, "
+            f"the plots):\n\n" + "\n".join(rows) + "\n")
+
+
+def _between(text: str, start: str, end: str, block: str, append: bool = True) -> str:
+    """``text`` with ``block`` between ``start`` and ``end`` (appended with the markers when
+    they are absent and ``append``); nothing outside the markers changes."""
+    whole = f"{start}\n{block}{end}"
+    if start in text and end in text:
+        return re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: whole, text,
+                      flags=re.S)
+    if not append:
+        raise ValueError(f"no {start} ... {end} markers")
+    return text.rstrip("\n") + "\n\n" + whole + "\n"
 
 
 def with_section(text: str, section: str) -> str:
     """``text`` with ``section`` between the bench markers (appended at the end if absent);
     nothing outside the markers changes."""
-    block = f"{START}\n{section}{END}"
-    if START in text and END in text:
-        return re.sub(re.escape(START) + r".*?" + re.escape(END), lambda _: block, text,
-                      flags=re.S)
-    return text.rstrip("\n") + "\n\n" + block + "\n"
+    return _between(text, START, END, section)
 
 
-def update_readme(results: dict, out_dir: Path, readme: Path = README) -> None:
-    """Rewrite the README's Benchmarks section from ``results``."""
-    readme.write_text(with_section(readme.read_text(), readme_section(results, out_dir)))
+def update_readme(results: dict, out_dir: Path, page: Path = PAGE,
+                  headline: Path | None = None) -> None:
+    """Rewrite the Benchmarks section of ``page`` (docs/benchmarks.md; it was the README's)
+    and the re-runs on ``HISTORY`` beside it from ``results``; with ``headline`` (README.md)
+    also the headline figures between its markers there."""
+    page.write_text(with_section(page.read_text(), readme_section(results, out_dir, page)))
+    history = page.with_name(HISTORY)
+    if history.exists():
+        history.write_text(_between(history.read_text(), HISTORY_START, HISTORY_END,
+                                    history_section(results)))
+    else:
+        history.write_text("# Benchmarks: re-runs\n\n" + HISTORY_START + "\n"
+                           + history_section(results) + HISTORY_END + "\n")
+    if headline is not None:
+        headline.write_text(_between(headline.read_text(), HEADLINE_START, HEADLINE_END,
+                                     headline_section(results, page, headline), append=False))
 
 
 # --------------------------------------------------------------------------------------------
@@ -704,12 +790,14 @@ def write_profiles(profile_dir: Path | None, out_dir: Path, results: dict) -> No
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="re-render results")
     ap.add_argument("results", type=Path)
-    ap.add_argument("--readme", action="store_true")
+    ap.add_argument("--readme", action="store_true",
+                    help="rewrite docs/benchmarks.md, docs/benchmarks-history.md and the "
+                         "README's headline figures")
     a = ap.parse_args(argv)
     results = json.loads(a.results.read_text())
     write(results, a.results.parent)
     if a.readme:
-        update_readme(results, a.results.parent)
+        update_readme(results, a.results.parent, headline=README)
     return 0
 
 

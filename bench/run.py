@@ -36,7 +36,8 @@ would use. For each throughput scenario (S1-S5) and broker variant:
 S6 (end-to-end latency at a fixed rate) and S7 (cold start) run as before, S6 with a warm-up
 run per broker process. Raw tool output and broker logs go to ``bench/results/raw/<stamp>/``;
 the summary goes to ``bench/results/`` (results.json, results.md, PNG plots), and ``--readme``
-rewrites the README's Benchmarks section.
+rewrites the Benchmarks section of ``docs/benchmarks.md``, the re-runs in
+``docs/benchmarks-history.md`` and the README's headline figures.
 """
 
 from __future__ import annotations
@@ -627,7 +628,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="replace only these scenarios in the existing results.json of --out "
                          "(the rest, and the machine facts, stay from the earlier run)")
     ap.add_argument("--readme", action="store_true",
-                    help="rewrite the README's Benchmarks section from these results")
+                    help="rewrite docs/benchmarks.md (and its re-runs page) and the README's "
+                         "headline figures from these results")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     if args.clients is None:
@@ -734,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         report.write(results, out_dir, plots=not args.no_plots)
         if args.readme:
-            report.update_readme(results, out_dir)
+            report.update_readme(results, out_dir, headline=report.README)
     ctx.progress(f"done in {elapsed:.0f}s; results in {out_dir}"
                  + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0

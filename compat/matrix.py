@@ -1,4 +1,5 @@
-"""The compatibility matrix: README section, the longer ``matrix.md``, the README rewrite."""
+"""The compatibility matrix: the section of docs/clients.md, the longer ``matrix.md``, and the
+rewrite of that section."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from compat.clients import (CLIENTS, CLUSTER_SCENARIOS, JAVA_SCENARIOS, ROOT, SECURITY_SCENARIOS,
                             SPARK_SCENARIOS, TOOL_SCENARIOS, log)
 
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "clients.md"  # the page with the matrix (it was in README.md)
 
 
 TABLES = {
@@ -114,10 +115,11 @@ README_START = "<!-- compat-matrix:start -->"
 README_END = "<!-- compat-matrix:end -->"
 
 
-def update_readme(section: str, path: Path = README) -> bool:
+def update_readme(section: str, path: Path = PAGE) -> bool:
+    """``section`` between the markers of ``path`` (docs/clients.md); False without them."""
     text = path.read_text()
     if README_START not in text or README_END not in text:
-        log(f"README has no {README_START} ... {README_END} markers; left alone")
+        log(f"{path.name} has no {README_START} ... {README_END} markers; left alone")
         return False
     head, rest = text.split(README_START, 1)
     _, tail = rest.split(README_END, 1)

@@ -3,13 +3,13 @@
     python -m compat                      # every client (installs what it needs first)
     python -m compat --client java39 --client kcat
     python -m compat --list               # clients and their scenarios
-    python -m compat --no-readme          # leave README.md alone
+    python -m compat --no-readme          # leave docs/clients.md alone
 
 Each client is installed the way its users install it, into caches (``compat/clients.py``).
 Every client gets a fresh Headrace broker on a free port of 127.0.0.1 (the ``*-cluster`` rows a
 fresh cluster of three brokers with ZooKeeper, ``compat/broker.py``); each scenario runs as its
 own process with a timeout, so one hung client cannot stop the others (``compat/runner.py``). The results go to ``compat/results/matrix.json`` and ``matrix.md``
-and to the README section between ``<!-- compat-matrix:start -->`` and
+and to the section of ``docs/clients.md`` between ``<!-- compat-matrix:start -->`` and
 ``<!-- compat-matrix:end -->`` (``compat/matrix.py``).
 
 A partial run (``--client``) replaces only the rows of the clients it ran.
@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="run only this client (repeatable)")
     ap.add_argument("--scenario", action="append", help="run only this scenario (repeatable)")
     ap.add_argument("--list", action="store_true", help="list clients and scenarios")
-    ap.add_argument("--no-readme", action="store_true", help="do not rewrite README.md")
+    ap.add_argument("--no-readme", action="store_true",
+                    help="do not rewrite the matrix in docs/clients.md")
     ap.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     args = ap.parse_args(argv)
 

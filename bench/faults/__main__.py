@@ -23,7 +23,7 @@ Parts (``--only`` picks some; default all three):
 Results: ``--out`` (default ``bench/results/faults``): ``faults.json`` (everything),
 ``faults.md`` (the table, with the bars: anomalies 0; Headrace's longest gaps at most Kafka's
 + 1 s; transactions per minute at least Kafka's; p50 <= 50 ms and p99 <= 250 ms; every start
-makes its topic), ``faults.png``; ``--readme`` puts the table in README.md. Each run's data
+makes its topic), ``faults.png``; ``--readme`` puts the table in docs/faults.md. Each run's data
 directories and logs stay in ``--work`` (default a new directory in /tmp). Progress goes to stderr.
 """
 
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the table and plot of a faults.json again, into --out; of several runs' faults.json,"
         " one table (a later run's row replaces an earlier one of the same mode and system)",
     )
-    ap.add_argument("--readme", action="store_true", help="put the table in README.md too")
+    ap.add_argument("--readme", action="store_true", help="put the table in docs/faults.md too")
     args = ap.parse_args(argv)
     if args.render:
         results = merge([json.loads(path.read_text()) for path in args.render])
@@ -332,17 +332,18 @@ def _write(results: dict, out: Path) -> int:
     return 0
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+# the page with the fault suite's section (it was in README.md)
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "faults.md"
 MARKERS = ("<!-- bench-faults:start -->", "<!-- bench-faults:end -->")
 
 
-def update_readme(results: dict, readme: Path = README) -> None:
-    """The table between the README's markers (which must be there)."""
-    text = readme.read_text()
+def update_readme(results: dict, page: Path = PAGE) -> None:
+    """The table between the markers of ``page`` (which must be there)."""
+    text = page.read_text()
     start, end = MARKERS
     head, rest = text.split(start, 1)
     tail = rest.split(end, 1)[1]
-    readme.write_text(f"{head}{start}\n{markdown(results)}{end}{tail}")
+    page.write_text(f"{head}{start}\n{markdown(results)}{end}{tail}")
 
 
 def _commit() -> str:

@@ -30,7 +30,8 @@ from compat.run import CLIENTS  # noqa: E402
 KNOWN_FAILING: dict[tuple[str, str], str] = {
     ("kcat-security", "security-sasl-ssl-scram-sha-512"): "librdkafka before 2.6.1 (Debian's kcat "
     "has 2.0.2) repeats its own nonce in the SCRAM client-final message; Headrace checks the "
-    "nonce as RFC 5802 and Apache Kafka 4 do, so it fails as against Kafka 4 (README, SASL)",
+    "nonce as RFC 5802 and Apache Kafka 4 do, so it fails as against Kafka 4 "
+    "(docs/security.md, SASL)",
 }
 
 SELECTED = [c for c in os.environ.get("HEADRACE_COMPAT_CLIENTS", "").split(",") if c] \

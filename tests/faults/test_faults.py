@@ -4,8 +4,8 @@ own), with idempotent acks=all producers, a transactional producer and a Metadat
 throughout; everything read back with read_committed and checked.
 
 A round here holds each fault for the session timeout (4 s) + 3 s, and the lossy links for 15 s;
-``python -m bench.faults`` runs 20 rounds of each beside Apache Kafka (the README's fault
-table). What each test asserts is what a user would check: nothing acknowledged lost,
+``python -m bench.faults`` runs 20 rounds of each beside Apache Kafka (the table of
+docs/faults.md). What each test asserts is what a user would check: nothing acknowledged lost,
 duplicated, reordered or read at another offset, no aborted record visible, no committed
 record missing, no transaction partly visible, no Metadata answer without brokers; and that
 writes resume after the fault is healed within the session timeout and a margin (the
