@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from headrace.broker.cluster.cluster import TopicChangeError
+from headrace.broker.cluster.topic_admin import TopicChangeError
 from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -61,7 +61,7 @@ async def handle(broker, header, request):
         if not targets or broker.cluster is None:
             continue
         try:
-            refused = await broker.cluster.reassign(t.name, targets)
+            refused = await broker.cluster.admin.reassign(t.name, targets)
         except TopicChangeError as e:
             for answer in answers.values():
                 answer.error_code, answer.error_message = e.error_code, e.message

@@ -10,7 +10,7 @@ the transaction coordinator, whose open transactions drop their pending offsets 
 
 from __future__ import annotations
 
-from headrace.broker.cluster.cluster import TopicChangeError
+from headrace.broker.cluster.topic_admin import TopicChangeError
 from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 

@@ -29,7 +29,7 @@ async def handle(broker, header, request):
         if node == broker.node_id:
             return _answer(ErrorCode.INVALID_REQUEST, "A broker on its own cannot be removed.")
         return _answer(ErrorCode.BROKER_ID_NOT_REGISTERED, f"Broker {node} is not registered.")
-    if not await cluster.remove_member(node):
+    if not await cluster.controller.remove_member(node):
         return _answer(
             ErrorCode.BROKER_ID_NOT_REGISTERED, f"Broker {node} is not a member of the cluster."
         )

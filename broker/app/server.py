@@ -67,7 +67,6 @@ from headrace.broker.background import run_every
 from headrace.broker.client.broker_client import BrokerClient
 from headrace.broker.client.inter_broker import client_security
 from headrace.broker.cluster.cluster import Cluster, ClusterError
-from headrace.broker.cluster.controller import Controller
 from headrace.broker.cluster.documents import Document
 from headrace.broker.cluster.znodes import Endpoint
 from headrace.broker.config.config import BrokerConfig, ConfigError, connection_overrides
@@ -213,9 +212,6 @@ class BrokerServer:
             self.replicas.on_gaining = self._gaining
             self.cluster.on_fenced = self._fenced
             self.topics.replicas = self.cluster.replicas = self.replicas
-            self.cluster.controller = Controller(
-                self.cluster, int(config["controller.rebalance.interval.ms"])
-            )
         self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
         # fetch responses in memory: reserved before reading, released once sent
         self.fetch_budget = ByteBudget(int(config["queued.max.response.bytes"]))
@@ -641,7 +637,7 @@ class BrokerServer:
             timeout = int(self.config["controlled.shutdown.max.retries"]) * int(
                 self.config["controlled.shutdown.retry.backoff.ms"]
             )
-            left = await self.cluster.controlled_shutdown(max(timeout, 0) / 1000)
+            left = await self.cluster.controller.controlled_shutdown(max(timeout, 0) / 1000)
             log.info(
                 "controlled shutdown in %.0f ms (%d partitions still led or in sync)",
                 (time.monotonic() - started) * 1000,

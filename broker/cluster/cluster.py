@@ -1,8 +1,11 @@
-"""Cluster mode (``zookeeper.connect``): membership and topic metadata in ZooKeeper.
+"""Cluster mode (``zookeeper.connect``): this broker's view of the cluster in ZooKeeper, its
+registration and its session.
 
 How this works
 --------------
-The znodes, their paths and their contents are znodes.py's.
+The znodes, their paths and their contents are znodes.py's; the ZooKeeper operations
+zk_client.py's; the topic changes this broker writes topic_admin.py's (``Cluster.admin``);
+the controller's job, and the members, controller.py's.
 
 Reading: kazoo's watches run on kazoo's threads; they only hand the new value to the event
 loop, where ``brokers``, ``topics`` and ``controller_id`` change. A topic event older than what
@@ -10,25 +13,16 @@ is known (by the znode's modification zxid) is dropped. Every topic change is pa
 ``TopicManager.apply``, which opens the partitions placed on this broker, follows settings and
 partition counts, and forgets deleted topics (files, and the coordinators' state about them).
 
-Writing: CreateTopics, CreatePartitions, AlterConfigs and DeleteTopics, at whichever broker
-they arrive, write the topic's znode (create; compare-and-set on its version; delete), then
-apply the result here at once, so the client's answer comes once this broker serves the new
-metadata; the others follow through their watches. A new topic's partitions are placed by
-``placement.assign_replicas`` over the live brokers, with the topic's replication factor (the
-first replica the preferred leader). Each partition's leader, leader epoch and ISR live in its
-own state znode, ``/brokers/topics/<name>/partitions/<p>/state`` (partition_state.py), made
-with the topic in one ZooKeeper transaction, written only by compare-and-set (the controller's
-elections, the leader's ISR changes), watched by every broker (``states``; replica_manager.py
-turns them into this broker's roles).
+Each partition's leader, leader epoch and ISR live in its own state znode
+(partition_state.py), written only by compare-and-set (the controller's elections, the
+leader's ISR changes), watched by every broker (``states``; replica_manager.py turns them into
+this broker's roles). A write this broker makes itself is in the view at once (``learned``,
+``written``), not only once its watch tells of it.
 
-Moves: ``reassign`` writes a partition's move (AlterPartitionReassignments, or the controller)
-and ``finish_move`` its switch, both by compare-and-set; moves.py says how a move runs. The
-elected controller (controller.py; ``_lead`` starts it, fencing stops it) keeps the member
-brokers in ``/cluster/members`` (``update_members``, ``remove_member``) and moves the
-partitions placed automatically to where placement over the members puts them.
-
-Producer ids: every broker takes blocks of ids from ``/latest_producer_id_block`` by
-compare-and-set, so no id is handed out twice in the cluster.
+The controller: every broker contends; the elected one does controller.py's job (fencing
+stops it). Producer ids: every broker takes
+blocks of ids from ``/latest_producer_id_block`` by compare-and-set, so no id is handed out
+twice in the cluster.
 
 Sessions: registration is an ephemeral znode. A restarted broker whose previous session has
 not expired yet waits for it (up to the session timeout); a live broker with the same id is a
@@ -52,37 +46,28 @@ import asyncio
 import json
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import (
-    KazooException,
-    NodeExistsError,
-    NoNodeError,
-)
+from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from . import partition_state
+from .controller import Controller
 from .partition_state import PartitionState
-from .placement import BrokerInfo, assign_replicas
+from .topic_admin import TopicAdmin
 from .zk_client import ZkClient
 from .znodes import (
     BROKERS,
     CONTROLLER,
     MEMBERS,
-    NO_MEMBERS,
     PRODUCER_IDS,
     SHUTTING_DOWN,
     TOPICS,
     Endpoint,
     TopicRecord,
 )
-
-if TYPE_CHECKING:
-    from .controller import Controller
 
 log = logging.getLogger("headrace.cluster")
 
@@ -108,15 +93,6 @@ class ClusterError(Exception):
     """Cluster mode cannot start (ZooKeeper unreachable, broker id taken...)."""
 
 
-class TopicChangeError(Exception):
-    """A topic change the cluster refused; ``error_code`` is Kafka's answer for it."""
-
-    def __init__(self, error_code: int, message: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.message = message
-
-
 class Cluster:
     """This broker's view of the cluster, and its writes to it. ``start`` connects, registers
     and reads everything; the watches keep the view current from then on."""
@@ -140,6 +116,7 @@ class Cluster:
             command_retry={"max_tries": 3, "max_delay": 1.0},
         )
         self.zk_client = ZkClient(self.zk)
+        self.admin = TopicAdmin(self)  # the topic changes this broker writes
         self.brokers: dict[int, Endpoint] = {}
         self._brokers_reads = 0  # reads of the registered brokers started (the newest wins)
         self.topics: dict[str, TopicRecord] = {}
@@ -153,13 +130,10 @@ class Cluster:
         self._tasks: set[asyncio.Task] = set()
         self._suspended: asyncio.TimerHandle | None = None
         self._lost = False
-        self._stopping = threading.Event()
-        self._not_leading = threading.Event()
-        self._election = self.zk.Election(CONTROLLER, identifier=str(node_id))
-        self.controller: Controller | None = None  # the controller's job, while elected
-        self._confirmed: dict[int, bytes] = {}  # the registrations confirmed (as controller)
+        self.stopping = threading.Event()
+        # the controller's job, done while this broker is the elected controller
+        self.controller = Controller(self, int(config["controller.rebalance.interval.ms"]))
         self.removed: set[int] = set()  # brokers removed while running (being drained)
-        self._elected = False
         self._watched: set[str] = set()
         # partition -> its leader, leader epoch and ISR (partition_state.py), newest seen
         self.states: dict[tuple[str, int], PartitionState] = {}
@@ -200,7 +174,7 @@ class Cluster:
         )
         self.zk.DataWatch(MEMBERS, self._from_zk(self._members_changed))
         self.zk.ChildrenWatch(SHUTTING_DOWN, self._from_zk(self._shutting_down_changed))
-        threading.Thread(target=self._elect, name="headrace-election", daemon=True).start()
+        self.controller.contend()
         log.info(
             "broker %d registered in %s (cluster %s, %d brokers, %d topics)",
             self.node_id,
@@ -214,57 +188,16 @@ class Cluster:
         """Start serving the partitions placed here (the coordinators have loaded)."""
         self.serving = True
         self.fenced = False
-        if self._elected and self.controller is not None and not self._stopping.is_set():
-            self.controller.start()  # elected while still loading (fenced): decide from now
+        self.controller.resume()  # elected while still loading (fenced): decide from now
 
     def _shutting_down_changed(self, ids: list[str]) -> None:
         self.shutting_down = {int(i) for i in ids if i.isdigit()}
-        if self.controller is not None:
-            self.controller.changed()
-
-    async def controlled_shutdown(self, timeout_s: float) -> int:
-        """Kafka's controlled shutdown, before a clean stop: ask the controller (an ephemeral
-        ``/brokers/shutting_down/<id>``) to hand every partition this broker leads to another
-        live ISR member and to take it out of the ISRs it is in, then wait (at most
-        ``timeout_s``) until it leads nothing that another ISR member could lead. Returns how
-        many partitions it still leads."""
-        if self.fenced:
-            return 0
-        path = f"{SHUTTING_DOWN}/{self.node_id}"
-        try:
-            await asyncio.to_thread(self.zk.create, path, b"", ephemeral=True, makepath=True)
-        except NodeExistsError:
-            pass
-        except KazooException as e:
-            log.warning("controlled shutdown: cannot ask the controller: %s", e)
-            return -1
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while True:
-            left = self._still_led()
-            if not left or loop.time() >= deadline or self.fenced:
-                return len(left)
-            await asyncio.sleep(0.1)
-
-    def _still_led(self) -> list[tuple[str, int]]:
-        """The partitions this broker leads that another live ISR member could lead, and
-        those where it is in the ISR with others (the controller takes it out)."""
-        me = self.node_id
-        live = set(self.brokers) - self.shutting_down - {me}  # (all stopping: none waits)
-        return [
-            key
-            for key, state in self.states.items()
-            if me in state.isr
-            and any(b in live for b in state.isr if b != me)
-            and key[0] in self.topics
-        ]
+        self.controller.changed()
 
     async def stop(self) -> None:
         """Leave the cluster: the registration and a controller role end with the session."""
-        self._stopping.set()
-        self._not_leading.set()
-        if self.controller is not None:
-            self.controller.stop()
+        self.stopping.set()
+        self.controller.resign()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.to_thread(self._close)
@@ -294,7 +227,7 @@ class Cluster:
         assert loop is not None
 
         def watch(*args) -> None:
-            if not self._stopping.is_set():
+            if not self.stopping.is_set():
                 loop.call_soon_threadsafe(fn, *args)
 
         return watch
@@ -357,7 +290,7 @@ class Cluster:
         watch = self._from_zk(self._state_changed)
 
         def changed(data, stat) -> bool | None:
-            if self._stopping.is_set():
+            if self.stopping.is_set():
                 return False
             watch(name, index, data, stat)
             if data is None and (name, index) not in self._states_watched:
@@ -405,25 +338,26 @@ class Cluster:
         written = await asyncio.to_thread(
             partition_state.cas, self.zk, name, index, new, version, fence
         )
-        if self.learned(name, index, written) and self.replicas is not None:
-            self.replicas.state_changed(name, index)
+        self._learned_here(name, index, written)
         return written
 
     async def read_state(self, name: str, index: int) -> PartitionState | None:
         """Read a partition's state from ZooKeeper now (after a refused write)."""
         state = await asyncio.to_thread(partition_state.read, self.zk, name, index)
-        if state is not None and self.learned(name, index, state) and self.replicas is not None:
-            self.replicas.state_changed(name, index)
+        self._learned_here(name, index, state)
         return state
 
     async def ensure_state(self, name: str, index: int, state: PartitionState):
         """Make a partition's state znode if it has none (the controller, for topics made
         before partition states existed); the state there."""
         found = await asyncio.to_thread(partition_state.ensure, self.zk, name, index, state)
-        if found is not None and self.learned(name, index, found):
-            if self.replicas is not None:
-                self.replicas.state_changed(name, index)
+        self._learned_here(name, index, found)
         return found
+
+    def _learned_here(self, name: str, index: int, state: PartitionState | None) -> None:
+        """A state read or written here: into the view and, when newest, to the roles."""
+        if state is not None and self.learned(name, index, state) and self.replicas is not None:
+            self.replicas.state_changed(name, index)
 
     def _brokers_changed(self, ids: list[str]) -> None:
         self._spawn(self._read_brokers(ids))
@@ -431,11 +365,13 @@ class Cluster:
     async def _read_brokers(self, ids: list[str]) -> None:
         self._brokers_reads += 1
         started = self._brokers_reads
-        found = await asyncio.to_thread(self._registrations, ids)
+        found = await asyncio.to_thread(
+            self.zk_client.registrations, ids, self.inter_broker_listener
+        )
         if started != self._brokers_reads:
             return  # a later change is being read: this one must not overwrite it
         self.brokers = found
-        if self.controller is not None and self.controller.active:
+        if self.controller.active:
             self.controller.changed()
 
     async def registered_now(self) -> dict[int, Endpoint]:
@@ -443,37 +379,15 @@ class Cluster:
         (a broker that has just registered may not have reached the view yet); the view
         when ZooKeeper cannot be read."""
         try:
-            return await asyncio.to_thread(self._registrations)
+            return await asyncio.to_thread(
+                self.zk_client.registrations, None, self.inter_broker_listener
+            )
         except KazooException as e:
             log.warning("cannot read the registered brokers: %r", e)
             return dict(self.brokers)
 
-    def _registrations(self, ids: list[str] | None = None) -> dict[int, Endpoint]:
-        """(In a thread.) The registered brokers ``ids`` (None: every one registered now, as
-        ZooKeeper has it once synced), by id."""
-        if ids is None:
-            self.zk.sync(BROKERS)
-            ids = self.zk.get_children(BROKERS)
-        found = {}
-        for name in ids:
-            try:
-                data, _ = self.zk.get(f"{BROKERS}/{name}")
-            except NoNodeError:
-                continue
-            endpoint = Endpoint.decode(data, self.inter_broker_listener)
-            if endpoint is None:
-                log.warning(
-                    "broker %s has no listener %s (inter.broker.listener.name); it is"
-                    " not counted as live",
-                    name,
-                    self.inter_broker_listener,
-                )
-                continue
-            found[int(name)] = endpoint
-        return found
-
     async def _read_controller(self) -> None:
-        contenders = await asyncio.to_thread(self._election.contenders)
+        contenders = await asyncio.to_thread(self.controller.election.contenders)
         self.controller_id = int(contenders[0]) if contenders else -1
         if self.controller_id >= 0:
             self._controller_seen.set()
@@ -578,7 +492,7 @@ class Cluster:
 
     def _session_changed(self, state: str) -> None:
         """kazoo's connection listener (its thread)."""
-        if self._loop is not None and not self._stopping.is_set():
+        if self._loop is not None and not self.stopping.is_set():
             self._loop.call_soon_threadsafe(self._on_session, state)
 
     def _on_session(self, state: str) -> None:
@@ -602,9 +516,7 @@ class Cluster:
                 "broker %d lost its ZooKeeper session: not serving partitions", self.node_id
             )
         was_fenced, self.fenced = self.fenced, True
-        self._not_leading.set()
-        if self.controller is not None:
-            self.controller.stop()  # a fenced controller decides nothing
+        self.controller.resign()  # a fenced controller decides nothing
         if not was_fenced and self.on_fenced is not None:
             self.on_fenced()
 
@@ -616,125 +528,17 @@ class Cluster:
         self._lost = False
         await self._read_all()
         if self.controller_id == self.node_id:
-            await self.confirm([self.node_id])
+            await self.controller.confirm([self.node_id])
         log.info("broker %d registered again: waiting for the controller", self.node_id)
         while not await asyncio.to_thread(self.zk_client.is_confirmed, self.node_id, session):
-            if self._lost or self._stopping.is_set():
+            if self._lost or self.stopping.is_set():
                 return  # the session ended again: the next rejoin takes over
             await asyncio.sleep(0.2)
         self.fenced = False
         log.info("broker %d registered again and confirmed: serving", self.node_id)
-        if self._elected and self.controller is not None:
-            self.controller.start()
-
-    async def bump_controller_epoch(self) -> tuple[int, int]:
-        """(The controller, as it starts.) The controller epoch + 1, by compare-and-set on
-        ``/controller_epoch``: (the new epoch, the znode's version), which every state write
-        of this controller checks (a controller elected later bumps it, fencing this one)."""
-        data, stat = await self.zk_client.update(
-            partition_state.CONTROLLER_EPOCH,
-            lambda data, _: str(int(data or b"0") + 1).encode(),
-            initial=b"0",
-        )
-        return int(data), stat.version
-
-    async def restarted(self, nodes) -> set[int]:
-        """(The controller.) Those of ``nodes`` registered by a session the controller has not
-        confirmed yet: they were down (or their session ended) since, however briefly."""
-        return await asyncio.to_thread(self.zk_client.restarted, nodes)
-
-    async def confirm(self, nodes) -> None:
-        """(The controller.) Confirm the current registration of each of ``nodes``."""
-        await asyncio.to_thread(self.zk_client.confirm, nodes, self._confirmed)
-
-    # the controller role -------------------------------------------------------------------------
-
-    def _elect(self) -> None:
-        """(A thread.) Contend for the controller role for as long as the broker runs; the
-        role ends when this broker's session does."""
-        while not self._stopping.is_set():
-            try:
-                self._election.run(self._lead)
-            except KazooException:
-                if not self._stopping.is_set():  # a stop closes the session under it
-                    log.exception("controller election")
-            self._stopping.wait(1.0)
-
-    def _lead(self) -> None:
-        log.info("broker %d is the controller", self.node_id)
-        self._not_leading.clear()
-        loop = self._loop
-        if loop is not None and self.controller is not None and not self._stopping.is_set():
-            loop.call_soon_threadsafe(self._controlling, True)
-        self._not_leading.wait()
-        if loop is not None and self.controller is not None and not self._stopping.is_set():
-            loop.call_soon_threadsafe(self._controlling, False)
-
-    def _controlling(self, elected: bool) -> None:
-        """(On the loop.) The election's outcome: the controller decides while this broker is
-        elected and not fenced (``_rejoin`` starts it again after a lost session)."""
-        assert self.controller is not None
-        self._elected = elected
-        if elected and not self.fenced and not self._stopping.is_set():
-            self.controller.start()
-        else:
-            self.controller.stop()
+        self.controller.resume()
 
     # members -------------------------------------------------------------------------
-
-    async def _change_members(self, change) -> dict:
-        """Read, change (``change(d)`` returns True when it changed ``d``) and compare-and-set
-        the members znode (made empty if missing); the content written (or read)."""
-
-        def changed(data: bytes, _) -> bytes | None:
-            d = json.loads(data)
-            return json.dumps(d, sort_keys=True).encode() if change(d) else None
-
-        data, _ = await self.zk_client.update(MEMBERS, changed, initial=NO_MEMBERS)
-        return json.loads(data)
-
-    async def update_members(self) -> dict[int, str | None]:
-        """(The controller.) Registered brokers not yet members become members; removed
-        brokers that have stopped are forgotten. The members: id -> rack."""
-        live = dict(self.brokers)
-
-        def change(d: dict) -> bool:
-            members, removed = d["members"], d["removed"]
-            changed = False
-            for b, e in live.items():
-                if str(b) not in members and b not in removed:
-                    members[str(b)] = {"rack": e.rack}
-                    log.info("broker %d is a member of the cluster", b)
-                    changed = True
-            kept = [b for b in removed if b in live]
-            if kept != removed:
-                d["removed"] = kept
-                changed = True
-            return changed
-
-        d = await self._change_members(change)
-        return {int(b): m.get("rack") for b, m in d["members"].items()}
-
-    async def remove_member(self, node: int) -> bool:
-        """Remove a member for good (UnregisterBroker): its partitions move to the others
-        while it runs (it is drained), and a later start makes it a member again. False when
-        it is not a member."""
-        live = set(self.brokers)
-        found = False
-
-        def change(d: dict) -> bool:
-            nonlocal found
-            found = d["members"].pop(str(node), None) is not None
-            if found and node in live and node not in d["removed"]:
-                d["removed"].append(node)
-            return found
-
-        await self._change_members(change)
-        if found:
-            log.info("broker %d was removed from the cluster", node)
-            if self.controller is not None and self.controller.active:
-                self.controller.changed()
-        return found
 
     def _members_changed(self, data: bytes | None, stat, event=None) -> None:
         try:
@@ -742,287 +546,19 @@ class Cluster:
         except (ValueError, KeyError, TypeError):
             log.warning("unreadable %s", MEMBERS)
 
-    async def members(self) -> dict[int, str | None]:
-        d = await self._change_members(lambda _: False)
-        return {int(b): m.get("rack") for b, m in d["members"].items()}
+    # the view after this broker's own writes (topic_admin.py) ---------------------------
 
-    # writes -------------------------------------------------------------------------
-
-    def _live(self) -> dict[int, BrokerInfo]:
-        """The live brokers new partitions may go to: not those being removed (drained)."""
-        return {
-            b: BrokerInfo(rack=e.rack) for b, e in self.brokers.items() if b not in self.removed
-        }
-
-    async def create_topic(
-        self,
-        name: str,
-        count: int,
-        configs: dict[str, Any],
-        replicas: list[list[int]] | None = None,
-        replication_factor: int = 1,
-    ) -> None:
-        """Write a new topic (placed over the live brokers with ``replication_factor``
-        replicas each unless ``replicas`` says where) and its partitions' states (the first
-        replica leads, every replica in sync) in one ZooKeeper transaction, then open its
-        partitions here. FileExistsError when the name is taken."""
-        manual: set[int] = set()
-        if replicas is None:
-            live = self._live()
-            if replication_factor > len(live):
-                # a broker that has just registered may not have reached this view yet (its
-                # watch event is on the way): read the registrations before refusing
-                found = await self.registered_now()
-                live = {
-                    b: BrokerInfo(rack=e.rack) for b, e in found.items() if b not in self.removed
-                }
-            if not live:
-                raise TopicChangeError(38, "no broker is registered")  # INVALID_REPLICATION_FACTOR
-            if not 1 <= replication_factor <= len(live):
-                raise TopicChangeError(
-                    38,  # INVALID_REPLICATION_FACTOR
-                    f"Replication factor: {replication_factor} larger than available brokers:"
-                    f" {len(live)}.",
-                )
-            placed = await asyncio.to_thread(
-                assign_replicas, [(name, i) for i in range(count)], live, replication_factor
-            )
-            replicas = [placed[(name, i)] for i in range(count)]
-        else:
-            manual = set(range(len(replicas)))
-        self._check_room(name, replicas)
-        record = TopicRecord(uuid.uuid4(), replicas, [0] * len(replicas), dict(configs))
-        if manual:
-            record.manual = manual
-        states = {i: partition_state.initial(r) for i, r in enumerate(replicas)}
-
-        try:
-            stat = await asyncio.to_thread(self.zk_client.create_topic, name, record, states)
-        except NodeExistsError:
-            # made by another broker: serve it here before saying so (its watch may lag)
-            try:
-                data, stat = await asyncio.to_thread(self.zk.get, f"{TOPICS}/{name}")
-            except NoNodeError:
-                pass
-            else:
-                await self._written(name, TopicRecord.decode(data, stat), stat)
-            raise FileExistsError(name) from None
-        if stat is None:
-            raise TopicChangeError(3, f"topic {name} was deleted as it was made")
-        for i, st in states.items():
-            self.learned(name, i, replace(st, version=0))
-        await self._written(name, record, stat)
-
-    def _check_room(self, name: str, replicas: list[list[int]]) -> None:
-        """Refuse (POLICY_VIOLATION) new partitions that would put a broker over
-        ``max.broker.partitions`` (every broker's own setting applies to the partitions it
-        opens; this is the creating broker's view, as the whole topic is refused here)."""
-        load: dict[int, int] = {}
-        for record in self.topics.values():
-            for r in record.replicas:
-                for b in r:
-                    load[b] = load.get(b, 0) + 1
-        for r in replicas:
-            for b in r:
-                load[b] = load.get(b, 0) + 1
-                if load[b] > self.max_broker_partitions:
-                    raise TopicChangeError(
-                        44,  # POLICY_VIOLATION
-                        f"Cannot add the partitions of topic '{name}': broker {b} would hold more"
-                        f" than max.broker.partitions ({self.max_broker_partitions}).",
-                    )
-
-    async def add_partitions(
-        self, name: str, total: int, replicas: list[list[int]] | None = None
-    ) -> None:
-        """Grow a topic to ``total`` partitions, the new ones placed over the live brokers
-        (with the topic's replication factor) unless ``replicas`` says where; then their
-        states (the first replica leads, all in sync)."""
-
-        def grow(record: TopicRecord) -> TopicRecord:
-            new = range(len(record.replicas), total)
-            extra = replicas
-            if extra is None:  # the whole topic placed, as the controller places it
-                rf = max(1, len(record.replicas[0]) if record.replicas else 1)
-                placed = assign_replicas([(name, i) for i in range(total)], self._live(), rf)
-                extra = [placed[(name, i)] for i in new]
-            else:
-                record.manual |= set(new)
-            self._check_room(name, extra)
-            record.replicas = record.replicas + extra
-            record.leader_epochs = record.leader_epochs + [0] * len(extra)
-            return record
-
-        before = len(self.topics[name].replicas) if name in self.topics else 0
-        await self._change(name, grow)
-        record = self.topics.get(name)
-        if record is not None:
-            for i in range(before, len(record.replicas)):
-                await self.ensure_state(name, i, partition_state.initial(record.replicas[i]))
-
-    async def reassign(
-        self, name: str, targets: dict[int, list[int] | None], *, by_hand: bool = True
-    ) -> dict[int, str]:
-        """Start (a list of brokers) or cancel (None) moves of partitions of ``name``, in one
-        compare-and-set; ``by_hand``, the partitions are placed by hand from then on (the
-        controller leaves them alone); otherwise (the controller's moves) a partition placed
-        by hand or already moving meanwhile is skipped. A target equal to where the partition
-        is ends its move (if any). Returns an error message per partition that the caller has
-        not validated and that cannot be changed now (none: all were done)."""
-        refused: dict[int, str] = {}
-
-        def change(record: TopicRecord) -> TopicRecord:
-            refused.clear()
-            for index, target in targets.items():
-                if not 0 <= index < len(record.replicas):
-                    refused[index] = f"partition {index} of {name} does not exist"
-                    continue
-                if not by_hand:
-                    if self.fenced:
-                        raise TopicChangeError(41, "this broker is fenced")  # NOT_CONTROLLER
-                    if index in record.manual or index in record.reassigning:
-                        continue
-                if target is None:
-                    if index not in record.reassigning:
-                        refused[index] = f"no reassignment of {name}-{index} is in progress"
-                    record.reassigning.pop(index, None)
-                    continue
-                if by_hand:
-                    record.manual.add(index)
-                current = record.replicas[index]
-                if list(target) == current:
-                    record.reassigning.pop(index, None)
-                    continue
-                record.reassigning[index] = {
-                    "target": list(target),
-                    "adding": [b for b in target if b not in current],
-                    "removing": [b for b in current if b not in target],
-                }
-            return record
-
-        await self._change(name, change)
-        return refused
-
-    async def finish_move(self, name: str, index: int, leader: int, target: list[int]) -> bool:
-        """The switch of a move (the leader ``leader`` has stopped writes and the copy has
-        everything): ``replicas`` = ``target``, and in the same ZooKeeper transaction the
-        partition's state (the target's first broker leads, the leader epoch + 1, the target
-        in sync) and the move cleared, each by compare-and-set. False when the move is no
-        longer the one under way (cancelled, or changed) or this broker no longer leads the
-        partition."""
-        if self.fenced:
-            return False
-
-        def switch(record: TopicRecord, state: PartitionState | None):
-            move = record.reassigning.get(index)
-            if not (
-                move is not None
-                and move["target"] == target
-                and index < len(record.replicas)
-                and record.replicas[index][:1] == [leader]
-            ):
-                return None
-            if state is not None and state.leader != leader:
-                return None
-            epoch = max(record.leader_epochs[index], state.leader_epoch if state else 0) + 1
-            record.replicas[index] = list(target)
-            record.leader_epochs[index] = epoch
-            del record.reassigning[index]
-            # (a partition without a state znode gets one from the controller: ensure_state)
-            controller_epoch = state.controller_epoch if state else 0
-            return record, PartitionState(target[0], epoch, tuple(target), controller_epoch)
-
-        return await self._finish(name, index, switch, tell_roles=False)
-
-    async def finish_reassignment(
-        self, name: str, index: int, leader: int, epoch: int, target: list[int]
-    ) -> bool:
-        """The end of a replicated move, written by the partition's leader once every target
-        replica is in the ISR: ``replicas`` = ``target`` and the move cleared in the topic's
-        znode, and in the same ZooKeeper transaction the state: the ISR without the removed
-        replicas, and when the leader itself is removed, the first target replica in the ISR
-        that is live leads at the leader epoch + 1. Both by compare-and-set. False when the
-        move or the state is no longer what the leader saw."""
-        if self.fenced:
-            return False
-        live = set(self.brokers)
-
-        def end(record: TopicRecord, state: PartitionState | None):
-            move = record.reassigning.get(index)
-            if (
-                move is None
-                or move["target"] != target
-                or state is None
-                or state.leader != leader
-                or state.leader_epoch != epoch
-                or not set(target) <= set(state.isr)
-            ):
-                return None
-            isr = tuple(b for b in state.isr if b in target)
-            if leader in target:
-                new_state = replace(state, isr=isr)
-            else:
-                candidates = [b for b in target if b in isr and b in live]
-                if not candidates:
-                    return None
-                new_state = replace(state, leader=candidates[0], leader_epoch=epoch + 1, isr=isr)
-            record.replicas[index] = list(target)
-            record.leader_epochs[index] = new_state.leader_epoch
-            del record.reassigning[index]
-            return record, new_state
-
-        return await self._finish(name, index, end, tell_roles=True)
-
-    async def _finish(self, name: str, index: int, change, tell_roles: bool) -> bool:
-        """A move's last write (``ZkClient.update_topic_and_state``), then the view; with
-        ``tell_roles`` the replica manager hears of the new state at once (a switch's new
-        leader hears of it through the watch, once the copy has been handed over)."""
-        done = await asyncio.to_thread(self.zk_client.update_topic_and_state, name, index, change)
-        if done is None:
-            return False
-        record, stat, written = done
-        if written is not None:
-            self.learned(name, index, written)
-        await self._written(name, record, stat)
-        if tell_roles and self.replicas is not None:
-            self.replicas.state_changed(name, index)
-        return True
-
-    async def set_configs(self, name: str, configs: dict[str, Any]) -> None:
-        def set_them(record: TopicRecord) -> TopicRecord:
-            record.configs = dict(configs)
-            return record
-
-        await self._change(name, set_them)
-
-    async def delete_topic(self, name: str) -> None:
-        try:
-            await asyncio.to_thread(self.zk.delete, f"{TOPICS}/{name}", recursive=True)
-        except NoNodeError:
-            pass
+    async def forget_topic(self, name: str) -> None:
+        """A topic this broker deleted: out of the view, and out of the topic table."""
         if self.topics.pop(name, None) is not None:
             self._forget_states(name)
             assert self.topic_manager is not None
             await self.topic_manager.apply(name)
 
-    async def _change(self, name: str, change) -> None:
-        """Read, change and compare-and-set a topic's znode until no one else wrote between
-        (``change`` returns the record to write, or None to write nothing)."""
-        changed: TopicRecord | None = None
-
-        def encode(data: bytes, stat) -> bytes | None:
-            nonlocal changed
-            changed = change(TopicRecord.decode(data, stat))
-            return changed.encode() if changed is not None else None
-
-        try:
-            _, stat = await self.zk_client.update(f"{TOPICS}/{name}", encode)
-        except NoNodeError:
-            raise TopicChangeError(3, f"topic {name} does not exist") from None
-        if changed is not None:
-            await self._written(name, changed, stat)
-
-    async def _written(self, name: str, record: TopicRecord, stat) -> None:
+    async def written(self, name: str, record: TopicRecord, stat) -> None:
+        """A topic this broker wrote (``stat``: its znode's, after the write): in the view at
+        once, and applied by the topic table, so the client's answer comes once this broker
+        serves it (the other brokers follow through their watches)."""
         record.version, record.mzxid, record.created_ms = stat.version, stat.mzxid, stat.ctime
         known = self.topics.get(name)
         if known is None or known.mzxid < record.mzxid:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -29,7 +30,18 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from . import partition_state
 from .partition_state import PartitionState
-from .znodes import BROKERS, CLUSTER_ID, CONFIRMED, CONTROLLER, SHUTTING_DOWN, TOPICS, TopicRecord
+from .znodes import (
+    BROKERS,
+    CLUSTER_ID,
+    CONFIRMED,
+    CONTROLLER,
+    SHUTTING_DOWN,
+    TOPICS,
+    Endpoint,
+    TopicRecord,
+)
+
+log = logging.getLogger("headrace.cluster")
 
 # ``update_topic_and_state``'s change: the topic's record and the partition's state as read
 # (None: it has none) -> the record and state to write (state None: only the record), or None
@@ -145,6 +157,31 @@ class ZkClient:
             if time.monotonic() > deadline:
                 return ", ".join(json.loads(held).get("endpoints") or ())
             time.sleep(0.25)
+
+    def registrations(self, ids: list[str] | None, listener: str) -> dict[int, Endpoint]:
+        """(In a thread.) The registered brokers ``ids`` (None: every one registered now, as
+        ZooKeeper has it once synced), by id, addressed on ``listener``; a broker without that
+        listener is not counted as live."""
+        if ids is None:
+            self.zk.sync(BROKERS)
+            ids = self.zk.get_children(BROKERS)
+        found = {}
+        for name in ids:
+            try:
+                data, _ = self.zk.get(f"{BROKERS}/{name}")
+            except NoNodeError:
+                continue
+            endpoint = Endpoint.decode(data, listener)
+            if endpoint is None:
+                log.warning(
+                    "broker %s has no listener %s (inter.broker.listener.name); it is"
+                    " not counted as live",
+                    name,
+                    listener,
+                )
+                continue
+            found[int(name)] = endpoint
+        return found
 
     def is_confirmed(self, node_id: int, session: int) -> bool:
         """(In a thread.) Has the controller confirmed broker ``node_id``'s registration by

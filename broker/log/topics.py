@@ -472,7 +472,9 @@ class TopicManager:
         if self.cluster is not None:
             if replication_factor < 0:
                 replication_factor = int(self.config["default.replication.factor"])
-            await self.cluster.create_topic(name, partitions, configs, replicas, replication_factor)
+            await self.cluster.admin.create_topic(
+                name, partitions, configs, replicas, replication_factor
+            )
             topic = self.topics.get(name)
             if topic is None:
                 raise TopicCreationError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{name} was deleted")
@@ -528,7 +530,7 @@ class TopicManager:
         """Grow ``topic`` to ``total`` partitions (CreatePartitions), all or nothing as
         ``create``; in a cluster through ZooKeeper, as ``create``."""
         if self.cluster is not None:
-            await self.cluster.add_partitions(topic.name, total, replicas)
+            await self.cluster.admin.add_partitions(topic.name, total, replicas)
             return
         async with self._lock:
             self._check_room(topic.name, total - topic.count)
@@ -620,7 +622,7 @@ class TopicManager:
         """Replace a topic's explicit settings (AlterConfigs); its logs use them at once. In a
         cluster through ZooKeeper: every broker's logs follow."""
         if self.cluster is not None:
-            await self.cluster.set_configs(topic.name, configs)
+            await self.cluster.admin.set_configs(topic.name, configs)
             return
         async with self._lock:
             old, topic.configs = topic.configs, dict(configs)
@@ -641,7 +643,7 @@ class TopicManager:
         saved without it first: if that fails (an ``OSError``) the topic stays, untouched. In
         a cluster the topic's znode is deleted and every broker forgets its partitions."""
         if self.cluster is not None:
-            await self.cluster.delete_topic(topic.name)
+            await self.cluster.admin.delete_topic(topic.name)
             return
         async with self._lock:
             await self._forget(topic)

@@ -234,7 +234,7 @@ class Moves:
                 except TimeoutError:
                     break
             if switch.offset >= end:
-                done = await self.cluster.finish_move(name, index, self.node_id, target)
+                done = await self.cluster.admin.finish_move(name, index, self.node_id, target)
                 if done:
                     log.info(
                         "%s-%d moved to %s at offset %d (writes stopped %.0f ms)",

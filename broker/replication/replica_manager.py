@@ -356,7 +356,7 @@ class ReplicaManager:
                         "%s-%d: the ISR did not take the last writes (error %d)", *key, code
                     )
                     return
-            done = await self.cluster.finish_reassignment(
+            done = await self.cluster.admin.finish_reassignment(
                 name, index, self.node_id, ls.epoch, target
             )
             if done:
