@@ -3,7 +3,7 @@
 ``mkdocs build --strict`` must pass (every link, anchor and nav entry checked), the settings
 reference it builds must name every broker and topic setting, and README.md must stay short
 with every relative link leading to a file (and each anchor to a heading there). Imports
-nothing of Headrace: the settings are read from broker/config/config.py by its path, as the
+nothing of Headrace: the settings are read from broker/config/settings.py by its path, as the
 docs hook reads them.
 """
 
@@ -30,7 +30,7 @@ CODE = re.compile(r"(`+).+?\1")
 
 def settings_module():
     spec = importlib.util.spec_from_file_location(
-        "_headrace_test_docs_config", ROOT / "broker" / "config" / "config.py"
+        "_headrace_test_docs_config", ROOT / "broker" / "config" / "settings.py"
     )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

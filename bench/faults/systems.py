@@ -1019,8 +1019,8 @@ class HeadraceCluster(Cluster):
         super().__init__(root, placement, **kwargs)
 
     def has_setting(self, name: str) -> bool:
-        from headrace.broker.config.config import BROKER_SETTINGS
         from headrace.broker.config.kafka_settings import IGNORED
+        from headrace.broker.config.settings import BROKER_SETTINGS
 
         return name in BROKER_SETTINGS or name in IGNORED
 

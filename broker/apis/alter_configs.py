@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from headrace.broker.cluster.topic_admin import TopicChangeError
-from headrace.broker.config.config import ConfigError, validate_topic_setting
+from headrace.broker.config.settings import ConfigError, validate_topic_setting
 from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 

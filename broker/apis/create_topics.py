@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 
 from headrace.broker.cluster.topic_admin import TopicChangeError
-from headrace.broker.config.config import TOPIC_SETTINGS, ConfigError, validate_topic_setting
+from headrace.broker.config.settings import TOPIC_SETTINGS, ConfigError, validate_topic_setting
 from headrace.broker.log.topics import TopicCreationError, topic_name_error
 from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages

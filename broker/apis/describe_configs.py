@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headrace.broker.config.config import BROKER_SETTINGS, TOPIC_SETTINGS
+from headrace.broker.config.settings import BROKER_SETTINGS, TOPIC_SETTINGS
 from headrace.broker.security.authorizer import TOPIC as ACL_TOPIC
 from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages

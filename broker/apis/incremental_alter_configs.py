@@ -14,7 +14,7 @@ as removing an unset setting does in Kafka; setting one is refused.
 
 from __future__ import annotations
 
-from headrace.broker.config.config import TOPIC_SETTINGS
+from headrace.broker.config.settings import TOPIC_SETTINGS
 from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 

@@ -44,8 +44,9 @@ import sys
 from pathlib import Path
 
 from headrace.broker.client.admin_request import AdminError
-from headrace.broker.config.config import BROKER_SETTINGS, BrokerConfig, ConfigError
+from headrace.broker.config.config import BrokerConfig
 from headrace.broker.config.listeners import listeners
+from headrace.broker.config.settings import BROKER_SETTINGS, ConfigError
 from headrace.broker.tools import dump_log_command, groups_command, topics_command, verify_command
 from headrace.storage import replace_file
 

@@ -69,8 +69,9 @@ from headrace.broker.client.inter_broker import client_security
 from headrace.broker.cluster.cluster import Cluster, ClusterError
 from headrace.broker.cluster.documents import Document
 from headrace.broker.cluster.znodes import Endpoint
-from headrace.broker.config.config import BrokerConfig, ConfigError, connection_overrides
+from headrace.broker.config.config import BrokerConfig, connection_overrides
 from headrace.broker.config.listeners import Listener, inter_broker, listeners
+from headrace.broker.config.settings import ConfigError
 from headrace.broker.coordinator.group.group_coordinator import GroupCoordinator
 from headrace.broker.coordinator.group.group_offsets import OFFSETS_TOPIC
 from headrace.broker.coordinator.txn.producer_ids import ProducerIdManager

@@ -24,8 +24,9 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 
-from headrace.broker.config.config import SASL_MECHANISMS, BrokerConfig, ConfigError
+from headrace.broker.config.config import BrokerConfig
 from headrace.broker.config.listeners import Listener, inter_broker
+from headrace.broker.config.settings import SASL_MECHANISMS, ConfigError
 from headrace.broker.security.sasl import jaas_options
 from headrace.broker.security.session import ANONYMOUS
 from headrace.broker.security.tls import client_context

@@ -23,7 +23,7 @@ A name in none of these and not Headrace's own stays an error (config.py).
 
 from __future__ import annotations
 
-from .config import BROKER_SETTINGS, ConfigError
+from .settings import BROKER_SETTINGS, ConfigError
 
 # Kafka broker settings that change nothing in Headrace, with why
 IGNORED: dict[str, str] = {

@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .config import BrokerConfig, ConfigError
+from .config import BrokerConfig
+from .settings import ConfigError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 WILDCARDS = ("", "0.0.0.0", "::")

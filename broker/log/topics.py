@@ -39,7 +39,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from headrace.broker.config.config import TOPIC_SETTINGS, BrokerConfig
+from headrace.broker.config.config import BrokerConfig
+from headrace.broker.config.settings import TOPIC_SETTINGS
 from headrace.pipeline import GroupCommit
 from headrace.protocol.compression import UnsupportedCompressionError
 from headrace.protocol.errors import ErrorCode

@@ -38,7 +38,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from headrace.broker.config.config import SASL_MECHANISMS, BrokerConfig, ConfigError
+from headrace.broker.config.config import BrokerConfig
+from headrace.broker.config.settings import SASL_MECHANISMS, ConfigError
 
 if TYPE_CHECKING:
     from headrace.broker.config.listeners import Listener

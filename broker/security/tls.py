@@ -24,8 +24,9 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from headrace.broker.config.config import BrokerConfig, ConfigError
+from headrace.broker.config.config import BrokerConfig
 from headrace.broker.config.listeners import Listener
+from headrace.broker.config.settings import ConfigError
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _VERIFY = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}

@@ -1,6 +1,6 @@
 """MkDocs hook: the tables of docs/reference/settings.md, made from the settings themselves.
 
-``BROKER_SETTINGS`` and ``TOPIC_SETTINGS`` in broker/config/config.py are what the broker checks
+``BROKER_SETTINGS`` and ``TOPIC_SETTINGS`` in broker/config/settings.py are what the broker checks
 its settings against (``headrace settings`` prints them). At every build this hook loads that
 file by its path, relative to this one (it imports only the standard library at module level),
 so the build needs neither Headrace installed nor its dependencies and reads this checkout's
@@ -19,14 +19,14 @@ from types import ModuleType
 
 from mkdocs.exceptions import PluginError
 
-CONFIG_PY = Path(__file__).resolve().parents[2] / "broker" / "config" / "config.py"
+SETTINGS_PY = Path(__file__).resolve().parents[2] / "broker" / "config" / "settings.py"
 PAGE = "reference/settings.md"
 MARKERS = ("<!-- settings:broker -->", "<!-- settings:topic -->")
 LISTENER_PREFIX = "listener.name.<listener>."
 
 
-def load_config(path: Path = CONFIG_PY) -> ModuleType:
-    """broker/config/config.py as a module of its own (not ``headrace.broker.config.config``)."""
+def load_config(path: Path = SETTINGS_PY) -> ModuleType:
+    """broker/config/settings.py as a module of its own (not ``headrace.broker.config.settings``)."""
     name = "_headrace_docs_config"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

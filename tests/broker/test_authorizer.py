@@ -20,7 +20,8 @@ from headrace.broker.security.authorizer import (
     ResourceType,
     invalid,
 )
-from headrace.broker.config.config import BrokerConfig, ConfigError
+from headrace.broker.config.config import BrokerConfig
+from headrace.broker.config.settings import ConfigError
 
 ON = "kafka.security.authorizer.AclAuthorizer"
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED

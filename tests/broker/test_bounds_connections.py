@@ -194,7 +194,8 @@ def test_connections_max_idle_ms_closes_idle_connections_only(tmp_path):
 
 
 def test_per_ip_overrides_are_checked_at_start_up():
-    from headrace.broker.config.config import BrokerConfig, ConfigError, connection_overrides
+    from headrace.broker.config.config import BrokerConfig, connection_overrides
+    from headrace.broker.config.settings import ConfigError
 
     assert connection_overrides("127.0.0.1:200, broker-host:5,[::1]:7") == {
         "127.0.0.1": 200,

@@ -9,7 +9,7 @@ import pytest
 
 import headrace
 from headrace.broker.client.admin_request import AdminError
-from headrace.broker.config.config import ConfigError
+from headrace.broker.config.settings import ConfigError
 from headrace.broker.app.server import StartupError
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from headrace.broker.config.config import BrokerConfig, ConfigError
+from headrace.broker.config.config import BrokerConfig
+from headrace.broker.config.settings import ConfigError
 from headrace.broker.tools.process import BrokerProcess
 
 KAFKA_PROPERTIES = Path(__file__).parent / "kafka_config" / "server.properties"

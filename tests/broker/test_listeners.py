@@ -12,7 +12,8 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient
 from kafkawire import WireClient
 
-from headrace.broker.config.config import BrokerConfig, ConfigError
+from headrace.broker.config.config import BrokerConfig
+from headrace.broker.config.settings import ConfigError
 from headrace.broker.client.inter_broker import client_security
 from headrace.broker.config.listeners import inter_broker, listeners
 from headrace.broker.security.sasl import PLAIN_MODULE, SCRAM_MODULE

@@ -1,0 +1,787 @@
+"""Every broker and topic setting: Kafka's name, type, default and meaning, one table.
+
+``BROKER_SETTINGS`` is the table (``LISTENER_SETTINGS``: those a listener may set for itself
+as ``listener.name.<name>.<setting>``); a broker setting with a ``topic`` name gives that topic
+setting its default (``log.segment.bytes`` for ``segment.bytes``), and ``TOPIC_SETTINGS`` lists
+those by topic name. ``parse`` reads a value as its type; ``validate_topic_setting`` checks a
+topic setting (CreateTopics, AlterConfigs) with its choices and ranges. The settings reference
+of the documentation is made from these tables. Only the standard library is used here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+LONG_MAX = (1 << 63) - 1
+
+
+class ConfigError(ValueError):
+    """A setting that is unknown or has a value of the wrong type."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    name: str
+    type: str  # Kafka's config type: boolean, int, short, long, double, string, list
+    default: object
+    doc: str
+    topic: str | None = None  # the topic setting whose default this broker setting provides
+
+
+def parse(setting: Setting, text: str) -> Any:
+    text = text.strip()
+    try:
+        if setting.type == "boolean":
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        if setting.type in ("int", "short", "long"):
+            value = int(text)
+            bits = {"short": 16, "int": 32, "long": 64}[setting.type]
+            if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
+                raise ValueError(text)
+            return value
+        if setting.type == "double":
+            return float(text)
+        return text
+    except ValueError:
+        raise ConfigError(f"{setting.name}: {text!r} is not a valid {setting.type}") from None
+
+
+# settings a listener may set for itself as listener.name.<name>.<setting> (Kafka's prefix)
+SECURITY_SETTINGS = [
+    Setting("ssl.keystore.type", "string", "PEM", "Format of ssl.keystore.location (PEM only)."),
+    Setting(
+        "ssl.keystore.location",
+        "string",
+        "",
+        "PEM file with the broker's certificate chain and private key (SSL, SASL_SSL).",
+    ),
+    Setting("ssl.key.password", "password", "", "Password of the private key, if encrypted."),
+    Setting(
+        "ssl.truststore.type", "string", "PEM", "Format of ssl.truststore.location (PEM only)."
+    ),
+    Setting(
+        "ssl.truststore.location",
+        "string",
+        "",
+        "PEM file of the CA certificates client certificates are checked against.",
+    ),
+    Setting(
+        "ssl.client.auth",
+        "string",
+        "none",
+        "Client certificates: none, requested (checked when given) or required.",
+    ),
+    Setting("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", "TLS versions accepted."),
+    Setting(
+        "ssl.endpoint.identification.algorithm",
+        "string",
+        "https",
+        "A broker connecting to another over TLS checks its certificate names the host"
+        " (https), or not (empty).",
+    ),
+    Setting(
+        "ssl.cipher.suites",
+        "list",
+        "",
+        "TLS 1.2 cipher suites (OpenSSL or IANA names; empty: the library's defaults).",
+    ),
+    Setting(
+        "sasl.enabled.mechanisms",
+        "list",
+        "SCRAM-SHA-256,SCRAM-SHA-512",
+        "SASL mechanisms offered: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.",
+    ),
+    Setting(
+        "sasl.jaas.config",
+        "password",
+        "",
+        'PLAIN users as a JAAS entry: ... PlainLoginModule required user_NAME="PASSWORD" ...;',
+    ),
+    Setting(
+        "connections.max.reauth.ms",
+        "long",
+        0,
+        "SASL session lifetime: a client must re-authenticate within it (0: never).",
+    ),
+]
+LISTENER_SETTINGS = {s.name: s for s in SECURITY_SETTINGS}
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+BROKER_SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in [
+        Setting("node.id", "int", 1, "The id this broker advertises."),
+        Setting("listeners", "string", "PLAINTEXT://127.0.0.1:9092", "Where to listen."),
+        Setting(
+            "advertised.listeners", "string", "", "Address given to clients (default: listeners)."
+        ),
+        Setting(
+            "listener.security.protocol.map",
+            "string",
+            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+            "Security protocol of each listener, NAME:PROTOCOL,... (PLAINTEXT, SSL,"
+            " SASL_PLAINTEXT or SASL_SSL).",
+        ),
+        Setting(
+            "inter.broker.listener.name",
+            "string",
+            "",
+            "The listener other brokers use (default: the one named as"
+            " security.inter.broker.protocol, else the first).",
+        ),
+        Setting(
+            "security.inter.broker.protocol",
+            "string",
+            "PLAINTEXT",
+            "The inter-broker listener by its name, when inter.broker.listener.name is not set.",
+        ),
+        Setting(
+            "sasl.mechanism.inter.broker.protocol",
+            "string",
+            "GSSAPI",
+            "SASL mechanism brokers use with each other on a SASL inter-broker listener"
+            " (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512).",
+        ),
+        *SECURITY_SETTINGS,
+        Setting("log.dirs", "string", "./headrace-data", "The data directory."),
+        Setting(
+            "broker.id",
+            "int",
+            -1,
+            "Kafka's ZooKeeper-era name of node.id: when set (not -1), the id this broker has.",
+        ),
+        Setting(
+            "zookeeper.connect",
+            "string",
+            "",
+            "Cluster mode: ZooKeeper's host:port[,host:port...][/chroot]. Empty: one broker"
+            " on its own.",
+        ),
+        Setting(
+            "zookeeper.session.timeout.ms",
+            "int",
+            18000,
+            "ZooKeeper session timeout: how long after a broker stops answering the cluster"
+            " takes it for gone.",
+        ),
+        Setting(
+            "zookeeper.connection.timeout.ms",
+            "int",
+            -1,
+            "How long start-up waits for ZooKeeper (-1: zookeeper.session.timeout.ms).",
+        ),
+        Setting(
+            "broker.rack", "string", "", "The rack of this broker (placement spreads over racks)."
+        ),
+        Setting(
+            "replica.fetch.wait.max.ms",
+            "int",
+            500,
+            "Cluster mode: how long a replica fetch waits at the leader for new data.",
+        ),
+        Setting(
+            "replica.fetch.max.bytes",
+            "int",
+            1048576,
+            "Cluster mode: bytes a replica fetch asks for per partition (at least one batch).",
+        ),
+        Setting(
+            "replica.fetch.response.max.bytes",
+            "int",
+            4194304,
+            "Cluster mode: bytes a replica fetch asks for in all (at most 8 MiB: the"
+            " inter-broker client's frame limit).",
+        ),
+        Setting(
+            "replica.fetch.backoff.ms",
+            "int",
+            1000,
+            "Cluster mode: how long a replica fetcher waits after an error.",
+        ),
+        Setting(
+            "replica.lag.time.max.ms",
+            "int",
+            30000,
+            "Cluster mode: a follower not caught up with its leader for this long leaves the"
+            " ISR; also how long a partition being moved stops taking writes while its new"
+            " broker fetches the last of it.",
+        ),
+        Setting(
+            "controller.rebalance.interval.ms",
+            "int",
+            10000,
+            "Cluster mode: how often the controller checks that every partition placed"
+            " automatically is where placement over the member brokers puts it (and at each"
+            " change of membership).",
+        ),
+        Setting("num.partitions", "int", 1, "Partitions of a topic created without a count."),
+        Setting(
+            "default.replication.factor",
+            "short",
+            1,
+            "Replicas of a topic created without a replication factor (cluster mode).",
+        ),
+        Setting(
+            "offsets.topic.replication.factor",
+            "short",
+            3,
+            "Replicas of __consumer_offsets (at most the live brokers when it is made).",
+        ),
+        Setting(
+            "transaction.state.log.replication.factor",
+            "short",
+            3,
+            "Replicas of __transaction_state (at most the live brokers when it is made).",
+        ),
+        Setting(
+            "transaction.state.log.min.isr",
+            "int",
+            2,
+            "min.insync.replicas of __transaction_state (at most its replication factor).",
+        ),
+        Setting("auto.create.topics.enable", "boolean", True, "Create topics on first use."),
+        Setting("delete.topic.enable", "boolean", True, "Allow DeleteTopics."),
+        Setting(
+            "message.max.bytes",
+            "int",
+            1048588,
+            "Largest record batch accepted.",
+            topic="max.message.bytes",
+        ),
+        Setting("socket.request.max.bytes", "int", 104857600, "Largest request frame accepted."),
+        Setting("queued.max.requests", "int", 500, "Requests in flight per connection."),
+        Setting(
+            "queued.max.request.bytes",
+            "long",
+            256 * 1024 * 1024,
+            "Request bytes in flight for the whole broker before reading stops.",
+        ),
+        Setting(
+            "connection.max.request.bytes",
+            "long",
+            64 * 1024 * 1024,
+            "Request bytes in flight per connection before reading from it stops.",
+        ),
+        Setting(
+            "max.broker.partitions",
+            "int",
+            100000,
+            "Most partitions (of every topic, internal ones too) on this broker; a CreateTopics"
+            " or CreatePartitions beyond gets POLICY_VIOLATION.",
+        ),
+        Setting(
+            "connection.max.response.bytes",
+            "long",
+            4 * 1024 * 1024,
+            "Unsent response bytes per connection (waiting for an earlier response, or in the"
+            " socket's write buffer) above which its requests are neither read nor handled"
+            " until the client reads.",
+        ),
+        Setting(
+            "queued.max.response.bytes",
+            "long",
+            256 * 1024 * 1024,
+            "Fetch response bytes in memory for the whole broker; a fetch reserves its share"
+            " before reading and waits (within its max_wait_ms) while there is none.",
+        ),
+        Setting(
+            "fetch.max.bytes",
+            "int",
+            55 * 1024 * 1024,
+            "Largest fetch response (a request's max_bytes is cut to this).",
+        ),
+        Setting(
+            "max.connections",
+            "int",
+            10000,
+            "Connections open at once; a new one over it is accepted and closed at once.",
+        ),
+        Setting(
+            "max.connections.per.ip",
+            "int",
+            1000,
+            "Connections open at once from one address.",
+        ),
+        Setting(
+            "max.connections.per.ip.overrides",
+            "string",
+            "",
+            "Per-address exceptions to max.connections.per.ip: host:count,host:count.",
+        ),
+        Setting(
+            "socket.send.buffer.bytes",
+            "int",
+            102400,
+            "Each client connection's socket send buffer (SO_SNDBUF); -1: the kernel's, which"
+            " grows with the connection. Kafka's default; small buffers make fetches cheaper"
+            " in CPU per byte, large ones faster over links with a long round trip.",
+        ),
+        Setting(
+            "connections.max.idle.ms",
+            "long",
+            600000,
+            "Close a connection with nothing in flight and no traffic for this long (-1: never).",
+        ),
+        Setting(
+            "connection.failed.authentication.delay.ms",
+            "int",
+            100,
+            "How long a failed SASL authentication waits before its answer and the close.",
+        ),
+        Setting(
+            "authorizer.class.name",
+            "string",
+            "",
+            "The ACL authorizer: kafka.security.authorizer.AclAuthorizer or"
+            " org.apache.kafka.metadata.authorizer.StandardAuthorizer turn it on (empty: every"
+            " client may do everything).",
+        ),
+        Setting(
+            "super.users",
+            "string",
+            "",
+            "Principals the authorizer allows everything, separated by ';' (User:admin).",
+        ),
+        Setting(
+            "allow.everyone.if.no.acl.found",
+            "boolean",
+            False,
+            "With the authorizer on: a resource no ACL names is open to everyone.",
+        ),
+        Setting(
+            "authorizer.acls.max.count",
+            "int",
+            10000,
+            "Most ACLs the broker (or the cluster) keeps; CreateAcls beyond it is refused.",
+        ),
+        Setting(
+            "authorizer.cache.max.entries",
+            "int",
+            50000,
+            "Most authorization decisions cached (per principal, host, operation and"
+            " resource); emptied whenever the ACLs change.",
+        ),
+        Setting(
+            "quota.window.num",
+            "int",
+            11,
+            "Samples a client's usage is measured over for its quotas.",
+        ),
+        Setting(
+            "quota.window.size.seconds",
+            "int",
+            1,
+            "Length of one quota sample.",
+        ),
+        Setting(
+            "client.quota.max.entities",
+            "int",
+            10000,
+            "Most quota entities stored, and most clients' usage rates tracked.",
+        ),
+        Setting("num.io.threads", "int", 4, "Handler queues; a connection always uses one."),
+        Setting(
+            "metrics.port",
+            "int",
+            -1,
+            "Port of the Prometheus endpoint (/metrics) and the health checks (/health, /ready),"
+            " on the first listener's host; -1: off, 0: any free port (logged).",
+        ),
+        Setting(
+            "metrics.partition.series.max",
+            "int",
+            1000,
+            "Most per-partition series (log end offset, size, consumer lag) one scrape shows;"
+            " the rest are counted in headrace_partition_series_dropped.",
+        ),
+        Setting(
+            "log.segment.bytes",
+            "int",
+            1 << 30,
+            "Roll a segment at this size.",
+            topic="segment.bytes",
+        ),
+        Setting(
+            "log.roll.ms",
+            "long",
+            7 * 24 * 3600 * 1000,
+            "Roll a segment at this age.",
+            topic="segment.ms",
+        ),
+        Setting(
+            "log.index.interval.bytes",
+            "int",
+            4096,
+            "Bytes between offset index entries.",
+            topic="index.interval.bytes",
+        ),
+        Setting(
+            "log.index.size.max.bytes",
+            "int",
+            10 * 1024 * 1024,
+            "Largest index file.",
+            topic="segment.index.bytes",
+        ),
+        Setting(
+            "log.flush.interval.messages",
+            "long",
+            LONG_MAX,
+            "Flush (fsync) once this many messages are unflushed; the ack waits for it.",
+            topic="flush.messages",
+        ),
+        Setting(
+            "log.flush.interval.ms",
+            "long",
+            LONG_MAX,
+            "Flush (fsync) unflushed data this often.",
+            topic="flush.ms",
+        ),
+        Setting(
+            "log.flush.offset.checkpoint.interval.ms",
+            "int",
+            60000,
+            "Flush unflushed data at least this often, so recovery after a crash reads little.",
+        ),
+        Setting(
+            "log.retention.ms",
+            "long",
+            7 * 24 * 3600 * 1000,
+            "Keep data this long.",
+            topic="retention.ms",
+        ),
+        Setting(
+            "log.retention.bytes",
+            "long",
+            -1,
+            "Keep at most this much per partition.",
+            topic="retention.bytes",
+        ),
+        Setting(
+            "log.cleanup.policy",
+            "list",
+            "delete",
+            "delete and/or compact.",
+            topic="cleanup.policy",
+        ),
+        Setting(
+            "log.io.backend",
+            "string",
+            "os",
+            "Storage I/O: os (pwrite/fsync/pread) or io_uring (the liburing package).",
+        ),
+        Setting(
+            "log.max.open.files",
+            "int",
+            -1,
+            "Most file descriptors all logs keep open at once (segment files and indexes are "
+            "opened on demand, least recently used closed first); -1: half of the soft "
+            "RLIMIT_NOFILE at start-up. At least 8.",
+        ),
+        Setting(
+            "num.recovery.threads.per.data.dir",
+            "int",
+            2,
+            "Threads that recover the logs at start-up after a crash and close them at "
+            "shutdown (a clean start opens them in one thread).",
+        ),
+        Setting(
+            "log.retention.check.interval.ms",
+            "long",
+            300000,
+            "How often the log cleaner looks for segments to delete by retention.",
+        ),
+        Setting("log.cleaner.enable", "boolean", True, "Compact topics whose policy says so."),
+        Setting(
+            "log.cleaner.backoff.ms",
+            "long",
+            15000,
+            "How often the log cleaner looks for logs to compact.",
+        ),
+        Setting(
+            "log.cleaner.delete.retention.ms",
+            "long",
+            24 * 3600 * 1000,
+            "Keep tombstones this long (by their timestamp) before compaction removes them.",
+            topic="delete.retention.ms",
+        ),
+        Setting(
+            "log.cleaner.min.cleanable.ratio",
+            "double",
+            0.5,
+            "Compact a log once dirty bytes / (clean + dirty bytes) reach this.",
+            topic="min.cleanable.dirty.ratio",
+        ),
+        Setting(
+            "log.cleaner.min.compaction.lag.ms",
+            "long",
+            0,
+            "Records younger than this are not compacted.",
+            topic="min.compaction.lag.ms",
+        ),
+        Setting(
+            "log.cleaner.max.compaction.lag.ms",
+            "long",
+            (1 << 63) - 1,
+            "Compact records older than this whatever the dirty ratio (and roll the active "
+            "segment of a compacted topic at this age).",
+            topic="max.compaction.lag.ms",
+        ),
+        Setting(
+            "log.cleaner.dedupe.buffer.size",
+            "long",
+            128 * 1024 * 1024,
+            "Memory for the compaction key map; a log with more keys is compacted in passes.",
+        ),
+        Setting(
+            "log.message.timestamp.before.max.ms",
+            "long",
+            LONG_MAX,
+            "A produced record's CreateTime may be at most this much before the broker's"
+            " clock (else INVALID_TIMESTAMP).",
+            topic="message.timestamp.before.max.ms",
+        ),
+        Setting(
+            "log.message.timestamp.after.max.ms",
+            "long",
+            LONG_MAX,
+            "A produced record's CreateTime may be at most this much after the broker's"
+            " clock (else INVALID_TIMESTAMP).",
+            topic="message.timestamp.after.max.ms",
+        ),
+        Setting(
+            "log.message.timestamp.type",
+            "string",
+            "CreateTime",
+            "CreateTime or LogAppendTime.",
+            topic="message.timestamp.type",
+        ),
+        Setting(
+            "compression.type",
+            "string",
+            "producer",
+            "Batches are kept as the producer sent them.",
+            topic="compression.type",
+        ),
+        Setting(
+            "min.insync.replicas",
+            "int",
+            1,
+            "acks=all writes are refused (NOT_ENOUGH_REPLICAS) while the ISR is smaller.",
+            topic="min.insync.replicas",
+        ),
+        Setting(
+            "auto.leader.rebalance.enable",
+            "boolean",
+            True,
+            "Cluster mode: the controller gives leadership back to a partition's preferred"
+            " replica once it is in the ISR again (checked every"
+            " controller.rebalance.interval.ms).",
+        ),
+        Setting(
+            "unclean.leader.election.enable",
+            "boolean",
+            False,
+            "Cluster mode: elect a replica outside the ISR when no ISR member is live (may lose"
+            " acknowledged records).",
+            topic="unclean.leader.election.enable",
+        ),
+        Setting(
+            "group.initial.rebalance.delay.ms",
+            "int",
+            3000,
+            "How long a new (empty) group waits for more members before its first rebalance.",
+        ),
+        Setting("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout allowed."),
+        Setting("group.max.session.timeout.ms", "int", 1800000, "Largest session timeout allowed."),
+        Setting("group.max.size", "int", 2147483647, "Most members in one consumer group."),
+        Setting(
+            "group.max.groups",
+            "int",
+            100000,
+            "Most groups (of both kinds) the coordinator keeps; a request that would make one"
+            " more gets COORDINATOR_NOT_AVAILABLE (groups holding nothing are forgotten first).",
+        ),
+        Setting(
+            "offsets.retention.minutes",
+            "int",
+            10080,
+            "Keep a group's committed offsets this long after the group became empty.",
+        ),
+        Setting(
+            "replica.high.watermark.checkpoint.interval.ms",
+            "long",
+            5000,
+            "Cluster mode: how often every replica's high watermark is written to the data"
+            " directory's replication-offset-checkpoint (and at a clean stop).",
+        ),
+        Setting(
+            "controlled.shutdown.enable",
+            "boolean",
+            True,
+            "Cluster mode: a clean stop first asks the controller to hand the partitions this"
+            " broker leads to other in-sync replicas and to take it out of the ISRs.",
+        ),
+        Setting(
+            "controlled.shutdown.max.retries",
+            "int",
+            3,
+            "Cluster mode: a controlled shutdown waits at most this many times"
+            " controlled.shutdown.retry.backoff.ms for the handover, then stops anyway.",
+        ),
+        Setting(
+            "controlled.shutdown.retry.backoff.ms",
+            "long",
+            5000,
+            "See controlled.shutdown.max.retries.",
+        ),
+        Setting(
+            "offsets.commit.timeout.ms",
+            "int",
+            5000,
+            "Cluster mode: how long an offset commit (or a group's metadata) waits for the ISR"
+            " of its partition of __consumer_offsets to have it; past that the commit gets"
+            " COORDINATOR_NOT_AVAILABLE (clients retry).",
+        ),
+        Setting(
+            "request.timeout.ms",
+            "int",
+            30000,
+            "Cluster mode: how long a write to __transaction_state waits for its ISR to have it"
+            " (then COORDINATOR_NOT_AVAILABLE).",
+        ),
+        Setting(
+            "offsets.retention.check.interval.ms",
+            "long",
+            600000,
+            "How often expired committed offsets are looked for.",
+        ),
+        Setting(
+            "offsets.topic.num.partitions",
+            "int",
+            50,
+            "Partitions of __consumer_offsets (fixed when the topic is created).",
+        ),
+        Setting(
+            "group.consumer.session.timeout.ms",
+            "int",
+            45000,
+            "Session timeout of consumer-protocol (KIP-848) group members.",
+        ),
+        Setting(
+            "group.consumer.heartbeat.interval.ms",
+            "int",
+            5000,
+            "Heartbeat interval given to consumer-protocol (KIP-848) group members.",
+        ),
+        Setting(
+            "group.consumer.max.size",
+            "int",
+            2147483647,
+            "Most members in one consumer-protocol group.",
+        ),
+        Setting(
+            "producer.id.expiration.ms",
+            "int",
+            86400000,
+            "Forget a partition's idempotent producer this long after its last batch"
+            " (unless it has an open transaction there).",
+        ),
+        Setting(
+            "producer.id.expiration.check.interval.ms",
+            "int",
+            600000,
+            "How often idle producers are looked for.",
+        ),
+        Setting(
+            "transaction.max.timeout.ms",
+            "int",
+            900000,
+            "Largest transaction timeout a producer may ask for"
+            " (else INVALID_TRANSACTION_TIMEOUT).",
+        ),
+        Setting(
+            "transactional.id.expiration.ms",
+            "int",
+            604800000,
+            "Forget a transactional id this long after its last transaction ended.",
+        ),
+        Setting(
+            "transactional.id.max.count",
+            "int",
+            100000,
+            "Most transactional ids kept; InitProducerId with a new one beyond gets"
+            " COORDINATOR_NOT_AVAILABLE until idle ids expire.",
+        ),
+        Setting(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "int",
+            10000,
+            "How often transactions open past their timeout are looked for (and aborted).",
+        ),
+        Setting(
+            "transaction.state.log.num.partitions",
+            "int",
+            50,
+            "Partitions of __transaction_state (fixed when the topic is created).",
+        ),
+        Setting(
+            "transaction.state.log.segment.bytes",
+            "int",
+            104857600,
+            "Segment size of __transaction_state.",
+        ),
+    ]
+}
+
+# topic setting name -> the broker setting that gives its default
+TOPIC_SETTINGS: dict[str, Setting] = {s.topic: s for s in BROKER_SETTINGS.values() if s.topic}
+_TOPIC_CHOICES = {
+    "cleanup.policy": {"delete", "compact"},
+    "message.timestamp.type": {"CreateTime", "LogAppendTime"},
+    "compression.type": {"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"},
+}
+
+BROKER_CHOICES = {
+    "log.io.backend": {"os", "io_uring"},
+    "ssl.keystore.type": {"PEM"},
+    "ssl.truststore.type": {"PEM"},
+    "ssl.client.auth": {"none", "requested", "required"},
+    "ssl.endpoint.identification.algorithm": {"https", "HTTPS", ""},
+}
+
+_TOPIC_RANGES = {
+    "segment.bytes": (61, None),
+    "segment.ms": (1, None),
+    "segment.index.bytes": (24, None),
+    "index.interval.bytes": (0, None),
+    "retention.ms": (-1, None),
+    "retention.bytes": (-1, None),
+    "delete.retention.ms": (0, None),
+    "min.cleanable.dirty.ratio": (0.0, 1.0),
+    "min.compaction.lag.ms": (0, None),
+    "max.compaction.lag.ms": (1, None),
+    "flush.messages": (1, None),
+    "message.timestamp.before.max.ms": (0, None),
+    "message.timestamp.after.max.ms": (0, None),
+    "flush.ms": (0, None),
+}
+
+
+def validate_topic_setting(name: str, value: str) -> Any:
+    """Parse a per-topic setting; raises ConfigError for unknown names or bad values."""
+    setting = TOPIC_SETTINGS.get(name)
+    if setting is None:
+        raise ConfigError(f"unknown topic config {name!r}")
+    parsed = parse(setting, value)
+    choices = _TOPIC_CHOICES.get(name)
+    if choices is not None:
+        words = {w.strip() for w in str(parsed).split(",")} if setting.type == "list" else {parsed}
+        if not words <= choices:
+            raise ConfigError(f"{name}: {value!r} is not one of {sorted(choices)}")
+    low, high = _TOPIC_RANGES.get(name, (None, None))
+    if (low is not None and parsed < low) or (high is not None and parsed > high):
+        raise ConfigError(f"{name}: {value!r} is out of range [{low}, {high}]")
+    return parsed
