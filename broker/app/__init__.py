@@ -1,8 +1,9 @@
 """headrace.broker.app: the broker process: wiring, start-up, request dispatch, shutdown; the
 ``headrace`` command; the in-process broker; the metrics endpoint.
 
-server.py             The broker process: start-up, request dispatch to the API modules, clean
-                      shutdown
+server.py             The broker process: how the pieces are wired, start-up, clean shutdown
+dispatch.py           The pipeline's handler: a request decoded, its API module called, the
+                      answer encoded (or the connection closed)
 embedded.py           ``headrace.Broker``: a broker inside the calling process, for the fastest
                       tests
 cli.py                The ``headrace`` command

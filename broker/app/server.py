@@ -1,26 +1,9 @@
-"""The broker process: start-up, request dispatch to the API modules, clean shutdown.
+"""The broker process: how the pieces are wired, start-up, clean shutdown.
 
 How this works
 --------------
-``BrokerServer.handle`` is the pipeline's handler. It runs in a handler queue, in arrival order per
-connection: it decodes the request header, finds the API module (one per Kafka API, listed
-in ``APIS``), decodes the body and calls the module's ``handle(broker, header, request)``.
-A module returns the response message, ``None`` for no response (acks=0), or an awaitable of
-either when the answer comes later (a produce waiting for its flush, a long-polling fetch, an
-admin request doing disk work in a thread). An awaitable may also give ``(message, on_sent)``:
-``on_sent`` is called once the response has left through the socket (Fetch releases its
-share of ``fetch_budget``, the broker-wide budget for response bytes in memory, there). A
-module whose responses can be large says how large with ``response_bytes(broker, request)``;
-the connection counts that as unsent until the response is written, so a client that does not
-read gets none of its next requests handled.
-Encoding the response header and body happens here, once, for every API.
-
-Requests the broker cannot parse close the connection, as Kafka does: an unknown API key, a
-version outside what we list (except ApiVersions, which answers UNSUPPORTED_VERSION with the
-list so the client can retry), or a malformed body. A module that fails unexpectedly (raises,
-or its awaitable does) gets its request answered with UNKNOWN_SERVER_ERROR wherever the
-response has an error code (``protocol.error_response``) and the traceback logged, as Kafka
-does; the connection stays open (an acks=0 produce, having no response, closes it).
+``Dispatcher`` (dispatch.py) is the pipeline's handler: it decodes each request, calls its
+API module with the ``BrokerServer`` as the module's ``broker`` and encodes the answer.
 
 How the pieces are wired
 ------------------------
@@ -35,7 +18,7 @@ producer ids, the group coordinator for transactional offsets, the node id, the 
 read, the broker client) rather than
 the broker, so each can be built and tested alone. The API modules get the ``BrokerServer`` as
 their request context and use the coordinators' public methods. ``metrics`` (metrics.py) is
-what the request path counts (``_encode`` adds each response's latency and error codes);
+what the request path counts (the dispatcher adds each response's latency and error codes);
 with ``metrics.port`` set, ``metrics_http`` serves it, and what it reads at scrape time, from
 ``start`` on (``ready`` says when the broker serves).
 
@@ -82,38 +65,26 @@ from headrace.broker.log.topics import TopicManager
 from headrace.broker.replication.moves import Moves
 from headrace.broker.replication.replica_manager import ReplicaManager
 from headrace.broker.security.authorizer import Authorizer, from_document
-from headrace.broker.security.quotas import REQUEST, ClientQuotas
+from headrace.broker.security.quotas import ClientQuotas
 from headrace.broker.security.quotas import from_document as quotas_from_document
-from headrace.broker.security.sasl import AUTHENTICATE, COMPLETE, HANDSHAKE, SaslConfig, SaslSession
+from headrace.broker.security.sasl import SaslConfig
 from headrace.broker.security.sasl import listener_config as sasl_config
 from headrace.broker.security.scram_credentials import ScramCredentials
-from headrace.broker.security.session import ANONYMOUS, RequestContext, Session
-from headrace.broker.security.tls import certificate_principal, server_context
+from headrace.broker.security.tls import server_context
 from headrace.pipeline import (
     Appender,
     ByteBudget,
-    CloseConnection,
     GroupCommit,
     Limits,
-    Request,
-    Response,
     Router,
     serve,
 )
 from headrace.protocol import (
     ApiKey,
-    DecodeError,
-    ErrorCode,
-    decode_message,
-    decode_request_header,
-    encode_response,
-    encode_response_header,
-    error_response,
-    request_class,
-    response_header_is_flexible,
 )
 from headrace.storage import StorageError, fsync_directory
 
+from .dispatch import Dispatcher
 from .metrics import BrokerMetrics
 
 if TYPE_CHECKING:
@@ -121,9 +92,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("headrace")
 
-# the APIs whose responses can be large, and how large (looked up once: a module attribute
-# that is missing costs an exception per request)
-RESPONSE_BYTES = {key: m.response_bytes for key, m in APIS.items() if hasattr(m, "response_bytes")}
 
 CLEAN_SHUTDOWN = ".clean_shutdown"
 # a connection's frames are capped at this until it has sent one valid request (as Kafka caps
@@ -218,13 +186,14 @@ class BrokerServer:
         self.fetch_budget = ByteBudget(int(config["queued.max.response.bytes"]))
         self._servers: list[asyncio.base_events.Server] = []
         self._tls: dict[str, ssl.SSLContext] = {}  # listener name -> its TLS context
-        self._sasl: dict[str, SaslConfig] = {}  # listener name -> its SASL settings
+        self.sasl: dict[str, SaslConfig] = {}  # listener name -> its SASL settings
         self.scram_credentials = ScramCredentials(self.data_dir, self.cluster)
         # ACLs (authorizer.py): in the data directory, or in a cluster in ZooKeeper
         self.authorizer = Authorizer(config)
         self.acl_document = Document("acls", self.data_dir, self.cluster)
         # client quotas (quotas.py), kept the same way
         self.quotas = ClientQuotas(config)
+        self.dispatcher = Dispatcher(self)  # the pipeline's handler (dispatch.py)
         self.quota_document = Document("quotas", self.data_dir, self.cluster)
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
@@ -274,7 +243,7 @@ class BrokerServer:
                 "settings of Apache Kafka that change nothing in Headrace, ignored: %s",
                 ", ".join(self.config.ignored),
             )
-        self._tls, self._sasl = self._security()
+        self._tls, self.sasl = self._security()
         await self._serve_metrics()
         try:
             await asyncio.to_thread(self._open_data_dir)
@@ -399,7 +368,7 @@ class BrokerServer:
         for listener in self.listeners:
             try:
                 server, self._router = await serve(
-                    self,
+                    self.dispatcher,
                     listener.host,
                     listener.port,
                     limits,
@@ -700,172 +669,6 @@ class BrokerServer:
         ]
         if due:
             await self.topics.flush(due)
-
-    # the pipeline's handler --------------------------------------------------------------------
-
-    def handle(self, request: Request):
-        started = time.monotonic()
-        conn = request.connection
-        session = conn.session
-        if isinstance(session, Session) and session.sasl is not None and session.sasl.bare_tokens:
-            return APIS[ApiKey.SASL_AUTHENTICATE].bare_token(self, session, bytes(request.frame))
-        frame = memoryview(request.frame)
-        try:
-            header, offset = decode_request_header(frame)
-        except DecodeError as e:
-            raise CloseConnection(f"malformed request header: {e}") from None
-        if not isinstance(session, Session):  # the connection's first request
-            session = conn.session = self._session(conn)
-        context = RequestContext(*header, session)
-        if session.sasl is not None and session.sasl.state != COMPLETE:
-            _before_authentication(session.sasl, header.api_key)
-        elif session.sasl is not None and session.sasl.expired():
-            if header.api_key != ApiKey.SASL_HANDSHAKE:  # a re-authentication may begin
-                raise CloseConnection(
-                    "SASL session expired without re-authentication (connections.max.reauth.ms)"
-                )
-        api = APIS.get(header.api_key)
-        if api is None:
-            raise CloseConnection(f"unknown api key {header.api_key}")
-        version = header.api_version
-        if not api.MIN_VERSION <= version <= api.MAX_VERSION:
-            if header.api_key == ApiKey.API_VERSIONS:
-                return self._encode(header, api.unsupported(), started, version=0)
-            raise CloseConnection(f"unsupported version {version} of api key {header.api_key}")
-        try:
-            # bytes after the body are ignored, as Kafka does (librdkafka sends some)
-            body = decode_message(
-                request_class(header.api_key), version, frame, offset, exact=False
-            )
-        except DecodeError as e:
-            raise CloseConnection(f"malformed {api.__name__} v{version} request: {e}") from None
-        size = RESPONSE_BYTES.get(header.api_key)
-        if size is not None:  # count it against the connection before its next request
-            request.expect(size(self, body))
-        try:
-            if REQUEST in self.quotas.active:  # request_percentage quotas: time the handler
-                started = time.perf_counter()
-                outcome = api.handle(self, context, body)
-                throttle = self._request_time(context, time.perf_counter() - started)
-                if throttle and outcome is not None:
-                    if hasattr(outcome, "__await__"):
-                        outcome = _throttled_later(outcome, throttle)
-                    else:
-                        _throttled(outcome, throttle)
-            else:
-                outcome = api.handle(self, context, body)
-            if outcome is None:
-                self.metrics.request_done(header.api_key, version, started, None)
-                return None
-            if hasattr(outcome, "__await__"):
-                return self._encode_later(header, body, outcome, started)
-            return self._encode(header, outcome, started)
-        except CloseConnection:
-            raise
-        except Exception:
-            return self._failed(header, body, started)
-
-    def _request_time(self, context: RequestContext, seconds: float) -> int:
-        """Count a request's handler time against the client's request_percentage quota;
-        the throttle time it earned (ms), the connection muted for it."""
-        now = time.monotonic()
-        ms = self.quotas.throttle_ms(
-            context.session, context.client_id, REQUEST, seconds * 100, now
-        )
-        context.session.throttle(ms)
-        return ms
-
-    def _session(self, conn) -> Session:
-        listener = conn.listener
-        session = Session(listener, conn)
-        if listener.tls:
-            session.principal = certificate_principal(conn.extra("peercert")) or ANONYMOUS
-        if listener.sasl:
-            session.sasl = SaslSession(self._sasl[listener.name])
-            conn.require_authentication()  # small frames, one at a time, until authenticated
-        return session
-
-    def connection_closed(self, connection) -> None:
-        if isinstance(connection.session, Session):
-            connection.session.closed()  # (no cycle left between the two)
-
-    def _encode(self, header, response, started: float, version: int | None = None) -> list:
-        version = header.api_version if version is None else version
-        self.metrics.request_done(header.api_key, version, started, response)
-        flexible = response_header_is_flexible(header.api_key, version)
-        head = encode_response_header(header.correlation_id, flexible)
-        body = encode_response(header.api_key, version, response)
-        body[0] = head + body[0]  # one small write for header and the first part of the body
-        return body
-
-    async def _encode_later(
-        self, header, body, awaitable, started: float
-    ) -> list | Response | None:
-        try:
-            response = await awaitable
-            if isinstance(response, tuple):  # (message, on_sent): told once it has left
-                message, on_sent = response
-                try:
-                    return Response(self._encode(header, message, started), on_sent)
-                except BaseException:
-                    on_sent()
-                    raise
-            if response is None:
-                self.metrics.request_done(header.api_key, header.api_version, started, None)
-                return None
-            return self._encode(header, response, started)
-        except CloseConnection:
-            raise
-        except Exception:
-            return self._failed(header, body, started)
-
-    def _failed(self, header, body, started: float) -> list:
-        """A handler failed unexpectedly (called in its ``except``): log the traceback and
-        answer UNKNOWN_SERVER_ERROR wherever the response has an error code, as Kafka does;
-        an acks=0 produce, which has no response, closes the connection instead."""
-        log.exception(
-            "%s v%d (correlation id %d, client %r) failed; answering UNKNOWN_SERVER_ERROR",
-            ApiKey(header.api_key).name,
-            header.api_version,
-            header.correlation_id,
-            header.client_id,
-        )
-        if header.api_key == ApiKey.PRODUCE and body.acks == 0:
-            raise CloseConnection("an acks=0 produce failed (it has no response to carry that)")
-        error = error_response(
-            header.api_key, header.api_version, body, ErrorCode.UNKNOWN_SERVER_ERROR
-        )
-        return self._encode(header, error, started)
-
-
-def _throttled(response, ms: int) -> None:
-    """Put a throttle time in a response that has the field (the larger one wins)."""
-    message = response[0] if isinstance(response, tuple) else response
-    if getattr(message, "throttle_time_ms", None) is not None:
-        message.throttle_time_ms = max(message.throttle_time_ms, ms)
-
-
-async def _throttled_later(awaitable, ms: int):
-    response = await awaitable
-    if response is not None:
-        _throttled(response, ms)
-    return response
-
-
-# before a SASL client has authenticated (or while it re-authenticates), as Kafka's
-# SaslServerAuthenticator: ApiVersions and SaslHandshake first, then SaslAuthenticate
-_SASL_APIS = {
-    HANDSHAKE: (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE),
-    AUTHENTICATE: (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE),
-}
-
-
-def _before_authentication(sasl: SaslSession, api_key: int) -> None:
-    """Close the connection on a request its SASL state does not allow (the SASL modules
-    refine what their own keys may do)."""
-    if api_key not in _SASL_APIS[sasl.state]:
-        what = "re-authentication" if sasl.reauthenticating else "SASL authentication"
-        raise CloseConnection(f"api key {api_key} during {what}")
 
 
 __all__ = ["APIS", "ApiKey", "BrokerServer", "StartupError"]
