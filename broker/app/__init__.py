@@ -2,6 +2,8 @@
 ``headrace`` command; the in-process broker; the metrics endpoint.
 
 server.py             The broker process: how the pieces are wired, start-up, clean shutdown
+data_dir.py           The data directory as a whole: its lock, ``meta.properties`` (the cluster
+                      id), the clean-shutdown marker
 dispatch.py           The pipeline's handler: a request decoded, its API module called, the
                       answer encoded (or the connection closed)
 embedded.py           ``headrace.Broker``: a broker inside the calling process, for the fastest

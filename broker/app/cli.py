@@ -42,6 +42,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headrace.broker.client.admin_request import AdminError
 from headrace.broker.config.config import BrokerConfig
@@ -49,6 +50,9 @@ from headrace.broker.config.listeners import listeners
 from headrace.broker.config.settings import BROKER_SETTINGS, ConfigError
 from headrace.broker.tools import dump_log_command, groups_command, topics_command, verify_command
 from headrace.storage import replace_file
+
+if TYPE_CHECKING:
+    from .server import BrokerServer
 
 EXIT_FAILED = 1  # an admin command failed (the broker refused, or could not be reached)
 EXIT_CONFIG = 2
@@ -204,7 +208,7 @@ def _run(config: BrokerConfig, ready_file: str | None = None) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         if ready_file:  # after the handlers: a SIGTERM from then on is a clean stop
-            _write_ready(Path(ready_file), broker.ready_line())
+            _write_ready(Path(ready_file), _ready_line(broker))
         await stop.wait()
         await broker.stop()
         return 0
@@ -214,6 +218,15 @@ def _run(config: BrokerConfig, ready_file: str | None = None) -> int:
     finally:
         if ready_file:
             Path(ready_file).unlink(missing_ok=True)
+
+
+def _ready_line(broker: BrokerServer) -> str:
+    """What ``--ready-file`` gets: the first listener's bound ``host:port``, then (when there
+    are several) every listener's ``NAME://host:port``."""
+    items = [f"{broker.host or '0.0.0.0'}:{broker.port}"]
+    for x in broker.listeners if len(broker.listeners) > 1 else ():
+        items.append(f"{x.name}://{x.host or '0.0.0.0'}:{broker.bound[x.name]}")
+    return " ".join(items)
 
 
 def _write_ready(path: Path, line: str) -> None:

@@ -2,45 +2,31 @@
 
 How this works
 --------------
-``Dispatcher`` (dispatch.py) is the pipeline's handler: it decodes each request, calls its
-API module with the ``BrokerServer`` as the module's ``broker`` and encodes the answer.
+``BrokerServer.__init__`` builds everything, and nothing waits for ``start`` to exist: the
+append stage (``Appender``, produce's copies into the page cache), the flush stage
+(``GroupCommit``), the topic table (``TopicManager``, with ``topics.flush(partitions)``, the
+one way to make appends durable), the producer ids, the coordinators, the log cleaner, the
+``BrokerClient`` of the inter-broker traffic, and in a cluster the ``Cluster`` view, the
+replica manager and the moves. Each is handed what it uses rather than the broker, so each
+can be built and tested alone. ``Dispatcher`` (dispatch.py) is the pipeline's handler: it
+calls each request's API module with the ``BrokerServer`` as the module's ``broker``.
+``metrics`` (metrics.py) is what the request path counts; with ``metrics.port`` set,
+``metrics_http`` serves it from ``start`` on (``ready`` says when the broker serves).
 
-How the pieces are wired
-------------------------
-``BrokerServer.__init__`` builds everything, and nothing waits for ``start`` to exist: the append
-stage (``Appender``, produce's copies into the page cache), the flush stage
-(``GroupCommit``), the topic table (``TopicManager``: every topic and partition, and
-``topics.flush(partitions)``, the one way to make appends durable), the producer id source
-(``ProducerIdManager``), the group coordinator, the log cleaner and the transaction
-coordinator, and the ``BrokerClient`` the transaction coordinator sends markers to other
-brokers with (closed at stop). The last two are handed what they use (the topic table, the
-producer ids, the group coordinator for transactional offsets, the node id, the settings they
-read, the broker client) rather than
-the broker, so each can be built and tested alone. The API modules get the ``BrokerServer`` as
-their request context and use the coordinators' public methods. ``metrics`` (metrics.py) is
-what the request path counts (the dispatcher adds each response's latency and error codes);
-with ``metrics.port`` set, ``metrics_http`` serves it, and what it reads at scrape time, from
-``start`` on (``ready`` says when the broker serves).
-
-Start-up (``start``) locks the data directory (``.lock``: one broker per directory; a second
-one exits at once, naming the holder's pid), loads the logs, replays the groups' and
-transactions' state, starts serving, then the background jobs (``background.run_every``: the
-periodic flush and the expiry of idle producers here, offset expiry, the transaction timer,
-the log cleaner's passes). It reads the clean-shutdown marker: without it, every log is
-recovered (torn tails cut). Shutdown stops accepting, answers what is in flight, stops the
-background jobs, flushes every log, writes the marker and releases the lock.
+Start-up (``start``) locks the data directory (data_dir.py), loads the logs (recovering them
+after an unclean stop), replays the groups' and transactions' state, starts serving, then the
+background jobs (``background.run_every``: the periodic flush and the expiry of idle
+producers, offset expiry, the transaction timer, the log cleaner's passes). Shutdown stops
+accepting, answers what is in flight, stops the background jobs, flushes every log, marks the
+stop clean and releases the lock.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import fcntl
 import logging
-import os
 import ssl
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -82,8 +68,9 @@ from headrace.pipeline import (
 from headrace.protocol import (
     ApiKey,
 )
-from headrace.storage import StorageError, fsync_directory
+from headrace.storage import StorageError
 
+from .data_dir import DataDir, DataDirInUse
 from .dispatch import Dispatcher
 from .metrics import BrokerMetrics
 
@@ -93,12 +80,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("headrace")
 
 
-CLEAN_SHUTDOWN = ".clean_shutdown"
 # a connection's frames are capped at this until it has sent one valid request (as Kafka caps
 # them before authentication), then at socket.request.max.bytes
 FIRST_REQUEST_MAX_BYTES = 512 * 1024
-META = "meta.properties"
-LOCK = ".lock"
 
 
 class StartupError(Exception):
@@ -188,16 +172,15 @@ class BrokerServer:
         self._tls: dict[str, ssl.SSLContext] = {}  # listener name -> its TLS context
         self.sasl: dict[str, SaslConfig] = {}  # listener name -> its SASL settings
         self.scram_credentials = ScramCredentials(self.data_dir, self.cluster)
-        # ACLs (authorizer.py): in the data directory, or in a cluster in ZooKeeper
+        # ACLs and client quotas: in the data directory, or in a cluster in ZooKeeper
         self.authorizer = Authorizer(config)
         self.acl_document = Document("acls", self.data_dir, self.cluster)
-        # client quotas (quotas.py), kept the same way
         self.quotas = ClientQuotas(config)
-        self.dispatcher = Dispatcher(self)  # the pipeline's handler (dispatch.py)
         self.quota_document = Document("quotas", self.data_dir, self.cluster)
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
-        self._lock_fd = -1  # the data directory's lock, held from start to stop
+        self.dir = DataDir(self.data_dir, self.node_id)  # its lock is held from start to stop
+        self.dispatcher = Dispatcher(self)  # the pipeline's handler (dispatch.py)
 
     def brokers(self, listener: Listener | None = None) -> dict[int, Endpoint]:
         """The live brokers by id, as a client that came through ``listener`` reaches them:
@@ -225,14 +208,6 @@ class BrokerServer:
             listener = inter_broker(self.config, self.listeners)
         port = listener.advertised_port or self.bound.get(listener.name, listener.port)
         return listener.advertised_host, port
-
-    def ready_line(self) -> str:
-        """What ``--ready-file`` gets: the first listener's bound ``host:port``, then (when
-        there are several) every listener's ``NAME://host:port``."""
-        items = [f"{self.host or '0.0.0.0'}:{self.port}"]
-        for x in self.listeners if len(self.listeners) > 1 else ():
-            items.append(f"{x.name}://{x.host or '0.0.0.0'}:{self.bound[x.name]}")
-        return " ".join(items)
 
     # lifecycle -------------------------------------------------------------------------------
 
@@ -442,7 +417,7 @@ class BrokerServer:
         self.cluster.serve()
         await self.cluster.controller_known()
         self.cluster_id = self.cluster.cluster_id
-        await asyncio.to_thread(self._write_meta, self.cluster_id)
+        await asyncio.to_thread(self.dir.write_cluster_id, self.cluster_id)
 
     def _acls_changed(self, value) -> None:
         try:
@@ -516,86 +491,39 @@ class BrokerServer:
 
     def _open_data_dir(self) -> None:
         try:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            self._lock_data_dir()
-            probe = self.data_dir / ".probe"
-            probe.write_bytes(b"")
-            probe.unlink()
+            self.dir.lock()
+        except DataDirInUse as e:
+            raise StartupError(str(e)) from None
         except OSError as e:
+            self.dir.unlock()
             raise StartupError(f"data directory {self.data_dir} is not usable: {e}") from e
-        marker = self.data_dir / CLEAN_SHUTDOWN
-        clean = marker.exists() or not (self.data_dir / META).exists()  # a new directory is clean
-        self.cluster_id = self._cluster_id()
+        clean = self.dir.stopped_cleanly()
+        self.cluster_id = self.dir.cluster_id(make=self.cluster is None)
         try:
             if self.cluster is None:  # (a cluster's are read once it has joined)
                 self.scram_credentials.load()
         except (OSError, ValueError, KeyError) as e:
-            self._unlock_data_dir()
+            self.dir.unlock()
             raise StartupError(f"cannot read {self.scram_credentials.path}: {e}") from e
         if self.cluster is None:
             try:
                 self.authorizer.replace(from_document(self.acl_document.load()))
             except (OSError, ValueError, KeyError, TypeError) as e:
-                self._unlock_data_dir()
+                self.dir.unlock()
                 raise StartupError(f"cannot read {self.acl_document.path}: {e}") from e
             try:
                 self.quotas.replace(quotas_from_document(self.quota_document.load()))
             except (OSError, ValueError, KeyError, TypeError) as e:
-                self._unlock_data_dir()
+                self.dir.unlock()
                 raise StartupError(f"cannot read {self.quota_document.path}: {e}") from e
         try:
             self.topics.load(recover=not clean)
         except (StorageError, OSError, ValueError) as e:
-            self._unlock_data_dir()
+            self.dir.unlock()
             raise StartupError(f"cannot open the logs in {self.data_dir}: {e}") from e
-        marker.unlink(missing_ok=True)
-        fsync_directory(self.data_dir)
+        self.dir.opened()
         if not clean:
             log.info("no clean-shutdown marker: logs were recovered")
-
-    def _lock_data_dir(self) -> None:
-        """One broker per data directory, as Kafka's ``.lock``: an exclusive ``flock`` taken
-        before anything in the directory is read, held until ``stop`` (the kernel releases it
-        when the process dies, however it dies). The file holds the holder's pid."""
-        fd = os.open(self.data_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise StartupError(
-                f"data directory {self.data_dir} is in use by another broker (pid {holder})"
-            ) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        pid = f"{os.getpid()}\n".encode()
-        os.pwrite(fd, pid, 0)
-        os.ftruncate(fd, len(pid))
-        self._lock_fd = fd
-
-    def _unlock_data_dir(self) -> None:
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)  # closing the only descriptor releases the flock
-            self._lock_fd = -1
-
-    def _cluster_id(self) -> str:
-        """The data directory's cluster id; a new directory gets one (in a cluster, the
-        cluster's, written once it is known)."""
-        path = self.data_dir / META
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line.startswith("cluster.id="):
-                    return line.split("=", 1)[1].strip()
-        if self.cluster is not None:
-            return ""
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        self._write_meta(cluster_id)
-        return cluster_id
-
-    def _write_meta(self, cluster_id: str) -> None:
-        path = self.data_dir / META
-        path.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
 
     async def stop(self) -> None:
         """Stop accepting, answer in-flight requests, flush everything, mark the stop clean."""
@@ -648,9 +576,7 @@ class BrokerServer:
 
     def _close_data_dir(self) -> None:
         self.topics.close()
-        (self.data_dir / CLEAN_SHUTDOWN).write_bytes(b"")
-        fsync_directory(self.data_dir)
-        self._unlock_data_dir()
+        self.dir.closed()
 
     def _flush_interval(self, topic=None) -> float:
         """How old unflushed data may get: ``flush.ms``, and at the latest
