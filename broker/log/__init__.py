@@ -2,8 +2,10 @@
 partition and its append path, its leader's view of the followers, producer state, record
 checks, cleaning.
 
-topics.py          Topics: their metadata and partitions (``partition.py``: one partition and
-                   the append path)
+topics.py          The topic table: every topic here, created, grown, changed and deleted,
+                   ``topics.json``; in a cluster it follows ZooKeeper (``apply``)
+topic.py           One topic: its id, its settings, the partitions of it held here
+replay.py          An internal topic read back whole at start-up (the coordinators' state)
 partition.py       One partition: its log, its producers' state, the fetches waiting for it, and
                    the append path of a produce (validation, offsets, producer checks,
                    transaction markers); the one writer of its high watermark

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from headrace.pipeline import Appender
 
     from .leader_state import LeaderState
-    from .topics import Topic
+    from .topic import Topic
 
 log = logging.getLogger("headrace")
 

@@ -1,24 +1,22 @@
-"""Topics: their metadata and partitions (``partition.py``: one partition and the append path).
+"""The topic table: every topic of this broker (topic.py) by name and id, created, grown,
+changed and deleted here, its metadata in ``topics.json``.
 
-Topic metadata (id, partition count, per-topic settings) is kept in ``topics.json`` in the
-data directory, replaced atomically on every change; each partition's log lives in
-``<topic>-<partition>/``, as in Kafka. In a cluster (``cluster.py``) the metadata lives in
-ZooKeeper: changes are written there, and ``apply`` makes this broker's copy follow it (it
-holds only the partitions placed on it, ``Topic.held``; ``topics.json`` lists them, so that a
-restart opens them before it has read ZooKeeper). Opening, creating and deleting logs touch
-the disk, so those run in a worker thread; the maps below are changed on the event loop only.
+``topics.json`` in the data directory (id, partition count, per-topic settings) is replaced
+atomically on every change; each partition's log lives in ``<topic>-<partition>/``, as in
+Kafka. In a cluster the metadata lives in ZooKeeper: changes are written there
+(cluster/topic_admin.py), and ``apply`` makes this broker's copy follow it (``Topic.held``:
+the partitions placed here, listed in ``topics.json`` so that a restart opens them before it
+has read ZooKeeper). Disk work runs in a worker thread; the maps change on the event loop.
 
-Every log opens its files under one descriptor budget, ``TopicManager.open_files``
-(``log.max.open.files``; see headrace.storage.open_files), so the number of partitions is not
-bounded by RLIMIT_NOFILE. Recovery after a crash and shutdown open and close the logs with
-``num.recovery.threads.per.data.dir`` threads; a clean start opens them in one.
+Every log opens its files under one descriptor budget, ``open_files`` (``log.max.open.files``),
+so the number of partitions is not bounded by RLIMIT_NOFILE. Recovery after a crash and
+shutdown use ``num.recovery.threads.per.data.dir`` threads; a clean start opens in one.
 
 Creating a topic or growing one is all or nothing: the new partitions are opened and
 ``topics.json`` saved in the worker thread, and the maps change only when both worked; on any
-failure (too many open files, a full disk, a bad setting) the partitions opened are closed and
-the directories made for them removed (``TopicCreationError`` says why). The broker holds at
-most ``max.broker.partitions`` partitions. Each partition forgets producers idle for
-``producer.id.expiration.ms`` (``expire_producers``, run periodically by the broker).
+failure (too many open files, a full disk, a bad setting) what was made is undone
+(``TopicCreationError`` says why). At most ``max.broker.partitions`` partitions are held.
+Partitions forget producers idle for ``producer.id.expiration.ms`` (``expire_producers``).
 """
 
 from __future__ import annotations
@@ -28,28 +26,17 @@ import errno
 import json
 import logging
 import os
-import re
 import resource
 import shutil
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from headrace.broker.config.config import BrokerConfig
-from headrace.broker.config.settings import TOPIC_SETTINGS
 from headrace.pipeline import GroupCommit
-from headrace.protocol.compression import UnsupportedCompressionError
 from headrace.protocol.errors import ErrorCode
-from headrace.protocol.records import (
-    CorruptRecordError,
-    crc_matches,
-    decode_records,
-    iter_batches,
-)
 from headrace.storage import (
     Log,
     LogConfig,
@@ -62,6 +49,7 @@ from headrace.storage import (
 
 from .partition import Partition
 from .producer_state import ProducerStateManager
+from .topic import Topic
 
 if TYPE_CHECKING:
     from headrace.broker.cluster.cluster import Cluster
@@ -99,48 +87,6 @@ INTERNAL_REPLICATION = {
 RESERVE = ".reserve"  # see TopicManager._reserve
 RESERVE_BYTES = 64 * 1024
 DELETED_SUFFIX = "-delete"
-MAX_NAME = 249
-_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
-
-
-class ReplayError(Exception):
-    """An internal topic's partition could not be read back whole at start-up: a read that
-    failed, a batch whose CRC does not match or whose records cannot be decoded, or batches
-    missing below the log end offset. Its state (groups, transactions) would be partial."""
-
-    def __init__(self, directory: str, offset: int, cause: str) -> None:
-        super().__init__(f"{os.path.basename(directory)} at offset {offset}: {cause}")
-        self.directory, self.offset, self.cause = directory, offset, cause
-
-
-def stored_records(plog: Log, *, skip_transactional: bool = False):
-    """(key, value) of every record of ``plog`` from its start, read a MiB of batches at a
-    time: how internal topics are replayed at start-up (in a worker thread). Every batch's
-    CRC is checked; anything that keeps a record from being read raises ``ReplayError``."""
-    offset, end = plog.log_start_offset, plog.log_end_offset
-    while offset < end:
-        try:
-            data = plog.read(offset, 1 << 20, max_offset=end)
-        except StorageError as e:
-            raise ReplayError(plog.directory, offset, f"cannot read: {e}") from e
-        if not data:
-            raise ReplayError(plog.directory, offset, f"no batch below the log end {end}")
-        start = offset
-        try:
-            for pos, size, h in iter_batches(data):
-                batch = memoryview(data)[pos : pos + size]
-                if not crc_matches(batch):
-                    raise ReplayError(
-                        plog.directory, h.base_offset, "the batch's CRC-32C does not match"
-                    )
-                if not (skip_transactional and h.is_transactional):
-                    for _, _, key, value, _ in decode_records(batch):
-                        yield key, value
-                offset = h.base_offset + h.last_offset_delta + 1
-        except (CorruptRecordError, UnsupportedCompressionError) as e:
-            raise ReplayError(plog.directory, offset, f"unreadable batch: {e}") from e
-        if offset <= start:
-            raise ReplayError(plog.directory, offset, "no whole batch where one should start")
 
 
 class TopicCreationError(StorageError):
@@ -172,124 +118,6 @@ class TopicCreationError(StorageError):
             else ErrorCode.UNKNOWN_SERVER_ERROR
         )
         return cls(code, f"Cannot create the partitions of topic '{name}': {why}; nothing kept.")
-
-
-class NotHere(StorageError):
-    """A partition this broker does not hold (in a cluster: another broker leads it, or this
-    one is fenced); a coordinator whose state partition it is answers NOT_COORDINATOR or
-    COORDINATOR_NOT_AVAILABLE, and the client finds the coordinator again."""
-
-
-def topic_name_error(name: str) -> str | None:
-    if not name or name in (".", ".."):
-        return "topic name is empty, '.' or '..'"
-    if len(name) > MAX_NAME:
-        return f"topic name is longer than {MAX_NAME} characters"
-    if not _LEGAL_NAME.match(name):
-        return "topic name may contain only ASCII letters, digits, '.', '_' and '-'"
-    return None
-
-
-def _always() -> bool:
-    return True
-
-
-@dataclass(frozen=True, slots=True)
-class ProduceConfig:
-    """The topic's settings the produce path reads for every partition of every request."""
-
-    log_append_time: bool  # message.timestamp.type is LogAppendTime
-    keys_required: bool  # cleanup.policy includes compact
-    timestamp_before_ms: int  # message.timestamp.before.max.ms
-    timestamp_after_ms: int  # message.timestamp.after.max.ms
-    max_message_bytes: int
-    flush_messages: int
-
-
-@dataclass(eq=False)
-class Topic:
-    name: str
-    topic_id: uuid.UUID
-    _configs: dict[str, object]  # per-topic settings set explicitly (``configs``)
-    broker_config: BrokerConfig
-    count: int = 0  # partitions of the topic; in a cluster, on every broker
-    held: dict[int, Partition] = field(default_factory=dict)  # the ones on this broker
-    leading: Callable[[], bool] = _always  # False while a cluster broker is fenced
-    created_ms: int = 0  # in a cluster, when the topic was made (0: unknown)
-
-    @property
-    def partitions(self) -> list[Partition]:
-        """The partitions on this broker (every partition, on a single broker), by index."""
-        return list(self.held.values())
-
-    @property
-    def led(self) -> list[Partition]:
-        """The partitions this broker leads (every partition, on a single broker)."""
-        return [p for p in self.held.values() if p.leader]
-
-    def partition(self, index: int) -> Partition | None:
-        """Partition ``index`` when this broker leads it and may serve it, else None."""
-        p = self.held.get(index)
-        return p if p is not None and p.leader and self.leading() else None
-
-    def held_partition(self, index: int) -> Partition:
-        """``partition(index)``, or NotHere."""
-        p = self.partition(index)
-        if p is None:
-            raise NotHere(f"partition {index} of {self.name} is not on this broker")
-        return p
-
-    def partition_error(self, index: int) -> int:
-        """Why ``partition(index)`` is None: the partition is elsewhere (or this broker is
-        fenced) or does not exist."""
-        if 0 <= index < self.count:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-
-    @property
-    def configs(self) -> dict[str, object]:
-        """The settings set for this topic explicitly; replaced as a whole, never changed in
-        place, so that ``produce_config`` follows them."""
-        return self._configs
-
-    @configs.setter
-    def configs(self, configs: dict[str, object]) -> None:
-        self._configs = configs
-        self.__dict__.pop("produce_config", None)
-
-    @cached_property
-    def produce_config(self) -> ProduceConfig:
-        """The produce path's settings, read once per change of ``configs``."""
-        return ProduceConfig(
-            log_append_time=self.setting("message.timestamp.type") == "LogAppendTime",
-            keys_required="compact" in str(self.setting("cleanup.policy")),
-            timestamp_before_ms=int(self.setting("message.timestamp.before.max.ms")),
-            timestamp_after_ms=int(self.setting("message.timestamp.after.max.ms")),
-            max_message_bytes=int(self.setting("max.message.bytes")),
-            flush_messages=int(self.setting("flush.messages")),
-        )
-
-    def setting(self, name: str) -> Any:
-        """The topic's value of ``name``: its own if set, else the broker's default."""
-        if name in self.configs:
-            return self.configs[name]
-        return self.broker_config[TOPIC_SETTINGS[name].name]
-
-    def log_config(self) -> LogConfig:
-        return LogConfig(
-            segment_bytes=int(self.setting("segment.bytes")),
-            segment_ms=int(self.setting("segment.ms")),
-            index_interval_bytes=int(self.setting("index.interval.bytes")),
-            segment_index_bytes=int(self.setting("segment.index.bytes")),
-            retention_ms=int(self.setting("retention.ms")),
-            retention_bytes=int(self.setting("retention.bytes")),
-            cleanup_policy=str(self.setting("cleanup.policy")),
-            delete_retention_ms=int(self.setting("delete.retention.ms")),
-            min_cleanable_dirty_ratio=float(self.setting("min.cleanable.dirty.ratio")),
-            min_compaction_lag_ms=int(self.setting("min.compaction.lag.ms")),
-            max_compaction_lag_ms=int(self.setting("max.compaction.lag.ms")),
-            io_backend=str(self.broker_config["log.io.backend"]),
-        )
 
 
 class TopicManager:

@@ -60,7 +60,8 @@ from .replica_fetcher import ReplicaFetcher
 if TYPE_CHECKING:
     from headrace.broker.cluster.cluster import Cluster
     from headrace.broker.cluster.znodes import TopicRecord
-    from headrace.broker.log.topics import Topic, TopicManager
+    from headrace.broker.log.topic import Topic
+    from headrace.broker.log.topics import TopicManager
 
 log = logging.getLogger("headrace.moves")
 

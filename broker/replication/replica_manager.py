@@ -57,7 +57,8 @@ from .replica_fetcher import ReplicaFetcher
 if TYPE_CHECKING:
     from headrace.broker.cluster.cluster import Cluster
     from headrace.broker.log.partition import Partition
-    from headrace.broker.log.topics import Topic, TopicManager
+    from headrace.broker.log.topic import Topic
+    from headrace.broker.log.topics import TopicManager
 
 log = logging.getLogger("headrace.replicas")
 

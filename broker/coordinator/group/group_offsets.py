@@ -38,7 +38,7 @@ import logging
 import struct
 from dataclasses import dataclass
 
-from headrace.broker.log.topics import stored_records
+from headrace.broker.log.replay import stored_records
 from headrace.protocol.records import Record, build_batch
 
 log = logging.getLogger("headrace.groups")

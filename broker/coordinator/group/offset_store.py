@@ -35,7 +35,7 @@ import asyncio
 import logging
 import struct
 
-from headrace.broker.log.topics import ReplayError
+from headrace.broker.log.replay import ReplayError
 from headrace.protocol import ErrorCode
 from headrace.protocol.records import decode_records, iter_batches
 from headrace.storage import StorageError

@@ -73,7 +73,7 @@ from headrace.broker.background import run_every, wall_clock_ms
 from headrace.broker.client.broker_client import NetworkError
 from headrace.broker.coordinator.group import group_offsets
 from headrace.broker.coordinator.group.group_offsets import OFFSETS_TOPIC
-from headrace.broker.log.topics import ReplayError
+from headrace.broker.log.replay import ReplayError
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import StorageError
 

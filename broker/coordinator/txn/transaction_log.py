@@ -22,7 +22,7 @@ import logging
 import struct
 from dataclasses import dataclass, field
 
-from headrace.broker.log.topics import stored_records
+from headrace.broker.log.replay import stored_records
 from headrace.protocol.records import Record, build_batch
 
 from .transaction_state import BY_CODE, TxnState
