@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from headrace.broker.cluster.topic_admin import TopicChangeError
-from headrace.broker.log.topics import TopicCreationError
+from headrace.broker.log.topic import TopicCreationError
 from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 

@@ -20,8 +20,7 @@ import logging
 
 from headrace.broker.cluster.topic_admin import TopicChangeError
 from headrace.broker.config.settings import TOPIC_SETTINGS, ConfigError, validate_topic_setting
-from headrace.broker.log.topic import topic_name_error
-from headrace.broker.log.topics import TopicCreationError
+from headrace.broker.log.topic import TopicCreationError, topic_name_error
 from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 

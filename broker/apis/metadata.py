@@ -19,8 +19,7 @@ TOPIC_AUTHORIZATION_FAILED. ``topic_authorized_operations`` (v8+) and
 from __future__ import annotations
 
 from headrace.broker.coordinator.group.group_offsets import INTERNAL_TOPICS
-from headrace.broker.log.topic import topic_name_error
-from headrace.broker.log.topics import TopicCreationError
+from headrace.broker.log.topic import TopicCreationError, topic_name_error
 from headrace.broker.security.authorizer import (
     CLUSTER,
     CLUSTER_NAME,

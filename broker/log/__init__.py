@@ -4,7 +4,8 @@ checks, cleaning.
 
 topics.py          The topic table: every topic here, created, grown, changed and deleted,
                    ``topics.json``; in a cluster it follows ZooKeeper (``apply``)
-topic.py           One topic: its id, its settings, the partitions of it held here
+topic.py           One topic: its id, its settings, the partitions of it held here; its name's
+                   rules and its errors
 replay.py          An internal topic read back whole at start-up (the coordinators' state)
 partition.py       One partition: its log, its producers' state, the fetches waiting for it, and
                    the append path of a produce (validation, offsets, producer checks,

@@ -5,12 +5,15 @@ In a cluster a topic is held here in part (``held``: the partitions placed on th
 served only while this broker leads a partition and is not fenced (``partition`` returns None
 otherwise, and ``partition_error`` says why). ``configs`` are replaced whole, never changed in
 place, so that ``produce_config``, the settings the produce path reads for every request, is
-read once per change.
+read once per change. Also here: the errors of a topic that is not here or could not be made,
+and what a topic's name may be.
 """
 
 from __future__ import annotations
 
+import errno
 import re
+import resource
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +31,37 @@ if TYPE_CHECKING:
 
 MAX_NAME = 249
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+class TopicCreationError(StorageError):
+    """Creating a topic's partitions failed and was undone. ``error_code`` is Kafka's answer
+    for that topic (KAFKA_STORAGE_ERROR for a disk or file problem, UNKNOWN_SERVER_ERROR
+    otherwise); the message names the cause. A ``StorageError``, so that code which makes
+    internal topics on first use handles it as before."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+    @classmethod
+    def of(cls, name: str, e: BaseException) -> TopicCreationError:
+        cause: BaseException | None = e
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__cause__
+        if isinstance(cause, OSError) and cause.errno in (errno.EMFILE, errno.ENFILE):
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            why = f"too many open files (the broker's open-files limit is {soft})"
+        elif isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            why = "no space left on the device of the data directory"
+        else:
+            why = str(e) or type(e).__name__
+        code = (
+            ErrorCode.KAFKA_STORAGE_ERROR
+            if isinstance(e, (OSError, StorageError))
+            else ErrorCode.UNKNOWN_SERVER_ERROR
+        )
+        return cls(code, f"Cannot create the partitions of topic '{name}': {why}; nothing kept.")
 
 
 class NotHere(StorageError):

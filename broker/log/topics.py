@@ -22,11 +22,9 @@ Partitions forget producers idle for ``producer.id.expiration.ms`` (``expire_pro
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import logging
 import os
-import resource
 import shutil
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -49,7 +47,7 @@ from headrace.storage import (
 
 from .partition import Partition
 from .producer_state import ProducerStateManager
-from .topic import Topic
+from .topic import Topic, TopicCreationError
 
 if TYPE_CHECKING:
     from headrace.broker.cluster.cluster import Cluster
@@ -87,37 +85,6 @@ INTERNAL_REPLICATION = {
 RESERVE = ".reserve"  # see TopicManager._reserve
 RESERVE_BYTES = 64 * 1024
 DELETED_SUFFIX = "-delete"
-
-
-class TopicCreationError(StorageError):
-    """Creating a topic's partitions failed and was undone. ``error_code`` is Kafka's answer
-    for that topic (KAFKA_STORAGE_ERROR for a disk or file problem, UNKNOWN_SERVER_ERROR
-    otherwise); the message names the cause. A ``StorageError``, so that code which makes
-    internal topics on first use handles it as before."""
-
-    def __init__(self, error_code: int, message: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-        self.message = message
-
-    @classmethod
-    def of(cls, name: str, e: BaseException) -> TopicCreationError:
-        cause: BaseException | None = e
-        while cause is not None and not isinstance(cause, OSError):
-            cause = cause.__cause__
-        if isinstance(cause, OSError) and cause.errno in (errno.EMFILE, errno.ENFILE):
-            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-            why = f"too many open files (the broker's open-files limit is {soft})"
-        elif isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
-            why = "no space left on the device of the data directory"
-        else:
-            why = str(e) or type(e).__name__
-        code = (
-            ErrorCode.KAFKA_STORAGE_ERROR
-            if isinstance(e, (OSError, StorageError))
-            else ErrorCode.UNKNOWN_SERVER_ERROR
-        )
-        return cls(code, f"Cannot create the partitions of topic '{name}': {why}; nothing kept.")
 
 
 class TopicManager:
