@@ -9,8 +9,8 @@ transaction_state.py        The transaction state machine, as data: every allowe
                             this file
 transaction_log.py          Transaction coordinator state in the internal compacted topic
                             ``__transaction_state``, in Kafka's record layouts
-markers.py                  Transaction markers written on this broker: the leader's side of
-                            closing a transaction
+markers.py                  Transaction markers: written on this broker (the leader's side of
+                            closing a transaction), and the coordinator's, sent to each leader
 producer_ids.py             Producer ids for idempotent and transactional producers, none given
                             twice
 """

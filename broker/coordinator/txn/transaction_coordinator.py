@@ -29,7 +29,7 @@ leader loads its whole log: it was in the ISR, so it has every acknowledged chan
   become the group's committed offsets only with the commit marker of that partition (see
   ``write_txn_markers``).
 * EndTxn: PrepareCommit/PrepareAbort is written (the decision), then a control batch goes to
-  every partition of the transaction (``_write_markers``: the partitions led here directly,
+  every partition of the transaction (markers.py: the partitions led here directly,
   the others in a WriteTxnMarkers request to their leader, one per broker, all at once), the
   partitions are flushed, and CompleteCommit or CompleteAbort is written; the client is
   answered after that, so a committed transaction is visible to ``read_committed`` readers
@@ -64,21 +64,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 from collections.abc import Callable
 from dataclasses import replace
 
 from headrace.broker.background import run_every, wall_clock_ms
-from headrace.broker.client.broker_client import NetworkError
 from headrace.broker.coordinator.group import group_offsets
 from headrace.broker.coordinator.group.group_offsets import OFFSETS_TOPIC
 from headrace.broker.log.replay import ReplayError
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode
 from headrace.storage import StorageError
 
 from . import transaction_log
-from .markers import write_here
+from .markers import MARKER_ATTEMPTS, TransactionMarkers, crash_point
 from .transaction_log import TRANSACTION_TOPIC, TransactionMetadata
 from .transaction_state import (
     ABORT_FIRST,
@@ -105,23 +102,8 @@ log = logging.getLogger("headrace.transactions")
 
 E = ErrorCode
 MAX_EPOCH = (1 << 15) - 1
-COORDINATOR_EPOCH = 0  # the coordinator of a transactional id never moves yet
-MARKER_VERSION = 1  # WriteTxnMarkers version sent to other brokers
-MARKER_TIMEOUT_S = 5.0  # for one WriteTxnMarkers request
-MARKER_ATTEMPTS = 3  # per completion asked for by a client, before leaving it to the timer
 TIMER_CONCURRENCY = 32  # transactions the timer aborts or completes at once
-MARKER_BACKOFF_S = 0.1  # doubled after each attempt
-# marker codes after which a partition needs no more tries (INVALID_PRODUCER_EPOCH: a newer
-# epoch of the producer has been seen there, which already closed this transaction)
-MARKER_DONE = {E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.INVALID_PRODUCER_EPOCH}
 Key = tuple[str, int]
-
-
-def _crash_point(name: str) -> None:
-    """Fault injection for crash tests (see the module doc)."""
-    if os.environ.get("HEADRACE_TEST_CRASH") == name:
-        log.warning("HEADRACE_TEST_CRASH=%s: killing the broker", name)
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class TransactionCoordinator:
@@ -169,9 +151,11 @@ class TransactionCoordinator:
         self.unavailable: set[int] = set()
         self.write_timeout_s = write_timeout_ms / 1000  # request.timeout.ms, as in Kafka
         self.txns: dict[str, TransactionMetadata] = {}
-        # (transactional id, producer id, epoch) of a decided transaction -> its partitions
-        # whose marker is written (while some others' are not)
-        self._marked: dict[tuple[str, int, int], set[Key]] = {}
+        # the markers of decided transactions, written here or sent (the leaders as
+        # ``leader_of`` says at the time)
+        self.markers = TransactionMarkers(
+            topics, groups, node_id, lambda t, p: self.leader_of(t, p), broker_client
+        )
         self._tasks: list[asyncio.Task] = []
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -238,8 +222,7 @@ class TransactionCoordinator:
             ]
             for tid in doomed:
                 del self.txns[tid]
-            for key in [k for k in self._marked if k[0] in doomed]:
-                del self._marked[key]
+            self.markers.forget(doomed)
             if doomed:
                 log.info(
                     "unloaded %d transactional ids (partitions %s moved away)", len(doomed), lost
@@ -512,10 +495,10 @@ class TransactionCoordinator:
         self, prepared: TransactionMetadata, commit: bool, attempts: int = MARKER_ATTEMPTS
     ) -> int:
         """Write the markers of a decided transaction, then complete it."""
-        _crash_point("after-prepare")
+        crash_point("after-prepare")
         prepared.pending = True
         try:
-            error = await self._write_markers(prepared, commit, attempts)
+            error = await self.markers.write(prepared, commit, attempts)
         finally:
             prepared.pending = False
         if error:
@@ -527,116 +510,6 @@ class TransactionCoordinator:
             update_ms=self.now_ms(),
         )
         return await self._change(prepared, done)
-
-    async def _write_markers(self, txn: TransactionMetadata, commit: bool, attempts: int) -> int:
-        """The markers of ``txn`` on each of its partitions not marked yet, written and
-        flushed: here for the partitions led here, by WriteTxnMarkers to the leader of the
-        others (up to ``attempts`` times, the leader looked up again each time).
-        Returns NONE once every partition has its marker, else COORDINATOR_NOT_AVAILABLE."""
-        ident = (txn.transactional_id, txn.producer_id, txn.producer_epoch)
-        marked = self._marked.setdefault(ident, set())
-        backoff = MARKER_BACKOFF_S
-        for attempt in range(attempts):
-            todo = sorted(txn.partitions - marked)
-            if not todo:
-                break
-            by_node: dict[int, list[Key]] = {}
-            for key in todo:
-                leader = self.leader_of(*key)
-                if leader is None:
-                    marked.add(key)  # deleted meanwhile
-                else:
-                    by_node.setdefault(leader, []).append(key)
-            sends = [
-                self._markers_here(txn, commit, keys)
-                if node == self.node_id
-                else self._markers_to(node, txn, commit, keys)
-                for node, keys in by_node.items()
-            ]
-            retry = False
-            for codes in await asyncio.gather(*sends):
-                for (topic, index), code in codes.items():
-                    if code in MARKER_DONE:
-                        marked.add((topic, index))
-                        if code != E.NONE and code != E.UNKNOWN_TOPIC_OR_PARTITION:
-                            log.warning(
-                                "marker for %s in %s-%d: error %d",
-                                txn.transactional_id,
-                                topic,
-                                index,
-                                code,
-                            )
-                    else:
-                        retry = True
-                        log.info(
-                            "marker for %s in %s-%d: error %d (attempt %d)",
-                            txn.transactional_id,
-                            topic,
-                            index,
-                            code,
-                            attempt + 1,
-                        )
-            if not retry:
-                break
-            if attempt + 1 < attempts:
-                await asyncio.sleep(backoff)
-                backoff *= 2
-        if txn.partitions - marked:
-            return E.COORDINATOR_NOT_AVAILABLE  # still decided: the timer completes it
-        self._marked.pop(ident, None)
-        return E.NONE
-
-    async def _markers_here(self, txn, commit: bool, keys: list[Key]) -> dict[Key, int]:
-        pid, epoch = txn.producer_id, txn.producer_epoch
-        codes = {}
-        if os.environ.get("HEADRACE_TEST_CRASH") == "after-first-marker":
-            codes = await write_here(
-                self.topics, self.groups, pid, epoch, commit, COORDINATOR_EPOCH, keys[:1]
-            )
-            _crash_point("after-first-marker")
-            keys = keys[1:]
-        codes.update(
-            await write_here(self.topics, self.groups, pid, epoch, commit, COORDINATOR_EPOCH, keys)
-        )
-        return codes
-
-    async def _markers_to(self, node: int, txn, commit: bool, keys: list[Key]) -> dict[Key, int]:
-        """WriteTxnMarkers to ``node`` for ``keys``: a code per partition (NETWORK_EXCEPTION
-        for all when the request failed)."""
-        W = messages.WriteTxnMarkersRequest
-        by_topic: dict[str, list[int]] = {}
-        for name, index in keys:
-            by_topic.setdefault(name, []).append(index)
-        request = W(
-            markers=[
-                W.WritableTxnMarker(
-                    producer_id=txn.producer_id,
-                    producer_epoch=txn.producer_epoch,
-                    transaction_result=commit,
-                    topics=[
-                        W.WritableTxnMarkerTopic(name=name, partition_indexes=indexes)
-                        for name, indexes in by_topic.items()
-                    ],
-                    coordinator_epoch=COORDINATOR_EPOCH,
-                )
-            ]
-        )
-        if self.broker_client is None:
-            return dict.fromkeys(keys, E.NETWORK_EXCEPTION)
-        try:
-            response = await self.broker_client.send(
-                node, ApiKey.WRITE_TXN_MARKERS, MARKER_VERSION, request, MARKER_TIMEOUT_S
-            )
-        except NetworkError as e:
-            log.info("markers of %s to node %d: %s", txn.transactional_id, node, e)
-            return dict.fromkeys(keys, E.NETWORK_EXCEPTION)
-        codes: dict[Key, int] = dict.fromkeys(keys, E.UNKNOWN_SERVER_ERROR)  # unless answered
-        for result in response.markers:
-            for t in result.topics:
-                for p in t.partitions:
-                    if (t.name, p.partition_index) in codes:
-                        codes[(t.name, p.partition_index)] = p.error_code
-        return codes
 
     # the timer ----------------------------------------------------------------------------------
 
