@@ -49,6 +49,7 @@ from headrace.broker.coordinator.txn.transaction_log import TRANSACTION_TOPIC
 from headrace.broker.log.log_cleaner import LogCleaner
 from headrace.broker.log.topics import TopicManager
 from headrace.broker.replication.moves import Moves
+from headrace.broker.replication.replica_fetcher import ReplicaFetchers
 from headrace.broker.replication.replica_manager import ReplicaManager
 from headrace.broker.security.authorizer import Authorizer, from_document
 from headrace.broker.security.quotas import ClientQuotas
@@ -151,16 +152,14 @@ class BrokerServer:
             leader_of=self.cluster.leader_of if self.cluster else None,
             broker_client=self.broker_client.channel("txn-markers"),
         )
-        # cluster mode: partitions moving here and away (moves.py), and this broker's role
-        # (leader, follower) for each partition it holds a replica of (replica_manager.py)
+        # cluster mode: this broker's replicas (replica_manager.py), moves (moves.py), fetchers
         self.moves: Moves | None = None
         self.replicas: ReplicaManager | None = None
         if self.cluster is not None:
-            self.moves = Moves(self.node_id, self.topics, self.cluster, self.broker_client, config)
+            pool = ReplicaFetchers(self.broker_client, self.node_id, config, self.topics.flush)
+            self.moves = Moves(self.node_id, self.topics, self.cluster, pool, config)
             self.topics.moves = self.moves
-            self.replicas = ReplicaManager(
-                self.node_id, self.topics, self.cluster, self.broker_client, config
-            )
+            self.replicas = ReplicaManager(self.node_id, self.topics, self.cluster, pool, config)
             self.replicas.on_leadership = self._partitions_moved
             self.replicas.on_gaining = self._gaining
             self.cluster.on_fenced = self._fenced

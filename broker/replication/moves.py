@@ -55,7 +55,7 @@ from headrace.broker.log.producer_state import ProducerStateManager
 from headrace.protocol import ErrorCode
 from headrace.storage import StorageError
 
-from .replica_fetcher import ReplicaFetcher
+from .replica_fetcher import ReplicaFetchers
 
 if TYPE_CHECKING:
     from headrace.broker.cluster.cluster import Cluster
@@ -82,24 +82,28 @@ class _Switch:
 class Moves:
     """This broker's part in moves: the copies it makes, and the switches it leads."""
 
-    def __init__(self, node_id: int, topics: TopicManager, cluster: Cluster, client, config):
+    def __init__(
+        self,
+        node_id: int,
+        topics: TopicManager,
+        cluster: Cluster,
+        fetchers: ReplicaFetchers,
+        config,
+    ):
         self.node_id = node_id
         self.topics = topics
         self.cluster = cluster
-        self.client = client  # the BrokerClient (each fetcher gets a channel of its own)
+        self.fetchers = fetchers  # the broker's replica fetchers, shared with its replicas
         self.config = config
         self.lag_s = int(config["replica.lag.time.max.ms"]) / 1000
         self.copies: dict[Key, tuple[int, Partition]] = {}  # (leader, the local copy)
-        self.fetchers: dict[int, ReplicaFetcher] = {}
         self.switches: dict[Key, _Switch] = {}
 
     async def stop(self) -> None:
         for s in self.switches.values():
             if s.task is not None:
                 s.task.cancel()
-        for f in list(self.fetchers.values()):
-            await f.stop()
-        self.fetchers.clear()
+        await self.fetchers.stop()  # (first: no fetcher changes a copy once it is closed)
         copies, self.copies = self.copies, {}
         await asyncio.to_thread(_close_all, [p for _, p in copies.values()])
 
@@ -112,9 +116,7 @@ class Moves:
         if entry is None:
             return None
         leader, copy = entry
-        fetcher = self.fetchers.get(leader)
-        if fetcher is not None:
-            await fetcher.remove(name, index)
+        await self.fetchers.remove(leader, name, index)
         return copy
 
     async def follow(self, topic: Topic, record: TopicRecord | None) -> None:
@@ -133,7 +135,7 @@ class Moves:
         for (t, index), (leader, copy) in list(self.copies.items()):
             if t == name and (index not in wanted or wanted[index][0] != leader):
                 self.copies.pop((t, index))
-                await self.fetchers[leader].remove(t, index)
+                await self.fetchers.remove(leader, t, index)
                 log.info("copy of %s-%d dropped (the move was cancelled)", t, index)
                 await asyncio.to_thread(_drop, copy)
         for index, (leader, epoch) in wanted.items():
@@ -148,11 +150,7 @@ class Moves:
                 log.info("copying %s-%d from node %d", name, index, leader)
             else:
                 copy = entry[1]
-            self._fetcher(leader).add(name, index, copy, epoch)
-        for leader, fetcher in list(self.fetchers.items()):
-            if not fetcher.copies:
-                del self.fetchers[leader]
-                await fetcher.stop()
+            self.fetchers.add(leader, name, index, copy, epoch)
 
     def _open_copy(self, topic: Topic, index: int) -> Partition:
         """(In a worker thread.) An empty log for a copy; a directory left there (by a copy a
@@ -162,18 +160,6 @@ class Moves:
             shutil.rmtree(path)
         plog = self.topics.open_log(topic, index)
         return Partition(topic, index, plog, ProducerStateManager())
-
-    def _fetcher(self, leader: int) -> ReplicaFetcher:
-        fetcher = self.fetchers.get(leader)
-        if fetcher is None:
-            fetcher = self.fetchers[leader] = ReplicaFetcher(
-                self.client.channel(f"move-fetcher-{leader}"),
-                self.node_id,
-                leader,
-                self.config,
-                self.topics.flush,
-            )
-        return fetcher
 
     # the old owner: switches -----------------------------------------------------------------
 

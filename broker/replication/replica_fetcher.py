@@ -29,9 +29,8 @@ fenced leader epoch, a storage error) keeps only that partition out of the fetch
 (``Copy.retry_at``; UNKNOWN_LEADER_EPOCH, a leader that has not yet seen its own election, only
 ``EPOCH_BACKOFF_S``), while the others go on, as Kafka's fetcher delays only the partitions in
 error: a partition the leader cannot serve must not hold back the high watermark of those it
-can (the follower stays in their ISRs). Its owner (moves.py, or
-replica_manager.py) removes partitions when they stop being copied, and ``stop``s the fetcher
-when none is left.
+can (the follower stays in their ISRs). ``ReplicaFetchers`` keeps one fetcher per leader for
+replica_manager.py and moves.py alike, and stops a fetcher once its last partition is removed.
 
 Followers (``follower=True``: a replica of the partition, replica_manager.py) differ from
 moves' copies in three ways. Before their first fetch from a leader at a new leader epoch they
@@ -386,3 +385,47 @@ async def _take(partition, p) -> bytes:
     if start > plog.log_start_offset:
         await asyncio.to_thread(plog.delete_records_before, start)
     return records
+
+
+class ReplicaFetchers:
+    """This broker's replica fetchers, one per leader, for the followers' partitions
+    (replica_manager.py) and the moves' copies (moves.py) alike, as Kafka's
+    ``ReplicaFetcherManager``: a leader's fetcher is made for its first partition, on a channel
+    of its own, and stopped once its last one is removed."""
+
+    def __init__(self, client, node_id: int, config, flush: Callable[[list], asyncio.Future]):
+        self.client = client  # the BrokerClient: each fetcher gets a channel of its own
+        self.node_id = node_id
+        self.config = config
+        self.flush = flush  # TopicManager.flush
+        self.by_leader: dict[int, ReplicaFetcher] = {}
+
+    def add(
+        self, leader: int, topic: str, index: int, partition, leader_epoch: int, follower=False
+    ) -> None:
+        fetcher = self.by_leader.get(leader)
+        if fetcher is None:
+            fetcher = self.by_leader[leader] = ReplicaFetcher(
+                self.client.channel(f"replica-fetcher-{leader}"),
+                self.node_id,
+                leader,
+                self.config,
+                self.flush,
+            )
+        fetcher.add(topic, index, partition, leader_epoch, follower)
+
+    async def remove(self, leader: int, topic: str, index: int) -> None:
+        """Stop copying the partition from ``leader`` (``ReplicaFetcher.remove``); a fetcher
+        left with nothing to copy stops."""
+        fetcher = self.by_leader.get(leader)
+        if fetcher is None:
+            return
+        await fetcher.remove(topic, index)
+        if not fetcher.copies and self.by_leader.get(leader) is fetcher:
+            del self.by_leader[leader]
+            asyncio.ensure_future(fetcher.stop())
+
+    async def stop(self) -> None:
+        fetchers, self.by_leader = list(self.by_leader.values()), {}
+        for f in fetchers:
+            await f.stop()

@@ -52,7 +52,7 @@ from headrace.broker.log.leader_state import LeaderState
 from headrace.storage import LeaderEpochCache
 
 from . import hw_checkpoint
-from .replica_fetcher import ReplicaFetcher
+from .replica_fetcher import ReplicaFetchers
 
 if TYPE_CHECKING:
     from headrace.broker.cluster.cluster import Cluster
@@ -67,14 +67,20 @@ FINISH_BACKOFF_S = 1.0  # after a move's end could not be written, before trying
 
 
 class ReplicaManager:
-    def __init__(self, node_id: int, topics: TopicManager, cluster: Cluster, client, config):
+    def __init__(
+        self,
+        node_id: int,
+        topics: TopicManager,
+        cluster: Cluster,
+        fetchers: ReplicaFetchers,
+        config,
+    ):
         self.node_id = node_id
         self.topics = topics
         self.cluster = cluster
-        self.client = client  # the BrokerClient (each fetcher gets a channel of its own)
+        self.fetchers = fetchers  # the broker's replica fetchers, shared with its moves
         self.config = config
         self.lag_s = int(config["replica.lag.time.max.ms"]) / 1000
-        self.fetchers: dict[int, ReplicaFetcher] = {}
         self.following: dict[Key, int] = {}  # partition -> the leader it is fetched from
         self.on_leadership: Callable[[str, list[int], list[int]], Awaitable[None]] | None = None
         # called in the step this broker starts to lead a partition, before it is served: the
@@ -127,9 +133,7 @@ class ReplicaManager:
         self._hw_task = None
         await self.checkpoint_hw()
         self._task = self._teller = None
-        for f in list(self.fetchers.values()):
-            await f.stop()
-        self.fetchers.clear()
+        await self.fetchers.stop()
         for t in self.topics.all_topics():
             for p in t.partitions:
                 if p.leader_state is not None:
@@ -270,31 +274,14 @@ class ReplicaManager:
             await self._unfollow(name, index)
         await self._load_epochs(p)
         self.following[key] = state.leader
-        self._fetcher(state.leader).add(name, index, p, state.leader_epoch, follower=True)
+        self.fetchers.add(state.leader, name, index, p, state.leader_epoch, follower=True)
 
     async def _unfollow(self, name: str, index: int) -> None:
         """Stop fetching the partition, once its fetcher is done changing the log."""
         leader = self.following.pop((name, index), None)
         if leader is None:
             return
-        fetcher = self.fetchers.get(leader)
-        if fetcher is not None:
-            await fetcher.remove(name, index)
-            if not fetcher.copies and self.fetchers.get(leader) is fetcher:
-                del self.fetchers[leader]
-                asyncio.ensure_future(fetcher.stop())
-
-    def _fetcher(self, leader: int) -> ReplicaFetcher:
-        fetcher = self.fetchers.get(leader)
-        if fetcher is None:
-            fetcher = self.fetchers[leader] = ReplicaFetcher(
-                self.client.channel(f"replica-fetcher-{leader}"),
-                self.node_id,
-                leader,
-                self.config,
-                self.topics.flush,
-            )
-        return fetcher
+        await self.fetchers.remove(leader, name, index)
 
     async def forget(self, p: Partition) -> None:
         """The partition is gone from this broker (moved away, deleted)."""
