@@ -132,3 +132,17 @@ def test_the_generated_sections_have_their_markers(path):
         start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
         assert text.count(start) == 1 and text.count(end) == 1, f"{path}: {name}"
         assert text.index(start) < text.index(end), f"{path}: {name}"
+
+
+def test_the_settings_the_configuration_page_explains_are_settings():
+    """docs/configuration.md explains the common settings in tables of its own: each name in
+    their first column must be a broker or topic setting, or a listener's (so a setting that
+    is renamed or removed cannot stay explained there)."""
+    settings = settings_module()
+    known = set(settings.BROKER_SETTINGS) | set(settings.TOPIC_SETTINGS)
+    named = re.findall(r"^\| `([a-z0-9.<>_-]+)` \|", (ROOT / "docs/configuration.md").read_text(), re.M)
+    assert len(named) > 40
+    unknown = [
+        n for n in named if n not in known and not n.startswith("listener.name.")
+    ]
+    assert not unknown, f"docs/configuration.md explains settings that do not exist: {unknown}"
