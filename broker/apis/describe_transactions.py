@@ -20,31 +20,11 @@ def handle(broker, header, request):
     for tid in request.transactional_ids:
         txn = broker.transactions.describe(tid)
         if not broker.authorizer.allows(header.session, Operation.DESCRIBE, TRANSACTIONAL_ID, tid):
-            states.append(
-                R.TransactionState(
-                    error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    transactional_id=tid,
-                    transaction_state="",
-                    producer_id=-1,
-                    producer_epoch=-1,
-                    transaction_start_time_ms=-1,
-                    topics=[],
-                )
-            )
+            states.append(_none(tid, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
             continue
         refused = broker.transactions.not_served(tid)
         if txn is None or refused:
-            states.append(
-                R.TransactionState(
-                    error_code=refused or ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
-                    transactional_id=tid,
-                    transaction_state="",
-                    producer_id=-1,
-                    producer_epoch=-1,
-                    transaction_start_time_ms=-1,
-                    topics=[],
-                )
-            )
+            states.append(_none(tid, refused or ErrorCode.TRANSACTIONAL_ID_NOT_FOUND))
             continue
         by_topic: dict[str, list[int]] = {}
         for name, index in sorted(txn.partitions):
@@ -62,3 +42,16 @@ def handle(broker, header, request):
             )
         )
     return R(throttle_time_ms=0, transaction_states=states)
+
+
+def _none(transactional_id: str, error_code: int):
+    """The answer for an id that is not described: ``error_code`` says why."""
+    return R.TransactionState(
+        error_code=error_code,
+        transactional_id=transactional_id,
+        transaction_state="",
+        producer_id=-1,
+        producer_epoch=-1,
+        transaction_start_time_ms=-1,
+        topics=[],
+    )

@@ -75,17 +75,7 @@ def handle(broker, header, request):
         topic = topics.find(None if version >= 13 else t.name, t.topic_id)
         name = topic.name if topic is not None else t.name  # (unknown names too, as Kafka)
         if name and not authorizer.allows(session, Operation.WRITE, TOPIC, name):
-            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            responses.append(
-                R.TopicProduceResponse(
-                    name=t.name,
-                    topic_id=t.topic_id,
-                    partition_responses=[
-                        R.PartitionProduceResponse(index=p.index, error_code=code)
-                        for p in t.partition_data
-                    ],
-                )
-            )
+            responses.append(_topic_failed(t, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             continue
         unknown = (
             ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -253,16 +243,15 @@ async def _after_flush(flushed: asyncio.Future, response, acks: int):
 
 
 def _all_failed(request, version, code):
-    return R(
-        responses=[
-            R.TopicProduceResponse(
-                name=t.name,
-                topic_id=t.topic_id,
-                partition_responses=[
-                    R.PartitionProduceResponse(index=p.index, error_code=code)
-                    for p in t.partition_data
-                ],
-            )
-            for t in request.topic_data
-        ]
+    return R(responses=[_topic_failed(t, code) for t in request.topic_data])
+
+
+def _topic_failed(t, code: int):
+    """Every partition of topic ``t`` of the request answered with ``code``."""
+    return R.TopicProduceResponse(
+        name=t.name,
+        topic_id=t.topic_id,
+        partition_responses=[
+            R.PartitionProduceResponse(index=p.index, error_code=code) for p in t.partition_data
+        ],
     )
