@@ -563,7 +563,8 @@ class Partition:
 
     def _appended(self, count: int) -> None:
         self.unflushed += count
-        self.wake_fetches()
+        if self._fetches:  # (every append: no call when no fetch waits)
+            self.wake_fetches()
 
     def close(self) -> None:
         self.log.close()
