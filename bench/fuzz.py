@@ -324,7 +324,7 @@ def frame(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes
     return request_frame(api_key, version, correlation_id, "fuzz", body)
 
 
-def _call(sock: socket.socket, api_key: int, version: int, msg) -> bytes:
+def _call(sock: socket.socket, api_key: int, version: int, msg) -> bytes | bytearray:
     """The raw response frame (correlation id first) of ``msg`` sent on ``sock``."""
     conn = BlockingConnection(sock, client_id="fuzz")
     conn.send(api_key, version, msg, raw=True)
