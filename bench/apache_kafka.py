@@ -41,13 +41,14 @@ import re
 import signal
 import socket
 import string
-import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from headrace.broker.client.blocking import BlockingConnection
 from headrace.broker.tools.maven import CACHE_DIR, build_classpath, cached_classpath
+from headrace.protocol import ApiKey, messages
 
 KAFKA_VERSION = "3.9.2"
 KAFKA4_VERSION = "4.0.2"  # also works: pass version=KAFKA4_VERSION (log4j2 instead of reload4j)
@@ -106,37 +107,11 @@ def log_flags(version: str, tool: bool) -> list[str]:
 # Wire checks (a tiny Metadata v1 round trip)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        buf += chunk
-    return bytes(buf)
-
-
 def metadata_brokers(host: str, port: int, timeout: float = 2.0) -> list[tuple[int, str, int]]:
     """Send Metadata v1 (all topics) and return the advertised brokers as (id, host, port)."""
-    client_id = b"headrace-bench"
-    body = struct.pack(">hhih", 3, 1, 1, len(client_id)) + client_id + struct.pack(">i", -1)
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-        data = _recv_exact(sock, size)
-    pos = 4  # correlation id
-    (count,) = struct.unpack_from(">i", data, pos)
-    pos += 4
-    brokers = []
-    for _ in range(max(count, 0)):
-        node_id, hlen = struct.unpack_from(">ih", data, pos)
-        pos += 6
-        bhost = data[pos:pos + hlen].decode()
-        pos += hlen
-        (bport, rlen) = struct.unpack_from(">ih", data, pos)
-        pos += 6 + max(rlen, 0)
-        brokers.append((node_id, bhost, bport))
-    return brokers
+    with BlockingConnection.connect(host, port, timeout, client_id="headrace-bench") as conn:
+        answer = conn.request(ApiKey.METADATA, 1, messages.MetadataRequest(topics=None))
+    return [(b.node_id, b.host, b.port) for b in answer.brokers]
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -275,7 +250,7 @@ class ApacheKafka:
                 if metadata_brokers(HOST, self.port):
                     _log(f"ready after {time.monotonic() - t0:.1f}s")
                     return
-            except (OSError, struct.error, ConnectionError):
+            except (OSError, ValueError):  # (DecodeError is a ValueError)
                 pass
             time.sleep(0.3)
         raise TimeoutError(f"Apache Kafka not ready after {timeout}s:\n" + self._tail())

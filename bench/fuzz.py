@@ -32,7 +32,6 @@ import argparse
 import hashlib
 import socket
 import ssl
-import struct
 import sys
 import tempfile
 import time
@@ -43,18 +42,16 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from scramp import ScramClient, ScramException
 
+from headrace.broker.client.blocking import BlockingConnection
 from headrace.protocol import (
     ApiKey,
     DecodeError,
-    RequestHeader,
     decode_request,
-    decode_response,
-    decode_response_header,
     encode_request,
-    encode_request_header,
     messages,
     request_class,
 )
+from headrace.protocol.client import request_frame
 from headrace.protocol.schema import FieldSpec, StructSpec
 
 
@@ -323,26 +320,15 @@ def rss(pid: int) -> int:
 
 
 def frame(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
-    header = encode_request_header(RequestHeader(api_key, version, correlation_id, "fuzz"))
-    return struct.pack(">i", len(header) + len(body)) + header + body
+    """A request frame around ``body``: bytes of a request, or a mutation of them."""
+    return request_frame(api_key, version, correlation_id, "fuzz", body)
 
 
-def _read_response(sock: socket.socket) -> bytes:
-    def exactly(n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = sock.recv(n - len(out))
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            out += chunk
-        return out
-
-    return exactly(struct.unpack(">i", exactly(4))[0])
-
-
-def _call(sock: socket.socket, api_key: int, version: int, msg) -> bytes:
-    sock.sendall(frame(api_key, version, 1, encode_request(api_key, version, msg)))
-    return _read_response(sock)
+def _call(sock: socket.socket, api_key: int, version: int, msg) -> bytes | bytearray:
+    """The raw response frame (correlation id first) of ``msg`` sent on ``sock``."""
+    conn = BlockingConnection(sock, client_id="fuzz")
+    conn.send(api_key, version, msg, raw=True)
+    return conn.receive().frame
 
 
 def authenticate(sock: socket.socket) -> None:
@@ -357,11 +343,8 @@ def authenticate(sock: socket.socket) -> None:
 
 def _sasl_authenticate(sock: socket.socket, token: bytes):
     """SaslAuthenticate v2 with ``token``: the decoded answer."""
-    data = _call(
-        sock, ApiKey.SASL_AUTHENTICATE, 2, messages.SaslAuthenticateRequest(auth_bytes=token)
-    )
-    _, offset = decode_response_header(data, True)
-    return decode_response(ApiKey.SASL_AUTHENTICATE, 2, data, offset)
+    request = messages.SaslAuthenticateRequest(auth_bytes=token)
+    return BlockingConnection(sock, client_id="fuzz").request(ApiKey.SASL_AUTHENTICATE, 2, request)
 
 
 def scram_exchange(
@@ -401,12 +384,8 @@ def add_scram_user(port: int) -> None:
                 name=SCRAM_USER, mechanism=code, iterations=4096, salt=salt, salted_password=salted
             )
         )
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        body = encode_request(
-            ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, A(deletions=[], upsertions=upserts)
-        )
-        s.sendall(frame(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 1, body))
-        _read_response(s)
+    with BlockingConnection.connect("127.0.0.1", port, 10, client_id="fuzz") as conn:
+        conn.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, A(deletions=[], upsertions=upserts))
 
 
 def answers_api_versions(port: int, timeout: float = 10) -> bool:

@@ -40,32 +40,24 @@ import time
 from pathlib import Path
 
 from bench.wire import WireClient
+from headrace.broker.client.blocking import BlockingConnection
 from headrace.broker.tools.process import BrokerProcess
-from headrace.protocol import (
-    ApiKey,
-    RequestHeader,
-    decode_response,
-    decode_response_header,
-    encode_request,
-    encode_request_header,
-    messages,
-)
+from headrace.protocol import ApiKey, messages
+from headrace.protocol.client import request_frame
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TOPIC = "soak"
 
 
 def frame(api_key: int, version: int, msg, correlation_id: int = 1) -> bytes:
-    header = RequestHeader(api_key, version, correlation_id, "soak")
-    body = encode_request_header(header) + encode_request(api_key, version, msg)
-    return struct.pack(">i", len(body)) + body
+    """A request frame the abusers send again and again, never reading the answers."""
+    return request_frame(api_key, version, correlation_id, "soak", msg)
 
 
-API_VERSIONS = frame(
-    ApiKey.API_VERSIONS,
-    3,
-    messages.ApiVersionsRequest(client_software_name="soak", client_software_version="1"),
+API_VERSIONS_REQUEST = messages.ApiVersionsRequest(
+    client_software_name="soak", client_software_version="1"
 )
+API_VERSIONS = frame(ApiKey.API_VERSIONS, 3, API_VERSIONS_REQUEST)
 
 
 def fetch_frame(topic_id) -> bytes:
@@ -94,11 +86,9 @@ def fetch_frame(topic_id) -> bytes:
 
 def find_topic_id(port: int, topic: str):
     M = messages.MetadataRequest
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(frame(ApiKey.METADATA, 12, M(topics=[M.MetadataRequestTopic(name=topic)])))
-        body = _exactly(s, struct.unpack(">i", _exactly(s, 4))[0])
-    _, offset = decode_response_header(body, True)
-    return decode_response(ApiKey.METADATA, 12, body, offset).topics[0].topic_id
+    request = M(topics=[M.MetadataRequestTopic(name=topic)])
+    with BlockingConnection.connect("127.0.0.1", port, 10, client_id="soak") as conn:
+        return conn.request(ApiKey.METADATA, 12, request).topics[0].topic_id
 
 
 def sample(pid: int) -> tuple[int, int]:
@@ -112,26 +102,16 @@ def sample(pid: int) -> tuple[int, int]:
 
 
 def probe(port: int) -> float:
-    """Seconds for one ApiVersions round trip on a new connection (inf: no answer in 5 s)."""
+    """Seconds for one ApiVersions round trip on a new connection (inf: no answer in 5 s).
+    The answer is taken raw: the probe times the broker, not the decoding."""
     start = time.monotonic()
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(API_VERSIONS)
-            size = struct.unpack(">i", _exactly(s, 4))[0]
-            _exactly(s, size)
+        with BlockingConnection.connect("127.0.0.1", port, 5, client_id="soak") as conn:
+            conn.send(ApiKey.API_VERSIONS, 3, API_VERSIONS_REQUEST, raw=True)
+            conn.receive()
     except OSError:
         return float("inf")
     return time.monotonic() - start
-
-
-def _exactly(s: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = s.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
 
 
 class Abuser(threading.Thread):

@@ -11,6 +11,12 @@ Apache Kafka 3.9/4.0 and Headrace accept:
 - ListOffsets v1 (end offsets: a run proves how many records the broker holds).
 
 Standard library plus ``crc32c`` (a Headrace dependency, so always installed).
+
+The framing (size prefix, request header v1, the correlation id checked) is written out here
+rather than taken from ``headrace.protocol.client``, for the same reason: the client that
+measures a broker must not share its framing with the broker either, or a fault in one would
+hide in the other. ``bench.wireproduce`` and ``bench.wirefetch`` build on it; their loops are
+the measured hot paths, and stay byte-level for speed as well.
 """
 
 from __future__ import annotations
@@ -122,7 +128,8 @@ class WireClient:
 
     def request(self, api_key: int, version: int, body: bytes) -> Reader:
         """Send one request (header v1) and return a reader positioned after the
-        correlation id of its response (header v0)."""
+        correlation id of its response (header v0). (Framed by hand: see the module's
+        docstring.)"""
         self.correlation_id += 1
         frame = struct.pack(">hhih", api_key, version, self.correlation_id, len(CLIENT_ID)) \
             + CLIENT_ID + body

@@ -106,6 +106,9 @@ class Connection:
             self.done_sending.set()
 
     def _receive(self) -> None:
+        # framed by hand, as bench.wire (not headrace.protocol.client): the measuring client
+        # shares nothing with the broker; a sender and a receiver thread share the connection,
+        # and only the response's error code and base offset are read (the measured hot path)
         reader = self.sock.makefile("rb")
         t0, t1 = self.window
         try:

@@ -12,25 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
-import struct
 import sys
 import time
 from pathlib import Path
 from typing import Protocol
 
+from headrace.broker.client.blocking import BlockingConnection
 from headrace.broker.tools.process import BrokerProcess
 from headrace.broker.tools.zookeeper_server import ZooKeeperServer
-from headrace.protocol import (
-    ApiKey,
-    RequestHeader,
-    decode_response,
-    decode_response_header,
-    encode_request,
-    encode_request_header,
-    messages,
-    response_header_is_flexible,
-)
+from headrace.protocol import ApiKey, messages
 
 
 class Target(Protocol):
@@ -277,14 +267,8 @@ class KillableCluster:
 
 def _ask(port: int, api_key: int, version: int, message):
     """One request to the broker on ``port`` of 127.0.0.1 (PLAINTEXT), its decoded answer."""
-    request = encode_request_header(RequestHeader(api_key, version, 1, "compat")) + \
-        encode_request(api_key, version, message)
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(struct.pack(">i", len(request)) + request)
-        size = struct.unpack(">i", _read(sock, 4))[0]
-        frame = _read(sock, size)
-    _, offset = decode_response_header(frame, response_header_is_flexible(api_key, version))
-    return decode_response(api_key, version, frame, offset)
+    with BlockingConnection.connect("127.0.0.1", port, 10, client_id="compat") as conn:
+        return conn.request(api_key, version, message)
 
 
 def _metadata(port: int, topic: str | None = None):
@@ -296,16 +280,6 @@ def _metadata(port: int, topic: str | None = None):
 def _brokers_seen(port: int) -> list[int]:
     """The node ids in the Metadata answer of the broker on ``port``."""
     return sorted(b.node_id for b in _metadata(port).brokers)
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        out += chunk
-    return out
 
 
 def complaints_since(broker: Target, mark: int, limit: int = 3) -> list[str]:

@@ -208,6 +208,8 @@ class Recorder:
 
     @staticmethod
     async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_frame) -> None:
+        # a proxy, not a client: it splits both directions into frames and sends no request of
+        # its own, so headrace.protocol.client (a client's requests and their answers) does not fit
         buf = bytearray()
         while True:
             try:

@@ -12,6 +12,8 @@ Files, in the order to read them:
 - ``records.py``: record batches v2: the hot-path header walk, a builder and a decoder, over
   ``headrace.record_format`` (the byte layout, header parse, CRC-32C and varints)
 - ``compression.py``: the batch compression codecs, with bounded decompression
+- ``client.py``: a client's connection without I/O: request frames out, response bytes in,
+  matched by correlation id (the shells that own sockets are in ``headrace.broker.client``)
 
 Public surface:
 
@@ -28,10 +30,12 @@ Public surface:
   ``decode_message``
 - ``valid_versions(api_key)``, ``is_flexible(api_key, version)``, ``ApiKey``, ``ErrorCode``
 - ``messages``, ``records``, ``compression``: the modules above
+- ``client``: ``ClientConnection`` (``request`` -> bytes, ``receive_data`` -> ``Response``
+  events), ``request_frame``, ``StreamError``
 - ``DecodeError`` (malformed input), ``EncodeError``, ``UnsupportedVersionError``
 """
 
-from . import compression, messages, records
+from . import client, compression, messages, records
 from .api import (
     ApiKey,
     UnsupportedVersionError,
@@ -69,6 +73,7 @@ __all__ = [
     "RECORDS_CHUNK_MIN",
     "RequestHeader",
     "UnsupportedVersionError",
+    "client",
     "compression",
     "decode_message",
     "decode_request",

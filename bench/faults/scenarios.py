@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
 import sys
 import threading
@@ -355,27 +354,16 @@ def prefill(via: NetnsThread, cluster: Cluster, admin: Admin, count: int) -> flo
     the checker does not judge) into partition 0, pipelined, acks=1, from the clients'
     namespace: a long log to cut (every batch carries a producer id, so a rebuild of the
     producer state replays each). The seconds it took."""
-    from headrace.protocol import (
-        ApiKey,
-        RequestHeader,
-        decode_response,
-        decode_response_header,
-        encode_request,
-        encode_request_header,
-        messages,
-        response_header_is_flexible,
-    )
+    from headrace.broker.client.blocking import BlockingConnection
+    from headrace.protocol import ApiKey, messages
     from headrace.protocol.records import Record, build_batch
 
-    from .workload import _exactly
-
     P = messages.ProduceRequest
-    flexible = response_header_is_flexible(ApiKey.PRODUCE, 9)
     host, port = cluster.address(admin.partitions(TOPIC)[0][0]).rsplit(":", 1)
     t0 = time.monotonic()
     with via.connect((host, int(port)), 30) as sock:
         sock.settimeout(120)
-        outstanding = 0
+        conn = BlockingConnection(sock, client_id="faults-prefill")
         for n in range(count):
             batch = build_batch(
                 [Record(value=b"f:%d" % n)],
@@ -390,16 +378,12 @@ def prefill(via: NetnsThread, cluster: Cluster, admin: Admin, count: int) -> flo
                 timeout_ms=30_000,
                 topic_data=[P.TopicProduceData(name=TOPIC, partition_data=[data])],
             )
-            header = encode_request_header(RequestHeader(ApiKey.PRODUCE, 9, n, "faults-prefill"))
-            body = header + encode_request(ApiKey.PRODUCE, 9, message)
-            sock.sendall(struct.pack(">i", len(body)) + body)
-            outstanding += 1
-            while outstanding > 64 or (n == count - 1 and outstanding):
-                frame = _exactly(sock, struct.unpack(">i", _exactly(sock, 4))[0])
-                outstanding -= 1
-                _, at = decode_response_header(frame, flexible)
-                answer = decode_response(ApiKey.PRODUCE, 9, frame, at)
-                code = answer.responses[0].partition_responses[0].error_code
+            conn.send(ApiKey.PRODUCE, 9, message)
+            while conn.in_flight > 64 or (n == count - 1 and conn.in_flight):
+                answer = conn.receive()
+                if answer.error is not None:
+                    raise answer.error
+                code = answer.message.responses[0].partition_responses[0].error_code
                 if code:
                     raise RuntimeError(f"prefill refused with error {code}")
     return time.monotonic() - t0

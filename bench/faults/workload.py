@@ -38,7 +38,6 @@ import argparse
 import json
 import random
 import socket
-import struct
 import sys
 import threading
 import time
@@ -247,23 +246,11 @@ def request(connect, host: str, port: int, api_key: int, version: int, message, 
     """The decoded answer of the broker at ``host:port`` to one request, on a new connection
     made by ``connect(address, timeout)`` (``socket.create_connection``, or a ``NetnsThread``'s
     to reach into a namespace). OSError if none."""
-    from headrace.protocol import (
-        RequestHeader,
-        decode_response,
-        decode_response_header,
-        encode_request,
-        encode_request_header,
-        response_header_is_flexible,
-    )
+    from headrace.broker.client.blocking import BlockingConnection
 
-    header = encode_request_header(RequestHeader(api_key, version, 1, "faults"))
-    body = header + encode_request(api_key, version, message)
     with connect((host, port), timeout) as s:
         s.settimeout(timeout)
-        s.sendall(struct.pack(">i", len(body)) + body)
-        data = _exactly(s, struct.unpack(">i", _exactly(s, 4))[0])
-    _, offset = decode_response_header(data, response_header_is_flexible(api_key, version))
-    return decode_response(api_key, version, data, offset)
+        return BlockingConnection(s, client_id="faults").request(api_key, version, message)
 
 
 def metadata(connect, host: str, port: int, topics: list[str] | None = None, timeout=5.0):
@@ -274,16 +261,6 @@ def metadata(connect, host: str, port: int, topics: list[str] | None = None, tim
     named = None if topics is None else [M.MetadataRequestTopic(name=t) for t in topics]
     message = M(topics=named, allow_auto_topic_creation=False)
     return request(connect, host, port, ApiKey.METADATA, 12, message, timeout)
-
-
-def _exactly(s: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed")
-        out += chunk
-    return bytes(out)
 
 
 def read(args) -> None:

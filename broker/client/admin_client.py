@@ -7,33 +7,23 @@ How this works
 answers and asks it for Metadata; afterwards it opens one connection per broker it needs,
 by the addresses Metadata gave. ``request(node, api_key, message)`` sends one request at the
 version in ``VERSIONS`` (chosen so that Apache Kafka 3.0 and later, and Headrace, all speak
-them) and returns the decoded response. Routing is Kafka's: topic changes go to the
-controller, a group's requests to its coordinator (FindCoordinator), ListOffsets to each
-partition's leader, ListGroups to every broker. Response frames are bounded
-(``MAX_RESPONSE_BYTES``) before they are read; an error code in an answer raises
+them) over that broker's ``BlockingConnection`` (blocking.py: the framing, correlation ids and
+bounds of ``headrace.protocol.client``) and returns the decoded response. Routing is Kafka's:
+topic changes go to the controller, a group's requests to its coordinator (FindCoordinator),
+ListOffsets to each partition's leader, ListGroups to every broker. Response frames are
+bounded (``MAX_RESPONSE_BYTES``) before they are read; an error code in an answer raises
 ``AdminError`` with Kafka's error name and the broker's message.
 """
 
 from __future__ import annotations
 
-import socket
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from headrace.protocol import (
-    ApiKey,
-    ErrorCode,
-    RequestHeader,
-    decode_response,
-    decode_response_header,
-    encode_request,
-    encode_request_header,
-    messages,
-    response_header_is_flexible,
-)
+from headrace.protocol import ApiKey, ErrorCode, messages
 
 from .admin_request import AdminError
+from .blocking import BlockingConnection
 
 VERSIONS = {
     ApiKey.METADATA: 12,
@@ -54,7 +44,7 @@ VERSIONS = {
 MAX_RESPONSE_BYTES = 64 << 20
 EARLIEST, LATEST = -2, -1  # ListOffsets timestamps
 TOPIC_RESOURCE = 2  # DescribeConfigs / IncrementalAlterConfigs resource type
-_SIZE = struct.Struct(">i")
+CLIENT_ID = "headrace-admin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,54 +59,17 @@ def check(error_code: int, message: str | None = None) -> None:
         raise AdminError(error_code, message or "")
 
 
-class _Connection:
-    def __init__(self, host: str, port: int, timeout: float) -> None:
-        self.sock = socket.create_connection((host.strip("[]"), port), timeout=timeout)
-        self.correlation_id = 0
-
-    def request(self, api_key: int, message):
-        version = VERSIONS[ApiKey(api_key)]
-        self.correlation_id += 1
-        header = encode_request_header(
-            RequestHeader(api_key, version, self.correlation_id, "headrace-admin")
-        )
-        body = header + encode_request(api_key, version, message)
-        self.sock.sendall(_SIZE.pack(len(body)) + body)
-        (size,) = _SIZE.unpack(self._exactly(_SIZE.size))
-        if not 0 < size <= MAX_RESPONSE_BYTES:
-            raise ConnectionError(f"response frame of {size} bytes")
-        frame = self._exactly(size)
-        correlation_id, offset = decode_response_header(
-            frame, response_header_is_flexible(api_key, version)
-        )
-        if correlation_id != self.correlation_id:
-            raise ConnectionError(f"response to correlation id {correlation_id}")
-        return decode_response(api_key, version, frame, offset)
-
-    def _exactly(self, n: int) -> bytes:
-        data = bytearray()
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("connection closed by the broker")
-            data += chunk
-        return bytes(data)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 class AdminClient:
     def __init__(self, bootstrap_servers: str, timeout: float = 30.0) -> None:
         self.timeout = timeout
-        self._connections: dict[int, _Connection] = {}
+        self._connections: dict[int, BlockingConnection] = {}
         self.nodes: dict[int, Node] = {}
         self.controller_id = -1
         failures = []
         for address in bootstrap_servers.split(","):
             host, _, port = address.strip().rpartition(":")
             try:
-                conn = _Connection(host, int(port), timeout)
+                conn = self._connect(host, int(port))
             except (OSError, ValueError) as e:
                 failures.append(f"{address.strip()}: {e}")
                 continue
@@ -143,14 +96,19 @@ class AdminClient:
             target = self.nodes.get(node)
             if target is None:
                 raise ConnectionError(f"broker {node} is not in the cluster's metadata")
-            conn = self._connections[node] = _Connection(target.host, target.port, self.timeout)
+            conn = self._connections[node] = self._connect(target.host, target.port)
         try:
-            return conn.request(api_key, message)
+            return conn.request(api_key, VERSIONS[ApiKey(api_key)], message)
         except OSError:  # (ConnectionError too) the next request to ``node`` reconnects
             conn.close()
             if self._connections.get(node) is conn and node != -1:
                 del self._connections[node]
             raise
+
+    def _connect(self, host: str, port: int) -> BlockingConnection:
+        return BlockingConnection.connect(
+            host, port, self.timeout, client_id=CLIENT_ID, max_response_bytes=MAX_RESPONSE_BYTES
+        )
 
     @property
     def controller(self) -> int:

@@ -2,31 +2,20 @@
 ``create_topic``).
 
 ``create_topic(bootstrap_servers, name, partitions, configs)`` connects to the first address
-of ``bootstrap_servers`` (PLAINTEXT), sends CreateTopics v7 and returns once the broker has
-created the topic; an error in the answer raises ``AdminError`` with Kafka's error name and
-the broker's message. The response frame's length is bounded before it is read.
+of ``bootstrap_servers`` (PLAINTEXT), sends CreateTopics v7 over a ``BlockingConnection``
+(blocking.py) and returns once the broker has created the topic; an error in the answer raises
+``AdminError`` with Kafka's error name and the broker's message. The response frame's length
+is bounded before it is read.
 """
 
 from __future__ import annotations
 
-import socket
-import struct
+from headrace.protocol import ApiKey, ErrorCode, messages
 
-from headrace.protocol import (
-    ApiKey,
-    ErrorCode,
-    RequestHeader,
-    decode_response,
-    decode_response_header,
-    encode_request,
-    encode_request_header,
-    messages,
-    response_header_is_flexible,
-)
+from .blocking import BlockingConnection
 
 CREATE_TOPICS_VERSION = 7
 MAX_RESPONSE_BYTES = 1 << 20
-_SIZE = struct.Struct(">i")
 
 
 class AdminError(Exception):
@@ -72,28 +61,11 @@ def _text(value: object) -> str:
 
 def _request(bootstrap_servers: str, api_key: int, message, timeout: float):
     host, _, port = bootstrap_servers.split(",")[0].strip().rpartition(":")
-    version = CREATE_TOPICS_VERSION
-    header = encode_request_header(RequestHeader(api_key, version, 1, "headrace-admin"))
-    body = header + encode_request(api_key, version, message)
-    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
-        sock.sendall(_SIZE.pack(len(body)) + body)
-        (size,) = _SIZE.unpack(_exactly(sock, _SIZE.size))
-        if not 0 < size <= MAX_RESPONSE_BYTES:
-            raise ConnectionError(f"response frame of {size} bytes")
-        frame = _exactly(sock, size)
-    correlation_id, offset = decode_response_header(
-        frame, response_header_is_flexible(api_key, version)
-    )
-    if correlation_id != 1:
-        raise ConnectionError(f"response to correlation id {correlation_id}, not 1")
-    return decode_response(api_key, version, frame, offset)
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("connection closed by the broker")
-        data += chunk
-    return bytes(data)
+    with BlockingConnection.connect(
+        host,
+        int(port),
+        timeout,
+        client_id="headrace-admin",
+        max_response_bytes=MAX_RESPONSE_BYTES,
+    ) as conn:
+        return conn.request(api_key, CREATE_TOPICS_VERSION, message)

@@ -16,11 +16,15 @@ the marker would queue behind the marker's answer until the marker timed out.
 ``send(node_id, api_key, version, message, timeout)`` encodes the request with the next
 correlation id, writes it and waits for its response; requests are pipelined on the
 connection and one reader task matches each response frame to its request by correlation id.
+The framing is ``headrace.protocol.client``'s: each socket has a ``ClientConnection`` that
+makes the request bytes and turns the bytes read back into responses; the reader task reads
+what it says is missing (the size prefix, then the rest of the frame) and hands each response
+to the request waiting for it.
 
 Bounds: at most ``max_in_flight`` requests wait on a connection (the others wait for a slot,
 within their timeout); a response frame's length is checked against ``max_response_bytes``
-before anything is read or allocated for it (over it: the connection is closed and every
-request on it fails).
+before anything is read or allocated for it (over it, or a correlation id out of order: the
+connection is closed and every request on it fails).
 
 Failures raise ``NetworkError``: no address, the connection refused, lost or closed, a frame
 over the limit, or the timeout (``RequestTimedOut``). A lost connection fails every request
@@ -39,21 +43,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from headrace.protocol import (
-    ApiKey,
-    DecodeError,
-    RequestHeader,
-    decode_response,
-    decode_response_header,
-    encode_request,
-    encode_request_header,
-    messages,
-    response_header_is_flexible,
-)
+from headrace.protocol import ApiKey, encode_request, messages
+from headrace.protocol.client import ClientConnection, Response, StreamError
 
 from .inter_broker import ClientSecurity
 
@@ -63,7 +57,6 @@ Address = tuple[str, int]
 MAX_IN_FLIGHT = 16
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 CONNECT_TIMEOUT_S = 5.0
-_SIZE = struct.Struct(">i")
 
 
 class NetworkError(ConnectionError):
@@ -181,24 +174,21 @@ class _Connection:
         self.slots = asyncio.Semaphore(client.max_in_flight)
         self.connecting = asyncio.Lock()
         self.writer: asyncio.StreamWriter | None = None
+        self.wire: ClientConnection | None = None  # the socket's framing and correlation ids
         self.reader_task: asyncio.Task | None = None
-        # correlation id -> (future, api key, version)
-        self.waiting: dict[int, tuple[asyncio.Future, int, int]] = {}
-        self.correlation_id = 0
+        self.waiting: dict[int, asyncio.Future] = {}  # correlation id -> the caller's future
+        self.correlation_id = 0  # the last one sent: a new socket goes on from it
 
     async def request(self, api_key: int, version: int, message):
         body = encode_request(api_key, version, message)  # before taking a slot: may raise
         async with self.slots:
-            writer = await self._connected()
-            self.correlation_id = (self.correlation_id + 1) & 0x7FFFFFFF
-            cid = self.correlation_id
-            header = encode_request_header(
-                RequestHeader(api_key, version, cid, self.client.client_id)
-            )
+            writer, wire = await self._connected()
+            data = wire.request(api_key, version, body)
+            cid = self.correlation_id = wire.correlation_id
             future = asyncio.get_running_loop().create_future()
-            self.waiting[cid] = (future, api_key, version)
+            self.waiting[cid] = future
             try:
-                writer.write(_SIZE.pack(len(header) + len(body)) + header + body)
+                writer.write(data)
                 await writer.drain()
                 return await future
             except NetworkError:
@@ -212,19 +202,24 @@ class _Connection:
                 self.fail(RequestTimedOut(f"node {self.node_id}: request abandoned"), writer)
                 raise
             finally:
-                self.waiting.pop(cid, None)
+                if self.waiting.get(cid) is future:
+                    del self.waiting[cid]
                 if future.done() and not future.cancelled():
                     future.exception()  # retrieved, whichever way this ended
 
-    async def _connected(self) -> asyncio.StreamWriter:
+    async def _connected(self) -> tuple[asyncio.StreamWriter, ClientConnection]:
         async with self.connecting:
-            if self.writer is not None and not self.writer.is_closing():
-                return self.writer
+            if self.writer is not None and self.wire is not None and not self.writer.is_closing():
+                return self.writer, self.wire
             address = self.client.address_of(self.node_id)
             if address is None:
                 raise NetworkError(f"no address for node {self.node_id}")
             host, port = address
             security = self.client.security
+            wire = ClientConnection(
+                self.client.client_id, max_response_bytes=self.client.max_response_bytes
+            )
+            wire.correlation_id = self.correlation_id
             try:
                 async with asyncio.timeout(self.client.connect_timeout):
                     reader, writer = await asyncio.open_connection(
@@ -232,39 +227,38 @@ class _Connection:
                     )
                     try:
                         if security.mechanism:
-                            await self._authenticate(reader, writer, security)
+                            await self._authenticate(reader, writer, wire, security)
                     except BaseException:
                         writer.close()
                         raise
             except (OSError, TimeoutError) as e:
                 where = f"node {self.node_id} at {host}:{port}"
                 raise NetworkError(f"cannot connect to {where}: {e!r}") from None
-            self.writer = writer
-            self.reader_task = asyncio.create_task(self._read(reader, writer))
-            return writer
+            self.writer, self.wire = writer, wire
+            self.reader_task = asyncio.create_task(self._read(reader, writer, wire))
+            return writer, wire
 
-    async def _authenticate(self, reader, writer, security: ClientSecurity) -> None:
+    async def _authenticate(
+        self, reader, writer, wire: ClientConnection, security: ClientSecurity
+    ) -> None:
         """SaslHandshake, then SaslAuthenticate until the mechanism is done."""
 
         async def call(api_key: int, version: int, message):
-            self.correlation_id = cid = (self.correlation_id + 1) & 0x7FFFFFFF
-            header = encode_request_header(
-                RequestHeader(api_key, version, cid, self.client.client_id)
-            )
-            body = encode_request(api_key, version, message)
-            writer.write(_SIZE.pack(len(header) + len(body)) + header + body)
+            writer.write(wire.request(api_key, version, message))
+            self.correlation_id = wire.correlation_id
             await writer.drain()
-            size = _SIZE.unpack(await reader.readexactly(4))[0]
-            if not 4 <= size <= self.client.max_response_bytes:
-                raise NetworkError(f"node {self.node_id} sent a frame of {size} bytes")
-            frame = await reader.readexactly(size)
+            responses: list[Response] = []
             try:
-                _, offset = decode_response_header(
-                    frame, response_header_is_flexible(api_key, version)
-                )
-                response = decode_response(api_key, version, frame, offset)
-            except DecodeError as e:
-                raise NetworkError(f"malformed response from node {self.node_id}: {e}") from None
+                while not responses:
+                    responses = wire.receive_data(await reader.readexactly(wire.bytes_expected))
+            except StreamError as e:
+                raise NetworkError(f"node {self.node_id} sent {e}") from None
+            except asyncio.IncompleteReadError:
+                raise NetworkError(f"node {self.node_id} closed the connection") from None
+            (answer,) = responses
+            if answer.error is not None:
+                raise NetworkError(f"malformed response from node {self.node_id}: {answer.error}")
+            response = answer.message
             if response.error_code:
                 log.warning(
                     "node %d refused %s authentication as %s on the inter-broker listener %s"
@@ -301,39 +295,36 @@ class _Connection:
         except (ScramException, UnicodeDecodeError) as e:
             raise NetworkError(f"SCRAM with node {self.node_id} failed: {e}") from None
 
-    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        limit = self.client.max_response_bytes
+    async def _read(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, wire: ClientConnection
+    ) -> None:
         error: NetworkError
         try:
             while True:
-                size = _SIZE.unpack(await reader.readexactly(4))[0]
-                if not 4 <= size <= limit:
-                    error = NetworkError(
-                        f"node {self.node_id} sent a response frame of {size} bytes (limit {limit})"
-                    )
-                    break
-                frame = await reader.readexactly(size)
-                self._deliver(frame)
+                # exactly what completes the size prefix or the frame: the frame is not copied
+                data = await reader.readexactly(wire.bytes_expected)
+                for response in wire.receive_data(data):
+                    self._deliver(response)
+        except StreamError as e:  # a frame over the limit, a correlation id out of order
+            for response in e.responses:
+                self._deliver(response)
+            error = NetworkError(f"node {self.node_id} sent {e}")
         except (asyncio.IncompleteReadError, OSError) as e:
             error = NetworkError(f"connection to node {self.node_id} lost: {e!r}")
         except asyncio.CancelledError:
             error = NetworkError(f"connection to node {self.node_id} closed")
         self.fail(error, writer)
 
-    def _deliver(self, frame: bytes) -> None:
-        cid = _SIZE.unpack_from(frame)[0]
-        entry = self.waiting.get(cid)
-        if entry is None:
+    def _deliver(self, response: Response) -> None:
+        future = self.waiting.get(response.correlation_id)
+        if future is None or future.done():
             return  # its request gave up (the connection is being closed)
-        future, api_key, version = entry
-        if future.done():
-            return
-        try:
-            flexible = response_header_is_flexible(api_key, version)
-            _, offset = decode_response_header(frame, flexible)
-            future.set_result(decode_response(api_key, version, frame, offset))
-        except DecodeError as e:
-            future.set_exception(NetworkError(f"malformed response from node {self.node_id}: {e}"))
+        if response.error is not None:
+            future.set_exception(
+                NetworkError(f"malformed response from node {self.node_id}: {response.error}")
+            )
+        else:
+            future.set_result(response.message)
 
     def fail(self, error: NetworkError, writer: asyncio.StreamWriter | None = None) -> None:
         """Close the socket and fail every request waiting on it. With ``writer``: only if
@@ -341,13 +332,13 @@ class _Connection:
         if writer is not None and writer is not self.writer:
             writer.close()
             return
-        writer, self.writer = self.writer, None
+        writer, self.writer, self.wire = self.writer, None, None
         if writer is not None:
             writer.close()
         task = self.reader_task
         if task is not None and task is not asyncio.current_task():
             task.cancel()
-        for future, _, _ in list(self.waiting.values()):
+        for future in list(self.waiting.values()):
             if not future.done():
                 future.set_exception(error)
 

@@ -165,3 +165,16 @@ async def test_each_channel_has_connections_of_its_own_so_a_long_poll_holds_up_n
         await asyncio.wait_for(waiting, 5)
     with pytest.raises(NetworkError, match="closed"):
         await markers.send(NODE, ApiKey.METADATA, 9, metadata_for("w"), 5)
+
+
+async def test_a_response_to_no_request_fails_the_connection_at_once(rogue_peer):
+    port, mode = rogue_peer
+    client = BrokerClient(lambda node: ("127.0.0.1", port))
+    try:
+        mode["answer"] = struct.pack(">ii", 5, 12345) + b"\x00"
+        started = time.monotonic()
+        with pytest.raises(NetworkError, match="correlation id 12345, which no request is waiting for"):
+            await client.send(NODE, ApiKey.METADATA, 9, metadata_for("a"), 10)
+        assert time.monotonic() - started < 2 and client.in_flight(NODE) == 0
+    finally:
+        await client.close()
