@@ -1,8 +1,9 @@
 """headrace.broker.apis: one module per Kafka API, each ``handle(broker, header, request)``.
 
 registry.py lists them in API key order (ApiVersions answers from it); a new API is a module
-and a line there. A module returns its response, ``None`` (acks=0) or an awaitable of either;
-``app/server.py`` decodes the request and encodes the answer. By family:
+and a line there. context.py names (and types) what a module may use of its ``broker``; mypy
+holds every module to it. A module returns its response, ``None`` (acks=0) or an awaitable of
+either; ``app/dispatch.py`` decodes the request and encodes the answer. By family:
 
 produce and fetch   produce.py (leader_hints.py: KIP-951's hints in a NOT_LEADER answer),
                     fetch.py, list_offsets.py, offset_for_leader_epoch.py

@@ -7,6 +7,11 @@ it. Fencing is PRODUCER_FENCED from v2, INVALID_PRODUCER_EPOCH before.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.coordinator.group.group_offsets import OFFSETS_TOPIC, partition_for
 from headrace.broker.security.authorizer import GROUP, TRANSACTIONAL_ID, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
@@ -18,7 +23,7 @@ MIN_VERSION, MAX_VERSION = 0, 4
 R = messages.AddOffsetsToTxnResponse
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     if not request.group_id:
         return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_GROUP_ID)
     authorizer, session = broker.authorizer, header.session

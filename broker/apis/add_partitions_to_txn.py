@@ -10,6 +10,11 @@ fencing is PRODUCER_FENCED from v2, INVALID_PRODUCER_EPOCH before.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.coordinator.txn.transaction_log import TRANSACTION_TOPIC
 from headrace.broker.security.authorizer import TOPIC, TRANSACTIONAL_ID, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
@@ -20,12 +25,12 @@ MIN_VERSION, MAX_VERSION = 0, 5
 R = messages.AddPartitionsToTxnResponse
 
 
-def _unknown(broker, name: str, index: int) -> bool:
+def _unknown(broker: Broker, name: str, index: int) -> bool:
     topic = broker.topics.get(name)
     return name == TRANSACTION_TOPIC or topic is None or not 0 <= index < topic.count
 
 
-async def _one(broker, session, version, tid, pid, epoch, topics, verify_only=False):
+async def _one(broker: Broker, session, version, tid, pid, epoch, topics, verify_only=False):
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     unknown = {(n, p) for n, p in wanted if _unknown(broker, n, p)}
     authorizer = broker.authorizer
@@ -33,7 +38,9 @@ async def _one(broker, session, version, tid, pid, epoch, topics, verify_only=Fa
         t.name for t in topics if not authorizer.allows(session, Operation.WRITE, TOPIC, t.name)
     }
     if not authorizer.allows(session, Operation.WRITE, TRANSACTIONAL_ID, tid):
-        codes = dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        codes: dict[tuple[str, int], int] = dict.fromkeys(
+            wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        )
     elif denied:
         codes = {
             w: ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -71,7 +78,7 @@ async def _one(broker, session, version, tid, pid, epoch, topics, verify_only=Fa
     return results
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     version = header.api_version
     if version <= 3:
         results = await _one(

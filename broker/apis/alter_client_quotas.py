@@ -15,6 +15,11 @@ entity alone (an IP address, or null for the default), whose only key is
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 import ipaddress
 
 from kazoo.exceptions import KazooException
@@ -76,7 +81,7 @@ def _check(entry):
     return (parts.get(USER), parts.get(CLIENT_ID), parts.get(IP)), ops
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     quotas = broker.quotas
     if not broker.authorizer.allows_cluster(header.session, Operation.ALTER_CONFIGS):
         return _answer(

@@ -12,6 +12,11 @@ is refused with INVALID_REQUEST. ``validate_only`` checks without changing anyth
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +37,7 @@ class Refused(Exception):
     """An alteration that cannot be applied: (error code, message)."""
 
 
-def find_topic(broker, resource_type: int, name: str):
+def find_topic(broker: Broker, resource_type: int, name: str):
     """The topic a resource names, or Refused."""
     if resource_type == BROKER:
         raise Refused(
@@ -56,7 +61,7 @@ def parse(name: str, value: str | None) -> object:
         raise Refused(ErrorCode.INVALID_CONFIG, str(e)) from None
 
 
-async def apply(broker, topic, configs: dict[str, object], validate_only: bool) -> None:
+async def apply(broker: Broker, topic, configs: dict[str, object], validate_only: bool) -> None:
     if not validate_only:
         try:
             await broker.topics.set_configs(topic, configs)
@@ -66,7 +71,7 @@ async def apply(broker, topic, configs: dict[str, object], validate_only: bool) 
             raise Refused(e.error_code, e.message) from None
 
 
-async def alter(broker, header, request, response_class, new_configs: Callable) -> Any:
+async def alter(broker: Broker, header, request, response_class, new_configs: Callable) -> Any:
     """What AlterConfigs and IncrementalAlterConfigs share: for each resource, find its topic,
     work out the topic's new settings with ``new_configs(topic, resource)`` (which raises
     Refused) and apply them; a refusal is that resource's answer. Authorization (Kafka's):
@@ -102,5 +107,5 @@ def _replaced(topic, res) -> dict[str, object]:
     return configs
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     return await alter(broker, header, request, R, _replaced)

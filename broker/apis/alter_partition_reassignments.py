@@ -19,6 +19,11 @@ only valid target, and nothing moves.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 import logging
 from typing import Any
 
@@ -33,7 +38,7 @@ R = messages.AlterPartitionReassignmentsResponse
 log = logging.getLogger("headrace")
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     allow_rf_change = header.api_version < 1 or request.allow_replication_factor_change
     if not broker.authorizer.allows_cluster(header.session, Operation.ALTER):
         return R(
@@ -91,7 +96,9 @@ async def handle(broker, header, request):
     )
 
 
-def _check(broker, topic, index: int, replicas, allow_rf_change: bool) -> tuple[int, str | None]:
+def _check(
+    broker: Broker, topic, index: int, replicas, allow_rf_change: bool
+) -> tuple[int, str | None]:
     if topic is None or not 0 <= index < topic.count:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic or partition does not exist."
     if replicas is None:

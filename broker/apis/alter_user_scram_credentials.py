@@ -14,6 +14,11 @@ answer; a failed write is KAFKA_STORAGE_ERROR for them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from collections import Counter
 
 from headrace.broker.security.authorizer import Operation
@@ -57,7 +62,7 @@ def _error(store, op, upsert: bool) -> tuple[int, str] | None:
     return None
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     store = broker.scram_credentials
     ops = [(op, False) for op in request.deletions] + [(op, True) for op in request.upsertions]
     if not broker.authorizer.allows_cluster(header.session, Operation.ALTER):

@@ -8,6 +8,11 @@ UNSUPPORTED_VERSION in the v0 layout, with the list, and retries with a version 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 API_KEY = ApiKey.API_VERSIONS
@@ -31,7 +36,7 @@ def _api_keys():
     ]
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     return messages.ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_keys())
 
 

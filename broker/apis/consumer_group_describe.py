@@ -7,6 +7,11 @@ when that fails too.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import GROUP, OMITTED_OPERATIONS, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -17,7 +22,7 @@ R = messages.ConsumerGroupDescribeResponse
 CONSUMER_MEMBER = 1
 
 
-def _assignment(broker, parts):
+def _assignment(broker: Broker, parts):
     by_topic: dict = {}
     for tid, p in parts:
         by_topic.setdefault(tid, []).append(p)
@@ -32,7 +37,7 @@ def _assignment(broker, parts):
     return R.Assignment(topic_partitions=out)
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     authorizer, session = broker.authorizer, header.session
     groups = []
     for group_id in request.group_ids:

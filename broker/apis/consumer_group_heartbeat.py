@@ -7,6 +7,11 @@ sent only when it changed since the member was last told; partitions are named b
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import GROUP, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -16,8 +21,9 @@ MIN_VERSION, MAX_VERSION = 0, 1
 R = messages.ConsumerGroupHeartbeatResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     coordinator = broker.groups.consumer
+    error: int
     if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
         error, message, member_id, epoch, assigned = (
             ErrorCode.GROUP_AUTHORIZATION_FAILED,

@@ -10,6 +10,11 @@ before the answer, and an ACL that exists already is not added twice. Beyond
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from kazoo.exceptions import KazooException
 
 from headrace.broker.cluster.documents import DocumentTooLarge
@@ -26,7 +31,7 @@ class _TooMany(Exception):
     pass
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     authorizer = broker.authorizer
     creations = request.creations
     if not authorizer.enabled:

@@ -8,6 +8,11 @@ assignments say: one live broker each) and written to the topic's znode.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 import logging
 
 from headrace.broker.cluster.topic_admin import TopicChangeError
@@ -25,7 +30,7 @@ MIN_VERSION, MAX_VERSION = 0, 3
 R = messages.CreatePartitionsResponse
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     results = []
     for t in request.topics:
         topic = broker.topics.get(t.name)
@@ -35,7 +40,7 @@ async def handle(broker, header, request):
             error, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
         result = R.CreatePartitionsTopicResult(name=t.name, error_code=error, error_message=message)
         results.append(result)
-        if not error and not request.validate_only:
+        if not error and topic is not None and not request.validate_only:
             replicas = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
             try:
                 await broker.topics.add_partitions(topic, t.count, replicas)
@@ -45,7 +50,7 @@ async def handle(broker, header, request):
     return R(throttle_time_ms=0, results=results)
 
 
-def _check(broker, topic, t) -> tuple[int, str | None]:
+def _check(broker: Broker, topic, t) -> tuple[int, str | None]:
     """(error code, message) for a request to grow ``topic`` to ``t.count`` partitions."""
     if topic is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{t.name}' does not exist."

@@ -16,6 +16,11 @@ UNKNOWN_SERVER_ERROR) with the cause in its error message; other topics are unaf
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 import logging
 
 from headrace.broker.cluster.topic_admin import TopicChangeError
@@ -34,7 +39,7 @@ MIN_VERSION, MAX_VERSION = 2, 7
 R = messages.CreateTopicsResponse
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     results = []
     names = [t.name for t in request.topics]
     authorizer, session = broker.authorizer, header.session
@@ -98,12 +103,12 @@ class _TooFewBrokers(_Refused):
     """Refused for want of live brokers (looked at again before it is final)."""
 
 
-def live_brokers(broker) -> set[int]:
+def live_brokers(broker: Broker) -> set[int]:
     """The brokers partitions may be placed on: this one, or in a cluster the live ones."""
     return set(broker.brokers())
 
 
-async def _checked(broker, t, names) -> tuple[int, list[list[int]] | None, dict]:
+async def _checked(broker: Broker, t, names) -> tuple[int, list[list[int]] | None, dict]:
     """``_check``; in a cluster, a refusal for want of live brokers is made only after the
     registered brokers are read again (one that has just registered may not be in this
     broker's view yet: its watch event is on the way)."""
@@ -116,7 +121,7 @@ async def _checked(broker, t, names) -> tuple[int, list[list[int]] | None, dict]
     return _check(broker, t, names, live)
 
 
-def check_assignment(broker, broker_ids, live: set[int] | None = None) -> str | None:
+def check_assignment(broker: Broker, broker_ids, live: set[int] | None = None) -> str | None:
     """What is wrong with a manual assignment of one partition, if anything."""
     if live is None:
         live = live_brokers(broker)
@@ -132,7 +137,7 @@ def check_assignment(broker, broker_ids, live: set[int] | None = None) -> str | 
     return None
 
 
-def _check(broker, t, names, live: set[int]) -> tuple[int, list[list[int]] | None, dict]:
+def _check(broker: Broker, t, names, live: set[int]) -> tuple[int, list[list[int]] | None, dict]:
     if names.count(t.name) > 1:
         raise _Refused(ErrorCode.INVALID_REQUEST, f"Topic '{t.name}' appears more than once.")
     problem = topic_name_error(t.name)

@@ -9,6 +9,11 @@ removed. A filter with an unknown code is INVALID_REQUEST and removes nothing.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from kazoo.exceptions import KazooException
 
 from headrace.broker.security.authorizer import AclFilter, Operation, from_document, to_document
@@ -20,7 +25,7 @@ MIN_VERSION, MAX_VERSION = 1, 3
 R = messages.DeleteAclsResponse
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     authorizer = broker.authorizer
     if not authorizer.enabled:
         return _all(request, ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")

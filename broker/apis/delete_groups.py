@@ -6,6 +6,11 @@ a tombstone for each committed offset to ``__consumer_offsets`` and waits for th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import GROUP, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -15,8 +20,9 @@ MIN_VERSION, MAX_VERSION = 0, 2
 R = messages.DeleteGroupsResponse
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     results = []
+    error: int
     for group_id in request.groups_names:
         if not broker.authorizer.allows(header.session, Operation.DELETE, GROUP, group_id):
             error = ErrorCode.GROUP_AUTHORIZATION_FAILED

@@ -10,6 +10,11 @@ watermark is the log start offset afterwards. A topic whose cleanup.policy does 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 import asyncio
 
 from headrace.broker.log.storage_errors import storage_failed
@@ -24,7 +29,7 @@ R = messages.DeleteRecordsResponse
 HIGH_WATERMARK = -1
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     topics = []
     for t in request.topics:
         topic = broker.topics.get(t.name)
@@ -39,7 +44,7 @@ async def handle(broker, header, request):
                 result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             partition = topic.partition(p.partition_index) if topic is not None else None
-            if partition is None:
+            if topic is None or partition is None:
                 result.error_code = (
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     if topic is None

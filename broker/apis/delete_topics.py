@@ -10,6 +10,11 @@ the transaction coordinator, whose open transactions drop their pending offsets 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.cluster.topic_admin import TopicChangeError
 from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
@@ -20,7 +25,7 @@ MIN_VERSION, MAX_VERSION = 1, 6
 R = messages.DeleteTopicsResponse
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     if header.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:

@@ -7,6 +7,11 @@ Matching ACLs are grouped by resource (type, name, pattern type), as Kafka answe
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import AclFilter, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -16,7 +21,7 @@ MIN_VERSION, MAX_VERSION = 1, 3
 R = messages.DescribeAclsResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     authorizer = broker.authorizer
     if not authorizer.enabled:
         return _error(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")

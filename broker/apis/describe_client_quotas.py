@@ -10,6 +10,11 @@ INVALID_REQUEST.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import Operation
 from headrace.broker.security.quotas import CLIENT_ID, DEFAULT, IP, USER
 from headrace.protocol import ApiKey, ErrorCode, messages
@@ -21,7 +26,7 @@ R = messages.DescribeClientQuotasResponse
 EXACT, MATCH_DEFAULT, ANY = 0, 1, 2
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     if not broker.authorizer.allows_cluster(header.session, Operation.DESCRIBE_CONFIGS):
         return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     wanted = {}

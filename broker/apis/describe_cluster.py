@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import CLUSTER, CLUSTER_NAME, OMITTED_OPERATIONS
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -12,7 +17,7 @@ MIN_VERSION, MAX_VERSION = 0, 2
 R = messages.DescribeClusterResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     return R(
         throttle_time_ms=0,
         error_code=ErrorCode.NONE,

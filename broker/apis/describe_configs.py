@@ -8,6 +8,11 @@ not). Synonyms list that chain when asked for. Passwords (``ssl.key.password``,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from dataclasses import dataclass
 
 from headrace.broker.config.settings import BROKER_SETTINGS, TOPIC_SETTINGS
@@ -47,7 +52,7 @@ def _text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def config_entries(broker, topic) -> list[Entry]:
+def config_entries(broker: Broker, topic) -> list[Entry]:
     entries = []
     for name, setting in sorted(TOPIC_SETTINGS.items()):
         synonyms = []
@@ -63,7 +68,7 @@ def config_entries(broker, topic) -> list[Entry]:
     return entries
 
 
-def broker_entries(broker) -> list[Entry]:
+def broker_entries(broker: Broker) -> list[Entry]:
     entries = []
     for name, setting in sorted(BROKER_SETTINGS.items()):
         synonyms = []
@@ -75,7 +80,7 @@ def broker_entries(broker) -> list[Entry]:
     return entries
 
 
-def config_denied(broker, session, operation: int, res) -> int:
+def config_denied(broker: Broker, session, operation: int, res) -> int:
     """TOPIC_AUTHORIZATION_FAILED or CLUSTER_AUTHORIZATION_FAILED when the principal may not
     do ``operation`` (DESCRIBE_CONFIGS, ALTER_CONFIGS) on the resource, else 0: a topic's
     own, the cluster's for a broker."""
@@ -88,7 +93,7 @@ def config_denied(broker, session, operation: int, res) -> int:
     return ErrorCode.NONE
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     results = []
     for res in request.resources:
         result = R.DescribeConfigsResult(

@@ -9,6 +9,11 @@ comes here only for groups that are not consumer groups.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.coordinator.group.group_state import DEAD, STABLE
 from headrace.broker.security.authorizer import GROUP, OMITTED_OPERATIONS, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
@@ -19,7 +24,7 @@ MIN_VERSION, MAX_VERSION = 0, 6
 R = messages.DescribeGroupsResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     version = header.api_version
     authorizer, session = broker.authorizer, header.session
     asked = version >= 3 and request.include_authorized_operations

@@ -15,6 +15,11 @@ layout).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 import asyncio
 import os
 
@@ -27,7 +32,7 @@ MIN_VERSION, MAX_VERSION = 1, 4
 R = messages.DescribeLogDirsResponse
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     if not broker.authorizer.allows_cluster(header.session, Operation.DESCRIBE):
         code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED  # (v0-2 have no field: no results)
         return R(throttle_time_ms=0, error_code=code, results=[])
@@ -45,7 +50,7 @@ async def handle(broker, header, request):
     return R(throttle_time_ms=0, error_code=ErrorCode.NONE, results=[result])
 
 
-def _topics(broker, wanted) -> list:
+def _topics(broker: Broker, wanted) -> list:
     """The partitions held here, by topic; ``wanted`` (None: all) names topics and indexes."""
     only = None if wanted is None else {t.topic: set(t.partitions) for t in wanted}
     out = []

@@ -8,6 +8,11 @@ open transaction in the partition, the transaction's first offset (what
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -17,7 +22,7 @@ MIN_VERSION, MAX_VERSION = 0, 0
 R = messages.DescribeProducersResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     topics = []
     for t in request.topics:
         topic = broker.topics.get(t.name)

@@ -6,6 +6,11 @@ Unknown ids get TRANSACTIONAL_ID_NOT_FOUND. The state names are Kafka's (``Ongoi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import TRANSACTIONAL_ID, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -15,7 +20,7 @@ MIN_VERSION, MAX_VERSION = 0, 0
 R = messages.DescribeTransactionsResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     states = []
     for tid in request.transactional_ids:
         txn = broker.transactions.describe(tid)

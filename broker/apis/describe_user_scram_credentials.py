@@ -7,6 +7,11 @@ named twice DUPLICATE_RESOURCE, each in its own result, as Kafka answers.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import Operation
 from headrace.broker.security.scram_credentials import MECHANISM_TYPES
 from headrace.protocol import ApiKey, ErrorCode, messages
@@ -17,7 +22,7 @@ MIN_VERSION, MAX_VERSION = 0, 0
 R = messages.DescribeUserScramCredentialsResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     if not broker.authorizer.allows_cluster(header.session, Operation.DESCRIBE):
         code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         return R(throttle_time_ms=0, error_code=code, error_message=None, results=[])

@@ -14,6 +14,11 @@ leader epoch + 1, and the brokers follow it through their watches.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from headrace.broker.cluster.elections import elect, preferred
@@ -26,18 +31,18 @@ R = messages.ElectLeadersResponse
 PREFERRED, UNCLEAN = 0, 1
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     cluster = broker.cluster
-    controller = cluster.controller if cluster is not None else None
-    if controller is None or not controller.active or controller.epoch_version < 0:
+    if cluster is None or not cluster.controller.active or cluster.controller.epoch_version < 0:
         return R(
             throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER, replica_election_results=[]
         )
+    controller = cluster.controller
     kind = getattr(request, "election_type", PREFERRED)
     wanted: dict[str, list[int]] = {}
     if request.topic_partitions is None:
-        for name, record in cluster.topics.items():
-            wanted[name] = list(range(len(record.replicas)))
+        for name, known in cluster.topics.items():
+            wanted[name] = list(range(len(known.replicas)))
     else:
         for t in request.topic_partitions:
             wanted.setdefault(t.topic, []).extend(t.partitions)

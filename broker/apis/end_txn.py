@@ -10,6 +10,11 @@ bump on every EndTxn) is not listed: Headrace advertises no transaction.version 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import TRANSACTIONAL_ID, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -19,7 +24,7 @@ MIN_VERSION, MAX_VERSION = 0, 4
 R = messages.EndTxnResponse
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     if not broker.authorizer.allows(
         header.session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id
     ):

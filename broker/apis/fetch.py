@@ -59,6 +59,11 @@ that long; the client fetches the same offsets again afterwards.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 import asyncio
 import functools
 import time
@@ -79,12 +84,12 @@ R = messages.FetchResponse
 REGION_MIN = 64 * 1024  # smaller records are copied out in the read thread, not sent by file
 
 
-def response_bytes(broker, request) -> int:
+def response_bytes(broker: Broker, request) -> int:
     """The most a response holds in memory: ``max_bytes``, at most ``fetch.max.bytes``."""
     return max(1, min(request.max_bytes, int(broker.config["fetch.max.bytes"])))
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     version = header.api_version
     by_id = version >= 13
     loop = asyncio.get_running_loop()
@@ -113,7 +118,7 @@ async def handle(broker, header, request):
                 resp.high_watermark = -1
                 continue
             partition = topic.partition(p.partition) if topic is not None else None
-            if partition is None:
+            if topic is None or partition is None:
                 if topic is not None:
                     resp.error_code = not_served_error(
                         broker, topic, p.partition, p.current_leader_epoch
@@ -253,7 +258,7 @@ def epoch_error(partition, current_leader_epoch: int) -> int:
     return ErrorCode.NONE
 
 
-def not_served_error(broker, topic, index: int, current_leader_epoch: int) -> int:
+def not_served_error(broker: Broker, topic, index: int, current_leader_epoch: int) -> int:
     """Why partition ``index`` of ``topic`` is not served here (``Topic.partition_error``),
     but UNKNOWN_LEADER_EPOCH when the asker knows a newer leader epoch than this broker has
     seen, as Kafka answers: the broker is behind an election (a follower often asks its new

@@ -13,6 +13,11 @@ transactional id; other types get INVALID_REQUEST.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 import asyncio
 
 from headrace.broker.security.authorizer import GROUP, TRANSACTIONAL_ID, Operation
@@ -68,7 +73,7 @@ def _retrieve(task: asyncio.Future) -> None:
         task.exception()
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     if header.api_version < 4:
         error, message, node, host, port = await _answer(
             broker, header.session, request.key, request.key_type

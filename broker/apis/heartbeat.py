@@ -6,6 +6,11 @@ an unknown member gets UNKNOWN_MEMBER_ID and a stale generation ILLEGAL_GENERATI
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import GROUP, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -13,7 +18,7 @@ API_KEY = ApiKey.HEARTBEAT
 MIN_VERSION, MAX_VERSION = 0, 4
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
         code = ErrorCode.GROUP_AUTHORIZATION_FAILED
         return messages.HeartbeatResponse(throttle_time_ms=0, error_code=code)

@@ -14,6 +14,11 @@ as removing an unset setting does in Kafka; setting one is refused.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.config.settings import TOPIC_SETTINGS
 from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
@@ -78,7 +83,7 @@ def _changed(topic, res) -> dict[str, object]:
     return configs
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     cleared = [
         res
         for res in request.resources

@@ -10,6 +10,11 @@ INVALID_PRODUCER_EPOCH before.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import TOPIC, TRANSACTIONAL_ID, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -19,7 +24,7 @@ MIN_VERSION, MAX_VERSION = 0, 5
 R = messages.InitProducerIdResponse
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     if request.transactional_id == "":
         return R(
             throttle_time_ms=0,

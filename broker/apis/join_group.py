@@ -8,6 +8,11 @@ carries every member's metadata. v0 has no rebalance timeout: the session timeou
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.coordinator.group.classic_group import JoinResult, MemberSpec
 from headrace.broker.security.authorizer import GROUP, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
@@ -18,7 +23,7 @@ MIN_VERSION, MAX_VERSION = 0, 9
 R = messages.JoinGroupResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     version = header.api_version
     if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
         return _response(JoinResult(ErrorCode.GROUP_AUTHORIZATION_FAILED), version)

@@ -4,6 +4,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import GROUP, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -13,7 +18,7 @@ MIN_VERSION, MAX_VERSION = 0, 5
 R = messages.LeaveGroupResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
         return R(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
     refused = broker.groups.not_served(request.group_id)

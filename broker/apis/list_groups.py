@@ -6,6 +6,11 @@ offsets are listed Empty, with no protocol type.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.coordinator.group.group_state import DEAD
 from headrace.broker.security.authorizer import GROUP, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
@@ -17,7 +22,7 @@ R = messages.ListGroupsResponse
 GROUP_TYPE = "classic"
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     version = header.api_version
     states = {s.lower() for s in request.states_filter} if version >= 4 else set()
     types = {t.lower() for t in request.types_filter} if version >= 5 else set()
@@ -44,15 +49,15 @@ def handle(broker, header, request):
                 group_type=GROUP_TYPE,
             )
         )
-    for group in broker.groups.consumer.groups.values():  # KIP-848 groups
-        state = group.state_name
-        if hidden(group.group_id):
+    for consumer_group in broker.groups.consumer.groups.values():  # KIP-848 groups
+        state = consumer_group.state_name
+        if hidden(consumer_group.group_id):
             continue
         if (states and state.lower() not in states) or (types and "consumer" not in types):
             continue
         out.append(
             R.ListedGroup(
-                group_id=group.group_id,
+                group_id=consumer_group.group_id,
                 protocol_type="consumer",
                 group_state=state,
                 group_type="consumer",

@@ -13,6 +13,11 @@ UNKNOWN_LEADER_EPOCH; answers carry the leader epoch.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 import asyncio
 
 from headrace.broker.security.authorizer import TOPIC, Operation
@@ -32,13 +37,14 @@ R = messages.ListOffsetsResponse
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     loop = asyncio.get_running_loop()
     topics = []
     for t in request.topics:
         topic = broker.topics.get(t.name)
         partitions = []
         allowed = broker.authorizer.allows(header.session, Operation.DESCRIBE, TOPIC, t.name)
+        code: int
         for p in t.partitions:
             partition = topic.partition(p.partition_index) if topic is not None else None
             if partition is None or not allowed:

@@ -6,6 +6,11 @@ out too (Kafka answers the same). Without a cluster nothing ever moves: the list
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -15,7 +20,7 @@ MIN_VERSION, MAX_VERSION = 0, 0
 R = messages.ListPartitionReassignmentsResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     if not broker.authorizer.allows_cluster(header.session, Operation.DESCRIBE):
         code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         return R(throttle_time_ms=0, error_code=code, error_message=None, topics=[])

@@ -7,6 +7,11 @@ expression the id must match (Java's ``Pattern.matches`` semantics: the whole id
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 import re
 import time
 
@@ -20,7 +25,7 @@ MIN_VERSION, MAX_VERSION = 0, 2
 R = messages.ListTransactionsResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     version = header.api_version
     wanted = set()
     unknown = []

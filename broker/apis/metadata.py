@@ -18,6 +18,11 @@ TOPIC_AUTHORIZATION_FAILED. ``topic_authorized_operations`` (v8+) and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.coordinator.group.group_offsets import INTERNAL_TOPICS
 from headrace.broker.log.topic import TopicCreationError, topic_name_error
 from headrace.broker.security.authorizer import (
@@ -36,7 +41,7 @@ MIN_VERSION, MAX_VERSION = 0, 13
 M = messages.MetadataResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     version = header.api_version
     authorizer, session = broker.authorizer, header.session
     if request.topics is None or (version == 0 and not request.topics):
@@ -74,7 +79,7 @@ def handle(broker, header, request):
     return _create_then_respond(broker, header, request, found, missing, creatable, denied)
 
 
-async def _create_then_respond(broker, header, request, found, missing, creatable, denied):
+async def _create_then_respond(broker: Broker, header, request, found, missing, creatable, denied):
     partitions = int(broker.config["num.partitions"])
     still_missing = []
     for t in missing:
@@ -94,7 +99,7 @@ async def _create_then_respond(broker, header, request, found, missing, creatabl
     return _response(broker, header, found, still_missing, request, denied)
 
 
-def _response(broker, header, topics, missing, request, denied=()):
+def _response(broker: Broker, header, topics, missing, request, denied=()):
     version = header.api_version
     authorizer, session = broker.authorizer, header.session
     include_ops = version >= 8 and request.include_topic_authorized_operations

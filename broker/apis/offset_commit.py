@@ -12,6 +12,11 @@ the write is awaited.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.background import wall_clock_ms
 from headrace.broker.coordinator.group.group_coordinator import (
     OFFSET_METADATA_MAX_BYTES,
@@ -26,7 +31,7 @@ MIN_VERSION, MAX_VERSION = 2, 10
 R = messages.OffsetCommitResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     version = header.api_version
     by_id = version >= 10
     error, group = broker.groups.check_commit(
@@ -82,7 +87,7 @@ def handle(broker, header, request):
     return _write(broker, group, entries, response)
 
 
-async def _write(broker, group, entries, response):
+async def _write(broker: Broker, group, entries, response):
     error = await broker.groups.write_offsets(group, [(t, p, c) for _, t, p, c in entries])
     if error:
         for resp, *_ in entries:

@@ -7,6 +7,11 @@ UNKNOWN_TOPIC_OR_PARTITION.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import GROUP, TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -16,7 +21,7 @@ MIN_VERSION, MAX_VERSION = 0, 0
 R = messages.OffsetDeleteResponse
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     authorizer, session = broker.authorizer, header.session
     if not authorizer.allows(session, Operation.DELETE, GROUP, request.group_id):
         return R(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[])

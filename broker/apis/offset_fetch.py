@@ -8,6 +8,11 @@ there are no transactions, so ``require_stable`` has nothing to wait for.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 import uuid
 
 from headrace.broker.security.authorizer import GROUP, TOPIC, Operation
@@ -20,7 +25,7 @@ R = messages.OffsetFetchResponse
 NO_ID = uuid.UUID(int=0)
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     version = header.api_version
     session = header.session
     if version < 8:
@@ -71,7 +76,7 @@ def _partitions(cls, parts):
     ]
 
 
-def _group(broker, session, group_id, topics, by_id):
+def _group(broker: Broker, session, group_id, topics, by_id):
     """(group error, [(topic name, topic id, [(partition, offset, epoch, metadata, error)])]).
     Authorization (Kafka's): DESCRIBE on the group, and on each topic (all topics: those not
     allowed are left out; named ones get TOPIC_AUTHORIZATION_FAILED)."""
@@ -87,9 +92,9 @@ def _group(broker, session, group_id, topics, by_id):
     answers = []
     if topics is None:
         by_topic: dict[str, list] = {}
-        for (t, p), c in sorted(offsets.items()):
+        for (t, p), committed in sorted(offsets.items()):
             by_topic.setdefault(t, []).append(
-                (p, c.offset, c.leader_epoch, c.metadata, ErrorCode.NONE)
+                (p, committed.offset, committed.leader_epoch, committed.metadata, ErrorCode.NONE)
             )
         name: str | None
         for name, parts in by_topic.items():
@@ -109,7 +114,7 @@ def _group(broker, session, group_id, topics, by_id):
         parts = []
         allowed = name is None or authorizer.allows(session, Operation.DESCRIBE, TOPIC, name)
         for p in t.partition_indexes:
-            c = offsets.get((name, p))
+            c = offsets.get((name, p)) if name is not None else None
             if not allowed:
                 parts.append((p, -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             elif c is None:

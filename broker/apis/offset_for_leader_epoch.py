@@ -15,6 +15,11 @@ partition without an epoch cache (one broker on its own) answers (-1, -1): no ep
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 from .fetch import not_served_error
@@ -25,7 +30,7 @@ MIN_VERSION, MAX_VERSION = 2, 4
 R = messages.OffsetForLeaderEpochResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     topics = []
     for t in request.topics:
         topic = broker.topics.get(t.topic)

@@ -31,6 +31,11 @@ for that long.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 import asyncio
 import time
 from collections.abc import Callable
@@ -52,7 +57,7 @@ MIN_VERSION, MAX_VERSION = 3, 13
 R = messages.ProduceResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     version = header.api_version
     if request.acks not in (0, 1, -1):
         return _all_failed(request, version, ErrorCode.INVALID_REQUIRED_ACKS)
@@ -83,7 +88,7 @@ def handle(broker, header, request):
         partitions = []
         for p in t.partition_data:
             partition = topic.partition(p.index) if topic is not None else None
-            if partition is None:
+            if topic is None or partition is None:
                 code = unknown if topic is None else topic.partition_error(p.index)
                 answer = R.PartitionProduceResponse(index=p.index, error_code=code)
                 if topic is not None:
@@ -169,7 +174,7 @@ def handle(broker, header, request):
     return _finish(broker, to_flush, waits, response, request)
 
 
-def _finish(broker, to_flush, waits, response, request):
+def _finish(broker: Broker, to_flush, waits, response, request):
     """The response once the batches are in the page cache: at once, or after the flush
     stage and the ISR."""
     if waits:

@@ -16,6 +16,11 @@ with a bare frame, and a failure closes the connection after the same delay, wit
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 import asyncio
 
 from headrace.broker.security.sasl import AUTHENTICATE, AuthenticationFailed
@@ -30,7 +35,7 @@ MIN_VERSION, MAX_VERSION = 0, 2
 R = messages.SaslAuthenticateResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     session = header.session
     sasl = session.sasl
     if sasl is None or sasl.state != AUTHENTICATE:
@@ -60,7 +65,7 @@ def handle(broker, header, request):
     )
 
 
-async def _fail(broker, session, message):
+async def _fail(broker: Broker, session, message):
     await asyncio.sleep(sasl_delay(broker))
     response = R(
         error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=message, auth_bytes=b""
@@ -68,7 +73,7 @@ async def _fail(broker, session, message):
     return response, session.close
 
 
-def bare_token(broker, session, token: bytes):
+def bare_token(broker: Broker, session, token: bytes):
     """A token of an exchange begun by SaslHandshake v0: the answer as a bare frame."""
     sasl = session.sasl
     try:
@@ -82,6 +87,6 @@ def bare_token(broker, session, token: bytes):
     return [answer]
 
 
-async def _close_later(broker, session):
+async def _close_later(broker: Broker, session):
     await asyncio.sleep(sasl_delay(broker))
     session.close()

@@ -15,6 +15,11 @@ ILLEGAL_SASL_STATE, as Kafka's.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 import asyncio
 
 from headrace.broker.security.sasl import AUTHENTICATE, COMPLETE
@@ -27,7 +32,7 @@ MIN_VERSION, MAX_VERSION = 0, 1
 R = messages.SaslHandshakeResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     sasl = header.session.sasl
     if sasl is None:
         return R(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
@@ -46,11 +51,11 @@ def handle(broker, header, request):
     return R(error_code=ErrorCode.NONE, mechanisms=enabled)
 
 
-async def _refuse(broker, header, enabled):
+async def _refuse(broker: Broker, header, enabled):
     await asyncio.sleep(sasl_delay(broker))
     close = header.session.close
     return R(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=enabled), close
 
 
-def sasl_delay(broker) -> float:
+def sasl_delay(broker: Broker) -> float:
     return int(broker.config["connection.failed.authentication.delay.ms"]) / 1000

@@ -7,6 +7,11 @@ Once Stable, a SyncGroup is answered at once with the member's current assignmen
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import GROUP, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -16,7 +21,7 @@ MIN_VERSION, MAX_VERSION = 0, 5
 R = messages.SyncGroupResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     version = header.api_version
     if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
         return _response(broker, request, ErrorCode.GROUP_AUTHORIZATION_FAILED, b"")
@@ -37,17 +42,16 @@ def handle(broker, header, request):
     return _later(broker, request, outcome)
 
 
-async def _later(broker, request, waiter):
+async def _later(broker: Broker, request, waiter):
     return _response(broker, request, *(await waiter))
 
 
-def _response(broker, request, error, assignment):
-    group = broker.groups.groups.get(request.group_id)
-    ok = error == ErrorCode.NONE and group is not None
+def _response(broker: Broker, request, error, assignment):
+    group = broker.groups.groups.get(request.group_id) if error == ErrorCode.NONE else None
     return R(
         throttle_time_ms=0,
         error_code=error,
-        protocol_type=group.protocol_type if ok else None,
-        protocol_name=group.protocol_name if ok else None,
+        protocol_type=group.protocol_type if group is not None else None,
+        protocol_name=group.protocol_name if group is not None else None,
         assignment=assignment,
     )

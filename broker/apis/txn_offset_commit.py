@@ -15,6 +15,11 @@ do, ``offset_store``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.background import wall_clock_ms
 from headrace.broker.coordinator.group import group_offsets
 from headrace.broker.coordinator.group.group_coordinator import (
@@ -50,7 +55,7 @@ def _respond(request, codes):
     )
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     version = header.api_version
     group_id = request.group_id
     if not group_id:
@@ -102,7 +107,7 @@ def handle(broker, header, request):
     return _write(broker, request, group_id, offsets, codes, now, version)
 
 
-def _check_transaction(broker, request, group_id) -> int:
+def _check_transaction(broker: Broker, request, group_id) -> int:
     """The transaction coordinator's check, when it is this broker."""
     txns = broker.transactions
     if not txns.owns(request.transactional_id):
@@ -112,7 +117,7 @@ def _check_transaction(broker, request, group_id) -> int:
     )
 
 
-async def _write(broker, request, group_id, offsets, codes, now, version):
+async def _write(broker: Broker, request, group_id, offsets, codes, now, version):
     partition = await broker.groups.offsets_partition(group_id)
     records = [
         Record(

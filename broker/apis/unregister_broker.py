@@ -11,6 +11,11 @@ any other.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -20,7 +25,7 @@ MIN_VERSION, MAX_VERSION = 0, 0
 R = messages.UnregisterBrokerResponse
 
 
-async def handle(broker, header, request):
+async def handle(broker: Broker, header, request):
     node = request.broker_id
     if not broker.authorizer.allows_cluster(header.session, Operation.ALTER):
         return _answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)

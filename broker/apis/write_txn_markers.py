@@ -9,6 +9,11 @@ partition's code means. Only brokers may send this request (CLUSTER_ACTION on th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
 from headrace.broker.coordinator.txn.markers import write_here
 from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
@@ -19,13 +24,13 @@ MIN_VERSION, MAX_VERSION = 1, 2
 R = messages.WriteTxnMarkersResponse
 
 
-def handle(broker, header, request):
+def handle(broker: Broker, header, request):
     # brokers only (Kafka's CLUSTER_ACTION on the cluster)
     allowed = broker.authorizer.allows_cluster(header.session, Operation.CLUSTER_ACTION)
     return _write(broker, request, allowed)
 
 
-async def _write(broker, request, allowed: bool):
+async def _write(broker: Broker, request, allowed: bool):
     txns = broker.transactions
     results = []
     for marker in request.markers:

@@ -29,6 +29,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from headrace.broker.apis.context import Broker
 from headrace.broker.apis.registry import APIS
 from headrace.broker.security.quotas import REQUEST
 from headrace.broker.security.sasl import AUTHENTICATE, COMPLETE, HANDSHAKE, SaslSession
@@ -61,8 +62,9 @@ RESPONSE_BYTES = {key: m.response_bytes for key, m in APIS.items() if hasattr(m,
 class Dispatcher:
     """The pipeline's handler (``pipeline.Handler``) for one broker."""
 
-    def __init__(self, broker: BrokerServer) -> None:
-        self.broker = broker
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.broker: Broker = server  # what the API modules get: apis/context.py names it
 
     def handle(self, request: Request):
         started = time.monotonic()
@@ -106,7 +108,7 @@ class Dispatcher:
         if size is not None:  # count it against the connection before its next request
             request.expect(size(self.broker, body))
         try:
-            if REQUEST in self.broker.quotas.active:  # request_percentage quotas: time the handler
+            if REQUEST in self.server.quotas.active:  # request_percentage quotas: time the handler
                 started = time.perf_counter()
                 outcome = api.handle(self.broker, context, body)
                 throttle = self._request_time(context, time.perf_counter() - started)
@@ -118,7 +120,7 @@ class Dispatcher:
             else:
                 outcome = api.handle(self.broker, context, body)
             if outcome is None:
-                self.broker.metrics.request_done(header.api_key, version, started, None)
+                self.server.metrics.request_done(header.api_key, version, started, None)
                 return None
             if hasattr(outcome, "__await__"):
                 return self._encode_later(header, body, outcome, started)
@@ -132,7 +134,7 @@ class Dispatcher:
         """Count a request's handler time against the client's request_percentage quota;
         the throttle time it earned (ms), the connection muted for it."""
         now = time.monotonic()
-        ms = self.broker.quotas.throttle_ms(
+        ms = self.server.quotas.throttle_ms(
             context.session, context.client_id, REQUEST, seconds * 100, now
         )
         context.session.throttle(ms)
@@ -144,7 +146,7 @@ class Dispatcher:
         if listener.tls:
             session.principal = certificate_principal(conn.extra("peercert")) or ANONYMOUS
         if listener.sasl:
-            session.sasl = SaslSession(self.broker.sasl[listener.name])
+            session.sasl = SaslSession(self.server.sasl[listener.name])
             conn.require_authentication()  # small frames, one at a time, until authenticated
         return session
 
@@ -154,7 +156,7 @@ class Dispatcher:
 
     def _encode(self, header, response, started: float, version: int | None = None) -> list:
         version = header.api_version if version is None else version
-        self.broker.metrics.request_done(header.api_key, version, started, response)
+        self.server.metrics.request_done(header.api_key, version, started, response)
         flexible = response_header_is_flexible(header.api_key, version)
         head = encode_response_header(header.correlation_id, flexible)
         body = encode_response(header.api_key, version, response)
@@ -174,7 +176,7 @@ class Dispatcher:
                     on_sent()
                     raise
             if response is None:
-                self.broker.metrics.request_done(header.api_key, header.api_version, started, None)
+                self.server.metrics.request_done(header.api_key, header.api_version, started, None)
                 return None
             return self._encode(header, response, started)
         except CloseConnection:
