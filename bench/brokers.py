@@ -181,8 +181,9 @@ def headrace_snapshot(ref: str, dest: Path) -> Path:
         target = lib / pkg.replace(".", "/")
         shutil.copytree(src / mapping[pkg], target, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
-    cli = lib / "headrace" / "broker" / "cli.py"
-    if not cli.exists() or "--ready-file" not in cli.read_text():
+    broker = lib / "headrace" / "broker"
+    cli = next((p for p in (broker / "app" / "cli.py", broker / "cli.py") if p.exists()), None)
+    if cli is None or "--ready-file" not in cli.read_text():
         raise RuntimeError(f"Headrace at {ref} has no 'serve --ready-file', which the harness "
                            "waits on: measure a later commit")
     compile_bytecode([lib])
