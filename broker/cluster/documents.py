@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import NoNodeError
 
 from headrace.storage import replace_file
 
@@ -98,7 +98,7 @@ class Document:
                 data = _encode(value)
                 await asyncio.to_thread(self._write, data)
             else:
-                value, zxid = await asyncio.to_thread(self._compare_and_set, fn)
+                value, zxid = await self._compare_and_set(fn)
                 if zxid <= self._zxid:
                     return value
                 self._zxid = zxid
@@ -106,27 +106,18 @@ class Document:
                 self._apply(value)
             return value
 
-    def _compare_and_set(self, fn) -> tuple[Any, int]:
+    async def _compare_and_set(self, fn) -> tuple[Any, int]:
+        """``fn(value)`` stored in the znode by compare-and-set (made if missing)."""
         assert self.cluster is not None
-        zk = self.cluster.zk
-        while True:
-            try:
-                data, stat = zk.get(self.znode)
-            except NoNodeError:
-                value = fn(None)
-                try:
-                    _, stat = zk.create(
-                        self.znode, _encode(value), makepath=True, include_data=True
-                    )
-                except NodeExistsError:
-                    continue
-                return value, stat.mzxid
+        value = None
+
+        def change(data: bytes, _) -> bytes:
+            nonlocal value
             value = fn(json.loads(data) if data else None)
-            try:
-                stat = zk.set(self.znode, _encode(value), version=stat.version)
-            except BadVersionError:
-                continue
-            return value, stat.mzxid
+            return _encode(value)
+
+        _, stat = await self.cluster.zk_client.update(self.znode, change, initial=b"")
+        return value, stat.mzxid
 
     def _write(self, data: bytes) -> None:
         replace_file(self.path, data, mode=0o600)
