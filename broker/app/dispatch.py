@@ -65,6 +65,8 @@ class Dispatcher:
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
         self.broker: Broker = server  # what the API modules get: apis/context.py names it
+        self.metrics = server.metrics  # (looked up once: every request counts itself here)
+        self.quotas = server.quotas
 
     def handle(self, request: Request):
         started = time.monotonic()
@@ -108,7 +110,7 @@ class Dispatcher:
         if size is not None:  # count it against the connection before its next request
             request.expect(size(self.broker, body))
         try:
-            if REQUEST in self.server.quotas.active:  # request_percentage quotas: time the handler
+            if REQUEST in self.quotas.active:  # request_percentage quotas: time the handler
                 started = time.perf_counter()
                 outcome = api.handle(self.broker, context, body)
                 throttle = self._request_time(context, time.perf_counter() - started)
@@ -120,7 +122,7 @@ class Dispatcher:
             else:
                 outcome = api.handle(self.broker, context, body)
             if outcome is None:
-                self.server.metrics.request_done(header.api_key, version, started, None)
+                self.metrics.request_done(header.api_key, version, started, None)
                 return None
             if hasattr(outcome, "__await__"):
                 return self._encode_later(header, body, outcome, started)
@@ -134,7 +136,7 @@ class Dispatcher:
         """Count a request's handler time against the client's request_percentage quota;
         the throttle time it earned (ms), the connection muted for it."""
         now = time.monotonic()
-        ms = self.server.quotas.throttle_ms(
+        ms = self.quotas.throttle_ms(
             context.session, context.client_id, REQUEST, seconds * 100, now
         )
         context.session.throttle(ms)
@@ -156,7 +158,7 @@ class Dispatcher:
 
     def _encode(self, header, response, started: float, version: int | None = None) -> list:
         version = header.api_version if version is None else version
-        self.server.metrics.request_done(header.api_key, version, started, response)
+        self.metrics.request_done(header.api_key, version, started, response)
         flexible = response_header_is_flexible(header.api_key, version)
         head = encode_response_header(header.correlation_id, flexible)
         body = encode_response(header.api_key, version, response)
@@ -176,7 +178,7 @@ class Dispatcher:
                     on_sent()
                     raise
             if response is None:
-                self.server.metrics.request_done(header.api_key, header.api_version, started, None)
+                self.metrics.request_done(header.api_key, header.api_version, started, None)
                 return None
             return self._encode(header, response, started)
         except CloseConnection:
