@@ -63,7 +63,7 @@ async def handle(broker: Broker, header, request):
             if not code:
                 targets[p.partition_index] = None if p.replicas is None else list(p.replicas)
                 answers[p.partition_index] = answer
-        if not targets or broker.cluster is None:
+        if not targets:
             continue
         try:
             refused = await broker.cluster.admin.reassign(t.name, targets)
@@ -102,8 +102,7 @@ def _check(
     if topic is None or not 0 <= index < topic.count:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic or partition does not exist."
     if replicas is None:
-        cluster = broker.cluster
-        record = cluster.topics.get(topic.name) if cluster is not None else None
+        record = broker.cluster.topics.get(topic.name)
         if record is None or index not in record.reassigning:
             return (
                 ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
@@ -116,8 +115,7 @@ def _check(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             f"The replica list {replicas} is empty or names a broker twice.",
         )
-    cluster = broker.cluster
-    record = cluster.topics.get(topic.name) if cluster is not None else None
+    record = broker.cluster.topics.get(topic.name)
     current = record.replicas[index] if record is not None and index < len(record.replicas) else [0]
     if len(replicas) != len(current) and not allow_rf_change:
         return (

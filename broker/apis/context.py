@@ -2,10 +2,11 @@
 request)`` gets, named and typed here (app/server.py's ``BrokerServer`` is one; the dispatcher
 checks that it is).
 
-A module reaches the broker's parts only through these names: the settings, the topic table
-and, in a cluster, the cluster's view and the moves, the coordinators and the producer ids,
-security (the authorizer, quotas, SCRAM users and the documents that hold ACLs and quotas),
-the request path's counters, and the resources the read and write paths share.
+A module reaches the broker's parts only through these names: the settings, the topic table,
+the cluster metadata (cluster/metadata.py: a ZooKeeper cluster or a broker on its own) and in
+a cluster the moves, the coordinators and the producer ids, security (the authorizer, quotas,
+SCRAM users and the documents that hold ACLs and quotas), the request path's counters, and
+the resources the read and write paths share.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from headrace.broker.cluster.cluster import Cluster
     from headrace.broker.cluster.documents import Document
+    from headrace.broker.cluster.metadata import ClusterMetadata
     from headrace.broker.cluster.znodes import Endpoint
     from headrace.broker.config.config import BrokerConfig
     from headrace.broker.config.listeners import Listener
@@ -45,7 +46,7 @@ class Broker(Protocol):
     cluster_id: str
     data_dir: Path
     topics: TopicManager
-    cluster: Cluster | None
+    cluster: ClusterMetadata
     moves: Moves | None
     groups: GroupCoordinator
     transactions: TransactionCoordinator

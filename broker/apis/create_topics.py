@@ -115,8 +115,7 @@ async def _checked(broker: Broker, t, names) -> tuple[int, list[list[int]] | Non
     try:
         return _check(broker, t, names, live_brokers(broker))
     except _TooFewBrokers:
-        if broker.cluster is None:
-            raise
+        pass
     live = set(await broker.cluster.registered_now()) | {broker.node_id}
     return _check(broker, t, names, live)
 
@@ -129,8 +128,6 @@ def check_assignment(broker: Broker, broker_ids, live: set[int] | None = None) -
         return "A partition needs at least one replica."
     if len(set(broker_ids)) != len(broker_ids):
         return f"Duplicate brokers in {list(broker_ids)}."
-    if broker.cluster is None and len(broker_ids) != 1:
-        return "A broker on its own has one replica per partition."
     for b in broker_ids:
         if b not in live:
             return f"Broker {b} is not a live broker (live: {sorted(live)})."
@@ -175,12 +172,6 @@ def _check(broker: Broker, t, names, live: set[int]) -> tuple[int, list[list[int
             if t.replication_factor == -1
             else t.replication_factor
         )
-        if broker.cluster is None and rf != 1:
-            raise _Refused(
-                ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"Replication factor: {t.replication_factor} is not supported by a broker on"
-                " its own (one replica per partition; run a cluster for more).",
-            )
         if rf < 1:
             raise _Refused(
                 ErrorCode.INVALID_REPLICATION_FACTOR,

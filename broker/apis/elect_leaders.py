@@ -33,7 +33,7 @@ PREFERRED, UNCLEAN = 0, 1
 
 async def handle(broker: Broker, header, request):
     cluster = broker.cluster
-    if cluster is None or not cluster.controller.active or cluster.controller.epoch_version < 0:
+    if not cluster.controller.active or cluster.controller.epoch_version < 0:
         return R(
             throttle_time_ms=0, error_code=ErrorCode.NOT_CONTROLLER, replica_election_results=[]
         )

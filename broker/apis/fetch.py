@@ -266,10 +266,8 @@ def not_served_error(broker: Broker, topic, index: int, current_leader_epoch: in
     NOT_LEADER_OR_FOLLOWER would send it away for a backoff."""
     code = topic.partition_error(index)
     cluster = broker.cluster
-    if (
-        code == ErrorCode.NOT_LEADER_OR_FOLLOWER
-        and cluster is not None
-        and current_leader_epoch > cluster.leader_epoch(topic.name, index)
+    if code == ErrorCode.NOT_LEADER_OR_FOLLOWER and current_leader_epoch > cluster.leader_epoch(
+        topic.name, index
     ):
         return ErrorCode.UNKNOWN_LEADER_EPOCH
     return code

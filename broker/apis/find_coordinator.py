@@ -58,9 +58,6 @@ async def _answer(
     except TimeoutError:
         finding.add_done_callback(_retrieve)
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinators are loading", -1, "", -1
-    if broker.cluster is None:
-        host, port = broker.advertised(listener)
-        return ErrorCode.NONE, None, node, host, port
     endpoint = broker.brokers(listener).get(node)
     if endpoint is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, "its broker is not available", -1, "", -1

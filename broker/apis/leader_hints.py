@@ -21,7 +21,8 @@ class LeaderHints:
     ):
         self.broker = broker
         self.listener = session.listener  # the endpoints named are on the client's listener
-        self.cluster = broker.cluster if version >= leader_version else None
+        self.cluster = broker.cluster
+        self.with_leaders = version >= leader_version
         self.message = message
         self.with_endpoints = version >= endpoints_version
         self.leaders: set[int] = set()
@@ -29,7 +30,10 @@ class LeaderHints:
     def add(self, partition_response, topic: str, index: int) -> None:
         """Name the leader of ``topic``/``index`` on a NOT_LEADER_OR_FOLLOWER answer."""
         cluster = self.cluster
-        if cluster is None or partition_response.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+        if (
+            not self.with_leaders
+            or partition_response.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER
+        ):
             return
         leader = cluster.leader(topic, index)
         if leader < 0 or leader == cluster.node_id:
@@ -41,7 +45,7 @@ class LeaderHints:
 
     def endpoints(self) -> list:
         """The ``node_endpoints`` of the response: where the named leaders listen."""
-        if not self.with_endpoints or self.cluster is None:
+        if not self.with_endpoints:
             return []
         brokers = self.broker.brokers(self.listener)
         return [

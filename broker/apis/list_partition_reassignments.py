@@ -24,8 +24,7 @@ def handle(broker: Broker, header, request):
     if not broker.authorizer.allows_cluster(header.session, Operation.DESCRIBE):
         code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         return R(throttle_time_ms=0, error_code=code, error_message=None, topics=[])
-    cluster = broker.cluster
-    records = cluster.topics if cluster is not None else {}
+    records = broker.cluster.topics
     wanted: dict[str, set[int] | None]
     if request.topics is None:
         wanted = {name: None for name in sorted(records)}

@@ -106,18 +106,18 @@ def _response(broker: Broker, header, topics, missing, request, denied=()):
     cluster = broker.cluster
     out = []
     for topic in topics:
-        record = cluster.topics.get(topic.name) if cluster is not None else None
+        record = cluster.topics.get(topic.name)
+        if record is None:  # deleted a moment ago: the table forgets it next
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            out.append(M.MetadataResponseTopic(error_code=code, name=topic.name))
+            continue
         out.append(
             M.MetadataResponseTopic(
                 error_code=ErrorCode.NONE,
                 name=topic.name,
                 topic_id=topic.topic_id,
                 is_internal=topic.name in INTERNAL_TOPICS,
-                partitions=(
-                    _placed(cluster, topic.name, record)
-                    if record is not None
-                    else [_here(broker.node_id, i) for i in range(topic.count)]
-                ),
+                partitions=_placed(cluster, topic.name, record),
                 topic_authorized_operations=(
                     authorizer.operations(session, TOPIC, topic.name)
                     if include_ops
@@ -156,18 +156,6 @@ def _response(broker: Broker, header, topics, missing, request, denied=()):
         controller_id=broker.controller_id,
         topics=out,
         cluster_authorized_operations=cluster_ops,
-    )
-
-
-def _here(node: int, index: int):
-    return M.MetadataResponsePartition(
-        error_code=ErrorCode.NONE,
-        partition_index=index,
-        leader_id=node,
-        leader_epoch=0,
-        replica_nodes=[node],
-        isr_nodes=[node],
-        offline_replicas=[],
     )
 
 

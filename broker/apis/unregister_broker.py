@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
+from headrace.broker.cluster.topic_admin import TopicChangeError
 from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -29,12 +30,11 @@ async def handle(broker: Broker, header, request):
     node = request.broker_id
     if not broker.authorizer.allows_cluster(header.session, Operation.ALTER):
         return _answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
-    cluster = broker.cluster
-    if cluster is None:
-        if node == broker.node_id:
-            return _answer(ErrorCode.INVALID_REQUEST, "A broker on its own cannot be removed.")
-        return _answer(ErrorCode.BROKER_ID_NOT_REGISTERED, f"Broker {node} is not registered.")
-    if not await cluster.controller.remove_member(node):
+    try:
+        removed = await broker.cluster.controller.remove_member(node)
+    except TopicChangeError as e:  # (a broker on its own, of itself)
+        return _answer(e.error_code, e.message)
+    if not removed:
         return _answer(
             ErrorCode.BROKER_ID_NOT_REGISTERED, f"Broker {node} is not a member of the cluster."
         )

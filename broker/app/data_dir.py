@@ -16,10 +16,8 @@ had its broker killed, and every log is recovered.
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import os
-import uuid
 from pathlib import Path
 
 from headrace.storage import fsync_directory
@@ -83,19 +81,15 @@ class DataDir:
         fsync_directory(self.path)
         self.unlock()
 
-    def cluster_id(self, make: bool) -> str:
-        """The cluster id in ``meta.properties``; none yet: a new one when ``make`` (a broker
-        on its own), else "" (a cluster broker learns the cluster's)."""
+    def cluster_id(self) -> str:
+        """The cluster id in ``meta.properties`` ("": none yet; the cluster metadata then
+        gives one, ``agree_cluster_id``)."""
         path = self.path / META
         if path.exists():
             for line in path.read_text().splitlines():
                 if line.startswith("cluster.id="):
                     return line.split("=", 1)[1].strip()
-        if not make:
-            return ""
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        self.write_cluster_id(cluster_id)
-        return cluster_id
+        return ""
 
     def write_cluster_id(self, cluster_id: str) -> None:
         path = self.path / META

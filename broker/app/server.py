@@ -4,21 +4,23 @@ How this works
 --------------
 ``BrokerServer.__init__`` builds everything, and nothing waits for ``start`` to exist: the
 append stage (``Appender``, produce's copies into the page cache), the flush stage
-(``GroupCommit``), the topic table (``TopicManager``, with ``topics.flush(partitions)``, the
-one way to make appends durable), the producer ids, the coordinators, the log cleaner, the
-``BrokerClient`` of the inter-broker traffic, and in a cluster the ``Cluster`` view, the
-replica manager and the moves. Each is handed what it uses rather than the broker, so each
-can be built and tested alone. ``Dispatcher`` (dispatch.py) is the pipeline's handler: it
-calls each request's API module with the ``BrokerServer`` as the module's ``broker``.
+(``GroupCommit``), the cluster metadata (``Cluster``, in ZooKeeper, or ``SingleNode``, a broker
+on its own: the one place that tells the two apart), the topic table (``TopicManager``, with
+``topics.flush(partitions)``, the one way to make appends durable), the producer ids, the
+coordinators, the log cleaner, the ``BrokerClient`` of the inter-broker traffic, and in a
+cluster the replica manager and the moves. Each is handed what it uses rather than the broker,
+so each can be built and tested alone. ``Dispatcher`` (dispatch.py) is the pipeline's handler:
+it calls each request's API module with the ``BrokerServer`` as the module's ``broker``.
 ``metrics`` (metrics.py) is what the request path counts; with ``metrics.port`` set,
 ``metrics_http`` serves it from ``start`` on (``ready`` says when the broker serves).
 
 Start-up (``start``) locks the data directory (data_dir.py), loads the logs (recovering them
-after an unclean stop), replays the groups' and transactions' state, starts serving, then the
-background jobs (``background.run_every``: the periodic flush and the expiry of idle
-producers, offset expiry, the transaction timer, the log cleaner's passes). Shutdown stops
-accepting, answers what is in flight, stops the background jobs, flushes every log, marks the
-stop clean and releases the lock.
+after an unclean stop), listens, joins the cluster (``_join``: a broker on its own has nothing
+to join), reads the ACLs, quotas and SCRAM users, replays the groups' and transactions' state,
+starts serving, then the background jobs (``background.run_every``: the periodic flush and the
+expiry of idle producers, offset expiry, the transaction timer, the log cleaner's passes).
+Shutdown stops accepting, answers what is in flight, stops the background jobs, flushes every
+log, marks the stop clean and releases the lock.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from headrace.broker.background import run_every
 from headrace.broker.client.broker_client import BrokerClient
 from headrace.broker.client.inter_broker import client_security
 from headrace.broker.cluster.cluster import Cluster, ClusterError
-from headrace.broker.cluster.documents import Document
+from headrace.broker.cluster.metadata import ClusterMetadata
+from headrace.broker.cluster.single_node import SingleNode
 from headrace.broker.cluster.znodes import Endpoint
 from headrace.broker.config.config import BrokerConfig, connection_overrides
 from headrace.broker.config.listeners import Listener, inter_broker, listeners
@@ -56,7 +59,7 @@ from headrace.broker.security.quotas import ClientQuotas
 from headrace.broker.security.quotas import from_document as quotas_from_document
 from headrace.broker.security.sasl import SaslConfig
 from headrace.broker.security.sasl import listener_config as sasl_config
-from headrace.broker.security.scram_credentials import ScramCredentials
+from headrace.broker.security.scram_credentials import ScramCredentials, ScramFile, ScramZnodes
 from headrace.broker.security.tls import server_context
 from headrace.pipeline import (
     Appender,
@@ -108,25 +111,27 @@ class BrokerServer:
         self.group_commit.observer = self.metrics.flushed
         self._started = False  # logs loaded, listening and (in a cluster) registered
         self._metrics_server: MetricsServer | None = None
-        self.topics = TopicManager(self.data_dir, config, self.group_commit)
-        self.topics.on_deleted = self._topics_deleted
-        # cluster mode: membership and topic metadata in ZooKeeper (cluster.py)
-        self.cluster: Cluster | None = None
+        # the cluster metadata: membership and topics in ZooKeeper (cluster/cluster.py), or
+        # a broker on its own (cluster/single_node.py); SCRAM users where it keeps them
+        self.cluster: ClusterMetadata
+        users: ScramFile | ScramZnodes
         if config["zookeeper.connect"]:
             self.cluster = Cluster(config, self.node_id)
-            self.cluster.inter_broker_listener = inter_broker(config, self.listeners).name
-            self.topics.cluster = self.cluster
-        self.cluster_id = ""  # read from (or written to) the data directory at start
-        self.producer_ids = ProducerIdManager(
-            self.data_dir, self.cluster.producer_id_block if self.cluster else None
-        )
+            users = ScramZnodes(self.cluster.zk_client)
+        else:
+            self.cluster = SingleNode(self.node_id, self.data_dir)
+            users = ScramFile(self.data_dir)
+        self.cluster.inter_broker_listener = inter_broker(config, self.listeners).name
+        self.topics = TopicManager(self.data_dir, config, self.group_commit, self.cluster)
+        self.topics.on_deleted = self._topics_deleted
+        self.cluster_id = ""  # the data directory's, then the cluster's (``_join``)
+        self.producer_ids = ProducerIdManager(self.cluster.producer_id_block)
         self.groups = GroupCoordinator(self.node_id, self.topics, config)
         # requests to the other brokers, each kind on a channel of its own (transaction
         # markers here, replica fetches per fetcher); the cluster's registry gives their
-        # addresses, a single broker has none
+        # addresses
         self.broker_client = BrokerClient(
-            self.cluster.address_of if self.cluster else lambda node_id: None,
-            client_id=f"headrace-broker-{self.node_id}",
+            self.cluster.address_of, client_id=f"headrace-broker-{self.node_id}"
         )
         self.cleaner = LogCleaner(
             self.topics,
@@ -149,13 +154,13 @@ class BrokerServer:
             state_partitions=int(config["transaction.state.log.num.partitions"]),
             state_segment_bytes=int(config["transaction.state.log.segment.bytes"]),
             write_timeout_ms=int(config["request.timeout.ms"]),
-            leader_of=self.cluster.leader_of if self.cluster else None,
+            leader_of=self.cluster.leader_of,
             broker_client=self.broker_client.channel("txn-markers"),
         )
-        # cluster mode: this broker's replicas (replica_manager.py), moves (moves.py), fetchers
+        # in a cluster: this broker's replicas (replica_manager.py), moves (moves.py), fetchers
         self.moves: Moves | None = None
         self.replicas: ReplicaManager | None = None
-        if self.cluster is not None:
+        if isinstance(self.cluster, Cluster):
             pool = ReplicaFetchers(self.broker_client, self.node_id, config, self.topics.flush)
             self.moves = Moves(self.node_id, self.topics, self.cluster, pool, config)
             self.topics.moves = self.moves
@@ -170,12 +175,12 @@ class BrokerServer:
         self._servers: list[asyncio.base_events.Server] = []
         self._tls: dict[str, ssl.SSLContext] = {}  # listener name -> its TLS context
         self.sasl: dict[str, SaslConfig] = {}  # listener name -> its SASL settings
-        self.scram_credentials = ScramCredentials(self.data_dir, self.cluster)
+        self.scram_credentials = ScramCredentials(users)
         # ACLs and client quotas: in the data directory, or in a cluster in ZooKeeper
         self.authorizer = Authorizer(config)
-        self.acl_document = Document("acls", self.data_dir, self.cluster)
+        self.acl_document = self.cluster.document("acls")
         self.quotas = ClientQuotas(config)
-        self.quota_document = Document("quotas", self.data_dir, self.cluster)
+        self.quota_document = self.cluster.document("quotas")
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
         self.dir = DataDir(self.data_dir, self.node_id)  # its lock is held from start to stop
@@ -183,23 +188,20 @@ class BrokerServer:
 
     def brokers(self, listener: Listener | None = None) -> dict[int, Endpoint]:
         """The live brokers by id, as a client that came through ``listener`` reaches them:
-        this one, or in a cluster every registered one that has a listener of that name (as
-        Kafka answers); default: the inter-broker listener."""
-        if self.cluster is not None:
-            name = listener.name if listener is not None else self.cluster.inter_broker_listener
-            found = {b: e.on(name) for b, e in sorted(self.cluster.brokers.items())}
-            known = {b: e for b, e in found.items() if e is not None}
-            if self.node_id not in known:  # (its session lost, registering again): still here
-                host, port = self.advertised(listener)
-                rack = str(self.config["broker.rack"]) or None
-                known = dict(sorted({**known, self.node_id: Endpoint(host, port, rack)}.items()))
-            return known
-        host, port = self.advertised(listener)
-        return {self.node_id: Endpoint(host, port)}
+        every registered one (this one, or in a cluster every live one) that has a listener of
+        that name (as Kafka answers); default: the inter-broker listener."""
+        name = listener.name if listener is not None else self.cluster.inter_broker_listener
+        found = {b: e.on(name) for b, e in sorted(self.cluster.brokers.items())}
+        known = {b: e for b, e in found.items() if e is not None}
+        if self.node_id not in known:  # (not registered yet, or again): still here
+            host, port = self.advertised(listener)
+            rack = str(self.config["broker.rack"]) or None
+            known = dict(sorted({**known, self.node_id: Endpoint(host, port, rack)}.items()))
+        return known
 
     @property
     def controller_id(self) -> int:
-        return self.cluster.controller_id if self.cluster is not None else self.node_id
+        return self.cluster.controller_id
 
     def advertised(self, listener: Listener | None = None) -> tuple[str, int]:
         """The address clients of ``listener`` (default: the inter-broker one) are given."""
@@ -224,11 +226,6 @@ class BrokerServer:
         except BaseException:
             await self._stop_metrics()
             raise
-        if self.cluster is None:
-            self.acl_document.watch(self._acls_changed)
-            self.quota_document.watch(self._quotas_changed)
-            await self.groups.start()
-            await self.transactions.start()
         config = self.config
         limits = Limits(
             max_frame=int(config["socket.request.max.bytes"]),
@@ -249,8 +246,7 @@ class BrokerServer:
         except StartupError:
             await self._abandon()
             raise
-        if self.cluster is not None:
-            await self._join_cluster()
+        await self._join()
         self._tasks.append(
             asyncio.create_task(run_every(self._flush_interval, self._flush_due, "periodic flush"))
         )
@@ -305,7 +301,7 @@ class BrokerServer:
         """What /ready says: started (logs loaded, listening, in a cluster registered) and
         not stopping, nor fenced (a cluster broker whose ZooKeeper session was lost, until
         the controller has confirmed it again)."""
-        return self._started and (self.cluster is None or not self.cluster.fenced)
+        return self._started and not self.cluster.fenced
 
     @property
     def router(self) -> Router | None:
@@ -330,7 +326,7 @@ class BrokerServer:
                     contexts[listener.name] = server_context(self.config, listener)
                 if listener.sasl:
                     sasl[listener.name] = sasl_config(self.config, listener)
-            if self.cluster is not None:  # how this broker reaches the others (inter_broker.py)
+            if self.replicas is not None:  # how it reaches the others (inter_broker.py)
                 self.broker_client.security = client_security(self.config, self.listeners)
         except ConfigError as e:
             raise StartupError(str(e)) from None
@@ -363,40 +359,57 @@ class BrokerServer:
             self.bound[listener.name] = server.sockets[0].getsockname()[1]
         self.port = self.bound[self.listeners[0].name]
 
-    async def _join_cluster(self) -> None:
-        """Register, read the topics (the logs follow them), load the coordinators' state,
-        then serve: until then every partition and coordinator answers as fenced."""
-        assert self.cluster is not None and self.replicas is not None
+    async def _join(self) -> None:
+        """Join the cluster (register, read the topics: the logs follow them; a broker on its
+        own has nothing to join), read the ACLs, quotas and SCRAM users, load the
+        coordinators' state, then serve: until then every partition and coordinator answers
+        as fenced."""
         host, port = self.advertised()
         rack = str(self.config["broker.rack"]) or None
         registered = tuple((x.name, x.protocol, *self.advertised(x)) for x in self.listeners)
-        await self.replicas.load()
-        self.replicas.start()
+        if self.replicas is not None:
+            await self.replicas.load()
+            self.replicas.start()
         try:
             await self.cluster.start(self.topics, Endpoint(host, port, rack, registered))
-            if self.cluster_id not in ("", self.cluster.cluster_id):
-                await self.cluster.stop()
-                raise ClusterError(
-                    f"data directory {self.data_dir} belongs to cluster {self.cluster_id}, "
-                    f"not to {self.cluster.cluster_id} of {self.cluster.connect}"
-                )
         except ClusterError as e:
             await self._abandon()
             raise StartupError(str(e)) from None
         try:
-            acls = await asyncio.to_thread(self.acl_document.load)
-            self.authorizer.replace(from_document(acls))
+            self.cluster_id = self.cluster.agree_cluster_id(self.cluster_id)
+        except ClusterError as e:
+            await self.cluster.stop()
+            await self._abandon()
+            raise StartupError(f"data directory {self.data_dir} {e}") from None
+        where = ""
+        try:
+            where = self.acl_document.where
+            self.authorizer.replace(from_document(await asyncio.to_thread(self.acl_document.load)))
+            where = self.quota_document.where
             quotas = await asyncio.to_thread(self.quota_document.load)
             self.quotas.replace(quotas_from_document(quotas))
+            where = self.scram_credentials.store.where
             await asyncio.to_thread(self.scram_credentials.load)
-        except (ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError) as e:
             await self._abandon()
-            raise StartupError(
-                f"cannot read the ACLs, quotas or SCRAM credentials in ZooKeeper: {e}"
-            ) from None
+            raise StartupError(f"cannot read {where}: {e}") from None
         self.acl_document.watch(self._acls_changed)
         self.scram_credentials.watch()
         self.quota_document.watch(self._quotas_changed)
+        if self.replicas is not None:
+            self._check_inter_broker_principal()
+            # the coordinators load the partitions this broker leads as the replica manager
+            # tells them (``serve``), not all at once here
+        await self.groups.start(load=self.replicas is None)
+        await self.transactions.start(load=self.replicas is None)
+        if self.replicas is not None:
+            self.replicas.serve()
+        self.cluster.serve()
+        await self.cluster.controller_known()
+        await asyncio.to_thread(self.dir.write_cluster_id, self.cluster_id)
+
+    def _check_inter_broker_principal(self) -> None:
+        """A warning when the principal brokers reach each other as lacks CLUSTER_ACTION."""
         authorizer = self.authorizer
         security = self.broker_client.security
         principal = security.principal
@@ -408,15 +421,6 @@ class BrokerServer:
                 security.listener,
                 principal,
             )
-        # the coordinators load the partitions this broker leads as the replica manager
-        # tells them (``serve``), not all at once here
-        await self.groups.start(load=False)
-        await self.transactions.start(load=False)
-        self.replicas.serve()
-        self.cluster.serve()
-        await self.cluster.controller_known()
-        self.cluster_id = self.cluster.cluster_id
-        await asyncio.to_thread(self.dir.write_cluster_id, self.cluster_id)
 
     def _acls_changed(self, value) -> None:
         try:
@@ -454,7 +458,7 @@ class BrokerServer:
         """Why a new connection is closed at once, if it is: a fenced broker (its ZooKeeper
         session lost, until the controller confirms it again) answers nothing, then the ip
         quotas (quotas.py)."""
-        if self._started and self.cluster is not None and self.cluster.fenced:
+        if self._started and self.cluster.fenced:
             return "fenced (the ZooKeeper session was lost): serving nothing until confirmed"
         return self.quotas.connection_refused(host, now)
 
@@ -497,24 +501,7 @@ class BrokerServer:
             self.dir.unlock()
             raise StartupError(f"data directory {self.data_dir} is not usable: {e}") from e
         clean = self.dir.stopped_cleanly()
-        self.cluster_id = self.dir.cluster_id(make=self.cluster is None)
-        try:
-            if self.cluster is None:  # (a cluster's are read once it has joined)
-                self.scram_credentials.load()
-        except (OSError, ValueError, KeyError) as e:
-            self.dir.unlock()
-            raise StartupError(f"cannot read {self.scram_credentials.path}: {e}") from e
-        if self.cluster is None:
-            try:
-                self.authorizer.replace(from_document(self.acl_document.load()))
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                self.dir.unlock()
-                raise StartupError(f"cannot read {self.acl_document.path}: {e}") from e
-            try:
-                self.quotas.replace(quotas_from_document(self.quota_document.load()))
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                self.dir.unlock()
-                raise StartupError(f"cannot read {self.quota_document.path}: {e}") from e
+        self.cluster_id = self.dir.cluster_id()
         try:
             self.topics.load(recover=not clean)
         except (StorageError, OSError, ValueError) as e:
@@ -529,17 +516,11 @@ class BrokerServer:
         if not self._servers:
             return
         self._started = False
-        if self.cluster is not None and bool(self.config["controlled.shutdown.enable"]):
-            started = time.monotonic()
+        if bool(self.config["controlled.shutdown.enable"]):
             timeout = int(self.config["controlled.shutdown.max.retries"]) * int(
                 self.config["controlled.shutdown.retry.backoff.ms"]
             )
-            left = await self.cluster.controller.controlled_shutdown(max(timeout, 0) / 1000)
-            log.info(
-                "controlled shutdown in %.0f ms (%d partitions still led or in sync)",
-                (time.monotonic() - started) * 1000,
-                max(left, 0),
-            )
+            await self.cluster.controller.controlled_shutdown(max(timeout, 0) / 1000)
         for server in self._servers:
             server.close()
         for task in self._tasks:
@@ -550,8 +531,7 @@ class BrokerServer:
         for conn in list(router.connections):
             conn.close()
         await router.close()
-        if self.cluster is not None:
-            await self.cluster.stop()
+        await self.cluster.stop()
         if self.moves is not None:
             await self.moves.stop()
         if self.replicas is not None:

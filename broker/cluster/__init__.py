@@ -1,6 +1,10 @@
-"""headrace.broker.cluster: cluster mode's metadata in ZooKeeper: membership, topics, partition
-states, the controller, elections, placement.
+"""headrace.broker.cluster: the cluster metadata: in ZooKeeper (membership, topics, partition
+states, the controller, elections, placement), or of a broker on its own.
 
+metadata.py         ``ClusterMetadata``: the one surface of both kinds, so that no code asks
+                    whether there is a cluster
+single_node.py      A broker on its own: a cluster of one (topics in ``topics.json``, written
+                    by the topic table; documents and producer-id blocks in the data directory)
 cluster.py          This broker's view of the cluster (brokers, topics, partition states,
                     the controller), kept by watches; its registration and its session
                     (fencing when the session is lost)
@@ -15,7 +19,7 @@ partition_state.py  A partition's leader and ISR in ZooKeeper (Kafka's ZooKeeper
 placement.py        Where things live among brokers: weighted rendezvous (highest random weight)
                     hashing
 documents.py        Small JSON documents the whole broker (or the whole cluster) shares: the
-                    ACLs, the client quotas
+                    ACLs, the client quotas (a file, or a znode)
 znodes.py           The znodes: their paths, and the codecs of what they hold
 zk_client.py        The ZooKeeper operations (in worker threads), with the one compare-and-set
                     helper

@@ -55,6 +55,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from . import partition_state
 from .controller import Controller
+from .documents import ZnodeDocument
 from .partition_state import PartitionState
 from .topic_admin import TopicAdmin
 from .zk_client import ZkClient
@@ -183,6 +184,20 @@ class Cluster:
             len(self.brokers),
             len(self.topics),
         )
+
+    def agree_cluster_id(self, known: str) -> str:
+        """The cluster's id (read at ``start``), which the data directory's, ``known``, if
+        it has one, must be: a data directory never moves to another cluster."""
+        if known not in ("", self.cluster_id):
+            raise ClusterError(
+                f"the data directory belongs to cluster {known}, not to {self.cluster_id} of "
+                f"{self.connect}"
+            )
+        return self.cluster_id
+
+    def document(self, name: str) -> ZnodeDocument:
+        """The shared document ``name``: the znode ``/<name>``."""
+        return ZnodeDocument(name, self.zk_client)
 
     def serve(self) -> None:
         """Start serving the partitions placed here (the coordinators have loaded)."""

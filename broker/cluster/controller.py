@@ -44,6 +44,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
@@ -283,6 +284,16 @@ class Controller:
         live ISR member and to take it out of the ISRs it is in, then wait (at most
         ``timeout_s``) until it leads nothing that another ISR member could lead. Returns how
         many partitions it still leads."""
+        started = time.monotonic()
+        left = await self._hand_over(timeout_s)
+        log.info(
+            "controlled shutdown in %.0f ms (%d partitions still led or in sync)",
+            (time.monotonic() - started) * 1000,
+            max(left, 0),
+        )
+        return left
+
+    async def _hand_over(self, timeout_s: float) -> int:
         cluster = self.cluster
         if cluster.fenced:
             return 0

@@ -3,19 +3,22 @@ quotas.
 
 How this works
 --------------
-A ``Document`` has a name (``acls``) and lives in one of two places. A single broker keeps it
-in its data directory as ``<name>.json``, replaced atomically (temporary file, fsync, rename,
+A document has a name (``acls``) and lives in one of two places, as the cluster metadata
+makes it (``document(name)``). A broker on its own keeps it in its data directory as
+``<name>.json`` (``FileDocument``), replaced atomically (temporary file, fsync, rename,
 directory fsync) in a thread, never on the event loop. A broker of a cluster
-(``zookeeper.connect``) keeps it in the znode ``/<name>``: every change is a compare-and-set on
-the znode's version (read, change, write; again if another broker wrote in between), and every
-broker watches the znode and applies what it holds, so a change made at one broker reaches the
-others within ZooKeeper's notification delay.
+(``zookeeper.connect``) keeps it in the znode ``/<name>`` (``ZnodeDocument``): every change
+is a compare-and-set on the znode's version (read, change, write; again if another broker
+wrote in between), and every broker watches the znode and applies what it holds, so a change
+made at one broker reaches the others within ZooKeeper's notification delay.
 
-``load`` (at start-up, in a thread) returns the stored value (None when there is none).
-``watch(apply)`` (cluster) calls ``apply(value)`` on the event loop whenever the znode changes;
-a notification older than the last value applied (by the znode's modification zxid) is
-dropped. ``change(fn)`` computes the new value from the current one (``fn`` may raise to
-refuse), stores it, applies it here at once through the ``apply`` given, and returns it.
+Both have one surface. ``load`` (at start-up, in a thread) returns the stored value (None
+when there is none); ``where`` says where it is kept. ``watch(apply)`` calls ``apply(value)``
+on the event loop with every new value: after this broker's changes, and in a cluster
+whenever the znode changes (a notification older than the last value applied, by the
+znode's modification zxid, is dropped). ``change(fn)`` computes the new value from the
+current one (``fn`` may raise to refuse), stores it, applies it here at once through the
+``apply`` given, and returns it.
 A document is at most ``MAX_BYTES`` (ZooKeeper's default znode limit is 1 MiB); its owners
 bound what they put in it.
 """
@@ -33,7 +36,7 @@ from kazoo.exceptions import NoNodeError
 from headrace.storage import replace_file
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
+    from .zk_client import ZkClient
 
 MAX_BYTES = 1000 * 1024
 
@@ -42,46 +45,70 @@ class DocumentTooLarge(ValueError):
     pass
 
 
-class Document:
-    """One shared document (see the module docstring)."""
+class FileDocument:
+    """A document of a broker on its own: ``<name>.json`` in the data directory."""
 
-    def __init__(self, name: str, data_dir: Path, cluster: Cluster | None) -> None:
+    def __init__(self, name: str, data_dir: Path) -> None:
         self.name = name
         self.path = data_dir / f"{name}.json"
-        self.cluster = cluster
-        self.znode = f"/{name}"
+        self.where = str(self.path)
         self._apply: Callable[[Any], None] | None = None
-        self._zxid = -1  # the modification zxid of the znode version last applied
         self._lock = asyncio.Lock()
 
     def load(self) -> Any:
         """(In a thread.) The stored value, or None."""
-        if self.cluster is not None:
-            try:
-                data, stat = self.cluster.zk.get(self.znode)
-            except NoNodeError:
-                return None
-            self._zxid = stat.mzxid
-            return json.loads(data) if data else None
         try:
             return json.loads(self.path.read_text())
         except FileNotFoundError:
             return None
 
     def watch(self, apply: Callable[[Any], None]) -> None:
-        """``apply`` is called with every new value (cluster: from the watch; both: after
-        ``change``)."""
+        """``apply`` is called with every new value (this broker's ``change``)."""
         self._apply = apply
-        cluster = self.cluster
-        if cluster is None:
-            return
+
+    async def change(self, fn: Callable[[Any], Any]) -> Any:
+        """Store ``fn(current value)`` and apply it; raises what ``fn`` raises, or OSError
+        when it cannot be stored (nothing changes then)."""
+        async with self._lock:
+            value = fn(await asyncio.to_thread(self.load))
+            data = _encode(value)
+            await asyncio.to_thread(replace_file, self.path, data, mode=0o600)
+            if self._apply is not None:
+                self._apply(value)
+            return value
+
+
+class ZnodeDocument:
+    """A document of a cluster: the znode ``/<name>``."""
+
+    def __init__(self, name: str, zk_client: ZkClient) -> None:
+        self.name = name
+        self.znode = f"/{name}"
+        self.where = f"{self.znode} in ZooKeeper"
+        self.zk_client = zk_client
+        self._apply: Callable[[Any], None] | None = None
+        self._zxid = -1  # the modification zxid of the znode version last applied
+        self._lock = asyncio.Lock()
+
+    def load(self) -> Any:
+        """(In a thread.) The stored value, or None."""
+        try:
+            data, stat = self.zk_client.zk.get(self.znode)
+        except NoNodeError:
+            return None
+        self._zxid = stat.mzxid
+        return json.loads(data) if data else None
+
+    def watch(self, apply: Callable[[Any], None]) -> None:
+        """``apply`` is called with every new value (from the watch, and after ``change``)."""
+        self._apply = apply
         loop = asyncio.get_running_loop()
 
         def changed(data, stat, *_) -> None:  # kazoo's thread
             if data is not None and stat is not None:
                 loop.call_soon_threadsafe(self._changed, data, stat.mzxid)
 
-        cluster.zk.DataWatch(self.znode, changed)
+        self.zk_client.zk.DataWatch(self.znode, changed)
 
     def _changed(self, data: bytes, zxid: int) -> None:
         if zxid <= self._zxid or self._apply is None:
@@ -90,37 +117,27 @@ class Document:
         self._apply(json.loads(data) if data else None)
 
     async def change(self, fn: Callable[[Any], Any]) -> Any:
-        """Store ``fn(current value)`` and apply it; raises what ``fn`` raises, OSError or
-        kazoo's errors when it cannot be stored (nothing changes then)."""
+        """Store ``fn(current value)`` by compare-and-set (the znode made if missing) and
+        apply it; raises what ``fn`` raises, or kazoo's errors when it cannot be stored
+        (nothing changes then)."""
         async with self._lock:
-            if self.cluster is None:
-                value = fn(await asyncio.to_thread(self.load))
-                data = _encode(value)
-                await asyncio.to_thread(self._write, data)
-            else:
-                value, zxid = await self._compare_and_set(fn)
-                if zxid <= self._zxid:
-                    return value
-                self._zxid = zxid
+            value = None
+
+            def change(data: bytes, _) -> bytes:
+                nonlocal value
+                value = fn(json.loads(data) if data else None)
+                return _encode(value)
+
+            _, stat = await self.zk_client.update(self.znode, change, initial=b"")
+            if stat.mzxid <= self._zxid:
+                return value
+            self._zxid = stat.mzxid
             if self._apply is not None:
                 self._apply(value)
             return value
 
-    async def _compare_and_set(self, fn) -> tuple[Any, int]:
-        """``fn(value)`` stored in the znode by compare-and-set (made if missing)."""
-        assert self.cluster is not None
-        value = None
 
-        def change(data: bytes, _) -> bytes:
-            nonlocal value
-            value = fn(json.loads(data) if data else None)
-            return _encode(value)
-
-        _, stat = await self.cluster.zk_client.update(self.znode, change, initial=b"")
-        return value, stat.mzxid
-
-    def _write(self, data: bytes) -> None:
-        replace_file(self.path, data, mode=0o600)
+Document = FileDocument | ZnodeDocument
 
 
 def _encode(value: Any) -> bytes:

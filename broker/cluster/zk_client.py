@@ -9,7 +9,7 @@ threads and calls its ``change`` on the event loop, where the caller's view may 
 
 Every write that depends on what it read is a compare-and-set on the znode's version, tried
 again from a fresh read when someone else wrote in between: ``update`` for one znode (a topic,
-the members, the producer id block, the controller epoch, the shared documents),
+the members, the producer id block, the controller epoch, the shared documents, a SCRAM user),
 ``update_topic_and_state`` for a topic and one partition's state in one ZooKeeper transaction
 (the switch of a move, the end of a reassignment). Nothing here keeps state.
 """
@@ -63,19 +63,25 @@ class ZkClient:
         change: Callable[[bytes, Any], bytes | None],
         *,
         initial: bytes | None = None,
+        delete_empty: bool = False,
     ) -> tuple[bytes, Any]:
         """Read ``path``, ``change(data, stat)`` it (the bytes to write, or None to write
         nothing) and compare-and-set the result, from a fresh read again while someone else
         writes in between. A missing znode is made with ``initial`` first (None: NoNodeError
-        is raised). Returns the data written (or read, when unchanged) and its stat."""
+        is raised); with ``delete_empty``, empty bytes delete it (compare-and-set too: the
+        stat returned is then None). Returns the data written (or read, when unchanged) and
+        its stat."""
         while True:
             data, stat = await asyncio.to_thread(self._get, path, initial)
             new = change(data, stat)
             if new is None:
                 return data, stat
             try:
+                if delete_empty and not new:
+                    await asyncio.to_thread(self.zk.delete, path, version=stat.version)
+                    return new, None
                 stat = await asyncio.to_thread(self.zk.set, path, new, version=stat.version)
-            except BadVersionError:
+            except (BadVersionError, NoNodeError):
                 continue
             return new, stat
 

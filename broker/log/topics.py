@@ -1,12 +1,16 @@
-"""The topic table: every topic of this broker (topic.py) by name and id, created, grown,
-changed and deleted here, its metadata in ``topics.json``.
+"""The topic table: every topic of this broker (topic.py) by name and id, its metadata in
+``topics.json``.
 
-``topics.json`` in the data directory (id, partition count, per-topic settings) is replaced
-atomically on every change; each partition's log lives in ``<topic>-<partition>/``, as in
-Kafka. In a cluster the metadata lives in ZooKeeper: changes are written there
-(cluster/topic_admin.py), and ``apply`` makes this broker's copy follow it (``Topic.held``:
-the partitions placed here, listed in ``topics.json`` so that a restart opens them before it
-has read ZooKeeper). Disk work runs in a worker thread; the maps change on the event loop.
+``topics.json`` in the data directory (id, partition count, per-topic settings, the
+partitions held here: ``Topic.held``) is replaced atomically on every change; each
+partition's log lives in ``<topic>-<partition>/``, as in Kafka. Changes go through the cluster
+metadata's admin (``cluster.admin``). In a cluster that writes ZooKeeper
+(cluster/topic_admin.py), and ``apply`` makes this broker's copy follow it (a restart opens
+the partitions ``topics.json`` lists as held before it has read ZooKeeper); a broker on its
+own (cluster/single_node.py) has the table make them itself (``create_here`` ...). Who leads
+what, and the copies moving here, are the ``Roles`` and ``MovesHere`` the broker sets (in a
+cluster replication/'s; on a broker on its own ``LeaderOfAll`` and ``NoMoves``). Disk work
+runs in a worker thread; the maps change on the event loop.
 
 Every log opens its files under one descriptor budget, ``open_files`` (``log.max.open.files``),
 so the number of partitions is not bounded by RLIMIT_NOFILE. Recovery after a crash and
@@ -30,7 +34,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from headrace.broker.config.config import BrokerConfig
 from headrace.pipeline import GroupCommit
@@ -47,33 +51,13 @@ from headrace.storage import (
 
 from .partition import Partition
 from .producer_state import ProducerStateManager
+from .roles import LeaderOfAll, MovesHere, NoMoves, Roles
 from .topic import Topic, TopicCreationError
 
 if TYPE_CHECKING:
-    from headrace.broker.cluster.cluster import Cluster
-    from headrace.broker.cluster.znodes import TopicRecord
+    from headrace.broker.cluster.metadata import ClusterMetadata
 
 log = logging.getLogger("headrace")
-
-
-class MovesHere(Protocol):
-    """The copies of partitions moving to this broker (cluster mode: replication/moves.py),
-    as the topic table tells them of its topics."""
-
-    async def follow(self, topic: Topic, record: TopicRecord | None) -> None: ...
-
-    async def take_copy(self, name: str, index: int) -> Partition | None: ...
-
-    def forget(self, name: str, index: int) -> None: ...
-
-
-class Roles(Protocol):
-    """This broker's role for each partition (cluster mode: replication/replica_manager.py),
-    as the topic table tells it of the partitions it opens and drops."""
-
-    async def topic_applied(self, topic: Topic) -> None: ...
-
-    async def forget(self, p: Partition) -> None: ...
 
 
 TOPICS_FILE = "topics.json"
@@ -90,7 +74,13 @@ DELETED_SUFFIX = "-delete"
 class TopicManager:
     """All topics of this broker, by name and by id."""
 
-    def __init__(self, data_dir: Path, config: BrokerConfig, flush_stage: GroupCommit) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        config: BrokerConfig,
+        flush_stage: GroupCommit,
+        cluster: ClusterMetadata,
+    ) -> None:
         self.data_dir = data_dir
         self.config = config
         self._flush_stage = flush_stage
@@ -100,14 +90,16 @@ class TopicManager:
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self._lock = asyncio.Lock()
-        # cluster mode: where the topics' metadata lives (headrace.broker.cluster.cluster.Cluster)
-        self.cluster: Cluster | None = None
+        # where the topics' metadata lives and who writes it: ZooKeeper through the cluster,
+        # or topics.json through this table (cluster/single_node.py)
+        self.cluster = cluster
         self._internal: dict[str, asyncio.Future] = {}  # internal topics being made
         # called once topics are gone (the broker's coordinators purge what they keep of them)
         self.on_deleted: Callable[[set[str]], Awaitable[None]] = self._no_one_told
-        # cluster mode: the copies of partitions moving here, and this broker's roles
-        self.moves: MovesHere | None = None
-        self.replicas: Roles | None = None
+        # the copies of partitions moving here, and this broker's roles (in a cluster
+        # replication/'s; set by the broker)
+        self.moves: MovesHere = NoMoves()
+        self.replicas: Roles = LeaderOfAll()
 
     # start and stop (called in a worker thread before serving and after it) ---------------
 
@@ -163,8 +155,7 @@ class TopicManager:
         log = self.open_log(topic, index, recover, config)
         path = Path(log.directory)
         p = Partition(topic, index, log, ProducerStateManager.load(path, log, just_opened=True))
-        if self.cluster is not None:
-            p.leader = False  # until the partition's state says this broker leads it
+        self.replicas.opened(p)
         return p
 
     def open_log(
@@ -183,25 +174,28 @@ class TopicManager:
         return Topic(name, topic_id, configs, self.config, leading=self._leading)
 
     def _leading(self) -> bool:
-        return self.cluster is None or not self.cluster.fenced
+        return not self.cluster.fenced
 
     def _save(self, pending: Topic | None = None, count: int = 0, held=()) -> None:
         """Replace ``topics.json`` atomically; with ``pending``, as if that topic (new, or
         growing) had ``count`` partitions and held ``held`` besides its own. Nothing is left
-        behind if it fails. In a cluster it says which partitions this broker holds."""
+        behind if it fails. It says which partitions this broker holds (in a cluster, those
+        placed here)."""
         data = {}
         for t in self.topics.values():
-            data[t.name] = {"id": str(t.topic_id), "partitions": t.count, "configs": t.configs}
-            if self.cluster is not None:
-                data[t.name]["held"] = sorted(t.held)
+            data[t.name] = {
+                "id": str(t.topic_id),
+                "partitions": t.count,
+                "configs": t.configs,
+                "held": sorted(t.held),
+            }
         if pending is not None:
             data[pending.name] = {
                 "id": str(pending.topic_id),
                 "partitions": count,
                 "configs": pending.configs,
+                "held": sorted({*pending.held, *held}),
             }
-            if self.cluster is not None:
-                data[pending.name]["held"] = sorted({*pending.held, *held})
         replace_file(
             self.data_dir / TOPICS_FILE, json.dumps(data, indent=1, sort_keys=True).encode()
         )
@@ -259,31 +253,20 @@ class TopicManager:
         replicas: list[list[int]] | None = None,
         replication_factor: int = -1,
     ) -> Topic:
-        """Create a topic; the caller has validated the name, count and settings (and, in a
-        cluster, the explicit ``replicas`` of each partition, if given). All or nothing: on
-        any failure (``TopicCreationError``) no directory of it is left, nor an entry in
-        ``topics.json`` or in the maps. In a cluster the topic is written to ZooKeeper (with
-        ``replication_factor`` replicas per partition, -1: ``default.replication.factor``),
-        and this broker opens the partitions placed on it before this returns."""
-        if self.cluster is not None:
-            if replication_factor < 0:
-                replication_factor = int(self.config["default.replication.factor"])
-            await self.cluster.admin.create_topic(
-                name, partitions, configs, replicas, replication_factor
-            )
-            topic = self.topics.get(name)
-            if topic is None:
-                raise TopicCreationError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{name} was deleted")
-            return topic
-        async with self._lock:
-            if name in self.topics:
-                raise FileExistsError(name)
-            topic = self._topic(name, uuid.uuid4(), configs)
-            self._check_room(name, partitions)
-            await asyncio.to_thread(self._grow, topic, range(partitions), partitions)
-            self.topics[name] = topic
-            self.by_id[topic.topic_id] = topic
-            return topic
+        """Create a topic; the caller has validated the name, count and settings (and the
+        explicit ``replicas`` of each partition, if given), through the cluster's admin: in
+        ZooKeeper (with ``replication_factor`` replicas per partition, -1:
+        ``default.replication.factor``), this broker opening the partitions placed on it
+        before this returns; or on a broker on its own, here (``create_here``)."""
+        if replication_factor < 0:
+            replication_factor = int(self.config["default.replication.factor"])
+        await self.cluster.admin.create_topic(
+            name, partitions, configs, replicas, replication_factor
+        )
+        topic = self.topics.get(name)
+        if topic is None:
+            raise TopicCreationError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{name} was deleted")
+        return topic
 
     async def internal(self, name: str, partitions: int, configs: dict[str, object]) -> Topic:
         """The internal topic ``name`` (``__consumer_offsets``, ``__transaction_state``), made
@@ -294,18 +277,17 @@ class TopicManager:
             return topic
         ready = self._internal.get(name)
         if ready is None:
-            rf = -1
-            if self.cluster is not None:  # Kafka's settings, at most the live brokers
-                setting = INTERNAL_REPLICATION.get(name)
-                wanted = int(self.config[setting]) if setting else 1
-                rf = max(1, min(wanted, len(self.cluster.brokers)))
-                if name == TRANSACTION_STATE:
-                    configs = {
-                        **configs,
-                        "min.insync.replicas": min(
-                            rf, int(self.config["transaction.state.log.min.isr"])
-                        ),
-                    }
+            # Kafka's settings, at most the live brokers
+            setting = INTERNAL_REPLICATION.get(name)
+            wanted = int(self.config[setting]) if setting else 1
+            rf = max(1, min(wanted, len(self.cluster.brokers)))
+            if name == TRANSACTION_STATE:
+                configs = {
+                    **configs,
+                    "min.insync.replicas": min(
+                        rf, int(self.config["transaction.state.log.min.isr"])
+                    ),
+                }
             ready = self._internal[name] = asyncio.ensure_future(
                 self.create(name, partitions, configs, replication_factor=rf)
             )
@@ -323,14 +305,9 @@ class TopicManager:
     async def add_partitions(
         self, topic: Topic, total: int, replicas: list[list[int]] | None = None
     ) -> None:
-        """Grow ``topic`` to ``total`` partitions (CreatePartitions), all or nothing as
-        ``create``; in a cluster through ZooKeeper, as ``create``."""
-        if self.cluster is not None:
-            await self.cluster.admin.add_partitions(topic.name, total, replicas)
-            return
-        async with self._lock:
-            self._check_room(topic.name, total - topic.count)
-            await asyncio.to_thread(self._grow, topic, range(topic.count, total), total)
+        """Grow ``topic`` to ``total`` partitions (CreatePartitions) through the cluster's
+        admin, as ``create``."""
+        await self.cluster.admin.add_partitions(topic.name, total, replicas)
 
     def _check_room(self, name: str, more: int) -> None:
         """Refuse (POLICY_VIOLATION) ``more`` partitions past ``max.broker.partitions``."""
@@ -415,12 +392,46 @@ class TopicManager:
             pass
 
     async def set_configs(self, topic: Topic, configs: dict[str, object]) -> None:
-        """Replace a topic's explicit settings (AlterConfigs); its logs use them at once. In a
-        cluster through ZooKeeper: every broker's logs follow."""
-        if self.cluster is not None:
-            await self.cluster.admin.set_configs(topic.name, configs)
-            return
+        """Replace a topic's explicit settings (AlterConfigs) through the cluster's admin; its
+        logs use them at once (in a cluster, every broker's logs follow)."""
+        await self.cluster.admin.set_configs(topic.name, configs)
+
+    def _configs_changed(self, topic: Topic) -> None:
+        log_config = topic.log_config()
+        for p in topic.partitions:
+            p.log.update_config(log_config)
+
+    async def delete(self, topic: Topic) -> None:
+        """Delete a topic through the cluster's admin: every broker holding partitions of it
+        forgets them and removes their files, then tells ``on_deleted``."""
+        await self.cluster.admin.delete_topic(topic.name)
+
+    # a broker on its own: the changes, made here (cluster/single_node.py's admin) -----------
+
+    async def create_here(self, name: str, partitions: int, configs: dict[str, object]) -> None:
+        """All or nothing: on any failure (``TopicCreationError``) no directory of the topic
+        is left, nor an entry in ``topics.json`` or in the maps."""
         async with self._lock:
+            if name in self.topics:
+                raise FileExistsError(name)
+            topic = self._topic(name, uuid.uuid4(), configs)
+            self._check_room(name, partitions)
+            await asyncio.to_thread(self._grow, topic, range(partitions), partitions)
+            self.topics[name] = topic
+            self.by_id[topic.topic_id] = topic
+
+    async def grow_here(self, name: str, total: int) -> None:
+        """All or nothing, as ``create_here``."""
+        async with self._lock:
+            topic = self.topics[name]
+            self._check_room(name, total - topic.count)
+            await asyncio.to_thread(self._grow, topic, range(topic.count, total), total)
+
+    async def set_configs_here(self, name: str, configs: dict[str, object]) -> None:
+        """``topics.json`` saved with the settings first: if that fails (an ``OSError``) the
+        topic keeps its old ones."""
+        async with self._lock:
+            topic = self.topics[name]
             old, topic.configs = topic.configs, dict(configs)
             try:
                 await asyncio.to_thread(self._save)
@@ -429,21 +440,15 @@ class TopicManager:
                 raise
             self._configs_changed(topic)
 
-    def _configs_changed(self, topic: Topic) -> None:
-        log_config = topic.log_config()
-        for p in topic.partitions:
-            p.log.update_config(log_config)
-
-    async def delete(self, topic: Topic) -> None:
-        """Forget a topic and remove its files, then tell ``on_deleted``. ``topics.json`` is
-        saved without it first: if that fails (an ``OSError``) the topic stays, untouched. In
-        a cluster the topic's znode is deleted and every broker forgets its partitions."""
-        if self.cluster is not None:
-            await self.cluster.admin.delete_topic(topic.name)
-            return
+    async def delete_here(self, name: str) -> None:
+        """``topics.json`` saved without the topic first: if that fails (an ``OSError``) the
+        topic stays, untouched."""
         async with self._lock:
+            topic = self.topics.get(name)
+            if topic is None:
+                return
             await self._forget(topic)
-        await self.on_deleted({topic.name})
+        await self.on_deleted({name})
 
     async def _forget(self, topic: Topic) -> None:
         self.topics.pop(topic.name, None)
@@ -455,8 +460,7 @@ class TopicManager:
             self.by_id[topic.topic_id] = topic
             raise
         for p in topic.partitions:
-            if self.replicas is not None:
-                await self.replicas.forget(p)
+            await self.replicas.forget(p)
             p.gone = True
             p.wake_fetches()
         await asyncio.to_thread(self._delete_files, topic)
@@ -472,15 +476,13 @@ class TopicManager:
         partitions placed on this broker, follow the settings and the partition count, and
         forget the topic when it is gone or was re-created under a new id. Partitions that
         cannot be opened (open-files limit, full disk) are logged and left offline."""
-        assert self.cluster is not None
         deleted = False
         async with self._lock:
             record = self.cluster.topics.get(name)
             topic = self.topics.get(name)
             if topic is not None and (record is None or record.topic_id != topic.topic_id):
                 await self._forget(topic)
-                if self.moves is not None:
-                    await self.moves.follow(topic, None)  # drops its copies
+                await self.moves.follow(topic, None)  # drops its copies
                 topic, deleted = None, True
             if record is not None:
                 await self._follow(name, topic, record)
@@ -488,7 +490,6 @@ class TopicManager:
             await self.on_deleted({name})
 
     async def _follow(self, name: str, topic: Topic | None, record) -> None:
-        assert self.cluster is not None
         node = self.cluster.node_id
         mine = [i for i in range(len(record.replicas)) if node in record.assigned(i)]
         new = topic is None
@@ -500,11 +501,10 @@ class TopicManager:
             self._configs_changed(topic)
         wanted = [i for i in mine if i not in topic.held]
         copied = {}  # partitions that moved here: their copies become the served logs
-        if self.moves is not None:
-            for i in wanted:
-                copy = await self.moves.take_copy(name, i)
-                if copy is not None:
-                    copied[i] = copy
+        for i in wanted:
+            copy = await self.moves.take_copy(name, i)
+            if copy is not None:
+                copied[i] = copy
         fresh = [i for i in wanted if i not in copied]
         try:
             if fresh:
@@ -524,10 +524,8 @@ class TopicManager:
         lost = sorted(i for i in topic.held if i not in mine)
         if lost:
             await self._lose(topic, lost)
-        if self.moves is not None:
-            await self.moves.follow(topic, record)
-        if self.replicas is not None:
-            await self.replicas.topic_applied(topic)
+        await self.moves.follow(topic, record)
+        await self.replicas.topic_applied(topic)
 
     def _save_or_log(self) -> None:
         try:
@@ -541,11 +539,9 @@ class TopicManager:
         gone = [topic.held[i] for i in indexes]
         topic.held = {i: p for i, p in topic.held.items() if i not in indexes}
         for p in gone:
-            if self.replicas is not None:
-                await self.replicas.forget(p)
+            await self.replicas.forget(p)
             p.gone = True
-            if self.moves is not None:
-                self.moves.forget(topic.name, p.index)
+            self.moves.forget(topic.name, p.index)
             p.wake_fetches()
         await asyncio.to_thread(self._save_or_log)
         log.info("partitions %s of %s moved away: removing them here", indexes, topic.name)

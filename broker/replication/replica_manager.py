@@ -159,6 +159,10 @@ class ReplicaManager:
         except Exception:
             log.exception("applying the state of %s-%d failed", *key)
 
+    def opened(self, p: Partition) -> None:
+        """(Any thread.) A partition opened here leads nothing until its state says so."""
+        p.leader = False
+
     async def topic_applied(self, topic: Topic) -> None:
         """The topic's partitions here follow the cluster (``TopicManager._follow``)."""
         async with self._lock:

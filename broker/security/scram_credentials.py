@@ -31,17 +31,18 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 
 from headrace.storage import replace_file
 
 if TYPE_CHECKING:
-    from headrace.broker.cluster.cluster import Cluster
+    from headrace.broker.cluster.zk_client import ZkClient
 
 log = logging.getLogger("headrace.scram")
 
@@ -100,26 +101,93 @@ def from_kafka_text(text: str) -> ScramCredential:
 
 
 class ScramCredentials:
-    """Every user's SCRAM credentials (see the module docstring)."""
+    """Every user's SCRAM credentials (see the module docstring), kept in ``store``: a
+    ``ScramFile`` (a broker on its own) or ``ScramZnodes`` (a cluster)."""
 
-    def __init__(self, data_dir: Path, cluster: Cluster | None = None) -> None:
-        self.path = data_dir / FILE
-        self.cluster = cluster
+    def __init__(self, store: ScramFile | ScramZnodes) -> None:
+        self.store = store
         self.users: dict[str, dict[str, ScramCredential]] = {}
         self._lock = asyncio.Lock()
-        self._applied = -1  # the sequence number of the last change notification applied
 
     def load(self) -> None:
-        """Read the file (at start-up, in a thread); no file: no users. In a cluster: every
-        user in ZooKeeper (once the cluster has started)."""
-        if self.cluster is not None:
-            self._load_cluster()
-            return
+        """(At start-up, in a thread; in a cluster once it has started.) Every user."""
+        self.users = self.store.load()
+
+    def get(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.users.get(user, {}).get(mechanism)
+
+    async def change(
+        self,
+        upserts: dict[tuple[str, str], ScramCredential],
+        deletions: set[tuple[str, str]],
+    ) -> None:
+        """Apply ``upserts`` and ``deletions`` (keyed by (user, mechanism)) to the store, then
+        to the table. Raises OSError when the store cannot be written (nothing changes)."""
+        async with self._lock:
+            found = await self.store.change(self.users, upserts, deletions)
+            self._apply(found)
+
+    def watch(self) -> None:
+        """(On the event loop, after ``load``.) Follow the changes other brokers make."""
+        self.store.watch(self._notified)
+
+    def _notified(self, children: list[str]) -> None:
+        task = asyncio.ensure_future(self._follow(children))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _follow(self, children: list[str]) -> None:
+        async with self._lock:
+            try:
+                found = await asyncio.to_thread(self.store.read_changes, children)
+            except (OSError, ValueError, KeyError) as e:
+                log.warning("cannot follow the SCRAM credentials in %s: %r", self.store.where, e)
+                return
+            self._apply(found)
+
+    def _apply(self, found: dict[str, dict[str, ScramCredential]]) -> None:
+        """The users ``found`` ({}: none left) in place of what the table had of them."""
+        users = dict(self.users)
+        for user, credentials in found.items():
+            if credentials:
+                users[user] = credentials
+            else:
+                users.pop(user, None)
+        self.users = users
+
+
+Users = dict[str, dict[str, ScramCredential]]
+
+
+def _changed(
+    users: Users,
+    upserts: dict[tuple[str, str], ScramCredential],
+    deletions: set[tuple[str, str]],
+) -> Users:
+    """The users ``upserts`` and ``deletions`` touch, as they are after them ({}: none left)."""
+    touched = {u for u, _ in upserts} | {u for u, _ in deletions}
+    found = {user: dict(users.get(user, {})) for user in touched}
+    for user, mechanism in deletions:
+        found[user].pop(mechanism, None)
+    for (user, mechanism), value in upserts.items():
+        found[user][mechanism] = value
+    return found
+
+
+class ScramFile:
+    """The credentials of a broker on its own: ``scram-credentials.json`` (mode 0600) in the
+    data directory, replaced atomically."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / FILE
+        self.where = str(self.path)
+
+    def load(self) -> Users:
+        """(In a thread.) No file: no users."""
         try:
             data = json.loads(self.path.read_text())
         except FileNotFoundError:
-            return
-        self.users = {
+            return {}
+        return {
             user: {
                 mechanism: ScramCredential(
                     base64.b64decode(c["salt"]),
@@ -132,36 +200,12 @@ class ScramCredentials:
             for user, mechanisms in data["users"].items()
         }
 
-    def get(self, user: str, mechanism: str) -> ScramCredential | None:
-        return self.users.get(user, {}).get(mechanism)
+    async def change(self, users: Users, upserts, deletions) -> Users:
+        """The file with the change made to ``users`` (written in a thread); the users
+        touched."""
+        found = _changed(users, upserts, deletions)
+        after = {u: c for u, c in {**users, **found}.items() if c}
 
-    async def change(
-        self,
-        upserts: dict[tuple[str, str], ScramCredential],
-        deletions: set[tuple[str, str]],
-    ) -> None:
-        """Apply ``upserts`` and ``deletions`` (keyed by (user, mechanism)) to the file, then
-        to the table. Raises OSError when the file cannot be written (nothing changes)."""
-        if self.cluster is not None:
-            async with self._lock:
-                try:
-                    found = await asyncio.to_thread(self._change_cluster, upserts, deletions)
-                except KazooException as e:
-                    raise OSError(f"cannot write the credentials to ZooKeeper: {e!r}") from None
-                self._apply(found)
-            return
-        async with self._lock:
-            users = {user: dict(mechanisms) for user, mechanisms in self.users.items()}
-            for user, mechanism in deletions:
-                users.get(user, {}).pop(mechanism, None)
-                if user in users and not users[user]:
-                    del users[user]
-            for (user, mechanism), value in upserts.items():
-                users.setdefault(user, {})[mechanism] = value
-            await asyncio.to_thread(self._write, users)
-            self.users = users
-
-    def _write(self, users: dict[str, dict[str, ScramCredential]]) -> None:
         def text(b: bytes) -> str:
             return base64.b64encode(b).decode()
 
@@ -177,26 +221,43 @@ class ScramCredentials:
                     }
                     for mechanism, c in sorted(mechanisms.items())
                 }
-                for user, mechanisms in sorted(users.items())
+                for user, mechanisms in sorted(after.items())
             },
         }
-        replace_file(self.path, json.dumps(data, indent=1).encode(), mode=0o600)
+        encoded = json.dumps(data, indent=1).encode()
+        await asyncio.to_thread(replace_file, self.path, encoded, mode=0o600)
+        return found
 
-    # in a cluster ----------------------------------------------------------------------------
+    def watch(self, notified: Callable[[list[str]], None]) -> None:
+        """No one else writes the file."""
+
+    def read_changes(self, children: list[str]) -> Users:
+        return {}
+
+
+class ScramZnodes:
+    """The credentials of a cluster: a znode per user and change notifications, as the
+    module docstring says."""
+
+    where = "ZooKeeper"
+
+    def __init__(self, zk_client: ZkClient) -> None:
+        self.zk_client = zk_client
+        self.zk = zk_client.zk
+        self._applied = -1  # the sequence number of the last change notification applied
 
     def _read_user(self, user: str) -> dict[str, ScramCredential]:
         """(In a thread.) A user's credentials in ZooKeeper ({}: none)."""
-        assert self.cluster is not None
         try:
-            data, _ = self.cluster.zk.get(f"{USERS}/{_znode(user)}")
+            data, _ = self.zk.get(f"{USERS}/{_znode(user)}")
         except NoNodeError:
             return {}
-        config = json.loads(data).get("config") or {}
+        config = (json.loads(data) if data else {}).get("config") or {}
         return {m: from_kafka_text(config[m]) for m in MECHANISM_TYPES if m in config}
 
-    def _load_cluster(self) -> None:
-        assert self.cluster is not None
-        zk = self.cluster.zk
+    def load(self) -> Users:
+        """(In a thread.) Every user."""
+        zk = self.zk
         zk.ensure_path(USERS)
         zk.ensure_path(CHANGES)
         changes = zk.get_children(CHANGES)  # before the users: nothing older is replayed
@@ -206,108 +267,82 @@ class ScramCredentials:
             found = self._read_user(user)
             if found:
                 users[user] = found
-        self.users = users
+        return users
 
-    def watch(self) -> None:
-        """(Cluster, on the event loop, after ``load``.) Follow the change notifications."""
-        assert self.cluster is not None
+    def watch(self, notified: Callable[[list[str]], None]) -> None:
+        """(On the event loop.) ``notified`` gets the change notifications there."""
         loop = asyncio.get_running_loop()
 
         def changed(children) -> None:  # kazoo's thread
             if children:
-                loop.call_soon_threadsafe(self._notified, list(children))
+                loop.call_soon_threadsafe(notified, list(children))
 
-        self.cluster.zk.ChildrenWatch(CHANGES, changed)
+        self.zk.ChildrenWatch(CHANGES, changed)
 
-    def _notified(self, children: list[str]) -> None:
-        task = asyncio.ensure_future(self._follow(children))
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
-
-    async def _follow(self, children: list[str]) -> None:
-        async with self._lock:
-            try:
-                found = await asyncio.to_thread(self._read_changes, children)
-            except (KazooException, ValueError, KeyError) as e:
-                log.warning("cannot follow the SCRAM credentials in ZooKeeper: %r", e)
-                return
-            self._apply(found)
-
-    def _apply(self, found: dict[str, dict[str, ScramCredential]]) -> None:
-        users = dict(self.users)
-        for user, credentials in found.items():
-            if credentials:
-                users[user] = credentials
-            else:
-                users.pop(user, None)
-        self.users = users
-
-    def _read_changes(self, children: list[str]) -> dict[str, dict[str, ScramCredential]]:
+    def read_changes(self, children: list[str]) -> Users:
         """(In a thread.) The users named by notifications not applied yet, re-read; old
         notifications deleted."""
-        assert self.cluster is not None
-        zk = self.cluster.zk
-        found: dict[str, dict[str, ScramCredential]] = {}
+        zk = self.zk
+        found: Users = {}
         now_ms = time.time() * 1000
-        for name in sorted(children, key=_sequence):
-            try:
-                data, stat = zk.get(f"{CHANGES}/{name}")
-            except NoNodeError:
-                continue
-            if now_ms - stat.ctime > NOTIFICATION_EXPIRY_S * 1000:
+        try:
+            for name in sorted(children, key=_sequence):
                 try:
-                    zk.delete(f"{CHANGES}/{name}")
+                    data, stat = zk.get(f"{CHANGES}/{name}")
                 except NoNodeError:
-                    pass
-            if _sequence(name) <= self._applied:
-                continue
-            self._applied = _sequence(name)
-            entity, _, user = json.loads(data).get("entity_path", "").partition("/")
-            if entity == "users" and user:
-                found[unquote(user)] = self._read_user(unquote(user))
+                    continue
+                if now_ms - stat.ctime > NOTIFICATION_EXPIRY_S * 1000:
+                    try:
+                        zk.delete(f"{CHANGES}/{name}")
+                    except NoNodeError:
+                        pass
+                if _sequence(name) <= self._applied:
+                    continue
+                self._applied = _sequence(name)
+                entity, _, user = json.loads(data).get("entity_path", "").partition("/")
+                if entity == "users" and user:
+                    found[unquote(user)] = self._read_user(unquote(user))
+        except KazooException as e:
+            raise OSError(f"cannot read ZooKeeper: {e!r}") from None
         return found
 
-    def _change_cluster(
-        self,
-        upserts: dict[tuple[str, str], ScramCredential],
-        deletions: set[tuple[str, str]],
-    ) -> dict[str, dict[str, ScramCredential]]:
-        """(In a thread.) Each user's znode by compare-and-set, then one notification each;
-        the users' credentials as written."""
-        assert self.cluster is not None
-        zk = self.cluster.zk
-        written: dict[str, dict[str, ScramCredential]] = {}
+    async def change(self, users: Users, upserts, deletions) -> Users:
+        """Each user's znode by compare-and-set (made for a first credential, gone with its
+        last), then one notification each; the users touched, as written."""
+        try:
+            return await self._change(upserts, deletions)
+        except KazooException as e:
+            raise OSError(f"cannot write the credentials to ZooKeeper: {e!r}") from None
+
+    async def _change(self, upserts, deletions) -> Users:
+        written: Users = {}
         touched = sorted({u for u, _ in upserts} | {u for u, _ in deletions})
         for user in touched:
-            path = f"{USERS}/{_znode(user)}"
-            while True:
-                try:
-                    data, stat = zk.get(path)
-                    document = json.loads(data) if data else {}
-                except NoNodeError:
-                    stat, document = None, {}
-                config = dict(document.get("config") or {})
+            config: dict[str, str] = {}
+
+            def change(data: bytes, _, user=user) -> bytes:
+                nonlocal config
+                config = dict((json.loads(data) if data else {}).get("config") or {})
                 for (u, mechanism), value in upserts.items():
                     if u == user:
                         config[mechanism] = kafka_text(value)
                 for u, mechanism in deletions:
                     if u == user:
                         config.pop(mechanism, None)
-                encoded = json.dumps({"version": 1, "config": config}).encode()
-                try:
-                    if stat is None:
-                        if config:
-                            zk.create(path, encoded, makepath=True)
-                    elif config:
-                        zk.set(path, encoded, version=stat.version)
-                    else:
-                        zk.delete(path, version=stat.version)
-                except (BadVersionError, NodeExistsError, NoNodeError):
-                    continue  # another broker wrote in between: again
-                break
+                return json.dumps({"version": 1, "config": config}).encode() if config else b""
+
+            path = f"{USERS}/{_znode(user)}"
+            await self.zk_client.update(path, change, initial=b"", delete_empty=True)
             written[user] = {m: from_kafka_text(t) for m, t in config.items()}
             entity_path = f"users/{_znode(user)}"
             notification = json.dumps({"version": 2, "entity_path": entity_path}).encode()
-            zk.create(f"{CHANGES}/{CHANGE_PREFIX}", notification, sequence=True, makepath=True)
+            await asyncio.to_thread(
+                self.zk.create,
+                f"{CHANGES}/{CHANGE_PREFIX}",
+                notification,
+                sequence=True,
+                makepath=True,
+            )
         return written
 
 

@@ -122,3 +122,31 @@ def test_log_append_time_topics_stamp_batches_with_the_broker_clock(admin, broke
     for kind, stamp in got:
         assert kind == ck.TIMESTAMP_LOG_APPEND_TIME
         assert before <= stamp <= after
+
+
+def test_a_broker_on_its_own_answers_as_a_cluster_of_one(admin):
+    """The controller, elections and replica counts of a single broker: it leads every
+    partition already (a preferred election is not needed), and a topic wanting more replicas
+    than the one broker, or a replica on a broker that is not there, is refused."""
+    admin.create_topics([NewTopic("solo", 2, 1)])["solo"].result(30)
+    elected = admin.elect_leaders(
+        ck.ElectionType.PREFERRED,
+        [ck.TopicPartition("solo", 0), ck.TopicPartition("solo", 1), ck.TopicPartition("nope", 0)],
+    ).result(30)
+    codes = {(tp.topic, tp.partition): e.code() if e else None for tp, e in elected.items()}
+    assert codes == {
+        ("solo", 0): ck.KafkaError.ELECTION_NOT_NEEDED,
+        ("solo", 1): ck.KafkaError.ELECTION_NOT_NEEDED,
+        ("nope", 0): ck.KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+
+    with pytest.raises(ck.KafkaException) as too_many:
+        admin.create_topics([NewTopic("triple", 1, 3)])["triple"].result(30)
+    assert too_many.value.args[0].code() == ck.KafkaError.INVALID_REPLICATION_FACTOR
+    with pytest.raises(ck.KafkaException) as elsewhere:
+        admin.create_topics([NewTopic("placed", 1, replica_assignment=[[1, 2]])])["placed"].result(30)
+    assert elsewhere.value.args[0].code() == ck.KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert not {"triple", "placed"} & set(admin.list_topics(timeout=10).topics)
+
+    cluster = admin.describe_cluster().result(30)
+    assert [n.id for n in cluster.nodes] == [cluster.controller.id]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from headrace.broker.cluster.single_node import SingleNode
+from headrace.broker.cluster.znodes import Endpoint
 from headrace.broker.config.config import BrokerConfig
 from headrace.broker.coordinator.txn.producer_ids import ProducerIdManager
 from headrace.broker.log.log_cleaner import LogCleaner
@@ -22,8 +24,10 @@ NOW = 1_700_000_000_000
 @pytest.fixture
 async def topics(tmp_path):
     flush_stage = GroupCommit()
-    manager = TopicManager(tmp_path, BrokerConfig(), flush_stage)
+    node = SingleNode(7, tmp_path)
+    manager = TopicManager(tmp_path, BrokerConfig(), flush_stage, node)
     manager.load(recover=False)
+    await node.start(manager, Endpoint("127.0.0.1", 9092))
     yield manager
     await flush_stage.close()
     manager.close()
@@ -31,7 +35,7 @@ async def topics(tmp_path):
 
 def coordinator(topics, data_dir) -> TransactionCoordinator:
     return TransactionCoordinator(
-        topics, ProducerIdManager(data_dir), groups=None, node_id=7,
+        topics, ProducerIdManager(topics.cluster.producer_id_block), groups=None, node_id=7,
         max_timeout_ms=60_000, expiration_ms=3_600_000, check_interval_ms=10_000,
         state_partitions=3, state_segment_bytes=1 << 20, now_ms=lambda: NOW,
     )

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from headrace.broker.cluster.single_node import SingleNode
+from headrace.broker.cluster.znodes import Endpoint
 from headrace.broker.config.config import BrokerConfig
 from headrace.broker.coordinator.group.group_coordinator import CommittedOffset, GroupCoordinator
 from headrace.broker.log.topics import TopicManager
@@ -29,7 +31,9 @@ CONFIG = BrokerConfig(SETTINGS)
 @pytest.fixture
 async def topics(tmp_path):
     flush_stage = GroupCommit()
-    manager = TopicManager(tmp_path, CONFIG, flush_stage)
+    node = SingleNode(1, tmp_path)
+    manager = TopicManager(tmp_path, CONFIG, flush_stage, node)
+    await node.start(manager, Endpoint("127.0.0.1", 9092))
     yield manager
     await flush_stage.close()
     manager.close()

@@ -391,10 +391,10 @@ def test_usage_is_tracked_for_a_bounded_number_of_entities():
 def test_a_shared_document_is_bounded_and_a_refused_change_leaves_the_file(tmp_path):
     import asyncio
 
-    from headrace.broker.cluster.documents import MAX_BYTES, Document, DocumentTooLarge
+    from headrace.broker.cluster.documents import MAX_BYTES, DocumentTooLarge, FileDocument
 
     async def run():
-        doc = Document("quotas", tmp_path, None)
+        doc = FileDocument("quotas", tmp_path)
         await doc.change(lambda value: {"small": 1})
         with pytest.raises(DocumentTooLarge):
             await doc.change(lambda value: {"big": "x" * MAX_BYTES})

@@ -203,18 +203,16 @@ class GroupCoordinator:
         """The broker that coordinates ``group_id``: the leader of its partition of
         ``__consumer_offsets`` (made on first use), as in Kafka; -1 when it has none."""
         topic = await self.offsets.topic()
-        cluster = self.topics.cluster
-        if cluster is None:
-            return self.node_id
-        return cluster.leader(OFFSETS_TOPIC, partition_for(group_id, topic.count))
+        return self.topics.cluster.leader(OFFSETS_TOPIC, partition_for(group_id, topic.count))
 
     def owns(self, group_id: str) -> bool:
-        """Does this broker coordinate ``group_id`` now? Always on a single broker; in a
-        cluster when it holds the group's partition of ``__consumer_offsets`` and is not
-        fenced. Group requests elsewhere get NOT_COORDINATOR."""
+        """Does this broker coordinate ``group_id`` now? When it holds the group's partition
+        of ``__consumer_offsets`` (and is not fenced), or, before that topic is made, when it
+        will lead the partition (a broker on its own). Group requests elsewhere get
+        NOT_COORDINATOR."""
         topic = self.topics.get(OFFSETS_TOPIC)
         if topic is None:
-            return self.topics.cluster is None
+            return self.topics.cluster.leader(OFFSETS_TOPIC, 0) == self.node_id
         return topic.partition(partition_for(group_id, topic.count)) is not None
 
     def not_served(self, group_id: str) -> int:

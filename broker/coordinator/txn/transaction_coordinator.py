@@ -234,11 +234,8 @@ class TransactionCoordinator:
         """The broker that coordinates ``transactional_id``: the leader of its partition of
         ``__transaction_state`` (made on first use), as in Kafka; -1 when it has none."""
         topic = await self._state_topic()
-        cluster = self.topics.cluster
-        if cluster is None:
-            return self.node_id
         index = group_offsets.partition_for(transactional_id, topic.count)
-        return cluster.leader(TRANSACTION_TOPIC, index)
+        return self.topics.cluster.leader(TRANSACTION_TOPIC, index)
 
     def owns(self, transactional_id: str) -> bool:
         """Does this broker coordinate ``transactional_id`` now? (See GroupCoordinator.owns;
@@ -248,7 +245,7 @@ class TransactionCoordinator:
             return self.is_coordinator(transactional_id)
         topic = self.topics.get(TRANSACTION_TOPIC)
         if topic is None:
-            return self.topics.cluster is None
+            return self.topics.cluster.leader(TRANSACTION_TOPIC, 0) == self.node_id
         index = group_offsets.partition_for(transactional_id, topic.count)
         return topic.partition(index) is not None
 
