@@ -43,6 +43,19 @@ class BadBatch(Exception):
         self.position = position
 
 
+def header_info(buf, i: int, position: int, end: int) -> BatchInfo | None:
+    """The batch whose header is at ``buf[i:]`` (file position ``position``); None when the
+    header cannot be a stored v2 batch or the batch runs past ``end``. The one reading of a
+    header that the scan here and recovery's walk share."""
+    base, length, _epoch, magic, _crc = HEADER_PREFIX.unpack_from(buf, i)
+    size = LOG_OVERHEAD + length
+    if size < BATCH_HEADER_SIZE or magic != MAGIC or position + size > end:
+        return None
+    last = base + INT32.unpack_from(buf, i + LAST_OFFSET_DELTA_OFFSET)[0]
+    max_ts = INT64.unpack_from(buf, i + MAX_TIMESTAMP_OFFSET)[0]
+    return BatchInfo(position, size, base, last, max_ts)
+
+
 def iter_batches(
     fd: int, position: int, end: int, headers: bool = False, pread=os.pread
 ) -> Iterator:
@@ -66,13 +79,9 @@ def iter_batches(
             i = 0
             if len(buf) < BATCH_HEADER_SIZE:
                 raise BadBatch(f"short read at position {position}", position)
-        base, length, _epoch, magic, _crc = HEADER_PREFIX.unpack_from(buf, i)
-        size = LOG_OVERHEAD + length
-        if size < BATCH_HEADER_SIZE or magic != MAGIC or position + size > end:
+        info = header_info(buf, i, position, end)
+        if info is None:
             raise BadBatch(f"bad batch header at position {position}", position)
-        last = base + INT32.unpack_from(buf, i + LAST_OFFSET_DELTA_OFFSET)[0]
-        max_ts = INT64.unpack_from(buf, i + MAX_TIMESTAMP_OFFSET)[0]
-        info = BatchInfo(position, size, base, last, max_ts)
         yield (info, bytes(buf[i : i + BATCH_HEADER_SIZE])) if headers else info
-        position += size
-        read_size = BATCH_HEADER_SIZE if size >= SCAN_CHUNK // 2 else SCAN_CHUNK
+        position += info.size
+        read_size = BATCH_HEADER_SIZE if info.size >= SCAN_CHUNK // 2 else SCAN_CHUNK

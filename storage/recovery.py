@@ -38,20 +38,10 @@ import os
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from headrace.record_format import (
-    BATCH_HEADER_SIZE,
-    HEADER_PREFIX,
-    INT32,
-    INT64,
-    LAST_OFFSET_DELTA_OFFSET,
-    LOG_OVERHEAD,
-    MAGIC,
-    MAX_TIMESTAMP_OFFSET,
-    crc_matches,
-)
+from headrace.record_format import BATCH_HEADER_SIZE, crc_matches
 
 from . import _files, swap
-from ._batch import BatchInfo
+from ._batch import BatchInfo, header_info
 from .checkpoint import Checkpoint
 from .open_files import OpenFiles
 from .segment import INT32_MAX, LogSegment
@@ -190,10 +180,10 @@ def iter_valid_batches(
             if len(buf) < BATCH_HEADER_SIZE:
                 return
         i = pos - buf_pos
-        base, length, _epoch, magic, _crc = HEADER_PREFIX.unpack_from(buf, i)
-        bsize = LOG_OVERHEAD + length
-        if bsize < BATCH_HEADER_SIZE or magic != MAGIC or pos + bsize > size:
+        info = header_info(buf, i, pos, size)
+        if info is None:
             return
+        bsize = info.size
         if i + bsize > len(buf):
             buf = memoryview(os.pread(fd, max(bsize, min(READ_CHUNK, size - pos)), pos))
             buf_pos, i = pos, 0
@@ -201,12 +191,10 @@ def iter_valid_batches(
                 return
         if not crc_matches(buf[i : i + bsize]):
             return
-        delta = INT32.unpack_from(buf, i + LAST_OFFSET_DELTA_OFFSET)[0]
-        last = base + delta
-        if base < next_offset or delta < 0 or last - segment_base > INT32_MAX:
+        base, last = info.base_offset, info.last_offset
+        if base < next_offset or last < base or last - segment_base > INT32_MAX:
             return
-        max_ts = INT64.unpack_from(buf, i + MAX_TIMESTAMP_OFFSET)[0]
-        yield BatchInfo(pos, bsize, base, last, max_ts)
+        yield info
         next_offset = last + 1
         pos += bsize
 

@@ -2,8 +2,10 @@
 
 registry.py lists them in API key order (ApiVersions answers from it); a new API is a module
 and a line there. context.py names (and types) what a module may use of its ``broker``; mypy
-holds every module to it. A module returns its response, ``None`` (acks=0) or an awaitable of
-either; ``app/dispatch.py`` decodes the request and encodes the answer. By family:
+holds every module to it. refusals.py holds the checks several modules make before they act
+(a group's or a transactional id's rights and coordinator, the ACL APIs'). A module returns
+its response, ``None`` (acks=0) or an awaitable of either; ``app/dispatch.py`` decodes the
+request and encodes the answer. By family:
 
 produce and fetch   produce.py (leader_hints.py: KIP-951's hints in a NOT_LEADER answer),
                     fetch.py, list_offsets.py, offset_for_leader_epoch.py

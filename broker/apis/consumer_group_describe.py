@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
-from headrace.broker.security.authorizer import GROUP, OMITTED_OPERATIONS, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .describe_groups import described_refusal, undescribed
 
 API_KEY = ApiKey.CONSUMER_GROUP_DESCRIBE
 MIN_VERSION, MAX_VERSION = 0, 1
@@ -38,35 +39,13 @@ def _assignment(broker: Broker, parts):
 
 
 def handle(broker: Broker, header, request):
-    authorizer, session = broker.authorizer, header.session
+    asked = request.include_authorized_operations
     groups = []
     for group_id in request.group_ids:
         group = broker.groups.consumer.groups.get(group_id)
-        ops = (
-            authorizer.operations(session, GROUP, group_id)
-            if request.include_authorized_operations
-            else OMITTED_OPERATIONS
-        )
-        if not authorizer.allows(session, Operation.DESCRIBE, GROUP, group_id):
-            groups.append(
-                R.DescribedGroup(
-                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                    group_id=group_id,
-                    group_state="",
-                    authorized_operations=OMITTED_OPERATIONS,
-                )
-            )
-            continue
-        refused = broker.groups.not_served(group_id)
+        refused, ops = described_refusal(broker, header.session, group_id, asked)
         if refused:
-            groups.append(
-                R.DescribedGroup(
-                    error_code=refused,
-                    group_id=group_id,
-                    group_state="",
-                    authorized_operations=ops,
-                )
-            )
+            groups.append(undescribed(R.DescribedGroup, group_id, refused, ops))
             continue
         if group is None:
             classic = broker.groups.groups.get(group_id)
@@ -75,15 +54,8 @@ def handle(broker: Broker, header, request):
                 if classic is not None
                 else f"Group {group_id} not found."
             )
-            groups.append(
-                R.DescribedGroup(
-                    error_code=ErrorCode.GROUP_ID_NOT_FOUND,
-                    error_message=message,
-                    group_id=group_id,
-                    group_state="Dead",
-                    authorized_operations=ops,
-                )
-            )
+            code = ErrorCode.GROUP_ID_NOT_FOUND
+            groups.append(undescribed(R.DescribedGroup, group_id, code, ops, "Dead", message))
             continue
         groups.append(
             R.DescribedGroup(

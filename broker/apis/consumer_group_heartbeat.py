@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
-from headrace.broker.security.authorizer import GROUP, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.broker.security.authorizer import Operation
+from headrace.protocol import ApiKey, messages
+
+from .refusals import group_refusal
 
 API_KEY = ApiKey.CONSUMER_GROUP_HEARTBEAT
 MIN_VERSION, MAX_VERSION = 0, 1
@@ -23,21 +25,13 @@ R = messages.ConsumerGroupHeartbeatResponse
 
 def handle(broker: Broker, header, request):
     coordinator = broker.groups.consumer
-    error: int
-    if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
-        error, message, member_id, epoch, assigned = (
-            ErrorCode.GROUP_AUTHORIZATION_FAILED,
-            None,
-            None,
-            0,
-            None,
-        )
-    elif not (refused := broker.groups.not_served(request.group_id)):
+    refused = group_refusal(broker, header.session, Operation.READ, request.group_id)
+    if refused:
+        error, message, member_id, epoch, assigned = refused, None, None, 0, None
+    else:
         error, message, member_id, epoch, assigned = coordinator.heartbeat(
             request, header.client_id or ""
         )
-    else:
-        error, message, member_id, epoch, assigned = refused, None, None, 0, None
     assignment = None
     if assigned is not None:
         by_topic: dict = {}

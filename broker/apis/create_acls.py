@@ -21,6 +21,8 @@ from headrace.broker.cluster.documents import DocumentTooLarge
 from headrace.broker.security.authorizer import Acl, Operation, from_document, invalid, to_document
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .refusals import acls_refusal
+
 API_KEY = ApiKey.CREATE_ACLS
 MIN_VERSION, MAX_VERSION = 1, 3
 
@@ -34,10 +36,9 @@ class _TooMany(Exception):
 async def handle(broker: Broker, header, request):
     authorizer = broker.authorizer
     creations = request.creations
-    if not authorizer.enabled:
-        return _all(creations, ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
-    if not authorizer.allows_cluster(header.session, Operation.ALTER):
-        return _all(creations, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+    refused = acls_refusal(broker, header.session, Operation.ALTER)
+    if refused is not None:
+        return _all(creations, *refused)
     acls = [
         Acl(
             c.resource_type,

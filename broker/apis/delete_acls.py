@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 
 from kazoo.exceptions import KazooException
 
-from headrace.broker.security.authorizer import AclFilter, Operation, from_document, to_document
+from headrace.broker.security.authorizer import Operation, from_document, to_document
 from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .refusals import acl_filter, acls_refusal
 
 API_KEY = ApiKey.DELETE_ACLS
 MIN_VERSION, MAX_VERSION = 1, 3
@@ -26,31 +28,18 @@ R = messages.DeleteAclsResponse
 
 
 async def handle(broker: Broker, header, request):
-    authorizer = broker.authorizer
-    if not authorizer.enabled:
-        return _all(request, ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
-    if not authorizer.allows_cluster(header.session, Operation.ALTER):
-        return _all(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
-    filters = [
-        AclFilter(
-            f.resource_type_filter,
-            f.resource_name_filter,
-            f.pattern_type_filter,
-            f.principal_filter,
-            f.host_filter,
-            f.operation,
-            f.permission_type,
-        )
-        for f in request.filters
-    ]
+    refused = acls_refusal(broker, header.session, Operation.ALTER)
+    if refused is not None:
+        return _all(request, *refused)
+    filters = [acl_filter(f) for f in request.filters]
     reasons = [f.invalid() for f in filters]
     matched: list[list] = [[] for _ in filters]
 
     def remove(value):
         acls = from_document(value)
-        for i, acl_filter in enumerate(filters):
+        for i, f in enumerate(filters):
             if reasons[i] is None:
-                matched[i] = [a for a in acls if acl_filter.matches(a)]
+                matched[i] = [a for a in acls if f.matches(a)]
         gone = {a for m in matched for a in m}
         return to_document(a for a in acls if a not in gone)
 

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
-from headrace.broker.security.authorizer import GROUP, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.broker.security.authorizer import Operation
+from headrace.protocol import ApiKey, messages
+
+from .refusals import group_refusal
 
 API_KEY = ApiKey.DELETE_GROUPS
 MIN_VERSION, MAX_VERSION = 0, 2
@@ -22,11 +24,9 @@ R = messages.DeleteGroupsResponse
 
 async def handle(broker: Broker, header, request):
     results = []
-    error: int
     for group_id in request.groups_names:
-        if not broker.authorizer.allows(header.session, Operation.DELETE, GROUP, group_id):
-            error = ErrorCode.GROUP_AUTHORIZATION_FAILED
-        elif not (error := broker.groups.not_served(group_id)):
+        error = group_refusal(broker, header.session, Operation.DELETE, group_id)
+        if not error:
             error = await broker.groups.delete_group(group_id)
         results.append(R.DeletableGroupResult(group_id=group_id, error_code=error))
     return R(throttle_time_ms=0, results=results)

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
-from headrace.broker.security.authorizer import AclFilter, Operation
+from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .refusals import acl_filter, acls_refusal
 
 API_KEY = ApiKey.DESCRIBE_ACLS
 MIN_VERSION, MAX_VERSION = 1, 3
@@ -22,25 +24,15 @@ R = messages.DescribeAclsResponse
 
 
 def handle(broker: Broker, header, request):
-    authorizer = broker.authorizer
-    if not authorizer.enabled:
-        return _error(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
-    if not authorizer.allows_cluster(header.session, Operation.DESCRIBE):
-        return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
-    acl_filter = AclFilter(
-        request.resource_type_filter,
-        request.resource_name_filter,
-        request.pattern_type_filter,
-        request.principal_filter,
-        request.host_filter,
-        request.operation,
-        request.permission_type,
-    )
-    reason = acl_filter.invalid()
+    refused = acls_refusal(broker, header.session, Operation.DESCRIBE)
+    if refused is not None:
+        return _error(*refused)
+    wanted = acl_filter(request)
+    reason = wanted.invalid()
     if reason is not None:
         return _error(ErrorCode.INVALID_REQUEST, reason)
     resources: dict[tuple, list] = {}
-    for acl in authorizer.find(acl_filter):
+    for acl in broker.authorizer.find(wanted):
         resources.setdefault((acl.resource_type, acl.name, acl.pattern_type), []).append(
             R.AclDescription(
                 principal=acl.principal,

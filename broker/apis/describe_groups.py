@@ -18,64 +18,55 @@ from headrace.broker.coordinator.group.group_state import DEAD, STABLE
 from headrace.broker.security.authorizer import GROUP, OMITTED_OPERATIONS, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .refusals import group_refusal
+
 API_KEY = ApiKey.DESCRIBE_GROUPS
 MIN_VERSION, MAX_VERSION = 0, 6
 
 R = messages.DescribeGroupsResponse
 
 
+def described_refusal(broker: Broker, session, group_id: str, asked: bool) -> tuple[int, int]:
+    """(why the group is not described, or 0; its ``authorized_operations``), for
+    DescribeGroups and ConsumerGroupDescribe: DESCRIBE on the group, then its coordinator. The
+    operations are given when ``asked``, unless the principal may not describe the group."""
+    refused = group_refusal(broker, session, Operation.DESCRIBE, group_id)
+    if not asked or refused == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+        return refused, OMITTED_OPERATIONS
+    return refused, broker.authorizer.operations(session, GROUP, group_id)
+
+
+def undescribed(cls, group_id: str, code: int, ops: int, state: str = "", message=None):
+    """A group answered by its error alone (no protocol, no members): refused, or not a group
+    of the API's kind. ``cls``: DescribeGroups' or ConsumerGroupDescribe's DescribedGroup."""
+    return cls(
+        error_code=code,
+        error_message=message,
+        group_id=group_id,
+        group_state=state,
+        authorized_operations=ops,
+    )
+
+
 def handle(broker: Broker, header, request):
     version = header.api_version
-    authorizer, session = broker.authorizer, header.session
     asked = version >= 3 and request.include_authorized_operations
     out = []
     for group_id in request.groups:
         group = broker.groups.groups.get(group_id)
-        ops = authorizer.operations(session, GROUP, group_id) if asked else OMITTED_OPERATIONS
-        if not authorizer.allows(session, Operation.DESCRIBE, GROUP, group_id):
-            out.append(
-                R.DescribedGroup(
-                    error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED,
-                    group_id=group_id,
-                    group_state="",
-                    protocol_type="",
-                    protocol_data="",
-                    members=[],
-                    authorized_operations=OMITTED_OPERATIONS,
-                )
-            )
-            continue
-        refused = broker.groups.not_served(group_id)
+        refused, ops = described_refusal(broker, header.session, group_id, asked)
         if refused:
-            out.append(
-                R.DescribedGroup(
-                    error_code=refused,
-                    group_id=group_id,
-                    group_state="",
-                    protocol_type="",
-                    protocol_data="",
-                    members=[],
-                    authorized_operations=ops,
-                )
-            )
+            out.append(undescribed(R.DescribedGroup, group_id, refused, ops))
             continue
         if group is None or group.state is DEAD:
             if group_id in broker.groups.consumer.groups:
                 message = f"Group {group_id} is not a classic group."
             else:
                 message = f"Group {group_id} not found."
-            v6 = version >= 6
+            v6 = version >= 6  # (before: no error, the state says it)
+            code = ErrorCode.GROUP_ID_NOT_FOUND if v6 else ErrorCode.NONE
             out.append(
-                R.DescribedGroup(
-                    error_code=ErrorCode.GROUP_ID_NOT_FOUND if v6 else ErrorCode.NONE,
-                    error_message=message if v6 else None,
-                    group_id=group_id,
-                    group_state="Dead",
-                    protocol_type="",
-                    protocol_data="",
-                    members=[],
-                    authorized_operations=ops,
-                )
+                undescribed(R.DescribedGroup, group_id, code, ops, "Dead", message if v6 else None)
             )
             continue
         stable = group.state is STABLE

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
-from headrace.broker.security.authorizer import TRANSACTIONAL_ID, Operation
+from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .refusals import transaction_refusal
 
 API_KEY = ApiKey.DESCRIBE_TRANSACTIONS
 MIN_VERSION, MAX_VERSION = 0, 0
@@ -24,10 +26,7 @@ def handle(broker: Broker, header, request):
     states = []
     for tid in request.transactional_ids:
         txn = broker.transactions.describe(tid)
-        if not broker.authorizer.allows(header.session, Operation.DESCRIBE, TRANSACTIONAL_ID, tid):
-            states.append(_none(tid, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
-            continue
-        refused = broker.transactions.not_served(tid)
+        refused = transaction_refusal(broker, header.session, Operation.DESCRIBE, tid)
         if txn is None or refused:
             states.append(_none(tid, refused or ErrorCode.TRANSACTIONAL_ID_NOT_FOUND))
             continue

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
-from headrace.broker.security.authorizer import TRANSACTIONAL_ID, Operation
+from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .refusals import transaction_refusal
 
 API_KEY = ApiKey.END_TXN
 MIN_VERSION, MAX_VERSION = 0, 4
@@ -25,11 +27,7 @@ R = messages.EndTxnResponse
 
 
 async def handle(broker: Broker, header, request):
-    if not broker.authorizer.allows(
-        header.session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id
-    ):
-        return R(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    refused = broker.transactions.not_served(request.transactional_id)
+    refused = transaction_refusal(broker, header.session, Operation.WRITE, request.transactional_id)
     if refused:
         return R(throttle_time_ms=0, error_code=refused)
     error = await broker.transactions.end_txn(

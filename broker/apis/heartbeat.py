@@ -11,18 +11,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
-from headrace.broker.security.authorizer import GROUP, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.broker.security.authorizer import Operation
+from headrace.protocol import ApiKey, messages
+
+from .refusals import group_refusal
 
 API_KEY = ApiKey.HEARTBEAT
 MIN_VERSION, MAX_VERSION = 0, 4
 
 
 def handle(broker: Broker, header, request):
-    if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
-        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
-        return messages.HeartbeatResponse(throttle_time_ms=0, error_code=code)
-    refused = broker.groups.not_served(request.group_id)
+    refused = group_refusal(broker, header.session, Operation.READ, request.group_id)
     if refused:
         return messages.HeartbeatResponse(throttle_time_ms=0, error_code=refused)
     error = broker.groups.classic.heartbeat(

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
-from headrace.broker.security.authorizer import TOPIC, TRANSACTIONAL_ID, Operation
+from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .refusals import transaction_refusal
 
 API_KEY = ApiKey.INIT_PRODUCER_ID
 MIN_VERSION, MAX_VERSION = 0, 5
@@ -26,32 +28,13 @@ R = messages.InitProducerIdResponse
 
 async def handle(broker: Broker, header, request):
     if request.transactional_id == "":
-        return R(
-            throttle_time_ms=0,
-            error_code=ErrorCode.INVALID_REQUEST,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
+        return _refused(ErrorCode.INVALID_REQUEST)
     authorizer, session = broker.authorizer, header.session
     if request.transactional_id is not None:
         version = header.api_version
-        if not authorizer.allows(
-            session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id
-        ):
-            return R(
-                throttle_time_ms=0,
-                error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-        refused = broker.transactions.not_served(request.transactional_id)
+        refused = transaction_refusal(broker, session, Operation.WRITE, request.transactional_id)
         if refused:
-            return R(
-                throttle_time_ms=0,
-                error_code=refused,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
+            return _refused(refused)
         error, pid, epoch = await broker.transactions.init_producer_id(
             request.transactional_id,
             request.transaction_timeout_ms,
@@ -66,11 +49,10 @@ async def handle(broker: Broker, header, request):
     if not authorizer.allows_cluster(session, Operation.IDEMPOTENT_WRITE) and not (
         authorizer.allows_any(session, Operation.WRITE, TOPIC)
     ):
-        return R(
-            throttle_time_ms=0,
-            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
+        return _refused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     pid = await broker.producer_ids.next_id()
     return R(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=0)
+
+
+def _refused(code: int):
+    return R(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)

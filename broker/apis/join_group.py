@@ -14,8 +14,10 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.coordinator.group.classic_group import JoinResult, MemberSpec
-from headrace.broker.security.authorizer import GROUP, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.broker.security.authorizer import Operation
+from headrace.protocol import ApiKey, messages
+
+from .refusals import group_refusal
 
 API_KEY = ApiKey.JOIN_GROUP
 MIN_VERSION, MAX_VERSION = 0, 9
@@ -25,9 +27,7 @@ R = messages.JoinGroupResponse
 
 def handle(broker: Broker, header, request):
     version = header.api_version
-    if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
-        return _response(JoinResult(ErrorCode.GROUP_AUTHORIZATION_FAILED), version)
-    refused = broker.groups.not_served(request.group_id)
+    refused = group_refusal(broker, header.session, Operation.READ, request.group_id)
     if refused:
         return _response(JoinResult(refused), version)
     rebalance_timeout = request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
-from headrace.broker.security.authorizer import GROUP, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.broker.security.authorizer import Operation
+from headrace.protocol import ApiKey, messages
+
+from .refusals import group_refusal
 
 API_KEY = ApiKey.LEAVE_GROUP
 MIN_VERSION, MAX_VERSION = 0, 5
@@ -19,9 +21,7 @@ R = messages.LeaveGroupResponse
 
 
 def handle(broker: Broker, header, request):
-    if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
-        return R(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
-    refused = broker.groups.not_served(request.group_id)
+    refused = group_refusal(broker, header.session, Operation.READ, request.group_id)
     if refused:
         return R(throttle_time_ms=0, error_code=refused, members=[])
     if header.api_version < 3:

@@ -22,8 +22,10 @@ from headrace.broker.coordinator.group.group_coordinator import (
     OFFSET_METADATA_MAX_BYTES,
     CommittedOffset,
 )
-from headrace.broker.security.authorizer import GROUP, TOPIC, Operation
+from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .refusals import group_refusal
 
 API_KEY = ApiKey.OFFSET_COMMIT
 MIN_VERSION, MAX_VERSION = 2, 10
@@ -40,12 +42,10 @@ def handle(broker: Broker, header, request):
         request.member_id,
         request.group_instance_id if version >= 7 else None,
     )
-    refused = broker.groups.not_served(request.group_id)
+    authorizer, session = broker.authorizer, header.session
+    refused = group_refusal(broker, session, Operation.READ, request.group_id)
     if refused:
         error, group = refused, None
-    authorizer, session = broker.authorizer, header.session
-    if not authorizer.allows(session, Operation.READ, GROUP, request.group_id):
-        error, group = ErrorCode.GROUP_AUTHORIZATION_FAILED, None
     now = wall_clock_ms()
     topics = []
     entries = []  # (response partition, topic, partition, committed offset)

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
-from headrace.broker.security.authorizer import GROUP, TOPIC, Operation
+from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .refusals import group_refusal
 
 API_KEY = ApiKey.OFFSET_DELETE
 MIN_VERSION, MAX_VERSION = 0, 0
@@ -23,9 +25,7 @@ R = messages.OffsetDeleteResponse
 
 async def handle(broker: Broker, header, request):
     authorizer, session = broker.authorizer, header.session
-    if not authorizer.allows(session, Operation.DELETE, GROUP, request.group_id):
-        return R(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[])
-    refused = broker.groups.not_served(request.group_id)
+    refused = group_refusal(broker, session, Operation.DELETE, request.group_id)
     if refused:
         return R(error_code=refused, throttle_time_ms=0, topics=[])
     group = broker.groups.groups.get(request.group_id)

@@ -15,8 +15,10 @@ if TYPE_CHECKING:
 
 import uuid
 
-from headrace.broker.security.authorizer import GROUP, TOPIC, Operation
+from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .refusals import group_refusal
 
 API_KEY = ApiKey.OFFSET_FETCH
 MIN_VERSION, MAX_VERSION = 1, 10
@@ -83,9 +85,7 @@ def _group(broker: Broker, session, group_id, topics, by_id):
     authorizer = broker.authorizer
     if not group_id:
         return ErrorCode.INVALID_GROUP_ID, []
-    if not authorizer.allows(session, Operation.DESCRIBE, GROUP, group_id):
-        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
-    refused = broker.groups.not_served(group_id)
+    refused = group_refusal(broker, session, Operation.DESCRIBE, group_id)
     if refused:
         return refused, []
     offsets = broker.groups.fetch_offsets(group_id)

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
-from headrace.broker.security.authorizer import GROUP, Operation
+from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .refusals import group_refusal
 
 API_KEY = ApiKey.SYNC_GROUP
 MIN_VERSION, MAX_VERSION = 0, 5
@@ -23,9 +25,7 @@ R = messages.SyncGroupResponse
 
 def handle(broker: Broker, header, request):
     version = header.api_version
-    if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
-        return _response(broker, request, ErrorCode.GROUP_AUTHORIZATION_FAILED, b"")
-    refused = broker.groups.not_served(request.group_id)
+    refused = group_refusal(broker, header.session, Operation.READ, request.group_id)
     if refused:
         return _response(broker, request, refused, b"")
     outcome = broker.groups.classic.sync(

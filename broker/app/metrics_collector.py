@@ -34,6 +34,14 @@ def _error_name(code: int) -> str:
         return str(code)
 
 
+def _counter(name: str, documentation: str, label: str, counts) -> CounterMetricFamily:
+    """A counter with one series for each (label value, count) of ``counts``."""
+    family = CounterMetricFamily(name, documentation, labels=[label])
+    for value, n in counts:
+        family.add_metric([value], n)
+    return family
+
+
 class BrokerCollector(Collector):
     """Every series of one broker, built at scrape time (on the event loop)."""
 
@@ -87,28 +95,24 @@ class BrokerCollector(Collector):
         yield errors
 
     def _traffic(self, metrics: BrokerMetrics) -> Iterator[Metric]:
-        bytes_in = CounterMetricFamily(
-            "headrace_topic_bytes_in", "Record batch bytes appended by Produce", labels=["topic"]
+        yield _counter(
+            "headrace_topic_bytes_in",
+            "Record batch bytes appended by Produce",
+            "topic",
+            sorted(metrics.bytes_in.items()),
         )
-        for topic, n in sorted(metrics.bytes_in.items()):
-            bytes_in.add_metric([topic], n)
-        yield bytes_in
-        bytes_out = CounterMetricFamily(
+        yield _counter(
             "headrace_topic_bytes_out",
             "Record bytes sent by Fetch (consumers and replicas)",
-            labels=["topic"],
+            "topic",
+            sorted(metrics.bytes_out.items()),
         )
-        for topic, n in sorted(metrics.bytes_out.items()):
-            bytes_out.add_metric([topic], n)
-        yield bytes_out
-        reads = CounterMetricFamily(
+        yield _counter(
             "headrace_fetch_reads",
             "Fetch reads: on the event loop (all in memory) or in a read thread",
-            labels=["thread"],
+            "thread",
+            zip(("event_loop", "read_pool"), metrics.fetch_reads),
         )
-        reads.add_metric(["event_loop"], metrics.fetch_reads[0])
-        reads.add_metric(["read_pool"], metrics.fetch_reads[1])
-        yield reads
 
     def _partitions(self) -> Iterator[Metric]:
         broker = self.broker
@@ -228,12 +232,12 @@ class BrokerCollector(Collector):
 
     def _cleaner(self) -> Iterator[Metric]:
         cleaner = self.broker.cleaner
-        passes = CounterMetricFamily(
-            "headrace_log_cleaner_passes", "Log cleaner passes completed", labels=["kind"]
+        yield _counter(
+            "headrace_log_cleaner_passes",
+            "Log cleaner passes completed",
+            "kind",
+            [("retention", cleaner.retention_passes), ("compaction", cleaner.compaction_passes)],
         )
-        passes.add_metric(["retention"], cleaner.retention_passes)
-        passes.add_metric(["compaction"], cleaner.compaction_passes)
-        yield passes
         removed = CounterMetricFamily(
             "headrace_log_cleaner_segments_deleted", "Segments deleted by retention"
         )

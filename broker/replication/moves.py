@@ -55,13 +55,11 @@ from headrace.broker.log.producer_state import ProducerStateManager
 from headrace.protocol import ErrorCode
 from headrace.storage import StorageError
 
-from .replica_fetcher import ReplicaFetchers
+from .broker_parts import BrokerParts
 
 if TYPE_CHECKING:
-    from headrace.broker.cluster.cluster import Cluster
     from headrace.broker.cluster.znodes import TopicRecord
     from headrace.broker.log.topic import Topic
-    from headrace.broker.log.topics import TopicManager
 
 log = logging.getLogger("headrace.moves")
 
@@ -79,23 +77,11 @@ class _Switch:
     not_before: float = 0.0  # event-loop time: no new try before it
 
 
-class Moves:
+class Moves(BrokerParts):
     """This broker's part in moves: the copies it makes, and the switches it leads."""
 
-    def __init__(
-        self,
-        node_id: int,
-        topics: TopicManager,
-        cluster: Cluster,
-        fetchers: ReplicaFetchers,
-        config,
-    ):
-        self.node_id = node_id
-        self.topics = topics
-        self.cluster = cluster
-        self.fetchers = fetchers  # the broker's replica fetchers, shared with its replicas
-        self.config = config
-        self.lag_s = int(config["replica.lag.time.max.ms"]) / 1000
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self.copies: dict[Key, tuple[int, Partition]] = {}  # (leader, the local copy)
         self.switches: dict[Key, _Switch] = {}
 

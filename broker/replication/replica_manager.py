@@ -52,13 +52,11 @@ from headrace.broker.log.leader_state import LeaderState
 from headrace.storage import LeaderEpochCache
 
 from . import hw_checkpoint
-from .replica_fetcher import ReplicaFetchers
+from .broker_parts import BrokerParts
 
 if TYPE_CHECKING:
-    from headrace.broker.cluster.cluster import Cluster
     from headrace.broker.log.partition import Partition
     from headrace.broker.log.topic import Topic
-    from headrace.broker.log.topics import TopicManager
 
 log = logging.getLogger("headrace.replicas")
 
@@ -66,21 +64,9 @@ Key = tuple[str, int]
 FINISH_BACKOFF_S = 1.0  # after a move's end could not be written, before trying again
 
 
-class ReplicaManager:
-    def __init__(
-        self,
-        node_id: int,
-        topics: TopicManager,
-        cluster: Cluster,
-        fetchers: ReplicaFetchers,
-        config,
-    ):
-        self.node_id = node_id
-        self.topics = topics
-        self.cluster = cluster
-        self.fetchers = fetchers  # the broker's replica fetchers, shared with its moves
-        self.config = config
-        self.lag_s = int(config["replica.lag.time.max.ms"]) / 1000
+class ReplicaManager(BrokerParts):
+    def __post_init__(self) -> None:
+        super().__post_init__()
         self.following: dict[Key, int] = {}  # partition -> the leader it is fetched from
         self.on_leadership: Callable[[str, list[int], list[int]], Awaitable[None]] | None = None
         # called in the step this broker starts to lead a partition, before it is served: the
@@ -101,7 +87,9 @@ class ReplicaManager:
         # the high watermarks read from replication-offset-checkpoint at start, taken by each
         # replica at its first role (hw_checkpoint.py)
         self._start_hw: dict[Key, int] = {}
-        self._hw_interval_s = int(config["replica.high.watermark.checkpoint.interval.ms"]) / 1000
+        self._hw_interval_s = (
+            int(self.config["replica.high.watermark.checkpoint.interval.ms"]) / 1000
+        )
         self._hw_task: asyncio.Task | None = None
 
     def fenced(self) -> None:
