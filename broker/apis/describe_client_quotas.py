@@ -50,7 +50,7 @@ def handle(broker: Broker, header, request):
         entries.append(
             R.EntryData(
                 entity=[
-                    R.EntityData(entity_type=k, entity_name=None if v is DEFAULT else v)
+                    R.EntityData(entity_type=k, entity_name=v if isinstance(v, str) else None)
                     for k, v in parts.items()
                 ],
                 values=[R.ValueData(key=k, value=v) for k, v in sorted(values.items())],
