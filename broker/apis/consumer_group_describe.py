@@ -37,7 +37,7 @@ def _assignment(broker: Broker, parts):
     return R.Assignment(topic_partitions=out)
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.ConsumerGroupDescribeRequest):
     authorizer, session = broker.authorizer, header.session
     groups = []
     for group_id in request.group_ids:

@@ -21,7 +21,7 @@ MIN_VERSION, MAX_VERSION = 0, 1
 R = messages.ConsumerGroupHeartbeatResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.ConsumerGroupHeartbeatRequest):
     coordinator = broker.groups.consumer
     error: int
     if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):

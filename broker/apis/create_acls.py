@@ -31,7 +31,7 @@ class _TooMany(Exception):
     pass
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.CreateAclsRequest):
     authorizer = broker.authorizer
     creations = request.creations
     if not authorizer.enabled:

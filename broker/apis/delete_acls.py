@@ -25,7 +25,7 @@ MIN_VERSION, MAX_VERSION = 1, 3
 R = messages.DeleteAclsResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.DeleteAclsRequest):
     authorizer = broker.authorizer
     if not authorizer.enabled:
         return _all(request, ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
@@ -93,5 +93,5 @@ def _result(code: int, message: str | None):
     return R.DeleteAclsFilterResult(error_code=code, error_message=message, matching_acls=[])
 
 
-def _all(request, code: int, message: str | None):
+def _all(request: messages.DeleteAclsRequest, code: int, message: str | None):
     return R(throttle_time_ms=0, filter_results=[_result(code, message) for _ in request.filters])

@@ -20,7 +20,7 @@ MIN_VERSION, MAX_VERSION = 0, 2
 R = messages.DeleteGroupsResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.DeleteGroupsRequest):
     results = []
     error: int
     for group_id in request.groups_names:

@@ -21,7 +21,7 @@ MIN_VERSION, MAX_VERSION = 1, 3
 R = messages.DescribeAclsResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.DescribeAclsRequest):
     authorizer = broker.authorizer
     if not authorizer.enabled:
         return _error(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")

@@ -26,7 +26,7 @@ R = messages.DescribeClientQuotasResponse
 EXACT, MATCH_DEFAULT, ANY = 0, 1, 2
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.DescribeClientQuotasRequest):
     if not broker.authorizer.allows_cluster(header.session, Operation.DESCRIBE_CONFIGS):
         return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     wanted = {}

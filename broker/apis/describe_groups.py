@@ -24,7 +24,7 @@ MIN_VERSION, MAX_VERSION = 0, 6
 R = messages.DescribeGroupsResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.DescribeGroupsRequest):
     version = header.api_version
     authorizer, session = broker.authorizer, header.session
     asked = version >= 3 and request.include_authorized_operations

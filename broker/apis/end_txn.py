@@ -24,7 +24,7 @@ MIN_VERSION, MAX_VERSION = 0, 4
 R = messages.EndTxnResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.EndTxnRequest):
     if not broker.authorizer.allows(
         header.session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id
     ):

@@ -18,7 +18,7 @@ API_KEY = ApiKey.HEARTBEAT
 MIN_VERSION, MAX_VERSION = 0, 4
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.HeartbeatRequest):
     if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
         code = ErrorCode.GROUP_AUTHORIZATION_FAILED
         return messages.HeartbeatResponse(throttle_time_ms=0, error_code=code)

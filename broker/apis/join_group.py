@@ -23,7 +23,7 @@ MIN_VERSION, MAX_VERSION = 0, 9
 R = messages.JoinGroupResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.JoinGroupRequest):
     version = header.api_version
     if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
         return _response(JoinResult(ErrorCode.GROUP_AUTHORIZATION_FAILED), version)

@@ -18,7 +18,7 @@ MIN_VERSION, MAX_VERSION = 0, 5
 R = messages.LeaveGroupResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.LeaveGroupRequest):
     if not broker.authorizer.allows(header.session, Operation.READ, GROUP, request.group_id):
         return R(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
     refused = broker.groups.not_served(request.group_id)

@@ -21,7 +21,7 @@ MIN_VERSION, MAX_VERSION = 0, 0
 R = messages.OffsetDeleteResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.OffsetDeleteRequest):
     authorizer, session = broker.authorizer, header.session
     if not authorizer.allows(session, Operation.DELETE, GROUP, request.group_id):
         return R(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0, topics=[])
