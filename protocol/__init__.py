@@ -4,7 +4,10 @@ Files, in the order to read them:
 
 - ``api.py``: API keys, version tables and the entry points below (what the broker calls)
 - ``headers.py``: request and response headers
-- ``messages.py``: the message classes (``messages.FetchResponse``...), built on first use
+- ``messages.py``: the message classes (``messages.FetchResponse``...), built on first use;
+  ``messages.pyi``: their static types (fields, constructors), written from the schemas by
+  ``stubs.py`` (``python -m headrace.protocol.stubs`` after a schema change; a test fails
+  while it is not current)
 - ``schema.py``: Apache Kafka's JSON schemas read into ``MessageSpec`` trees and classes
   (``schemas/``: the KIP-848 schemas the kafka-python wheel lacks)
 - ``codec.py``: compiles a (message, version) into straight-line encode/decode functions

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 # A class generated from a schema at run time: its fields and class attributes (API_KEY,
-# VALID_VERSIONS, ...) are set then, so a static checker cannot know them.
+# VALID_VERSIONS, ...) are set then, so a static checker cannot know them from here. The
+# classes named as ``messages.X`` are declared in messages.pyi (written by stubs.py); a class
+# picked by API key and version is this.
 GeneratedClass = Any
 
 __all__ = ["VersionRange", "FieldSpec", "StructSpec", "MessageSpec", "load_message", "Struct"]
@@ -268,6 +270,9 @@ class Struct:
 
     __slots__ = ()
     _fields: tuple[str, ...] = ()
+    # a slot of every generated class: (tag, bytes) of the tagged fields the decoder met that
+    # the schema does not define, else None
+    _unknown_tags: list[tuple[int, bytes]] | None
     __hash__ = None  # type: ignore[assignment]  # mutable: unhashable, as for a list
 
     def __repr__(self) -> str:

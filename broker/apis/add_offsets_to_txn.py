@@ -23,7 +23,7 @@ MIN_VERSION, MAX_VERSION = 0, 4
 R = messages.AddOffsetsToTxnResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.AddOffsetsToTxnRequest):
     if not request.group_id:
         return R(throttle_time_ms=0, error_code=ErrorCode.INVALID_GROUP_ID)
     authorizer, session = broker.authorizer, header.session

@@ -78,7 +78,7 @@ async def _one(broker: Broker, session, version, tid, pid, epoch, topics, verify
     return results
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.AddPartitionsToTxnRequest):
     version = header.api_version
     if version <= 3:
         results = await _one(

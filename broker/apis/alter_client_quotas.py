@@ -81,7 +81,7 @@ def _check(entry):
     return (parts.get(USER), parts.get(CLIENT_ID), parts.get(IP)), ops
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.AlterClientQuotasRequest):
     quotas = broker.quotas
     if not broker.authorizer.allows_cluster(header.session, Operation.ALTER_CONFIGS):
         return _answer(
@@ -138,7 +138,7 @@ async def handle(broker: Broker, header, request):
     return _answer(request, outcomes)
 
 
-def _answer(request, outcomes):
+def _answer(request: messages.AlterClientQuotasRequest, outcomes):
     return R(
         throttle_time_ms=0,
         entries=[

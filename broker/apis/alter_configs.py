@@ -107,5 +107,5 @@ def _replaced(topic, res) -> dict[str, object]:
     return configs
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.AlterConfigsRequest):
     return await alter(broker, header, request, R, _replaced)

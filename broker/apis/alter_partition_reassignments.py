@@ -38,7 +38,7 @@ R = messages.AlterPartitionReassignmentsResponse
 log = logging.getLogger("headrace")
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.AlterPartitionReassignmentsRequest):
     allow_rf_change = header.api_version < 1 or request.allow_replication_factor_change
     if not broker.authorizer.allows_cluster(header.session, Operation.ALTER):
         return R(

@@ -37,6 +37,7 @@ MIN_VERSION, MAX_VERSION = 0, 0
 MIN_SALT_BYTES = 12
 
 R = messages.AlterUserScramCredentialsResponse
+UPSERTION = messages.AlterUserScramCredentialsRequest.ScramCredentialUpsertion
 
 
 def _error(store, op, upsert: bool) -> tuple[int, str] | None:
@@ -62,7 +63,7 @@ def _error(store, op, upsert: bool) -> tuple[int, str] | None:
     return None
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.AlterUserScramCredentialsRequest):
     store = broker.scram_credentials
     ops = [(op, False) for op in request.deletions] + [(op, True) for op in request.upsertions]
     if not broker.authorizer.allows_cluster(header.session, Operation.ALTER):
@@ -94,11 +95,11 @@ async def handle(broker: Broker, header, request):
         for name in new_users - set(errors):
             errors[name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too many users ({MAX_USERS})")
     upserts, deletions = {}, set()
-    for op, upsert in ops:
+    for op, _ in ops:
         if op.name in errors:
             continue
         mechanism = MECHANISMS[op.mechanism]
-        if upsert:
+        if isinstance(op, UPSERTION):
             upserts[(op.name, mechanism)] = credential(
                 mechanism, bytes(op.salt), bytes(op.salted_password), op.iterations
             )

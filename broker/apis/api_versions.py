@@ -36,7 +36,7 @@ def _api_keys():
     ]
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.ApiVersionsRequest):
     return messages.ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_keys())
 
 

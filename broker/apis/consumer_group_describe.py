@@ -38,7 +38,7 @@ def _assignment(broker: Broker, parts):
     return R.Assignment(topic_partitions=out)
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.ConsumerGroupDescribeRequest):
     asked = request.include_authorized_operations
     groups = []
     for group_id in request.group_ids:

@@ -23,7 +23,7 @@ MIN_VERSION, MAX_VERSION = 0, 1
 R = messages.ConsumerGroupHeartbeatResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.ConsumerGroupHeartbeatRequest):
     coordinator = broker.groups.consumer
     refused = group_refusal(broker, header.session, Operation.READ, request.group_id)
     if refused:

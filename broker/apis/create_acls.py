@@ -33,7 +33,7 @@ class _TooMany(Exception):
     pass
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.CreateAclsRequest):
     authorizer = broker.authorizer
     creations = request.creations
     refused = acls_refusal(broker, header.session, Operation.ALTER)

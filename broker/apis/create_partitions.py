@@ -30,7 +30,7 @@ MIN_VERSION, MAX_VERSION = 0, 3
 R = messages.CreatePartitionsResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.CreatePartitionsRequest):
     results = []
     for t in request.topics:
         topic = broker.topics.get(t.name)

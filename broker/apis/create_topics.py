@@ -39,7 +39,7 @@ MIN_VERSION, MAX_VERSION = 2, 7
 R = messages.CreateTopicsResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.CreateTopicsRequest):
     results = []
     names = [t.name for t in request.topics]
     authorizer, session = broker.authorizer, header.session

@@ -27,7 +27,7 @@ MIN_VERSION, MAX_VERSION = 1, 3
 R = messages.DeleteAclsResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.DeleteAclsRequest):
     refused = acls_refusal(broker, header.session, Operation.ALTER)
     if refused is not None:
         return _all(request, *refused)
@@ -82,5 +82,5 @@ def _result(code: int, message: str | None):
     return R.DeleteAclsFilterResult(error_code=code, error_message=message, matching_acls=[])
 
 
-def _all(request, code: int, message: str | None):
+def _all(request: messages.DeleteAclsRequest, code: int, message: str | None):
     return R(throttle_time_ms=0, filter_results=[_result(code, message) for _ in request.filters])

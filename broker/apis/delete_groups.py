@@ -22,7 +22,7 @@ MIN_VERSION, MAX_VERSION = 0, 2
 R = messages.DeleteGroupsResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.DeleteGroupsRequest):
     results = []
     for group_id in request.groups_names:
         error = group_refusal(broker, header.session, Operation.DELETE, group_id)

@@ -29,7 +29,7 @@ R = messages.DeleteRecordsResponse
 HIGH_WATERMARK = -1
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.DeleteRecordsRequest):
     topics = []
     for t in request.topics:
         topic = broker.topics.get(t.name)

@@ -10,6 +10,7 @@ the transaction coordinator, whose open transactions drop their pending offsets 
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -25,7 +26,8 @@ MIN_VERSION, MAX_VERSION = 1, 6
 R = messages.DeleteTopicsResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.DeleteTopicsRequest):
+    wanted: list[tuple[str | None, uuid.UUID | None]]
     if header.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:

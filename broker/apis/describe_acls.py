@@ -23,7 +23,7 @@ MIN_VERSION, MAX_VERSION = 1, 3
 R = messages.DescribeAclsResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.DescribeAclsRequest):
     refused = acls_refusal(broker, header.session, Operation.DESCRIBE)
     if refused is not None:
         return _error(*refused)

@@ -26,7 +26,7 @@ R = messages.DescribeClientQuotasResponse
 EXACT, MATCH_DEFAULT, ANY = 0, 1, 2
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.DescribeClientQuotasRequest):
     if not broker.authorizer.allows_cluster(header.session, Operation.DESCRIBE_CONFIGS):
         return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     wanted = {}
@@ -50,7 +50,7 @@ def handle(broker: Broker, header, request):
         entries.append(
             R.EntryData(
                 entity=[
-                    R.EntityData(entity_type=k, entity_name=None if v is DEFAULT else v)
+                    R.EntityData(entity_type=k, entity_name=v if isinstance(v, str) else None)
                     for k, v in parts.items()
                 ],
                 values=[R.ValueData(key=k, value=v) for k, v in sorted(values.items())],

@@ -17,7 +17,7 @@ MIN_VERSION, MAX_VERSION = 0, 2
 R = messages.DescribeClusterResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.DescribeClusterRequest):
     return R(
         throttle_time_ms=0,
         error_code=ErrorCode.NONE,

@@ -93,7 +93,7 @@ def config_denied(broker: Broker, session, operation: int, res) -> int:
     return ErrorCode.NONE
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.DescribeConfigsRequest):
     results = []
     for res in request.resources:
         result = R.DescribeConfigsResult(

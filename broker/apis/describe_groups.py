@@ -48,7 +48,7 @@ def undescribed(cls, group_id: str, code: int, ops: int, state: str = "", messag
     )
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.DescribeGroupsRequest):
     version = header.api_version
     asked = version >= 3 and request.include_authorized_operations
     out = []

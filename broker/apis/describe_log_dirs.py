@@ -32,7 +32,7 @@ MIN_VERSION, MAX_VERSION = 1, 4
 R = messages.DescribeLogDirsResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.DescribeLogDirsRequest):
     if not broker.authorizer.allows_cluster(header.session, Operation.DESCRIBE):
         code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED  # (v0-2 have no field: no results)
         return R(throttle_time_ms=0, error_code=code, results=[])

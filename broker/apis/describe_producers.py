@@ -22,7 +22,7 @@ MIN_VERSION, MAX_VERSION = 0, 0
 R = messages.DescribeProducersResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.DescribeProducersRequest):
     topics = []
     for t in request.topics:
         topic = broker.topics.get(t.name)

@@ -22,7 +22,7 @@ MIN_VERSION, MAX_VERSION = 0, 0
 R = messages.DescribeTransactionsResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.DescribeTransactionsRequest):
     states = []
     for tid in request.transactional_ids:
         txn = broker.transactions.describe(tid)

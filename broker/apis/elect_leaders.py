@@ -31,7 +31,7 @@ R = messages.ElectLeadersResponse
 PREFERRED, UNCLEAN = 0, 1
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.ElectLeadersRequest):
     cluster = broker.cluster
     if not cluster.controller.active or cluster.controller.epoch_version < 0:
         return R(

@@ -26,7 +26,7 @@ MIN_VERSION, MAX_VERSION = 0, 4
 R = messages.EndTxnResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.EndTxnRequest):
     refused = transaction_refusal(broker, header.session, Operation.WRITE, request.transactional_id)
     if refused:
         return R(throttle_time_ms=0, error_code=refused)

@@ -84,12 +84,12 @@ R = messages.FetchResponse
 REGION_MIN = 64 * 1024  # smaller records are copied out in the read thread, not sent by file
 
 
-def response_bytes(broker: Broker, request) -> int:
+def response_bytes(broker: Broker, request: messages.FetchRequest) -> int:
     """The most a response holds in memory: ``max_bytes``, at most ``fetch.max.bytes``."""
     return max(1, min(request.max_bytes, int(broker.config["fetch.max.bytes"])))
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.FetchRequest):
     version = header.api_version
     by_id = version >= 13
     loop = asyncio.get_running_loop()

@@ -70,7 +70,7 @@ def _retrieve(task: asyncio.Future) -> None:
         task.exception()
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.FindCoordinatorRequest):
     if header.api_version < 4:
         error, message, node, host, port = await _answer(
             broker, header.session, request.key, request.key_type

@@ -20,7 +20,7 @@ API_KEY = ApiKey.HEARTBEAT
 MIN_VERSION, MAX_VERSION = 0, 4
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.HeartbeatRequest):
     refused = group_refusal(broker, header.session, Operation.READ, request.group_id)
     if refused:
         return messages.HeartbeatResponse(throttle_time_ms=0, error_code=refused)

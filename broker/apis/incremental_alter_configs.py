@@ -83,7 +83,7 @@ def _changed(topic, res) -> dict[str, object]:
     return configs
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.IncrementalAlterConfigsRequest):
     cleared = [
         res
         for res in request.resources

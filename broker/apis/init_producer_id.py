@@ -26,7 +26,7 @@ MIN_VERSION, MAX_VERSION = 0, 5
 R = messages.InitProducerIdResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.InitProducerIdRequest):
     if request.transactional_id == "":
         return _refused(ErrorCode.INVALID_REQUEST)
     authorizer, session = broker.authorizer, header.session

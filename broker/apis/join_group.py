@@ -25,7 +25,7 @@ MIN_VERSION, MAX_VERSION = 0, 9
 R = messages.JoinGroupResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.JoinGroupRequest):
     version = header.api_version
     refused = group_refusal(broker, header.session, Operation.READ, request.group_id)
     if refused:

@@ -20,7 +20,7 @@ MIN_VERSION, MAX_VERSION = 0, 5
 R = messages.LeaveGroupResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.LeaveGroupRequest):
     refused = group_refusal(broker, header.session, Operation.READ, request.group_id)
     if refused:
         return R(throttle_time_ms=0, error_code=refused, members=[])

@@ -22,7 +22,7 @@ R = messages.ListGroupsResponse
 GROUP_TYPE = "classic"
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.ListGroupsRequest):
     version = header.api_version
     states = {s.lower() for s in request.states_filter} if version >= 4 else set()
     types = {t.lower() for t in request.types_filter} if version >= 5 else set()

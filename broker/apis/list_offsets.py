@@ -37,7 +37,7 @@ R = messages.ListOffsetsResponse
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.ListOffsetsRequest):
     loop = asyncio.get_running_loop()
     topics = []
     for t in request.topics:

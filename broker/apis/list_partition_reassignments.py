@@ -20,7 +20,7 @@ MIN_VERSION, MAX_VERSION = 0, 0
 R = messages.ListPartitionReassignmentsResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.ListPartitionReassignmentsRequest):
     if not broker.authorizer.allows_cluster(header.session, Operation.DESCRIBE):
         code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         return R(throttle_time_ms=0, error_code=code, error_message=None, topics=[])

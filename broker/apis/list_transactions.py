@@ -25,7 +25,7 @@ MIN_VERSION, MAX_VERSION = 0, 2
 R = messages.ListTransactionsResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.ListTransactionsRequest):
     version = header.api_version
     wanted = set()
     unknown = []

@@ -41,7 +41,7 @@ MIN_VERSION, MAX_VERSION = 0, 13
 M = messages.MetadataResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.MetadataRequest):
     version = header.api_version
     authorizer, session = broker.authorizer, header.session
     if request.topics is None or (version == 0 and not request.topics):
@@ -99,7 +99,9 @@ async def _create_then_respond(broker: Broker, header, request, found, missing, 
     return _response(broker, header, found, still_missing, request, denied)
 
 
-def _response(broker: Broker, header, topics, missing, request, denied=()):
+def _response(
+    broker: Broker, header, topics, missing, request: messages.MetadataRequest, denied=()
+):
     version = header.api_version
     authorizer, session = broker.authorizer, header.session
     include_ops = version >= 8 and request.include_topic_authorized_operations

@@ -33,7 +33,7 @@ MIN_VERSION, MAX_VERSION = 2, 10
 R = messages.OffsetCommitResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.OffsetCommitRequest):
     version = header.api_version
     by_id = version >= 10
     error, group = broker.groups.check_commit(

@@ -23,7 +23,7 @@ MIN_VERSION, MAX_VERSION = 0, 0
 R = messages.OffsetDeleteResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.OffsetDeleteRequest):
     authorizer, session = broker.authorizer, header.session
     refused = group_refusal(broker, session, Operation.DELETE, request.group_id)
     if refused:

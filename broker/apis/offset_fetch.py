@@ -27,7 +27,7 @@ R = messages.OffsetFetchResponse
 NO_ID = uuid.UUID(int=0)
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.OffsetFetchRequest):
     version = header.api_version
     session = header.session
     if version < 8:

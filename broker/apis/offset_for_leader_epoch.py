@@ -30,7 +30,7 @@ MIN_VERSION, MAX_VERSION = 2, 4
 R = messages.OffsetForLeaderEpochResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.OffsetForLeaderEpochRequest):
     topics = []
     for t in request.topics:
         topic = broker.topics.get(t.topic)

@@ -31,7 +31,7 @@ for that long.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from .context import Broker
@@ -57,7 +57,7 @@ MIN_VERSION, MAX_VERSION = 3, 13
 R = messages.ProduceResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.ProduceRequest):
     version = header.api_version
     if request.acks not in (0, 1, -1):
         return _all_failed(request, version, ErrorCode.INVALID_REQUIRED_ACKS)
@@ -108,9 +108,9 @@ def handle(broker: Broker, header, request):
             rejection = None
             written = None
             ls = partition.leader_state
-            records = p.records
+            records = cast("memoryview | None", p.records)  # decoded: a slice of the frame
             batches = _batches(records)
-            if batches is None:
+            if records is None or batches is None:
                 code, base = ErrorCode.CORRUPT_MESSAGE, -1
             elif acks_all and ls is not None and len(ls.isr) < ls.min_isr:
                 code, base = ErrorCode.NOT_ENOUGH_REPLICAS, -1
@@ -174,7 +174,7 @@ def handle(broker: Broker, header, request):
     return _finish(broker, to_flush, waits, response, request)
 
 
-def _finish(broker: Broker, to_flush, waits, response, request):
+def _finish(broker: Broker, to_flush, waits, response, request: messages.ProduceRequest):
     """The response once the batches are in the page cache: at once, or after the flush
     stage and the ISR."""
     if waits:
@@ -247,7 +247,7 @@ async def _after_flush(flushed: asyncio.Future, response, acks: int):
     return None if acks == 0 else response
 
 
-def _all_failed(request, version, code):
+def _all_failed(request: messages.ProduceRequest, version, code):
     return R(responses=[_topic_failed(t, code) for t in request.topic_data])
 
 

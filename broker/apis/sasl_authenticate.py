@@ -35,7 +35,7 @@ MIN_VERSION, MAX_VERSION = 0, 2
 R = messages.SaslAuthenticateResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.SaslAuthenticateRequest):
     session = header.session
     sasl = session.sasl
     if sasl is None or sasl.state != AUTHENTICATE:

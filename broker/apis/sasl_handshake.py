@@ -32,7 +32,7 @@ MIN_VERSION, MAX_VERSION = 0, 1
 R = messages.SaslHandshakeResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.SaslHandshakeRequest):
     sasl = header.session.sasl
     if sasl is None:
         return R(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])

@@ -23,7 +23,7 @@ MIN_VERSION, MAX_VERSION = 0, 5
 R = messages.SyncGroupResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.SyncGroupRequest):
     version = header.api_version
     refused = group_refusal(broker, header.session, Operation.READ, request.group_id)
     if refused:
@@ -46,7 +46,7 @@ async def _later(broker: Broker, request, waiter):
     return _response(broker, request, *(await waiter))
 
 
-def _response(broker: Broker, request, error, assignment):
+def _response(broker: Broker, request: messages.SyncGroupRequest, error, assignment):
     group = broker.groups.groups.get(request.group_id) if error == ErrorCode.NONE else None
     return R(
         throttle_time_ms=0,

@@ -36,7 +36,7 @@ MIN_VERSION, MAX_VERSION = 0, 4
 R = messages.TxnOffsetCommitResponse
 
 
-def _respond(request, codes):
+def _respond(request: messages.TxnOffsetCommitRequest, codes):
     return R(
         throttle_time_ms=0,
         topics=[
@@ -55,7 +55,7 @@ def _respond(request, codes):
     )
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.TxnOffsetCommitRequest):
     version = header.api_version
     group_id = request.group_id
     if not group_id:
@@ -107,7 +107,7 @@ def handle(broker: Broker, header, request):
     return _write(broker, request, group_id, offsets, codes, now, version)
 
 
-def _check_transaction(broker: Broker, request, group_id) -> int:
+def _check_transaction(broker: Broker, request: messages.TxnOffsetCommitRequest, group_id) -> int:
     """The transaction coordinator's check, when it is this broker."""
     txns = broker.transactions
     if not txns.owns(request.transactional_id):

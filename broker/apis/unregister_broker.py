@@ -26,7 +26,7 @@ MIN_VERSION, MAX_VERSION = 0, 0
 R = messages.UnregisterBrokerResponse
 
 
-async def handle(broker: Broker, header, request):
+async def handle(broker: Broker, header, request: messages.UnregisterBrokerRequest):
     node = request.broker_id
     if not broker.authorizer.allows_cluster(header.session, Operation.ALTER):
         return _answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)

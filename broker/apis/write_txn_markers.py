@@ -24,7 +24,7 @@ MIN_VERSION, MAX_VERSION = 1, 2
 R = messages.WriteTxnMarkersResponse
 
 
-def handle(broker: Broker, header, request):
+def handle(broker: Broker, header, request: messages.WriteTxnMarkersRequest):
     # brokers only (Kafka's CLUSTER_ACTION on the cluster)
     allowed = broker.authorizer.allows_cluster(header.session, Operation.CLUSTER_ACTION)
     return _write(broker, request, allowed)

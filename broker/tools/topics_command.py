@@ -209,7 +209,7 @@ def _alter(admin: AdminClient, args) -> int:
     changes += [(k, DELETE, None) for k in args.delete_config]
     if changes:
         A = messages.IncrementalAlterConfigsRequest
-        request = A(
+        alter = A(
             resources=[
                 A.AlterConfigsResource(
                     resource_type=TOPIC_RESOURCE,
@@ -222,7 +222,7 @@ def _alter(admin: AdminClient, args) -> int:
             ],
             validate_only=False,
         )
-        response = admin.request(admin.controller, ApiKey.INCREMENTAL_ALTER_CONFIGS, request)
+        response = admin.request(admin.controller, ApiKey.INCREMENTAL_ALTER_CONFIGS, alter)
         for r in response.responses:
             check(r.error_code, r.error_message)
         done["configs"] = {k: v for k, _, v in changes}
