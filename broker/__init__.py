@@ -33,6 +33,6 @@ append and flush stages), ``headrace.storage`` (segmented logs) and ``headrace.p
 Where a lower sub-package calls back into a higher one, it says what it needs as a
 ``Protocol`` of its own, which the higher one's class fulfils: the cluster tells the topic
 table of topic changes (``cluster.TopicTable``) and the replica manager of partition states
-(``cluster.PartitionRoles``); the topic table tells moves and roles of its partitions
-(``topics.MovesHere``, ``topics.Roles``).
+(``cluster.PartitionRoles``); the topic table tells the roles of its partitions
+(``topics.Roles``).
 """

@@ -2,10 +2,10 @@
 request)`` gets, named and typed here (app/server.py's ``BrokerServer`` is one; the dispatcher
 checks that it is).
 
-A module reaches the broker's parts only through these names: the settings, the topic table
-and, in a cluster, the cluster's view and the moves, the coordinators and the producer ids,
-security (the authorizer, quotas, SCRAM users and the documents that hold ACLs and quotas),
-the request path's counters, and the resources the read and write paths share.
+A module reaches the broker's parts only through these names: the settings, the topic table,
+the cluster's view (in a cluster), the coordinators and the producer ids, security (the
+authorizer, quotas, SCRAM users and the documents that hold ACLs and quotas), the request
+path's counters, and the resources the read and write paths share.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from headrace.broker.coordinator.txn.producer_ids import ProducerIdManager
     from headrace.broker.coordinator.txn.transaction_coordinator import TransactionCoordinator
     from headrace.broker.log.topics import TopicManager
-    from headrace.broker.replication.moves import Moves
     from headrace.broker.security.authorizer import Authorizer
     from headrace.broker.security.quotas import ClientQuotas
     from headrace.broker.security.scram_credentials import ScramCredentials
@@ -46,7 +45,6 @@ class Broker(Protocol):
     data_dir: Path
     topics: TopicManager
     cluster: Cluster | None
-    moves: Moves | None
     groups: GroupCoordinator
     transactions: TransactionCoordinator
     producer_ids: ProducerIdManager

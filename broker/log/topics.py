@@ -51,20 +51,8 @@ from .topic import Topic, TopicCreationError
 
 if TYPE_CHECKING:
     from headrace.broker.cluster.cluster import Cluster
-    from headrace.broker.cluster.znodes import TopicRecord
 
 log = logging.getLogger("headrace")
-
-
-class MovesHere(Protocol):
-    """The copies of partitions moving to this broker (cluster mode: replication/moves.py),
-    as the topic table tells them of its topics."""
-
-    async def follow(self, topic: Topic, record: TopicRecord | None) -> None: ...
-
-    async def take_copy(self, name: str, index: int) -> Partition | None: ...
-
-    def forget(self, name: str, index: int) -> None: ...
 
 
 class Roles(Protocol):
@@ -105,8 +93,7 @@ class TopicManager:
         self._internal: dict[str, asyncio.Future] = {}  # internal topics being made
         # called once topics are gone (the broker's coordinators purge what they keep of them)
         self.on_deleted: Callable[[set[str]], Awaitable[None]] = self._no_one_told
-        # cluster mode: the copies of partitions moving here, and this broker's roles
-        self.moves: MovesHere | None = None
+        # cluster mode: this broker's roles
         self.replicas: Roles | None = None
 
     # start and stop (called in a worker thread before serving and after it) ---------------
@@ -479,8 +466,6 @@ class TopicManager:
             topic = self.topics.get(name)
             if topic is not None and (record is None or record.topic_id != topic.topic_id):
                 await self._forget(topic)
-                if self.moves is not None:
-                    await self.moves.follow(topic, None)  # drops its copies
                 topic, deleted = None, True
             if record is not None:
                 await self._follow(name, topic, record)
@@ -498,14 +483,7 @@ class TopicManager:
         elif topic.configs != record.configs:
             topic.configs = dict(record.configs)
             self._configs_changed(topic)
-        wanted = [i for i in mine if i not in topic.held]
-        copied = {}  # partitions that moved here: their copies become the served logs
-        if self.moves is not None:
-            for i in wanted:
-                copy = await self.moves.take_copy(name, i)
-                if copy is not None:
-                    copied[i] = copy
-        fresh = [i for i in wanted if i not in copied]
+        fresh = [i for i in mine if i not in topic.held]
         try:
             if fresh:
                 self._check_room(name, len(fresh))
@@ -517,15 +495,9 @@ class TopicManager:
         if new:
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
-        if copied:
-            topic.held = dict(sorted({**topic.held, **copied}.items()))
-            await asyncio.to_thread(self._save_or_log)
-            log.info("serving %s partitions %s, moved here", name, sorted(copied))
         lost = sorted(i for i in topic.held if i not in mine)
         if lost:
             await self._lose(topic, lost)
-        if self.moves is not None:
-            await self.moves.follow(topic, record)
         if self.replicas is not None:
             await self.replicas.topic_applied(topic)
 
@@ -537,15 +509,13 @@ class TopicManager:
 
     async def _lose(self, topic: Topic, indexes: list[int]) -> None:
         """Partitions that moved away: stop serving them, then delete their files (the new
-        owner has everything: the move switched only then)."""
+        owner has everything: the move ended only then)."""
         gone = [topic.held[i] for i in indexes]
         topic.held = {i: p for i, p in topic.held.items() if i not in indexes}
         for p in gone:
             if self.replicas is not None:
                 await self.replicas.forget(p)
             p.gone = True
-            if self.moves is not None:
-                self.moves.forget(topic.name, p.index)
             p.wake_fetches()
         await asyncio.to_thread(self._save_or_log)
         log.info("partitions %s of %s moved away: removing them here", indexes, topic.name)
