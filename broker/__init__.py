@@ -34,6 +34,6 @@ Where a lower sub-package calls back into a higher one, it says what it needs as
 ``Protocol`` of its own, which the higher one's class fulfils: the cluster tells the topic
 table of topic changes (``cluster.TopicTable``) and the replica manager of partition states
 (``cluster.PartitionRoles``), and a broker on its own has the topic table make its topic
-changes (``single_node.LocalTopics``); the topic table tells moves and roles of its partitions
-(``roles.MovesHere``, ``roles.Roles``).
+changes (``single_node.LocalTopics``); the topic table tells the roles of its partitions
+(``roles.Roles``).
 """

@@ -5,14 +5,13 @@ Each partition's target is checked before anything is written: the partition mus
 (UNKNOWN_TOPIC_OR_PARTITION), its target must name brokers once each (an empty or repeated
 list is INVALID_REPLICA_ASSIGNMENT) and every one must be registered
 (INVALID_REPLICA_ASSIGNMENT, naming the live brokers). A v1 request that forbids changing the
-replication factor gets INVALID_REPLICATION_FACTOR for a target of another size. A target of
-one broker for a partition of one replica is a copy and a switch (moves.py); any other runs
-Kafka's way: the adding brokers follow the leader as replicas, and once they are all in the
-ISR the leader writes the target as the replicas (replica_manager.py), handing leadership to
-the first target replica in the ISR if it is itself removed. Cancelling a partition that is not
-moving is NO_REASSIGNMENT_IN_PROGRESS. The accepted changes of a topic are written in one
+replication factor gets INVALID_REPLICATION_FACTOR for a target of another size. Every move
+runs Kafka's way: the adding brokers follow the leader as replicas, and once they are all in
+the ISR the leader writes the target as the replicas (replica_manager.py), handing leadership
+to the first target replica in the ISR if it is itself removed. Cancelling a partition that is
+not moving is NO_REASSIGNMENT_IN_PROGRESS. The accepted changes of a topic are written in one
 compare-and-set of its znode (``Cluster.reassign``); the move itself then runs as
-``moves.py`` says, and the answer does not wait for it (as Kafka's). A target equal to the
+replica_manager.py says, and the answer does not wait for it (as Kafka's). A target equal to the
 current placement ends any move of the partition. Without a cluster the only broker is the
 only valid target, and nothing moves.
 """

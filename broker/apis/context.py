@@ -3,8 +3,8 @@ request)`` gets, named and typed here (app/server.py's ``BrokerServer`` is one; 
 checks that it is).
 
 A module reaches the broker's parts only through these names: the settings, the topic table,
-the cluster metadata (cluster/metadata.py: a ZooKeeper cluster or a broker on its own) and in
-a cluster the moves, the coordinators and the producer ids, security (the authorizer, quotas,
+the cluster metadata (cluster/metadata.py: a ZooKeeper cluster or a broker on its own) the
+coordinators and the producer ids, security (the authorizer, quotas,
 SCRAM users and the documents that hold ACLs and quotas), the request path's counters, and
 the resources the read and write paths share.
 """
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from headrace.broker.coordinator.txn.producer_ids import ProducerIdManager
     from headrace.broker.coordinator.txn.transaction_coordinator import TransactionCoordinator
     from headrace.broker.log.topics import TopicManager
-    from headrace.broker.replication.moves import Moves
     from headrace.broker.security.authorizer import Authorizer
     from headrace.broker.security.quotas import ClientQuotas
     from headrace.broker.security.scram_credentials import ScramCredentials
@@ -47,7 +46,6 @@ class Broker(Protocol):
     data_dir: Path
     topics: TopicManager
     cluster: ClusterMetadata
-    moves: Moves | None
     groups: GroupCoordinator
     transactions: TransactionCoordinator
     producer_ids: ProducerIdManager

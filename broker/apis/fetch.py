@@ -30,12 +30,11 @@ fetch waits, within its ``max_wait_ms``; if that passes first, it answers withou
 From v13 topics are identified by topic ID. Fetch sessions are not kept: every response
 says session 0, so clients send full fetch requests.
 
-Replica fetches (``replica_id`` >= 0, in cluster mode: a follower, or another broker copying a
-partition that moves, replica_fetcher.py) read up to the log end under the same bounds; every
-other fetch reads only below the high watermark (what the ISR has). A follower's fetch offset,
-its log end, goes to the partition's ``LeaderState`` (leader_state.py: its progress, the ISR,
-the high watermark) and a move's copy's to ``broker.moves`` (it decides when a move switches
-ownership), before any wait. ``current_leader_epoch``, when given, is checked for every fetch
+Replica fetches (``replica_id`` >= 0, in cluster mode: a follower, replica_fetcher.py) read up
+to the log end under the same bounds; every other fetch reads only below the high watermark
+(what the ISR has). A follower's fetch offset, its log end, goes to the partition's
+``LeaderState`` (leader_state.py: its progress, the ISR, the high watermark), before any
+wait. ``current_leader_epoch``, when given, is checked for every fetch
 (an older one: FENCED_LEADER_EPOCH, a newer one: UNKNOWN_LEADER_EPOCH; also at a broker that
 does not lead the partition, when the epoch is newer than any it has seen: it is behind an
 election, ``not_served_error``).
@@ -95,7 +94,6 @@ async def handle(broker: Broker, header, request: messages.FetchRequest):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000
     replica = request.replica_id if version < 15 else request.replica_state.replica_id
-    moves = broker.moves if replica >= 0 else None
     wanted = []  # (topic response, partition response, partition or None, fetch offset, max bytes)
     responses = []
     hints = LeaderHints(broker, header.session, R, 12, 16, version)
@@ -133,10 +131,6 @@ async def handle(broker: Broker, header, request: messages.FetchRequest):
             ls = partition.leader_state
             if replica >= 0 and ls is not None and replica in ls.followers:
                 error = ls.follower_fetched(replica, p.current_leader_epoch, p.fetch_offset)
-            elif moves is not None:
-                error = moves.replica_fetched(
-                    topic.name, p.partition, replica, p.current_leader_epoch, p.fetch_offset
-                )
             else:
                 error = epoch_error(partition, p.current_leader_epoch)
             if error:

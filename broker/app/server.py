@@ -8,7 +8,7 @@ append stage (``Appender``, produce's copies into the page cache), the flush sta
 on its own: the one place that tells the two apart), the topic table (``TopicManager``, with
 ``topics.flush(partitions)``, the one way to make appends durable), the producer ids, the
 coordinators, the log cleaner, the ``BrokerClient`` of the inter-broker traffic, and in a
-cluster the replica manager and the moves. Each is handed what it uses rather than the broker,
+cluster the replica manager (roles and moves). Each is handed what it uses rather than the broker,
 so each can be built and tested alone. ``Dispatcher`` (dispatch.py) is the pipeline's handler:
 it calls each request's API module with the ``BrokerServer`` as the module's ``broker``.
 ``metrics`` (metrics.py) is what the request path counts; with ``metrics.port`` set,
@@ -51,7 +51,6 @@ from headrace.broker.coordinator.txn.transaction_coordinator import TransactionC
 from headrace.broker.coordinator.txn.transaction_log import TRANSACTION_TOPIC
 from headrace.broker.log.log_cleaner import LogCleaner
 from headrace.broker.log.topics import TopicManager
-from headrace.broker.replication.moves import Moves
 from headrace.broker.replication.replica_fetcher import ReplicaFetchers
 from headrace.broker.replication.replica_manager import ReplicaManager
 from headrace.broker.security.authorizer import Authorizer, from_document
@@ -157,13 +156,10 @@ class BrokerServer:
             leader_of=self.cluster.leader_of,
             broker_client=self.broker_client.channel("txn-markers"),
         )
-        # in a cluster: this broker's replicas (replica_manager.py), moves (moves.py), fetchers
-        self.moves: Moves | None = None
+        # in a cluster: this broker's replicas and moves (replica_manager.py), fetchers
         self.replicas: ReplicaManager | None = None
         if isinstance(self.cluster, Cluster):
             pool = ReplicaFetchers(self.broker_client, self.node_id, config, self.topics.flush)
-            self.moves = Moves(self.node_id, self.topics, self.cluster, pool, config)
-            self.topics.moves = self.moves
             self.replicas = ReplicaManager(self.node_id, self.topics, self.cluster, pool, config)
             self.replicas.on_leadership = self._partitions_moved
             self.replicas.on_gaining = self._gaining
@@ -532,8 +528,6 @@ class BrokerServer:
             conn.close()
         await router.close()
         await self.cluster.stop()
-        if self.moves is not None:
-            await self.moves.stop()
         if self.replicas is not None:
             await self.replicas.stop()
         await self.cleaner.stop()

@@ -26,8 +26,8 @@ their watches), then confirms every
 registration it has not confirmed yet (a broker back from a lost session serves
 only once confirmed: ``confirm``), then places each topic's partitions over the
 members with ``placement.assign_replicas`` and the topic's replication factor, as topic
-creation does (weighted rendezvous, per topic), and starts a move (``Cluster.reassign``;
-moves.py for a single replica, replica_manager.py for more) for each partition placed
+creation does (weighted rendezvous, per topic), and starts a move (``Cluster.reassign``,
+run by replica_manager.py) for each partition placed
 automatically whose brokers are not the ones placement gives it (the same brokers in another
 order move nothing):
 when a broker joins only the partitions it now wins move to it, and a removed broker's

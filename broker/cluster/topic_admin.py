@@ -16,10 +16,9 @@ Partitions placed by hand (CreateTopics assignments, reassignments) are ``manual
 controller leaves them where they are. ``max.broker.partitions`` is checked over the whole
 cluster as this broker sees it.
 
-Moves: ``reassign`` starts or cancels them; ``finish_move`` is the switch of a single
-replica's move (moves.py), ``finish_reassignment`` the end of a replicated one
-(replica_manager.py): each changes the topic and the partition's state in one transaction,
-by compare-and-set on both (``ZkClient.update_topic_and_state``).
+Moves: ``reassign`` starts or cancels them; ``finish_reassignment`` is a move's end, written
+by the partition's leader (replica_manager.py): it changes the topic and the partition's state
+in one transaction, by compare-and-set on both (``ZkClient.update_topic_and_state``).
 """
 
 from __future__ import annotations
@@ -217,46 +216,16 @@ class TopicAdmin:
         await self._change(name, change)
         return refused
 
-    async def finish_move(self, name: str, index: int, leader: int, target: list[int]) -> bool:
-        """The switch of a move (the leader ``leader`` has stopped writes and the copy has
-        everything): ``replicas`` = ``target``, and in the same ZooKeeper transaction the
-        partition's state (the target's first broker leads, the leader epoch + 1, the target
-        in sync) and the move cleared, each by compare-and-set. False when the move is no
-        longer the one under way (cancelled, or changed) or this broker no longer leads the
-        partition."""
-        if self.cluster.fenced:
-            return False
-
-        def switch(record: TopicRecord, state: PartitionState | None):
-            move = record.reassigning.get(index)
-            if not (
-                move is not None
-                and move["target"] == target
-                and index < len(record.replicas)
-                and record.replicas[index][:1] == [leader]
-            ):
-                return None
-            if state is not None and state.leader != leader:
-                return None
-            epoch = max(record.leader_epochs[index], state.leader_epoch if state else 0) + 1
-            record.replicas[index] = list(target)
-            record.leader_epochs[index] = epoch
-            del record.reassigning[index]
-            # (a partition without a state znode gets one from the controller: ensure_state)
-            controller_epoch = state.controller_epoch if state else 0
-            return record, PartitionState(target[0], epoch, tuple(target), controller_epoch)
-
-        return await self._finish(name, index, switch, tell_roles=False)
-
     async def finish_reassignment(
         self, name: str, index: int, leader: int, epoch: int, target: list[int]
     ) -> bool:
-        """The end of a replicated move, written by the partition's leader once every target
-        replica is in the ISR: ``replicas`` = ``target`` and the move cleared in the topic's
-        znode, and in the same ZooKeeper transaction the state: the ISR without the removed
-        replicas, and when the leader itself is removed, the first target replica in the ISR
-        that is live leads at the leader epoch + 1. Both by compare-and-set. False when the
-        move or the state is no longer what the leader saw."""
+        """The end of a move, written by the partition's leader once every target replica is
+        in the ISR: ``replicas`` = ``target`` and the move cleared in the topic's znode, and in
+        the same ZooKeeper transaction the state: the ISR without the removed replicas, and
+        when the leader itself is removed, the first target replica in the ISR that is live
+        leads at the leader epoch + 1. Both by compare-and-set. False when the move or the
+        state is no longer what the leader saw; the replica manager hears of the new state at
+        once."""
         if self.cluster.fenced:
             return False
         live = set(self.cluster.brokers)
@@ -285,20 +254,14 @@ class TopicAdmin:
             del record.reassigning[index]
             return record, new_state
 
-        return await self._finish(name, index, end, tell_roles=True)
-
-    async def _finish(self, name: str, index: int, change, tell_roles: bool) -> bool:
-        """A move's last write (``ZkClient.update_topic_and_state``), then the view; with
-        ``tell_roles`` the replica manager hears of the new state at once (a switch's new
-        leader hears of it through the watch, once the copy has been handed over)."""
-        done = await asyncio.to_thread(self.zk_client.update_topic_and_state, name, index, change)
+        done = await asyncio.to_thread(self.zk_client.update_topic_and_state, name, index, end)
         if done is None:
             return False
         record, stat, written = done
         if written is not None:
             self.cluster.learned(name, index, written)
         await self.cluster.written(name, record, stat)
-        if tell_roles and self.cluster.replicas is not None:
+        if self.cluster.replicas is not None:  # the new state at once, not by the watch
             self.cluster.replicas.state_changed(name, index)
         return True
 

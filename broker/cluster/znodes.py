@@ -111,22 +111,14 @@ class TopicRecord:
     # leaves them where they are
     manual: set[int] = field(default_factory=set)
 
-    def replicated_move(self, index: int) -> bool:
-        """Partition ``index`` is moving Kafka's way (more than one replica before or after):
-        the adding brokers follow its leader as replicas; a move of a single replica to
-        another single broker is a copy and a switch instead (moves.py)."""
-        move = self.reassigning.get(index)
-        if move is None or not 0 <= index < len(self.replicas):
-            return False
-        return len(self.replicas[index]) > 1 or len(move["target"]) > 1
-
     def assigned(self, index: int) -> list[int]:
         """The brokers holding a replica of partition ``index``: its replicas, and during a
-        replicated move the adding ones too (Kafka's RS = ORS + TRS)."""
+        move the adding ones too (Kafka's RS = ORS + TRS)."""
         current = self.replicas[index]
-        if not self.replicated_move(index):
+        move = self.reassigning.get(index)
+        if move is None:
             return current
-        return current + [b for b in self.reassigning[index]["adding"] if b not in current]
+        return current + [b for b in move["adding"] if b not in current]
 
     def encode(self) -> bytes:
         d: dict[str, Any] = {

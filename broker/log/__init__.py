@@ -4,8 +4,8 @@ checks, cleaning.
 
 topics.py          The topic table: every topic here, created, grown, changed and deleted,
                    ``topics.json``; in a cluster it follows ZooKeeper (``apply``)
-roles.py           What the topic table tells of its partitions: who leads them, the copies
-                   moving here (a broker on its own: ``LeaderOfAll``, ``NoMoves``)
+roles.py           What the topic table tells of its partitions: who leads them (a broker on
+                   its own: ``LeaderOfAll``)
 topic.py           One topic: its id, its settings, the partitions of it held here; its name's
                    rules and its errors
 replay.py          An internal topic read back whole at start-up (the coordinators' state)

@@ -1,28 +1,14 @@
 """What the topic table tells of the partitions it opens, follows and drops: this broker's
-role for each (``Roles``) and the copies of partitions moving here (``MovesHere``); in a
-cluster replication/'s replica manager and moves, on a broker on its own ``LeaderOfAll`` and
-``NoMoves``."""
+role for each (``Roles``); in a cluster replication/'s replica manager, on a broker on its own
+``LeaderOfAll``."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from headrace.broker.cluster.znodes import TopicRecord
-
     from .partition import Partition
     from .topic import Topic
-
-
-class MovesHere(Protocol):
-    """The copies of partitions moving to this broker (cluster mode: replication/moves.py),
-    as the topic table tells them of its topics."""
-
-    async def follow(self, topic: Topic, record: TopicRecord | None) -> None: ...
-
-    async def take_copy(self, name: str, index: int) -> Partition | None: ...
-
-    def forget(self, name: str, index: int) -> None: ...
 
 
 class Roles(Protocol):
@@ -34,19 +20,6 @@ class Roles(Protocol):
     async def topic_applied(self, topic: Topic) -> None: ...
 
     async def forget(self, p: Partition) -> None: ...
-
-
-class NoMoves:
-    """A broker on its own: nothing moves to it."""
-
-    async def follow(self, topic: Topic, record: TopicRecord | None) -> None:
-        pass
-
-    async def take_copy(self, name: str, index: int) -> Partition | None:
-        return None
-
-    def forget(self, name: str, index: int) -> None:
-        pass
 
 
 class LeaderOfAll:

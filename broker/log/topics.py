@@ -8,8 +8,8 @@ metadata's admin (``cluster.admin``). In a cluster that writes ZooKeeper
 (cluster/topic_admin.py), and ``apply`` makes this broker's copy follow it (a restart opens
 the partitions ``topics.json`` lists as held before it has read ZooKeeper); a broker on its
 own (cluster/single_node.py) has the table make them itself (``create_here`` ...). Who leads
-what, and the copies moving here, are the ``Roles`` and ``MovesHere`` the broker sets (in a
-cluster replication/'s; on a broker on its own ``LeaderOfAll`` and ``NoMoves``). Disk work
+what is the ``Roles`` the broker sets (in a cluster replication/'s; on a broker on its own
+``LeaderOfAll``). Disk work
 runs in a worker thread; the maps change on the event loop.
 
 Every log opens its files under one descriptor budget, ``open_files`` (``log.max.open.files``),
@@ -51,7 +51,7 @@ from headrace.storage import (
 
 from .partition import Partition
 from .producer_state import ProducerStateManager
-from .roles import LeaderOfAll, MovesHere, NoMoves, Roles
+from .roles import LeaderOfAll, Roles
 from .topic import Topic, TopicCreationError
 
 if TYPE_CHECKING:
@@ -96,9 +96,7 @@ class TopicManager:
         self._internal: dict[str, asyncio.Future] = {}  # internal topics being made
         # called once topics are gone (the broker's coordinators purge what they keep of them)
         self.on_deleted: Callable[[set[str]], Awaitable[None]] = self._no_one_told
-        # the copies of partitions moving here, and this broker's roles (in a cluster
-        # replication/'s; set by the broker)
-        self.moves: MovesHere = NoMoves()
+        # this broker's roles (in a cluster replication/'s; set by the broker)
         self.replicas: Roles = LeaderOfAll()
 
     # start and stop (called in a worker thread before serving and after it) ---------------
@@ -482,7 +480,6 @@ class TopicManager:
             topic = self.topics.get(name)
             if topic is not None and (record is None or record.topic_id != topic.topic_id):
                 await self._forget(topic)
-                await self.moves.follow(topic, None)  # drops its copies
                 topic, deleted = None, True
             if record is not None:
                 await self._follow(name, topic, record)
@@ -499,13 +496,7 @@ class TopicManager:
         elif topic.configs != record.configs:
             topic.configs = dict(record.configs)
             self._configs_changed(topic)
-        wanted = [i for i in mine if i not in topic.held]
-        copied = {}  # partitions that moved here: their copies become the served logs
-        for i in wanted:
-            copy = await self.moves.take_copy(name, i)
-            if copy is not None:
-                copied[i] = copy
-        fresh = [i for i in wanted if i not in copied]
+        fresh = [i for i in mine if i not in topic.held]
         try:
             if fresh:
                 self._check_room(name, len(fresh))
@@ -517,14 +508,9 @@ class TopicManager:
         if new:
             self.topics[name] = topic
             self.by_id[topic.topic_id] = topic
-        if copied:
-            topic.held = dict(sorted({**topic.held, **copied}.items()))
-            await asyncio.to_thread(self._save_or_log)
-            log.info("serving %s partitions %s, moved here", name, sorted(copied))
         lost = sorted(i for i in topic.held if i not in mine)
         if lost:
             await self._lose(topic, lost)
-        await self.moves.follow(topic, record)
         await self.replicas.topic_applied(topic)
 
     def _save_or_log(self) -> None:
@@ -535,13 +521,12 @@ class TopicManager:
 
     async def _lose(self, topic: Topic, indexes: list[int]) -> None:
         """Partitions that moved away: stop serving them, then delete their files (the new
-        owner has everything: the move switched only then)."""
+        owner has everything: the move ended only then)."""
         gone = [topic.held[i] for i in indexes]
         topic.held = {i: p for i, p in topic.held.items() if i not in indexes}
         for p in gone:
             await self.replicas.forget(p)
             p.gone = True
-            self.moves.forget(topic.name, p.index)
             p.wake_fetches()
         await asyncio.to_thread(self._save_or_log)
         log.info("partitions %s of %s moved away: removing them here", indexes, topic.name)

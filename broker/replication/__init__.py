@@ -2,12 +2,10 @@
 role for each (leader, follower), the followers' fetchers, and moving a partition.
 
 replica_manager.py  This broker's role for each partition it holds a replica of: leader,
-                    follower, or neither
+                    follower, or neither; and moving partitions (Kafka's reassignment, for
+                    every replication factor)
 replica_fetcher.py  Replica fetchers: copy partitions from their leader with the Fetch API, as a
                     Kafka follower
-moves.py            Moving a partition of one replica from one broker to another (cluster mode)
-broker_parts.py     The parts of the broker the replica manager and the moves both hold (one
-                    base class)
 hw_checkpoint.py    The high watermarks of a broker's replicas across restarts: Kafka's
                     ``replication-offset-checkpoint``, one file per data directory (cluster
                     mode)

@@ -30,10 +30,11 @@ fenced leader epoch, a storage error) keeps only that partition out of the fetch
 ``EPOCH_BACKOFF_S``), while the others go on, as Kafka's fetcher delays only the partitions in
 error: a partition the leader cannot serve must not hold back the high watermark of those it
 can (the follower stays in their ISRs). ``ReplicaFetchers`` keeps one fetcher per leader for
-replica_manager.py and moves.py alike, and stops a fetcher once its last partition is removed.
+replica_manager.py, and stops a fetcher once its last partition is removed.
 
-Followers (``follower=True``: a replica of the partition, replica_manager.py) differ from
-moves' copies in three ways. Before their first fetch from a leader at a new leader epoch they
+Followers (``follower=True``: a replica of the partition, replica_manager.py; the broker adds
+only these) differ from plain copies (``follower=False``, what test_replica_fetcher.py
+exercises) in three ways. Before their first fetch from a leader at a new leader epoch they
 ask it OffsetForLeaderEpoch for their own latest epoch and truncate their log where it
 diverges (``Partition.truncate_to``: the part an old leader wrote that the new one does not
 have, which was never acknowledged to acks=all producers); an OFFSET_OUT_OF_RANGE answer asks
@@ -74,7 +75,7 @@ class Copy:
     leader_epoch: int
     caught_up: bool = False  # the last answer had no records and the copy is at the leader's end
     error: int = ErrorCode.NONE  # the last partition error the leader gave
-    follower: bool = False  # a replica of the partition (not a move's copy)
+    follower: bool = False  # a replica of the partition (not a plain copy)
     truncate: bool = False  # ask OffsetForLeaderEpoch (and truncate) before fetching
     retry_at: float = 0.0  # after a partition error: not asked for before this (loop time)
     # held while an answer is applied to the copy (or it is truncated): ``remove`` waits for it,
@@ -389,7 +390,7 @@ async def _take(partition, p) -> bytes:
 
 class ReplicaFetchers:
     """This broker's replica fetchers, one per leader, for the followers' partitions
-    (replica_manager.py) and the moves' copies (moves.py) alike, as Kafka's
+    (replica_manager.py), as Kafka's
     ``ReplicaFetcherManager``: a leader's fetcher is made for its first partition, on a channel
     of its own, and stopped once its last one is removed."""
 

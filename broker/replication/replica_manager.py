@@ -22,18 +22,22 @@ When this broker starts or stops leading a partition of ``__consumer_offsets`` o
 groups and transactions of that partition), in order, by one task, from ``serve`` on (the
 changes made during start-up are told then: that is how the coordinators load at start).
 
-Replicated moves (a partition with, or getting, more than one replica; moves.py handles a
-single replica moving to another single broker): while a move runs, the partition's replicas
-here are its current ones plus the adding ones (``TopicRecord.assigned``, Kafka's RS = ORS +
-TRS), so the adding brokers open an empty log and follow the leader like any follower, and the
-leader tracks them and takes them into the ISR once they have caught up. When every target
-replica is in the ISR, the leader ends the move (``_finish``: ``Cluster.finish_reassignment``
-writes the target as the replicas and the ISR without the removed ones, by compare-and-set).
-A leader that is itself removed first stops taking writes (``Partition.frozen``; clients
-retry NOT_LEADER_OR_FOLLOWER) until the ISR has its whole log, at most
-``replica.lag.time.max.ms``, and hands leadership to the first target replica in the ISR in
-the same write (leader epoch + 1). Removed replicas stop following and delete their copy
-(``TopicManager._lose``).
+Moves (Kafka's reassignment, the one way for every replication factor, a single replica
+moving to another broker included): while a move runs, the partition's replicas here are its
+current ones plus the adding ones (``TopicRecord.assigned``, Kafka's RS = ORS + TRS), so the
+adding brokers open an empty log and follow the leader like any follower (from its log start:
+batches kept as they are, producer state and aborted transactions rebuilt), and the leader
+tracks them and takes them into the ISR once they have caught up. When every target replica
+is in the ISR, the leader ends the move (``_finish``: ``Cluster.finish_reassignment`` writes
+the target as the replicas and the ISR without the removed ones, by compare-and-set). A
+leader that is itself removed first stops taking writes (``Partition.frozen``; clients retry
+NOT_LEADER_OR_FOLLOWER) until the ISR has its whole log, at most ``replica.lag.time.max.ms``
+(then it takes writes again and tries once more later), and hands leadership to the first
+target replica in the ISR in the same write (leader epoch + 1): not even an acks=1 record is
+lost. Removed replicas stop following and delete their copy (``TopicManager._lose``); a
+cancelled move's adding replicas do the same. The coordinators follow leadership
+(``on_leadership``), so the groups and transactions of a moved ``__consumer_offsets`` or
+``__transaction_state`` partition move with it.
 
 ``shrink`` runs every half ``replica.lag.time.max.ms``: each led partition drops the followers
 that have not caught up for that long from its ISR (by compare-and-set).
@@ -52,7 +56,6 @@ from headrace.broker.log.leader_state import LeaderState
 from headrace.storage import LeaderEpochCache
 
 from . import hw_checkpoint
-from .broker_parts import BrokerParts
 
 if TYPE_CHECKING:
     from headrace.broker.log.partition import Partition
@@ -64,9 +67,21 @@ Key = tuple[str, int]
 FINISH_BACKOFF_S = 1.0  # after a move's end could not be written, before trying again
 
 
-class ReplicaManager(BrokerParts):
-    def __post_init__(self) -> None:
-        super().__post_init__()
+class ReplicaManager:
+    def __init__(
+        self,
+        node_id: int,
+        topics: TopicManager,
+        cluster: Cluster,
+        fetchers: ReplicaFetchers,
+        config,
+    ):
+        self.node_id = node_id
+        self.topics = topics
+        self.cluster = cluster
+        self.fetchers = fetchers  # the broker's replica fetchers (replica_fetcher.py)
+        self.config = config
+        self.lag_s = int(config["replica.lag.time.max.ms"]) / 1000
         self.following: dict[Key, int] = {}  # partition -> the leader it is fetched from
         self.on_leadership: Callable[[str, list[int], list[int]], Awaitable[None]] | None = None
         # called in the step this broker starts to lead a partition, before it is served: the
@@ -80,7 +95,7 @@ class ReplicaManager(BrokerParts):
         self._told: asyncio.Queue[tuple[str, list[int], list[int]]] = asyncio.Queue()
         self._teller: asyncio.Task | None = None
         self._serving = asyncio.Event()  # the coordinators have started: tell them from now
-        # replicated moves this broker leads: the task writing a move's end, and when to try
+        # moves this broker leads: the task writing a move's end, and when to try
         # again after one that did not
         self._finishing: dict[Key, asyncio.Task] = {}
         self._not_before: dict[Key, float] = {}
@@ -178,8 +193,9 @@ class ReplicaManager(BrokerParts):
                 ls.replicas_changed(replicas)
             else:
                 await self._become_leader(p, state, replicas)
-            if record.replicated_move(index):
-                self._finish_later(p, record.reassigning[index]["target"])
+            move = record.reassigning.get(index)
+            if move is not None:
+                self._finish_later(p, move["target"])
         else:
             await self._stop_leading(p)
             if state.leader < 0:
@@ -302,10 +318,10 @@ class ReplicaManager(BrokerParts):
             except Exception:
                 log.exception("the coordinators could not follow %s %s/%s", name, gained, lost)
 
-    # replicated moves ----------------------------------------------------------------------
+    # moves -------------------------------------------------------------------------------
 
     def _finish_later(self, p: Partition, target: list[int]) -> None:
-        """(The leader of a partition moving Kafka's way.) Once every target replica is in
+        """(The leader of a partition that moves.) Once every target replica is in
         the ISR, end the move (``_finish``), unless that is under way or tried too lately."""
         ls = p.leader_state
         key = (p.topic.name, p.index)
@@ -324,6 +340,7 @@ class ReplicaManager(BrokerParts):
         key = (name, index)
         loop = asyncio.get_running_loop()
         leaving = self.node_id not in target
+        started = loop.time()
         done = False
         try:
             if leaving:
@@ -339,8 +356,17 @@ class ReplicaManager(BrokerParts):
             done = await self.cluster.admin.finish_reassignment(
                 name, index, self.node_id, ls.epoch, target
             )
-            if done:
-                log.info("%s-%d: reassigned to %s", name, index, target)
+            if done and leaving:
+                log.info(
+                    "%s-%d moved to %s at offset %d (writes stopped %.0f ms)",
+                    name,
+                    index,
+                    target,
+                    p.log.log_end_offset,
+                    (loop.time() - started) * 1000,
+                )
+            elif done:
+                log.info("%s-%d moved to %s", name, index, target)
         except Exception:
             log.exception("%s-%d: cannot finish the reassignment", name, index)
         finally:
