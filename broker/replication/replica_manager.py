@@ -56,10 +56,13 @@ from headrace.broker.log.leader_state import LeaderState
 from headrace.storage import LeaderEpochCache
 
 from . import hw_checkpoint
+from .replica_fetcher import ReplicaFetchers
 
 if TYPE_CHECKING:
+    from headrace.broker.cluster.cluster import Cluster
     from headrace.broker.log.partition import Partition
     from headrace.broker.log.topic import Topic
+    from headrace.broker.log.topics import TopicManager
 
 log = logging.getLogger("headrace.replicas")
 
