@@ -396,6 +396,85 @@ class AlterReplicaLogDirsResponse(Struct):
         results: list[AlterReplicaLogDirTopicResult] = ...,
     ) -> None: ...
 
+class AlterShareGroupOffsetsRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class AlterShareGroupOffsetsRequestPartition(Struct):
+        partition_index: int
+        start_offset: int
+        def __init__(self, *, partition_index: int = 0, start_offset: int = 0) -> None: ...
+
+    class AlterShareGroupOffsetsRequestTopic(Struct):
+        topic_name: str
+        partitions: list[AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestPartition]
+        def __init__(
+            self,
+            *,
+            topic_name: str = "",
+            partitions: list[
+                AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestPartition
+            ] = ...,
+        ) -> None: ...
+
+    group_id: str
+    topics: list[AlterShareGroupOffsetsRequestTopic]
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        topics: list[AlterShareGroupOffsetsRequestTopic] = ...,
+    ) -> None: ...
+
+class AlterShareGroupOffsetsResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class AlterShareGroupOffsetsResponsePartition(Struct):
+        partition_index: int
+        error_code: int
+        error_message: str | None
+        def __init__(
+            self,
+            *,
+            partition_index: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+        ) -> None: ...
+
+    class AlterShareGroupOffsetsResponseTopic(Struct):
+        topic_name: str
+        topic_id: UUID
+        partitions: list[AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponsePartition]
+        def __init__(
+            self,
+            *,
+            topic_name: str = "",
+            topic_id: UUID = ...,
+            partitions: list[
+                AlterShareGroupOffsetsResponse.AlterShareGroupOffsetsResponsePartition
+            ] = ...,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    responses: list[AlterShareGroupOffsetsResponseTopic]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        responses: list[AlterShareGroupOffsetsResponseTopic] = ...,
+    ) -> None: ...
+
 class AlterUserScramCredentialsRequest(Struct):
     API_KEY: ClassVar[int]
     KIND: ClassVar[str]
@@ -1155,6 +1234,117 @@ class DeleteRecordsResponse(Struct):
         topics: list[DeleteRecordsTopicResult] = ...,
     ) -> None: ...
 
+class DeleteShareGroupOffsetsRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class DeleteShareGroupOffsetsRequestTopic(Struct):
+        topic_name: str
+        def __init__(self, *, topic_name: str = "") -> None: ...
+
+    group_id: str
+    topics: list[DeleteShareGroupOffsetsRequestTopic]
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        topics: list[DeleteShareGroupOffsetsRequestTopic] = ...,
+    ) -> None: ...
+
+class DeleteShareGroupOffsetsResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class DeleteShareGroupOffsetsResponseTopic(Struct):
+        topic_name: str
+        topic_id: UUID
+        error_code: int
+        error_message: str | None
+        def __init__(
+            self,
+            *,
+            topic_name: str = "",
+            topic_id: UUID = ...,
+            error_code: int = 0,
+            error_message: str | None = None,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    responses: list[DeleteShareGroupOffsetsResponseTopic]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        responses: list[DeleteShareGroupOffsetsResponseTopic] = ...,
+    ) -> None: ...
+
+class DeleteShareGroupStateRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class PartitionData(Struct):
+        partition: int
+        def __init__(self, *, partition: int = 0) -> None: ...
+
+    class DeleteStateData(Struct):
+        topic_id: UUID
+        partitions: list[DeleteShareGroupStateRequest.PartitionData]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[DeleteShareGroupStateRequest.PartitionData] = ...,
+        ) -> None: ...
+
+    group_id: str
+    topics: list[DeleteStateData]
+    def __init__(self, *, group_id: str = "", topics: list[DeleteStateData] = ...) -> None: ...
+
+class DeleteShareGroupStateResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class PartitionResult(Struct):
+        partition: int
+        error_code: int
+        error_message: str | None
+        def __init__(
+            self,
+            *,
+            partition: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+        ) -> None: ...
+
+    class DeleteStateResult(Struct):
+        topic_id: UUID
+        partitions: list[DeleteShareGroupStateResponse.PartitionResult]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[DeleteShareGroupStateResponse.PartitionResult] = ...,
+        ) -> None: ...
+
+    results: list[DeleteStateResult]
+    def __init__(self, *, results: list[DeleteStateResult] = ...) -> None: ...
+
 class DeleteTopicsRequest(Struct):
     API_KEY: ClassVar[int]
     KIND: ClassVar[str]
@@ -1822,6 +2012,98 @@ class DescribeQuorumResponse(Struct):
         nodes: list[Node] = ...,
     ) -> None: ...
 
+class DescribeShareGroupOffsetsRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class DescribeShareGroupOffsetsRequestTopic(Struct):
+        topic_name: str
+        partitions: list[int]
+        def __init__(self, *, topic_name: str = "", partitions: list[int] = ...) -> None: ...
+
+    class DescribeShareGroupOffsetsRequestGroup(Struct):
+        group_id: str
+        topics: list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic] | None
+        def __init__(
+            self,
+            *,
+            group_id: str = "",
+            topics: list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestTopic]
+            | None = ...,
+        ) -> None: ...
+
+    groups: list[DescribeShareGroupOffsetsRequestGroup]
+    def __init__(self, *, groups: list[DescribeShareGroupOffsetsRequestGroup] = ...) -> None: ...
+
+class DescribeShareGroupOffsetsResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class DescribeShareGroupOffsetsResponsePartition(Struct):
+        partition_index: int
+        start_offset: int
+        leader_epoch: int
+        lag: int
+        error_code: int
+        error_message: str | None
+        def __init__(
+            self,
+            *,
+            partition_index: int = 0,
+            start_offset: int = 0,
+            leader_epoch: int = 0,
+            lag: int = -1,
+            error_code: int = 0,
+            error_message: str | None = None,
+        ) -> None: ...
+
+    class DescribeShareGroupOffsetsResponseTopic(Struct):
+        topic_name: str
+        topic_id: UUID
+        partitions: list[
+            DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition
+        ]
+        def __init__(
+            self,
+            *,
+            topic_name: str = "",
+            topic_id: UUID = ...,
+            partitions: list[
+                DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponsePartition
+            ] = ...,
+        ) -> None: ...
+
+    class DescribeShareGroupOffsetsResponseGroup(Struct):
+        group_id: str
+        topics: list[DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic]
+        error_code: int
+        error_message: str | None
+        def __init__(
+            self,
+            *,
+            group_id: str = "",
+            topics: list[
+                DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseTopic
+            ] = ...,
+            error_code: int = 0,
+            error_message: str | None = None,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    groups: list[DescribeShareGroupOffsetsResponseGroup]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = 0,
+        groups: list[DescribeShareGroupOffsetsResponseGroup] = ...,
+    ) -> None: ...
+
 class DescribeTopicPartitionsRequest(Struct):
     API_KEY: ClassVar[int]
     KIND: ClassVar[str]
@@ -2370,6 +2652,46 @@ class FindCoordinatorResponse(Struct):
         coordinators: list[Coordinator] = ...,
     ) -> None: ...
 
+class GetTelemetrySubscriptionsRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    client_instance_id: UUID
+    def __init__(self, *, client_instance_id: UUID = ...) -> None: ...
+
+class GetTelemetrySubscriptionsResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    throttle_time_ms: int
+    error_code: int
+    client_instance_id: UUID
+    subscription_id: int
+    accepted_compression_types: list[int]
+    push_interval_ms: int
+    telemetry_max_bytes: int
+    delta_temporality: bool
+    requested_metrics: list[str]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        client_instance_id: UUID = ...,
+        subscription_id: int = 0,
+        accepted_compression_types: list[int] = ...,
+        push_interval_ms: int = 0,
+        telemetry_max_bytes: int = 0,
+        delta_temporality: bool = False,
+        requested_metrics: list[str] = ...,
+    ) -> None: ...
+
 class HeartbeatRequest(Struct):
     API_KEY: ClassVar[int]
     KIND: ClassVar[str]
@@ -2518,6 +2840,71 @@ class InitProducerIdResponse(Struct):
         ongoing_txn_producer_id: int = -1,
         ongoing_txn_producer_epoch: int = -1,
     ) -> None: ...
+
+class InitializeShareGroupStateRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class PartitionData(Struct):
+        partition: int
+        state_epoch: int
+        start_offset: int
+        def __init__(
+            self,
+            *,
+            partition: int = 0,
+            state_epoch: int = 0,
+            start_offset: int = 0,
+        ) -> None: ...
+
+    class InitializeStateData(Struct):
+        topic_id: UUID
+        partitions: list[InitializeShareGroupStateRequest.PartitionData]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[InitializeShareGroupStateRequest.PartitionData] = ...,
+        ) -> None: ...
+
+    group_id: str
+    topics: list[InitializeStateData]
+    def __init__(self, *, group_id: str = "", topics: list[InitializeStateData] = ...) -> None: ...
+
+class InitializeShareGroupStateResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class PartitionResult(Struct):
+        partition: int
+        error_code: int
+        error_message: str | None
+        def __init__(
+            self,
+            *,
+            partition: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+        ) -> None: ...
+
+    class InitializeStateResult(Struct):
+        topic_id: UUID
+        partitions: list[InitializeShareGroupStateResponse.PartitionResult]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[InitializeShareGroupStateResponse.PartitionResult] = ...,
+        ) -> None: ...
+
+    results: list[InitializeStateResult]
+    def __init__(self, *, results: list[InitializeStateResult] = ...) -> None: ...
 
 class JoinGroupRequest(Struct):
     API_KEY: ClassVar[int]
@@ -3524,6 +3911,183 @@ class ProduceResponse(Struct):
         node_endpoints: list[NodeEndpoint] = ...,
     ) -> None: ...
 
+class PushTelemetryRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    client_instance_id: UUID
+    subscription_id: int
+    terminating: bool
+    compression_type: int
+    metrics: bytes
+    def __init__(
+        self,
+        *,
+        client_instance_id: UUID = ...,
+        subscription_id: int = 0,
+        terminating: bool = False,
+        compression_type: int = 0,
+        metrics: bytes = b"",
+    ) -> None: ...
+
+class PushTelemetryResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    throttle_time_ms: int
+    error_code: int
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0) -> None: ...
+
+class ReadShareGroupStateRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class PartitionData(Struct):
+        partition: int
+        leader_epoch: int
+        def __init__(self, *, partition: int = 0, leader_epoch: int = 0) -> None: ...
+
+    class ReadStateData(Struct):
+        topic_id: UUID
+        partitions: list[ReadShareGroupStateRequest.PartitionData]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[ReadShareGroupStateRequest.PartitionData] = ...,
+        ) -> None: ...
+
+    group_id: str
+    topics: list[ReadStateData]
+    def __init__(self, *, group_id: str = "", topics: list[ReadStateData] = ...) -> None: ...
+
+class ReadShareGroupStateResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class StateBatch(Struct):
+        first_offset: int
+        last_offset: int
+        delivery_state: int
+        delivery_count: int
+        def __init__(
+            self,
+            *,
+            first_offset: int = 0,
+            last_offset: int = 0,
+            delivery_state: int = 0,
+            delivery_count: int = 0,
+        ) -> None: ...
+
+    class PartitionResult(Struct):
+        partition: int
+        error_code: int
+        error_message: str | None
+        state_epoch: int
+        start_offset: int
+        state_batches: list[ReadShareGroupStateResponse.StateBatch]
+        def __init__(
+            self,
+            *,
+            partition: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+            state_epoch: int = 0,
+            start_offset: int = 0,
+            state_batches: list[ReadShareGroupStateResponse.StateBatch] = ...,
+        ) -> None: ...
+
+    class ReadStateResult(Struct):
+        topic_id: UUID
+        partitions: list[ReadShareGroupStateResponse.PartitionResult]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[ReadShareGroupStateResponse.PartitionResult] = ...,
+        ) -> None: ...
+
+    results: list[ReadStateResult]
+    def __init__(self, *, results: list[ReadStateResult] = ...) -> None: ...
+
+class ReadShareGroupStateSummaryRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class PartitionData(Struct):
+        partition: int
+        leader_epoch: int
+        def __init__(self, *, partition: int = 0, leader_epoch: int = 0) -> None: ...
+
+    class ReadStateSummaryData(Struct):
+        topic_id: UUID
+        partitions: list[ReadShareGroupStateSummaryRequest.PartitionData]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[ReadShareGroupStateSummaryRequest.PartitionData] = ...,
+        ) -> None: ...
+
+    group_id: str
+    topics: list[ReadStateSummaryData]
+    def __init__(self, *, group_id: str = "", topics: list[ReadStateSummaryData] = ...) -> None: ...
+
+class ReadShareGroupStateSummaryResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class PartitionResult(Struct):
+        partition: int
+        error_code: int
+        error_message: str | None
+        state_epoch: int
+        leader_epoch: int
+        start_offset: int
+        delivery_complete_count: int
+        def __init__(
+            self,
+            *,
+            partition: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+            state_epoch: int = 0,
+            leader_epoch: int = 0,
+            start_offset: int = 0,
+            delivery_complete_count: int = -1,
+        ) -> None: ...
+
+    class ReadStateSummaryResult(Struct):
+        topic_id: UUID
+        partitions: list[ReadShareGroupStateSummaryResponse.PartitionResult]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[ReadShareGroupStateSummaryResponse.PartitionResult] = ...,
+        ) -> None: ...
+
+    results: list[ReadStateSummaryResult]
+    def __init__(self, *, results: list[ReadStateSummaryResult] = ...) -> None: ...
+
 class RequestHeader(Struct):
     API_KEY: ClassVar[None]
     KIND: ClassVar[str]
@@ -3604,6 +4168,972 @@ class SaslHandshakeResponse(Struct):
     error_code: int
     mechanisms: list[str]
     def __init__(self, *, error_code: int = 0, mechanisms: list[str] = ...) -> None: ...
+
+class ShareAcknowledgeRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class AcknowledgementBatch(Struct):
+        first_offset: int
+        last_offset: int
+        acknowledge_types: list[int]
+        def __init__(
+            self,
+            *,
+            first_offset: int = 0,
+            last_offset: int = 0,
+            acknowledge_types: list[int] = ...,
+        ) -> None: ...
+
+    class AcknowledgePartition(Struct):
+        partition_index: int
+        acknowledgement_batches: list[ShareAcknowledgeRequest.AcknowledgementBatch]
+        def __init__(
+            self,
+            *,
+            partition_index: int = 0,
+            acknowledgement_batches: list[ShareAcknowledgeRequest.AcknowledgementBatch] = ...,
+        ) -> None: ...
+
+    class AcknowledgeTopic(Struct):
+        topic_id: UUID
+        partitions: list[ShareAcknowledgeRequest.AcknowledgePartition]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[ShareAcknowledgeRequest.AcknowledgePartition] = ...,
+        ) -> None: ...
+
+    group_id: str | None
+    member_id: str | None
+    share_session_epoch: int
+    is_renew_ack: bool
+    topics: list[AcknowledgeTopic]
+    def __init__(
+        self,
+        *,
+        group_id: str | None = None,
+        member_id: str | None = "",
+        share_session_epoch: int = 0,
+        is_renew_ack: bool = False,
+        topics: list[AcknowledgeTopic] = ...,
+    ) -> None: ...
+
+class ShareAcknowledgeResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class LeaderIdAndEpoch(Struct):
+        leader_id: int
+        leader_epoch: int
+        def __init__(self, *, leader_id: int = 0, leader_epoch: int = 0) -> None: ...
+
+    class PartitionData(Struct):
+        partition_index: int
+        error_code: int
+        error_message: str | None
+        current_leader: ShareAcknowledgeResponse.LeaderIdAndEpoch
+        def __init__(
+            self,
+            *,
+            partition_index: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+            current_leader: ShareAcknowledgeResponse.LeaderIdAndEpoch = ...,
+        ) -> None: ...
+
+    class ShareAcknowledgeTopicResponse(Struct):
+        topic_id: UUID
+        partitions: list[ShareAcknowledgeResponse.PartitionData]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[ShareAcknowledgeResponse.PartitionData] = ...,
+        ) -> None: ...
+
+    class NodeEndpoint(Struct):
+        node_id: int
+        host: str
+        port: int
+        rack: str | None
+        def __init__(
+            self,
+            *,
+            node_id: int = 0,
+            host: str = "",
+            port: int = 0,
+            rack: str | None = None,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    acquisition_lock_timeout_ms: int
+    responses: list[ShareAcknowledgeTopicResponse]
+    node_endpoints: list[NodeEndpoint]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        acquisition_lock_timeout_ms: int = 0,
+        responses: list[ShareAcknowledgeTopicResponse] = ...,
+        node_endpoints: list[NodeEndpoint] = ...,
+    ) -> None: ...
+
+class ShareFetchRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class AcknowledgementBatch(Struct):
+        first_offset: int
+        last_offset: int
+        acknowledge_types: list[int]
+        def __init__(
+            self,
+            *,
+            first_offset: int = 0,
+            last_offset: int = 0,
+            acknowledge_types: list[int] = ...,
+        ) -> None: ...
+
+    class FetchPartition(Struct):
+        partition_index: int
+        partition_max_bytes: int
+        acknowledgement_batches: list[ShareFetchRequest.AcknowledgementBatch]
+        def __init__(
+            self,
+            *,
+            partition_index: int = 0,
+            partition_max_bytes: int = 0,
+            acknowledgement_batches: list[ShareFetchRequest.AcknowledgementBatch] = ...,
+        ) -> None: ...
+
+    class FetchTopic(Struct):
+        topic_id: UUID
+        partitions: list[ShareFetchRequest.FetchPartition]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[ShareFetchRequest.FetchPartition] = ...,
+        ) -> None: ...
+
+    class ForgottenTopic(Struct):
+        topic_id: UUID
+        partitions: list[int]
+        def __init__(self, *, topic_id: UUID = ..., partitions: list[int] = ...) -> None: ...
+
+    group_id: str | None
+    member_id: str | None
+    share_session_epoch: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    max_records: int
+    batch_size: int
+    share_acquire_mode: int
+    is_renew_ack: bool
+    topics: list[FetchTopic]
+    forgotten_topics_data: list[ForgottenTopic]
+    def __init__(
+        self,
+        *,
+        group_id: str | None = None,
+        member_id: str | None = "",
+        share_session_epoch: int = 0,
+        max_wait_ms: int = 0,
+        min_bytes: int = 0,
+        max_bytes: int = 2147483647,
+        max_records: int = 0,
+        batch_size: int = 0,
+        share_acquire_mode: int = 0,
+        is_renew_ack: bool = False,
+        topics: list[FetchTopic] = ...,
+        forgotten_topics_data: list[ForgottenTopic] = ...,
+    ) -> None: ...
+
+class ShareFetchResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class LeaderIdAndEpoch(Struct):
+        leader_id: int
+        leader_epoch: int
+        def __init__(self, *, leader_id: int = 0, leader_epoch: int = 0) -> None: ...
+
+    class AcquiredRecords(Struct):
+        first_offset: int
+        last_offset: int
+        delivery_count: int
+        def __init__(
+            self,
+            *,
+            first_offset: int = 0,
+            last_offset: int = 0,
+            delivery_count: int = 0,
+        ) -> None: ...
+
+    class PartitionData(Struct):
+        partition_index: int
+        error_code: int
+        error_message: str | None
+        acknowledge_error_code: int
+        acknowledge_error_message: str | None
+        current_leader: ShareFetchResponse.LeaderIdAndEpoch
+        records: _Records | None
+        acquired_records: list[ShareFetchResponse.AcquiredRecords]
+        def __init__(
+            self,
+            *,
+            partition_index: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+            acknowledge_error_code: int = 0,
+            acknowledge_error_message: str | None = None,
+            current_leader: ShareFetchResponse.LeaderIdAndEpoch = ...,
+            records: _Records | None = None,
+            acquired_records: list[ShareFetchResponse.AcquiredRecords] = ...,
+        ) -> None: ...
+
+    class ShareFetchableTopicResponse(Struct):
+        topic_id: UUID
+        partitions: list[ShareFetchResponse.PartitionData]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[ShareFetchResponse.PartitionData] = ...,
+        ) -> None: ...
+
+    class NodeEndpoint(Struct):
+        node_id: int
+        host: str
+        port: int
+        rack: str | None
+        def __init__(
+            self,
+            *,
+            node_id: int = 0,
+            host: str = "",
+            port: int = 0,
+            rack: str | None = None,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    acquisition_lock_timeout_ms: int
+    responses: list[ShareFetchableTopicResponse]
+    node_endpoints: list[NodeEndpoint]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        acquisition_lock_timeout_ms: int = 0,
+        responses: list[ShareFetchableTopicResponse] = ...,
+        node_endpoints: list[NodeEndpoint] = ...,
+    ) -> None: ...
+
+class ShareGroupDescribeRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_ids: list[str]
+    include_authorized_operations: bool
+    def __init__(
+        self,
+        *,
+        group_ids: list[str] = ...,
+        include_authorized_operations: bool = False,
+    ) -> None: ...
+
+class ShareGroupDescribeResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class TopicPartitions(Struct):
+        topic_id: UUID
+        topic_name: str
+        partitions: list[int]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            topic_name: str = "",
+            partitions: list[int] = ...,
+        ) -> None: ...
+
+    class Assignment(Struct):
+        topic_partitions: list[ShareGroupDescribeResponse.TopicPartitions]
+        def __init__(
+            self,
+            *,
+            topic_partitions: list[ShareGroupDescribeResponse.TopicPartitions] = ...,
+        ) -> None: ...
+
+    class Member(Struct):
+        member_id: str
+        rack_id: str | None
+        member_epoch: int
+        client_id: str
+        client_host: str
+        subscribed_topic_names: list[str]
+        assignment: ShareGroupDescribeResponse.Assignment
+        def __init__(
+            self,
+            *,
+            member_id: str = "",
+            rack_id: str | None = None,
+            member_epoch: int = 0,
+            client_id: str = "",
+            client_host: str = "",
+            subscribed_topic_names: list[str] = ...,
+            assignment: ShareGroupDescribeResponse.Assignment = ...,
+        ) -> None: ...
+
+    class DescribedGroup(Struct):
+        error_code: int
+        error_message: str | None
+        group_id: str
+        group_state: str
+        group_epoch: int
+        assignment_epoch: int
+        assignor_name: str
+        members: list[ShareGroupDescribeResponse.Member]
+        authorized_operations: int
+        def __init__(
+            self,
+            *,
+            error_code: int = 0,
+            error_message: str | None = None,
+            group_id: str = "",
+            group_state: str = "",
+            group_epoch: int = 0,
+            assignment_epoch: int = 0,
+            assignor_name: str = "",
+            members: list[ShareGroupDescribeResponse.Member] = ...,
+            authorized_operations: int = -2147483648,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    groups: list[DescribedGroup]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = 0,
+        groups: list[DescribedGroup] = ...,
+    ) -> None: ...
+
+class ShareGroupHeartbeatRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    member_id: str
+    member_epoch: int
+    rack_id: str | None
+    subscribed_topic_names: list[str] | None
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        member_epoch: int = 0,
+        rack_id: str | None = None,
+        subscribed_topic_names: list[str] | None = None,
+    ) -> None: ...
+
+class ShareGroupHeartbeatResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class TopicPartitions(Struct):
+        topic_id: UUID
+        partitions: list[int]
+        def __init__(self, *, topic_id: UUID = ..., partitions: list[int] = ...) -> None: ...
+
+    class Assignment(Struct):
+        topic_partitions: list[ShareGroupHeartbeatResponse.TopicPartitions]
+        def __init__(
+            self,
+            *,
+            topic_partitions: list[ShareGroupHeartbeatResponse.TopicPartitions] = ...,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    member_id: str | None
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: Assignment | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        member_id: str | None = None,
+        member_epoch: int = 0,
+        heartbeat_interval_ms: int = 0,
+        assignment: Assignment | None = None,
+    ) -> None: ...
+
+class StreamsGroupDescribeRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_ids: list[str]
+    include_authorized_operations: bool
+    include_topology_description: bool
+    def __init__(
+        self,
+        *,
+        group_ids: list[str] = ...,
+        include_authorized_operations: bool = False,
+        include_topology_description: bool = False,
+    ) -> None: ...
+
+class StreamsGroupDescribeResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class Endpoint(Struct):
+        host: str
+        port: int
+        def __init__(self, *, host: str = "", port: int = 0) -> None: ...
+
+    class TaskOffset(Struct):
+        subtopology_id: str
+        partition: int
+        offset: int
+        def __init__(
+            self,
+            *,
+            subtopology_id: str = "",
+            partition: int = 0,
+            offset: int = 0,
+        ) -> None: ...
+
+    class Assignment(Struct):
+        active_tasks: list[StreamsGroupDescribeResponse.TaskIds]
+        standby_tasks: list[StreamsGroupDescribeResponse.TaskIds]
+        warmup_tasks: list[StreamsGroupDescribeResponse.TaskIds]
+        def __init__(
+            self,
+            *,
+            active_tasks: list[StreamsGroupDescribeResponse.TaskIds] = ...,
+            standby_tasks: list[StreamsGroupDescribeResponse.TaskIds] = ...,
+            warmup_tasks: list[StreamsGroupDescribeResponse.TaskIds] = ...,
+        ) -> None: ...
+
+    class TaskIds(Struct):
+        subtopology_id: str
+        partitions: list[int]
+        def __init__(self, *, subtopology_id: str = "", partitions: list[int] = ...) -> None: ...
+
+    class KeyValue(Struct):
+        key: str
+        value: str
+        def __init__(self, *, key: str = "", value: str = "") -> None: ...
+
+    class TopicInfo(Struct):
+        name: str
+        partitions: int
+        replication_factor: int
+        topic_configs: list[StreamsGroupDescribeResponse.KeyValue]
+        def __init__(
+            self,
+            *,
+            name: str = "",
+            partitions: int = 0,
+            replication_factor: int = 0,
+            topic_configs: list[StreamsGroupDescribeResponse.KeyValue] = ...,
+        ) -> None: ...
+
+    class TopologyDescription(Struct):
+        subtopologies: list[StreamsGroupDescribeResponse.TopologyDescriptionSubtopology]
+        global_stores: list[StreamsGroupDescribeResponse.TopologyDescriptionGlobalStore]
+        def __init__(
+            self,
+            *,
+            subtopologies: list[StreamsGroupDescribeResponse.TopologyDescriptionSubtopology] = ...,
+            global_stores: list[StreamsGroupDescribeResponse.TopologyDescriptionGlobalStore] = ...,
+        ) -> None: ...
+
+    class TopologyDescriptionSubtopology(Struct):
+        subtopology_id: str
+        nodes: list[StreamsGroupDescribeResponse.TopologyDescriptionNode]
+        def __init__(
+            self,
+            *,
+            subtopology_id: str = "",
+            nodes: list[StreamsGroupDescribeResponse.TopologyDescriptionNode] = ...,
+        ) -> None: ...
+
+    class TopologyDescriptionNode(Struct):
+        name: str
+        node_type: int
+        source_topics: list[str]
+        sink_topic: str | None
+        stores: list[str]
+        successors: list[str]
+        def __init__(
+            self,
+            *,
+            name: str = "",
+            node_type: int = 0,
+            source_topics: list[str] = ...,
+            sink_topic: str | None = None,
+            stores: list[str] = ...,
+            successors: list[str] = ...,
+        ) -> None: ...
+
+    class TopologyDescriptionGlobalStore(Struct):
+        source: StreamsGroupDescribeResponse.TopologyDescriptionNode
+        processor: StreamsGroupDescribeResponse.TopologyDescriptionNode
+        def __init__(
+            self,
+            *,
+            source: StreamsGroupDescribeResponse.TopologyDescriptionNode = ...,
+            processor: StreamsGroupDescribeResponse.TopologyDescriptionNode = ...,
+        ) -> None: ...
+
+    class Subtopology(Struct):
+        subtopology_id: str
+        source_topics: list[str]
+        repartition_sink_topics: list[str]
+        state_changelog_topics: list[StreamsGroupDescribeResponse.TopicInfo]
+        repartition_source_topics: list[StreamsGroupDescribeResponse.TopicInfo]
+        def __init__(
+            self,
+            *,
+            subtopology_id: str = "",
+            source_topics: list[str] = ...,
+            repartition_sink_topics: list[str] = ...,
+            state_changelog_topics: list[StreamsGroupDescribeResponse.TopicInfo] = ...,
+            repartition_source_topics: list[StreamsGroupDescribeResponse.TopicInfo] = ...,
+        ) -> None: ...
+
+    class Topology(Struct):
+        epoch: int
+        subtopologies: list[StreamsGroupDescribeResponse.Subtopology] | None
+        def __init__(
+            self,
+            *,
+            epoch: int = 0,
+            subtopologies: list[StreamsGroupDescribeResponse.Subtopology] | None = None,
+        ) -> None: ...
+
+    class Member(Struct):
+        member_id: str
+        member_epoch: int
+        instance_id: str | None
+        rack_id: str | None
+        client_id: str
+        client_host: str
+        topology_epoch: int
+        process_id: str
+        user_endpoint: StreamsGroupDescribeResponse.Endpoint | None
+        client_tags: list[StreamsGroupDescribeResponse.KeyValue]
+        task_offsets: list[StreamsGroupDescribeResponse.TaskOffset]
+        task_end_offsets: list[StreamsGroupDescribeResponse.TaskOffset]
+        assignment: StreamsGroupDescribeResponse.Assignment
+        target_assignment: StreamsGroupDescribeResponse.Assignment
+        is_classic: bool
+        def __init__(
+            self,
+            *,
+            member_id: str = "",
+            member_epoch: int = 0,
+            instance_id: str | None = None,
+            rack_id: str | None = None,
+            client_id: str = "",
+            client_host: str = "",
+            topology_epoch: int = 0,
+            process_id: str = "",
+            user_endpoint: StreamsGroupDescribeResponse.Endpoint | None = None,
+            client_tags: list[StreamsGroupDescribeResponse.KeyValue] = ...,
+            task_offsets: list[StreamsGroupDescribeResponse.TaskOffset] = ...,
+            task_end_offsets: list[StreamsGroupDescribeResponse.TaskOffset] = ...,
+            assignment: StreamsGroupDescribeResponse.Assignment = ...,
+            target_assignment: StreamsGroupDescribeResponse.Assignment = ...,
+            is_classic: bool = False,
+        ) -> None: ...
+
+    class DescribedGroup(Struct):
+        error_code: int
+        error_message: str | None
+        group_id: str
+        group_state: str
+        group_epoch: int
+        assignment_epoch: int
+        topology: StreamsGroupDescribeResponse.Topology | None
+        members: list[StreamsGroupDescribeResponse.Member]
+        authorized_operations: int
+        topology_description: StreamsGroupDescribeResponse.TopologyDescription | None
+        topology_description_status: int
+        assignor_name: str | None
+        def __init__(
+            self,
+            *,
+            error_code: int = 0,
+            error_message: str | None = None,
+            group_id: str = "",
+            group_state: str = "",
+            group_epoch: int = 0,
+            assignment_epoch: int = 0,
+            topology: StreamsGroupDescribeResponse.Topology | None = None,
+            members: list[StreamsGroupDescribeResponse.Member] = ...,
+            authorized_operations: int = -2147483648,
+            topology_description: StreamsGroupDescribeResponse.TopologyDescription | None = None,
+            topology_description_status: int = 0,
+            assignor_name: str | None = None,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    groups: list[DescribedGroup]
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = 0,
+        groups: list[DescribedGroup] = ...,
+    ) -> None: ...
+
+class StreamsGroupHeartbeatRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class KeyValue(Struct):
+        key: str
+        value: str
+        def __init__(self, *, key: str = "", value: str = "") -> None: ...
+
+    class TopicInfo(Struct):
+        name: str
+        partitions: int
+        replication_factor: int
+        topic_configs: list[StreamsGroupHeartbeatRequest.KeyValue]
+        def __init__(
+            self,
+            *,
+            name: str = "",
+            partitions: int = 0,
+            replication_factor: int = 0,
+            topic_configs: list[StreamsGroupHeartbeatRequest.KeyValue] = ...,
+        ) -> None: ...
+
+    class Endpoint(Struct):
+        host: str
+        port: int
+        def __init__(self, *, host: str = "", port: int = 0) -> None: ...
+
+    class TaskOffset(Struct):
+        subtopology_id: str
+        partition: int
+        offset: int
+        def __init__(
+            self,
+            *,
+            subtopology_id: str = "",
+            partition: int = 0,
+            offset: int = 0,
+        ) -> None: ...
+
+    class TaskIds(Struct):
+        subtopology_id: str
+        partitions: list[int]
+        def __init__(self, *, subtopology_id: str = "", partitions: list[int] = ...) -> None: ...
+
+    class CopartitionGroup(Struct):
+        source_topics: list[int]
+        source_topic_regex: list[int]
+        repartition_source_topics: list[int]
+        def __init__(
+            self,
+            *,
+            source_topics: list[int] = ...,
+            source_topic_regex: list[int] = ...,
+            repartition_source_topics: list[int] = ...,
+        ) -> None: ...
+
+    class Subtopology(Struct):
+        subtopology_id: str
+        source_topics: list[str]
+        source_topic_regex: list[str]
+        state_changelog_topics: list[StreamsGroupHeartbeatRequest.TopicInfo]
+        repartition_sink_topics: list[str]
+        repartition_source_topics: list[StreamsGroupHeartbeatRequest.TopicInfo]
+        copartition_groups: list[StreamsGroupHeartbeatRequest.CopartitionGroup]
+        def __init__(
+            self,
+            *,
+            subtopology_id: str = "",
+            source_topics: list[str] = ...,
+            source_topic_regex: list[str] = ...,
+            state_changelog_topics: list[StreamsGroupHeartbeatRequest.TopicInfo] = ...,
+            repartition_sink_topics: list[str] = ...,
+            repartition_source_topics: list[StreamsGroupHeartbeatRequest.TopicInfo] = ...,
+            copartition_groups: list[StreamsGroupHeartbeatRequest.CopartitionGroup] = ...,
+        ) -> None: ...
+
+    class Topology(Struct):
+        epoch: int
+        subtopologies: list[StreamsGroupHeartbeatRequest.Subtopology]
+        def __init__(
+            self,
+            *,
+            epoch: int = 0,
+            subtopologies: list[StreamsGroupHeartbeatRequest.Subtopology] = ...,
+        ) -> None: ...
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    endpoint_information_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    rebalance_timeout_ms: int
+    topology: Topology | None
+    active_tasks: list[TaskIds] | None
+    standby_tasks: list[TaskIds] | None
+    warmup_tasks: list[TaskIds] | None
+    process_id: str | None
+    user_endpoint: Endpoint | None
+    client_tags: list[KeyValue] | None
+    task_offsets: list[TaskOffset] | None
+    task_end_offsets: list[TaskOffset] | None
+    shutdown_application: bool
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        member_epoch: int = 0,
+        endpoint_information_epoch: int = 0,
+        instance_id: str | None = None,
+        rack_id: str | None = None,
+        rebalance_timeout_ms: int = -1,
+        topology: Topology | None = None,
+        active_tasks: list[TaskIds] | None = None,
+        standby_tasks: list[TaskIds] | None = None,
+        warmup_tasks: list[TaskIds] | None = None,
+        process_id: str | None = None,
+        user_endpoint: Endpoint | None = None,
+        client_tags: list[KeyValue] | None = None,
+        task_offsets: list[TaskOffset] | None = None,
+        task_end_offsets: list[TaskOffset] | None = None,
+        shutdown_application: bool = False,
+    ) -> None: ...
+
+class StreamsGroupHeartbeatResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class Status(Struct):
+        status_code: int
+        status_detail: str
+        def __init__(self, *, status_code: int = 0, status_detail: str = "") -> None: ...
+
+    class TopicPartition(Struct):
+        topic: str
+        partitions: list[int]
+        def __init__(self, *, topic: str = "", partitions: list[int] = ...) -> None: ...
+
+    class TaskIds(Struct):
+        subtopology_id: str
+        partitions: list[int]
+        def __init__(self, *, subtopology_id: str = "", partitions: list[int] = ...) -> None: ...
+
+    class Endpoint(Struct):
+        host: str
+        port: int
+        def __init__(self, *, host: str = "", port: int = 0) -> None: ...
+
+    class EndpointToPartitions(Struct):
+        user_endpoint: StreamsGroupHeartbeatResponse.Endpoint
+        active_partitions: list[StreamsGroupHeartbeatResponse.TopicPartition]
+        standby_partitions: list[StreamsGroupHeartbeatResponse.TopicPartition]
+        def __init__(
+            self,
+            *,
+            user_endpoint: StreamsGroupHeartbeatResponse.Endpoint = ...,
+            active_partitions: list[StreamsGroupHeartbeatResponse.TopicPartition] = ...,
+            standby_partitions: list[StreamsGroupHeartbeatResponse.TopicPartition] = ...,
+        ) -> None: ...
+
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    acceptable_recovery_lag_legacy: int
+    task_offset_interval_ms: int
+    acceptable_recovery_lag: int
+    status: list[Status] | None
+    active_tasks: list[TaskIds] | None
+    standby_tasks: list[TaskIds] | None
+    warmup_tasks: list[TaskIds] | None
+    topology_description_required: bool
+    endpoint_information_epoch: int
+    partitions_by_user_endpoint: list[EndpointToPartitions] | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+        member_id: str = "",
+        member_epoch: int = 0,
+        heartbeat_interval_ms: int = 0,
+        acceptable_recovery_lag_legacy: int = 0,
+        task_offset_interval_ms: int = 0,
+        acceptable_recovery_lag: int = -1,
+        status: list[Status] | None = ...,
+        active_tasks: list[TaskIds] | None = None,
+        standby_tasks: list[TaskIds] | None = None,
+        warmup_tasks: list[TaskIds] | None = None,
+        topology_description_required: bool = False,
+        endpoint_information_epoch: int = 0,
+        partitions_by_user_endpoint: list[EndpointToPartitions] | None = None,
+    ) -> None: ...
+
+class StreamsGroupTopologyDescriptionUpdateRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class TopologyDescription(Struct):
+        subtopologies: list[
+            StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionSubtopology
+        ]
+        global_stores: list[
+            StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionGlobalStore
+        ]
+        def __init__(
+            self,
+            *,
+            subtopologies: list[
+                StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionSubtopology
+            ] = ...,
+            global_stores: list[
+                StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionGlobalStore
+            ] = ...,
+        ) -> None: ...
+
+    class TopologyDescriptionSubtopology(Struct):
+        subtopology_id: str
+        nodes: list[StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode]
+        def __init__(
+            self,
+            *,
+            subtopology_id: str = "",
+            nodes: list[StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode] = ...,
+        ) -> None: ...
+
+    class TopologyDescriptionNode(Struct):
+        name: str
+        node_type: int
+        source_topics: list[str]
+        sink_topic: str | None
+        stores: list[str]
+        successors: list[str]
+        def __init__(
+            self,
+            *,
+            name: str = "",
+            node_type: int = 0,
+            source_topics: list[str] = ...,
+            sink_topic: str | None = None,
+            stores: list[str] = ...,
+            successors: list[str] = ...,
+        ) -> None: ...
+
+    class TopologyDescriptionGlobalStore(Struct):
+        source: StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode
+        processor: StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode
+        def __init__(
+            self,
+            *,
+            source: StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode = ...,
+            processor: StreamsGroupTopologyDescriptionUpdateRequest.TopologyDescriptionNode = ...,
+        ) -> None: ...
+
+    group_id: str
+    member_id: str
+    topology_epoch: int
+    topology_description: TopologyDescription
+    def __init__(
+        self,
+        *,
+        group_id: str = "",
+        member_id: str = "",
+        topology_epoch: int = 0,
+        topology_description: TopologyDescription = ...,
+    ) -> None: ...
+
+class StreamsGroupTopologyDescriptionUpdateResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    throttle_time_ms: int
+    error_code: int
+    error_message: str | None
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: int = 0,
+        error_code: int = 0,
+        error_message: str | None = None,
+    ) -> None: ...
 
 class SyncGroupRequest(Struct):
     API_KEY: ClassVar[int]
@@ -3832,6 +5362,91 @@ class UpdateFeaturesResponse(Struct):
         error_message: str | None = "",
         results: list[UpdatableFeatureResult] = ...,
     ) -> None: ...
+
+class WriteShareGroupStateRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class StateBatch(Struct):
+        first_offset: int
+        last_offset: int
+        delivery_state: int
+        delivery_count: int
+        def __init__(
+            self,
+            *,
+            first_offset: int = 0,
+            last_offset: int = 0,
+            delivery_state: int = 0,
+            delivery_count: int = 0,
+        ) -> None: ...
+
+    class PartitionData(Struct):
+        partition: int
+        state_epoch: int
+        leader_epoch: int
+        start_offset: int
+        delivery_complete_count: int
+        state_batches: list[WriteShareGroupStateRequest.StateBatch]
+        def __init__(
+            self,
+            *,
+            partition: int = 0,
+            state_epoch: int = 0,
+            leader_epoch: int = 0,
+            start_offset: int = 0,
+            delivery_complete_count: int = -1,
+            state_batches: list[WriteShareGroupStateRequest.StateBatch] = ...,
+        ) -> None: ...
+
+    class WriteStateData(Struct):
+        topic_id: UUID
+        partitions: list[WriteShareGroupStateRequest.PartitionData]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[WriteShareGroupStateRequest.PartitionData] = ...,
+        ) -> None: ...
+
+    group_id: str
+    topics: list[WriteStateData]
+    def __init__(self, *, group_id: str = "", topics: list[WriteStateData] = ...) -> None: ...
+
+class WriteShareGroupStateResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class PartitionResult(Struct):
+        partition: int
+        error_code: int
+        error_message: str | None
+        def __init__(
+            self,
+            *,
+            partition: int = 0,
+            error_code: int = 0,
+            error_message: str | None = None,
+        ) -> None: ...
+
+    class WriteStateResult(Struct):
+        topic_id: UUID
+        partitions: list[WriteShareGroupStateResponse.PartitionResult]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[WriteShareGroupStateResponse.PartitionResult] = ...,
+        ) -> None: ...
+
+    results: list[WriteStateResult]
+    def __init__(self, *, results: list[WriteStateResult] = ...) -> None: ...
 
 class WriteTxnMarkersRequest(Struct):
     API_KEY: ClassVar[int]

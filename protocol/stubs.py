@@ -104,16 +104,35 @@ def _default(f: FieldSpec) -> str:
 
 
 def _annotation(indent: str, text: str, type_: str, tail: str) -> list[str]:
-    """``{text}: {type_}{tail}`` at ``indent``; a ``list[...]`` too long for one line is split
-    inside its brackets, as the formatter splits it. Other long shapes are refused: the
+    """``{text}: {type_}{tail}`` at ``indent``; a ``list[...]`` (or ``list[...] | None``) too
+    long for one line is split as the formatter splits it. Other long shapes are refused: the
     formatter lays them out by rules this does not follow."""
     line = f"{indent}{text}: {type_}{tail}"
     if len(line) <= LINE_LENGTH:
         return [line]
-    split = [f"{indent}{text}: list[", f"{indent}    {type_[5:-1]}", f"{indent}]{tail}"]
-    if type_.startswith("list[") and type_.endswith("]") and len(split[1]) <= LINE_LENGTH:
-        return split
+    optional = type_.endswith(" | None")
+    listed = type_.removesuffix(" | None")
+    if listed.startswith("list[") and listed.endswith("]"):
+        if optional and not tail:  # an attribute: the union in parentheses, a line each
+            split = [
+                f"{indent}{text}: (",
+                f"{indent}    {listed}",
+                f"{indent}    | None",
+                f"{indent})",
+            ]
+        elif optional:  # a parameter: the list (split if it must be), then the rest of the union
+            whole = f"{indent}{text}: {listed}"
+            split = [whole] if len(whole) <= LINE_LENGTH else _split_list(indent, text, listed, "")
+            split.append(f"{indent}| None{tail}")
+        else:
+            split = _split_list(indent, text, listed, tail)
+        if all(len(x) <= LINE_LENGTH for x in split):
+            return split
     raise ValueError(f"no layout for a line this long: {line.strip()}")
+
+
+def _split_list(indent: str, text: str, listed: str, tail: str) -> list[str]:
+    return [f"{indent}{text}: list[", f"{indent}    {listed[5:-1]}", f"{indent}]{tail}"]
 
 
 def _init(indent: str, fields: list[FieldSpec], message: str, nested: bool) -> list[str]:
