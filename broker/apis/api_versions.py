@@ -1,9 +1,12 @@
-"""ApiVersions (key 18), versions 0-4: which APIs and versions this broker speaks.
+"""ApiVersions (key 18), versions 0-4: which APIs and versions this broker speaks, and
+(v3+) the feature versions it supports and the cluster has finalized (cluster/features.py).
 
 The list is built from ``registry.APIS``. Produce is listed from version 0, as Apache Kafka 4
 does, because older librdkafka turns compression off when v0 is missing; v0-2 requests are
 still refused. A client that asks with a newer ApiVersions version than ours gets
 UNSUPPORTED_VERSION in the v0 layout, with the list, and retries with a version we know.
+As in Kafka, a feature supported from level 0 is left out below v4 (older clients refuse a
+minimum of 0), and a feature finalized at level 0 (off) is not listed.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
+from headrace.broker.cluster.features import SUPPORTED
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 API_KEY = ApiKey.API_VERSIONS
@@ -36,11 +40,26 @@ def _api_keys():
     ]
 
 
+R = messages.ApiVersionsResponse
+
+
 def handle(broker: Broker, header, request: messages.ApiVersionsRequest):
-    return messages.ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_keys())
+    features = broker.features
+    return R(
+        error_code=ErrorCode.NONE,
+        api_keys=_api_keys(),
+        supported_features=[
+            R.SupportedFeatureKey(name=name, min_version=lo, max_version=hi)
+            for name, (lo, hi) in sorted(SUPPORTED.items())
+            if lo > 0 or header.api_version >= 4
+        ],
+        finalized_features_epoch=features.epoch,
+        finalized_features=[
+            R.FinalizedFeatureKey(name=name, max_version_level=level, min_version_level=level)
+            for name, level in sorted(features.levels.items())
+        ],
+    )
 
 
 def unsupported():
-    return messages.ApiVersionsResponse(
-        error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=_api_keys()
-    )
+    return R(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=_api_keys())

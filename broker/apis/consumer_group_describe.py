@@ -2,7 +2,7 @@
 member's current and target assignment. A group id that is not a consumer group gets
 GROUP_ID_NOT_FOUND, with Kafka's messages ("Group G not found.", "Group G is not a consumer
 group."); the admin client then falls back to DescribeGroups and reports the first message
-when that fails too.
+when that fails too. With ``group.version`` at 0 every group gets UNSUPPORTED_VERSION.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
+from headrace.broker.cluster.features import GROUP_VERSION
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .consumer_group_heartbeat import OFF
 from .describe_groups import described_refusal, undescribed
 
 API_KEY = ApiKey.CONSUMER_GROUP_DESCRIBE
@@ -44,6 +46,10 @@ def handle(broker: Broker, header, request: messages.ConsumerGroupDescribeReques
     for group_id in request.group_ids:
         group = broker.groups.consumer.groups.get(group_id)
         refused, ops = described_refusal(broker, header.session, group_id, asked)
+        if not refused and broker.features.level(GROUP_VERSION) < 1:
+            code = ErrorCode.UNSUPPORTED_VERSION
+            groups.append(undescribed(R.DescribedGroup, group_id, code, ops, "", OFF))
+            continue
         if refused:
             groups.append(undescribed(R.DescribedGroup, group_id, refused, ops))
             continue

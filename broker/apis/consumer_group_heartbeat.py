@@ -3,6 +3,8 @@
 One request does what JoinGroup, SyncGroup, Heartbeat and LeaveGroup do in the classic
 protocol; the broker computes the assignment (see ``consumer_group``). The assignment is
 sent only when it changed since the member was last told; partitions are named by topic id.
+With the cluster's ``group.version`` at 0 (cluster/features.py) the protocol is off: every
+request gets UNSUPPORTED_VERSION, as in Kafka.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
+from headrace.broker.cluster.features import GROUP_VERSION
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, messages
+from headrace.protocol import ApiKey, ErrorCode, messages
 
 from .refusals import group_refusal
 
@@ -21,13 +24,19 @@ API_KEY = ApiKey.CONSUMER_GROUP_HEARTBEAT
 MIN_VERSION, MAX_VERSION = 0, 1
 
 R = messages.ConsumerGroupHeartbeatResponse
+OFF = "The consumer group protocol is off in this cluster (group.version 0)."
 
 
 def handle(broker: Broker, header, request: messages.ConsumerGroupHeartbeatRequest):
     coordinator = broker.groups.consumer
-    refused = group_refusal(broker, header.session, Operation.READ, request.group_id)
+    off = broker.features.level(GROUP_VERSION) < 1
+    refused = (
+        ErrorCode.UNSUPPORTED_VERSION
+        if off
+        else group_refusal(broker, header.session, Operation.READ, request.group_id)
+    )
     if refused:
-        error, message, member_id, epoch, assigned = refused, None, None, 0, None
+        error, message, member_id, epoch, assigned = refused, OFF if off else None, None, 0, None
     else:
         error, message, member_id, epoch, assigned = coordinator.heartbeat(
             request, header.client_id or ""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from headrace.broker.cluster.documents import Document
+    from headrace.broker.cluster.features import Features
     from headrace.broker.cluster.metadata import ClusterMetadata
     from headrace.broker.cluster.znodes import Endpoint
     from headrace.broker.config.config import BrokerConfig
@@ -54,6 +55,7 @@ class Broker(Protocol):
     scram_credentials: ScramCredentials
     acl_document: Document
     quota_document: Document
+    features: Features
     appender: Appender
     read_pool: ThreadPoolExecutor
     fetch_budget: ByteBudget

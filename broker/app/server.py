@@ -38,6 +38,7 @@ from headrace.broker.background import run_every
 from headrace.broker.client.broker_client import BrokerClient
 from headrace.broker.client.inter_broker import client_security
 from headrace.broker.cluster.cluster import Cluster, ClusterError
+from headrace.broker.cluster.features import Features, registration
 from headrace.broker.cluster.metadata import ClusterMetadata
 from headrace.broker.cluster.single_node import SingleNode
 from headrace.broker.cluster.znodes import Endpoint
@@ -177,6 +178,7 @@ class BrokerServer:
         self.acl_document = self.cluster.document("acls")
         self.quotas = ClientQuotas(config)
         self.quota_document = self.cluster.document("quotas")
+        self.features = Features(self.cluster.document("features"), self.node_id)
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
         self.dir = DataDir(self.data_dir, self.node_id)  # its lock is held from start to stop
@@ -367,7 +369,8 @@ class BrokerServer:
             await self.replicas.load()
             self.replicas.start()
         try:
-            await self.cluster.start(self.topics, Endpoint(host, port, rack, registered))
+            endpoint = Endpoint(host, port, rack, registered, registration())
+            await self.cluster.start(self.topics, endpoint)
         except ClusterError as e:
             await self._abandon()
             raise StartupError(str(e)) from None
@@ -386,6 +389,8 @@ class BrokerServer:
             self.quotas.replace(quotas_from_document(quotas))
             where = self.scram_credentials.store.where
             await asyncio.to_thread(self.scram_credentials.load)
+            where = self.features.document.where
+            await self.features.start()
         except (OSError, ValueError, KeyError, TypeError) as e:
             await self._abandon()
             raise StartupError(f"cannot read {where}: {e}") from None

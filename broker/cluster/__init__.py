@@ -19,7 +19,9 @@ partition_state.py  A partition's leader and ISR in ZooKeeper (Kafka's ZooKeeper
 placement.py        Where things live among brokers: weighted rendezvous (highest random weight)
                     hashing
 documents.py        Small JSON documents the whole broker (or the whole cluster) shares: the
-                    ACLs, the client quotas (a file, or a znode)
+                    ACLs, the client quotas, the feature levels (a file, or a znode)
+features.py         Feature versions (KIP-584): the levels this broker supports, the levels
+                    the cluster finalized, UpdateFeatures
 znodes.py           The znodes: their paths, and the codecs of what they hold
 zk_client.py        The ZooKeeper operations (in worker threads), with the one compare-and-set
                     helper

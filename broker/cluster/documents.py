@@ -1,5 +1,5 @@
 """Small JSON documents the whole broker (or the whole cluster) shares: the ACLs, the client
-quotas.
+quotas, the finalized feature levels.
 
 How this works
 --------------

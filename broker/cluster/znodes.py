@@ -7,13 +7,16 @@ Under the chroot of ``zookeeper.connect`` (Kafka's ZooKeeper-era map, simplified
   /brokers/ids/<id>            ephemeral, one per live broker, as Kafka writes it:
                                {"endpoints": ["NAME://host:port", ...],
                                "listener_security_protocol_map": {NAME: PROTOCOL}, "rack",
-                               and "host"/"port" of a listener named PLAINTEXT (else null/-1)}
+                               "features": {name: {"min_version", "max_version"}} (the
+                               feature versions it supports), and "host"/"port" of a
+                               listener named PLAINTEXT (else null/-1)}
   /brokers/topics/<name>       a topic: {"topic_id", "replicas": [[ids] per partition],
                                "leader_epochs": [...], "configs": {...}, and while partitions
                                move "reassigning": {index: {"target", "adding", "removing"}},
                                and "manual": [indexes placed by hand]}
   /controller                  kazoo's election recipe: the first contender is the controller
   /latest_producer_id_block    the first producer id not yet handed out, taken by CAS
+  /features                    the finalized feature levels (features.py), by CAS
   /cluster/members             the member brokers (controller.py): {"members": {id: {"rack"}},
                                "removed": [ids]}, by CAS
   /brokers/confirmed/<id>      the session whose registration of broker <id> the controller
@@ -45,19 +48,21 @@ SHUTTING_DOWN = "/brokers/shutting_down"
 
 @dataclass(frozen=True)
 class Endpoint:
-    """A broker's address on one listener (``host``, ``port``), its rack, and every listener
-    it registered: (name, security protocol, advertised host, port)."""
+    """A broker's address on one listener (``host``, ``port``), its rack, every listener
+    it registered: (name, security protocol, advertised host, port), and the feature
+    versions it supports: (name, min, max)."""
 
     host: str
     port: int
     rack: str | None = None
     listeners: tuple[tuple[str, str, str, int], ...] = ()
+    features: tuple[tuple[str, int, int], ...] = ()
 
     def on(self, listener: str) -> Endpoint | None:
         """This broker's address on the listener named ``listener``; None if it has none."""
         for name, _, host, port in self.listeners:
             if name == listener:
-                return Endpoint(host, port, self.rack, self.listeners)
+                return Endpoint(host, port, self.rack, self.listeners, self.features)
         return None
 
     def encode(self) -> bytes:
@@ -70,6 +75,9 @@ class Endpoint:
                 "endpoints": [f"{n}://{_bracket(h)}:{p}" for n, _, h, p in self.listeners],
                 "listener_security_protocol_map": {n: proto for n, proto, _, _ in self.listeners},
                 "rack": self.rack,
+                "features": {
+                    n: {"min_version": lo, "max_version": hi} for n, lo, hi in self.features
+                },
                 "jmx_port": -1,
             }
         ).encode()
@@ -87,7 +95,11 @@ class Endpoint:
             found.append((name, protocols.get(name, name), host.strip("[]"), int(port)))
         if not found and d.get("host") is not None:  # registered by an older Headrace
             found.append(("PLAINTEXT", "PLAINTEXT", d["host"], int(d["port"])))
-        return cls("", 0, d.get("rack"), tuple(found)).on(listener)
+        features = tuple(
+            (n, int(r["min_version"]), int(r["max_version"]))
+            for n, r in sorted((d.get("features") or {}).items())
+        )
+        return cls("", 0, d.get("rack"), tuple(found), features).on(listener)
 
 
 def _bracket(host: str) -> str:

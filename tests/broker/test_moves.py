@@ -279,11 +279,14 @@ def test_a_reassignment_to_a_broker_that_does_not_exist_is_refused_and_nothing_c
     assert leaders(brokers[2], "stay") == before
 
 
-def _kafka_tool(main_class: str, args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+def _kafka_tool(
+    main_class: str, args: list[str], timeout: float = 60, version: str | None = None
+) -> subprocess.CompletedProcess:
+    """Run one of Apache Kafka's tools (``version``: Kafka's release, default the benchmarks')."""
     spec = importlib.util.spec_from_file_location("apache_kafka", ROOT / "bench" / "apache_kafka.py")
     apache_kafka = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(apache_kafka)
-    version = apache_kafka.KAFKA_VERSION
+    version = version or apache_kafka.KAFKA_VERSION
     cmd = [
         "java",
         *apache_kafka.TOOL_JVM_FLAGS,
