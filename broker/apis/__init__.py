@@ -9,15 +9,16 @@ request and encodes the answer. By family:
 
 produce and fetch   produce.py (leader_hints.py: KIP-951's hints in a NOT_LEADER answer),
                     fetch.py, list_offsets.py, offset_for_leader_epoch.py
-cluster             api_versions.py, metadata.py, describe_cluster.py, describe_log_dirs.py,
-                    unregister_broker.py, update_features.py
+cluster             api_versions.py, metadata.py, describe_topic_partitions.py,
+                    describe_cluster.py, describe_log_dirs.py, unregister_broker.py,
+                    update_features.py
 security            sasl_handshake.py, sasl_authenticate.py,
                     describe_user_scram_credentials.py, alter_user_scram_credentials.py,
                     create_acls.py, describe_acls.py, delete_acls.py,
                     describe_client_quotas.py, alter_client_quotas.py
 topic admin         create_topics.py, create_partitions.py, delete_topics.py,
                     delete_records.py, describe_configs.py, alter_configs.py,
-                    incremental_alter_configs.py, elect_leaders.py,
+                    incremental_alter_configs.py, list_config_resources.py, elect_leaders.py,
                     alter_partition_reassignments.py, list_partition_reassignments.py
 classic groups      find_coordinator.py, join_group.py, sync_group.py, heartbeat.py,
                     leave_group.py, describe_groups.py, list_groups.py, delete_groups.py

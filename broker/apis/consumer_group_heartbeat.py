@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.cluster.features import GROUP_VERSION
+from headrace.broker.coordinator.group.group_configs import HEARTBEAT_INTERVAL
 from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -58,6 +59,8 @@ def handle(broker: Broker, header, request: messages.ConsumerGroupHeartbeatReque
         error_message=message,
         member_id=member_id,
         member_epoch=epoch,
-        heartbeat_interval_ms=coordinator.heartbeat_ms if not error else 0,
+        heartbeat_interval_ms=(
+            coordinator.configs.value(request.group_id, HEARTBEAT_INTERVAL) if not error else 0
+        ),
         assignment=assignment,
     )

@@ -55,6 +55,7 @@ class Broker(Protocol):
     scram_credentials: ScramCredentials
     acl_document: Document
     quota_document: Document
+    group_config_document: Document
     features: Features
     appender: Appender
     read_pool: ThreadPoolExecutor

@@ -1,8 +1,11 @@
-"""DescribeConfigs (key 32), versions 1-4: topic and broker settings, with their sources.
+"""DescribeConfigs (key 32), versions 1-4: topic, broker and group settings, with their
+sources.
 
 Topic settings show the per-topic value (source TOPIC_CONFIG), else the broker's setting it
 defaults to (STATIC_BROKER_CONFIG when set in the broker's properties, DEFAULT_CONFIG when
-not). Synonyms list that chain when asked for. Passwords (``ssl.key.password``,
+not). A group's configs (group_configs.py) show its own value (GROUP_CONFIG), else the broker
+setting it defaults to; any group id may be described, as in Kafka (configs may precede the
+group). Synonyms list that chain when asked for. Passwords (``ssl.key.password``,
 ``sasl.jaas.config``) are flagged sensitive and their values never given, as Kafka does.
 """
 
@@ -16,6 +19,8 @@ if TYPE_CHECKING:
 from dataclasses import dataclass
 
 from headrace.broker.config.settings import BROKER_SETTINGS, TOPIC_SETTINGS
+from headrace.broker.coordinator.group.group_configs import GROUP_SETTINGS
+from headrace.broker.security.authorizer import GROUP as ACL_GROUP
 from headrace.broker.security.authorizer import TOPIC as ACL_TOPIC
 from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
@@ -24,8 +29,8 @@ API_KEY = ApiKey.DESCRIBE_CONFIGS
 MIN_VERSION, MAX_VERSION = 1, 4
 
 R = messages.DescribeConfigsResponse
-TOPIC, BROKER = 2, 4
-TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+TOPIC, BROKER, GROUP = 2, 4, 32
+TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4, 5, 8
 CONFIG_TYPES = {
     "boolean": 1,
     "string": 2,
@@ -80,14 +85,35 @@ def broker_entries(broker: Broker) -> list[Entry]:
     return entries
 
 
+def group_entries(broker: Broker, group_id: str) -> list[Entry]:
+    own = broker.groups.configs.by_group.get(group_id, {})
+    entries = []
+    for name, setting in sorted(GROUP_SETTINGS.items()):
+        synonyms = []
+        if name in own:
+            synonyms.append((name, str(own[name]), GROUP_CONFIG))
+        default = BROKER_SETTINGS[setting.default]
+        if default.name in broker.config.explicit:
+            synonyms.append(
+                (default.name, _text(broker.config[default.name]), STATIC_BROKER_CONFIG)
+            )
+        synonyms.append((default.name, _text(default.default), DEFAULT_CONFIG))
+        _, value, source = synonyms[0]
+        entries.append(Entry(name, value, source, "int", setting.doc, tuple(synonyms)))
+    return entries
+
+
 def config_denied(broker: Broker, session, operation: int, res) -> int:
     """TOPIC_AUTHORIZATION_FAILED or CLUSTER_AUTHORIZATION_FAILED when the principal may not
     do ``operation`` (DESCRIBE_CONFIGS, ALTER_CONFIGS) on the resource, else 0: a topic's
-    own, the cluster's for a broker."""
+    own, a group's own (GROUP_AUTHORIZATION_FAILED), the cluster's for a broker."""
     authorizer = broker.authorizer
     if res.resource_type == TOPIC:
         if not authorizer.allows(session, operation, ACL_TOPIC, res.resource_name):
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    elif res.resource_type == GROUP:
+        if not authorizer.allows(session, operation, ACL_GROUP, res.resource_name):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED
     elif not authorizer.allows_cluster(session, operation):
         return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     return ErrorCode.NONE
@@ -121,6 +147,12 @@ def handle(broker: Broker, header, request: messages.DescribeConfigsRequest):
                 result.error_message = f"Unknown broker '{res.resource_name}'."
                 continue
             entries = broker_entries(broker)
+        elif res.resource_type == GROUP:
+            if not res.resource_name:
+                result.error_code = ErrorCode.INVALID_REQUEST
+                result.error_message = "Group name must not be empty"
+                continue
+            entries = group_entries(broker, res.resource_name)
         else:
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = f"Resource type {res.resource_type} is not supported."

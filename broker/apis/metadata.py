@@ -162,19 +162,29 @@ def _response(
 
 
 def _placed(cluster, name: str, record) -> list:
+    return [
+        M.MetadataResponsePartition(
+            error_code=ErrorCode.NONE if p["leader_id"] >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+            **p,
+        )
+        for p in partition_states(cluster, name, record, range(len(record.replicas)))
+    ]
+
+
+def partition_states(cluster, name: str, record, indexes) -> list[dict]:
+    """Each partition's leader, leader epoch, replicas, ISR and offline replicas, as the
+    fields of Metadata's (and DescribeTopicPartitions') partition answers."""
     out = []
-    for i in range(len(record.replicas)):
+    for i in indexes:
         replicas = record.assigned(i)  # during a move, the adding replicas too (as Kafka)
-        leader = cluster.leader(name, i)
         out.append(
-            M.MetadataResponsePartition(
-                error_code=ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
-                partition_index=i,
-                leader_id=leader,
-                leader_epoch=cluster.leader_epoch(name, i),
-                replica_nodes=list(replicas),
-                isr_nodes=cluster.isr(name, i),
-                offline_replicas=[r for r in replicas if r not in cluster.brokers],
-            )
+            {
+                "partition_index": i,
+                "leader_id": cluster.leader(name, i),
+                "leader_epoch": cluster.leader_epoch(name, i),
+                "replica_nodes": list(replicas),
+                "isr_nodes": cluster.isr(name, i),
+                "offline_replicas": [r for r in replicas if r not in cluster.brokers],
+            }
         )
     return out

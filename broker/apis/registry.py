@@ -60,6 +60,8 @@ API_MODULES = (
     "list_transactions",  # 66
     "consumer_group_heartbeat",  # 68
     "consumer_group_describe",  # 69
+    "list_config_resources",  # 74
+    "describe_topic_partitions",  # 75
 )
 APIS = {
     m.API_KEY: m for m in (importlib.import_module(f"{__package__}.{name}") for name in API_MODULES)

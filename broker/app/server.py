@@ -179,6 +179,7 @@ class BrokerServer:
         self.quotas = ClientQuotas(config)
         self.quota_document = self.cluster.document("quotas")
         self.features = Features(self.cluster.document("features"), self.node_id)
+        self.group_config_document = self.cluster.document("group_configs")
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
         self.dir = DataDir(self.data_dir, self.node_id)  # its lock is held from start to stop
@@ -389,6 +390,9 @@ class BrokerServer:
             self.quotas.replace(quotas_from_document(quotas))
             where = self.scram_credentials.store.where
             await asyncio.to_thread(self.scram_credentials.load)
+            where = self.group_config_document.where
+            configs = await asyncio.to_thread(self.group_config_document.load)
+            self.groups.configs.replace(configs)
             where = self.features.document.where
             await self.features.start()
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -397,6 +401,7 @@ class BrokerServer:
         self.acl_document.watch(self._acls_changed)
         self.scram_credentials.watch()
         self.quota_document.watch(self._quotas_changed)
+        self.group_config_document.watch(self._group_configs_changed)
         if self.replicas is not None:
             self._check_inter_broker_principal()
             # the coordinators load the partitions this broker leads as the replica manager
@@ -434,6 +439,12 @@ class BrokerServer:
             self.quotas.replace(quotas_from_document(value))
         except (ValueError, KeyError, TypeError):
             log.exception("client quotas in ZooKeeper unreadable; the ones known are kept")
+
+    def _group_configs_changed(self, value) -> None:
+        try:
+            self.groups.configs.replace(value)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.exception("group configs in ZooKeeper unreadable; the ones known are kept")
 
     async def _abandon(self) -> None:
         """Undo a start that failed after opening the data directory."""

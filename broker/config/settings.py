@@ -254,6 +254,12 @@ BROKER_SETTINGS: dict[str, Setting] = {
         Setting("socket.request.max.bytes", "int", 104857600, "Largest request frame accepted."),
         Setting("queued.max.requests", "int", 500, "Requests in flight per connection."),
         Setting(
+            "max.request.partition.size.limit",
+            "int",
+            2000,
+            "Most partitions in one DescribeTopicPartitions answer (the rest come by cursor).",
+        ),
+        Setting(
             "queued.max.request.bytes",
             "long",
             256 * 1024 * 1024,
@@ -675,6 +681,36 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "int",
             5000,
             "Heartbeat interval given to consumer-protocol (KIP-848) group members.",
+        ),
+        Setting(
+            "group.consumer.min.session.timeout.ms",
+            "int",
+            45000,
+            "Smallest consumer.session.timeout.ms a group config may set.",
+        ),
+        Setting(
+            "group.consumer.max.session.timeout.ms",
+            "int",
+            60000,
+            "Largest consumer.session.timeout.ms a group config may set.",
+        ),
+        Setting(
+            "group.consumer.min.heartbeat.interval.ms",
+            "int",
+            5000,
+            "Smallest consumer.heartbeat.interval.ms a group config may set.",
+        ),
+        Setting(
+            "group.consumer.max.heartbeat.interval.ms",
+            "int",
+            15000,
+            "Largest consumer.heartbeat.interval.ms a group config may set.",
+        ),
+        Setting(
+            "group.config.max.groups",
+            "int",
+            5000,
+            "Most groups with group configs (kafka-configs --entity-type groups).",
         ),
         Setting(
             "group.consumer.max.size",

@@ -11,6 +11,7 @@ group_state.py          The classic consumer group's state machine, as data
 consumer_group.py       KIP-848 consumer groups: the broker assigns, members reconcile through
                         heartbeats
 group_sessions.py       Member sessions, for classic and KIP-848 groups alike
+group_configs.py        Group configs (the GROUP config resource): a group's own settings
 offset_store.py         Committed offsets of every group, classic and KIP-848, kept in
                         ``__consumer_offsets``
 group_offsets.py        Committed offsets in the internal topic ``__consumer_offsets``, in

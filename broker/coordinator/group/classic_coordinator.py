@@ -87,7 +87,7 @@ class ClassicGroupCoordinator:
         self.groups: dict[str, ClassicGroup] = {}
         self.sessions = SessionTimers(
             self._session_expired,
-            lambda m: m.session_timeout_ms,
+            lambda g, m: m.session_timeout_ms,
             lambda m: m.join_waiter is not None or m.sync_waiter is not None,
         )
 

@@ -23,7 +23,8 @@ member, so its partitions can move on.
 
 A request with an epoch other than the member's current or previous one gets
 FENCED_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID; both make the client rejoin with
-epoch 0. Sessions expire after ``group.consumer.session.timeout.ms`` without a heartbeat.
+epoch 0. Sessions expire after ``group.consumer.session.timeout.ms`` (or the group's
+``consumer.session.timeout.ms``, group_configs.py) without a heartbeat.
 
 Static members (``group.instance.id``): leaving with epoch -2 keeps the member, its assignment
 and its place in the target (epoch -2, no new group epoch) until its session expires. A member
@@ -45,6 +46,7 @@ import uuid
 from headrace.broker.background import wall_clock_ms
 from headrace.protocol import ErrorCode
 
+from .group_configs import SESSION_TIMEOUT, GroupConfigs
 from .group_sessions import SessionTimers
 
 log = logging.getLogger("headrace.groups")
@@ -184,20 +186,19 @@ class ConsumerGroupCoordinator:
         topics,
         classic,
         *,
-        session_ms: int,  # group.consumer.session.timeout.ms
-        heartbeat_ms: int,  # group.consumer.heartbeat.interval.ms
+        configs: GroupConfigs,  # session timeouts and heartbeat intervals, per group
         max_size: int,  # group.consumer.max.size
         now_ms=wall_clock_ms,
     ) -> None:
         self.topics = topics
         self.classic = classic
-        self.session_ms = session_ms
-        self.heartbeat_ms = heartbeat_ms
+        self.configs = configs
         self.max_size = max_size
         self.now_ms = now_ms
         self.groups: dict[str, ConsumerGroup] = {}
         self.sessions = SessionTimers(
-            lambda g, m: self._remove(g, m, "session expired"), lambda m: self.session_ms
+            lambda g, m: self._remove(g, m, "session expired"),
+            lambda g, m: configs.value(g.group_id, SESSION_TIMEOUT),
         )
 
     def stop(self) -> None:

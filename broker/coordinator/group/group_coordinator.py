@@ -36,6 +36,7 @@ from headrace.protocol import ErrorCode
 from .classic_coordinator import ClassicGroupCoordinator
 from .classic_group import ClassicGroup, JoinResult
 from .consumer_group import ConsumerGroup, ConsumerGroupCoordinator
+from .group_configs import GroupConfigs
 from .group_membership import MembershipLog
 from .group_offsets import OFFSETS_TOPIC, CommittedOffset, partition_for
 from .group_state import DEAD, EMPTY
@@ -81,11 +82,11 @@ class GroupCoordinator:
             now_ms=now_ms,
         )
         self.groups: dict[str, ClassicGroup] = self.classic.groups
+        self.configs = GroupConfigs(config)  # group configs (the GROUP config resource)
         self.consumer = ConsumerGroupCoordinator(
             topics,
             self.classic,
-            session_ms=int(config["group.consumer.session.timeout.ms"]),
-            heartbeat_ms=int(config["group.consumer.heartbeat.interval.ms"]),
+            configs=self.configs,
             max_size=int(config["group.consumer.max.size"]),
             now_ms=now_ms,
         )

@@ -17,12 +17,12 @@ from collections.abc import Callable
 class SessionTimers:
     def __init__(self, expire: Callable, timeout_ms: Callable, busy: Callable | None = None):
         self._expire = expire  # (group, member): the session ran out
-        self._timeout_ms = timeout_ms  # (member) -> its session timeout
+        self._timeout_ms = timeout_ms  # (group, member) -> the member's session timeout
         self._busy = busy  # (member) -> True while its session must not expire
 
     def touch(self, group, member) -> None:
         loop = asyncio.get_running_loop()
-        member.deadline = loop.time() + self._timeout_ms(member) / 1000
+        member.deadline = loop.time() + self._timeout_ms(group, member) / 1000
         if member.timer is None:
             member.timer = loop.call_at(member.deadline, self._check, group, member)
 
@@ -33,7 +33,7 @@ class SessionTimers:
         now = asyncio.get_running_loop().time()
         busy = self._busy is not None and self._busy(member)
         if busy or member.deadline > now:
-            at = max(member.deadline, now + self._timeout_ms(member) / 1000 if busy else 0)
+            at = max(member.deadline, now + self._timeout_ms(group, member) / 1000 if busy else 0)
             member.timer = asyncio.get_running_loop().call_at(at, self._check, group, member)
             return
         self._expire(group, member)
