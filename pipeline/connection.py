@@ -41,7 +41,9 @@ asyncio ``BufferedProtocol``: the event loop reads straight into our buffers.
   what it was sent. A client that does not read only stalls itself.
 * Quotas: ``mute(seconds)`` stops reading the connection and handling its requests for that
   long (the broker's throttle time for a client over its quota; the connection is not
-  ``writable`` meanwhile, so the router leaves its queued requests alone).
+  ``writable`` meanwhile, so the router leaves its queued requests alone). ``hold(future)``
+  does the same until a future is done: a request whose work must end before the next one's
+  begins.
 * Admission: ``Limits.admit`` (limits.py) counts connections in total and per peer address;
   one over a limit is accepted and closed at once.
 """
@@ -109,6 +111,7 @@ class Connection(asyncio.BufferedProtocol):
         "_reading",
         "_stopped",
         "_muted",
+        "_held",
         "requests",
         "scheduled",
         "active_at",
@@ -147,6 +150,7 @@ class Connection(asyncio.BufferedProtocol):
         self._reading = True
         self._stopped = False  # no more requests: the broker is shutting down
         self._muted: asyncio.TimerHandle | None = None  # throttled (a quota) until it fires
+        self._held = 0  # requests whose work must end before the next request's begins
         self.requests: deque[Request] = deque()  # read, waiting for the router
         self.scheduled = False  # in a router queue
         self.active_at = time.monotonic()  # last traffic either way
@@ -347,7 +351,7 @@ class Connection(asyncio.BufferedProtocol):
     def writable(self) -> bool:
         """Whether the client has taken enough of its responses for more to be made."""
         writer = self._writer
-        if self.closed or writer is None or self._muted is not None:
+        if self.closed or writer is None or self._muted is not None or self._held:
             return False
         unsent = self._parked_bytes + self._expected_bytes + writer.buffered
         return (
@@ -433,6 +437,20 @@ class Connection(asyncio.BufferedProtocol):
         self._muted = None
         if not self.closed:
             self._router.schedule(self)  # the requests read before the mute, first
+            self._update_reading()
+
+    def hold(self, until: asyncio.Future) -> None:
+        """Handle none of this client's later requests until ``until`` is done: for a request
+        whose work must end before the next one's begins (as Kafka handles a connection's
+        requests one at a time). Requests read meanwhile wait in its queue."""
+        self._held += 1
+        self._update_reading()
+        until.add_done_callback(self._release)
+
+    def _release(self, _) -> None:
+        self._held -= 1
+        if not self._held and not self.closed:
+            self._router.schedule(self)  # the requests read meanwhile, first
             self._update_reading()
 
     @property

@@ -5188,6 +5188,55 @@ class SyncGroupResponse(Struct):
         assignment: bytes = b"",
     ) -> None: ...
 
+class TransactionLogKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    transactional_id: str
+    def __init__(self, *, transactional_id: str = "") -> None: ...
+
+class TransactionLogValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class PartitionsSchema(Struct):
+        topic: str
+        partition_ids: list[int]
+        def __init__(self, *, topic: str = "", partition_ids: list[int] = ...) -> None: ...
+
+    producer_id: int
+    previous_producer_id: int
+    next_producer_id: int
+    producer_epoch: int
+    next_producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_status: int
+    transaction_partitions: list[PartitionsSchema] | None
+    transaction_last_update_timestamp_ms: int
+    transaction_start_timestamp_ms: int
+    client_transaction_version: int
+    def __init__(
+        self,
+        *,
+        producer_id: int = 0,
+        previous_producer_id: int = -1,
+        next_producer_id: int = -1,
+        producer_epoch: int = 0,
+        next_producer_epoch: int = -1,
+        transaction_timeout_ms: int = 0,
+        transaction_status: int = 0,
+        transaction_partitions: list[PartitionsSchema] | None = ...,
+        transaction_last_update_timestamp_ms: int = 0,
+        transaction_start_timestamp_ms: int = 0,
+        client_transaction_version: int = 0,
+    ) -> None: ...
+
 class TxnOffsetCommitRequest(Struct):
     API_KEY: ClassVar[int]
     KIND: ClassVar[str]

@@ -113,9 +113,10 @@ class FieldSpec:
         self.is_array = t.startswith("[]")
         self.type = t[2:] if self.is_array else t
         self.struct: StructSpec | None = None
-        self.versions = VersionRange.parse(raw.get("versions"))
         self.nullable = VersionRange.parse(raw.get("nullableVersions"))
         self.tagged = VersionRange.parse(raw.get("taggedVersions"))
+        # a tagged field without "versions" is present in its tagged versions (as Kafka reads it)
+        self.versions = VersionRange.parse(raw.get("versions", raw.get("taggedVersions")))
         self.tag = raw.get("tag")
         self.ignorable = bool(raw.get("ignorable", False))
         self.default_text = raw.get("default")

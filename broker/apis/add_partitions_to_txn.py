@@ -1,7 +1,10 @@
 """AddPartitionsToTxn (key 24), versions 0-5: partitions join a producer's transaction.
 
 v0-3 (what clients send) carry one transaction; v4-5 (broker to broker, KIP-890) carry a
-batch of them, each possibly ``verify_only`` (is the partition already in the transaction?).
+batch of them, each ``verify_only`` (is the partition already in the transaction?) or, for a
+transactions-v2 producer, an add by the partition's leader (``TransactionCoordinator.join``).
+v4-5 need CLUSTER_ACTION, and the producer's own rights were checked by the leader, as in
+Kafka.
 Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION and the others of the same
 request OPERATION_NOT_ATTEMPTED: nothing is added unless every partition exists. Otherwise
 every partition gets the coordinator's answer (``transaction_state.ADD_PARTITIONS``);
@@ -34,10 +37,13 @@ async def _one(broker: Broker, session, version, tid, pid, epoch, topics, verify
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     unknown = {(n, p) for n, p in wanted if _unknown(broker, n, p)}
     authorizer = broker.authorizer
+    from_client = version <= 3
     denied = {
-        t.name for t in topics if not authorizer.allows(session, Operation.WRITE, TOPIC, t.name)
+        t.name
+        for t in topics
+        if from_client and not authorizer.allows(session, Operation.WRITE, TOPIC, t.name)
     }
-    if not authorizer.allows(session, Operation.WRITE, TRANSACTIONAL_ID, tid):
+    if from_client and not authorizer.allows(session, Operation.WRITE, TRANSACTIONAL_ID, tid):
         codes: dict[tuple[str, int], int] = dict.fromkeys(
             wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         )
@@ -58,7 +64,9 @@ async def _one(broker: Broker, session, version, tid, pid, epoch, topics, verify
             for w in wanted
         }
     else:
-        error = await broker.transactions.add_partitions(tid, pid, epoch, set(wanted), verify_only)
+        error = await broker.transactions.add_partitions(
+            tid, pid, epoch, set(wanted), verify_only, client_version=0 if from_client else 2
+        )
         if error == ErrorCode.PRODUCER_FENCED and version < 2:
             error = ErrorCode.INVALID_PRODUCER_EPOCH
         codes = {w: error for w in wanted}

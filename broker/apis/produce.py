@@ -18,7 +18,11 @@ NOT_LEADER_OR_FOLLOWER if this broker stopped leading. acks=1 answers after the 
 as before. When this broker coordinates the transactional id, transactional batches are
 accepted only for partitions of the producer's open transaction (the coordinator's
 ``verify``; INVALID_PRODUCER_EPOCH for a fenced producer); otherwise the partition's producer
-state is what checks (an older epoch is fenced), as in Kafka before KIP-890.
+state is what checks (an older epoch is fenced), as in Kafka before KIP-890. From v12
+(transactions v2, KIP-890) a transactional batch for a partition where its producer has no
+open transaction first adds the partition to the transaction at the coordinator
+(``TransactionCoordinator.join``); the connection's later requests wait for that, so its
+batches are still appended in order.
 
 Authorization (Kafka's): WRITE on the transactional id when there is one (else every
 partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED), WRITE on each topic (else its
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
     from .context import Broker
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable
 from functools import partial
@@ -46,7 +51,7 @@ from headrace.broker.log.storage_errors import storage_failed
 from headrace.broker.security.authorizer import TOPIC, TRANSACTIONAL_ID, Operation
 from headrace.broker.security.quotas import PRODUCE as PRODUCE_QUOTA
 from headrace.protocol import ApiKey, ErrorCode, messages
-from headrace.protocol.records import CorruptRecordError, iter_batches
+from headrace.protocol.records import ATTR_TRANSACTIONAL, CorruptRecordError, iter_batches
 from headrace.storage import StorageError
 
 from .leader_hints import LeaderHints
@@ -66,6 +71,54 @@ def handle(broker: Broker, header, request: messages.ProduceRequest):
         session, Operation.WRITE, TRANSACTIONAL_ID, request.transactional_id
     ):
         return _all_failed(request, version, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    joining = _joining(broker, session, request, version)
+    if joining is not None:  # transactions v2: the partitions join the transaction first
+        task = asyncio.ensure_future(_join_then_produce(broker, header, request, *joining))
+        session.hold(task)  # the connection's next batches wait for these
+        return task
+    return _produce(broker, header, request)
+
+
+def _joining(broker: Broker, session, request: messages.ProduceRequest, version: int):
+    """(producer id, epoch, partitions) for a transactional Produce v12+ with batches for
+    partitions led here where the producer has no open transaction yet: they join its
+    transaction before anything is appended (KIP-890), as Kafka's leaders add them. None when
+    there is nothing to join."""
+    if version < 12 or request.transactional_id is None:
+        return None
+    keys, producer = set(), None
+    for t in request.topic_data:
+        topic = broker.topics.find(None if version >= 13 else t.name, t.topic_id)
+        if topic is None or not broker.authorizer.allows(
+            session, Operation.WRITE, TOPIC, topic.name
+        ):
+            continue
+        for p in t.partition_data:
+            partition = topic.partition(p.index)
+            batches = _batches(cast("memoryview | None", p.records))
+            if partition is None or not batches:
+                continue
+            head = batches[0][2]
+            if head.attributes & ATTR_TRANSACTIONAL and head.producer_id not in (
+                partition.producers.ongoing
+            ):
+                keys.add((topic.name, p.index))
+                producer = (head.producer_id, head.producer_epoch)
+                partition.producers.guard(head.producer_id, head.producer_epoch, head.base_sequence)
+    return None if producer is None else (*producer, keys)
+
+
+async def _join_then_produce(broker: Broker, header, request, producer_id, epoch, keys):
+    error = await broker.transactions.join(request.transactional_id, producer_id, epoch, keys)
+    outcome = _produce(broker, header, request, dict.fromkeys(keys, error) if error else None)
+    return await outcome if inspect.isawaitable(outcome) else outcome
+
+
+def _produce(broker: Broker, header, request: messages.ProduceRequest, refused: dict | None = None):
+    """Validate and append every partition's batches (``refused``: partitions answered with
+    an error instead, (topic, partition) -> code)."""
+    version = header.api_version
+    authorizer, session = broker.authorizer, header.session
     topics = broker.topics
     bytes_in = broker.metrics.bytes_in
     responses = []
@@ -94,6 +147,10 @@ def handle(broker: Broker, header, request: messages.ProduceRequest):
                 if topic is not None:
                     hints.add(answer, topic.name, p.index)
                 partitions.append(answer)
+                continue
+            if refused and (topic.name, p.index) in refused:
+                code = refused[(topic.name, p.index)]
+                partitions.append(R.PartitionProduceResponse(index=p.index, error_code=code))
                 continue
             verify: Callable[[int, int], int] | None = None
             if request.transactional_id is not None:

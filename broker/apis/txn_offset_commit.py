@@ -1,20 +1,23 @@
-"""TxnOffsetCommit (key 28), versions 0-4: offsets committed inside a transaction.
+"""TxnOffsetCommit (key 28), versions 0-5: offsets committed inside a transaction.
 
 When this broker is also the transaction coordinator of the transactional id, the producer
 must have added the group to its open transaction (AddOffsetsToTxn) with its current epoch,
 else INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING or PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
 before v3); elsewhere the partition's producer state fences an old epoch, as in Kafka before
-KIP-890. From v3 a member id and generation are checked against the group like
-OffsetCommit's. The offsets are written to the group's partition of ``__consumer_offsets`` as
-one transactional batch of the producer and held by the group coordinator until the
-transaction's marker reaches that partition: a commit makes them the group's committed
-offsets, an abort drops them (see ``GroupCoordinator.complete_txn``). The answer waits for the
-batch to be flushed and, in a cluster, for the partition's ISR to have it (as offset commits
-do, ``offset_store``).
+KIP-890. From v5 (transactions v2, KIP-890) there is no AddOffsetsToTxn: the group's partition
+of ``__consumer_offsets`` joins the transaction here first (``TransactionCoordinator.join``).
+From v3 a member id and generation are checked against the group like OffsetCommit's. The
+offsets are written to the group's partition of ``__consumer_offsets`` as one transactional
+batch of the producer and held by the group coordinator until the transaction's marker
+reaches that partition: a commit makes them the group's committed offsets, an abort drops
+them (see ``GroupCoordinator.complete_txn``). The answer waits for the batch to be flushed
+and, in a cluster, for the partition's ISR to have it (as offset commits do,
+``offset_store``).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,12 +29,13 @@ from headrace.broker.coordinator.group.group_coordinator import (
     OFFSET_METADATA_MAX_BYTES,
     CommittedOffset,
 )
+from headrace.broker.coordinator.group.group_offsets import OFFSETS_TOPIC
 from headrace.broker.security.authorizer import GROUP, TOPIC, TRANSACTIONAL_ID, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
 
 API_KEY = ApiKey.TXN_OFFSET_COMMIT
-MIN_VERSION, MAX_VERSION = 0, 4
+MIN_VERSION, MAX_VERSION = 0, 5
 
 R = messages.TxnOffsetCommitResponse
 
@@ -68,6 +72,34 @@ def handle(broker: Broker, header, request: messages.TxnOffsetCommitRequest):
     refused = broker.groups.not_served(group_id)
     if refused:
         return _respond(request, lambda t, p: refused)
+    if version >= 5:
+        return _join_then_commit(broker, header, request)
+    return _commit(broker, header, request)
+
+
+async def _join_then_commit(broker: Broker, header, request: messages.TxnOffsetCommitRequest):
+    """Transactions v2: the group's offsets partition joins the transaction first."""
+    partition = await broker.groups.offsets_partition(request.group_id)
+    error = await broker.transactions.join(
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        {(OFFSETS_TOPIC, partition.index)},
+    )
+    if error:
+        if error == ErrorCode.NOT_ENOUGH_REPLICAS:  # the coordinator unreachable: retried
+            error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        elif error == ErrorCode.INVALID_PRODUCER_EPOCH:
+            error = ErrorCode.PRODUCER_FENCED
+        return _respond(request, lambda t, p: error)
+    outcome = _commit(broker, header, request)
+    return await outcome if inspect.isawaitable(outcome) else outcome
+
+
+def _commit(broker: Broker, header, request: messages.TxnOffsetCommitRequest):
+    version = header.api_version
+    group_id = request.group_id
+    authorizer, session = broker.authorizer, header.session
     error = _check_transaction(broker, request, group_id)
     if not error and not broker.groups.room_for(group_id):
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE  # group.max.groups: no new group

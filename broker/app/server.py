@@ -156,6 +156,7 @@ class BrokerServer:
             write_timeout_ms=int(config["request.timeout.ms"]),
             leader_of=self.cluster.leader_of,
             broker_client=self.broker_client.channel("txn-markers"),
+            join_client=self.broker_client.channel("txn-join"),
         )
         # in a cluster: this broker's replicas and moves (replica_manager.py), fetchers
         self.replicas: ReplicaManager | None = None

@@ -38,11 +38,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GROUP_VERSION = "group.version"  # 1: KIP-848's consumer group protocol (ConsumerGroupHeartbeat)
+# 2: transactions v2 (KIP-890: the epoch bumped at every EndTxn, partitions added by their
+# leaders); 1 adds nothing a client sees (Kafka's flexible transaction-log records)
+TRANSACTION_VERSION = "transaction.version"
 
 # name -> (min, max) levels this broker implements
-SUPPORTED: dict[str, tuple[int, int]] = {GROUP_VERSION: (0, 1)}
+SUPPORTED: dict[str, tuple[int, int]] = {GROUP_VERSION: (0, 1), TRANSACTION_VERSION: (0, 2)}
 # the levels a new cluster starts at (Kafka's latest production levels)
-DEFAULTS: dict[str, int] = {GROUP_VERSION: 1}
+DEFAULTS: dict[str, int] = {GROUP_VERSION: 1, TRANSACTION_VERSION: 2}
 
 # UpdateFeatures' upgrade types (v1+; v0's AllowDowngrade is SAFE_DOWNGRADE)
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3

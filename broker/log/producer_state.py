@@ -10,8 +10,9 @@ appended:
 * newer epoch: must start again at sequence 0;
 * same epoch: a batch equal to one of the last five (same first and last sequence) is a
   retry: nothing is appended and the original base offset is returned; otherwise its first
-  sequence must follow the last one (wrapping from 2^31-1 to 0), else
-  OUT_OF_ORDER_SEQUENCE_NUMBER.
+  sequence must follow the last one (wrapping from 2^31-1 to 0), or be 0 when the epoch has
+  no batch here yet (a marker carried it: transactions v2 bump the epoch at every commit),
+  else OUT_OF_ORDER_SEQUENCE_NUMBER.
 
 Transactions: ``ongoing`` maps a producer id to the first offset of its open transaction in
 this partition (set by its first transactional batch, cleared by the commit or abort
@@ -21,6 +22,12 @@ for the log's aborted-transactions index (``marker_entry``: producer id, first o
 offset, LSO after it), which the storage engine keeps beside the segment holding the marker
 and deletes with it. A marker also carries the producer's current epoch, so a marker written
 after the coordinator bumped the epoch fences the old producer here too.
+
+Transactions v2: a producer's first transactional batch in a partition joins its transaction
+at the coordinator before it is appended (apis/produce.py); ``guard`` records the lowest first
+sequence waiting to join, and until a batch of the producer is appended here no batch with a
+higher one is (OUT_OF_ORDER_SEQUENCE_NUMBER, which the client retries in order), as Kafka's
+verification guard does. At most ``MAX_JOINING`` guards are kept.
 
 Producers idle for ``producer.id.expiration.ms`` (by the broker's clock: no batch, no marker)
 and without an open transaction here are forgotten (``expire``, run by the topic table every
@@ -65,6 +72,7 @@ SNAPSHOT = "producer-state.json"  # written by earlier versions; read, then repl
 _SNAPSHOT_NAME = re.compile(r"^producer-state-(\d{20})\.json$")
 SNAPSHOTS_KEPT = 2
 CACHED_BATCHES = 5
+MAX_JOINING = 1000  # join guards kept per partition (a hostile client cannot grow them)
 _SEQ_MAX = (1 << 31) - 1
 
 
@@ -106,14 +114,31 @@ class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        # producer id -> (epoch, lowest first sequence) of batches waiting to join a
+        # transaction at its coordinator (KIP-890's verification guard, ``guard``)
+        self.joining: dict[int, tuple[int, int]] = {}
         self.snapshotted = False  # a snapshot file may exist (found at load, or written)
         # where a rebuild of this state would start replaying: the offset of the newest
         # snapshot (loaded or written), else the log start (Partition writes one more when the
         # log has grown well past it)
         self.snapshot_offset = 0
 
+    def guard(self, producer_id: int, epoch: int, first_seq: int) -> None:
+        """A batch of the producer waits to join its transaction (transactions v2): until one
+        of its batches is appended here, none with a higher first sequence is (a later
+        request must not overtake one whose join failed and will be retried)."""
+        known = self.joining.pop(producer_id, None)
+        if known is not None and known[0] == epoch:
+            first_seq = min(first_seq, known[1])
+        elif len(self.joining) >= MAX_JOINING:
+            del self.joining[next(iter(self.joining))]  # the oldest: its guard is lost
+        self.joining[producer_id] = (epoch, first_seq)
+
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> tuple[int, int]:
         """(error code, -1) to append or refuse, or (NONE, base offset) for a retry."""
+        joining = self.joining.get(producer_id)
+        if joining is not None and joining[0] == epoch and first_seq > joining[1]:
+            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
         entry = self.producers.get(producer_id)
         if entry is None:
             return ErrorCode.NONE, -1
@@ -126,7 +151,8 @@ class ProducerStateManager:
         for cached_first, cached_last, base_offset in entry.batches:
             if cached_first == first_seq and cached_last == last_seq:
                 return ErrorCode.NONE, base_offset
-        if entry.batches and first_seq != next_sequence(entry.batches[-1][1]):
+        expected = next_sequence(entry.batches[-1][1]) if entry.batches else 0
+        if first_seq != expected:
             return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
         return ErrorCode.NONE, -1
 
@@ -153,6 +179,7 @@ class ProducerStateManager:
         entry.last_timestamp = timestamp
         if transactional and producer_id not in self.ongoing:
             self.ongoing[producer_id] = base_offset
+            self.joining.pop(producer_id, None)
 
     def check_marker(self, producer_id: int, epoch: int) -> int:
         entry = self.producers.get(producer_id)
@@ -189,6 +216,7 @@ class ProducerStateManager:
         entry.coordinator_epoch = coordinator_epoch
         entry.active_at = time.monotonic()
         self.ongoing.pop(producer_id, None)
+        self.joining.pop(producer_id, None)
 
     def expire(self, idle_s: float) -> int:
         """Forget producers that appended nothing for ``idle_s`` seconds (by the broker's

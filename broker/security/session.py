@@ -49,6 +49,11 @@ class Session:
         if self._connection is not None and ms > 0:
             self._connection.mute(ms / 1000)
 
+    def hold(self, until) -> None:
+        """Handle none of this client's later requests until the future ``until`` is done."""
+        if self._connection is not None:
+            self._connection.hold(until)
+
     @property
     def user(self) -> str:
         """The principal's name, as quotas name users (``User:alice`` -> ``alice``)."""

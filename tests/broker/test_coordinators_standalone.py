@@ -51,7 +51,7 @@ async def test_transaction_coordinator_without_a_broker(topics, tmp_path):
 
     await topics.create("t", 1, {})
     assert await txns.add_partitions("tx", pid, 0, {("t", 0)}) == ErrorCode.NONE
-    assert await txns.end_txn("tx", pid, 0, commit=True) == ErrorCode.NONE
+    assert await txns.end_txn("tx", pid, 0, commit=True) == (ErrorCode.NONE, -1, -1)
     txn = txns.describe("tx")
     assert (txn.state, txn.update_ms) == (COMPLETE_COMMIT, NOW)
     assert topics.get("t").partitions[0].log.log_end_offset == 1  # the commit marker

@@ -20,6 +20,8 @@ from headrace.protocol import ApiKey, ErrorCode, messages
 FEATURES = "org.apache.kafka.tools.FeatureCommand"
 KAFKA_4_4 = "4.4.0"
 UF = messages.UpdateFeaturesRequest
+FINAL = {"group.version": (1, 1), "transaction.version": (2, 2)}  # a new cluster's levels
+ONLY_TV = {"transaction.version": (2, 2)}  # with group.version 0
 java = pytest.mark.skipif(shutil.which("java") is None or shutil.which("mvn") is None, reason="no java/mvn")
 
 
@@ -58,15 +60,16 @@ def heartbeat_error(port: int) -> int:
 
 def test_api_versions_lists_features_and_update_features_changes_them(broker):
     supported, finalized, epoch = api_versions(broker.port)
-    assert supported == {"group.version": (0, 1)}  # the KRaft-only features are not among them
-    assert finalized == {"group.version": (1, 1)} and epoch == 0
+    # the KRaft-only features are not among them
+    assert supported == {"group.version": (0, 1), "transaction.version": (0, 2)}
+    assert finalized == {"group.version": (1, 1), "transaction.version": (2, 2)} and epoch == 0
     # below v4 a feature supported from level 0 is left out (older clients refuse a minimum of 0)
-    assert api_versions(broker.port, 3) == ({}, {"group.version": (1, 1)}, 0)
+    assert api_versions(broker.port, 3) == ({}, FINAL, 0)
 
     # validate_only checks and writes nothing; a refusal names the reason in Kafka's words
     r = update(broker.port, 1, 0, upgrade_type=2, validate_only=True)
     assert r.error_code == ErrorCode.NONE and [x.feature for x in r.results] == ["group.version"]
-    assert api_versions(broker.port)[1:] == ({"group.version": (1, 1)}, 0)
+    assert api_versions(broker.port)[1:] == (FINAL, 0)
     r = update(broker.port, 2, 0)
     assert r.error_code == ErrorCode.INVALID_UPDATE_VERSION and r.error_message.endswith(
         "without setting the upgrade type to either safe or unsafe downgrade.")
@@ -83,7 +86,7 @@ def test_api_versions_lists_features_and_update_features_changes_them(broker):
     # v0's allow_downgrade: group.version 0 turns KIP-848's protocol off, the epoch grows
     r = update(broker.port, 0, 0, allow_downgrade=True)
     assert r.error_code == ErrorCode.NONE and r.results[0].error_code == ErrorCode.NONE
-    assert api_versions(broker.port)[1:] == ({}, 1)  # a level of 0 is not listed
+    assert api_versions(broker.port)[1:] == (ONLY_TV, 1)  # a level of 0 is not listed
     assert heartbeat_error(broker.port) == ErrorCode.UNSUPPORTED_VERSION
     errors = []  # librdkafka stops the consumer with a fatal error
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g", "group.protocol": "consumer",
@@ -99,9 +102,9 @@ def test_api_versions_lists_features_and_update_features_changes_them(broker):
     consumer.close()
 
     broker.restart()  # the levels are kept in the data directory
-    assert api_versions(broker.port)[1:] == ({}, 1)
+    assert api_versions(broker.port)[1:] == (ONLY_TV, 1)
     assert update(broker.port, 2, 1).error_code == ErrorCode.NONE
-    assert api_versions(broker.port)[1:] == ({"group.version": (1, 1)}, 2)
+    assert api_versions(broker.port)[1:] == (FINAL, 2)
     assert heartbeat_error(broker.port) == ErrorCode.NONE
 
 
@@ -109,7 +112,7 @@ def test_update_features_needs_alter_on_the_cluster(broker_factory):
     broker = broker_factory({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
     r = update(broker.port, 2, 0, upgrade_type=2)
     assert r.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-    assert api_versions(broker.port)[1:] == ({"group.version": (1, 1)}, 0)
+    assert api_versions(broker.port)[1:] == (FINAL, 0)
 
 
 @java
@@ -117,19 +120,22 @@ def test_kafka_features_tool_describes_upgrades_and_disables(broker):
     b = [broker]
     shown = features_tool(b, "describe")
     assert shown.returncode == 0
-    assert shown.stdout.split() == ["Feature:", "group.version", "SupportedMinVersion:", "0", "SupportedMaxVersion:",
-                                    "1", "FinalizedVersionLevel:", "1", "Epoch:", "0"]
+    assert [line.split() for line in shown.stdout.splitlines()] == [
+        ["Feature:", "group.version", "SupportedMinVersion:", "0", "SupportedMaxVersion:", "1",
+         "FinalizedVersionLevel:", "1", "Epoch:", "0"],
+        ["Feature:", "transaction.version", "SupportedMinVersion:", "0", "SupportedMaxVersion:", "2",
+         "FinalizedVersionLevel:", "2", "Epoch:", "0"]]
     done = features_tool(b, "disable", "--feature", "group.version")
     assert done.returncode == 0 and "group.version was disabled." in done.stdout
     refused = features_tool(b, "upgrade", "--feature", "group.version=2")
     assert refused.returncode != 0
     assert "Could not upgrade group.version to 2. Invalid update version 2 for feature group.version." in refused.stdout
-    refused = features_tool(b, "upgrade", "--feature", "transaction.version=2")
+    refused = features_tool(b, "upgrade", "--feature", "share.version=1")
     assert refused.returncode != 0 and "does not support this feature" in refused.stdout
     done = features_tool(b, "upgrade", "--feature", "group.version=1")
     assert done.returncode == 0 and "group.version was upgraded to 1." in done.stdout
     assert "FinalizedVersionLevel: 1" in features_tool(b, "describe").stdout
-    assert api_versions(broker.port)[1:] == ({"group.version": (1, 1)}, 2)
+    assert api_versions(broker.port)[1:] == (FINAL, 2)
 
 
 @java
@@ -142,15 +148,15 @@ def test_the_cluster_shares_one_set_of_levels(cluster):
     done = features_tool([other], "downgrade", "--feature", "group.version=0")
     assert done.returncode == 0, done.stdout + done.stderr
     for b in brokers:
-        wait_for(lambda b=b: api_versions(b.port)[1:] == ({}, 1), 10, "every broker sees level 0")
+        wait_for(lambda b=b: api_versions(b.port)[1:] == (ONLY_TV, 1), 10, "every broker sees level 0")
         assert heartbeat_error(b.port) == ErrorCode.UNSUPPORTED_VERSION
     late = cluster(1)[0]  # a broker that joins later reads the cluster's levels
-    assert api_versions(late.port)[1:] == ({}, 1)
+    assert api_versions(late.port)[1:] == (ONLY_TV, 1)
     for b in brokers:
         b.restart()
     assert update(_controller([*brokers, late]).port, 2, 1).error_code == ErrorCode.NONE
     for b in [*brokers, late]:
-        wait_for(lambda b=b: api_versions(b.port)[1:] == ({"group.version": (1, 1)}, 2), 10,
+        wait_for(lambda b=b: api_versions(b.port)[1:] == (FINAL, 2), 10,
                  "every broker sees level 1")
 
 
@@ -177,7 +183,7 @@ def test_a_level_every_live_broker_must_support(tmp_path):
         await features.start()
         old = {1: registration(), 2: ()}  # broker 2 knows no features
         await features.update({"group.version": (0, 2)}, old, validate_only=False)  # off: always possible
-        assert (features.levels, features.epoch) == ({}, 1)
+        assert (features.levels, features.epoch) == ({"transaction.version": 2}, 1)
         up = {"group.version": (1, 1)}
         for live, reason in [
             (old, "Broker 2 does not support this feature."),
@@ -187,9 +193,10 @@ def test_a_level_every_live_broker_must_support(tmp_path):
                 await features.update(up, live, validate_only=False)
             assert refused.value.code == ErrorCode.INVALID_UPDATE_VERSION
             assert refused.value.message.endswith(reason)
-        assert (features.levels, features.epoch) == ({}, 1)
+        assert (features.levels, features.epoch) == ({"transaction.version": 2}, 1)
         await features.update(up, {1: registration(), 2: (("group.version", 0, 1),)}, validate_only=False)
-        assert (features.levels, features.epoch) == ({"group.version": 1}, 2)
-        assert json.loads((tmp_path / "features.json").read_text()) == {"epoch": 2, "levels": {"group.version": 1}}
+        assert (features.levels, features.epoch) == ({"group.version": 1, "transaction.version": 2}, 2)
+        assert json.loads((tmp_path / "features.json").read_text()) == {
+            "epoch": 2, "levels": {"group.version": 1, "transaction.version": 2}}
 
     asyncio.run(run())

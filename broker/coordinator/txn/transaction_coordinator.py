@@ -28,6 +28,13 @@ leader loads its whole log: it was in the ISR, so it has every acknowledged chan
   the group coordinator keeps them aside (``GroupCoordinator.add_txn_offsets``) and they
   become the group's committed offsets only with the commit marker of that partition (see
   ``write_txn_markers``).
+* Transactions v2 (KIP-890; the client finds ``transaction.version`` 2 finalized): a partition
+  joins the transaction when its leader first gets a transactional batch for it (Produce v12+,
+  ``join``: here, or an AddPartitionsToTxn v5 to the coordinator), the group's offsets
+  partition with TxnOffsetCommit v5, and EndTxn v5 decides with the epoch + 1
+  (``transaction_state.END_TXN_V2``): the markers carry the new epoch, so a batch the producer
+  sent before is refused by the partition (no hanging transaction), and the answer gives the
+  producer its new epoch (a new producer id when the epoch runs out, ``next_producer_id``).
 * EndTxn: PrepareCommit/PrepareAbort is written (the decision), then a control batch goes to
   every partition of the transaction (markers.py: the partitions led here directly,
   the others in a WriteTxnMarkers request to their leader, one per broker, all at once), the
@@ -68,16 +75,18 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from headrace.broker.background import run_every, wall_clock_ms
+from headrace.broker.client.broker_client import NetworkError
 from headrace.broker.coordinator.group import group_offsets
 from headrace.broker.coordinator.group.group_offsets import OFFSETS_TOPIC
 from headrace.broker.log.replay import ReplayError
-from headrace.protocol import ErrorCode
+from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.storage import StorageError
 
 from . import transaction_log
 from .markers import MARKER_ATTEMPTS, TransactionMarkers, crash_point
 from .transaction_log import TRANSACTION_TOPIC, TransactionMetadata
 from .transaction_state import (
+    ABORT_EMPTY,
     ABORT_FIRST,
     ACCEPT,
     ADD_PARTITIONS,
@@ -88,6 +97,7 @@ from .transaction_state import (
     DONE,
     EMPTY,
     END_TXN,
+    END_TXN_V2,
     IDLE,
     INIT_PRODUCER_ID,
     ONGOING,
@@ -129,6 +139,7 @@ class TransactionCoordinator:
         leader_of: Callable[[str, int], int | None] | None = None,
         is_coordinator: Callable[[str], bool] | None = None,
         broker_client=None,
+        join_client=None,
         write_timeout_ms: int = 30000,
     ) -> None:
         self.topics = topics
@@ -144,7 +155,8 @@ class TransactionCoordinator:
         self.now_ms = now_ms
         self.leader_of = leader_of or (lambda topic, partition: node_id)
         self.is_coordinator = is_coordinator
-        self.broker_client = broker_client
+        self.broker_client = broker_client  # markers to the partitions' leaders
+        self.join_client = join_client  # transactions v2: partitions added at coordinators
         # partitions of __transaction_state held here whose ids are not served (requests get
         # COORDINATOR_LOAD_IN_PROGRESS): moved here and being loaded, or their replay failed
         self.loading: set[int] = set()
@@ -157,6 +169,7 @@ class TransactionCoordinator:
             topics, groups, node_id, lambda t, p: self.leader_of(t, p), broker_client
         )
         self._tasks: list[asyncio.Task] = []
+        self._changed: asyncio.Event | None = None  # set when a change is written (_written)
 
     # lifecycle ---------------------------------------------------------------------------------
 
@@ -315,6 +328,9 @@ class TransactionCoordinator:
         finally:
             if old is not None:
                 old.pending = False
+            if self._changed is not None:  # wake the adds that wait (``add_partitions``)
+                self._changed.set()
+                self._changed = None
         if self.txns.get(tid) is not old and old is not None:
             return E.CONCURRENT_TRANSACTIONS  # cannot happen while changes are pending
         if new.state is DEAD:
@@ -322,6 +338,12 @@ class TransactionCoordinator:
         else:
             self.txns[tid] = new
         return E.NONE
+
+    def _written(self) -> asyncio.Event:
+        """An event set when the next change has been written (or failed)."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
 
     def _check(self, transactional_id: str, producer_id: int, epoch: int, table=None):
         """(error, metadata) for a request of an existing producer; with ``table`` (one of
@@ -402,8 +424,24 @@ class TransactionCoordinator:
         epoch: int,
         partitions: set[tuple[str, int]],
         verify_only: bool = False,
+        client_version: int = 0,
     ) -> int:
+        """AddPartitionsToTxn and AddOffsetsToTxn (``client_version`` 0), and the partitions
+        a leader adds for a transactions-v2 producer (2). The leaders of a v2 transaction's
+        partitions add them at once: one waits for another's change to be written (at most
+        ``request.timeout.ms``) instead of answering CONCURRENT_TRANSACTIONS, which would
+        send the producer into a retry backoff."""
         error, txn = self._check(transactional_id, producer_id, epoch, ADD_PARTITIONS)
+        deadline = asyncio.get_running_loop().time() + self.write_timeout_s
+        while error == E.CONCURRENT_TRANSACTIONS and client_version >= 2:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(self._written().wait(), remaining)
+            except TimeoutError:
+                break
+            error, txn = self._check(transactional_id, producer_id, epoch, ADD_PARTITIONS)
         if error:
             return error
         if verify_only:
@@ -418,10 +456,93 @@ class TransactionCoordinator:
             partitions=txn.partitions | partitions,
             update_ms=now,
             start_ms=txn.start_ms if txn.state is ONGOING else now,
+            client_version=client_version,
         )
         return await self._change(txn, new)
 
+    async def join(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: set[Key]
+    ) -> int:
+        """Transactions v2: add ``partitions`` to the producer's transaction for their leader
+        (this broker), before it appends the producer's first batch there; here when this
+        broker coordinates the id, else with an AddPartitionsToTxn v5 to the coordinator.
+        Errors as Kafka's leaders give them to the producer: the coordinator unreachable or
+        moving is NOT_ENOUGH_REPLICAS (retried), a fenced producer INVALID_PRODUCER_EPOCH."""
+        if self.owns(transactional_id):
+            error = self.not_served(transactional_id) or await self.add_partitions(
+                transactional_id, producer_id, epoch, partitions, client_version=2
+            )
+        else:
+            error = await self._join_remote(transactional_id, producer_id, epoch, partitions)
+        if error in (
+            E.NETWORK_EXCEPTION,
+            E.COORDINATOR_LOAD_IN_PROGRESS,
+            E.COORDINATOR_NOT_AVAILABLE,
+            E.NOT_COORDINATOR,
+            E.REQUEST_TIMED_OUT,
+        ):
+            return E.NOT_ENOUGH_REPLICAS
+        if error == E.PRODUCER_FENCED:
+            return E.INVALID_PRODUCER_EPOCH
+        return error
+
+    async def _join_remote(self, transactional_id, producer_id, epoch, partitions) -> int:
+        topic = self.topics.cluster.topics.get(TRANSACTION_TOPIC)
+        if topic is None or self.join_client is None:
+            return E.COORDINATOR_NOT_AVAILABLE
+        index = group_offsets.partition_for(transactional_id, len(topic.replicas))
+        node = self.topics.cluster.leader(TRANSACTION_TOPIC, index)
+        if node < 0:
+            return E.COORDINATOR_NOT_AVAILABLE
+        by_topic: dict[str, list[int]] = {}
+        for name, p in sorted(partitions):
+            by_topic.setdefault(name, []).append(p)
+        A = messages.AddPartitionsToTxnRequest
+        request = A(
+            transactions=[
+                A.AddPartitionsToTxnTransaction(
+                    transactional_id=transactional_id,
+                    producer_id=producer_id,
+                    producer_epoch=epoch,
+                    verify_only=False,
+                    topics=[
+                        A.AddPartitionsToTxnTopic(name=n, partitions=ps)
+                        for n, ps in by_topic.items()
+                    ],
+                )
+            ]
+        )
+        try:
+            response = await self.join_client.send(
+                node, ApiKey.ADD_PARTITIONS_TO_TXN, 5, request, self.write_timeout_s
+            )
+        except NetworkError as e:
+            log.info("adding partitions of %s at node %d: %s", transactional_id, node, e)
+            return E.NETWORK_EXCEPTION
+        if response.error_code:
+            return response.error_code
+        for txn in response.results_by_transaction:
+            for t in txn.topic_results:
+                for r in t.results_by_partition:
+                    if r.partition_error_code:
+                        return r.partition_error_code
+        return E.NONE
+
     async def end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
+        client_version: int = 0,
+    ) -> tuple[int, int, int]:
+        """(error, producer id, epoch): the producer id and epoch to go on with, for a
+        transactions-v2 client (``client_version`` 2, EndTxn v5); -1, -1 otherwise."""
+        if client_version >= 2:
+            return await self._end_txn_v2(transactional_id, producer_id, epoch, commit)
+        return await self._end_txn(transactional_id, producer_id, epoch, commit), -1, -1
+
+    async def _end_txn(
         self, transactional_id: str, producer_id: int, epoch: int, commit: bool
     ) -> int:
         error, txn = self._check(transactional_id, producer_id, epoch)
@@ -440,6 +561,61 @@ class TransactionCoordinator:
         if error:
             return error
         return await self._complete(self.txns[transactional_id], commit)
+
+    async def _end_txn_v2(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
+    ) -> tuple[int, int, int]:
+        txn = self.txns.get(transactional_id)
+        if txn is None:
+            return E.INVALID_PRODUCER_ID_MAPPING, -1, -1
+        if txn.pending:
+            return E.CONCURRENT_TRANSACTIONS, -1, -1
+        # a retry: the EndTxn that bumped the epoch (or rotated the producer id) asked again
+        bumped = txn.producer_epoch == epoch + 1
+        rotated = (
+            txn.previous_producer_id == producer_id
+            and epoch >= MAX_EPOCH - 1
+            and txn.producer_epoch == 0
+        )
+        if txn.producer_id != producer_id and not rotated:
+            return E.INVALID_PRODUCER_ID_MAPPING, -1, -1
+        if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            valid = bumped
+        elif txn.state in (COMPLETE_COMMIT, COMPLETE_ABORT):
+            valid = bumped or rotated or epoch == txn.producer_epoch
+        else:
+            valid = epoch == txn.producer_epoch
+        if not valid:
+            return E.PRODUCER_FENCED, -1, -1
+        action = END_TXN_V2[(txn.state, commit, bumped or rotated)]
+        if action is DONE:
+            return E.NONE, txn.producer_id, txn.producer_epoch
+        if action is not ACCEPT and action is not ABORT_EMPTY:
+            assert isinstance(action, int)  # the tables' other entries are error codes
+            return action, -1, -1
+        next_id = -1
+        if txn.producer_epoch >= MAX_EPOCH - 1:  # exhausted: complete with a new producer id
+            next_id = await self.producer_ids.next_id()
+            if self.txns.get(transactional_id) is not txn or txn.pending:
+                return E.CONCURRENT_TRANSACTIONS, -1, -1
+        now = self.now_ms()
+        prepared = replace(
+            txn,
+            state=PREPARE_COMMIT if commit else PREPARE_ABORT,
+            producer_epoch=min(txn.producer_epoch + 1, MAX_EPOCH),
+            partitions=txn.partitions if action is ACCEPT else set(),
+            start_ms=txn.start_ms if action is ACCEPT else now,
+            update_ms=now,
+            client_version=2,
+            next_producer_id=next_id,
+        )
+        error = await self._change(txn, prepared)
+        if not error:
+            error = await self._complete(self.txns[transactional_id], commit)
+        if error:
+            return error, -1, -1
+        done = self.txns[transactional_id]
+        return E.NONE, done.producer_id, done.producer_epoch
 
     def verify(
         self, transactional_id: str | None, topic: str, partition: int, producer_id: int, epoch: int
@@ -506,6 +682,14 @@ class TransactionCoordinator:
             partitions=set(),
             update_ms=self.now_ms(),
         )
+        if prepared.next_producer_id >= 0:  # transactions v2, the epoch ran out: a new id
+            done = replace(
+                done,
+                producer_id=prepared.next_producer_id,
+                producer_epoch=0,
+                previous_producer_id=prepared.producer_id,
+                next_producer_id=-1,
+            )
         return await self._change(prepared, done)
 
     # the timer ----------------------------------------------------------------------------------

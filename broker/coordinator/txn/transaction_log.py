@@ -5,13 +5,14 @@ A transactional id's records go to partition ``abs(java_hash(id)) % partitions``
 partition holds an id's whole history; the latest record for a key wins (what compaction
 keeps) and a record without a value (a tombstone) removes the id.
 
-Key (version 0), big-endian:
-    int16 version=0, string transactional id           (string = int16 length + UTF-8)
-Value (version 0):
-    int16 version=0, int64 producer id, int16 producer epoch, int32 timeout ms,
-    int8 state (``transaction_state.TxnState.code``),
-    int32 topic count, then per topic: string topic, int32 count, int32 partitions...,
-    int64 last update timestamp ms, int64 transaction start timestamp ms
+Key and value are Kafka's ``TransactionLogKey`` (version 0) and ``TransactionLogValue``, each
+an int16 version and then the message in that version (protocol/schemas/, encoded by the
+protocol's codec). Version 0 of the value holds the producer id and epoch, the timeout, the
+state (``transaction_state.TxnState.code``), the partitions and two timestamps; version 1
+(flexible, KIP-890) adds tagged fields: the client's transaction version, the producer id of
+the last committed transaction and the next producer id (an epoch running out at EndTxn).
+A record is written in version 1 only when it holds one of those, so an id that never used
+transactions v2 stays readable by older brokers.
 
 ``replay`` reads every partition from its start in a worker thread at start-up.
 """
@@ -23,6 +24,7 @@ import struct
 from dataclasses import dataclass, field
 
 from headrace.broker.log.replay import stored_records
+from headrace.protocol import DecodeError, decode_message, encode_message, messages
 from headrace.protocol.records import Record, build_batch
 
 from .transaction_state import BY_CODE, TxnState
@@ -32,9 +34,8 @@ log = logging.getLogger("headrace.transactions")
 TRANSACTION_TOPIC = "__transaction_state"
 
 _I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_HEAD = struct.Struct(">hqhib")  # version, producer id, epoch, timeout, state
-_TAIL = struct.Struct(">qq")
+K = messages.TransactionLogKey
+V = messages.TransactionLogValue
 
 
 @dataclass(slots=True)
@@ -50,29 +51,44 @@ class TransactionMetadata:
     update_ms: int = -1
     start_ms: int = -1
     pending: bool = False  # a change is being written: other requests wait (CONCURRENT_...)
+    # transactions v2 (KIP-890): the transaction version the client uses (2: the epoch is
+    # bumped at every EndTxn), the producer id before the last rotation, and the one the
+    # decided transaction completes with when the epoch ran out (-1: none)
+    client_version: int = 0
+    previous_producer_id: int = -1
+    next_producer_id: int = -1
 
 
-def _string(text: str) -> bytes:
-    raw = text.encode()
-    return _I16.pack(len(raw)) + raw
+def _encoded(version: int, message) -> bytes:
+    return _I16.pack(version) + b"".join(bytes(c) for c in encode_message(message, version))
 
 
 def key(transactional_id: str) -> bytes:
-    return _I16.pack(0) + _string(transactional_id)
+    return _encoded(0, K(transactional_id=transactional_id))
 
 
 def value(m: TransactionMetadata) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(m.partitions):
         by_topic.setdefault(topic, []).append(partition)
-    out = bytearray(_HEAD.pack(0, m.producer_id, m.producer_epoch, m.timeout_ms, m.state.code))
-    out += _I32.pack(len(by_topic))
-    for topic, parts in by_topic.items():
-        out += _string(topic) + _I32.pack(len(parts))
-        for p in parts:
-            out += _I32.pack(p)
-    out += _TAIL.pack(m.update_ms, m.start_ms)
-    return bytes(out)
+    flexible = m.client_version > 0 or m.previous_producer_id >= 0 or m.next_producer_id >= 0
+    return _encoded(
+        1 if flexible else 0,
+        V(
+            producer_id=m.producer_id,
+            previous_producer_id=m.previous_producer_id,
+            next_producer_id=m.next_producer_id,
+            producer_epoch=m.producer_epoch,
+            transaction_timeout_ms=m.timeout_ms,
+            transaction_status=m.state.code,
+            transaction_partitions=[
+                V.PartitionsSchema(topic=t, partition_ids=ps) for t, ps in by_topic.items()
+            ],
+            transaction_last_update_timestamp_ms=m.update_ms,
+            transaction_start_timestamp_ms=m.start_ms,
+            client_transaction_version=m.client_version,
+        ),
+    )
 
 
 def record_batch(transactional_id: str, m: TransactionMetadata | None, now_ms: int) -> bytearray:
@@ -81,46 +97,29 @@ def record_batch(transactional_id: str, m: TransactionMetadata | None, now_ms: i
     return bytearray(build_batch([Record(key=key(transactional_id), value=v, timestamp=now_ms)]))
 
 
-class _Reader:
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf, self.pos = buf, 0
-
-    def take(self, s: struct.Struct):
-        v = s.unpack_from(self.buf, self.pos)
-        self.pos += s.size
-        return v if len(v) > 1 else v[0]
-
-    def string(self) -> str:
-        n = self.take(_I16)
-        raw = self.buf[self.pos : self.pos + max(n, 0)]
-        if len(raw) != max(n, 0):
-            raise ValueError("string runs past the record")
-        self.pos += len(raw)
-        return raw.decode()
-
-
 def parse_key(data: bytes) -> str | None:
-    r = _Reader(data)
-    if r.take(_I16) != 0:
+    if _I16.unpack_from(data)[0] != 0:
         return None
-    return r.string()
+    return decode_message(K, 0, data, 2).transactional_id
 
 
 def parse_value(transactional_id: str, data: bytes) -> TransactionMetadata:
-    r = _Reader(data)
-    version, pid, epoch, timeout, code = r.take(_HEAD)
-    if version != 0:
+    version = _I16.unpack_from(data)[0]
+    if version not in (0, 1):
         raise ValueError(f"transaction value version {version}")
-    partitions = set()
-    for _ in range(r.take(_I32)):
-        topic = r.string()
-        for _ in range(r.take(_I32)):
-            partitions.add((topic, r.take(_I32)))
-    update_ms, start_ms = r.take(_TAIL)
+    v = decode_message(V, version, data, 2)
     return TransactionMetadata(
-        transactional_id, pid, epoch, timeout, BY_CODE[code], partitions, update_ms, start_ms
+        transactional_id,
+        v.producer_id,
+        v.producer_epoch,
+        v.transaction_timeout_ms,
+        BY_CODE[v.transaction_status],
+        {(t.topic, p) for t in v.transaction_partitions or () for p in t.partition_ids},
+        v.transaction_last_update_timestamp_ms,
+        v.transaction_start_timestamp_ms,
+        client_version=v.client_transaction_version,
+        previous_producer_id=v.previous_producer_id,
+        next_producer_id=v.next_producer_id,
     )
 
 
@@ -137,6 +136,6 @@ def replay(partition_logs) -> dict[str, TransactionMetadata]:
                     found.pop(tid, None)
                 else:
                     found[tid] = parse_value(tid, v)
-            except (ValueError, KeyError, struct.error, UnicodeDecodeError):
+            except (ValueError, KeyError, struct.error, DecodeError):
                 log.warning("skipping a malformed record in %s", TRANSACTION_TOPIC)
     return found

@@ -22,6 +22,11 @@ memory; while one is being written the id is *pending* and other requests for it
 CONCURRENT_TRANSACTIONS (the client retries). A Prepare* state on disk means the decision
 is made: after a restart the coordinator writes the markers and completes it.
 
+Transactions v2 (KIP-890, EndTxn v5): the decision carries the epoch + 1, so the markers fence
+whatever the producer sent before it, and the producer goes on with the bumped epoch (a new
+producer id when the epoch runs out). An abort with nothing open (Empty, Complete*) is decided
+and completed the same way, with no markers.
+
 ``TRANSITIONS[target]`` lists the states a transaction may move to ``target`` from (Kafka's
 rules). The request tables say what each request does in each state: ``ACCEPT`` (go ahead),
 ``DONE`` (already so: answer success, change nothing) or an error code.
@@ -69,7 +74,10 @@ TRANSITIONS: dict[TxnState, frozenset[TxnState]] = {
     EMPTY: frozenset({EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
     ONGOING: frozenset({ONGOING, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
     PREPARE_COMMIT: frozenset({ONGOING}),
-    PREPARE_ABORT: frozenset({ONGOING, PREPARE_EPOCH_FENCE}),
+    # (transactions v2: an abort with no transaction open bumps the epoch all the same)
+    PREPARE_ABORT: frozenset(
+        {ONGOING, PREPARE_EPOCH_FENCE, EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}
+    ),
     COMPLETE_COMMIT: frozenset({PREPARE_COMMIT}),
     COMPLETE_ABORT: frozenset({PREPARE_ABORT}),
     DEAD: frozenset({EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT}),
@@ -130,6 +138,34 @@ END_TXN: dict[tuple[TxnState, bool], object] = {
     (DEAD, True): E.INVALID_PRODUCER_ID_MAPPING,
     (DEAD, False): E.INVALID_PRODUCER_ID_MAPPING,
 }
+
+# EndTxn of transactions v2 (KIP-890: every EndTxn bumps the epoch): (state, commit?, retry?)
+# -> what to do, where a retry is the EndTxn that made the current epoch asked again (with
+# the epoch before its bump). ACCEPT: decide with the epoch + 1; ABORT_EMPTY: the same for an
+# abort with no partition in the transaction (markers to no one); DONE: answer with the
+# current producer id and epoch.
+ABORT_EMPTY = "abort empty"
+END_TXN_V2: dict[tuple[TxnState, bool, bool], object] = {
+    (state, commit, retry): E.INVALID_TXN_STATE
+    for state in ALL
+    for commit in (True, False)
+    for retry in (True, False)
+}
+END_TXN_V2.update(
+    {
+        (ONGOING, True, False): ACCEPT,
+        (ONGOING, False, False): ACCEPT,
+        (EMPTY, False, False): ABORT_EMPTY,
+        (COMPLETE_COMMIT, True, True): DONE,
+        (COMPLETE_COMMIT, False, False): ABORT_EMPTY,
+        (COMPLETE_ABORT, False, True): DONE,
+        (COMPLETE_ABORT, False, False): ABORT_EMPTY,
+        (PREPARE_COMMIT, True, True): E.CONCURRENT_TRANSACTIONS,
+        (PREPARE_ABORT, False, True): E.CONCURRENT_TRANSACTIONS,
+        (PREPARE_EPOCH_FENCE, True, False): E.CONCURRENT_TRANSACTIONS,
+        (PREPARE_EPOCH_FENCE, False, False): E.CONCURRENT_TRANSACTIONS,
+    }
+)
 
 # TxnOffsetCommit (checked with the coordinator: the group's offsets partition must be in
 # the ongoing transaction).
