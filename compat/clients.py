@@ -71,6 +71,9 @@ class Client:
     # ZooKeeper, headrace serve --workers 3), "killable-cluster" (three separate broker
     # processes), "secure" (one broker with SSL, mutual TLS, SASL_SSL and SASL_PLAINTEXT)
     broker: str = "one"
+    # run by tests/compat (part of the CI test command) unless HEADRACE_COMPAT_CLIENTS says
+    # otherwise; False: only by python -m compat (rows that would overrun the tests' budget)
+    in_tests: bool = True
 
 
 def _pip_ensure(modules: dict[str, str]) -> None:
@@ -100,7 +103,8 @@ def _dist_version(dist: str) -> str:
 
 
 # Java: one Maven project, built once per kafka-clients version into its own target folder.
-JAVA_VERSIONS = {"java39": ("3.9.2", None), "java4": ("4.0.2", "kafka40")}
+JAVA_VERSIONS = {"java39": ("3.9.2", None), "java4": ("4.0.2", "kafka40"),
+                 "java44": ("4.4.0", "kafka44")}
 
 
 def _once(setup: Callable[[], list[str]]) -> Callable[[], list[str]]:
@@ -262,6 +266,8 @@ CLIENTS: dict[str, Client] = {c.name: c for c in [
            version=JAVA_VERSIONS["java39"][0]),
     Client("java4", "Java kafka-clients", JAVA_SCENARIOS, _java_setup("java4"),
            version=JAVA_VERSIONS["java4"][0]),
+    Client("java44", "Java kafka-clients", JAVA_SCENARIOS, _java_setup("java44"),
+           version=JAVA_VERSIONS["java44"][0], in_tests=False),
     Client("confluent-kafka", "librdkafka via confluent-kafka (PyPI)", STD,
            _python_client("confluent-kafka", {"confluent_kafka": "confluent-kafka"})),
     Client("kcat", "librdkafka via kcat (Debian)", STD, _kcat_setup),
@@ -275,6 +281,8 @@ CLIENTS: dict[str, Client] = {c.name: c for c in [
            _tools_setup("3.9.2"), table="tools", timeout=120, version="3.9.2"),
     Client("kafka-tools-4.0", "Kafka's tools (main classes from Maven Central)", TOOL_SCENARIOS,
            _tools_setup("4.0.2"), table="tools", timeout=120, version="4.0.2"),
+    Client("kafka-tools-4.4", "Kafka's tools (main classes from Maven Central)", TOOL_SCENARIOS,
+           _tools_setup("4.4.0"), table="tools", timeout=120, version="4.4.0", in_tests=False),
     Client("spark", "PySpark with spark-sql-kafka-0-10", SPARK_SCENARIOS, _spark_setup,
            table="spark", timeout=420),
     Client("java4-cluster", "Java kafka-clients", JAVA_CLUSTER_SCENARIOS, _java_setup("java4"),
@@ -282,6 +290,12 @@ CLIENTS: dict[str, Client] = {c.name: c for c in [
     Client("kafka-tools-4.0-cluster", "Kafka's tools (main classes from Maven Central)",
            TOOL_CLUSTER_SCENARIOS, _tools_setup("4.0.2"), table="cluster", timeout=150,
            version="4.0.2", broker="cluster"),
+    Client("java44-cluster", "Java kafka-clients", JAVA_CLUSTER_SCENARIOS, _java_setup("java44"),
+           table="cluster", version=JAVA_VERSIONS["java44"][0], broker="cluster",
+           in_tests=False),
+    Client("kafka-tools-4.4-cluster", "Kafka's tools (main classes from Maven Central)",
+           TOOL_CLUSTER_SCENARIOS, _tools_setup("4.4.0"), table="cluster", timeout=150,
+           version="4.4.0", broker="cluster", in_tests=False),
     Client("spark-cluster", "PySpark with spark-sql-kafka-0-10", SPARK_CLUSTER_SCENARIOS,
            _spark_setup, table="cluster", timeout=420, broker="cluster"),
     Client("java4-cluster-kill", "Java kafka-clients", KILL_SCENARIOS, _java_setup("java4"),
@@ -295,6 +309,9 @@ CLIENTS: dict[str, Client] = {c.name: c for c in [
            table="security", version=JAVA_VERSIONS["java4"][0], broker="secure"),
     Client("java39-security", "Java kafka-clients", SECURITY_SCENARIOS, _java_setup("java39"),
            table="security", version=JAVA_VERSIONS["java39"][0], broker="secure"),
+    Client("java44-security", "Java kafka-clients", SECURITY_SCENARIOS, _java_setup("java44"),
+           table="security", version=JAVA_VERSIONS["java44"][0], broker="secure",
+           in_tests=False),
     Client("confluent-kafka-security", "librdkafka via confluent-kafka (PyPI)",
            SECURITY_SCENARIOS,
            _python_client("confluent-kafka", {"confluent_kafka": "confluent-kafka"}),

@@ -39,6 +39,7 @@ def _cell(result: dict | None) -> str:
 
 
 def render_markdown(matrix: dict) -> str:
+    alone_cli = [n for n, c in CLIENTS.items() if not c.in_tests]
     lines = [
         "```sh",
         "python -m compat                      # every client below; installs them; ~8 min once cached",
@@ -51,7 +52,8 @@ def render_markdown(matrix: dict) -> str:
         f"Last whole run: {matrix.get('generated', '?')} against Headrace "
         f"{matrix.get('headrace', '?')}, {matrix.get('minutes', '?')} min "
         f"(details: `compat/results/matrix.md`). `pytest tests/compat` runs the same suite "
-        f"as tests."]
+        f"as tests" + (f", without {', '.join(alone_cli)} (`python -m compat` only)"
+                       if alone_cli else "") + "."]
     alone = [f"{n} ({e['run']})" for n, e in matrix.get("clients", {}).items()
              if e.get("run") and not e["run"].startswith(str(matrix.get("generated")))]
     if alone:

@@ -35,21 +35,35 @@ VERSION = apache_kafka.KAFKA_VERSION
 TOPICS = "org.apache.kafka.tools.TopicCommand"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
-CONFIGS = "kafka.admin.ConfigCommand"
 PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
 TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
 
 
+def since(*version: int) -> bool:
+    """Whether the tools run are Kafka ``version`` (e.g. 4, 2) or later."""
+    return tuple(int(x) for x in VERSION.split(".")[:len(version)]) >= version
+
+
 def broker_api_versions_class() -> str:
-    return ("kafka.admin.BrokerApiVersionsCommand" if int(VERSION.split(".")[0]) < 4
-            else "org.apache.kafka.tools.BrokerApiVersionsCommand")
+    return ("org.apache.kafka.tools.BrokerApiVersionsCommand" if since(4)
+            else "kafka.admin.BrokerApiVersionsCommand")
 
 
 def console_producer_class() -> str:
-    return ("kafka.tools.ConsoleProducer" if int(VERSION.split(".")[0]) < 4
-            else "org.apache.kafka.tools.ConsoleProducer")
+    return "org.apache.kafka.tools.ConsoleProducer" if since(4) else "kafka.tools.ConsoleProducer"
+
+
+def configs_class() -> str:
+    # rewritten in Java and moved to the tools module (KAFKA-14588): in 4.4.0, not in 4.0.2
+    return "org.apache.kafka.tools.ConfigCommand" if since(4, 4) else "kafka.admin.ConfigCommand"
+
+
+def option(new: str, old: str) -> str:
+    """KIP-1147 (Kafka 4.2) renamed some options; the old names still work but print a
+    deprecation warning (the console consumer's on stdout, among the records it prints)."""
+    return new if since(4, 2) else old
 
 
 class ToolFailed(Exception):
@@ -150,7 +164,8 @@ def kafka_console_producer(bootstrap: str, prefix: str) -> None:
     lines = [f"seq:{i},src:compat\tk{i}\tvalue-{i}" for i in range(50)]
     tool(console_producer_class(),
          ["--bootstrap-server", bootstrap, "--topic", topic, "--compression-codec", "zstd",
-          "--property", "parse.key=true", "--property", "parse.headers=true",
+          option("--reader-property", "--property"), "parse.key=true",
+          option("--reader-property", "--property"), "parse.headers=true",
           "--request-required-acks", "-1"], stdin="\n".join(lines) + "\n")
     want = [(0, f"k{i}".encode(), f"value-{i}".encode(),
              [("seq", str(i).encode()), ("src", b"compat")]) for i in range(50)]
@@ -167,7 +182,8 @@ def kafka_console_consumer(bootstrap: str, prefix: str) -> None:
     out = tool(CONSOLE_CONSUMER,
                ["--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
                 "--from-beginning", "--max-messages", "50", "--timeout-ms", "30000",
-                "--property", "print.key=true", "--property", "print.headers=true"])
+                option("--formatter-property", "--property"), "print.key=true",
+                option("--formatter-property", "--property"), "print.headers=true"])
     lines = [ln for ln in out.splitlines() if ln.strip()]
     want = [f"seq:{i}\tk{i}\tvalue-{i}" for i in range(50)]
     expect(lines == want, f"printed {lines[:3]}... ({len(lines)} lines), want {want[:2]}...")
@@ -191,9 +207,10 @@ def consumer_groups(bootstrap: str, prefix: str, kip848: bool, partitions: int =
     tool(TOPICS, [*b, "--create", "--topic", topic, "--partitions", str(partitions),
                   "--replication-factor", "1"])
     kp_produce(bootstrap, topic, kit.records(20 * partitions, partitions))
-    props = ["--consumer-property", "auto.commit.interval.ms=200"]
+    prop = option("--command-property", "--consumer-property")
+    props = [prop, "auto.commit.interval.ms=200"]
     if kip848:
-        props += ["--consumer-property", "group.protocol=consumer"]
+        props += [prop, "group.protocol=consumer"]
     member = subprocess.Popen(
         tool_command(CONSOLE_CONSUMER, [*b, "--topic", topic, "--group", group,
                                         "--from-beginning", "--timeout-ms", "90000", *props]),
@@ -296,13 +313,14 @@ def kafka_configs(bootstrap: str, prefix: str) -> None:
     tool(TOPICS, [*b, "--create", "--topic", topic, "--partitions", "1",
                   "--replication-factor", "1", "--config", "retention.ms=3600000"])
     entity = ["--entity-type", "topics", "--entity-name", topic]
-    out = tool(CONFIGS, [*b, *entity, "--describe"])
+    configs = configs_class()
+    out = tool(configs, [*b, *entity, "--describe"])
     expect("retention.ms=3600000" in out, f"--describe: {out[:300]}")
-    out = tool(CONFIGS, [*b, "--entity-type", "brokers", "--entity-name", "1", "--describe",
+    out = tool(configs, [*b, "--entity-type", "brokers", "--entity-name", "1", "--describe",
                          "--all"])
     expect("log.segment.bytes=" in out, f"broker --describe --all: {out[:300]}")
-    tool(CONFIGS, [*b, *entity, "--alter", "--add-config", "retention.ms=12345"])
-    out = tool(CONFIGS, [*b, *entity, "--describe"])
+    tool(configs, [*b, *entity, "--alter", "--add-config", "retention.ms=12345"])
+    out = tool(configs, [*b, *entity, "--describe"])
     expect("retention.ms=12345" in out, f"--describe after --alter: {out[:300]}")
 
 
@@ -317,7 +335,8 @@ def kafka_producer_perf_test(bootstrap: str, prefix: str) -> None:
     tool(TOPICS, ["--bootstrap-server", bootstrap, "--create", "--topic", topic,
                   "--partitions", "2", "--replication-factor", "1"])
     out = tool(PRODUCER_PERF, ["--topic", topic, "--num-records", "50000", "--record-size",
-                               "100", "--throughput", "-1", "--producer-props",
+                               "100", "--throughput", "-1",
+                               option("--command-property", "--producer-props"),
                                f"bootstrap.servers={bootstrap}", "acks=all",
                                "compression.type=lz4"])
     expect(perf_line(out)["records"] == 50000, f"summary: {out.splitlines()[-1]}")
@@ -336,10 +355,11 @@ def kafka_consumer_perf_test(bootstrap: str, prefix: str) -> None:
     tool(TOPICS, ["--bootstrap-server", bootstrap, "--create", "--topic", topic,
                   "--partitions", "2", "--replication-factor", "1"])
     tool(PRODUCER_PERF, ["--topic", topic, "--num-records", "50000", "--record-size", "100",
-                         "--throughput", "-1", "--producer-props",
+                         "--throughput", "-1", option("--command-property", "--producer-props"),
                          f"bootstrap.servers={bootstrap}"])
     out = tool(CONSUMER_PERF, ["--bootstrap-server", bootstrap, "--topic", topic,
-                               "--messages", "50000", "--timeout", "30000",
+                               option("--num-records", "--messages"), "50000",
+                               "--timeout", "30000",
                                "--group", f"{prefix}-g"])
     rows = [ln.split(",") for ln in out.splitlines() if re.match(r"^\d{4}-\d\d-\d\d", ln)]
     expect(bool(rows), f"no result row in ConsumerPerformance output: {out[-300:]}")

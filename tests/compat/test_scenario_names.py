@@ -27,6 +27,8 @@ PYTHON_PROGRAMS = {
     "kafka-tools-3.9": ["compat/kafka-tools/scenarios.py", "--version", "3.9.2"],
     "kafka-tools-4.0": ["compat/kafka-tools/scenarios.py", "--version", "4.0.2"],
     "kafka-tools-4.0-cluster": ["compat/kafka-tools/scenarios.py", "--version", "4.0.2"],
+    "kafka-tools-4.4": ["compat/kafka-tools/scenarios.py", "--version", "4.4.0"],
+    "kafka-tools-4.4-cluster": ["compat/kafka-tools/scenarios.py", "--version", "4.4.0"],
     "spark": ["compat/spark/scenarios.py"],
     "spark-cluster": ["compat/spark/scenarios.py"],
     "spark-security": ["compat/spark/scenarios.py"],
