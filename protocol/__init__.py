@@ -9,8 +9,10 @@ Files, in the order to read them:
   ``stubs.py`` (``python -m headrace.protocol.stubs`` after a schema change; a test fails
   while it is not current)
 - ``schema.py``: Apache Kafka's JSON schemas read into ``MessageSpec`` trees and classes
-  (``schemas/``: the schemas the kafka-python wheel lacks: KIP-848's, and Apache Kafka 4.4.0's
-  share-group, streams-group and telemetry APIs, as Kafka ships them)
+  (``schemas/``: Apache Kafka 4.4.0's schemas, as Kafka ships them, of what the kafka-python
+  wheel lacks or has in older versions: KIP-848's, the share-group, streams-group and
+  telemetry APIs, the coordinators' records, newer versions of a few APIs; they win over the
+  wheel's)
 - ``codec.py``: compiles a (message, version) into straight-line encode/decode functions
 - ``errors.py``: ``ErrorCode``; ``error_response.py``: an error response for any request
 - ``records.py``: record batches v2: the hot-path header walk, a builder and a decoder, over

@@ -549,11 +549,15 @@ class ApiVersionsRequest(Struct):
     _encoders: ClassVar[dict[int, Callable[..., Any]]]
     client_software_name: str
     client_software_version: str
+    cluster_id: str | None
+    node_id: int
     def __init__(
         self,
         *,
         client_software_name: str = "",
         client_software_version: str = "",
+        cluster_id: str | None = None,
+        node_id: int = -1,
     ) -> None: ...
 
 class ApiVersionsResponse(Struct):
@@ -1159,7 +1163,14 @@ class DeleteGroupsResponse(Struct):
     class DeletableGroupResult(Struct):
         group_id: str
         error_code: int
-        def __init__(self, *, group_id: str = "", error_code: int = 0) -> None: ...
+        error_message: str | None
+        def __init__(
+            self,
+            *,
+            group_id: str = "",
+            error_code: int = 0,
+            error_message: str | None = None,
+        ) -> None: ...
 
     throttle_time_ms: int
     results: list[DeletableGroupResult]
@@ -5260,11 +5271,13 @@ class TxnOffsetCommitRequest(Struct):
 
     class TxnOffsetCommitRequestTopic(Struct):
         name: str
+        topic_id: UUID
         partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition]
         def __init__(
             self,
             *,
             name: str = "",
+            topic_id: UUID = ...,
             partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = ...,
         ) -> None: ...
 
@@ -5272,7 +5285,7 @@ class TxnOffsetCommitRequest(Struct):
     group_id: str
     producer_id: int
     producer_epoch: int
-    generation_id: int
+    generation_id_or_member_epoch: int
     member_id: str
     group_instance_id: str | None
     topics: list[TxnOffsetCommitRequestTopic]
@@ -5283,7 +5296,7 @@ class TxnOffsetCommitRequest(Struct):
         group_id: str = "",
         producer_id: int = 0,
         producer_epoch: int = 0,
-        generation_id: int = -1,
+        generation_id_or_member_epoch: int = -1,
         member_id: str = "",
         group_instance_id: str | None = None,
         topics: list[TxnOffsetCommitRequestTopic] = ...,
@@ -5303,11 +5316,13 @@ class TxnOffsetCommitResponse(Struct):
 
     class TxnOffsetCommitResponseTopic(Struct):
         name: str
+        topic_id: UUID
         partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition]
         def __init__(
             self,
             *,
             name: str = "",
+            topic_id: UUID = ...,
             partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = ...,
         ) -> None: ...
 

@@ -238,15 +238,16 @@ def _resource_dir() -> Path:
     return _dir
 
 
-# Declarations of messages the shipped schemas lack (KIP-848's ConsumerGroupHeartbeat and
-# ConsumerGroupDescribe, UnregisterBroker), in the same JSON form; a shipped file of the same
-# name wins.
+# Apache Kafka's schemas of messages the shipped ones lack or hold in older versions (KIP-848's
+# ConsumerGroupHeartbeat, Kafka 4.4's share and streams groups, newer versions of ApiVersions,
+# TxnOffsetCommit...), in the same JSON form: a file here wins over a shipped one of the same
+# name.
 _OWN_DIR = Path(__file__).parent / "schemas"
 
 
 def read_schema_json(name: str) -> dict:
     """The parsed JSON of ``{name}.json``; raises KeyError when there is no such file."""
-    for folder in (_resource_dir(), _OWN_DIR):
+    for folder in (_OWN_DIR, _resource_dir()):
         try:
             text = (folder / f"{name}.json").read_text(encoding="utf-8")
         except (FileNotFoundError, OSError):

@@ -10,8 +10,8 @@ request and encodes the answer. By family:
 produce and fetch   produce.py (leader_hints.py: KIP-951's hints in a NOT_LEADER answer),
                     fetch.py, list_offsets.py, offset_for_leader_epoch.py
 cluster             api_versions.py, metadata.py, describe_topic_partitions.py,
-                    describe_cluster.py, describe_log_dirs.py, unregister_broker.py,
-                    update_features.py
+                    describe_cluster.py, describe_log_dirs.py, alter_replica_log_dirs.py,
+                    unregister_broker.py, update_features.py
 security            sasl_handshake.py, sasl_authenticate.py,
                     describe_user_scram_credentials.py, alter_user_scram_credentials.py,
                     create_acls.py, describe_acls.py, delete_acls.py,

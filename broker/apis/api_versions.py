@@ -1,5 +1,7 @@
-"""ApiVersions (key 18), versions 0-4: which APIs and versions this broker speaks, and
+"""ApiVersions (key 18), versions 0-5: which APIs and versions this broker speaks, and
 (v3+) the feature versions it supports and the cluster has finalized (cluster/features.py).
+From v5 (KIP-1242) a client names the cluster id and node id it means to reach; when this
+broker is not that one it gets REBOOTSTRAP_REQUIRED (its metadata is stale), as from Kafka.
 
 The list is built from ``registry.APIS``. Produce is listed from version 0, as Apache Kafka 4
 does, because older librdkafka turns compression off when v0 is missing; v0-2 requests are
@@ -20,7 +22,7 @@ from headrace.broker.cluster.features import SUPPORTED
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 API_KEY = ApiKey.API_VERSIONS
-MIN_VERSION, MAX_VERSION = 0, 4
+MIN_VERSION, MAX_VERSION = 0, 5
 
 # versions we list below the first one we accept (see the module docstring)
 _LISTED_MIN = {ApiKey.PRODUCE: 0}
@@ -44,6 +46,12 @@ R = messages.ApiVersionsResponse
 
 
 def handle(broker: Broker, header, request: messages.ApiVersionsRequest):
+    if (
+        header.api_version >= 5
+        and request.cluster_id is not None
+        and (request.cluster_id != broker.cluster_id or request.node_id != broker.node_id)
+    ):
+        return R(error_code=ErrorCode.REBOOTSTRAP_REQUIRED, api_keys=[])
     features = broker.features
     return R(
         error_code=ErrorCode.NONE,

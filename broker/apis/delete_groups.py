@@ -1,7 +1,8 @@
-"""DeleteGroups (key 42), versions 0-2: delete groups without members, offsets included.
+"""DeleteGroups (key 42), versions 0-3: delete groups without members, offsets included.
 
-A group with members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND. Deleting writes
-a tombstone for each committed offset to ``__consumer_offsets`` and waits for the flush.
+A group with members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND, each with a
+message from v3. Deleting writes a tombstone for each committed offset to
+``__consumer_offsets`` and waits for the flush.
 """
 
 from __future__ import annotations
@@ -12,14 +13,19 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, messages
+from headrace.protocol import ApiKey, ErrorCode, messages
 
 from .refusals import group_refusal
 
 API_KEY = ApiKey.DELETE_GROUPS
-MIN_VERSION, MAX_VERSION = 0, 2
+MIN_VERSION, MAX_VERSION = 0, 3
 
 R = messages.DeleteGroupsResponse
+MESSAGES: dict[int, str] = {
+    ErrorCode.NON_EMPTY_GROUP: "Group {} has members: it can be deleted once it has none.",
+    ErrorCode.GROUP_ID_NOT_FOUND: "Group {} does not exist.",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "Not authorized to delete group {}.",
+}
 
 
 async def handle(broker: Broker, header, request: messages.DeleteGroupsRequest):
@@ -28,5 +34,12 @@ async def handle(broker: Broker, header, request: messages.DeleteGroupsRequest):
         error = group_refusal(broker, header.session, Operation.DELETE, group_id)
         if not error:
             error = await broker.groups.delete_group(group_id)
-        results.append(R.DeletableGroupResult(group_id=group_id, error_code=error))
+        message = MESSAGES.get(error)
+        results.append(
+            R.DeletableGroupResult(
+                group_id=group_id,
+                error_code=error,
+                error_message=message.format(group_id) if message is not None else None,
+            )
+        )
     return R(throttle_time_ms=0, results=results)

@@ -1,4 +1,4 @@
-"""DescribeLogDirs (key 35), versions 1-4: the data directory and the partitions in it.
+"""DescribeLogDirs (key 35), versions 1-5: the data directory and the partitions in it.
 
 A broker has one data directory (``log.dirs``). The answer lists the partitions this broker
 holds there (a cluster broker: only its own), all of them when the request's topics are null,
@@ -7,7 +7,8 @@ them in memory (no disk access); its offset lag is 0 (one replica: the log end i
 watermark) and is_future false (logs never move between directories). The volume's total and
 usable bytes (sent from v4) come from ``os.statvfs`` of the directory, in a thread, so a
 stalled disk cannot stop the event loop; a directory it fails on answers KAFKA_STORAGE_ERROR
-with no topics.
+with no topics. The directory is never cordoned (v5's ``is_cordoned``: there is no other
+directory to send new partitions to).
 
 Version 0 is not served, as by Kafka 4: the schema this codec reads starts at 1 (v1 has v0's
 layout).
@@ -27,7 +28,7 @@ from headrace.broker.security.authorizer import Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 API_KEY = ApiKey.DESCRIBE_LOG_DIRS
-MIN_VERSION, MAX_VERSION = 1, 4
+MIN_VERSION, MAX_VERSION = 1, 5
 
 R = messages.DescribeLogDirsResponse
 

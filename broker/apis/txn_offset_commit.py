@@ -105,9 +105,17 @@ def _commit(broker: Broker, header, request: messages.TxnOffsetCommitRequest):
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE  # group.max.groups: no new group
     if error == ErrorCode.PRODUCER_FENCED and version < 3:
         error = ErrorCode.INVALID_PRODUCER_EPOCH
-    if not error and version >= 3 and request.member_id and request.generation_id >= 0:
+    if (
+        not error
+        and version >= 3
+        and request.member_id
+        and request.generation_id_or_member_epoch >= 0
+    ):
         error, _ = broker.groups.check_commit(
-            group_id, request.generation_id, request.member_id, request.group_instance_id
+            group_id,
+            request.generation_id_or_member_epoch,
+            request.member_id,
+            request.group_instance_id,
         )
     if error:
         return _respond(request, lambda t, p: error)

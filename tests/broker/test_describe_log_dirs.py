@@ -91,8 +91,8 @@ def test_describe_log_dirs_versions_on_the_wire(broker):
         listed = c.request(ApiKey.API_VERSIONS, 3, messages.ApiVersionsRequest()).api_keys
         assert {k.api_key: (k.min_version, k.max_version) for k in listed}[
             ApiKey.DESCRIBE_LOG_DIRS
-        ] == (1, 4)
-        for version in range(1, 5):
+        ] == (1, 5)
+        for version in range(1, 6):
             r = c.request(ApiKey.DESCRIBE_LOG_DIRS, version, Q(topics=None))
             (result,) = r.results
             assert result.error_code == ErrorCode.NONE
@@ -101,6 +101,7 @@ def test_describe_log_dirs_versions_on_the_wire(broker):
             # before v4 the volume's sizes are not on the wire: the decoder's default, -1
             assert (result.total_bytes > 0) == (version >= 4), (version, result.total_bytes)
             assert (result.usable_bytes > 0) == (version >= 4)
+            assert result.is_cordoned is False  # (v5: one directory, never cordoned)
             # an empty list of topics (not null) asks for none
             (empty,) = c.request(ApiKey.DESCRIBE_LOG_DIRS, version, Q(topics=[])).results
             assert empty.topics == []
@@ -129,3 +130,23 @@ def test_describe_log_dirs_in_a_cluster_each_broker_lists_its_own(cluster):  # n
         assert all(sizes[("spread", p)] > 0 for p in spread[node])
     assert all(spread.values())  # 12 partitions over 3 brokers: each holds some
     assert sorted(p for s in spread.values() for p in s) == list(range(12))
+
+
+def test_alter_replica_log_dirs_with_one_directory(broker, tmp_path):
+    KafkaAdminClient(bootstrap_servers=broker.bootstrap).create_topics([NewTopic("w", 2, 1)])
+    A = messages.AlterReplicaLogDirsRequest
+    with WireClient(broker.port) as c:
+        here = c.request(ApiKey.DESCRIBE_LOG_DIRS, 4, Q(topics=None)).results[0].log_dir
+
+        def alter(path, partitions):
+            r = c.request(ApiKey.ALTER_REPLICA_LOG_DIRS, 2, A(dirs=[A.AlterReplicaLogDir(
+                path=path, topics=[A.AlterReplicaLogDirTopic(name="w", partitions=partitions)])]))
+            return {p.partition_index: p.error_code for p in r.results[0].partitions}
+
+        assert alter(here, [0, 1, 7]) == {0: ErrorCode.NONE, 1: ErrorCode.NONE, 7: ErrorCode.REPLICA_NOT_AVAILABLE}
+        assert alter(str(tmp_path / "elsewhere"), [0]) == {0: ErrorCode.LOG_DIR_NOT_FOUND}
+        assert alter("relative/dir", [0]) == {0: ErrorCode.LOG_DIR_NOT_FOUND}
+        # nothing moved
+        r = c.request(ApiKey.DESCRIBE_LOG_DIRS, 4, Q(topics=None))
+        assert [(x.log_dir, sorted(p.partition_index for t in x.topics for p in t.partitions)) for x in r.results] == [
+            (here, [0, 1])]

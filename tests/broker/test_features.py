@@ -108,6 +108,19 @@ def test_api_versions_lists_features_and_update_features_changes_them(broker):
     assert heartbeat_error(broker.port) == ErrorCode.NONE
 
 
+def test_api_versions_v5_sends_a_client_that_meant_another_broker_to_rebootstrap(broker):
+    with WireClient(broker.port) as c:
+        md = c.request(ApiKey.METADATA, 12, messages.MetadataRequest(topics=[]))
+        ask = messages.ApiVersionsRequest
+        r = c.request(ApiKey.API_VERSIONS, 5, ask(cluster_id=md.cluster_id, node_id=1))
+        assert r.error_code == ErrorCode.NONE and r.api_keys
+        for wrong in (ask(cluster_id=md.cluster_id, node_id=2), ask(cluster_id="another", node_id=1)):
+            r = c.request(ApiKey.API_VERSIONS, 5, wrong)
+            assert (r.error_code, r.api_keys) == (ErrorCode.REBOOTSTRAP_REQUIRED, [])
+        # without a cluster id (a client on its first connection) nothing is checked
+        assert c.request(ApiKey.API_VERSIONS, 5, ask(node_id=7)).error_code == ErrorCode.NONE
+
+
 def test_update_features_needs_alter_on_the_cluster(broker_factory):
     broker = broker_factory({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
     r = update(broker.port, 2, 0, upgrade_type=2)

@@ -285,9 +285,11 @@ def test_admin_list_describe_delete_offset_delete(broker_factory):
         assert fetch_offsets(c, "offsets-only") == {("t", 1): 2}
         # DeleteGroups
         D = messages.DeleteGroupsRequest
-        r = c.request(ApiKey.DELETE_GROUPS, 2, D(groups_names=["active", "offsets-only", "missing"]))
+        r = c.request(ApiKey.DELETE_GROUPS, 3, D(groups_names=["active", "offsets-only", "missing"]))
         assert [(x.group_id, x.error_code) for x in r.results] == [
             ("active", ErrorCode.NON_EMPTY_GROUP), ("offsets-only", 0), ("missing", ErrorCode.GROUP_ID_NOT_FOUND)]
+        assert [x.error_message for x in r.results] == [  # (v3)
+            "Group active has members: it can be deleted once it has none.", None, "Group missing does not exist."]
         assert fetch_offsets(c, "offsets-only") == {}
         # __consumer_offsets is internal in metadata
         M = messages.MetadataRequest

@@ -199,7 +199,7 @@ def test_an_open_transaction_does_not_commit_offsets_for_a_deleted_topic(broker_
         T = messages.TxnOffsetCommitRequest
         r = c.request(ApiKey.TXN_OFFSET_COMMIT, 3, T(
             transactional_id="tx", group_id="g", producer_id=pid, producer_epoch=epoch,
-            generation_id=-1, member_id="", group_instance_id=None, topics=[
+            generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, topics=[
                 T.TxnOffsetCommitRequestTopic(name=name, partitions=[
                     T.TxnOffsetCommitRequestPartition(
                         partition_index=0, committed_offset=5, committed_metadata="")])

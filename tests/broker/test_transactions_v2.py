@@ -104,7 +104,7 @@ def test_txn_offset_commit_v5_joins_the_groups_partition(broker_factory):
         _, pid, epoch = init_pid(c, "tx")
         T = messages.TxnOffsetCommitRequest
         r = c.request(ApiKey.TXN_OFFSET_COMMIT, 5, T(
-            transactional_id="tx", group_id="g", producer_id=pid, producer_epoch=epoch, generation_id=-1,
+            transactional_id="tx", group_id="g", producer_id=pid, producer_epoch=epoch, generation_id_or_member_epoch=-1,
             member_id="", group_instance_id=None, topics=[T.TxnOffsetCommitRequestTopic(name="t", partitions=[
                 T.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=7, committed_leader_epoch=-1,
                                                   committed_metadata="")])]))

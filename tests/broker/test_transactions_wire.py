@@ -84,7 +84,7 @@ def test_bad_input_gets_kafkas_error_codes(broker_factory):
         T = messages.TxnOffsetCommitRequest
         r = c.request(ApiKey.TXN_OFFSET_COMMIT, 3, T(
             transactional_id="bad", group_id="g", producer_id=pid, producer_epoch=epoch,
-            generation_id=-1, member_id="", group_instance_id=None, topics=[
+            generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, topics=[
                 T.TxnOffsetCommitRequestTopic(name="t", partitions=[
                     T.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=1,
                                                       committed_metadata="")])]))

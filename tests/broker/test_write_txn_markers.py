@@ -36,7 +36,7 @@ def txn_offset_commit(c, tid, group, pid, epoch, offsets):
     T = messages.TxnOffsetCommitRequest
     r = c.request(ApiKey.TXN_OFFSET_COMMIT, 3, T(
         transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch,
-        generation_id=-1, member_id="", group_instance_id=None, topics=[
+        generation_id_or_member_epoch=-1, member_id="", group_instance_id=None, topics=[
             T.TxnOffsetCommitRequestTopic(name=t, partitions=[
                 T.TxnOffsetCommitRequestPartition(partition_index=p, committed_offset=o,
                                                   committed_metadata="")])

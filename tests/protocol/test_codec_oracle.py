@@ -36,7 +36,8 @@ def _their_classes() -> dict:
 
 
 THEIRS = _their_classes()
-CASES = [(n, v) for n, v in all_message_versions() if n in THEIRS]
+# (the versions their schemas know: protocol/schemas/ has some newer ones, Kafka 4.4's)
+CASES = [(n, v) for n, v in all_message_versions() if n in THEIRS and v <= THEIRS[n].valid_versions[1]]
 
 
 def test_oracle_covers_most_messages():
