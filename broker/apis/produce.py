@@ -73,9 +73,9 @@ def handle(broker: Broker, header, request: messages.ProduceRequest):
         return _all_failed(request, version, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     joining = _joining(broker, session, request, version)
     if joining is not None:  # transactions v2: the partitions join the transaction first
-        task = asyncio.ensure_future(_join_then_produce(broker, header, request, *joining))
-        session.hold(task)  # the connection's next batches wait for these
-        return task
+        appended = asyncio.get_running_loop().create_future()
+        session.hold(appended)  # the connection's next batches wait until these are appended
+        return _join_then_produce(broker, header, request, appended, *joining)
     return _produce(broker, header, request)
 
 
@@ -108,9 +108,12 @@ def _joining(broker: Broker, session, request: messages.ProduceRequest, version:
     return None if producer is None else (*producer, keys)
 
 
-async def _join_then_produce(broker: Broker, header, request, producer_id, epoch, keys):
-    error = await broker.transactions.join(request.transactional_id, producer_id, epoch, keys)
-    outcome = _produce(broker, header, request, dict.fromkeys(keys, error) if error else None)
+async def _join_then_produce(broker: Broker, header, request, appended, producer_id, epoch, keys):
+    try:
+        error = await broker.transactions.join(request.transactional_id, producer_id, epoch, keys)
+        outcome = _produce(broker, header, request, dict.fromkeys(keys, error) if error else None)
+    finally:
+        appended.set_result(None)  # (the acks and flushes are awaited without holding)
     return await outcome if inspect.isawaitable(outcome) else outcome
 
 

@@ -156,11 +156,12 @@ _UNSUPPORTED = "this broker does not support them (it is older than the cluster'
 
 def incompatible(levels: Mapping[str, int]) -> dict[str, int]:
     """The finalized levels outside what this broker supports."""
-    return {
-        n: v
-        for n, v in levels.items()
-        if not SUPPORTED.get(n, (0, 0))[0] <= v <= SUPPORTED.get(n, (0, 0))[1]
-    }
+    out = {}
+    for name, level in levels.items():
+        lo, hi = SUPPORTED.get(name, (0, 0))
+        if not lo <= level <= hi:
+            out[name] = level
+    return out
 
 
 def registration() -> tuple[tuple[str, int, int], ...]:
