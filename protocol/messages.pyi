@@ -901,6 +901,65 @@ class CreateAclsResponse(Struct):
         results: list[AclCreationResult] = ...,
     ) -> None: ...
 
+class CreateDelegationTokenRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class CreatableRenewers(Struct):
+        principal_type: str
+        principal_name: str
+        def __init__(self, *, principal_type: str = "", principal_name: str = "") -> None: ...
+
+    owner_principal_type: str | None
+    owner_principal_name: str | None
+    renewers: list[CreatableRenewers]
+    max_lifetime_ms: int
+    def __init__(
+        self,
+        *,
+        owner_principal_type: str | None = "",
+        owner_principal_name: str | None = "",
+        renewers: list[CreatableRenewers] = ...,
+        max_lifetime_ms: int = 0,
+    ) -> None: ...
+
+class CreateDelegationTokenResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    error_code: int
+    principal_type: str
+    principal_name: str
+    token_requester_principal_type: str
+    token_requester_principal_name: str
+    issue_timestamp_ms: int
+    expiry_timestamp_ms: int
+    max_timestamp_ms: int
+    token_id: str
+    hmac: bytes
+    throttle_time_ms: int
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        principal_type: str = "",
+        principal_name: str = "",
+        token_requester_principal_type: str = "",
+        token_requester_principal_name: str = "",
+        issue_timestamp_ms: int = 0,
+        expiry_timestamp_ms: int = 0,
+        max_timestamp_ms: int = 0,
+        token_id: str = "",
+        hmac: bytes = b"",
+        throttle_time_ms: int = 0,
+    ) -> None: ...
+
 class CreatePartitionsRequest(Struct):
     API_KEY: ClassVar[int]
     KIND: ClassVar[str]
@@ -1700,6 +1759,70 @@ class DescribeConfigsResponse(Struct):
         results: list[DescribeConfigsResult] = ...,
     ) -> None: ...
 
+class DescribeDelegationTokenRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class DescribeDelegationTokenOwner(Struct):
+        principal_type: str
+        principal_name: str
+        def __init__(self, *, principal_type: str = "", principal_name: str = "") -> None: ...
+
+    owners: list[DescribeDelegationTokenOwner] | None
+    def __init__(self, *, owners: list[DescribeDelegationTokenOwner] | None = ...) -> None: ...
+
+class DescribeDelegationTokenResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class DescribedDelegationTokenRenewer(Struct):
+        principal_type: str
+        principal_name: str
+        def __init__(self, *, principal_type: str = "", principal_name: str = "") -> None: ...
+
+    class DescribedDelegationToken(Struct):
+        principal_type: str
+        principal_name: str
+        token_requester_principal_type: str
+        token_requester_principal_name: str
+        issue_timestamp: int
+        expiry_timestamp: int
+        max_timestamp: int
+        token_id: str
+        hmac: bytes
+        renewers: list[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer]
+        def __init__(
+            self,
+            *,
+            principal_type: str = "",
+            principal_name: str = "",
+            token_requester_principal_type: str = "",
+            token_requester_principal_name: str = "",
+            issue_timestamp: int = 0,
+            expiry_timestamp: int = 0,
+            max_timestamp: int = 0,
+            token_id: str = "",
+            hmac: bytes = b"",
+            renewers: list[DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer] = ...,
+        ) -> None: ...
+
+    error_code: int
+    tokens: list[DescribedDelegationToken]
+    throttle_time_ms: int
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        tokens: list[DescribedDelegationToken] = ...,
+        throttle_time_ms: int = 0,
+    ) -> None: ...
+
 class DescribeGroupsRequest(Struct):
     API_KEY: ClassVar[int]
     KIND: ClassVar[str]
@@ -2416,6 +2539,35 @@ class EndTxnResponse(Struct):
         error_code: int = 0,
         producer_id: int = -1,
         producer_epoch: int = -1,
+    ) -> None: ...
+
+class ExpireDelegationTokenRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    hmac: bytes
+    expiry_time_period_ms: int
+    def __init__(self, *, hmac: bytes = b"", expiry_time_period_ms: int = 0) -> None: ...
+
+class ExpireDelegationTokenResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    error_code: int
+    expiry_timestamp_ms: int
+    throttle_time_ms: int
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        expiry_timestamp_ms: int = 0,
+        throttle_time_ms: int = 0,
     ) -> None: ...
 
 class FetchRequest(Struct):
@@ -4098,6 +4250,35 @@ class ReadShareGroupStateSummaryResponse(Struct):
 
     results: list[ReadStateSummaryResult]
     def __init__(self, *, results: list[ReadStateSummaryResult] = ...) -> None: ...
+
+class RenewDelegationTokenRequest(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    hmac: bytes
+    renew_period_ms: int
+    def __init__(self, *, hmac: bytes = b"", renew_period_ms: int = 0) -> None: ...
+
+class RenewDelegationTokenResponse(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    error_code: int
+    expiry_timestamp_ms: int
+    throttle_time_ms: int
+    def __init__(
+        self,
+        *,
+        error_code: int = 0,
+        expiry_timestamp_ms: int = 0,
+        throttle_time_ms: int = 0,
+    ) -> None: ...
 
 class RequestHeader(Struct):
     API_KEY: ClassVar[None]

@@ -15,7 +15,9 @@ cluster             api_versions.py, metadata.py, describe_topic_partitions.py,
 security            sasl_handshake.py, sasl_authenticate.py,
                     describe_user_scram_credentials.py, alter_user_scram_credentials.py,
                     create_acls.py, describe_acls.py, delete_acls.py,
-                    describe_client_quotas.py, alter_client_quotas.py
+                    describe_client_quotas.py, alter_client_quotas.py,
+                    create_delegation_token.py, renew_delegation_token.py,
+                    expire_delegation_token.py, describe_delegation_token.py
 topic admin         create_topics.py, create_partitions.py, delete_topics.py,
                     delete_records.py, describe_configs.py, alter_configs.py,
                     incremental_alter_configs.py, list_config_resources.py, elect_leaders.py,

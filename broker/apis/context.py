@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from headrace.broker.coordinator.txn.transaction_coordinator import TransactionCoordinator
     from headrace.broker.log.topics import TopicManager
     from headrace.broker.security.authorizer import Authorizer
+    from headrace.broker.security.delegation_tokens import DelegationTokens
     from headrace.broker.security.quotas import ClientQuotas
     from headrace.broker.security.scram_credentials import ScramCredentials
     from headrace.pipeline import Appender, ByteBudget
@@ -56,6 +57,8 @@ class Broker(Protocol):
     acl_document: Document
     quota_document: Document
     group_config_document: Document
+    delegation_tokens: DelegationTokens
+    delegation_token_document: Document
     features: Features
     appender: Appender
     read_pool: ThreadPoolExecutor

@@ -5,7 +5,8 @@ response's shape.
 A group's and a transactional id's: the principal's right on it first (Kafka authorizes
 before it looks for the coordinator), then whether this broker is its coordinator and has
 loaded it (``not_served``). The ACL APIs': an authorizer is configured, and the principal
-has the operation on the cluster.
+has the operation on the cluster. The delegation-token APIs': a SASL session that did not
+authenticate with a token, and tokens on.
 """
 
 from __future__ import annotations
@@ -58,3 +59,14 @@ def acl_filter(f) -> AclFilter:
         f.operation,
         f.permission_type,
     )
+
+
+def token_refusal(broker: Broker, session) -> int:
+    """DELEGATION_TOKEN_REQUEST_NOT_ALLOWED on a listener without SASL or for a session that
+    authenticated with a delegation token, DELEGATION_TOKEN_AUTH_DISABLED without
+    ``delegation.token.secret.key``, else 0 (Kafka's order)."""
+    if session.sasl is None or session.sasl.token:
+        return ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+    if not broker.delegation_tokens.enabled:
+        return ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED
+    return ErrorCode.NONE

@@ -46,7 +46,7 @@ def handle(broker: Broker, header, request: messages.SaslHandshakeRequest):
     if reauth and header.api_version == 0:
         raise CloseConnection("re-authentication needs SaslHandshake v1 (KIP-368)")
     sasl.reauthenticating = reauth
-    sasl.start(mechanism, broker.scram_credentials)
+    sasl.start(mechanism, broker.scram_credentials, broker.delegation_tokens)
     sasl.bare_tokens = header.api_version == 0
     return R(error_code=ErrorCode.NONE, mechanisms=enabled)
 

@@ -55,6 +55,7 @@ from headrace.broker.log.topics import TopicManager
 from headrace.broker.replication.replica_fetcher import ReplicaFetchers
 from headrace.broker.replication.replica_manager import ReplicaManager
 from headrace.broker.security.authorizer import Authorizer, from_document
+from headrace.broker.security.delegation_tokens import DelegationTokens
 from headrace.broker.security.quotas import ClientQuotas
 from headrace.broker.security.quotas import from_document as quotas_from_document
 from headrace.broker.security.sasl import SaslConfig
@@ -181,6 +182,8 @@ class BrokerServer:
         self.quota_document = self.cluster.document("quotas")
         self.features = Features(self.cluster.document("features"), self.node_id)
         self.group_config_document = self.cluster.document("group_configs")
+        self.delegation_tokens = DelegationTokens(config)
+        self.delegation_token_document = self.cluster.document("delegation_tokens")
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
         self.dir = DataDir(self.data_dir, self.node_id)  # its lock is held from start to stop
@@ -256,6 +259,13 @@ class BrokerServer:
                 run_every(expiry_s, self.topics.expire_producers, "producer id expiration")
             )
         )
+        if self.delegation_tokens.enabled:
+            every_s = self.delegation_tokens.check_interval_ms / 1000
+            self._tasks.append(
+                asyncio.create_task(
+                    run_every(every_s, self._drop_expired_tokens, "delegation token expiry")
+                )
+            )
         self.cleaner.start()
         # only now are connections accepted: until here they wait in the listen backlog, so
         # no client is answered before the broker knows what to answer (in a cluster: it is
@@ -394,6 +404,9 @@ class BrokerServer:
             where = self.group_config_document.where
             configs = await asyncio.to_thread(self.group_config_document.load)
             self.groups.configs.replace(configs)
+            where = self.delegation_token_document.where
+            tokens = await asyncio.to_thread(self.delegation_token_document.load)
+            self.delegation_tokens.replace(tokens)
             where = self.features.document.where
             await self.features.start()
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -403,6 +416,7 @@ class BrokerServer:
         self.scram_credentials.watch()
         self.quota_document.watch(self._quotas_changed)
         self.group_config_document.watch(self._group_configs_changed)
+        self.delegation_token_document.watch(self._delegation_tokens_changed)
         if self.replicas is not None:
             self._check_inter_broker_principal()
             # the coordinators load the partitions this broker leads as the replica manager
@@ -440,6 +454,22 @@ class BrokerServer:
             self.quotas.replace(quotas_from_document(value))
         except (ValueError, KeyError, TypeError):
             log.exception("client quotas in ZooKeeper unreadable; the ones known are kept")
+
+    def _delegation_tokens_changed(self, value) -> None:
+        try:
+            self.delegation_tokens.replace(value)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.exception("delegation tokens in ZooKeeper unreadable; the ones known are kept")
+
+    async def _drop_expired_tokens(self) -> None:
+        """(The controller's.) Remove the delegation tokens past their expiry."""
+        tokens = self.delegation_tokens
+        now = int(time.time() * 1000)
+        if not self.cluster.controller.active or not any(
+            t.expiry_ms < now or t.max_ms < now for t in tokens.tokens.values()
+        ):
+            return
+        await self.delegation_token_document.change(lambda v: tokens.without_expired(v, now))
 
     def _group_configs_changed(self, value) -> None:
         try:

@@ -60,6 +60,37 @@ SECURITY_SETTINGS = [
     ),
     Setting("ssl.key.password", "password", "", "Password of the private key, if encrypted."),
     Setting(
+        "delegation.token.secret.key",
+        "password",
+        "",
+        "Secret the delegation tokens' HMACs are made with, the same on every broker of a"
+        " cluster; empty: delegation tokens are off.",
+    ),
+    Setting(
+        "delegation.token.max.lifetime.ms",
+        "long",
+        604800000,
+        "Longest a delegation token lives, renewals included.",
+    ),
+    Setting(
+        "delegation.token.expiry.time.ms",
+        "long",
+        86400000,
+        "How long a delegation token lives without a renewal (and the longest one renewal).",
+    ),
+    Setting(
+        "delegation.token.expiry.check.interval.ms",
+        "long",
+        3600000,
+        "How often expired delegation tokens are removed.",
+    ),
+    Setting(
+        "delegation.token.max.count",
+        "int",
+        10000,
+        "Most delegation tokens kept; CreateDelegationToken beyond is INVALID_REQUEST.",
+    ),
+    Setting(
         "ssl.truststore.type", "string", "PEM", "Format of ssl.truststore.location (PEM only)."
     ),
     Setting(

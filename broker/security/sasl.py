@@ -25,7 +25,9 @@ announces; a request other than SaslHandshake/SaslAuthenticate after it has pass
 connection, as Kafka does.
 
 Mechanisms: PLAIN (users from a JAAS entry, ``user_<name>="<password>"``, compared in constant
-time) and SCRAM-SHA-256/512 (through ``scramp``, credentials from ``ScramCredentials``).
+time) and SCRAM-SHA-256/512 (through ``scramp``, credentials from ``ScramCredentials``, or,
+with Kafka's ``tokenauth=true`` extension, a delegation token's: the session is then the
+token's owner, marked ``token``; delegation_tokens.py).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from headrace.broker.config.settings import SASL_MECHANISMS, ConfigError
 if TYPE_CHECKING:
     from headrace.broker.config.listeners import Listener
 
+    from .delegation_tokens import DelegationTokens
     from .scram_credentials import ScramCredentials
 
 HANDSHAKE, AUTHENTICATE, COMPLETE = "handshake", "authenticate", "complete"
@@ -161,6 +164,7 @@ class SaslSession:
         "expires_at",
         "reauthenticating",
         "bare_tokens",
+        "token",
     )
 
     def __init__(self, config: SaslConfig) -> None:
@@ -172,6 +176,7 @@ class SaslSession:
         self.expires_at: float | None = None  # time.monotonic() when the session ends
         self.reauthenticating = False
         self.bare_tokens = False  # after SaslHandshake v0: tokens come as bare frames
+        self.token = False  # authenticated with a delegation token (delegation_tokens.py)
 
     @property
     def authenticated(self) -> bool:
@@ -180,14 +185,16 @@ class SaslSession:
     def expired(self) -> bool:
         return self.expires_at is not None and time.monotonic() >= self.expires_at
 
-    def start(self, mechanism: str, credentials: ScramCredentials) -> None:
+    def start(
+        self, mechanism: str, credentials: ScramCredentials, tokens: DelegationTokens
+    ) -> None:
         """SaslHandshake accepted ``mechanism``: its exchange begins."""
         self.mechanism = mechanism
         self.state = AUTHENTICATE
         if mechanism == "PLAIN":
             self.exchange = PlainExchange(self.config.plain_users)
         else:
-            self.exchange = ScramExchange(mechanism, credentials)
+            self.exchange = ScramExchange(mechanism, credentials, tokens)
 
     def step(self, token: bytes) -> tuple[bytes, bool]:
         """Feed one SaslAuthenticate token; returns (answer, finished). Raises
@@ -196,11 +203,15 @@ class SaslSession:
         if user is None:
             return answer, False
         principal = f"User:{user}"
+        by_token = getattr(self.exchange, "token_owner", None)
+        if by_token is not None:  # a delegation token: its owner
+            principal = by_token
         if self.reauthenticating and principal != self.principal:
             raise AuthenticationFailed(
                 f"Cannot change principals during re-authentication from {self.principal}"
                 f" to {principal}"
             )
+        self.token = by_token is not None
         self.principal, self.state, self.exchange = principal, COMPLETE, None
         self.reauthenticating = False
         reauth = self.config.reauth_ms
@@ -253,19 +264,30 @@ class ScramExchange:
     """SCRAM (RFC 5802, RFC 7677) through ``scramp``: client-first -> server-first,
     client-final -> server-final."""
 
-    def __init__(self, mechanism: str, credentials: ScramCredentials) -> None:
+    def __init__(
+        self, mechanism: str, credentials: ScramCredentials, tokens: DelegationTokens
+    ) -> None:
         from scramp import ScramMechanism  # (only SCRAM listeners load it: a faster start)
 
         self.mechanism = mechanism
         self.credentials = credentials
+        self.tokens = tokens
         self.server = ScramMechanism(mechanism).make_server(self._lookup)
         self.first = True
+        self.by_token = False  # the client-first message asked for token authentication
+        self.token_owner: str | None = None  # set once a token's credentials are used
 
     def _lookup(self, user: str) -> tuple[bytes, bytes, bytes, int]:
         self.user = user
-        found = self.credentials.get(user, self.mechanism)
-        if found is not None:
-            return found.salt, found.stored_key, found.server_key, found.iterations
+        if self.by_token:
+            by_token = self.tokens.credential(user, self.mechanism, int(time.time() * 1000))
+            if by_token is not None:
+                self.token_owner, salt, stored_key, server_key, iterations = by_token
+                return salt, stored_key, server_key, iterations
+        else:
+            found = self.credentials.get(user, self.mechanism)
+            if found is not None:
+                return found.salt, found.stored_key, found.server_key, found.iterations
         # an unknown user: a salt that is the same at every attempt, keys nobody can match
         salt = hmac.new(_SECRET, f"{self.mechanism}:{user}".encode(), hashlib.sha256).digest()
         size = hashlib.new(self.mechanism[len("SCRAM-") :].replace("-", "").lower()).digest_size
@@ -278,10 +300,23 @@ class ScramExchange:
             message = token.decode()
             if self.first:
                 self.first = False
-                self.server.set_client_first(message)
+                parsed = _without_token_extension(message)
+                self.by_token = parsed != message
+                self.server.set_client_first(parsed)
+                if self.by_token:  # the proof covers the message as the client sent it
+                    self.server.client_first_bare = message.split(",", 2)[2]
                 return self.server.get_server_first().encode(), None
             self.server.set_client_final(message)
             final = self.server.get_server_final().encode()
         except (ScramException, UnicodeDecodeError):
             raise AuthenticationFailed(failure_message(self.mechanism)) from None
         return final, self.user
+
+
+def _without_token_extension(message: str) -> str:
+    """A SCRAM client-first message without Kafka's ``tokenauth=true`` extension (delegation
+    tokens; scramp knows no extensions): the same message when it has none."""
+    head, sep, rest = message.partition(",tokenauth=true")
+    if not sep or (rest and not rest.startswith(",")):
+        return message
+    return head + rest

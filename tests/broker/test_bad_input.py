@@ -100,7 +100,7 @@ def test_too_new_api_versions_gets_unsupported_version_with_the_list(broker):
         r = decode_response(ApiKey.API_VERSIONS, 0, frame, 4)
         assert r.error_code == ErrorCode.UNSUPPORTED_VERSION
         listed = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
-        assert listed[ApiKey.API_VERSIONS] == (0, 4)
+        assert listed[ApiKey.API_VERSIONS] == (0, 5)
         assert listed[ApiKey.PRODUCE][0] == 0
 
 

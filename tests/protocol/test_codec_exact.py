@@ -115,7 +115,7 @@ def test_version_tables():
     assert is_flexible(ApiKey.PRODUCE, 9) and not is_flexible(ApiKey.PRODUCE, 8)
     assert not is_flexible(ApiKey.SASL_HANDSHAKE, 1)
     assert is_flexible(ApiKey.API_VERSIONS, 7)  # beyond the range: follows "3+"
-    assert len(ApiKey) == 72  # 52 shipped schemas + 20 in protocol/schemas/
+    assert len(ApiKey) == 76  # 52 shipped schemas + 24 in protocol/schemas/
     for key in ApiKey:
         assert messages.__getattr__(key.schema_name + "Request").API_KEY == key
     with pytest.raises(UnsupportedVersionError):
