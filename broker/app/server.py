@@ -466,7 +466,7 @@ class BrokerServer:
         tokens = self.delegation_tokens
         now = int(time.time() * 1000)
         if not self.cluster.controller.active or not any(
-            t.expiry_ms < now or t.max_ms < now for t in tokens.tokens.values()
+            t.expired(now) for t in tokens.tokens.values()
         ):
             return
         await self.delegation_token_document.change(lambda v: tokens.without_expired(v, now))

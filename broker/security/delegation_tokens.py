@@ -51,6 +51,9 @@ class Token:
     def may_renew(self, principal: str) -> bool:
         return principal == self.owner or principal in self.renewers
 
+    def expired(self, now: int) -> bool:
+        return self.expiry_ms < now or self.max_ms < now
+
     def row(self) -> list:
         return [
             self.owner,
@@ -79,7 +82,6 @@ class DelegationTokens:
         self.check_interval_ms = int(config["delegation.token.expiry.check.interval.ms"])
         self.max_count = int(config["delegation.token.max.count"])
         self.tokens: dict[str, Token] = {}
-        self._by_hmac: dict[bytes, str] = {}
 
     @property
     def enabled(self) -> bool:
@@ -92,11 +94,6 @@ class DelegationTokens:
     def replace(self, document: Any) -> None:
         """Apply a stored document (None: no tokens)."""
         self.tokens = {tid: _token(tid, row) for tid, row in (document or {}).items()}
-        self._by_hmac = {self.hmac(t): t for t in self.tokens} if self.enabled else {}
-
-    def find(self, hmac: bytes) -> Token | None:
-        tid = self._by_hmac.get(bytes(hmac))
-        return self.tokens.get(tid) if tid is not None else None
 
     # changes: document -> document (TokenError: refused, nothing changes) ----------------
 
@@ -132,7 +129,7 @@ class DelegationTokens:
         self, document: Any, hmac: bytes, principal: str, period_ms: int, now: int
     ) -> tuple[dict, int]:
         token = self._current(document, hmac)
-        if token.max_ms < now or token.expiry_ms < now:
+        if token.expired(now):
             raise TokenError(ErrorCode.DELEGATION_TOKEN_EXPIRED)
         if not token.may_renew(principal):
             raise TokenError(ErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH)
@@ -150,17 +147,14 @@ class DelegationTokens:
             out = dict(document)
             del out[token.token_id]
             return out, now
-        if token.max_ms < now or token.expiry_ms < now:
+        if token.expired(now):
             raise TokenError(ErrorCode.DELEGATION_TOKEN_EXPIRED)
         expiry = min(token.max_ms, now + period_ms)
         return _with(document, token, expiry), expiry
 
     def without_expired(self, document: Any, now: int) -> dict:
-        return {
-            tid: row
-            for tid, row in (document or {}).items()
-            if _token(tid, row).expiry_ms >= now and _token(tid, row).max_ms >= now
-        }
+        live = (_token(tid, row) for tid, row in (document or {}).items())
+        return {t.token_id: t.row() for t in live if not t.expired(now)}
 
     def _current(self, document: Any, hmac: bytes) -> Token:
         if not self.enabled:
@@ -178,7 +172,7 @@ class DelegationTokens:
         """(owner, salt, stored key, server key, iterations) to check a SCRAM client that
         authenticates with token ``token_id``; None for an unknown or expired token."""
         token = self.tokens.get(token_id)
-        if not self.enabled or token is None or token.expiry_ms < now or token.max_ms < now:
+        if not self.enabled or token is None or token.expired(now):
             return None
         password = base64.b64encode(self.hmac(token_id)).decode()
         salt = hmac_module.new(
