@@ -92,14 +92,17 @@ def group_entries(broker: Broker, group_id: str) -> list[Entry]:
         synonyms = []
         if name in own:
             synonyms.append((name, str(own[name]), GROUP_CONFIG))
-        default = BROKER_SETTINGS[setting.default]
-        if default.name in broker.config.explicit:
-            synonyms.append(
-                (default.name, _text(broker.config[default.name]), STATIC_BROKER_CONFIG)
-            )
-        synonyms.append((default.name, _text(default.default), DEFAULT_CONFIG))
+        if setting.default is None:  # a string config with a default of its own
+            synonyms.append((name, str(setting.fixed_default), DEFAULT_CONFIG))
+        else:
+            default = BROKER_SETTINGS[setting.default]
+            if default.name in broker.config.explicit:
+                synonyms.append(
+                    (default.name, _text(broker.config[default.name]), STATIC_BROKER_CONFIG)
+                )
+            synonyms.append((default.name, _text(default.default), DEFAULT_CONFIG))
         _, value, source = synonyms[0]
-        entries.append(Entry(name, value, source, "int", setting.doc, tuple(synonyms)))
+        entries.append(Entry(name, value, source, setting.type, setting.doc, tuple(synonyms)))
     return entries
 
 

@@ -53,6 +53,54 @@ def _check_security(config: BrokerConfig) -> None:
             raise ConfigError(f"{window}: {config[window]} is below 1")
 
 
+# Kafka's ranges for the share group settings (name -> (least, most))
+SHARE_RANGES = {
+    "group.share.max.size": (1, 1000),
+    "group.share.delivery.count.limit": (2, 10),
+    "group.share.min.delivery.count.limit": (2, 5),
+    "group.share.max.delivery.count.limit": (5, 25),
+    "group.share.record.lock.duration.ms": (1000, 3_600_000),
+    "group.share.min.record.lock.duration.ms": (1000, 30_000),
+    "group.share.max.record.lock.duration.ms": (30_000, 3_600_000),
+    "group.share.partition.max.record.locks": (100, 10_000),
+    "group.share.min.partition.max.record.locks": (100, 2000),
+    "group.share.max.partition.max.record.locks": (2000, 10_000),
+}
+# each default lies within its bounds: group.share.<rest> within group.share.min/max.<rest>
+SHARE_BOUNDED = (
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "record.lock.duration.ms",
+    "delivery.count.limit",
+    "partition.max.record.locks",
+)
+
+
+def _check_share_groups(config: BrokerConfig) -> None:
+    """The share group settings, checked as Kafka checks them (same messages)."""
+    for name, (least, most) in SHARE_RANGES.items():
+        value = int(config[name])
+        if value < least:
+            raise ConfigError(
+                f"Invalid value {value} for configuration {name}: Value must be at least {least}"
+            )
+        if value > most:
+            raise ConfigError(
+                f"Invalid value {value} for configuration {name}: Value must be no more than {most}"
+            )
+    for rest in SHARE_BOUNDED:
+        own, low, high = f"group.share.{rest}", f"group.share.min.{rest}", f"group.share.max.{rest}"
+        if int(config[high]) < int(config[low]):
+            raise ConfigError(f"{high} must be greater than or equal to {low}")
+        if int(config[own]) < int(config[low]):
+            raise ConfigError(f"{own} must be greater than or equal to {low}")
+        if int(config[own]) > int(config[high]):
+            raise ConfigError(f"{own} must be less than or equal to {high}")
+    session, heartbeat = "group.share.session.timeout.ms", "group.share.heartbeat.interval.ms"
+    if int(config[heartbeat]) >= int(config[session]):
+        raise ConfigError(f"{heartbeat} must be less than {session}")
+
+
 class BrokerConfig:
     """Broker settings: defaults, then a properties file, then overrides."""
 
@@ -76,6 +124,7 @@ class BrokerConfig:
                 raise ConfigError(f"{name}: {text!r} is not one of {sorted(choices)}")
         connection_overrides(str(self["max.connections.per.ip.overrides"]))  # valid?
         _check_security(self)
+        _check_share_groups(self)
         from .listeners import listeners
 
         listeners(self)  # valid?

@@ -1,6 +1,8 @@
 """Group configs (the GROUP config resource): Kafka 4.4's ``kafka-configs --entity-type groups``
-sets, describes, lists and deletes them; the consumer group coordinator honours a group's own
-session timeout and heartbeat interval; they are the whole cluster's and bounded. Also the
+sets, describes, lists and deletes them (consumer and share group configs, checked with Kafka's
+messages); the consumer group coordinator honours a group's own session timeout and heartbeat
+interval (the share group one in test_share_groups.py); they are the whole cluster's and
+bounded. Also the
 two other 4.x admin APIs of this step: DescribeTopicPartitions (``kafka-topics --describe``)
 and ListConfigResources."""
 
@@ -24,6 +26,13 @@ DC = messages.DescribeConfigsRequest
 DTP = messages.DescribeTopicPartitionsRequest
 GROUP, TOPIC, BROKER = 32, 2, 4
 SET, DELETE = 0, 1
+# what a group without configs of its own is described with (source DEFAULT_CONFIG)
+DEFAULTS = {
+    "consumer.heartbeat.interval.ms": ("5000", 5), "consumer.session.timeout.ms": ("45000", 5),
+    "share.auto.offset.reset": ("latest", 5), "share.delivery.count.limit": ("5", 5),
+    "share.heartbeat.interval.ms": ("5000", 5), "share.isolation.level": ("read_uncommitted", 5),
+    "share.partition.max.record.locks": ("2000", 5), "share.record.lock.duration.ms": ("30000", 5),
+    "share.session.timeout.ms": ("45000", 5)}
 # bounds low enough for a test to see a session end
 QUICK = {"group.consumer.min.session.timeout.ms": "1000", "group.consumer.min.heartbeat.interval.ms": "100",
          "group.consumer.session.timeout.ms": "30000"}
@@ -75,8 +84,30 @@ def test_kafka_configs_sets_describes_lists_and_deletes_group_configs(broker):
     assert described(broker.port, "orders")["consumer.session.timeout.ms"] == ("50000", 8)
     done = configs_tool(b, "--entity-name", "orders", "--alter", "--delete-config", "consumer.session.timeout.ms")
     assert done.returncode == 0
-    assert described(broker.port, "orders") == {"consumer.heartbeat.interval.ms": ("5000", 5),
-                                                "consumer.session.timeout.ms": ("45000", 5)}
+    assert described(broker.port, "orders") == DEFAULTS
+
+    # share group configs: ints within the group.share.* bounds, and two strings
+    done = configs_tool(b, "--entity-name", "orders", "--alter", "--add-config",
+                        "share.record.lock.duration.ms=20000,share.auto.offset.reset=by_duration:PT1H30M,"
+                        "share.isolation.level=read_committed")
+    assert done.returncode == 0, done.stderr
+    shown = configs_tool(b, "--entity-name", "orders", "--describe")
+    assert "share.auto.offset.reset=by_duration:PT1H30M" in shown.stdout
+    assert "share.record.lock.duration.ms=20000" in shown.stdout
+    assert "DEFAULT_CONFIG:group.share.record.lock.duration.ms=30000" in shown.stdout
+    for bad, message in [
+        ("share.record.lock.duration.ms=90000",
+         "share.record.lock.duration.ms must be in the range 15000 to 60000 inclusive."),
+        ("share.auto.offset.reset=none",
+         "Invalid value none for configuration share.auto.offset.reset: Invalid value `none` for configuration"
+         " share.auto.offset.reset. The value must be either 'earliest', 'latest' or of the format"
+         " 'by_duration:<PnDTnHnMn.nS>'."),
+        ("share.isolation.level=READ_COMMITTED",
+         "Invalid value READ_COMMITTED for configuration share.isolation.level: String must be one of:"
+         " read_committed, read_uncommitted"),
+    ]:
+        refused = configs_tool(b, "--entity-name", "orders", "--alter", "--add-config", bad)
+        assert refused.returncode != 0 and message in refused.stderr, refused.stderr
 
 
 def test_the_coordinator_honours_a_groups_session_timeout_and_heartbeat_interval(broker_factory):
@@ -98,6 +129,71 @@ def test_the_coordinator_honours_a_groups_session_timeout_and_heartbeat_interval
         # a change applies from the next heartbeat
         assert alter(broker.port, "slow", consumer_heartbeat_interval_ms=300) == (0, None)
         assert hb(c, "s", slow.member_epoch, group="slow").heartbeat_interval_ms == 300
+
+
+def test_share_group_configs_are_checked_as_kafka_checks_them(broker):
+    for name, value, message in [
+        ("share.record.lock.duration.ms", 500,
+         "Invalid value 500 for configuration share.record.lock.duration.ms: Value must be at least 1000"),
+        ("share.delivery.count.limit", 11, "share.delivery.count.limit must be in the range 2 to 10 inclusive."),
+        ("share.partition.max.record.locks", "x",
+         "Invalid value x for configuration share.partition.max.record.locks: Not a number of type INT"),
+        ("share.session.timeout.ms", 5000, "share.session.timeout.ms must be in the range 45000 to 60000 inclusive."),
+        ("share.auto.offset.reset", "by_duration:-PT1H", "Invalid value `by_duration:-PT1H`"),
+        ("share.auto.offset.reset", "by_duration:", "by_duration:<PnDTnHnMn.nS>"),
+        ("share.auto.offset.reset", "Earliest", "must be either 'earliest', 'latest'"),
+        ("share.renew.acknowledge.enable", "true", "Unknown group config name: share.renew.acknowledge.enable"),
+    ]:
+        code, got = alter(broker.port, "g", **{name.replace(".", "_"): value})
+        assert code == ErrorCode.INVALID_CONFIG and message in got, got
+    assert alter(broker.port, "g", share_heartbeat_interval_ms=15000, share_session_timeout_ms=45000) == (0, None)
+    code, got = alter(broker.port, "g", share_session_timeout_ms=None, share_heartbeat_interval_ms=None)
+    assert code == 0
+    for value in ("earliest", "latest", "by_duration:P1DT2.5S", "by_duration:PT0S"):
+        assert alter(broker.port, "g", share_auto_offset_reset=value) == (0, None)
+    assert described(broker.port, "g")["share.auto.offset.reset"] == ("by_duration:PT0S", 8)
+    assert alter(broker.port, "g", share_auto_offset_reset=None) == (0, None)
+    assert described(broker.port, "g") == DEFAULTS
+
+
+def test_group_configs_values_are_typed():
+    """What the share-partitions read: an int for an int config, a str for a string one."""
+    from headrace.broker.config.config import BrokerConfig
+    from headrace.broker.coordinator.group.group_configs import (
+        SHARE_AUTO_OFFSET_RESET, SHARE_DELIVERY_COUNT_LIMIT, SHARE_ISOLATION_LEVEL, GroupConfigs, auto_offset_reset,
+        duration_ms)
+
+    configs = GroupConfigs(BrokerConfig({"group.share.delivery.count.limit": "7"}))
+    assert configs.value("g", SHARE_DELIVERY_COUNT_LIMIT) == 7
+    assert configs.value("g", SHARE_AUTO_OFFSET_RESET) == "latest"
+    configs.replace({"g": {SHARE_DELIVERY_COUNT_LIMIT: "3", SHARE_ISOLATION_LEVEL: "read_committed"}})
+    assert configs.value("g", SHARE_DELIVERY_COUNT_LIMIT) == 3
+    assert configs.value("g", SHARE_ISOLATION_LEVEL) == "read_committed"
+    assert configs.value("other", SHARE_ISOLATION_LEVEL) == "read_uncommitted"
+    assert auto_offset_reset("by_duration:PT1H") == ("by_duration", 3_600_000)
+    assert (duration_ms("P1DT0.5S"), duration_ms("PT-1M"), duration_ms("PT"), duration_ms("P")) == (
+        86_400_500, -60_000, None, None)
+
+
+def test_share_group_broker_settings_are_checked_at_start():
+    import pytest
+
+    from headrace.broker.config.config import BrokerConfig, ConfigError
+
+    for settings, message in [
+        ({"group.share.max.size": "0"}, "Invalid value 0 for configuration group.share.max.size: Value must be at least 1"),
+        ({"group.share.max.size": "1001"}, "Value must be no more than 1000"),
+        ({"group.share.session.timeout.ms": "1000"},
+         "group.share.session.timeout.ms must be greater than or equal to group.share.min.session.timeout.ms"),
+        ({"group.share.min.session.timeout.ms": "1000", "group.share.session.timeout.ms": "1000",
+          "group.share.min.heartbeat.interval.ms": "1000", "group.share.heartbeat.interval.ms": "1000"},
+         "group.share.heartbeat.interval.ms must be less than group.share.session.timeout.ms"),
+        ({"group.share.delivery.count.limit": "9", "group.share.max.delivery.count.limit": "8"},
+         "group.share.delivery.count.limit must be less than or equal to group.share.max.delivery.count.limit"),
+    ]:
+        with pytest.raises(ConfigError) as refused:
+            BrokerConfig(settings)
+        assert message in str(refused.value)
 
 
 def test_group_configs_are_bounded(broker_factory):

@@ -3,24 +3,32 @@ of one group that override the broker's for it.
 
 How this works
 --------------
-``GROUP_SETTINGS`` are the group configs the coordinators honour, each with the broker
-setting that is its default and the two broker settings that bound it (Kafka's names:
-``consumer.session.timeout.ms`` defaults to ``group.consumer.session.timeout.ms`` and lies
-within ``group.consumer.min/max.session.timeout.ms``). A name Kafka knows for a kind of group
-Headrace does not run yet is refused as unknown, not stored and ignored.
+``GROUP_SETTINGS`` are the group configs the coordinators and the share-partitions honour.
+An int one has the broker setting that is its default and the two broker settings that bound
+it (Kafka's names: ``consumer.session.timeout.ms`` defaults to
+``group.consumer.session.timeout.ms`` and lies within
+``group.consumer.min/max.session.timeout.ms``; ``share.record.lock.duration.ms`` within
+``group.share.min/max.record.lock.duration.ms``). A string one has a fixed default and a
+check of its own (``share.auto.offset.reset``: earliest, latest or by_duration:<ISO 8601
+duration>; ``share.isolation.level``). A name Kafka knows for a kind of group Headrace does
+not run yet (streams groups, share groups' dead-letter queues) is refused as unknown, not
+stored and ignored.
 
 The configs are cluster-wide, not a group's state: they may be set before the group exists
 and stay when it is deleted, as in Kafka. They live in one document (cluster/documents.py)
 named ``group_configs``, ``{group id: {name: value}}``, with at most ``group.config.max.groups``
-groups. ``GroupConfigs`` holds the applied copy; the coordinators ask ``value(group id,
-name)`` whenever they need one (a session's deadline at every heartbeat, the heartbeat
-interval in every answer), so a change applies from the next heartbeat on every broker.
+groups. ``GroupConfigs`` holds the applied copy; its readers ask ``value(group id, name)``
+whenever they need one (a session's deadline at every heartbeat, the heartbeat interval in
+every answer, a share-partition's lock duration), so a change applies from the next use on
+every broker; ``value`` gives an int for an int config and a str for a string one.
 ``changed`` computes a new document from the current one and a group's alterations, or raises
 ``GroupConfigError`` with Kafka's error code and message.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,36 +38,173 @@ from headrace.protocol import ErrorCode
 @dataclass(frozen=True, slots=True)
 class GroupSetting:
     name: str
-    default: str  # the broker setting it defaults to
-    low: str  # broker settings bounding it
-    high: str
+    default: str | None  # the broker setting it defaults to (int configs)
+    low: str | None  # broker settings bounding it (int configs)
+    high: str | None
     doc: str
+    type: str = "int"  # or "string"
+    fixed_default: str | None = None  # a string config's default
+    check: Callable[[str], str | None] | None = None  # a string config's: why refused, or None
+    floor: int = 1  # an int config's least value, whatever the broker's bounds
 
 
 SESSION_TIMEOUT = "consumer.session.timeout.ms"
 HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"
+SHARE_SESSION_TIMEOUT = "share.session.timeout.ms"
+SHARE_HEARTBEAT_INTERVAL = "share.heartbeat.interval.ms"
+SHARE_RECORD_LOCK_DURATION = "share.record.lock.duration.ms"
+SHARE_DELIVERY_COUNT_LIMIT = "share.delivery.count.limit"
+SHARE_PARTITION_MAX_RECORD_LOCKS = "share.partition.max.record.locks"
+SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
+SHARE_ISOLATION_LEVEL = "share.isolation.level"
+STRING_CONFIGS = (SHARE_AUTO_OFFSET_RESET, SHARE_ISOLATION_LEVEL)
+
+# Java's Duration.parse: PnDTnHnMn.nS, each part optional (at least one), signs allowed
+_DURATION = re.compile(
+    r"([-+]?)P(?:([-+]?[0-9]+)D)?"
+    r"(T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?(?:([-+]?[0-9]+)(?:[.,]([0-9]{0,9}))?S)?)?",
+    re.IGNORECASE,
+)
+
+
+def duration_ms(text: str) -> int | None:
+    """An ISO 8601 duration (``PT1H``, ``P1DT2.5S``, Java's ``Duration.parse``) in
+    milliseconds, or None when it is not one."""
+    m = _DURATION.fullmatch(text)
+    if m is None:
+        return None
+    sign, days, time, hours, minutes, seconds, fraction = m.groups()
+    if days is None and hours is None and minutes is None and seconds is None:
+        return None
+    if time is not None and hours is None and minutes is None and seconds is None:
+        return None  # "PT" alone
+    nanos = int((fraction or "").ljust(9, "0")) if fraction else 0
+    if seconds is not None and seconds.startswith("-"):
+        nanos = -nanos
+    total = (
+        int(days or 0) * 86_400_000_000_000
+        + int(hours or 0) * 3_600_000_000_000
+        + int(minutes or 0) * 60_000_000_000
+        + int(seconds or 0) * 1_000_000_000
+        + nanos
+    )
+    return (-total if sign == "-" else total) // 1_000_000
+
+
+def auto_offset_reset(text: str) -> tuple[str, int | None]:
+    """``share.auto.offset.reset`` read: ("earliest", None), ("latest", None) or
+    ("by_duration", milliseconds back from now); ValueError when it is none of them (Kafka
+    compares case-sensitively and refuses a negative duration)."""
+    if text in ("earliest", "latest"):
+        return text, None
+    if text.startswith("by_duration:"):
+        ms = duration_ms(text[len("by_duration:") :])
+        if ms is not None and ms >= 0:
+            return "by_duration", ms
+    raise ValueError(text)
+
+
+def _check_auto_offset_reset(text: str) -> str | None:
+    try:
+        auto_offset_reset(text)
+    except ValueError:
+        return (
+            f"Invalid value `{text}` for configuration {SHARE_AUTO_OFFSET_RESET}. The value must"
+            " be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'."
+        )
+    return None
+
+
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+
+
+def _check_isolation_level(text: str) -> str | None:
+    if text in ISOLATION_LEVELS:
+        return None
+    return "String must be one of: " + ", ".join(ISOLATION_LEVELS)
+
+
+def _bounded(name: str, doc: str, floor: int = 1) -> GroupSetting:
+    """An int group config ``<kind>.<rest>`` defaulting to broker setting
+    ``group.<kind>.<rest>`` and bounded by ``group.<kind>.min.<rest>`` and
+    ``group.<kind>.max.<rest>``; never below ``floor`` (Kafka's own check of the value)."""
+    kind, _, rest = name.partition(".")
+    return GroupSetting(
+        name,
+        f"group.{name}",
+        f"group.{kind}.min.{rest}",
+        f"group.{kind}.max.{rest}",
+        doc,
+        floor=floor,
+    )
+
 
 GROUP_SETTINGS = {
     s.name: s
     for s in (
-        GroupSetting(
+        _bounded(
             SESSION_TIMEOUT,
-            "group.consumer.session.timeout.ms",
-            "group.consumer.min.session.timeout.ms",
-            "group.consumer.max.session.timeout.ms",
             "The timeout to detect client failures when using the consumer group protocol.",
         ),
-        GroupSetting(
+        _bounded(
             HEARTBEAT_INTERVAL,
-            "group.consumer.heartbeat.interval.ms",
-            "group.consumer.min.heartbeat.interval.ms",
-            "group.consumer.max.heartbeat.interval.ms",
             "The heartbeat interval given to the members of a consumer group.",
+        ),
+        _bounded(
+            SHARE_SESSION_TIMEOUT,
+            "How long a share group member may go without a heartbeat before it is removed.",
+        ),
+        _bounded(
+            SHARE_HEARTBEAT_INTERVAL,
+            "How often the members of a share group are told to heartbeat.",
+        ),
+        _bounded(
+            SHARE_RECORD_LOCK_DURATION,
+            "How long a member holds records delivered to it (the acquisition lock) before"
+            " they may be delivered again.",
+            floor=1000,
+        ),
+        _bounded(
+            SHARE_DELIVERY_COUNT_LIMIT,
+            "How many times one record may be delivered to the share group before it is archived.",
+            floor=2,
+        ),
+        _bounded(
+            SHARE_PARTITION_MAX_RECORD_LOCKS,
+            "How many records of one share-partition may be delivered and not yet"
+            " acknowledged at once.",
+            floor=100,
+        ),
+        GroupSetting(
+            SHARE_AUTO_OFFSET_RESET,
+            None,
+            None,
+            None,
+            "Where a share-partition starts when the group has no state for it: earliest,"
+            " latest, or by_duration:<ISO 8601 duration> (the first record at most that long"
+            " ago).",
+            type="string",
+            fixed_default="latest",
+            check=_check_auto_offset_reset,
+        ),
+        GroupSetting(
+            SHARE_ISOLATION_LEVEL,
+            None,
+            None,
+            None,
+            "read_committed: a share group is delivered only committed transactional records;"
+            " read_uncommitted: every record.",
+            type="string",
+            fixed_default="read_uncommitted",
+            check=_check_isolation_level,
         ),
     )
 }
 # (session, heartbeat): the first must exceed the second
-_ORDERED = ((SESSION_TIMEOUT, HEARTBEAT_INTERVAL),)
+_ORDERED = (
+    (SESSION_TIMEOUT, HEARTBEAT_INTERVAL),
+    (SHARE_SESSION_TIMEOUT, SHARE_HEARTBEAT_INTERVAL),
+)
 
 
 class GroupConfigError(Exception):
@@ -75,22 +220,31 @@ class GroupConfigs:
     def __init__(self, config) -> None:
         self.config = config  # the broker's settings: defaults and bounds
         self.max_groups = int(config["group.config.max.groups"])
-        self.by_group: dict[str, dict[str, int]] = {}
+        self.by_group: dict[str, dict[str, Any]] = {}
 
-    def value(self, group_id: str, name: str) -> int:
-        """The group's value of ``name``, else the broker's."""
+    def value(self, group_id: str, name: str) -> Any:
+        """The group's value of ``name``, else the broker's (or the config's own default): an
+        int for an int config, a str for a string one (``STRING_CONFIGS``)."""
         own = self.by_group.get(group_id)
         if own is not None and name in own:
             return own[name]
-        return self._default(name)
+        return self.default(name)
 
-    def _default(self, name: str) -> int:
-        return int(self.config[GROUP_SETTINGS[name].default])
+    def default(self, name: str) -> Any:
+        """What ``name`` is for a group that does not set it."""
+        setting = GROUP_SETTINGS[name]
+        if setting.default is None:
+            return setting.fixed_default
+        return int(self.config[setting.default])
 
     def replace(self, document: Any) -> None:
         """Apply a stored document (None: no group has configs)."""
         self.by_group = {
-            str(g): {n: int(v) for n, v in values.items() if n in GROUP_SETTINGS}
+            str(g): {
+                n: (str(v) if GROUP_SETTINGS[n].type == "string" else int(v))
+                for n, v in values.items()
+                if n in GROUP_SETTINGS
+            }
             for g, values in (document or {}).items()
         }
 
@@ -108,13 +262,29 @@ class GroupConfigs:
             if text is None:
                 values.pop(name, None)
                 continue
+            if setting.check is not None:
+                why = setting.check(text)
+                if why is not None:
+                    raise GroupConfigError(
+                        ErrorCode.INVALID_CONFIG,
+                        f"Invalid value {text} for configuration {name}: {why}",
+                    )
+                values[name] = text
+                continue
             try:
-                value = int(text)
+                value = int(text.strip())
             except ValueError:
                 raise GroupConfigError(
                     ErrorCode.INVALID_CONFIG,
                     f"Invalid value {text} for configuration {name}: Not a number of type INT",
                 ) from None
+            if value < setting.floor:
+                raise GroupConfigError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"Invalid value {text} for configuration {name}: Value must be at least"
+                    f" {setting.floor}",
+                )
+            assert setting.low is not None and setting.high is not None
             low, high = int(self.config[setting.low]), int(self.config[setting.high])
             if not low <= value <= high:
                 raise GroupConfigError(
@@ -124,7 +294,7 @@ class GroupConfigs:
             values[name] = value
         for longer, shorter in _ORDERED:
             if longer in values or shorter in values:
-                own = {n: values.get(n, self._default(n)) for n in (longer, shorter)}
+                own = {n: values.get(n, self.default(n)) for n in (longer, shorter)}
                 if own[longer] <= own[shorter]:
                     raise GroupConfigError(
                         ErrorCode.INVALID_CONFIG, f"{longer} must be greater than {shorter}"
