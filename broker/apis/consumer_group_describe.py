@@ -54,10 +54,9 @@ def handle(broker: Broker, header, request: messages.ConsumerGroupDescribeReques
             groups.append(undescribed(R.DescribedGroup, group_id, refused, ops))
             continue
         if group is None:
-            classic = broker.groups.groups.get(group_id)
             message = (
                 f"Group {group_id} is not a consumer group."
-                if classic is not None
+                if broker.groups.group_type(group_id) is not None
                 else f"Group {group_id} not found."
             )
             code = ErrorCode.GROUP_ID_NOT_FOUND

@@ -1,7 +1,8 @@
 """ListGroups (key 16), versions 0-5: every group, filtered by state (v4+) and type (v5+).
 
-Classic groups have type "classic", KIP-848 groups "consumer". Groups that only hold committed
-offsets are listed Empty, with no protocol type.
+Classic groups have type "classic", KIP-848 groups "consumer", KIP-932 share groups "share"
+(Empty or Stable). Groups that only hold committed offsets are listed Empty, with no protocol
+type.
 """
 
 from __future__ import annotations
@@ -61,6 +62,20 @@ def handle(broker: Broker, header, request: messages.ListGroupsRequest):
                 protocol_type="consumer",
                 group_state=state,
                 group_type="consumer",
+            )
+        )
+    for share_group in broker.groups.share.groups.values():
+        state = share_group.state_name
+        if hidden(share_group.group_id):
+            continue
+        if (states and state.lower() not in states) or (types and "share" not in types):
+            continue
+        out.append(
+            R.ListedGroup(
+                group_id=share_group.group_id,
+                protocol_type="share",
+                group_state=state,
+                group_type="share",
             )
         )
     return R(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=out)

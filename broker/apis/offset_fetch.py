@@ -3,7 +3,8 @@
 v1-7 ask for one group; v8+ for several at once. Topics may be null (v2+): every committed
 offset of the group. A partition without a committed offset gets offset -1 and no error, as
 in Kafka. v10 names topics by id. Offsets are written before they are acknowledged, and
-there are no transactions, so ``require_stable`` has nothing to wait for.
+there are no transactions, so ``require_stable`` has nothing to wait for. A share group's id
+gets GROUP_ID_NOT_FOUND (share groups commit no offsets), as in Kafka.
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ def _group(broker: Broker, session, group_id, topics, by_id):
     refused = group_refusal(broker, session, Operation.DESCRIBE, group_id)
     if refused:
         return refused, []
+    if broker.groups.group_type(group_id) == "share":  # no committed offsets, as in Kafka
+        return ErrorCode.GROUP_ID_NOT_FOUND, []
     offsets = broker.groups.fetch_offsets(group_id)
     answers = []
     if topics is None:

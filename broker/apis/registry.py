@@ -67,6 +67,8 @@ API_MODULES = (
     "consumer_group_describe",  # 69
     "list_config_resources",  # 74
     "describe_topic_partitions",  # 75
+    "share_group_heartbeat",  # 76
+    "share_group_describe",  # 77
 )
 APIS = {
     m.API_KEY: m for m in (importlib.import_module(f"{__package__}.{name}") for name in API_MODULES)

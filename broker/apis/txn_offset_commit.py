@@ -101,6 +101,8 @@ def _commit(broker: Broker, header, request: messages.TxnOffsetCommitRequest):
     group_id = request.group_id
     authorizer, session = broker.authorizer, header.session
     error = _check_transaction(broker, request, group_id)
+    if not error and broker.groups.group_type(group_id) == "share":
+        error = ErrorCode.GROUP_ID_NOT_FOUND  # "Group G is not a consumer group."
     if not error and not broker.groups.room_for(group_id):
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE  # group.max.groups: no new group
     if error == ErrorCode.PRODUCER_FENCED and version < 3:

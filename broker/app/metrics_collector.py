@@ -226,6 +226,9 @@ class BrokerCollector(Collector):
         for group in list(groups.consumer.groups.values()):
             key = ("consumer", group.state_name)
             counts[key] = counts.get(key, 0) + 1
+        for share_group in list(groups.share.groups.values()):
+            key = ("share", share_group.state_name)
+            counts[key] = counts.get(key, 0) + 1
         for (kind, state), n in sorted(counts.items()):
             states.add_metric([kind, state], n)
         yield states

@@ -1,8 +1,8 @@
-"""headrace.broker.coordinator.group: the group coordinator: classic and KIP-848 consumer groups
-and their committed offsets in ``__consumer_offsets``.
+"""headrace.broker.coordinator.group: the group coordinator: classic, KIP-848 consumer and
+KIP-932 share groups, and committed offsets in ``__consumer_offsets``.
 
-group_coordinator.py    The group coordinator: classic and KIP-848 consumer groups and their
-                        committed offsets
+group_coordinator.py    The group coordinator: classic, KIP-848 consumer and KIP-932 share
+                        groups, and the committed offsets of the first two
 classic_coordinator.py  Classic groups: JoinGroup, SyncGroup, Heartbeat and LeaveGroup, the
                         rebalance between them
 classic_group.py        The classic group model: a group, its members and the answer to a
@@ -10,7 +10,9 @@ classic_group.py        The classic group model: a group, its members and the an
 group_state.py          The classic consumer group's state machine, as data
 consumer_group.py       KIP-848 consumer groups: the broker assigns, members reconcile through
                         heartbeats
-group_sessions.py       Member sessions, for classic and KIP-848 groups alike
+share_group.py          KIP-932 share groups: the broker assigns partitions, and members may
+                        share one
+group_sessions.py       Member sessions, for every kind of group
 group_configs.py        Group configs (the GROUP config resource): a group's own settings
 offset_store.py         Committed offsets of every group, classic and KIP-848, kept in
                         ``__consumer_offsets``

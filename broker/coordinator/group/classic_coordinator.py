@@ -82,6 +82,8 @@ class ClassicGroupCoordinator:
         # may one more group be made? (group.max.groups: the group coordinator counts both
         # kinds of group and sets this)
         self.room_for_group: Callable[[], bool] = lambda: True
+        # is this id a share group's? (the group coordinator sets it; JoinGroup refuses it)
+        self.share_group: Callable[[str], bool] = lambda group_id: False
         self.membership = membership
         self.now_ms = now_ms
         self.groups: dict[str, ClassicGroup] = {}
@@ -148,6 +150,8 @@ class ClassicGroupCoordinator:
             return JoinResult(E.INVALID_GROUP_ID, member_id=member_id)
         if not self.min_session_ms <= spec.session_timeout_ms <= self.max_session_ms:
             return JoinResult(E.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        if self.share_group(group_id):  # as Kafka answers, without a member id
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id="")
         group = self.groups.get(group_id)
         if group is None:
             if member_id:

@@ -42,6 +42,7 @@ import asyncio
 import logging
 import re
 import uuid
+from collections.abc import Callable
 
 from headrace.broker.background import wall_clock_ms
 from headrace.protocol import ErrorCode
@@ -196,6 +197,8 @@ class ConsumerGroupCoordinator:
         self.max_size = max_size
         self.now_ms = now_ms
         self.groups: dict[str, ConsumerGroup] = {}
+        # is this id a share group's? (the group coordinator sets it)
+        self.share_group: Callable[[str], bool] = lambda group_id: False
         self.sessions = SessionTimers(
             lambda g, m: self._remove(g, m, "session expired"),
             lambda g, m: configs.value(g.group_id, SESSION_TIMEOUT),
@@ -212,6 +215,9 @@ class ConsumerGroupCoordinator:
         group_id = request.group_id
         if not group_id:
             return E.INVALID_GROUP_ID, "empty group id", None, 0, None
+        if self.share_group(group_id):
+            message = f"Group {group_id} is not a consumer group."
+            return E.GROUP_ID_NOT_FOUND, message, None, 0, None
         group = self.groups.get(group_id)
         if group is None:
             classic = self.classic.groups.get(group_id)

@@ -1,14 +1,19 @@
-"""The group coordinator: classic and KIP-848 consumer groups and their committed offsets.
+"""The group coordinator: classic, KIP-848 consumer and KIP-932 share groups, and the
+committed offsets of the first two.
 
 How this works
 --------------
 A group id belongs to one kind of group at a time: a classic group
-(``classic_coordinator``: JoinGroup, SyncGroup, Heartbeat, LeaveGroup) or a KIP-848 consumer
-group (``consumer_group``: ConsumerGroupHeartbeat). Both keep their committed offsets in the
-one ``OffsetStore`` (``offset_store``: ``__consumer_offsets``); a classic group's membership
-is stored there too (``group_membership``). This class builds them, loads them at start-up
-and answers what concerns either kind: commits, fetches, deletions, offset expiry and the
-purge of a deleted topic's offsets.
+(``classic_coordinator``: JoinGroup, SyncGroup, Heartbeat, LeaveGroup), a KIP-848 consumer
+group (``consumer_group``: ConsumerGroupHeartbeat) or a share group (``share_group``:
+ShareGroupHeartbeat). The first two keep their committed offsets in the one ``OffsetStore``
+(``offset_store``: ``__consumer_offsets``); a classic group's membership is stored there too
+(``group_membership``). A share group has no committed offsets (its partitions' leaders keep
+what it was delivered); the other kinds' APIs refuse its id as Kafka does (OffsetCommit,
+OffsetFetch, TxnOffsetCommit and ConsumerGroupHeartbeat GROUP_ID_NOT_FOUND, JoinGroup
+INCONSISTENT_GROUP_PROTOCOL), and it refuses theirs. This class builds them, loads them at
+start-up and answers what concerns every kind: commits, fetches, deletions, offset expiry
+and the purge of a deleted topic's offsets.
 
 ``start`` replays ``__consumer_offsets``: groups that only have offsets come back Empty,
 classic groups with members come back Stable (each member with a fresh session). Offsets of
@@ -41,6 +46,7 @@ from .group_membership import MembershipLog
 from .group_offsets import OFFSETS_TOPIC, CommittedOffset, partition_for
 from .group_state import DEAD, EMPTY
 from .offset_store import Entry, OffsetStore, PendingOffsets
+from .share_group import ShareGroupCoordinator
 
 __all__ = [
     "GroupCoordinator",
@@ -93,6 +99,16 @@ class GroupCoordinator:
         self.max_groups = int(config["group.max.groups"])
         self._reclaimed_at = -RECLAIM_EVERY_S
         self.classic.room_for_group = self.room_for_group
+        self.share = ShareGroupCoordinator(
+            topics,
+            configs=self.configs,
+            max_size=int(config["group.share.max.size"]),
+            other_kind=lambda group_id: self.group_type(group_id) not in (None, "share"),
+            room_for_group=self.room_for_group,
+            now_ms=now_ms,
+        )
+        # a share group's id is not for the classic and consumer groups
+        self.classic.share_group = self.consumer.share_group = self.share.groups.__contains__
         self.txn_offsets: PendingOffsets = {}  # producer id -> group id -> offsets
         # partitions of __consumer_offsets held here whose groups are not served (their
         # requests get COORDINATOR_LOAD_IN_PROGRESS): ``loading``, moved here and being
@@ -136,6 +152,8 @@ class GroupCoordinator:
                 if consumer is not None:
                     for m in consumer.members.values():
                         m.cancel_timers()
+            for group_id in [g for g in self.share.groups if partition_for(g, topic.count) in lost]:
+                self.share.unload(group_id)
             for held in self.txn_offsets.values():
                 for group_id in doomed & held.keys():
                     del held[group_id]
@@ -198,6 +216,7 @@ class GroupCoordinator:
         for task in self._tasks:
             task.cancel()
         self.consumer.stop()
+        self.share.stop()
         self.classic.stop()
 
     async def coordinator_for(self, group_id: str) -> int:
@@ -235,6 +254,8 @@ class GroupCoordinator:
         """May this commit go ahead? (error, the group, created when new for offsets only)."""
         if not group_id:
             return E.INVALID_GROUP_ID, None
+        if group_id in self.share.groups:  # "Group G is not a consumer group."
+            return E.GROUP_ID_NOT_FOUND, None
         cgroup = self.consumer.groups.get(group_id)
         if cgroup is not None:
             error = self.consumer.check_commit(cgroup, member_id, generation)
@@ -265,6 +286,9 @@ class GroupCoordinator:
             (t, p, c) for (t, p), c in offsets.items() if self.topics.get(t) is not None
         ]
         if not entries:
+            return E.NONE
+        if group_id in self.share.groups:  # became a share group since: it has no offsets
+            log.warning("offsets of a transaction for share group %s dropped", group_id)
             return E.NONE
         group = self.groups.get(group_id) or self.consumer.groups.get(group_id)
         if group is None:
@@ -308,14 +332,24 @@ class GroupCoordinator:
 
     def room_for(self, group_id: str) -> bool:
         """Is ``group_id`` known, or may it be made (``group.max.groups``)?"""
-        known = group_id in self.groups or group_id in self.consumer.groups
-        return known or self.room_for_group()
+        return self.group_type(group_id) is not None or self.room_for_group()
+
+    def group_type(self, group_id: str) -> str | None:
+        """The kind of group ``group_id`` is here: "classic", "consumer", "share" or None."""
+        if group_id in self.share.groups:
+            return "share"
+        if group_id in self.consumer.groups:
+            return "consumer"
+        return "classic" if group_id in self.groups else None
+
+    def _count(self) -> int:
+        return len(self.groups) + len(self.consumer.groups) + len(self.share.groups)
 
     def room_for_group(self) -> bool:
-        """May one more group be made? At ``group.max.groups`` (both kinds counted), groups
+        """May one more group be made? At ``group.max.groups`` (every kind counted), groups
         that hold nothing (Empty, no members, no offsets: what made-up group ids leave) are
         forgotten first, at most once a second, rather than at the next expiry pass."""
-        if len(self.groups) + len(self.consumer.groups) < self.max_groups:
+        if self._count() < self.max_groups:
             return True
         now = time.monotonic()
         if now - self._reclaimed_at >= RECLAIM_EVERY_S:
@@ -323,7 +357,8 @@ class GroupCoordinator:
             for group in self._all_groups():
                 if not getattr(group, "pending", None):
                     self._forget_if_empty(group)
-        return len(self.groups) + len(self.consumer.groups) < self.max_groups
+            self.share.forget_empty()
+        return self._count() < self.max_groups
 
     def fetch_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         group = self.groups.get(group_id) or self.consumer.groups.get(group_id)
@@ -332,6 +367,8 @@ class GroupCoordinator:
     # administration -----------------------------------------------------------------------------
 
     async def delete_group(self, group_id: str) -> int:
+        if group_id in self.share.groups:
+            return self.share.delete(group_id)
         cgroup = self.consumer.groups.get(group_id)
         if cgroup is not None:
             if cgroup.members:

@@ -1,0 +1,106 @@
+"""ShareGroupDescribe (key 77), version 1: share groups, their members and each member's
+assignment, the group and assignment epochs, the state (Empty or Stable) and the assignor
+("simple").
+
+A group id that is not a share group gets GROUP_ID_NOT_FOUND with Kafka's messages ("Group G
+not found.", "Group G is not a share group."). DESCRIBE on the group is needed (else
+GROUP_AUTHORIZATION_FAILED), and, with an authorizer, DESCRIBE on every topic assigned in the
+group (else TOPIC_AUTHORIZATION_FAILED and no members), as in Kafka. With ``share.version``
+at 0 every group gets UNSUPPORTED_VERSION.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
+from headrace.broker.cluster.features import SHARE_VERSION
+from headrace.broker.coordinator.group.share_group import ASSIGNOR
+from headrace.broker.security.authorizer import OMITTED_OPERATIONS, TOPIC, Operation
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+from .describe_groups import described_refusal, undescribed
+from .share_group_heartbeat import OFF
+
+API_KEY = ApiKey.SHARE_GROUP_DESCRIBE
+MIN_VERSION, MAX_VERSION = 1, 1
+
+R = messages.ShareGroupDescribeResponse
+HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
+
+
+def _assignment(broker: Broker, parts):
+    by_topic: dict = {}
+    for tid, p in parts:
+        by_topic.setdefault(tid, []).append(p)
+    out = []
+    for tid, ps in by_topic.items():
+        topic = broker.topics.by_id.get(tid)
+        if topic is not None:  # a topic deleted since is left out, as Kafka does
+            out.append(
+                R.TopicPartitions(topic_id=tid, topic_name=topic.name, partitions=sorted(ps))
+            )
+    return R.Assignment(topic_partitions=out)
+
+
+def handle(broker: Broker, header, request: messages.ShareGroupDescribeRequest):
+    asked = request.include_authorized_operations
+    off = broker.features.level(SHARE_VERSION) < 1
+    authorizer, session = broker.authorizer, header.session
+    groups = []
+    for group_id in request.group_ids:
+        if off:
+            code = ErrorCode.UNSUPPORTED_VERSION
+            groups.append(
+                undescribed(R.DescribedGroup, group_id, code, OMITTED_OPERATIONS, "", OFF)
+            )
+            continue
+        refused, ops = described_refusal(broker, session, group_id, asked)
+        if refused:
+            groups.append(undescribed(R.DescribedGroup, group_id, refused, ops))
+            continue
+        group = broker.groups.share.groups.get(group_id)
+        if group is None:
+            message = (
+                f"Group {group_id} is not a share group."
+                if broker.groups.group_type(group_id) is not None
+                else f"Group {group_id} not found."
+            )
+            code = ErrorCode.GROUP_ID_NOT_FOUND
+            groups.append(undescribed(R.DescribedGroup, group_id, code, ops, "", message))
+            continue
+        members = [
+            R.Member(
+                member_id=m.member_id,
+                rack_id=m.rack_id,
+                member_epoch=m.epoch,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topic_names=list(m.subscribed),
+                assignment=_assignment(broker, m.assigned),
+            )
+            for m in group.members.values()
+        ]
+        if authorizer.enabled and any(
+            not authorizer.allows(session, Operation.DESCRIBE, TOPIC, t.topic_name)
+            for m in members
+            for t in m.assignment.topic_partitions
+        ):
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            groups.append(undescribed(R.DescribedGroup, group_id, code, ops, "", HIDDEN_TOPICS))
+            continue
+        groups.append(
+            R.DescribedGroup(
+                error_code=ErrorCode.NONE,
+                group_id=group_id,
+                group_state=group.state_name,
+                group_epoch=group.epoch,
+                assignment_epoch=group.assignment_epoch,
+                assignor_name=ASSIGNOR,
+                authorized_operations=ops,
+                members=members,
+            )
+        )
+    return R(throttle_time_ms=0, groups=groups)

@@ -1,0 +1,82 @@
+"""ShareGroupHeartbeat (key 76), version 1: KIP-932's share groups.
+
+A member joins (epoch 0, with its subscribed topic names), heartbeats and leaves (epoch -1)
+with this one request; the broker assigns partitions, and members may share one (see
+``share_group``). With the cluster's ``share.version`` at 0 (cluster/features.py) share
+groups are off: every request gets UNSUPPORTED_VERSION, as in Kafka.
+
+Kafka's checks, in its order: READ on the group (GROUP_AUTHORIZATION_FAILED), a member id of
+1 to 36 characters (INVALID_REQUEST), DESCRIBE on every subscribed topic
+(TOPIC_AUTHORIZATION_FAILED), then the coordinator (NOT_COORDINATOR,
+COORDINATOR_LOAD_IN_PROGRESS) and the request's own fields.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .context import Broker
+
+from headrace.broker.cluster.features import SHARE_VERSION
+from headrace.broker.coordinator.group.group_configs import SHARE_HEARTBEAT_INTERVAL
+from headrace.broker.coordinator.group.share_group import MAX_MEMBER_ID
+from headrace.broker.security.authorizer import GROUP, TOPIC, Operation
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+API_KEY = ApiKey.SHARE_GROUP_HEARTBEAT
+MIN_VERSION, MAX_VERSION = 1, 1
+
+R = messages.ShareGroupHeartbeatResponse
+OFF = "Share groups are off in this cluster (share.version 0)."
+
+
+def refusal(broker: Broker, session, request) -> tuple[int, str | None]:
+    """(error, message) when the request is refused before the coordinator, else (0, None)."""
+    if broker.features.level(SHARE_VERSION) < 1:
+        return ErrorCode.UNSUPPORTED_VERSION, OFF
+    authorizer = broker.authorizer
+    if not authorizer.allows(session, Operation.READ, GROUP, request.group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, None
+    if not request.member_id or len(request.member_id) > MAX_MEMBER_ID:
+        return ErrorCode.INVALID_REQUEST, "Invalid member id in the request."
+    for name in set(request.subscribed_topic_names or ()):
+        if not authorizer.allows(session, Operation.DESCRIBE, TOPIC, name):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
+    return broker.groups.not_served(request.group_id), None
+
+
+def handle(broker: Broker, header, request: messages.ShareGroupHeartbeatRequest):
+    coordinator = broker.groups.share
+    session = header.session
+    error, message = refusal(broker, session, request)
+    member_id, epoch, assigned = None, 0, None
+    if not error:
+        host = f"/{session.host}" if session.host else ""
+        error, message, member_id, epoch, assigned = coordinator.heartbeat(
+            request, header.client_id or "", host
+        )
+    assignment = None
+    if assigned is not None:
+        by_topic: dict = {}
+        for tid, p in assigned:
+            by_topic.setdefault(tid, []).append(p)
+        assignment = R.Assignment(
+            topic_partitions=[
+                R.TopicPartitions(topic_id=tid, partitions=sorted(ps))
+                for tid, ps in by_topic.items()
+            ]
+        )
+    return R(
+        throttle_time_ms=0,
+        error_code=error,
+        error_message=message,
+        member_id=member_id,
+        member_epoch=epoch,
+        heartbeat_interval_ms=(
+            coordinator.configs.value(request.group_id, SHARE_HEARTBEAT_INTERVAL)
+            if not error
+            else 0
+        ),
+        assignment=assignment,
+    )

@@ -1,0 +1,385 @@
+"""KIP-932 share groups: the broker assigns partitions, and members may share one.
+
+How this works
+--------------
+A member names itself (its member id, made by the client) and sends ShareGroupHeartbeat
+with its epoch: 0 to join (with its subscribed topic names), -1 to leave, otherwise the
+epoch it was last given. Joining, leaving, a subscription change, a change in the subscribed
+topics' partition counts or an expired session bumps the *group epoch*; the next heartbeat
+then computes a new *target assignment* for every member at once (``assign``, the "simple"
+assignor) and the group's *assignment epoch* becomes the group epoch.
+
+Unlike a consumer group's, a share group's partitions are never revoked first: records of a
+partition are handed out by its leader to whichever members fetch them, each delivery under
+an acquisition lock, so two members on one partition are normal. A member therefore takes
+its target and the assignment epoch on its next heartbeat, in one step. It is sent its
+assignment when it joins, when it sends its whole state (subscribed names not null), and
+when its assignment changed.
+
+``assign`` spreads P partitions over M members so that each partition is shared by
+ceil(M / P) of its subscribers (one when there are at least as many partitions as members)
+and the members' counts differ by at most one; what a member had and may keep, it keeps.
+
+A request with an epoch above the member's, or below it and not its previous one, gets
+FENCED_MEMBER_EPOCH; an unknown member UNKNOWN_MEMBER_ID: both make the client rejoin with
+epoch 0. Sessions expire after ``group.share.session.timeout.ms`` (or the group's
+``share.session.timeout.ms``, group_configs.py) without a heartbeat. At
+``group.share.max.size`` members a new one gets GROUP_MAX_SIZE_REACHED.
+
+A group id is one kind of group: a share heartbeat for a classic or consumer group's id gets
+GROUP_ID_NOT_FOUND ("Group G is not a share group."), as in Kafka; ``other_kind`` tells.
+Share groups are kept in memory only, not in ``__consumer_offsets`` as Kafka keeps them:
+after a restart (or a move of the group's coordinator) a member's heartbeat finds no group
+and gets UNKNOWN_MEMBER_ID, so it rejoins (Kafka's GROUP_ID_NOT_FOUND would stop it). Their
+delivery state lives at the partitions' leaders, not here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import uuid
+from collections.abc import Callable
+
+from headrace.broker.background import wall_clock_ms
+from headrace.protocol import ErrorCode
+
+from .group_configs import SHARE_SESSION_TIMEOUT, GroupConfigs
+from .group_sessions import SessionTimers
+
+log = logging.getLogger("headrace.groups")
+
+E = ErrorCode
+ASSIGNOR = "simple"
+LEAVE_EPOCH = -1
+MAX_MEMBER_ID = 36  # Kafka's longest member id (a UUID's text)
+
+TopicPartition = tuple[uuid.UUID, int]
+
+
+class ShareMember:
+    __slots__ = (
+        "member_id",
+        "rack_id",
+        "client_id",
+        "client_host",
+        "epoch",
+        "previous_epoch",
+        "subscribed",
+        "assigned",
+        "deadline",
+        "timer",
+    )
+
+    def __init__(self, member_id: str, client_id: str, client_host: str) -> None:
+        self.member_id = member_id
+        self.rack_id: str | None = None
+        self.client_id = client_id
+        self.client_host = client_host
+        self.epoch = 0
+        self.previous_epoch = -1
+        self.subscribed: list[str] = []
+        self.assigned: set[TopicPartition] = set()  # what it was last given
+        self.deadline = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+
+    def cancel_timers(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+class ShareGroup:
+    group_type = "share"
+    protocol_type = "share"
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ShareMember] = {}
+        self.target: dict[str, set[TopicPartition]] = {}
+        self.topology: tuple = ()  # (topic, id, partitions) of the subscribed topics
+        self.empty_since_ms: int | None = None
+
+    @property
+    def state_name(self) -> str:
+        """Kafka's share group states: Empty without members, else Stable."""
+        return "Stable" if self.members else "Empty"
+
+
+def assign(
+    members: dict[str, list[str]],
+    topics: dict[str, tuple[uuid.UUID, int]],
+    previous: dict[str, set[TopicPartition]],
+) -> dict[str, set[TopicPartition]]:
+    """The target assignment, member id -> {(topic id, partition)}, from each member's
+    subscribed topic names (``members``), the subscribed topics (name -> (id, partitions))
+    and the previous target.
+
+    Each partition gets ``sharing`` members: its subscribers divided by the partitions all of
+    them subscribe to, rounded up (ceil(M / P) when every member subscribes to the same
+    topics). The slots so made are dealt out: first to members that held the partition
+    before, up to each member's fair share of slots, then to the members holding fewest."""
+    target: dict[str, set[TopicPartition]] = {m: set() for m in members}
+    subscribers: dict[TopicPartition, list[str]] = {}
+    for name, (tid, count) in sorted(topics.items()):
+        subs = sorted(m for m, names in members.items() if name in names)
+        if subs:
+            for p in range(count):
+                subscribers[(tid, p)] = subs
+    if not subscribers:
+        return target
+    counts: dict[frozenset[str], int] = {}  # subscriber set -> its partitions
+    for subs in subscribers.values():
+        key = frozenset(subs)
+        counts[key] = counts.get(key, 0) + 1
+    # subscriber set -> the partitions every one of them subscribes to
+    by_set = {
+        tuple(sorted(key)): sum(n for other, n in counts.items() if key <= other) for key in counts
+    }
+    sharing = {tp: math.ceil(len(subs) / by_set[tuple(subs)]) for tp, subs in subscribers.items()}
+    # each member's fair share of the slots, and its whole count when it has a fraction
+    share = {m: 0.0 for m in members}
+    for tp, subs in subscribers.items():
+        for m in subs:
+            share[m] += sharing[tp] / len(subs)
+    slots = sum(sharing.values())
+    quota = {m: math.floor(share[m] + 1e-9) for m in members}
+    spare = slots - sum(quota.values())
+    held_before = {m: len(previous.get(m, ())) for m in members}
+    for m in sorted(members, key=lambda m: (-(share[m] - quota[m]), -held_before[m], m)):
+        if spare <= 0:
+            break
+        if share[m] - quota[m] > 1e-9:
+            quota[m] += 1
+            spare -= 1
+    holders: dict[TopicPartition, set[str]] = {tp: set() for tp in subscribers}
+    for m in sorted(members):  # sticky: keep what is still open to the member
+        for tp in sorted(previous.get(m, ()), key=lambda tp: (str(tp[0]), tp[1])):
+            if m not in subscribers.get(tp, ()):
+                continue
+            if len(holders[tp]) < sharing[tp] and len(target[m]) < quota[m]:
+                holders[tp].add(m)
+                target[m].add(tp)
+    progress = True
+    while progress:  # then each open slot to the eligible member holding fewest
+        progress = False
+        for tp in sorted(subscribers, key=lambda tp: (len(holders[tp]), str(tp[0]), tp[1])):
+            if len(holders[tp]) >= sharing[tp]:
+                continue
+            free = [m for m in subscribers[tp] if m not in holders[tp]]
+            if not free:
+                continue
+            m = min(free, key=lambda m: (len(target[m]), m))
+            holders[tp].add(m)
+            target[m].add(tp)
+            progress = True
+    return target
+
+
+class ShareGroupCoordinator:
+    """The share groups of this broker's partitions of ``__consumer_offsets``."""
+
+    def __init__(
+        self,
+        topics,
+        *,
+        configs: GroupConfigs,  # session timeouts and heartbeat intervals, per group
+        max_size: int,  # group.share.max.size
+        other_kind: Callable[[str], bool],  # is this id a classic or consumer group's?
+        room_for_group: Callable[[], bool],  # group.max.groups
+        now_ms=wall_clock_ms,
+    ) -> None:
+        self.topics = topics
+        self.configs = configs
+        self.max_size = max_size
+        self.other_kind = other_kind
+        self.room_for_group = room_for_group
+        self.now_ms = now_ms
+        self.groups: dict[str, ShareGroup] = {}
+        self.sessions = SessionTimers(
+            lambda g, m: self._remove(g, m, "session expired"),
+            lambda g, m: configs.value(g.group_id, SHARE_SESSION_TIMEOUT),
+        )
+
+    def stop(self) -> None:
+        for g in self.groups.values():
+            for m in g.members.values():
+                m.cancel_timers()
+
+    def unload(self, group_id: str) -> None:
+        """Forget a group another broker now coordinates."""
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            for m in group.members.values():
+                m.cancel_timers()
+
+    def delete(self, group_id: str) -> int:
+        """DeleteGroups of a share group: NON_EMPTY_GROUP while it has members."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.GROUP_ID_NOT_FOUND
+        if group.members:
+            return E.NON_EMPTY_GROUP
+        del self.groups[group_id]
+        log.info("share group %s deleted", group_id)
+        return E.NONE
+
+    def forget_empty(self) -> None:
+        """Forget the groups without members (they hold nothing here). Kafka keeps an empty
+        share group until it is deleted; here it is kept until ``group.max.groups`` is
+        reached and room is needed."""
+        for group_id in [g for g, group in self.groups.items() if not group.members]:
+            del self.groups[group_id]
+
+    @staticmethod
+    def invalid(request) -> str | None:
+        """Why a ShareGroupHeartbeat is malformed (Kafka's messages), or None."""
+        if not request.group_id.strip():
+            return "GroupId can't be empty."
+        if request.rack_id is not None and not request.rack_id.strip():
+            return "RackId can't be empty."
+        if request.member_epoch == 0:
+            if not request.subscribed_topic_names:
+                return "SubscribedTopicNames must be set in first request."
+        elif request.member_epoch < LEAVE_EPOCH:
+            return "MemberEpoch is invalid."
+        return None
+
+    def heartbeat(self, request, client_id: str, client_host: str = ""):
+        """(error, message, member id, epoch, assignment or None)."""
+        group_id, member_id, epoch = request.group_id, request.member_id, request.member_epoch
+        why = self.invalid(request)
+        if why is not None:
+            return E.INVALID_REQUEST, why, None, 0, None
+        group = self.groups.get(group_id)
+        if group is None and self.other_kind(group_id):
+            message = f"Group {group_id} is not a share group."
+            return E.GROUP_ID_NOT_FOUND, message, None, 0, None
+        if epoch == LEAVE_EPOCH:
+            if group is None:
+                return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None, 0, None
+            member = group.members.get(member_id)
+            if member is None:
+                return E.UNKNOWN_MEMBER_ID, _unknown(member_id, group_id), None, 0, None
+            self._remove(group, member, "left")
+            return E.NONE, None, member_id, LEAVE_EPOCH, None
+        if group is None:
+            if epoch != 0:  # not stored here: the member rejoins
+                return E.UNKNOWN_MEMBER_ID, _unknown(member_id, group_id), None, 0, None
+            if not self.room_for_group():
+                return E.COORDINATOR_NOT_AVAILABLE, "group.max.groups reached", None, 0, None
+            group = self.groups[group_id] = ShareGroup(group_id)
+        member = group.members.get(member_id)
+        if member is None and len(group.members) >= self.max_size:
+            message = (
+                f"The share group has reached its maximum capacity of {self.max_size} members."
+            )
+            return E.GROUP_MAX_SIZE_REACHED, message, None, 0, None
+        if member is None:
+            if epoch != 0:
+                return E.UNKNOWN_MEMBER_ID, _unknown(member_id, group_id), None, 0, None
+            member = group.members[member_id] = ShareMember(member_id, client_id, client_host)
+            group.empty_since_ms = None
+            log.info("share group %s: member %s joined", group_id, member_id)
+        elif epoch != 0:
+            fenced = _fenced(member, epoch)
+            if fenced is not None:
+                return E.FENCED_MEMBER_EPOCH, fenced, None, 0, None
+        before = set(member.assigned)
+        member.client_id, member.client_host = client_id, client_host
+        if request.rack_id is not None:
+            member.rack_id = request.rack_id
+        changed = False
+        if request.subscribed_topic_names is not None:
+            names = sorted(set(request.subscribed_topic_names))
+            changed = names != member.subscribed
+            member.subscribed = names
+        if changed:
+            group.epoch += 1
+        self.sessions.touch(group, member)
+        self._refresh_target(group)
+        target = group.target.get(member.member_id, set())
+        if member.epoch != group.assignment_epoch or changed:
+            if member.epoch != group.assignment_epoch:
+                member.previous_epoch, member.epoch = member.epoch, group.assignment_epoch
+            member.assigned = self._subscribed_only(member, target)
+        sent = None
+        if epoch == 0 or request.subscribed_topic_names is not None or member.assigned != before:
+            sent = member.assigned
+        return E.NONE, None, member.member_id, member.epoch, sent
+
+    def _subscribed_only(self, member: ShareMember, target: set) -> set[TopicPartition]:
+        """The target's partitions of topics the member still subscribes to."""
+        ids = set()
+        for name in member.subscribed:
+            t = self.topics.get(name)
+            if t is not None:
+                ids.add(t.topic_id)
+        return {tp for tp in target if tp[0] in ids}
+
+    def _refresh_target(self, group: ShareGroup) -> None:
+        names = set()
+        for m in group.members.values():
+            names.update(m.subscribed)
+        topics = {}
+        for name in sorted(names):
+            t = self.topics.get(name)
+            if t is not None:
+                topics[name] = (t.topic_id, t.count)
+        topology = tuple(sorted((n, str(i), c) for n, (i, c) in topics.items()))
+        if topology != group.topology:
+            group.topology = topology
+            if group.assignment_epoch == group.epoch:
+                group.epoch += 1
+        if group.assignment_epoch == group.epoch:
+            return
+        subscriptions = {m.member_id: m.subscribed for m in group.members.values()}
+        group.target = assign(subscriptions, topics, group.target)
+        group.assignment_epoch = group.epoch
+        log.info(
+            "share group %s: new target assignment at epoch %d (%d members)",
+            group.group_id,
+            group.epoch,
+            len(group.members),
+        )
+
+    def _remove(self, group: ShareGroup, member: ShareMember, why: str) -> None:
+        member.cancel_timers()
+        group.members.pop(member.member_id, None)
+        group.target.pop(member.member_id, None)
+        group.epoch += 1
+        if not group.members:
+            group.empty_since_ms = self.now_ms()
+            group.assignment_epoch = group.epoch  # nothing to assign
+        log.info(
+            "share group %s: member %s %s (epoch %d)",
+            group.group_id,
+            member.member_id,
+            why,
+            group.epoch,
+        )
+
+
+def _unknown(member_id: str, group_id: str) -> str:
+    return f"Member {member_id} is not a member of group {group_id}."
+
+
+def _fenced(member: ShareMember, epoch: int) -> str | None:
+    """Kafka's message when ``epoch`` is neither the member's epoch nor its previous one."""
+    if epoch > member.epoch:
+        return (
+            f"The share group member has a greater member epoch ({epoch}) than the one known"
+            f" by the group coordinator ({member.epoch}). The member must abandon all its"
+            " partitions and rejoin."
+        )
+    if epoch < member.epoch and epoch != member.previous_epoch:
+        return (
+            f"The share group member has a smaller member epoch ({epoch}) than the one known"
+            f" by the group coordinator ({member.epoch}), and it does not match the previous"
+            f" member epoch ({member.previous_epoch}). The member must abandon all its"
+            " partitions and rejoin."
+        )
+    return None
