@@ -2,9 +2,9 @@
 
 v0-3 (what clients send) carry one transaction; v4-5 (broker to broker, KIP-890) carry a
 batch of them, each ``verify_only`` (is the partition already in the transaction?) or, for a
-transactions-v2 producer, an add by the partition's leader (``TransactionCoordinator.join``).
-v4-5 need CLUSTER_ACTION, and the producer's own rights were checked by the leader, as in
-Kafka.
+transactions-v2 producer, an add by the partition's leader
+(``AddPartitionsToTxnManager.join``). v4-5 need CLUSTER_ACTION, and the producer's own rights
+were checked by the leader, as in Kafka.
 Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION and the others of the same
 request OPERATION_NOT_ATTEMPTED: nothing is added unless every partition exists. Otherwise
 every partition gets the coordinator's answer (``transaction_state.ADD_PARTITIONS``);

@@ -21,7 +21,7 @@ accepted only for partitions of the producer's open transaction (the coordinator
 state is what checks (an older epoch is fenced), as in Kafka before KIP-890. From v12
 (transactions v2, KIP-890) a transactional batch for a partition where its producer has no
 open transaction first adds the partition to the transaction at the coordinator
-(``TransactionCoordinator.join``); the connection's later requests wait for that, so its
+(``AddPartitionsToTxnManager.join``); the connection's later requests wait for that, so its
 batches are still appended in order.
 
 Authorization (Kafka's): WRITE on the transactional id when there is one (else every
@@ -110,7 +110,9 @@ def _joining(broker: Broker, session, request: messages.ProduceRequest, version:
 
 async def _join_then_produce(broker: Broker, header, request, appended, producer_id, epoch, keys):
     try:
-        error = await broker.transactions.join(request.transactional_id, producer_id, epoch, keys)
+        error = await broker.transactions.add_partitions_manager.join(
+            request.transactional_id, producer_id, epoch, keys
+        )
         outcome = _produce(broker, header, request, dict.fromkeys(keys, error) if error else None)
     finally:
         appended.set_result(None)  # (the acks and flushes are awaited without holding)

@@ -5,7 +5,7 @@ must have added the group to its open transaction (AddOffsetsToTxn) with its cur
 else INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING or PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
 before v3); elsewhere the partition's producer state fences an old epoch, as in Kafka before
 KIP-890. From v5 (transactions v2, KIP-890) there is no AddOffsetsToTxn: the group's partition
-of ``__consumer_offsets`` joins the transaction here first (``TransactionCoordinator.join``).
+of ``__consumer_offsets`` joins the transaction here first (``AddPartitionsToTxnManager.join``).
 From v3 a member id and generation are checked against the group like OffsetCommit's. The
 offsets are written to the group's partition of ``__consumer_offsets`` as one transactional
 batch of the producer and held by the group coordinator until the transaction's marker
@@ -80,7 +80,7 @@ def handle(broker: Broker, header, request: messages.TxnOffsetCommitRequest):
 async def _join_then_commit(broker: Broker, header, request: messages.TxnOffsetCommitRequest):
     """Transactions v2: the group's offsets partition joins the transaction first."""
     partition = await broker.groups.offsets_partition(request.group_id)
-    error = await broker.transactions.join(
+    error = await broker.transactions.add_partitions_manager.join(
         request.transactional_id,
         request.producer_id,
         request.producer_epoch,

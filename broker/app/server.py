@@ -16,9 +16,11 @@ it calls each request's API module with the ``BrokerServer`` as the module's ``b
 
 Start-up (``start``) locks the data directory (data_dir.py), loads the logs (recovering them
 after an unclean stop), listens, joins the cluster (``_join``: a broker on its own has nothing
-to join), reads the ACLs, quotas and SCRAM users, replays the groups' and transactions' state,
-starts serving, then the background jobs (``background.run_every``: the periodic flush and the
-expiry of idle producers, offset expiry, the transaction timer, the log cleaner's passes).
+to join), reads the shared documents (ACLs, quotas, group configs, delegation tokens, feature
+levels: cluster/documents.py) and SCRAM users and follows their changes, replays the groups'
+and transactions' state, starts serving, then the background jobs (``background.run_every``:
+the periodic flush and the expiry of idle producers, offset expiry, the transaction timer, the
+log cleaner's passes).
 Shutdown stops accepting, answers what is in flight, stops the background jobs, flushes every
 log, marks the stop clean and releases the lock.
 """
@@ -29,15 +31,17 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from headrace.broker.apis.registry import APIS
 from headrace.broker.background import run_every
 from headrace.broker.client.broker_client import BrokerClient
 from headrace.broker.client.inter_broker import client_security
 from headrace.broker.cluster.cluster import Cluster, ClusterError
+from headrace.broker.cluster.documents import UNREADABLE, Document, follow
 from headrace.broker.cluster.features import Features, registration
 from headrace.broker.cluster.metadata import ClusterMetadata
 from headrace.broker.cluster.single_node import SingleNode
@@ -392,31 +396,33 @@ class BrokerServer:
             await self.cluster.stop()
             await self._abandon()
             raise StartupError(f"data directory {self.data_dir} {e}") from None
+        # the shared documents and who applies them: read now (one that cannot be read stops
+        # the start), then followed (an unreadable change is logged, the known state kept)
+        followed: list[tuple[Document, Callable[[Any], None], str]] = [
+            (self.acl_document, lambda v: self.authorizer.replace(from_document(v)), "ACLs"),
+            (
+                self.quota_document,
+                lambda v: self.quotas.replace(quotas_from_document(v)),
+                "client quotas",
+            ),
+            (self.group_config_document, self.groups.configs.replace, "group configs"),
+            (self.delegation_token_document, self.delegation_tokens.replace, "delegation tokens"),
+        ]
         where = ""
         try:
-            where = self.acl_document.where
-            self.authorizer.replace(from_document(await asyncio.to_thread(self.acl_document.load)))
-            where = self.quota_document.where
-            quotas = await asyncio.to_thread(self.quota_document.load)
-            self.quotas.replace(quotas_from_document(quotas))
+            for document, apply, _ in followed:
+                where = document.where
+                apply(await asyncio.to_thread(document.load))
             where = self.scram_credentials.store.where
             await asyncio.to_thread(self.scram_credentials.load)
-            where = self.group_config_document.where
-            configs = await asyncio.to_thread(self.group_config_document.load)
-            self.groups.configs.replace(configs)
-            where = self.delegation_token_document.where
-            tokens = await asyncio.to_thread(self.delegation_token_document.load)
-            self.delegation_tokens.replace(tokens)
             where = self.features.document.where
             await self.features.start()
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, *UNREADABLE) as e:
             await self._abandon()
             raise StartupError(f"cannot read {where}: {e}") from None
-        self.acl_document.watch(self._acls_changed)
+        for document, apply, what in followed:
+            follow(document, apply, what)
         self.scram_credentials.watch()
-        self.quota_document.watch(self._quotas_changed)
-        self.group_config_document.watch(self._group_configs_changed)
-        self.delegation_token_document.watch(self._delegation_tokens_changed)
         if self.replicas is not None:
             self._check_inter_broker_principal()
             # the coordinators load the partitions this broker leads as the replica manager
@@ -443,24 +449,6 @@ class BrokerServer:
                 principal,
             )
 
-    def _acls_changed(self, value) -> None:
-        try:
-            self.authorizer.replace(from_document(value))
-        except (ValueError, KeyError, TypeError):
-            log.exception("ACLs in ZooKeeper unreadable; the ones known are kept")
-
-    def _quotas_changed(self, value) -> None:
-        try:
-            self.quotas.replace(quotas_from_document(value))
-        except (ValueError, KeyError, TypeError):
-            log.exception("client quotas in ZooKeeper unreadable; the ones known are kept")
-
-    def _delegation_tokens_changed(self, value) -> None:
-        try:
-            self.delegation_tokens.replace(value)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            log.exception("delegation tokens in ZooKeeper unreadable; the ones known are kept")
-
     async def _drop_expired_tokens(self) -> None:
         """(The controller's.) Remove the delegation tokens past their expiry."""
         tokens = self.delegation_tokens
@@ -470,12 +458,6 @@ class BrokerServer:
         ):
             return
         await self.delegation_token_document.change(lambda v: tokens.without_expired(v, now))
-
-    def _group_configs_changed(self, value) -> None:
-        try:
-            self.groups.configs.replace(value)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            log.exception("group configs in ZooKeeper unreadable; the ones known are kept")
 
     async def _abandon(self) -> None:
         """Undo a start that failed after opening the data directory."""

@@ -21,12 +21,17 @@ current one (``fn`` may raise to refuse), stores it, applies it here at once thr
 ``apply`` given, and returns it.
 A document is at most ``MAX_BYTES`` (ZooKeeper's default znode limit is 1 MiB); its owners
 bound what they put in it.
+
+``follow(document, apply, what)`` watches a document for an owner whose ``apply`` raises one
+of ``UNREADABLE`` for a value it cannot read: such a value is logged and the owner keeps what
+it had (at start-up the broker reads each document itself and refuses to start instead).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +43,11 @@ from headrace.storage import replace_file
 if TYPE_CHECKING:
     from .zk_client import ZkClient
 
+log = logging.getLogger("headrace")
+
 MAX_BYTES = 1000 * 1024
+# what an owner's ``apply`` raises for a value it cannot read (``follow``)
+UNREADABLE = (ValueError, KeyError, TypeError, AttributeError)
 
 
 class DocumentTooLarge(ValueError):
@@ -138,6 +147,19 @@ class ZnodeDocument:
 
 
 Document = FileDocument | ZnodeDocument
+
+
+def follow(document: Document, apply: Callable[[Any], None], what: str) -> None:
+    """``apply`` every new value of ``document``; one it cannot read (``UNREADABLE``) is
+    logged, naming ``what`` it holds, and the owner keeps the state it had."""
+
+    def changed(value: Any) -> None:
+        try:
+            apply(value)
+        except UNREADABLE:
+            log.exception("%s in %s unreadable; the ones known are kept", what, document.where)
+
+    document.watch(changed)
 
 
 def _encode(value: Any) -> bytes:

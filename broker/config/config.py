@@ -2,9 +2,9 @@
 
 Broker settings come from a Kafka-style properties file (``--config``) and ``--override``
 pairs; an unknown name or a value of the wrong type is an error. Every setting, its type,
-default and meaning is in settings.py's tables; this module reads them, checks what one setting
-alone cannot say (the authorizer's, the quotas' and the listeners' settings), and reads
-properties files.
+default and meaning is in settings.py's tables (with the choices and least values some have);
+this module reads them, checks what one setting alone cannot say (the authorizer's and the
+listeners' settings), and reads properties files.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from .settings import (
     BROKER_CHOICES,
+    BROKER_MINIMUMS,
     BROKER_SETTINGS,
     LISTENER_SETTINGS,
     SASL_MECHANISMS,
@@ -40,7 +41,7 @@ def super_users(text: str) -> frozenset[str]:
 
 
 def _check_security(config: BrokerConfig) -> None:
-    """The authorizer's and the client quotas' settings (security/ reads them, checked)."""
+    """The authorizer's settings (security/ reads them, checked)."""
     name = str(config["authorizer.class.name"]).strip()
     if name and name not in AUTHORIZER_CLASSES:
         raise ConfigError(
@@ -48,9 +49,6 @@ def _check_security(config: BrokerConfig) -> None:
             f" {', '.join(AUTHORIZER_CLASSES)}, or empty for none)"
         )
     super_users(str(config["super.users"]))
-    for window in ("quota.window.num", "quota.window.size.seconds"):
-        if int(config[window]) < 1:
-            raise ConfigError(f"{window}: {config[window]} is below 1")
 
 
 # Kafka's ranges for the share group settings (name -> (least, most))
@@ -122,6 +120,9 @@ class BrokerConfig:
             choices = BROKER_CHOICES.get(setting.name)
             if choices is not None and self.explicit[name] not in choices:
                 raise ConfigError(f"{name}: {text!r} is not one of {sorted(choices)}")
+            value, least = self.explicit[name], BROKER_MINIMUMS.get(setting.name)
+            if least is not None and isinstance(value, int) and value < least:
+                raise ConfigError(f"{name}: {value} is below {least}")
         connection_overrides(str(self["max.connections.per.ip.overrides"]))  # valid?
         _check_security(self)
         _check_share_groups(self)

@@ -3,9 +3,11 @@
 ``BROKER_SETTINGS`` is the table (``LISTENER_SETTINGS``: those a listener may set for itself
 as ``listener.name.<name>.<setting>``); a broker setting with a ``topic`` name gives that topic
 setting its default (``log.segment.bytes`` for ``segment.bytes``), and ``TOPIC_SETTINGS`` lists
-those by topic name. ``parse`` reads a value as its type; ``validate_topic_setting`` checks a
-topic setting (CreateTopics, AlterConfigs) with its choices and ranges. The settings reference
-of the documentation is made from these tables. Only the standard library is used here.
+those by topic name; ``BROKER_CHOICES`` and ``BROKER_MINIMUMS`` say which values some broker
+settings take (config.py checks them). ``parse`` reads a value as its type;
+``validate_topic_setting`` checks a topic setting (CreateTopics, AlterConfigs) with its choices
+and ranges. The settings reference of the documentation is made from these tables. Only the
+standard library is used here.
 """
 
 from __future__ import annotations
@@ -880,6 +882,14 @@ BROKER_SETTINGS: dict[str, Setting] = {
             " COORDINATOR_NOT_AVAILABLE until idle ids expire.",
         ),
         Setting(
+            "transaction.partition.verification.max.guards",
+            "int",
+            1000,
+            "Most producers per partition whose transactional batches wait to join their"
+            " transaction (transactions v2: each keeps a guard holding its later batches back);"
+            " past it the oldest guard is dropped. At least 1.",
+        ),
+        Setting(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms",
             "int",
             10000,
@@ -914,6 +924,13 @@ BROKER_CHOICES = {
     "ssl.truststore.type": {"PEM"},
     "ssl.client.auth": {"none", "requested", "required"},
     "ssl.endpoint.identification.algorithm": {"https", "HTTPS", ""},
+}
+
+# broker settings with a least value (a bound that cannot be zero)
+BROKER_MINIMUMS = {
+    "quota.window.num": 1,
+    "quota.window.size.seconds": 1,
+    "transaction.partition.verification.max.guards": 1,
 }
 
 _TOPIC_RANGES = {

@@ -526,11 +526,11 @@ class Partition:
             plog.truncate_to(offset)
             drop_snapshots_above(directory, plog.log_end_offset)
             if empty:
-                state = ProducerStateManager()
+                state = ProducerStateManager(before.max_joining)
                 state.snapshotted = before.snapshotted
                 state.snapshot_offset = min(before.snapshot_offset, plog.log_end_offset)
                 return state
-            return ProducerStateManager.load(directory, plog)
+            return ProducerStateManager.load(directory, plog, before.max_joining)
 
         await self._snapshots_written()  # none may land above the cut once it is made
         self.producers = await asyncio.to_thread(cut)
@@ -554,7 +554,7 @@ class Partition:
 
         await self._snapshots_written()
         await asyncio.to_thread(restart)
-        self.producers = ProducerStateManager()
+        self.producers = ProducerStateManager(self.producers.max_joining)
         self._segments = plog.segment_count
 
     async def _snapshots_written(self) -> None:

@@ -27,7 +27,9 @@ Transactions v2: a producer's first transactional batch in a partition joins its
 at the coordinator before it is appended (apis/produce.py); ``guard`` records the lowest first
 sequence waiting to join, and until a batch of the producer is appended here no batch with a
 higher one is (OUT_OF_ORDER_SEQUENCE_NUMBER, which the client retries in order), as Kafka's
-verification guard does. At most ``MAX_JOINING`` guards are kept.
+verification guard does. At most ``max_joining`` guards are kept
+(``transaction.partition.verification.max.guards``): past it the oldest is dropped, so
+producer ids a client makes up cannot grow them.
 
 Producers idle for ``producer.id.expiration.ms`` (by the broker's clock: no batch, no marker)
 and without an open transaction here are forgotten (``expire``, run by the topic table every
@@ -72,7 +74,6 @@ SNAPSHOT = "producer-state.json"  # written by earlier versions; read, then repl
 _SNAPSHOT_NAME = re.compile(r"^producer-state-(\d{20})\.json$")
 SNAPSHOTS_KEPT = 2
 CACHED_BATCHES = 5
-MAX_JOINING = 1000  # join guards kept per partition (a hostile client cannot grow them)
 _SEQ_MAX = (1 << 31) - 1
 
 
@@ -111,7 +112,10 @@ class ProducerEntry:
 
 
 class ProducerStateManager:
-    def __init__(self) -> None:
+    """``max_joining``: the most join guards kept (``guard``)."""
+
+    def __init__(self, max_joining: int) -> None:
+        self.max_joining = max_joining
         self.producers: dict[int, ProducerEntry] = {}
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
         # producer id -> (epoch, lowest first sequence) of batches waiting to join a
@@ -130,7 +134,7 @@ class ProducerStateManager:
         known = self.joining.pop(producer_id, None)
         if known is not None and known[0] == epoch:
             first_seq = min(first_seq, known[1])
-        elif len(self.joining) >= MAX_JOINING:
+        elif len(self.joining) >= self.max_joining:
             del self.joining[next(iter(self.joining))]  # the oldest: its guard is lost
         self.joining[producer_id] = (epoch, first_seq)
 
@@ -304,7 +308,9 @@ class ProducerStateManager:
         return not self.producers and not self.ongoing
 
     @classmethod
-    def load(cls, directory: Path, log, *, just_opened: bool = False) -> ProducerStateManager:
+    def load(
+        cls, directory: Path, log, max_joining: int, *, just_opened: bool = False
+    ) -> ProducerStateManager:
         """The newest usable snapshot plus the headers after it.
 
         ``just_opened``: ``log`` was opened right before, nothing appended since, so the
@@ -314,7 +320,7 @@ class ProducerStateManager:
         a crash without a snapshot the headers from the log start are replayed."""
         directory = Path(directory)
         names = log.other_files if just_opened else os.listdir(directory)
-        state = cls()
+        state = cls(max_joining)
         if LEGACY_INDEX_FILE in names:
             _import_legacy_index(directory, log)
         offsets = [int(m.group(1)) for n in names if (m := _SNAPSHOT_NAME.match(n))]

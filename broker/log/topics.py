@@ -87,6 +87,8 @@ class TopicManager:
         self.open_files = OpenFiles(int(config["log.max.open.files"]))
         self.checkpoints = OffsetCheckpoints(data_dir)  # every log's offsets, one file
         self._threads = max(1, int(config["num.recovery.threads.per.data.dir"]))
+        # join guards each partition's producer state keeps (transactions v2)
+        self._max_joining = int(config["transaction.partition.verification.max.guards"])
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self._lock = asyncio.Lock()
@@ -152,7 +154,8 @@ class TopicManager:
     ) -> Partition:
         log = self.open_log(topic, index, recover, config)
         path = Path(log.directory)
-        p = Partition(topic, index, log, ProducerStateManager.load(path, log, just_opened=True))
+        producers = ProducerStateManager.load(path, log, self._max_joining, just_opened=True)
+        p = Partition(topic, index, log, producers)
         self.replicas.opened(p)
         return p
 

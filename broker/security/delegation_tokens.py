@@ -30,7 +30,6 @@ import hashlib
 import hmac as hmac_module
 import uuid
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from headrace.protocol import ErrorCode
@@ -82,6 +81,12 @@ class DelegationTokens:
         self.check_interval_ms = int(config["delegation.token.expiry.check.interval.ms"])
         self.max_count = int(config["delegation.token.max.count"])
         self.tokens: dict[str, Token] = {}
+        # SCRAM keys of a token, by (token id, mechanism), derived at its first login and
+        # kept: a derivation is ITERATIONS rounds of PBKDF2 (about 2 ms of the event loop,
+        # measured) and a client-first message naming a token id is enough to ask for one,
+        # so they are not derived again at every attempt. An entry goes with its token
+        # (``replace``): at most two per token known, so delegation.token.max.count bounds it.
+        self._keys: dict[tuple[str, str], tuple[bytes, bytes, bytes, int]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -94,6 +99,7 @@ class DelegationTokens:
     def replace(self, document: Any) -> None:
         """Apply a stored document (None: no tokens)."""
         self.tokens = {tid: _token(tid, row) for tid, row in (document or {}).items()}
+        self._keys = {k: keys for k, keys in self._keys.items() if k[0] in self.tokens}
 
     # changes: document -> document (TokenError: refused, nothing changes) ----------------
 
@@ -174,21 +180,25 @@ class DelegationTokens:
         token = self.tokens.get(token_id)
         if not self.enabled or token is None or token.expired(now):
             return None
+        keys = self._keys.get((token_id, mechanism))
+        if keys is None:
+            keys = self._keys[(token_id, mechanism)] = self._derive(token_id, mechanism)
+        return (token.owner, *keys)
+
+    def _derive(self, token_id: str, mechanism: str) -> tuple[bytes, bytes, bytes, int]:
+        """(salt, stored key, server key, iterations) of the token's SCRAM credential: the
+        password is the HMAC in base64, the salt made from the secret (the same on every
+        broker)."""
+        from scramp import ScramMechanism
+
         password = base64.b64encode(self.hmac(token_id)).decode()
         salt = hmac_module.new(
             self.secret or b"", f"salt:{mechanism}:{token_id}".encode(), hashlib.sha256
         ).digest()[:16]
-        return (token.owner, *_keys(mechanism, password, salt))
-
-
-@lru_cache(maxsize=1024)
-def _keys(mechanism: str, password: str, salt: bytes) -> tuple[bytes, bytes, bytes, int]:
-    from scramp import ScramMechanism
-
-    _, stored, server, _ = ScramMechanism(mechanism).make_auth_info(
-        password, iteration_count=ITERATIONS, salt=salt
-    )
-    return salt, stored, server, ITERATIONS
+        _, stored, server, _ = ScramMechanism(mechanism).make_auth_info(
+            password, iteration_count=ITERATIONS, salt=salt
+        )
+        return salt, stored, server, ITERATIONS
 
 
 def _token(token_id: str, row: list) -> Token:

@@ -69,7 +69,7 @@ def test_made_up_producer_ids_expire_and_active_ones_stay(tmp_path):
 def test_a_producer_with_an_open_transaction_is_not_forgotten():
     from headrace.broker.log.producer_state import ProducerStateManager
 
-    state = ProducerStateManager()
+    state = ProducerStateManager(max_joining=1000)
     state.record(1, 0, 0, 0, 10, transactional=True)
     state.record(2, 0, 0, 0, 11)
     assert state.expire(-1) == 1  # everything is idle past the cutoff

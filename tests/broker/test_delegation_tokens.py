@@ -1,18 +1,22 @@
 """Delegation tokens: Kafka 4.4's ``kafka-delegation-tokens`` makes, describes, renews and
 expires them for a SCRAM user, a Java client authenticates with one (SCRAM, tokenauth=true)
-and acts as the token's owner, and the refusals come with Kafka's error codes."""
+and acts as the token's owner, and the refusals come with Kafka's error codes. A session
+authenticated with a token outlives the token; a new login with an expired one is refused."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import time
 
 from confluent_kafka.admin import ScramMechanism
 from kafkawire import WireClient
+from scramp import ScramClient
 from test_cluster import wait_for
 from test_features import KAFKA_4_4, java
 from test_moves import _kafka_tool
-from test_sasl import add_scram_user, sasl_broker
+from test_sasl import AU, add_scram_user, handshake, metadata, plain, sasl_broker
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -114,3 +118,47 @@ def test_tokens_are_bounded_and_expired_ones_removed(tmp_path):
         stored = tmp_path / "data" / "delegation_tokens.json"
         wait_for(lambda: json.loads(stored.read_text()) == {}, 15, "the expired token removed")
         assert create(-1)[0] == 0  # room again
+
+
+def token_login(c, token_id: str, hmac: bytes) -> int:
+    """SCRAM-SHA-256 with Kafka's ``tokenauth=true`` extension, as a Java client sends it (the
+    client's proof covers the extension): the error code of the exchange."""
+    assert handshake(c, "SCRAM-SHA-256").error_code == ErrorCode.NONE
+    client = ScramClient(["SCRAM-SHA-256"], token_id, base64.b64encode(hmac).decode())
+    first = client.get_client_first() + ",tokenauth=true"
+    client.client_first_bare += ",tokenauth=true"
+    r = c.request(ApiKey.SASL_AUTHENTICATE, 2, AU(auth_bytes=first.encode()))
+    if r.error_code:
+        return r.error_code
+    client.set_server_first(r.auth_bytes.decode())
+    r = c.request(ApiKey.SASL_AUTHENTICATE, 2, AU(auth_bytes=client.get_client_final().encode()))
+    if r.error_code == ErrorCode.NONE:
+        client.set_server_final(r.auth_bytes.decode())  # the broker knew the token's keys
+    return r.error_code
+
+
+def test_a_session_outlives_its_token_but_no_new_login_does(tmp_path):
+    lifetime_ms = 2000
+    with sasl_broker(tmp_path, **SECRET) as broker:
+        port = broker.listener_ports["SASL_PLAINTEXT"]
+        with WireClient(port) as alice:
+            assert plain(alice, "alice", "alice-secret").error_code == ErrorCode.NONE
+            made = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, CD(
+                owner_principal_type=None, owner_principal_name=None, renewers=[],
+                max_lifetime_ms=lifetime_ms))
+        assert made.error_code == ErrorCode.NONE
+        token_id, hmac = made.token_id, made.hmac
+        with WireClient(port) as by_token:
+            assert token_login(by_token, token_id, hmac) == ErrorCode.NONE
+            assert metadata(by_token).brokers
+            with WireClient(port) as again:  # a second login with the live token
+                assert token_login(again, token_id, hmac) == ErrorCode.NONE
+            time.sleep(max(0.0, made.max_timestamp_ms / 1000 - time.time()) + 0.5)
+
+            # expired: the session stays (until it re-authenticates, as in Kafka) ...
+            assert metadata(by_token).brokers
+            # ... but a new login is refused, and the connection closed
+            with WireClient(port) as late:
+                assert token_login(late, token_id, hmac) == ErrorCode.SASL_AUTHENTICATION_FAILED
+                assert late.closed_by_peer()
+            assert metadata(by_token).brokers

@@ -131,3 +131,14 @@ def test_port_taken_is_a_startup_error_that_releases_the_data_dir(tmp_path):
                 pass
     with headrace.Broker(data_dir=tmp_path) as broker:  # the failed start let go of it
         assert produce_and_read(broker.bootstrap_servers, "t", [b"x"]) == [b"x"]
+
+
+@pytest.mark.parametrize("name", ["acls", "quotas", "group_configs", "delegation_tokens"])
+def test_a_shared_document_that_cannot_be_read_stops_the_start(tmp_path, name):
+    for content in ('{"cut', "[1]"):  # not JSON; JSON of the wrong shape
+        (tmp_path / f"{name}.json").write_text(content)
+        with pytest.raises(StartupError, match=f"cannot read {tmp_path / name}.json"):
+            headrace.Broker(data_dir=tmp_path).start()
+    (tmp_path / f"{name}.json").unlink()
+    with headrace.Broker(data_dir=tmp_path) as broker:  # the failed starts let go of it
+        assert produce_and_read(broker.bootstrap_servers, "t", [b"x"]) == [b"x"]

@@ -39,7 +39,7 @@ def _copied(plog_end: int, count: int, producers: tuple[int, ...]) -> tuple[byte
 
 def _follower(tmp_path, producers: tuple[int, ...]) -> Partition:
     plog = Log.open(str(tmp_path / "p-0"), LogConfig(), recover=False)  # 1 GiB: never rolls
-    p = Partition(None, 0, plog, ProducerStateManager())  # type: ignore[arg-type]
+    p = Partition(None, 0, plog, ProducerStateManager(max_joining=1000))  # type: ignore[arg-type]
     end = 0
     while end < BATCHES:
         data, end = _copied(end, 2_000, producers)
@@ -77,7 +77,7 @@ async def test_a_cut_replays_from_a_recent_snapshot_and_rebuilds_the_exact_state
     headers = replayed[0]
     assert headers <= 2 * 20_000, headers  # partition.SNAPSHOT_RECORDS
     # the whole log replayed from its start gives the same state
-    full = ProducerStateManager()
+    full = ProducerStateManager(max_joining=1000)
     for h in p.log.batch_headers(0):
         full.replay(h)
     assert p.producers.snapshot(cut) == full.snapshot(cut)

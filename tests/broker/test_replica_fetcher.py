@@ -64,7 +64,7 @@ async def _flush(partitions) -> None:
 async def _copy(port: int, directory: Path, end: int) -> Partition:
     client = BrokerClient(lambda node: ("127.0.0.1", port))
     plog = Log.open(str(directory), LogConfig(segment_bytes=64 * 1024), recover=False)
-    copy = Partition(None, 0, plog, ProducerStateManager())  # type: ignore[arg-type]
+    copy = Partition(None, 0, plog, ProducerStateManager(max_joining=1000))  # type: ignore[arg-type]
     fetcher = ReplicaFetcher(client, 7, 1, SETTINGS, _flush)
     fetcher.add("src", 0, copy, 0)
     try:
@@ -98,7 +98,7 @@ def test_a_copy_is_the_leaders_log_with_its_producer_state(broker_factory, tmp_p
     assert (plog.log_start_offset, plog.log_end_offset) == (start, end)
     broker.stop()
     leader_log = Log.open(str(leader_dir), LogConfig(), recover=False)
-    leader_state = ProducerStateManager.load(leader_dir, leader_log)
+    leader_state = ProducerStateManager.load(leader_dir, leader_log, max_joining=1000)
     # the same batches (the leader's first segment may begin below the copy's first batch)
     first = leader_log.read(start, 1 << 20)
     copied = plog.read(start, 1 << 20)
@@ -122,7 +122,7 @@ def test_stopping_a_fetcher_right_after_its_last_copy_is_removed_ends_it(tmp_pat
     async def main() -> bool:
         client = BrokerClient(lambda node: None)  # the leader is unreachable: fetches back off
         plog = Log.open(str(tmp_path / "copy"), LogConfig(), recover=False)
-        copy = Partition(None, 0, plog, ProducerStateManager())  # type: ignore[arg-type]
+        copy = Partition(None, 0, plog, ProducerStateManager(max_joining=1000))  # type: ignore[arg-type]
         fetcher = ReplicaFetcher(client, 7, 1, {**SETTINGS, "replica.fetch.backoff.ms": 60_000}, None)
         fetcher.add("src", 0, copy, 0)
         await asyncio.sleep(0.2)  # the first fetch failed; the fetcher waits out its backoff
@@ -151,7 +151,7 @@ def test_a_removed_copy_is_changed_no_more_once_remove_returns(broker_factory, t
     async def main() -> tuple[int, int]:
         client = BrokerClient(lambda node: ("127.0.0.1", broker.port))
         plog = Log.open(str(tmp_path / "copy"), LogConfig(segment_bytes=64 * 1024), recover=False)
-        copy = Partition(None, 0, plog, ProducerStateManager())  # type: ignore[arg-type]
+        copy = Partition(None, 0, plog, ProducerStateManager(max_joining=1000))  # type: ignore[arg-type]
         fetcher = ReplicaFetcher(client, 7, 1, SETTINGS, _flush)
         fetcher.add("src", 0, copy, 0)
         busy = fetcher.copies[("src", 0)].busy
@@ -191,7 +191,7 @@ def test_a_partition_in_error_waits_out_its_backoff_alone(broker_factory, tmp_pa
     async def main() -> tuple[int, int]:
         client = BrokerClient(lambda node: ("127.0.0.1", broker.port))
         logs = [Log.open(str(tmp_path / f"c{i}"), LogConfig(), recover=False) for i in (0, 5)]
-        good, missing = (Partition(None, 0, plog, ProducerStateManager()) for plog in logs)  # type: ignore[arg-type]
+        good, missing = (Partition(None, 0, plog, ProducerStateManager(max_joining=1000)) for plog in logs)  # type: ignore[arg-type]
         fetcher = ReplicaFetcher(client, 7, 1, {**SETTINGS, "replica.fetch.backoff.ms": 60_000}, _flush)
         fetcher.add("src", 5, missing, 0)
         fetcher.add("src", 0, good, 0)

@@ -49,17 +49,17 @@ def test_replay_rebuilds_open_transactions_and_the_aborted_index(tmp_path):
     append(log, control_batch(1, 0, True, 0))   # 5
     append(log, data(3, 0, 0))              # 6: producer 3, left open
     append(log, control_batch(2, 0, False, 0))  # 7 (appended without its index entry)
-    state = ProducerStateManager.load(tmp_path / "p", log)
+    state = ProducerStateManager.load(tmp_path / "p", log, max_joining=1000)
     assert state.ongoing == {3: 6}
     assert state.last_stable_offset(log.log_end_offset) == 6
     assert log.aborted_txns(0, 6) == [AbortedTxn(2, 3, 7, 6)]  # rebuilt from the marker
     assert log.aborted_txns(8, 10) == []
     # not duplicated by a second replay without a snapshot
-    ProducerStateManager.load(tmp_path / "p", log)
+    ProducerStateManager.load(tmp_path / "p", log, max_joining=1000)
     assert log.aborted_txns(0, 10) == [AbortedTxn(2, 3, 7, 6)]
     # a snapshot carries open transactions
     state.write_snapshot(tmp_path / "p", log.log_end_offset)
-    third = ProducerStateManager.load(tmp_path / "p", log)
+    third = ProducerStateManager.load(tmp_path / "p", log, max_joining=1000)
     assert third.ongoing == {3: 6} and log.aborted_txns(0, 8) == [AbortedTxn(2, 3, 7, 6)]
     assert third.check(1, 0, 3, 3) == (0, -1)  # sequences continue after a marker
     third.truncate(6)
@@ -75,14 +75,14 @@ def test_legacy_index_file_is_moved_into_the_segments(tmp_path):
     append(log, control_batch(2, 0, False, 0))  # 2
     entry = struct.pack(">hqqqq", 0, 2, 0, 2, 3)
     (tmp_path / "p" / LEGACY_INDEX_FILE).write_bytes(entry)
-    ProducerStateManager.load(tmp_path / "p", log)
+    ProducerStateManager.load(tmp_path / "p", log, max_joining=1000)
     assert not (tmp_path / "p" / LEGACY_INDEX_FILE).exists()
     assert log.aborted_txns(0, 3) == [AbortedTxn(2, 0, 2, 3)]
     log.close()
 
 
 def test_marker_entry_only_for_an_abort_with_records_here():
-    state = ProducerStateManager()
+    state = ProducerStateManager(max_joining=1000)
     state.record(5, 0, 0, 0, 10, transactional=True)
     state.record(6, 0, 0, 0, 11, transactional=True)
     assert state.marker_entry(5, COMMIT, 12) is None
@@ -93,7 +93,7 @@ def test_marker_entry_only_for_an_abort_with_records_here():
 
 
 def test_marker_with_a_bumped_epoch_fences_the_old_epoch():
-    state = ProducerStateManager()
+    state = ProducerStateManager(max_joining=1000)
     state.record(5, 0, 0, 0, 10, transactional=True)
     state.complete(5, 1, ABORT, 11)  # the coordinator aborted with epoch + 1
     assert state.check(5, 0, 1, 1)[0] == 47  # INVALID_PRODUCER_EPOCH

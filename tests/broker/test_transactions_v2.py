@@ -124,9 +124,9 @@ async def test_an_exhausted_epoch_moves_the_producer_to_a_new_id(topics, tmp_pat
     _, pid, _ = await txns.init_producer_id("tx", 30_000)
     txn = txns.txns["tx"]
     txns.txns["tx"] = dataclasses.replace(txn, producer_epoch=MAX_EPOCH - 2)  # 32765 commits on
-    assert await txns.join("tx", pid, MAX_EPOCH - 2, {("t", 0)}) == E.NONE
+    assert await txns.add_partitions_manager.join("tx", pid, MAX_EPOCH - 2, {("t", 0)}) == E.NONE
     assert await txns.end_txn("tx", pid, MAX_EPOCH - 2, True, client_version=2) == (E.NONE, pid, MAX_EPOCH - 1)
-    assert await txns.join("tx", pid, MAX_EPOCH - 1, {("t", 0)}) == E.NONE
+    assert await txns.add_partitions_manager.join("tx", pid, MAX_EPOCH - 1, {("t", 0)}) == E.NONE
     error, new_pid, epoch = await txns.end_txn("tx", pid, MAX_EPOCH - 1, True, client_version=2)
     assert error == E.NONE and new_pid != pid and epoch == 0
     # the producer that did not hear the answer asks again with its old id and epoch

@@ -11,6 +11,9 @@ transaction_log.py          Transaction coordinator state in the internal compac
                             ``__transaction_state``, in Kafka's record layouts
 markers.py                  Transaction markers: written on this broker (the leader's side of
                             closing a transaction), and the coordinator's, sent to each leader
+add_partitions_manager.py   The leader's side of transactions v2 (KIP-890): a partition joins
+                            the producer's transaction when its leader first gets a
+                            transactional batch for it, before the batch is appended
 producer_ids.py             Producer ids for idempotent and transactional producers, none given
                             twice
 """

@@ -29,9 +29,10 @@ leader loads its whole log: it was in the ISR, so it has every acknowledged chan
   become the group's committed offsets only with the commit marker of that partition (see
   ``write_txn_markers``).
 * Transactions v2 (KIP-890; the client finds ``transaction.version`` 2 finalized): a partition
-  joins the transaction when its leader first gets a transactional batch for it (Produce v12+,
-  ``join``: here, or an AddPartitionsToTxn v5 to the coordinator), the group's offsets
-  partition with TxnOffsetCommit v5, and EndTxn v5 decides with the epoch + 1
+  joins the transaction when its leader first gets a transactional batch for it (Produce v12+;
+  the group's offsets partition with TxnOffsetCommit v5): the leader's side is
+  add_partitions_manager.py, which adds it here or with an AddPartitionsToTxn v5 to the
+  coordinator (``join_client``). EndTxn v5 decides with the epoch + 1
   (``transaction_state.END_TXN_V2``): the markers carry the new epoch, so a batch the producer
   sent before is refused by the partition (no hanging transaction), and the answer gives the
   producer its new epoch (a new producer id when the epoch runs out, ``next_producer_id``).
@@ -45,7 +46,8 @@ leader loads its whole log: it was in the ISR, so it has every acknowledged chan
   only the markers still missing.
 * The cluster is seen through three callables given at construction: ``leader_of(topic,
   partition)`` (a node id; None for an unknown partition), ``is_coordinator(transactional
-  id)`` and the ``broker_client`` that reaches other brokers. The defaults are one broker:
+  id)`` and the clients that reach other brokers (``broker_client`` for markers,
+  ``join_client`` for partitions joining at another coordinator). The defaults are one broker:
   every partition is led here and every transactional id is coordinated here, so nothing goes
   over the network.
 * A timer aborts transactions open longer than their timeout (with an epoch bump: the
@@ -75,14 +77,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from headrace.broker.background import run_every, wall_clock_ms
-from headrace.broker.client.broker_client import NetworkError
 from headrace.broker.coordinator.group import group_offsets
 from headrace.broker.coordinator.group.group_offsets import OFFSETS_TOPIC
 from headrace.broker.log.replay import ReplayError
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode
 from headrace.storage import StorageError
 
 from . import transaction_log
+from .add_partitions_manager import AddPartitionsToTxnManager
 from .markers import MARKER_ATTEMPTS, TransactionMarkers, crash_point
 from .transaction_log import TRANSACTION_TOPIC, TransactionMetadata
 from .transaction_state import (
@@ -156,7 +158,6 @@ class TransactionCoordinator:
         self.leader_of = leader_of or (lambda topic, partition: node_id)
         self.is_coordinator = is_coordinator
         self.broker_client = broker_client  # markers to the partitions' leaders
-        self.join_client = join_client  # transactions v2: partitions added at coordinators
         # partitions of __transaction_state held here whose ids are not served (requests get
         # COORDINATOR_LOAD_IN_PROGRESS): moved here and being loaded, or their replay failed
         self.loading: set[int] = set()
@@ -168,6 +169,9 @@ class TransactionCoordinator:
         self.markers = TransactionMarkers(
             topics, groups, node_id, lambda t, p: self.leader_of(t, p), broker_client
         )
+        # transactions v2: the partitions led here join their producers' transactions (here,
+        # or at their coordinator through ``join_client``)
+        self.add_partitions_manager = AddPartitionsToTxnManager(self, join_client)
         self._tasks: list[asyncio.Task] = []
         self._changed: asyncio.Event | None = None  # set when a change is written (_written)
 
@@ -459,74 +463,6 @@ class TransactionCoordinator:
             client_version=client_version,
         )
         return await self._change(txn, new)
-
-    async def join(
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: set[Key]
-    ) -> int:
-        """Transactions v2: add ``partitions`` to the producer's transaction for their leader
-        (this broker), before it appends the producer's first batch there; here when this
-        broker coordinates the id, else with an AddPartitionsToTxn v5 to the coordinator.
-        Errors as Kafka's leaders give them to the producer: the coordinator unreachable or
-        moving is NOT_ENOUGH_REPLICAS (retried), a fenced producer INVALID_PRODUCER_EPOCH."""
-        if self.owns(transactional_id):
-            error = self.not_served(transactional_id) or await self.add_partitions(
-                transactional_id, producer_id, epoch, partitions, client_version=2
-            )
-        else:
-            error = await self._join_remote(transactional_id, producer_id, epoch, partitions)
-        if error in (
-            E.NETWORK_EXCEPTION,
-            E.COORDINATOR_LOAD_IN_PROGRESS,
-            E.COORDINATOR_NOT_AVAILABLE,
-            E.NOT_COORDINATOR,
-            E.REQUEST_TIMED_OUT,
-        ):
-            return E.NOT_ENOUGH_REPLICAS
-        if error == E.PRODUCER_FENCED:
-            return E.INVALID_PRODUCER_EPOCH
-        return error
-
-    async def _join_remote(self, transactional_id, producer_id, epoch, partitions) -> int:
-        topic = self.topics.cluster.topics.get(TRANSACTION_TOPIC)
-        if topic is None or self.join_client is None:
-            return E.COORDINATOR_NOT_AVAILABLE
-        index = group_offsets.partition_for(transactional_id, len(topic.replicas))
-        node = self.topics.cluster.leader(TRANSACTION_TOPIC, index)
-        if node < 0:
-            return E.COORDINATOR_NOT_AVAILABLE
-        by_topic: dict[str, list[int]] = {}
-        for name, p in sorted(partitions):
-            by_topic.setdefault(name, []).append(p)
-        A = messages.AddPartitionsToTxnRequest
-        request = A(
-            transactions=[
-                A.AddPartitionsToTxnTransaction(
-                    transactional_id=transactional_id,
-                    producer_id=producer_id,
-                    producer_epoch=epoch,
-                    verify_only=False,
-                    topics=[
-                        A.AddPartitionsToTxnTopic(name=n, partitions=ps)
-                        for n, ps in by_topic.items()
-                    ],
-                )
-            ]
-        )
-        try:
-            response = await self.join_client.send(
-                node, ApiKey.ADD_PARTITIONS_TO_TXN, 5, request, self.write_timeout_s
-            )
-        except NetworkError as e:
-            log.info("adding partitions of %s at node %d: %s", transactional_id, node, e)
-            return E.NETWORK_EXCEPTION
-        if response.error_code:
-            return response.error_code
-        for txn in response.results_by_transaction:
-            for t in txn.topic_results:
-                for r in t.results_by_partition:
-                    if r.partition_error_code:
-                        return r.partition_error_code
-        return E.NONE
 
     async def end_txn(
         self,
