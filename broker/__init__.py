@@ -10,6 +10,8 @@ app/           the process: ``BrokerServer`` wires the pieces, starts, dispatche
 tools/         the admin commands (``headrace topics``, ``groups``, ``dump-log``, ``verify``)
                and the processes tests and tools start: a broker, ZooKeeper
 apis/          one module per Kafka API, and the registry of them
+share/         share groups' records at the partition leaders: in-flight records, locks,
+               delivery counts, share sessions
 coordinator/   ``txn/``: the transaction coordinator, producer ids, markers;
                ``group/``: classic and KIP-848 consumer groups, committed offsets
 replication/   cluster mode's replicas here: this broker's role for each partition (leader,

@@ -217,6 +217,7 @@ BROKER_LAYERS = [
     "app",
     "tools",
     "apis",
+    "share",
     "coordinator.txn",
     "coordinator.group",
     "replication",

@@ -25,7 +25,8 @@ topic admin         create_topics.py, create_partitions.py, delete_topics.py,
 classic groups      find_coordinator.py, join_group.py, sync_group.py, heartbeat.py,
                     leave_group.py, describe_groups.py, list_groups.py, delete_groups.py
 consumer groups     consumer_group_heartbeat.py, consumer_group_describe.py (KIP-848)
-share groups        share_group_heartbeat.py, share_group_describe.py (KIP-932)
+share groups        share_group_heartbeat.py, share_group_describe.py, share_fetch.py,
+                    share_acknowledge.py (KIP-932)
 offsets             offset_commit.py, offset_fetch.py, offset_delete.py
 transactions        init_producer_id.py, add_partitions_to_txn.py, add_offsets_to_txn.py,
                     txn_offset_commit.py, end_txn.py, write_txn_markers.py

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from headrace.broker.security.delegation_tokens import DelegationTokens
     from headrace.broker.security.quotas import ClientQuotas
     from headrace.broker.security.scram_credentials import ScramCredentials
+    from headrace.broker.share.share_partition_manager import SharePartitionManager
     from headrace.pipeline import Appender, ByteBudget
 
 
@@ -63,6 +64,7 @@ class Broker(Protocol):
     appender: Appender
     read_pool: ThreadPoolExecutor
     fetch_budget: ByteBudget
+    shares: SharePartitionManager
 
     @property
     def metrics(self) -> Counters: ...

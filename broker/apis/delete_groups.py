@@ -2,7 +2,8 @@
 
 A group with members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND, each with a
 message from v3. Deleting writes a tombstone for each committed offset to
-``__consumer_offsets`` and waits for the flush.
+``__consumer_offsets`` and waits for the flush. A share group's records in flight on the
+partitions this broker leads go with it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ async def handle(broker: Broker, header, request: messages.DeleteGroupsRequest):
     for group_id in request.groups_names:
         error = group_refusal(broker, header.session, Operation.DELETE, group_id)
         if not error:
+            share = broker.groups.group_type(group_id) == "share"
             error = await broker.groups.delete_group(group_id)
+            if share and not error:
+                broker.shares.forget(group_id)  # its records in flight on partitions led here
         message = MESSAGES.get(error)
         results.append(
             R.DeletableGroupResult(

@@ -69,6 +69,8 @@ API_MODULES = (
     "describe_topic_partitions",  # 75
     "share_group_heartbeat",  # 76
     "share_group_describe",  # 77
+    "share_fetch",  # 78
+    "share_acknowledge",  # 79
 )
 APIS = {
     m.API_KEY: m for m in (importlib.import_module(f"{__package__}.{name}") for name in API_MODULES)

@@ -15,9 +15,22 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from headrace.broker.share.share_partition import (
+    ACKNOWLEDGED,
+    ACQUIRED,
+    ARCHIVED,
+    AVAILABLE,
+)
 from headrace.protocol import ApiKey, ErrorCode
 
 from .metrics import BrokerMetrics
+
+SHARE_STATES = {
+    AVAILABLE: "available",
+    ACQUIRED: "acquired",
+    ACKNOWLEDGED: "acknowledged",
+    ARCHIVED: "archived",
+}
 
 
 def _api_name(api_key: int) -> str:
@@ -149,7 +162,45 @@ class BrokerCollector(Collector):
         )
         dropped.add_metric(["partition"], max(0, len(parts) - limit))
         dropped.add_metric(["consumer_group_lag"], lag_dropped)
+        shares, shares_dropped = self._shares(limit)
+        yield from shares
+        dropped.add_metric(["share_partition"], shares_dropped)
         yield dropped
+
+    def _shares(self, limit: int) -> tuple[list[Metric], int]:
+        """Each share group's backlog on the partitions led here: what an autoscaler reads."""
+        labels = ["group", "topic", "partition"]
+        backlog = GaugeMetricFamily(
+            "headrace_share_group_backlog",
+            "Records below the high watermark the share group has not yet settled",
+            labels=labels,
+        )
+        states = GaugeMetricFamily(
+            "headrace_share_group_in_flight_records",
+            "Records between the share-partition start and end offsets, by state",
+            labels=[*labels, "state"],
+        )
+        topics = self.broker.topics
+        shown = dropped = 0
+        for (group_id, topic_id, index), sp in sorted(
+            self.broker.shares.partitions.items(),
+            key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2]),
+        ):
+            topic = topics.find(None, topic_id)
+            part = topic.partition(index) if topic is not None else None
+            if part is None:
+                continue
+            if shown >= limit:
+                dropped += 1
+                continue
+            shown += 1
+            key = [group_id, topic.name, str(index)]
+            counts = sp.counts()
+            for state, name in SHARE_STATES.items():
+                states.add_metric([*key, name], counts[state])
+            done = counts[ACKNOWLEDGED] + counts[ARCHIVED]
+            backlog.add_metric(key, max(0, part.high_watermark - sp.start - done))
+        return [backlog, states], dropped
 
     def _lag(self, limit: int) -> tuple[Metric, int]:
         groups = self.broker.groups

@@ -66,6 +66,7 @@ from headrace.broker.security.sasl import SaslConfig
 from headrace.broker.security.sasl import listener_config as sasl_config
 from headrace.broker.security.scram_credentials import ScramCredentials, ScramFile, ScramZnodes
 from headrace.broker.security.tls import server_context
+from headrace.broker.share.share_partition_manager import SharePartitionManager
 from headrace.pipeline import (
     Appender,
     ByteBudget,
@@ -175,6 +176,13 @@ class BrokerServer:
         self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
         # fetch responses in memory: reserved before reading, released once sent
         self.fetch_budget = ByteBudget(int(config["queued.max.response.bytes"]))
+        # share groups' records in flight on the partitions led here, and the share sessions
+        self.shares = SharePartitionManager(
+            self.groups.configs,
+            max_partitions=int(config["group.share.max.partitions"]),
+            max_sessions=int(config["group.share.max.share.sessions"]),
+            read_pool=self.read_pool,
+        )
         self._servers: list[asyncio.base_events.Server] = []
         self._tls: dict[str, ssl.SSLContext] = {}  # listener name -> its TLS context
         self.sasl: dict[str, SaslConfig] = {}  # listener name -> its SASL settings
@@ -477,6 +485,7 @@ class BrokerServer:
         """Topics are gone (deleted here, or in a cluster by any broker): the coordinators
         purge what they keep about them."""
         self.metrics.topics_deleted(names)
+        self.shares.forget_topics(lambda tid: self.topics.find(None, tid) is None)
         await self.groups.on_topics_deleted(names)
 
     def _admission(self, host: str, now: float) -> str | None:
@@ -516,6 +525,10 @@ class BrokerServer:
             await self.groups.partitions_moved(gained, lost)
         elif name == TRANSACTION_TOPIC:
             await self.transactions.partitions_moved(gained, lost)
+        topic = self.topics.get(name)
+        if topic is not None:
+            for index in lost:  # share partitions live with the leader (in memory, for now)
+                self.shares.forget(topic_id=topic.topic_id, index=index)
 
     def _open_data_dir(self) -> None:
         try:
@@ -562,6 +575,7 @@ class BrokerServer:
         await self.cleaner.stop()
         self.groups.stop()
         self.transactions.stop()
+        self.shares.close()
         await self.broker_client.close()
         await self.appender.close()
         await self.group_commit.close()

@@ -746,6 +746,18 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Most groups with group configs (kafka-configs --entity-type groups).",
         ),
         Setting(
+            "group.share.max.share.sessions",
+            "int",
+            2000,
+            "Most share sessions (one per share consumer and broker it fetches from).",
+        ),
+        Setting(
+            "group.share.max.partitions",
+            "int",
+            10000,
+            "Most share partitions (a share group's state on one partition) a broker keeps.",
+        ),
+        Setting(
             "group.consumer.max.size",
             "int",
             2147483647,

@@ -24,7 +24,7 @@ ANONYMOUS = "User:ANONYMOUS"
 class Session:
     """One client connection as the broker sees it."""
 
-    __slots__ = ("listener", "principal", "host", "sasl", "_connection")
+    __slots__ = ("listener", "principal", "host", "sasl", "_connection", "_on_close")
 
     def __init__(self, listener: Listener, connection: Connection) -> None:
         self.listener = listener
@@ -32,6 +32,7 @@ class Session:
         self.host = connection.host or ""  # the client's address, as ACLs name hosts
         self.sasl: SaslSession | None = None  # on a SASL listener: its state (sasl.py)
         self._connection: Connection | None = connection  # dropped when it closes
+        self._on_close: list = []  # called with this session when the connection closes
 
     def close(self) -> None:
         """Close the connection (once what was written before has been sent)."""
@@ -59,8 +60,16 @@ class Session:
         """The principal's name, as quotas name users (``User:alice`` -> ``alice``)."""
         return self.principal.partition(":")[2]
 
+    def when_closed(self, callback) -> None:
+        """Call ``callback(session)`` when the connection closes (once per callback)."""
+        if callback not in self._on_close:
+            self._on_close.append(callback)
+
     def closed(self) -> None:
         self._connection = None
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            callback(self)
 
 
 class RequestContext(NamedTuple):

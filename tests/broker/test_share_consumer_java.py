@@ -1,0 +1,80 @@
+"""Kafka 4.4's KafkaShareConsumer against one broker: a share group with several consumers on
+one partition, explicit ACCEPT / RELEASE / REJECT, and a consumer killed while it holds
+records (tests/broker/java/ShareCheck.java does the consuming)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from test_features import KAFKA_4_4, java
+from test_group_configs import alter
+from test_group_protocol import create_topic
+
+from kafkawire import WireClient
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECK = Path(__file__).with_name("java") / "ShareCheck.java"
+COUNT = 1000
+
+
+def share_check(*args: str, timeout: float = 120) -> list[str]:
+    spec = importlib.util.spec_from_file_location("apache_kafka", ROOT / "bench" / "apache_kafka.py")
+    apache_kafka = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(apache_kafka)
+    cmd = ["java", *apache_kafka.log_flags(KAFKA_4_4, tool=True), "-cp",
+           apache_kafka.classpath(KAFKA_4_4), str(CHECK), *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    print(done.stderr[-4000:])
+    return done.stdout.splitlines()
+
+
+@java
+def test_share_consumers_accept_release_reject_and_a_killed_one(broker):
+    bootstrap = f"127.0.0.1:{broker.port}"
+    with WireClient(broker.port) as c:
+        create_topic(c, "jobs", 1)
+    assert alter(broker.port, "workers", share_auto_offset_reset="earliest") == (0, None)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for n in range(COUNT):
+        producer.produce("jobs", str(n).encode())
+        if n % 10 == 9:  # batches of ten: a share fetch hands out whole batches
+            assert producer.flush(30) == 0
+
+    held = share_check("hold", bootstrap, "jobs", "workers")
+    assert held and held[-1].startswith("holding "), held
+    holding = int(held[-1].split()[1])
+
+    lines = share_check("consume", bootstrap, "jobs", "workers", "3", "5", "2")
+    assert lines[-1] == "done", lines[-20:]
+    deliveries = defaultdict(list)  # n -> [(delivery count, type)]
+    consumers = set()
+    settled = defaultdict(list)
+    for line in lines[:-1]:
+        if line.startswith("settled "):
+            _, offset, outcome = line.split()
+            settled[int(offset)].append(outcome)
+            continue
+        _, who, n, count, kind = line.split()
+        deliveries[int(n)].append((int(count), kind))
+        consumers.add(who)
+    assert sorted(settled) == list(range(COUNT))  # every acknowledgement was answered...
+    assert all(outcomes == ["ok"] * len(outcomes) for outcomes in settled.values())  # ...well
+    assert sorted(deliveries) == list(range(COUNT))  # none lost
+    for n, got in deliveries.items():
+        kinds = [k for _, k in got]
+        if n % 10 == 7:
+            assert kinds == ["REJECT"], (n, got)  # never again
+        elif n % 10 == 3:
+            assert kinds.count("ACCEPT") == 1 and kinds[-1] == "ACCEPT", (n, got)
+            assert got[-1][0] >= 2, (n, got)  # delivered again after the release
+        else:
+            assert kinds == ["ACCEPT"], (n, got)  # accepted once
+    # what the killed consumer held came back: delivered a second time
+    again = sum(1 for n, got in deliveries.items() if n % 10 != 3 and got[0][0] >= 2)
+    assert again >= holding - holding // 10 - 1, (again, holding)
+    assert len(consumers) >= 2  # the three consumers shared the partition
