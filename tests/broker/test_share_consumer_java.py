@@ -78,3 +78,28 @@ def test_share_consumers_accept_release_reject_and_a_killed_one(broker):
     again = sum(1 for n, got in deliveries.items() if n % 10 != 3 and got[0][0] >= 2)
     assert again >= holding - holding // 10 - 1, (again, holding)
     assert len(consumers) >= 2  # the three consumers shared the partition
+
+
+@java
+def test_kafka_console_share_consumer(broker):
+    """kafka-console-share-consumer 4.4 reads a share group's records, and with --reject
+    rejects them: a second reader of the group then finds none."""
+    from confluent_kafka import Producer as Plain
+
+    from test_moves import _kafka_tool
+
+    bootstrap = f"127.0.0.1:{broker.port}"
+    with WireClient(broker.port) as c:
+        create_topic(c, "lines", 1)
+    assert alter(broker.port, "console", share_auto_offset_reset="earliest") == (0, None)
+    producer = Plain({"bootstrap.servers": bootstrap})
+    for n in range(20):
+        producer.produce("lines", f"line-{n}".encode())
+    assert producer.flush(30) == 0
+    tool = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
+    args = ["--bootstrap-server", bootstrap, "--topic", "lines", "--group", "console"]
+    shown = _kafka_tool(tool, [*args, "--max-messages", "20", "--timeout-ms", "20000", "--reject"],
+                        version=KAFKA_4_4)
+    assert sorted(shown.stdout.split()) == sorted(f"line-{n}" for n in range(20))
+    again = _kafka_tool(tool, [*args, "--timeout-ms", "3000"], version=KAFKA_4_4)
+    assert again.stdout.split() == []
