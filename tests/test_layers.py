@@ -218,6 +218,7 @@ BROKER_LAYERS = [
     "tools",
     "apis",
     "coordinator.txn",
+    "coordinator.share",
     "coordinator.group",
     "replication",
     "client",

@@ -67,6 +67,11 @@ API_MODULES = (
     "consumer_group_describe",  # 69
     "list_config_resources",  # 74
     "describe_topic_partitions",  # 75
+    "initialize_share_group_state",  # 83
+    "read_share_group_state",  # 84
+    "write_share_group_state",  # 85
+    "delete_share_group_state",  # 86
+    "read_share_group_state_summary",  # 87
 )
 APIS = {
     m.API_KEY: m for m in (importlib.import_module(f"{__package__}.{name}") for name in API_MODULES)
