@@ -24,7 +24,8 @@ later: the key's next write is then a snapshot, which settles the state either w
 The answers are Kafka's (``ShareCoordinatorShard``):
 
 * Initialize (state epoch, start offset): a state epoch below the stored one is
-  FENCED_STATE_EPOCH; else the key starts afresh (no batches, leader epoch 0).
+  FENCED_STATE_EPOCH; else the key starts afresh (no batches; the highest leader epoch seen
+  is kept, as Kafka keeps it).
 * Read (leader epoch): an uninitialized key is INVALID_REQUEST ("Read operation on
   uninitialized share partition not allowed."); a leader epoch below the stored one
   FENCED_LEADER_EPOCH; a newer one is recorded (an update record) before the answer, which
@@ -399,10 +400,12 @@ class ShareCoordinator:
                     " share.coordinator.state.max.count allows"
                 )
             now = self.now_ms()
+            # the leader epoch seen stays (Kafka keeps the highest seen apart from the state;
+            # here the snapshot carries it, so that a load and pruning keep it too)
             new = ShareGroupOffset(
                 current.snapshot_epoch + 1 if current is not None else 0,
                 state_epoch,
-                0,
+                current.leader_epoch if current is not None else 0,
                 start_offset,
                 -1 if start_offset == -1 else 0,
                 [],

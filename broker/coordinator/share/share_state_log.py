@@ -113,8 +113,9 @@ class ShareGroupOffset:
     write_ms: int = 0
 
 
-def _encoded(version: int, message) -> bytes:
-    return _I16.pack(version) + b"".join(bytes(c) for c in encode_message(message, version))
+def _encoded(prefix: int, message, version: int = 0) -> bytes:
+    """``prefix`` (a key's record type, a value's version) as an int16, then ``message``."""
+    return _I16.pack(prefix) + b"".join(bytes(c) for c in encode_message(message, version))
 
 
 def snapshot_record(key: ShareKey, s: ShareGroupOffset, now_ms: int) -> Record:
