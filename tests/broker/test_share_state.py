@@ -305,7 +305,6 @@ def test_the_persister_of_a_broker_that_is_not_the_coordinator(cluster, zk_conne
             result = here.run(persister.read(group, tid, p, 0))
             assert (result.error, result.initialized, result.start_offset) == (E.NONE, False, -1)
             assert here.run(persister.initialize(group, tid, p, 1, 100)) == E.NONE
-            assert here.run(persister.write(group, tid, p, 1, 5, 100, [(100, 104, 2, 1), (105, 109, 0, 2)])) == E.FENCED_LEADER_EPOCH or True
             result = here.run(persister.read(group, tid, p, 5))
             assert (result.error, result.initialized, result.state_epoch, result.start_offset) == (E.NONE, True, 1, 100)
             assert here.run(persister.write(group, tid, p, 1, 5, 102, [(100, 104, 2, 1), (105, 109, 0, 2)])) == E.NONE
@@ -322,3 +321,32 @@ def test_the_persister_of_a_broker_that_is_not_the_coordinator(cluster, zk_conne
             assert here.run(persister.read(group, tid, p, 5)).initialized is False
     finally:
         here.close()
+
+
+def log_start(port: int, partition: int) -> int:
+    """The log start offset of a partition of ``__share_group_state`` (ListOffsets earliest)."""
+    L = messages.ListOffsetsRequest
+    with WireClient(port) as c:
+        r = c.request(ApiKey.LIST_OFFSETS, 7, L(replica_id=-1, isolation_level=0, topics=[
+            L.ListOffsetsTopic(name="__share_group_state", partitions=[
+                L.ListOffsetsPartition(partition_index=partition, timestamp=-2)])]))
+    return r.topics[0].partitions[0].offset
+
+
+def test_records_no_state_needs_are_pruned_and_the_state_kept(broker_factory):
+    """The topic is not compacted: records before the oldest snapshot a live key needs go."""
+    b = broker_factory({"share.coordinator.state.topic.num.partitions": "1",
+                        "share.coordinator.snapshot.update.records.per.snapshot": "1",
+                        "share.coordinator.state.topic.prune.interval.ms": "100"})
+    tid = topic_id(b.port, "t")
+    assert initialize(b.port, "g", tid) == E.NONE
+    for i in range(6):  # update, snapshot, update, snapshot...
+        assert write(b.port, "g", tid, [(i, i, 2, 1)]).error_code == E.NONE
+    expected = state(b.port, "g", tid)
+    assert expected == (0, 0, [(0, 5, 2, 1)])
+    wait_for(lambda: log_start(b.port, 0) == 6, 10, "records below the last snapshot (offset 6) pruned")
+    b.kill()
+    b.start()
+    assert state(b.port, "g", tid) == expected
+    assert delete(b.port, "g", tid) == E.NONE  # no live key: everything goes
+    wait_for(lambda: log_start(b.port, 0) == 8, 10, "every record pruned (the tombstone is 7)")
