@@ -350,3 +350,17 @@ def test_records_no_state_needs_are_pruned_and_the_state_kept(broker_factory):
     assert state(b.port, "g", tid) == expected
     assert delete(b.port, "g", tid) == E.NONE  # no live key: everything goes
     wait_for(lambda: log_start(b.port, 0) == 8, 10, "every record pruned (the tombstone is 7)")
+
+
+def test_only_brokers_may_ask_cluster_action(broker_factory):
+    """With an authorizer, a client without CLUSTER_ACTION on the cluster is refused every
+    share-state API and share FindCoordinator keys, as in Kafka."""
+    b = broker_factory({**FAST, "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
+    tid = uuid.uuid4()
+    denied = E.CLUSTER_AUTHORIZATION_FAILED
+    assert initialize(b.port, "g", tid) == denied
+    assert read(b.port, "g", tid).error_code == denied
+    assert write(b.port, "g", tid, [(0, 0, 2, 1)]).error_code == denied
+    assert delete(b.port, "g", tid) == denied
+    assert summary(b.port, "g", tid).error_code == denied
+    assert find_share_coordinator(b.port, coordinator_key(("g", tid, 0))).error_code == denied
