@@ -16,7 +16,8 @@ it calls each request's API module with the ``BrokerServer`` as the module's ``b
 
 Start-up (``start``) locks the data directory (data_dir.py), loads the logs (recovering them
 after an unclean stop), listens, joins the cluster (``_join``: a broker on its own has nothing
-to join), reads the ACLs, quotas and SCRAM users, replays the groups' and transactions' state,
+to join), reads the ACLs, quotas and SCRAM users, replays the groups', transactions' and share
+groups' state,
 starts serving, then the background jobs (``background.run_every``: the periodic flush and the
 expiry of idle producers, offset expiry, the transaction timer, the log cleaner's passes).
 Shutdown stops accepting, answers what is in flight, stops the background jobs, flushes every
