@@ -17,9 +17,9 @@ it calls each request's API module with the ``BrokerServer`` as the module's ``b
 Start-up (``start``) locks the data directory (data_dir.py), loads the logs (recovering them
 after an unclean stop), listens, joins the cluster (``_join``: a broker on its own has nothing
 to join), reads the ACLs, quotas and SCRAM users, replays the groups', transactions' and share
-groups' state,
-starts serving, then the background jobs (``background.run_every``: the periodic flush and the
-expiry of idle producers, offset expiry, the transaction timer, the log cleaner's passes).
+groups' state, starts serving, then the background jobs (``background.run_every``: the periodic
+flush and the expiry of idle producers, offset expiry, the transaction timer, the pruning of
+``__share_group_state``, the log cleaner's passes).
 Shutdown stops accepting, answers what is in flight, stops the background jobs, flushes every
 log, marks the stop clean and releases the lock.
 """
