@@ -13,6 +13,8 @@ apis/          one module per Kafka API, and the registry of them
 share/         share groups' records at the partition leaders: in-flight records, locks,
                delivery counts, share sessions
 coordinator/   ``txn/``: the transaction coordinator, producer ids, markers;
+               ``share/``: the share coordinator (share groups' state in
+               ``__share_group_state``) and the persister partition leaders call it through;
                ``group/``: classic and KIP-848 consumer groups, committed offsets
 replication/   cluster mode's replicas here: this broker's role for each partition (leader,
                follower), the replica fetchers, moving a partition

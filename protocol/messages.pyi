@@ -4801,6 +4801,108 @@ class ShareGroupHeartbeatResponse(Struct):
         assignment: Assignment | None = None,
     ) -> None: ...
 
+class ShareSnapshotKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    topic_id: UUID
+    partition: int
+    def __init__(self, *, group_id: str = "", topic_id: UUID = ..., partition: int = 0) -> None: ...
+
+class ShareSnapshotValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class StateBatch(Struct):
+        first_offset: int
+        last_offset: int
+        delivery_state: int
+        delivery_count: int
+        def __init__(
+            self,
+            *,
+            first_offset: int = 0,
+            last_offset: int = 0,
+            delivery_state: int = 0,
+            delivery_count: int = 0,
+        ) -> None: ...
+
+    snapshot_epoch: int
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    delivery_complete_count: int
+    create_timestamp: int
+    write_timestamp: int
+    state_batches: list[StateBatch]
+    def __init__(
+        self,
+        *,
+        snapshot_epoch: int = 0,
+        state_epoch: int = 0,
+        leader_epoch: int = 0,
+        start_offset: int = 0,
+        delivery_complete_count: int = -1,
+        create_timestamp: int = 0,
+        write_timestamp: int = 0,
+        state_batches: list[StateBatch] = ...,
+    ) -> None: ...
+
+class ShareUpdateKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    topic_id: UUID
+    partition: int
+    def __init__(self, *, group_id: str = "", topic_id: UUID = ..., partition: int = 0) -> None: ...
+
+class ShareUpdateValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class StateBatch(Struct):
+        first_offset: int
+        last_offset: int
+        delivery_state: int
+        delivery_count: int
+        def __init__(
+            self,
+            *,
+            first_offset: int = 0,
+            last_offset: int = 0,
+            delivery_state: int = 0,
+            delivery_count: int = 0,
+        ) -> None: ...
+
+    snapshot_epoch: int
+    leader_epoch: int
+    start_offset: int
+    delivery_complete_count: int
+    state_batches: list[StateBatch]
+    def __init__(
+        self,
+        *,
+        snapshot_epoch: int = 0,
+        leader_epoch: int = 0,
+        start_offset: int = 0,
+        delivery_complete_count: int = -1,
+        state_batches: list[StateBatch] = ...,
+    ) -> None: ...
+
 class StreamsGroupDescribeRequest(Struct):
     API_KEY: ClassVar[int]
     KIND: ClassVar[str]

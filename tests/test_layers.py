@@ -219,6 +219,7 @@ BROKER_LAYERS = [
     "apis",
     "share",
     "coordinator.txn",
+    "coordinator.share",
     "coordinator.group",
     "replication",
     "client",

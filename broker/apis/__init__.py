@@ -31,4 +31,7 @@ offsets             offset_commit.py, offset_fetch.py, offset_delete.py
 transactions        init_producer_id.py, add_partitions_to_txn.py, add_offsets_to_txn.py,
                     txn_offset_commit.py, end_txn.py, write_txn_markers.py
 transaction admin   describe_producers.py, describe_transactions.py, list_transactions.py
+share group state   initialize_share_group_state.py, read_share_group_state.py,
+                    write_share_group_state.py, delete_share_group_state.py,
+                    read_share_group_state_summary.py (brokers to the share coordinator)
 """

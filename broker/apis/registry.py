@@ -71,6 +71,11 @@ API_MODULES = (
     "share_group_describe",  # 77
     "share_fetch",  # 78
     "share_acknowledge",  # 79
+    "initialize_share_group_state",  # 83
+    "read_share_group_state",  # 84
+    "write_share_group_state",  # 85
+    "delete_share_group_state",  # 86
+    "read_share_group_state_summary",  # 87
 )
 APIS = {
     m.API_KEY: m for m in (importlib.import_module(f"{__package__}.{name}") for name in API_MODULES)

@@ -17,10 +17,10 @@ it calls each request's API module with the ``BrokerServer`` as the module's ``b
 Start-up (``start``) locks the data directory (data_dir.py), loads the logs (recovering them
 after an unclean stop), listens, joins the cluster (``_join``: a broker on its own has nothing
 to join), reads the shared documents (ACLs, quotas, group configs, delegation tokens, feature
-levels: cluster/documents.py) and SCRAM users and follows their changes, replays the groups'
-and transactions' state, starts serving, then the background jobs (``background.run_every``:
-the periodic flush and the expiry of idle producers, offset expiry, the transaction timer, the
-log cleaner's passes).
+levels: cluster/documents.py) and SCRAM users and follows their changes, replays the groups',
+transactions' and share groups' state, starts serving, then the background jobs
+(``background.run_every``: the periodic flush and the expiry of idle producers, offset expiry,
+the transaction timer, the pruning of ``__share_group_state``, the log cleaner's passes).
 Shutdown stops accepting, answers what is in flight, stops the background jobs, flushes every
 log, marks the stop clean and releases the lock.
 """
@@ -51,6 +51,9 @@ from headrace.broker.config.listeners import Listener, inter_broker, listeners
 from headrace.broker.config.settings import ConfigError
 from headrace.broker.coordinator.group.group_coordinator import GroupCoordinator
 from headrace.broker.coordinator.group.group_offsets import OFFSETS_TOPIC
+from headrace.broker.coordinator.share.persister import SharePersister
+from headrace.broker.coordinator.share.share_coordinator import ShareCoordinator
+from headrace.broker.coordinator.share.share_state_log import SHARE_STATE_TOPIC
 from headrace.broker.coordinator.txn.producer_ids import ProducerIdManager
 from headrace.broker.coordinator.txn.transaction_coordinator import TransactionCoordinator
 from headrace.broker.coordinator.txn.transaction_log import TRANSACTION_TOPIC
@@ -164,6 +167,29 @@ class BrokerServer:
             broker_client=self.broker_client.channel("txn-markers"),
             join_client=self.broker_client.channel("txn-join"),
         )
+        # share groups' state (KIP-932): the coordinator of the keys whose partition of
+        # __share_group_state is led here, and the persister the partition leaders call (here,
+        # or at the coordinator over a channel of its own)
+        self.share_coordinator = ShareCoordinator(
+            self.topics,
+            self._partition_count,
+            node_id=self.node_id,
+            state_partitions=int(config["share.coordinator.state.topic.num.partitions"]),
+            state_segment_bytes=int(config["share.coordinator.state.topic.segment.bytes"]),
+            updates_per_snapshot=int(
+                config["share.coordinator.snapshot.update.records.per.snapshot"]
+            ),
+            write_timeout_ms=int(config["share.coordinator.write.timeout.ms"]),
+            max_keys=int(config["share.coordinator.state.max.count"]),
+            max_batches=int(config["share.coordinator.state.max.batches"]),
+            prune_interval_ms=int(config["share.coordinator.state.topic.prune.interval.ms"]),
+        )
+        self.share_state = SharePersister(
+            self.share_coordinator,
+            self.broker_client.channel("share-state"),
+            node_id=self.node_id,
+            timeout_ms=int(config["request.timeout.ms"]),
+        )
         # in a cluster: this broker's replicas and moves (replica_manager.py), fetchers
         self.replicas: ReplicaManager | None = None
         if isinstance(self.cluster, Cluster):
@@ -182,6 +208,7 @@ class BrokerServer:
             max_partitions=int(config["group.share.max.partitions"]),
             max_sessions=int(config["group.share.max.share.sessions"]),
             read_pool=self.read_pool,
+            persister=self.share_state,
         )
         self._servers: list[asyncio.base_events.Server] = []
         self._tls: dict[str, ssl.SSLContext] = {}  # listener name -> its TLS context
@@ -335,6 +362,7 @@ class BrokerServer:
         return {
             OFFSETS_TOPIC: sorted(self.groups.unavailable),
             TRANSACTION_TOPIC: sorted(self.transactions.unavailable),
+            SHARE_STATE_TOPIC: sorted(self.share_coordinator.unavailable),
         }
 
     def _security(self) -> tuple[dict[str, ssl.SSLContext], dict[str, SaslConfig]]:
@@ -437,6 +465,7 @@ class BrokerServer:
             # tells them (``serve``), not all at once here
         await self.groups.start(load=self.replicas is None)
         await self.transactions.start(load=self.replicas is None)
+        await self.share_coordinator.start(load=self.replicas is None)
         if self.replicas is not None:
             self.replicas.serve()
         self.cluster.serve()
@@ -476,6 +505,7 @@ class BrokerServer:
             await self._router.close()
         self.groups.stop()
         self.transactions.stop()
+        self.share_coordinator.stop()
         await self.appender.close()
         await self.group_commit.close()
         await asyncio.to_thread(self._close_data_dir)
@@ -517,6 +547,8 @@ class BrokerServer:
             self.groups.loading.add(index)
         elif name == TRANSACTION_TOPIC:
             self.transactions.loading.add(index)
+        elif name == SHARE_STATE_TOPIC:
+            self.share_coordinator.loading.add(index)
 
     async def _partitions_moved(self, name: str, gained: list[int], lost: list[int]) -> None:
         """Partitions moved here or away: a coordinator whose state partition it is loads or
@@ -525,10 +557,19 @@ class BrokerServer:
             await self.groups.partitions_moved(gained, lost)
         elif name == TRANSACTION_TOPIC:
             await self.transactions.partitions_moved(gained, lost)
+        elif name == SHARE_STATE_TOPIC:
+            await self.share_coordinator.partitions_moved(gained, lost)
         topic = self.topics.get(name)
         if topic is not None:
-            for index in lost:  # share partitions live with the leader (in memory, for now)
+            for index in lost:  # a share partition's state goes with its leader
                 self.shares.forget(topic_id=topic.topic_id, index=index)
+
+    def _partition_count(self, topic_id) -> int | None:
+        """The partitions of the cluster's topic ``topic_id``; None for an unknown id."""
+        for record in self.cluster.topics.values():
+            if record.topic_id == topic_id:
+                return len(record.replicas)
+        return None
 
     def _open_data_dir(self) -> None:
         try:
@@ -576,6 +617,7 @@ class BrokerServer:
         self.groups.stop()
         self.transactions.stop()
         self.shares.close()
+        self.share_coordinator.stop()
         await self.broker_client.close()
         await self.appender.close()
         await self.group_commit.close()

@@ -99,6 +99,26 @@ def _check_share_groups(config: BrokerConfig) -> None:
         raise ConfigError(f"{heartbeat} must be less than {session}")
 
 
+# settings with Kafka's ranges: name -> (lowest, highest)
+RANGES = {
+    "share.coordinator.state.topic.num.partitions": (1, 2**31 - 1),
+    "share.coordinator.state.topic.replication.factor": (1, 2**15 - 1),
+    "share.coordinator.state.topic.min.isr": (1, 2**15 - 1),
+    "share.coordinator.state.topic.segment.bytes": (1, 2**31 - 1),
+    "share.coordinator.state.topic.prune.interval.ms": (1, 2**31 - 1),
+    "share.coordinator.snapshot.update.records.per.snapshot": (0, 500),
+    "share.coordinator.write.timeout.ms": (1, 2**31 - 1),
+    "share.coordinator.state.max.count": (1, 2**31 - 1),
+    "share.coordinator.state.max.batches": (1, 2**31 - 1),
+}
+
+
+def _check_ranges(config: BrokerConfig) -> None:
+    for name, (lowest, highest) in RANGES.items():
+        if not lowest <= int(config[name]) <= highest:
+            raise ConfigError(f"{name}: {config[name]} is not in [{lowest}, {highest}]")
+
+
 class BrokerConfig:
     """Broker settings: defaults, then a properties file, then overrides."""
 
@@ -126,6 +146,7 @@ class BrokerConfig:
         connection_overrides(str(self["max.connections.per.ip.overrides"]))  # valid?
         _check_security(self)
         _check_share_groups(self)
+        _check_ranges(self)
         from .listeners import listeners
 
         listeners(self)  # valid?

@@ -47,8 +47,6 @@ IGNORED: dict[str, str] = {
     "offsets.load.buffer.size": "__consumer_offsets is replayed batch by batch",
     "offsets.topic.compression.codec": "offset commits are written uncompressed",
     "transaction.state.log.load.buffer.size": "__transaction_state is replayed batch by batch",
-    "share.coordinator.state.topic.replication.factor": "no share groups",
-    "share.coordinator.state.topic.min.isr": "no share groups",
     "metric.reporters": "no JMX metrics",
     "metrics.num.samples": "no JMX metrics",
     "metrics.sample.window.ms": "no JMX metrics",

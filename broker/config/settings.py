@@ -919,6 +919,65 @@ BROKER_SETTINGS: dict[str, Setting] = {
             104857600,
             "Segment size of __transaction_state.",
         ),
+        Setting(
+            "share.coordinator.state.topic.num.partitions",
+            "int",
+            50,
+            "Partitions of __share_group_state (fixed when the topic is created).",
+        ),
+        Setting(
+            "share.coordinator.state.topic.replication.factor",
+            "short",
+            3,
+            "Replicas of __share_group_state (at most the live brokers when it is made).",
+        ),
+        Setting(
+            "share.coordinator.state.topic.min.isr",
+            "short",
+            2,
+            "min.insync.replicas of __share_group_state (at most its replication factor).",
+        ),
+        Setting(
+            "share.coordinator.state.topic.segment.bytes",
+            "int",
+            104857600,
+            "Segment size of __share_group_state.",
+        ),
+        Setting(
+            "share.coordinator.state.topic.prune.interval.ms",
+            "int",
+            300000,
+            "How often the records of __share_group_state no share partition needs any more"
+            " (those before the oldest snapshot still in use) are deleted.",
+        ),
+        Setting(
+            "share.coordinator.snapshot.update.records.per.snapshot",
+            "int",
+            500,
+            "Update records a share partition's state gets between two snapshots of it in"
+            " __share_group_state (0-500).",
+        ),
+        Setting(
+            "share.coordinator.write.timeout.ms",
+            "int",
+            5000,
+            "How long a write to __share_group_state waits for its ISR to have it; then the"
+            " writer gets COORDINATOR_NOT_AVAILABLE.",
+        ),
+        Setting(
+            "share.coordinator.state.max.count",
+            "int",
+            100000,
+            "Most share-partition states a share coordinator keeps; initializing one more"
+            " gets INVALID_REQUEST until some are deleted.",
+        ),
+        Setting(
+            "share.coordinator.state.max.batches",
+            "int",
+            20000,
+            "Most state batches one share partition's state may hold, and one write carry;"
+            " beyond, the write gets INVALID_REQUEST.",
+        ),
     ]
 }
 

@@ -25,6 +25,12 @@ def stored_records(plog: Log, *, skip_transactional: bool = False):
     """(key, value) of every record of ``plog`` from its start, read a MiB of batches at a
     time: how internal topics are replayed at start-up (in a worker thread). Every batch's
     CRC is checked; anything that keeps a record from being read raises ``ReplayError``."""
+    for _, key, value in stored_records_at(plog, skip_transactional=skip_transactional):
+        yield key, value
+
+
+def stored_records_at(plog: Log, *, skip_transactional: bool = False):
+    """(offset, key, value) of every record of ``plog`` from its start, as ``stored_records``."""
     offset, end = plog.log_start_offset, plog.log_end_offset
     while offset < end:
         try:
@@ -42,8 +48,8 @@ def stored_records(plog: Log, *, skip_transactional: bool = False):
                         plog.directory, h.base_offset, "the batch's CRC-32C does not match"
                     )
                 if not (skip_transactional and h.is_transactional):
-                    for _, _, key, value, _ in decode_records(batch):
-                        yield key, value
+                    for record_offset, _, key, value, _ in decode_records(batch):
+                        yield record_offset, key, value
                 offset = h.base_offset + h.last_offset_delta + 1
         except (CorruptRecordError, UnsupportedCompressionError) as e:
             raise ReplayError(plog.directory, offset, f"unreadable batch: {e}") from e

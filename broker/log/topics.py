@@ -62,9 +62,16 @@ log = logging.getLogger("headrace")
 
 TOPICS_FILE = "topics.json"
 TRANSACTION_STATE = "__transaction_state"
+SHARE_GROUP_STATE = "__share_group_state"
 INTERNAL_REPLICATION = {
     "__consumer_offsets": "offsets.topic.replication.factor",
     TRANSACTION_STATE: "transaction.state.log.replication.factor",
+    SHARE_GROUP_STATE: "share.coordinator.state.topic.replication.factor",
+}
+# the internal topics whose min.insync.replicas a setting gives (at most their replicas)
+INTERNAL_MIN_ISR = {
+    TRANSACTION_STATE: "transaction.state.log.min.isr",
+    SHARE_GROUP_STATE: "share.coordinator.state.topic.min.isr",
 }
 RESERVE = ".reserve"  # see TopicManager._reserve
 RESERVE_BYTES = 64 * 1024
@@ -270,7 +277,8 @@ class TopicManager:
         return topic
 
     async def internal(self, name: str, partitions: int, configs: dict[str, object]) -> Topic:
-        """The internal topic ``name`` (``__consumer_offsets``, ``__transaction_state``), made
+        """The internal topic ``name`` (``__consumer_offsets``, ``__transaction_state``,
+        ``__share_group_state``), made
         on first use; concurrent first uses wait for one creation. A failed creation raises
         (a ``StorageError``) and the next use tries again."""
         topic = self.topics.get(name)
@@ -282,13 +290,9 @@ class TopicManager:
             setting = INTERNAL_REPLICATION.get(name)
             wanted = int(self.config[setting]) if setting else 1
             rf = max(1, min(wanted, len(self.cluster.brokers)))
-            if name == TRANSACTION_STATE:
-                configs = {
-                    **configs,
-                    "min.insync.replicas": min(
-                        rf, int(self.config["transaction.state.log.min.isr"])
-                    ),
-                }
+            min_isr = INTERNAL_MIN_ISR.get(name)
+            if min_isr is not None:
+                configs = {**configs, "min.insync.replicas": min(rf, int(self.config[min_isr]))}
             ready = self._internal[name] = asyncio.ensure_future(
                 self.create(name, partitions, configs, replication_factor=rf)
             )

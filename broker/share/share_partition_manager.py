@@ -120,7 +120,7 @@ class SharePartitionManager:
         if self.persister is None:
             sp.restore(await self._start_offset(group_id, partition), ())
             return 0
-        read = await self.persister.read(group_id, topic_id, index)
+        read = await self.persister.read(group_id, topic_id, index, _epoch(partition))
         if read.error:
             raise ShareStateError(read.error)
         if read.start_offset >= 0:
@@ -163,7 +163,7 @@ class SharePartitionManager:
                         topic_id,
                         index,
                         state_epoch,
-                        led_partition.leader_epoch,
+                        _epoch(led_partition),
                         sp.start,
                         batches,
                     )
@@ -231,3 +231,8 @@ class SharePartitionManager:
             if found is not None:
                 return max(found[0], log.log_start_offset)
         return partition.high_watermark
+
+
+def _epoch(partition) -> int:
+    """The leader epoch the share coordinator fences by (a broker on its own has none: 0)."""
+    return max(partition.leader_epoch, 0)

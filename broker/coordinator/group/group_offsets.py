@@ -44,7 +44,7 @@ from headrace.protocol.records import Record, build_batch
 log = logging.getLogger("headrace.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state"})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state", "__share_group_state"})
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
