@@ -11,6 +11,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from test_cluster import cluster  # noqa: F401
 from test_features import KAFKA_4_4, java
 from test_group_configs import alter
 from test_group_protocol import create_topic
@@ -103,3 +104,70 @@ def test_kafka_console_share_consumer(broker):
     assert sorted(shown.stdout.split()) == sorted(f"line-{n}" for n in range(20))
     again = _kafka_tool(tool, [*args, "--timeout-ms", "3000"], version=KAFKA_4_4)
     assert again.stdout.split() == []
+
+
+def settle_log(lines: list[str]):
+    """Read ShareCheck's output in order: (deliveries n -> [(count, kind)], confirmed n -> the
+    kind the broker confirmed last, violations: deliveries after a confirmed ACCEPT/REJECT)."""
+    deliveries = defaultdict(list)
+    sent: dict[int, str] = {}  # n -> the kind last sent for it
+    confirmed: dict[int, str] = {}
+    violations = []
+    for line in lines:
+        if line.startswith("got "):
+            _, _, n, count, kind = line.split()
+            n = int(n)
+            if confirmed.get(n) in ("ACCEPT", "REJECT"):
+                violations.append(line)
+            deliveries[n].append((int(count), kind))
+            sent[n] = kind
+        elif line.startswith("settled "):
+            _, offset, outcome = line.split()
+            if outcome == "ok" and int(offset) in sent:
+                confirmed[int(offset)] = sent[int(offset)]
+    return deliveries, confirmed, violations
+
+
+@java
+def test_share_consumers_through_a_leader_kill_and_a_restart(cluster):
+    """Three brokers, RF=3: Kafka 4.4 share consumers work through a kill -9 of the partition's
+    leader and its restart. No record whose acceptance (or rejection) the broker confirmed is
+    delivered again, and every record is in the end accepted, or rejected if it was meant to
+    be."""
+    import threading
+    import time
+
+    from test_cluster import bootstrap as servers
+    from test_cluster import create, leaders, wait_for
+
+    brokers = cluster(3)
+    bootstrap = servers(brokers)
+    create(brokers, "jobs", 1, replication_factor=3)
+    wait_for(lambda: all(leaders(b, "jobs").get(0, -1) > 0 for b in brokers), 20, "a leader")
+    assert alter(brokers[0].port, "workers", share_auto_offset_reset="earliest") == (0, None)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": True})
+    for n in range(COUNT):
+        producer.produce("jobs", str(n).encode())
+        if n % 10 == 9:
+            assert producer.flush(30) == 0
+
+    out: list[str] = []
+    run = threading.Thread(target=lambda: out.extend(
+        share_check("consume", bootstrap, "jobs", "workers", "3", "10", "20", timeout=300)))
+    run.start()
+    time.sleep(4)
+    leader = leaders(brokers[0], "jobs")[0]
+    victim = brokers[leader - 1]
+    victim.kill()  # kill -9 the partition's leader, mid-way
+    time.sleep(8)
+    victim.restart()
+    run.join(300)
+    assert out and out[-1] == "done", out[-20:]
+    deliveries, confirmed, violations = settle_log(out)
+    again = sum(len(d) for d in deliveries.values()) - COUNT - COUNT // 10
+    failed = sum(1 for line in out if line.endswith(" failed"))
+    print(f"deliveries beyond the planned ones: {again}; acknowledgements refused: {failed}")
+    assert not violations, violations[:10]
+    assert sorted(deliveries) == list(range(COUNT))  # none lost
+    for n in range(COUNT):
+        assert confirmed.get(n) == ("REJECT" if n % 10 == 7 else "ACCEPT"), (n, deliveries[n])
