@@ -69,6 +69,7 @@ from headrace.broker.security.sasl import SaslConfig
 from headrace.broker.security.sasl import listener_config as sasl_config
 from headrace.broker.security.scram_credentials import ScramCredentials, ScramFile, ScramZnodes
 from headrace.broker.security.tls import server_context
+from headrace.broker.share.dead_letters import DeadLetters
 from headrace.broker.share.share_partition_manager import SharePartitionManager
 from headrace.pipeline import (
     Appender,
@@ -202,14 +203,6 @@ class BrokerServer:
         self.read_pool = ThreadPoolExecutor(4, thread_name_prefix="headrace-read")
         # fetch responses in memory: reserved before reading, released once sent
         self.fetch_budget = ByteBudget(int(config["queued.max.response.bytes"]))
-        # share groups' records in flight on the partitions led here, and the share sessions
-        self.shares = SharePartitionManager(
-            self.groups.configs,
-            max_partitions=int(config["group.share.max.partitions"]),
-            max_sessions=int(config["group.share.max.share.sessions"]),
-            read_pool=self.read_pool,
-            persister=self.share_state,
-        )
         self._servers: list[asyncio.base_events.Server] = []
         self._tls: dict[str, ssl.SSLContext] = {}  # listener name -> its TLS context
         self.sasl: dict[str, SaslConfig] = {}  # listener name -> its SASL settings
@@ -220,6 +213,23 @@ class BrokerServer:
         self.quotas = ClientQuotas(config)
         self.quota_document = self.cluster.document("quotas")
         self.features = Features(self.cluster.document("features"), self.node_id)
+        # share groups' records in flight on the partitions led here, and the share sessions
+        self.shares = SharePartitionManager(
+            self.groups.configs,
+            max_partitions=int(config["group.share.max.partitions"]),
+            max_sessions=int(config["group.share.max.share.sessions"]),
+            read_pool=self.read_pool,
+            persister=self.share_state,
+            dead_letters=DeadLetters(
+                topics=self.topics,
+                cluster=self.cluster,
+                config=config,
+                configs=self.groups.configs,
+                features=self.features,
+                read_pool=self.read_pool,
+                client=self.broker_client.channel("share-dlq"),
+            ),
+        )
         self.group_config_document = self.cluster.document("group_configs")
         self.delegation_tokens = DelegationTokens(config)
         self.delegation_token_document = self.cluster.document("delegation_tokens")

@@ -42,19 +42,17 @@ GROUP_VERSION = "group.version"  # 1: KIP-848's consumer group protocol (Consume
 # leaders); 1 adds nothing a client sees (Kafka's flexible transaction-log records)
 TRANSACTION_VERSION = "transaction.version"
 # 1: KIP-932's share groups (ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch,
-# ShareAcknowledge); Kafka 4.4's level 2 adds the share groups' dead-letter queues (KIP-1191),
-# which are not built here, so this broker supports 0-1 and a new cluster starts at 1
+# ShareAcknowledge); 2: their dead-letter queues (KIP-1191, share/dead_letters.py)
 SHARE_VERSION = "share.version"
 
 # name -> (min, max) levels this broker implements
 SUPPORTED: dict[str, tuple[int, int]] = {
     GROUP_VERSION: (0, 1),
-    SHARE_VERSION: (0, 1),
+    SHARE_VERSION: (0, 2),
     TRANSACTION_VERSION: (0, 2),
 }
-# the levels a new cluster starts at (Kafka's latest production levels, share.version 1:
-# Kafka's is 2, see above)
-DEFAULTS: dict[str, int] = {GROUP_VERSION: 1, SHARE_VERSION: 1, TRANSACTION_VERSION: 2}
+# the levels a new cluster starts at (Kafka 4.4's)
+DEFAULTS: dict[str, int] = {GROUP_VERSION: 1, SHARE_VERSION: 2, TRANSACTION_VERSION: 2}
 
 # UpdateFeatures' upgrade types (v1+; v0's AllowDowngrade is SAFE_DOWNGRADE)
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3

@@ -752,6 +752,26 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Most share sessions (one per share consumer and broker it fetches from).",
         ),
         Setting(
+            "errors.deadletterqueue.auto.create.topics.enable",
+            "boolean",
+            False,
+            "Whether a share group's dead-letter queue topic is made when it does not exist.",
+        ),
+        Setting(
+            "errors.deadletterqueue.topic.name.prefix",
+            "string",
+            "dlq.",
+            "The prefix every share group's dead-letter queue topic name must have (empty:"
+            " any name).",
+        ),
+        Setting(
+            "errors.deadletterqueue.group.enable",
+            "boolean",
+            False,
+            "Whether share groups may use a topic as their dead-letter queue (a topic setting).",
+            topic="errors.deadletterqueue.group.enable",
+        ),
+        Setting(
             "group.share.max.partitions",
             "int",
             10000,

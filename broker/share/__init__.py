@@ -9,4 +9,6 @@ share_partition_manager.py  The share partitions this broker keeps (where each s
                             bound) and the share sessions
 share_sessions.py           Share sessions: a consumer's partitions and epoch between
                             ShareFetch requests, tied to its connection
+dead_letters.py             Share groups' dead-letter queues: rejected and exhausted records
+                            copied to the group's dead-letter topic
 """

@@ -27,6 +27,10 @@ Locks: one timer per share partition, at the earliest deadline; when it fires ev
 that ran out is released and the timer is set for the next. ``waiters`` are share fetches
 waiting for records: released records wake them.
 
+Dead letters: a record rejected, or archived because it reached the delivery limit, is also
+noted in ``dead`` as (first, last, delivery count, why), for the share group's dead-letter
+queue if it has one (share/dead_letters.py).
+
 Persistence: every change that must outlive this broker (an acknowledgement, a release, with
 its delivery count) is noted in ``changes`` as (first, last, state, delivery count), for the
 share partition manager to write (share_partition_manager.py); handing records out is not
@@ -48,6 +52,9 @@ AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
 # acknowledge types
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 _DONE = (ACKNOWLEDGED, ARCHIVED)
+# why a record is a dead letter (share/dead_letters.py), as Kafka words it
+REJECTED = "Offset rejected by client."
+EXHAUSTED = "Offset delivery count exceeded the threshold."
 _ACKED_STATE = {GAP: ARCHIVED, ACCEPT: ACKNOWLEDGED, REJECT: ARCHIVED}
 
 
@@ -99,6 +106,7 @@ class SharePartition:
         self.delivery_limit = delivery_limit
         self.waiters: list[asyncio.Future] = []  # share fetches waiting for records
         self.changes: list[tuple[int, int, int, int]] = []  # not yet written (see above)
+        self.dead: list[tuple[int, int, int, str]] = []  # dead letters not yet sent (see above)
         self.on_change = on_change
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
@@ -209,8 +217,12 @@ class SharePartition:
                     if kind == RELEASE:
                         run.state = ARCHIVED if run.count >= limit else AVAILABLE
                         released = True
+                        if run.state == ARCHIVED:
+                            self.dead.append((run.first, run.last, run.count, EXHAUSTED))
                     else:
                         run.state = _ACKED_STATE[kind]
+                        if kind == REJECT:
+                            self.dead.append((run.first, run.last, run.count, REJECTED))
                     run.member, run.deadline = "", 0.0
                     self.changes.append((run.first, run.last, run.state, run.count))
         if any(kind == RENEW for _, _, types in batches for kind in types):
@@ -237,6 +249,8 @@ class SharePartition:
             run.state = ARCHIVED if run.count >= limit else AVAILABLE
             run.member, run.deadline = "", 0.0
             count += run.last - run.first + 1
+            if run.state == ARCHIVED:
+                self.dead.append((run.first, run.last, run.count, EXHAUSTED))
             self.changes.append((run.first, run.last, run.state, run.count))
         if count:
             self._tidy()

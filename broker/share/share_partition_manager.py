@@ -18,7 +18,8 @@ from the persister when made here, so a new leader or a restarted broker goes on
 last one stopped (a partition never written starts as above, and is initialized so). Its
 changes (acknowledgements, releases, with their delivery counts: ``SharePartition.changes``)
 are written in the background, one write at a time per share partition, each carrying all
-changes made while the previous one was on its way (a group commit); ``durable`` waits until
+changes made while the previous one was on its way (a group commit), after the dead letters
+it archives are copied to the group's dead-letter queue (dead_letters.py); ``durable`` waits until
 the changes made so far are written, and ShareAcknowledge and ShareFetch answer only then, so
 an acknowledgement answered is never undone by a restart or a leader change. A write fenced by
 a newer leader or state epoch drops the share partition here: it is read afresh at the next
@@ -62,12 +63,19 @@ class ShareStateError(Exception):
 
 class SharePartitionManager:
     def __init__(
-        self, configs, max_partitions: int, max_sessions: int, read_pool, persister=None
+        self,
+        configs,
+        max_partitions: int,
+        max_sessions: int,
+        read_pool,
+        persister=None,
+        dead_letters=None,
     ) -> None:
         self.configs = configs  # group configs (coordinator/group/group_configs.py)
         self.max_partitions = max_partitions
         self.read_pool = read_pool
         self.persister = persister  # None: the state lives in memory only
+        self.dead_letters = dead_letters  # the share groups' dead-letter queues (or None)
         self.partitions: dict[tuple[str, object, int], SharePartition] = {}
         # the key, Partition and state epoch of each share partition led here
         self._led: dict[SharePartition, tuple[tuple, Any, int]] = {}
@@ -137,6 +145,7 @@ class SharePartitionManager:
         """``sp`` has changes to write: gather them into the next write."""
         if self.persister is None or sp not in self._led:
             sp.changes.clear()
+            sp.dead.clear()
             return
         if sp not in self._next:
             self._next[sp] = asyncio.get_running_loop().create_future()
@@ -157,6 +166,10 @@ class SharePartitionManager:
                 error = ErrorCode.NOT_LEADER_OR_FOLLOWER
             else:
                 (group_id, topic_id, index), led_partition, state_epoch = led
+                dead, sp.dead = sp.dead, []
+                letters = self.dead_letters
+                if dead and letters is not None and letters.enabled(group_id):
+                    await letters.send(group_id, led_partition, dead)  # before they are archived
                 try:
                     error = await self.persister.write(
                         group_id,

@@ -32,7 +32,8 @@ DEFAULTS = {
     "share.auto.offset.reset": ("latest", 5), "share.delivery.count.limit": ("5", 5),
     "share.heartbeat.interval.ms": ("5000", 5), "share.isolation.level": ("read_uncommitted", 5),
     "share.partition.max.record.locks": ("2000", 5), "share.record.lock.duration.ms": ("30000", 5),
-    "share.session.timeout.ms": ("45000", 5)}
+    "share.session.timeout.ms": ("45000", 5),
+    "errors.deadletterqueue.topic.name": ("", 5), "errors.deadletterqueue.copy.record.enable": ("false", 5)}
 # bounds low enough for a test to see a session end
 QUICK = {"group.consumer.min.session.timeout.ms": "1000", "group.consumer.min.heartbeat.interval.ms": "100",
          "group.consumer.session.timeout.ms": "30000"}

@@ -235,3 +235,75 @@ def test_what_was_settled_stays_settled_across_a_kill_9(broker_factory):
         # 2 was released once (count 1 written) and held again unwritten; 6-7 never settled
         assert sorted(o for o, _, _ in got) == [2, 6, 7]
         assert dict((o, n) for o, _, n in got)[2] >= 2
+
+
+def dead_letters(c, name):
+    """[(offset of the original, value, headers)] in partition 0 of ``name``."""
+    Fe = messages.FetchRequest
+    r = c.request(ApiKey.FETCH, 12, Fe(
+        max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+        topics=[Fe.FetchTopic(topic=name, partitions=[Fe.FetchPartition(
+            partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])]))
+    data = r.responses[0].partitions[0].records
+    out = []
+    for pos, size, _ in iter_batches(data):
+        for _, _, key, value, headers in decode_records(memoryview(data)[pos:pos + size]):
+            h = dict(headers)
+            out.append((int(h["__dlq.errors.offset"]), key, value, h))
+    return out
+
+
+def test_rejected_and_exhausted_records_go_to_the_dead_letter_queue(broker_factory):
+    from test_group_configs import alter
+
+    b = broker_factory({"errors.deadletterqueue.auto.create.topics.enable": "true"})
+    with WireClient(b.port) as c:
+        create(c, "q")
+        C = messages.CreateTopicsRequest
+        made = c.request(ApiKey.CREATE_TOPICS, 7, C(topics=[C.CreatableTopic(
+            name="dlq.q", num_partitions=1, replication_factor=1,
+            configs=[C.CreatableTopicConfig(name="errors.deadletterqueue.group.enable", value="true")])]))
+        assert made.topics[0].error_code == 0
+        assert alter(b.port, "sg", errors_deadletterqueue_topic_name="dlq.q",
+                     errors_deadletterqueue_copy_record_enable="true",
+                     share_delivery_count_limit=2) == (0, None)
+        tid = topic_id(c, "q")
+        share_fetch(c, "a", 0, tid)
+        put(c, "q", [b"fine", b"bad", b"flaky"])
+        assert len(acquired(share_fetch(c, "a", 1, tid, max_wait=2000))) == 3
+        r = share_fetch(c, "a", 2, tid, acks=[(0, 2, [ACCEPT, REJECT, RELEASE])], max_wait=2000)
+        assert part(r).acknowledge_error_code == 0
+        assert [(o, n) for o, _, n in acquired(r)] == [(2, 2)]
+        r = share_ack(c, "a", 3, tid, [(2, 2, [RELEASE])])  # its second delivery: the limit
+        assert r.responses[0].partitions[0].error_code == 0
+        letters = dead_letters(c, "dlq.q")  # written before the acknowledgement was answered
+        assert [(o, k, v) for o, k, v, _ in letters] == [(1, None, b"bad"), (2, None, b"flaky")]
+        h1, h2 = letters[0][3], letters[1][3]
+        assert (h1["__dlq.errors.topic"], h1["__dlq.errors.partition"], h1["__dlq.errors.group"]) == (
+            b"q", b"0", b"sg")
+        assert (h1["__dlq.errors.delivery.count"], h1["__dlq.errors.message"]) == (
+            b"1", b"Offset rejected by client.")
+        assert (h2["__dlq.errors.delivery.count"], h2["__dlq.errors.message"]) == (
+            b"2", b"Offset delivery count exceeded the threshold.")
+        # headers only without copy.record.enable; a topic made on first use (auto creation)
+        assert alter(b.port, "sg2", errors_deadletterqueue_topic_name="dlq.auto") == (0, None)
+        share_fetch(c, "b", 0, tid, group="sg2")
+        assert share_fetch(c, "b", -1, tid, forget=True, group="sg2").error_code == 0
+        share_fetch(c, "b", 0, tid, group="sg2")  # starts at the end (latest)
+        put(c, "q", [b"nope"])
+        got = acquired(share_fetch(c, "b", 1, tid, max_wait=2000, group="sg2"))
+        assert [o for o, _, _ in got] == [3]
+        assert share_ack(c, "b", 2, tid, [(3, 3, [REJECT])], group="sg2").responses[0].partitions[0].error_code == 0
+        assert [(o, k, v) for o, k, v, _ in dead_letters(c, "dlq.auto")] == [(3, None, None)]
+        # a group whose dead-letter topic is not enabled for it: archived, nothing written
+        assert alter(b.port, "sg3", errors_deadletterqueue_topic_name="dlq.plain") == (0, None)
+        create(c, "dlq.plain")
+        share_fetch(c, "c", 0, tid, group="sg3")
+        put(c, "q", [b"x"])
+        got = acquired(share_fetch(c, "c", 1, tid, max_wait=2000, group="sg3"))
+        assert [o for o, _, _ in got] == [4]
+        assert share_ack(c, "c", 2, tid, [(4, 4, [REJECT])], group="sg3").responses[0].partitions[0].error_code == 0
+        assert dead_letters(c, "dlq.plain") == []
+        assert acquired(share_fetch(c, "c", 3, tid, max_wait=300, group="sg3")) == []  # archived
+        # the group config's own check
+        assert alter(b.port, "sg4", errors_deadletterqueue_topic_name="__bad")[0] == ErrorCode.INVALID_CONFIG

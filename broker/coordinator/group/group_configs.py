@@ -57,7 +57,9 @@ SHARE_DELIVERY_COUNT_LIMIT = "share.delivery.count.limit"
 SHARE_PARTITION_MAX_RECORD_LOCKS = "share.partition.max.record.locks"
 SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
 SHARE_ISOLATION_LEVEL = "share.isolation.level"
-STRING_CONFIGS = (SHARE_AUTO_OFFSET_RESET, SHARE_ISOLATION_LEVEL)
+DLQ_TOPIC = "errors.deadletterqueue.topic.name"
+DLQ_COPY_RECORD = "errors.deadletterqueue.copy.record.enable"
+STRING_CONFIGS = (SHARE_AUTO_OFFSET_RESET, SHARE_ISOLATION_LEVEL, DLQ_TOPIC, DLQ_COPY_RECORD)
 
 # Java's Duration.parse: PnDTnHnMn.nS, each part optional (at least one), signs allowed
 _DURATION = re.compile(
@@ -113,6 +115,18 @@ def _check_auto_offset_reset(text: str) -> str | None:
             " be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'."
         )
     return None
+
+
+def _check_dlq_topic(text: str) -> str | None:
+    if text.startswith("__"):
+        return f"{DLQ_TOPIC}: DLQ topic name must not start with '__'"
+    return None
+
+
+def _check_boolean(text: str) -> str | None:
+    if text.lower() in ("true", "false"):
+        return None
+    return "Expected value to be either true or false"
 
 
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
@@ -197,6 +211,27 @@ GROUP_SETTINGS = {
             type="string",
             fixed_default="read_uncommitted",
             check=_check_isolation_level,
+        ),
+        GroupSetting(
+            DLQ_TOPIC,
+            None,
+            None,
+            None,
+            "The share group's dead-letter queue: records it rejects or that reach"
+            " share.delivery.count.limit are copied there (share.version 2); empty: none.",
+            type="string",
+            fixed_default="",
+            check=_check_dlq_topic,
+        ),
+        GroupSetting(
+            DLQ_COPY_RECORD,
+            None,
+            None,
+            None,
+            "Whether a dead letter carries the record's key and value, or only headers naming it.",
+            type="string",
+            fixed_default="false",
+            check=_check_boolean,
         ),
     )
 }
