@@ -24,7 +24,6 @@ UNSUPPORTED_VERSION.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import TYPE_CHECKING
 
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.cluster.features import SHARE_VERSION
+from headrace.broker.coordinator.share.share_coordinator import answer_all
 from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -104,10 +104,12 @@ async def handle(broker: Broker, header, request: messages.AlterShareGroupOffset
                 partitions.append([p.partition_index, E.NONE])
                 slots.append(partitions[-1])
                 calls.append(
-                    _alter(broker, group, topic.topic_id, p.partition_index, p.start_offset)
+                    lambda t=topic.topic_id, p=p: _alter(
+                        broker, group, t, p.partition_index, p.start_offset
+                    )
                 )
         answers.append((t.topic_name, ZERO_UUID if topic is None else topic.topic_id, partitions))
-    for slot, code in zip(slots, await asyncio.gather(*calls), strict=True):
+    for slot, code in zip(slots, await answer_all(calls), strict=True):
         slot[1] = code
     return R(
         throttle_time_ms=0,

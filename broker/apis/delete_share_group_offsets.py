@@ -19,7 +19,6 @@ UNSUPPORTED_VERSION.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import TYPE_CHECKING
 
@@ -27,6 +26,7 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.cluster.features import SHARE_VERSION
+from headrace.broker.coordinator.share.share_coordinator import answer_all
 from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -91,6 +91,6 @@ async def handle(broker: Broker, header, request: messages.DeleteShareGroupOffse
         elif topic.topic_id not in group.state_partitions:
             errors.append(_topic(name, ZERO_UUID, E.UNKNOWN_TOPIC_OR_PARTITION, NO_OFFSETS))
         else:
-            calls.append(_delete(broker, group, topic))
-    deleted = list(await asyncio.gather(*calls))
+            calls.append(lambda topic=topic: _delete(broker, group, topic))
+    deleted = await answer_all(calls)
     return R(throttle_time_ms=0, error_code=E.NONE, responses=deleted + errors)

@@ -15,6 +15,10 @@ either is unknown (a key never initialized, or initialized without a start offse
 watermark is this broker's replica's; a partition with no replica here is reported with lag
 -1 (Kafka asks its leader with ListOffsets).
 
+The share coordinator is asked for at most ``answer_all``'s slice of partitions at a time, and
+not for a partition beyond its topic's count, so a request naming millions of partitions
+costs no more than its answer.
+
 DESCRIBE on the group is needed (else GROUP_AUTHORIZATION_FAILED); the group's coordinator
 must be this broker. With ``share.version`` at 0 every group gets UNSUPPORTED_VERSION.
 """
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.cluster.features import SHARE_VERSION
+from headrace.broker.coordinator.share.share_coordinator import answer_all
 from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -61,13 +66,22 @@ async def described_partition(broker: Broker, group_id: str, topic, index: int):
     )
 
 
-async def _described_topic(broker: Broker, group_id: str, topic, indexes):
-    partitions = await asyncio.gather(
-        *(described_partition(broker, group_id, topic, i) for i in indexes)
+def _described_topic(broker: Broker, group_id: str, topic, indexes):
+    """The topic's answer, and a call per partition to fill in its place (one beyond the
+    topic's count is answered without one, as the share coordinator would answer it)."""
+    partitions = [
+        R.DescribeShareGroupOffsetsResponsePartition(partition_index=i, start_offset=-1, lag=-1)
+        for i in indexes
+    ]
+    calls = [
+        (n, lambda i=i: described_partition(broker, group_id, topic, i))
+        for n, i in enumerate(indexes)
+        if 0 <= i < topic.count
+    ]
+    answer = R.DescribeShareGroupOffsetsResponseTopic(
+        topic_name=topic.name, topic_id=topic.topic_id, partitions=partitions
     )
-    return R.DescribeShareGroupOffsetsResponseTopic(
-        topic_name=topic.name, topic_id=topic.topic_id, partitions=list(partitions)
-    )
+    return answer, calls
 
 
 def _undescribed_topic(name: str, indexes, error: int = 0, message: str | None = None):
@@ -99,14 +113,14 @@ async def _group(broker: Broker, session, asked):
     def may_describe(name: str) -> bool:
         return authorizer.allows(session, Operation.DESCRIBE, TOPIC, name)
 
-    calls, undescribed = [], []
+    described, undescribed = [], []
     if asked.topics is None:
         group = broker.groups.share.groups.get(group_id)
         recorded = {} if group is None else group.state_partitions
         for tid, indexes in sorted(recorded.items(), key=lambda kv: str(kv[0])):
             topic = broker.topics.find(None, tid)
             if topic is not None and may_describe(topic.name):
-                calls.append(_described_topic(broker, group_id, topic, sorted(indexes)))
+                described.append(_described_topic(broker, group_id, topic, sorted(indexes)))
     else:
         for t in asked.topics:
             topic = broker.topics.get(t.topic_name)
@@ -122,8 +136,13 @@ async def _group(broker: Broker, session, asked):
             elif topic is None:
                 undescribed.append(_undescribed_topic(t.topic_name, t.partitions))
             else:
-                calls.append(_described_topic(broker, group_id, topic, t.partitions))
-    topics = list(await asyncio.gather(*calls))
+                described.append(_described_topic(broker, group_id, topic, t.partitions))
+    # a request naming a million partitions is answered a slice at a time
+    answers = await answer_all([call for _, calls in described for _, call in calls])
+    places = [(topic, n) for topic, calls in described for n, _ in calls]
+    for (topic, n), partition in zip(places, answers, strict=True):
+        topic.partitions[n] = partition
+    topics = [topic for topic, _ in described]
     return R.DescribeShareGroupOffsetsResponseGroup(group_id=group_id, topics=topics + undescribed)
 
 

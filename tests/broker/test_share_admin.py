@@ -73,6 +73,14 @@ def test_describe_alter_and_delete_offsets_on_the_wire(broker_factory):
         assert describe_offsets(c, topics=[("q", [0]), ("nope", [0, 1])]) == {
             "q": (tid, [(0, 2, 2, 0)]), "nope": (ZERO, [(0, -1, -1, 0), (1, -1, -1, 0)])}
         assert describe_offsets(c, topics=[]) == {}
+        # a hostile request: 100000 partitions of which one exists, and one partition 5000 times
+        T = DQ.DescribeShareGroupOffsetsRequestTopic
+        r = c.request(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, DQ(groups=[DQ.DescribeShareGroupOffsetsRequestGroup(
+            group_id="sg", topics=[T(topic_name="q", partitions=list(range(100_000))),
+                                   T(topic_name="q", partitions=[0] * 5000)])]))
+        wide, deep = r.groups[0].topics
+        assert [(p.start_offset, p.lag) for p in wide.partitions[:2]] == [(2, 2), (-1, -1)]
+        assert len(wide.partitions) == 100_000 and {(p.start_offset, p.lag) for p in deep.partitions} == {(2, 2)}
         v0 = c.request(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, DQ(groups=[
             DQ.DescribeShareGroupOffsetsRequestGroup(group_id="sg", topics=None)]))
         assert v0.groups[0].topics[0].partitions[0].start_offset == 2
