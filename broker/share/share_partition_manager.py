@@ -23,11 +23,11 @@ records done past the start offset (the delivery-complete count the lag is compu
 ``durable`` waits until the changes made so far are written, and ShareAcknowledge and
 ShareFetch answer only then, so an acknowledgement answered is never undone by a restart or
 a leader change. A write fenced by a newer leader or state epoch (AlterShareGroupOffsets
-initializes the state afresh with a newer one), or refused because the state is gone (DeleteShareGroupOffsets, DeleteGroups),
-drops the share partition here: it is read afresh at the next fetch. Those admin APIs also
-drop the group's share partitions at the broker that answers them; a leader elsewhere that
-only hands out records and writes nothing serves its old state until its next write, as in
-Kafka, which relies on the same fencing.
+initializes the state afresh with a newer one), or refused because the state is gone
+(DeleteShareGroupOffsets, DeleteGroups), drops the share partition here: it is read afresh at
+the next fetch. Those admin APIs also drop the group's share partitions at the broker that
+answers them; a leader elsewhere that only hands out records and writes nothing serves its
+old state until its next write, as in Kafka, which relies on the same fencing.
 """
 
 from __future__ import annotations
