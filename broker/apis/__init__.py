@@ -26,7 +26,8 @@ classic groups      find_coordinator.py, join_group.py, sync_group.py, heartbeat
                     leave_group.py, describe_groups.py, list_groups.py, delete_groups.py
 consumer groups     consumer_group_heartbeat.py, consumer_group_describe.py (KIP-848)
 share groups        share_group_heartbeat.py, share_group_describe.py, share_fetch.py,
-                    share_acknowledge.py (KIP-932)
+                    share_acknowledge.py (KIP-932), describe_share_group_offsets.py,
+                    alter_share_group_offsets.py, delete_share_group_offsets.py
 offsets             offset_commit.py, offset_fetch.py, offset_delete.py
 transactions        init_producer_id.py, add_partitions_to_txn.py, add_offsets_to_txn.py,
                     txn_offset_commit.py, end_txn.py, write_txn_markers.py

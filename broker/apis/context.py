@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from headrace.broker.config.config import BrokerConfig
     from headrace.broker.config.listeners import Listener
     from headrace.broker.coordinator.group.group_coordinator import GroupCoordinator
+    from headrace.broker.coordinator.share.persister import SharePersister
     from headrace.broker.coordinator.share.share_coordinator import ShareCoordinator
     from headrace.broker.coordinator.txn.producer_ids import ProducerIdManager
     from headrace.broker.coordinator.txn.transaction_coordinator import TransactionCoordinator
@@ -53,6 +54,7 @@ class Broker(Protocol):
     groups: GroupCoordinator
     transactions: TransactionCoordinator
     share_coordinator: ShareCoordinator
+    share_state: SharePersister  # the share coordinator's client
     producer_ids: ProducerIdManager
     authorizer: Authorizer
     quotas: ClientQuotas

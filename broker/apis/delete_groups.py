@@ -2,8 +2,12 @@
 
 A group with members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND, each with a
 message from v3. Deleting writes a tombstone for each committed offset to
-``__consumer_offsets`` and waits for the flush. A share group's records in flight on the
-partitions this broker leads go with it.
+``__consumer_offsets`` and waits for the flush. A share group's persisted state (every
+partition it has state for, ``ShareGroup.state_partitions``) is deleted at the share
+coordinator first (DeleteShareGroupState through ``broker.share_state``), so a group made
+again under the id starts where ``share.auto.offset.reset`` says; if that fails the error is
+answered and the group kept. Its records in flight on the partitions this broker leads go
+with it; a leader elsewhere finds the state gone at its next write.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ async def handle(broker: Broker, header, request: messages.DeleteGroupsRequest):
     results = []
     for group_id in request.groups_names:
         error = group_refusal(broker, header.session, Operation.DELETE, group_id)
+        if not error and broker.groups.group_type(group_id) == "share":
+            error = await _delete_share_state(broker, group_id)
         if not error:
             share = broker.groups.group_type(group_id) == "share"
             error = await broker.groups.delete_group(group_id)
@@ -47,3 +53,16 @@ async def handle(broker: Broker, header, request: messages.DeleteGroupsRequest):
             )
         )
     return R(throttle_time_ms=0, results=results)
+
+
+async def _delete_share_state(broker: Broker, group_id: str) -> int:
+    """Delete an empty share group's persisted state (every partition it has state for)
+    before the group: an error keeps the group, so that DeleteGroups can be tried again."""
+    group = broker.groups.share.groups.get(group_id)
+    if group is None or group.members:
+        return ErrorCode.NONE  # delete_group answers
+    recorded = [(tid, sorted(ps)) for tid, ps in group.state_partitions.items()]
+    error = await broker.share_state.delete(group_id, recorded) if recorded else ErrorCode.NONE
+    if not error:
+        group.state_partitions.clear()
+    return error

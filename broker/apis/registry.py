@@ -76,6 +76,9 @@ API_MODULES = (
     "write_share_group_state",  # 85
     "delete_share_group_state",  # 86
     "read_share_group_state_summary",  # 87
+    "describe_share_group_offsets",  # 90
+    "alter_share_group_offsets",  # 91
+    "delete_share_group_offsets",  # 92
 )
 APIS = {
     m.API_KEY: m for m in (importlib.import_module(f"{__package__}.{name}") for name in API_MODULES)

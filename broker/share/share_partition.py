@@ -130,6 +130,11 @@ class SharePartition:
             out[run.state] += run.last - run.first + 1
         return out
 
+    def delivery_complete(self) -> int:
+        """Records past the start offset that are done (ACKNOWLEDGED or ARCHIVED): what the
+        lag is computed from (KIP-1226)."""
+        return sum(run.last - run.first + 1 for run in self.runs if run.state in _DONE)
+
     # -- handing out
 
     def acquire(

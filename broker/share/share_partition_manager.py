@@ -18,12 +18,18 @@ from the persister when made here, so a new leader or a restarted broker goes on
 last one stopped (a partition never written starts as above, and is initialized so). Its
 changes (acknowledgements, releases, with their delivery counts: ``SharePartition.changes``)
 are written in the background, one write at a time per share partition, each carrying all
-changes made while the previous one was on its way (a group commit), after the dead letters
-it archives are copied to the group's dead-letter queue (dead_letters.py); ``durable`` waits until
-the changes made so far are written, and ShareAcknowledge and ShareFetch answer only then, so
-an acknowledgement answered is never undone by a restart or a leader change. A write fenced by
-a newer leader or state epoch drops the share partition here: it is read afresh at the next
-fetch.
+changes made while the previous one was on its way (a group commit), with the count of
+records done past the start offset (the delivery-complete count the lag is computed from),
+after the dead letters it archives are copied to the group's dead-letter queue
+(dead_letters.py); ``durable`` waits until the changes made so far are written, and
+ShareAcknowledge and ShareFetch answer only then, so an acknowledgement answered is never
+undone by a restart or a leader change. A write fenced by a newer leader or state epoch
+(AlterShareGroupOffsets initializes the state afresh with a newer one), or refused because
+the state is gone (DeleteShareGroupOffsets, DeleteGroups), drops the share partition here: it
+is read afresh at the next fetch. Those admin APIs also drop the group's share partitions at
+the broker that answers them; a leader elsewhere that only hands out records and writes
+nothing serves its old state until its next write, as in Kafka, which relies on the same
+fencing.
 """
 
 from __future__ import annotations
@@ -134,12 +140,14 @@ class SharePartitionManager:
         if read.start_offset >= 0:
             sp.restore(read.start_offset, read.batches)
             return read.state_epoch
+        # never initialized, or initialized without a start offset: start where the reset
+        # policy says, at the state epoch read (an older one would be fenced)
         start = await self._start_offset(group_id, partition)
-        error = await self.persister.initialize(group_id, topic_id, index, 0, start)
+        error = await self.persister.initialize(group_id, topic_id, index, read.state_epoch, start)
         if error:
             raise ShareStateError(error)
         sp.restore(start, ())
-        return 0
+        return read.state_epoch
 
     def _changed(self, sp: SharePartition) -> None:
         """``sp`` has changes to write: gather them into the next write."""
@@ -179,11 +187,16 @@ class SharePartitionManager:
                         _epoch(led_partition),
                         sp.start,
                         batches,
+                        sp.delivery_complete(),
                     )
                 except Exception:
                     log.exception("writing the share state of %s failed", led[0])
                     error = ErrorCode.UNKNOWN_SERVER_ERROR
-                if error in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_STATE_EPOCH):
+                if error in (
+                    ErrorCode.FENCED_LEADER_EPOCH,
+                    ErrorCode.FENCED_STATE_EPOCH,
+                    ErrorCode.INVALID_REQUEST,  # the state was deleted meanwhile
+                ):
                     self.forget(group_id, topic_id, index)  # read afresh next time
             del self._writing[sp]
             future.set_result(error)

@@ -178,12 +178,20 @@ def test_group_share_max_size_and_group_max_groups(broker_factory):
         assert shb(c, "c", 0, ["t"]).error_code == 0  # room again
         # every kind of group counts in group.max.groups
         assert hb(c, "m", 0, ["t"], group="cg").error_code == 0
-        assert shb(c, "x", 0, ["t"], group="sg2").error_code == 0
+        assert shb(c, "x", 0, ["missing"], group="sg2").error_code == 0
         refused = shb(c, "x", 0, ["t"], group="sg3")
         assert refused.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
-        shb(c, "x", -1, group="sg2")  # an empty share group is forgotten when room is needed
+        # an empty share group that never had a partition is forgotten when room is needed
+        shb(c, "x", -1, group="sg2")
         time.sleep(1.1)
         assert shb(c, "x", 0, ["t"], group="sg3").error_code == 0
+        # one that had partitions (it may have state) is kept until DeleteGroups, as in Kafka
+        shb(c, "x", -1, group="sg3")
+        time.sleep(1.1)
+        assert shb(c, "y", 0, ["t"], group="sg4").error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        r = c.request(ApiKey.DELETE_GROUPS, 2, messages.DeleteGroupsRequest(groups_names=["sg3"]))
+        assert r.results[0].error_code == 0
+        assert shb(c, "y", 0, ["t"], group="sg4").error_code == 0
         assert second.error_code == 0
 
 
@@ -254,8 +262,8 @@ def test_share_groups_need_read_on_the_group(broker_factory):
 
 @java
 def test_kafka_share_groups_lists_describes_and_deletes(broker_factory):
-    """``kafka-share-groups --describe`` without ``--members`` or ``--state`` also needs
-    DescribeShareGroupOffsets (90), which is not here yet."""
+    """The offsets (``--describe`` alone, ``--reset-offsets``, ``--delete-offsets``) are in
+    test_share_admin.py."""
     b = broker_factory(FAST)  # sessions of 45 s: the tool's JVM takes seconds to start
     with WireClient(b.port) as c:
         create_topic(c, "t", 1)

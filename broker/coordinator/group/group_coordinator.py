@@ -430,7 +430,9 @@ class GroupCoordinator:
         """Topics are gone: every group's offsets for their partitions get tombstones, and
         groups left Empty without offsets are removed (Kafka's onPartitionsDeleted), so a
         topic re-created under the same name is read from the start. Offsets held for open
-        transactions go too, so the namesake does not get them when the transaction commits."""
+        transactions go too, so the namesake does not get them when the transaction commits.
+        Share groups forget which of the topics' partitions they had state for."""
+        self.share.topics_deleted()
         for held in self.txn_offsets.values():
             for offsets in held.values():
                 for key in [k for k in offsets if k[0] in names]:

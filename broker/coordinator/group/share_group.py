@@ -31,7 +31,20 @@ GROUP_ID_NOT_FOUND ("Group G is not a share group."), as in Kafka; ``other_kind`
 Share groups are kept in memory only, not in ``__consumer_offsets`` as Kafka keeps them:
 after a restart (or a move of the group's coordinator) a member's heartbeat finds no group
 and gets UNKNOWN_MEMBER_ID, so it rejoins (Kafka's GROUP_ID_NOT_FOUND would stop it). Their
-delivery state lives at the partitions' leaders, not here.
+delivery state lives at the partitions' leaders, persisted by the share coordinator.
+
+Which partitions a group has state for (Kafka's ShareGroupStatePartitionMetadata) is
+``ShareGroup.state_partitions``: every partition ever in the group's target assignment
+(a leader makes the state at the first ShareFetch there, from ``share.auto.offset.reset``),
+those the offsets admin APIs initialized (AlterShareGroupOffsets), less those whose state
+was deleted (DeleteShareGroupOffsets). DescribeShareGroupOffsets without topics, DeleteGroups
+and DeleteShareGroupOffsets go by it. It is in memory, like the group: a coordinator move or
+restart loses it (until members heartbeat again, the group's state is described only by
+topic, and DeleteGroups does not know the group, so its state stays at the share
+coordinator). It is bounded by the partitions of the cluster's topics: a deleted topic's
+entries go (``topics_deleted``). A group holding state is kept when empty, as Kafka keeps
+it, until DeleteGroups; only groups without members and without state are forgotten when
+``group.max.groups`` needs room.
 """
 
 from __future__ import annotations
@@ -102,6 +115,13 @@ class ShareGroup:
         self.target: dict[str, set[TopicPartition]] = {}
         self.topology: tuple = ()  # (topic, id, partitions) of the subscribed topics
         self.empty_since_ms: int | None = None
+        # topic id -> the partitions the group has (or may have) state for
+        self.state_partitions: dict[uuid.UUID, set[int]] = {}
+
+    def record_state(self, parts) -> None:
+        """The group has state for ``parts``, (topic id, partition) pairs."""
+        for tid, p in parts:
+            self.state_partitions.setdefault(tid, set()).add(p)
 
     @property
     def state_name(self) -> str:
@@ -228,11 +248,40 @@ class ShareGroupCoordinator:
         return E.NONE
 
     def forget_empty(self) -> None:
-        """Forget the groups without members (they hold nothing here). Kafka keeps an empty
-        share group until it is deleted; here it is kept until ``group.max.groups`` is
-        reached and room is needed."""
-        for group_id in [g for g, group in self.groups.items() if not group.members]:
+        """Forget the groups without members and without state (they hold nothing). Kafka
+        keeps an empty share group until it is deleted; here one that never held a partition
+        is kept until ``group.max.groups`` is reached and room is needed."""
+        for group_id in [
+            g
+            for g, group in self.groups.items()
+            if not group.members and not group.state_partitions
+        ]:
             del self.groups[group_id]
+
+    def topics_deleted(self) -> None:
+        """Drop the groups' state records of topics that no longer exist."""
+        for group in self.groups.values():
+            for tid in [t for t in group.state_partitions if self.topics.find(None, t) is None]:
+                del group.state_partitions[tid]
+
+    def empty_group(self, group_id: str, create: bool) -> tuple[int, str | None, ShareGroup | None]:
+        """(error, message, group) for the offsets admin APIs, which need a share group
+        without members: GROUP_ID_NOT_FOUND for another kind's id (or an unknown one unless
+        ``create``: AlterShareGroupOffsets makes the group, as Kafka does), NON_EMPTY_GROUP
+        while it has members."""
+        group = self.groups.get(group_id)
+        if group is None:
+            if self.other_kind(group_id):
+                return E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.", None
+            if not create:
+                return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+            if not self.room_for_group():
+                return E.COORDINATOR_NOT_AVAILABLE, "group.max.groups reached", None
+            group = self.groups[group_id] = ShareGroup(group_id)
+            group.empty_since_ms = self.now_ms()
+        if group.members:
+            return E.NON_EMPTY_GROUP, "The group is not empty.", None
+        return E.NONE, None, group
 
     @staticmethod
     def invalid(request) -> str | None:
@@ -339,6 +388,8 @@ class ShareGroupCoordinator:
         subscriptions = {m.member_id: m.subscribed for m in group.members.values()}
         group.target = assign(subscriptions, topics, group.target)
         group.assignment_epoch = group.epoch
+        for parts in group.target.values():
+            group.record_state(parts)
         log.info(
             "share group %s: new target assignment at epoch %d (%d members)",
             group.group_id,
