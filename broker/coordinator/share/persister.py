@@ -34,6 +34,7 @@ from typing import TypeVar
 
 from headrace.broker.client.broker_client import NetworkError
 from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol.api import request_class
 
 from .share_coordinator import READ_UNINITIALIZED, ReadAnswer, ShareCoordinator, SummaryAnswer
 from .share_state_log import ShareKey
@@ -54,7 +55,15 @@ RETRIABLE = frozenset(
         E.REQUEST_TIMED_OUT,
     }
 )
-# the request versions sent (Kafka 4.4's newest)
+# the requests' topic structs, and the versions sent (Kafka 4.4's newest)
+_TOPIC_STRUCTS: dict[int, str] = {
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: "InitializeStateData",
+    ApiKey.READ_SHARE_GROUP_STATE: "ReadStateData",
+    ApiKey.WRITE_SHARE_GROUP_STATE: "WriteStateData",
+    ApiKey.DELETE_SHARE_GROUP_STATE: "DeleteStateData",
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: "ReadStateSummaryData",
+}
+WRITTEN_BATCH = messages.WriteShareGroupStateRequest.StateBatch
 INITIALIZE_VERSION, READ_VERSION, WRITE_VERSION, DELETE_VERSION, SUMMARY_VERSION = 0, 0, 1, 0, 1
 A = TypeVar("A")
 
@@ -125,7 +134,14 @@ class SharePersister:
         error, _ = await self._call(
             key,
             lambda: self.coordinator.initialize(key, state_epoch, start_offset),
-            lambda node: self._initialize_remote(node, key, state_epoch, start_offset),
+            lambda node: self._error_remote(
+                node,
+                ApiKey.INITIALIZE_SHARE_GROUP_STATE,
+                INITIALIZE_VERSION,
+                key,
+                state_epoch=state_epoch,
+                start_offset=start_offset,
+            ),
             _failed,
             lambda a: a[0],
         )
@@ -153,8 +169,16 @@ class SharePersister:
             lambda: self.coordinator.write(
                 key, state_epoch, leader_epoch, start_offset, written, delivery_complete_count
             ),
-            lambda node: self._write_remote(
-                node, key, state_epoch, leader_epoch, start_offset, written, delivery_complete_count
+            lambda node: self._error_remote(
+                node,
+                ApiKey.WRITE_SHARE_GROUP_STATE,
+                WRITE_VERSION,
+                key,
+                state_epoch=state_epoch,
+                leader_epoch=leader_epoch,
+                start_offset=start_offset,
+                delivery_complete_count=delivery_complete_count,
+                state_batches=[WRITTEN_BATCH(**b._asdict()) for b in written],
             ),
             _failed,
             lambda a: a[0],
@@ -172,7 +196,9 @@ class SharePersister:
         error, _ = await self._call(
             key,
             lambda: self.coordinator.delete(key),
-            lambda node: self._delete_remote(node, key),
+            lambda node: self._error_remote(
+                node, ApiKey.DELETE_SHARE_GROUP_STATE, DELETE_VERSION, key
+            ),
             _failed,
             lambda a: a[0],
         )
@@ -243,118 +269,52 @@ class SharePersister:
             log.info("share state of %s at node %d: %s", key, node, e)
             return failed(E.NETWORK_EXCEPTION)
 
-    async def _send(self, node: int, api_key: int, version: int, request):
-        return await self.client.send(node, api_key, version, request, self.timeout_s)
-
-    # the Kafka APIs ----------------------------------------------------------------------------
-
-    async def _initialize_remote(self, node, key, state_epoch, start_offset):
+    async def _ask(self, node: int, api_key: int, version: int, key: ShareKey, **fields):
+        """Send ``api_key`` about one key to ``node``: its result for the key's partition
+        (``fields`` are the partition's), or None when the answer has none."""
         group_id, topic_id, partition = key
-        Q = messages.InitializeShareGroupStateRequest
+        Q = request_class(api_key)
+        topic = getattr(Q, _TOPIC_STRUCTS[api_key])
         request = Q(
             group_id=group_id,
             topics=[
-                Q.InitializeStateData(
-                    topic_id=topic_id,
-                    partitions=[
-                        Q.PartitionData(
-                            partition=partition, state_epoch=state_epoch, start_offset=start_offset
-                        )
-                    ],
+                topic(
+                    topic_id=topic_id, partitions=[Q.PartitionData(partition=partition, **fields)]
                 )
             ],
         )
-        response = await self._send(
-            node, ApiKey.INITIALIZE_SHARE_GROUP_STATE, INITIALIZE_VERSION, request
-        )
-        r = _partition_result(response, key)
+        response = await self.client.send(node, api_key, version, request, self.timeout_s)
+        for t in response.results:
+            if t.topic_id == topic_id:
+                for p in t.partitions:
+                    if p.partition == partition:
+                        return p
+        return None
+
+    async def _error_remote(self, node, api_key, version, key, **fields) -> tuple[int, str | None]:
+        r = await self._ask(node, api_key, version, key, **fields)
         return (E.UNKNOWN_SERVER_ERROR, None) if r is None else (r.error_code, r.error_message)
 
     async def _read_remote(self, node, key, leader_epoch) -> ReadAnswer:
-        group_id, topic_id, partition = key
-        Q = messages.ReadShareGroupStateRequest
-        request = Q(
-            group_id=group_id,
-            topics=[
-                Q.ReadStateData(
-                    topic_id=topic_id,
-                    partitions=[Q.PartitionData(partition=partition, leader_epoch=leader_epoch)],
-                )
-            ],
+        r = await self._ask(
+            node, ApiKey.READ_SHARE_GROUP_STATE, READ_VERSION, key, leader_epoch=leader_epoch
         )
-        response = await self._send(node, ApiKey.READ_SHARE_GROUP_STATE, READ_VERSION, request)
-        r = _partition_result(response, key)
         if r is None:
             return ReadAnswer(E.UNKNOWN_SERVER_ERROR, "no answer for the partition")
-        return ReadAnswer(
-            r.error_code,
-            r.error_message,
-            r.state_epoch,
-            r.start_offset,
-            [
-                StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-                for b in r.state_batches
-            ],
-        )
-
-    async def _write_remote(
-        self, node, key, state_epoch, leader_epoch, start_offset, batches, delivery_complete_count
-    ):
-        group_id, topic_id, partition = key
-        Q = messages.WriteShareGroupStateRequest
-        request = Q(
-            group_id=group_id,
-            topics=[
-                Q.WriteStateData(
-                    topic_id=topic_id,
-                    partitions=[
-                        Q.PartitionData(
-                            partition=partition,
-                            state_epoch=state_epoch,
-                            leader_epoch=leader_epoch,
-                            start_offset=start_offset,
-                            delivery_complete_count=delivery_complete_count,
-                            state_batches=[Q.StateBatch(**b._asdict()) for b in batches],
-                        )
-                    ],
-                )
-            ],
-        )
-        response = await self._send(node, ApiKey.WRITE_SHARE_GROUP_STATE, WRITE_VERSION, request)
-        r = _partition_result(response, key)
-        return (E.UNKNOWN_SERVER_ERROR, None) if r is None else (r.error_code, r.error_message)
-
-    async def _delete_remote(self, node, key):
-        group_id, topic_id, partition = key
-        Q = messages.DeleteShareGroupStateRequest
-        request = Q(
-            group_id=group_id,
-            topics=[
-                Q.DeleteStateData(
-                    topic_id=topic_id, partitions=[Q.PartitionData(partition=partition)]
-                )
-            ],
-        )
-        response = await self._send(node, ApiKey.DELETE_SHARE_GROUP_STATE, DELETE_VERSION, request)
-        r = _partition_result(response, key)
-        return (E.UNKNOWN_SERVER_ERROR, None) if r is None else (r.error_code, r.error_message)
+        batches = [
+            StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+            for b in r.state_batches
+        ]
+        return ReadAnswer(r.error_code, r.error_message, r.state_epoch, r.start_offset, batches)
 
     async def _summary_remote(self, node, key, leader_epoch) -> SummaryAnswer:
-        group_id, topic_id, partition = key
-        Q = messages.ReadShareGroupStateSummaryRequest
-        request = Q(
-            group_id=group_id,
-            topics=[
-                Q.ReadStateSummaryData(
-                    topic_id=topic_id,
-                    partitions=[Q.PartitionData(partition=partition, leader_epoch=leader_epoch)],
-                )
-            ],
+        r = await self._ask(
+            node,
+            ApiKey.READ_SHARE_GROUP_STATE_SUMMARY,
+            SUMMARY_VERSION,
+            key,
+            leader_epoch=leader_epoch,
         )
-        response = await self._send(
-            node, ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, SUMMARY_VERSION, request
-        )
-        r = _partition_result(response, key)
         if r is None:
             return SummaryAnswer(E.UNKNOWN_SERVER_ERROR, "no answer for the partition")
         return SummaryAnswer(
@@ -369,14 +329,3 @@ class SharePersister:
 
 def _failed(error: int) -> tuple[int, str | None]:
     return error, None
-
-
-def _partition_result(response, key: ShareKey):
-    """The response's result for ``key``'s partition, None when it has none."""
-    _, topic_id, partition = key
-    for t in response.results:
-        if t.topic_id == topic_id:
-            for p in t.partitions:
-                if p.partition == partition:
-                    return p
-    return None
