@@ -45,16 +45,25 @@ TRANSACTION_VERSION = "transaction.version"
 # ShareAcknowledge); Kafka 4.4's level 2 adds the share groups' dead-letter queues (KIP-1191),
 # which are not built here, so this broker supports 0-1 and a new cluster starts at 1
 SHARE_VERSION = "share.version"
+# 1: KIP-1071's streams groups (StreamsGroupHeartbeat, StreamsGroupDescribe); Kafka's levels
+# are 0-1 and a new 4.4 cluster starts at 1
+STREAMS_VERSION = "streams.version"
 
 # name -> (min, max) levels this broker implements
 SUPPORTED: dict[str, tuple[int, int]] = {
     GROUP_VERSION: (0, 1),
     SHARE_VERSION: (0, 1),
+    STREAMS_VERSION: (0, 1),
     TRANSACTION_VERSION: (0, 2),
 }
 # the levels a new cluster starts at (Kafka's latest production levels, share.version 1:
 # Kafka's is 2, see above)
-DEFAULTS: dict[str, int] = {GROUP_VERSION: 1, SHARE_VERSION: 1, TRANSACTION_VERSION: 2}
+DEFAULTS: dict[str, int] = {
+    GROUP_VERSION: 1,
+    SHARE_VERSION: 1,
+    STREAMS_VERSION: 1,
+    TRANSACTION_VERSION: 2,
+}
 
 # UpdateFeatures' upgrade types (v1+; v0's AllowDowngrade is SAFE_DOWNGRADE)
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
