@@ -5,7 +5,9 @@ A member of an active group commits with its member id and generation (checked a
 rebalance); a commit with generation -1 and no member id stores offsets for a group without
 members (``assign()`` consumers, admin tools). Partitions that do not exist get
 UNKNOWN_TOPIC_OR_PARTITION (v10 names topics by id: UNKNOWN_TOPIC_ID), metadata over 4096
-bytes OFFSET_METADATA_TOO_LARGE. The accepted ones are written to ``__consumer_offsets`` as
+bytes OFFSET_METADATA_TOO_LARGE. A streams group member committing with an epoch older than
+its own gets STALE_MEMBER_EPOCH for the partitions of tasks it was given after that epoch
+(or does not hold), as in Kafka. The accepted ones are written to ``__consumer_offsets`` as
 one batch and acknowledged after it is flushed. The checks happen in arrival order, before
 the write is awaited.
 """
@@ -47,6 +49,13 @@ def handle(broker: Broker, header, request: messages.OffsetCommitRequest):
     if refused:
         error, group = refused, None
     now = wall_clock_ms()
+    # a streams group member committing with an older epoch: each partition's task must have
+    # been given to it at that epoch or before (Kafka's check)
+    stale = None
+    if group is not None and not error:
+        stale = broker.groups.partition_check(
+            group, request.member_id, request.generation_id_or_member_epoch
+        )
     topics = []
     entries = []  # (response partition, topic, partition, committed offset)
     for t in request.topics:
@@ -71,6 +80,8 @@ def handle(broker: Broker, header, request: messages.OffsetCommitRequest):
                 )
             elif not 0 <= p.partition_index < topic.count:
                 resp.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif stale is not None and stale(topic.name, p.partition_index):
+                resp.error_code = ErrorCode.STALE_MEMBER_EPOCH
             elif (
                 p.committed_metadata is not None
                 and len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES

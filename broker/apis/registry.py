@@ -71,6 +71,9 @@ API_MODULES = (
     "share_group_describe",  # 77
     "share_fetch",  # 78
     "share_acknowledge",  # 79
+    "streams_group_heartbeat",  # 88
+    "streams_group_describe",  # 89
+    "streams_group_topology_description_update",  # 93
 )
 APIS = {
     m.API_KEY: m for m in (importlib.import_module(f"{__package__}.{name}") for name in API_MODULES)

@@ -1,0 +1,132 @@
+"""KIP-1071 streams groups at the group coordinator, on the wire: StreamsGroupHeartbeat with
+a topology (missing source topics, internal topics created by the broker), the sticky
+assignor spreading tasks and standbys, revocation before a task moves, fencing, leaving,
+sessions, the bounds (``group.streams.max.size``, ``group.streams.max.topology.bytes``),
+``streams.version`` 0, StreamsGroupDescribe, ListGroups, DeleteGroups and offset commits with
+member epochs."""
+
+from __future__ import annotations
+
+import time
+
+from kafkawire import WireClient
+from test_features import update
+from test_group_configs import alter
+from test_group_protocol import FAST, commit, commit_errors, create_topic
+
+from headrace.protocol import ApiKey, ErrorCode, messages
+
+H = messages.StreamsGroupHeartbeatRequest
+D = messages.StreamsGroupDescribeRequest
+QUICK = {**FAST, "group.streams.initial.rebalance.delay.ms": "0",
+         "group.streams.min.session.timeout.ms": "1000", "group.streams.session.timeout.ms": "1500",
+         "group.streams.min.heartbeat.interval.ms": "100", "group.streams.heartbeat.interval.ms": "200"}
+MISSING_SOURCE_TOPICS, MISSING_INTERNAL_TOPICS, ASSIGNMENT_DELAYED = 1, 3, 5
+
+
+def topology(epoch=1, sources=("input",), changelog=True, repartition=False):
+    """Word count's shape: subtopology 0 reads the input (and, with ``repartition``, writes
+    the repartition topic that subtopology 1 reads and counts into a store)."""
+    cl = [H.TopicInfo(name="app-counts-changelog", partitions=0, replication_factor=0,
+                      topic_configs=[H.KeyValue(key="cleanup.policy", value="compact")])] if changelog else []
+    if not repartition:
+        subs = [H.Subtopology(subtopology_id="0", source_topics=list(sources), source_topic_regex=[],
+                              state_changelog_topics=cl, repartition_sink_topics=[],
+                              repartition_source_topics=[], copartition_groups=[])]
+    else:
+        rep = H.TopicInfo(name="app-by-word-repartition", partitions=0, replication_factor=0,
+                          topic_configs=[H.KeyValue(key="cleanup.policy", value="delete")])
+        subs = [H.Subtopology(subtopology_id="0", source_topics=list(sources), source_topic_regex=[],
+                              state_changelog_topics=[], repartition_sink_topics=[rep.name],
+                              repartition_source_topics=[], copartition_groups=[]),
+                H.Subtopology(subtopology_id="1", source_topics=[], source_topic_regex=[],
+                              state_changelog_topics=cl, repartition_sink_topics=[],
+                              repartition_source_topics=[rep], copartition_groups=[])]
+    return H.Topology(epoch=epoch, subtopologies=subs)
+
+
+def shb(c, member_id, epoch, group="app", process=None, top=None, active=None, standby=None,
+        instance_id=None, endpoint_epoch=-1, version=1):
+    owned = None if active is None else [H.TaskIds(subtopology_id=s, partitions=ps) for s, ps in active]
+    stand = None if active is None else [H.TaskIds(subtopology_id=s, partitions=ps) for s, ps in standby or ()]
+    return c.request(ApiKey.STREAMS_GROUP_HEARTBEAT, version, H(
+        group_id=group, member_id=member_id, member_epoch=epoch, endpoint_information_epoch=endpoint_epoch,
+        instance_id=instance_id, rebalance_timeout_ms=5000 if epoch == 0 else -1,
+        topology=(top or topology()) if epoch == 0 else None,
+        active_tasks=owned, standby_tasks=stand, warmup_tasks=None if active is None else [],
+        process_id=process or member_id if epoch == 0 else None))
+
+
+def tasks(ids):
+    return None if ids is None else sorted((t.subtopology_id, p) for t in ids for p in t.partitions)
+
+
+def statuses(r):
+    return [s.status_code for s in r.status or ()]
+
+
+def described(c, *groups):
+    return c.request(ApiKey.STREAMS_GROUP_DESCRIBE, 0, D(group_ids=list(groups),
+                                                         include_authorized_operations=False)).groups
+
+
+def wait_topic(c, name, timeout=10):
+    end = time.time() + timeout
+    while time.time() < end:
+        r = c.request(ApiKey.METADATA, 12, messages.MetadataRequest(
+            topics=[messages.MetadataRequest.MetadataRequestTopic(name=name)], allow_auto_topic_creation=False))
+        if r.topics[0].error_code == 0:
+            return len(r.topics[0].partitions)
+        time.sleep(0.1)
+    raise AssertionError(f"{name} not created")
+
+
+def test_topology_waits_for_its_source_topic_then_its_changelog_is_created(broker_factory):
+    b = broker_factory(QUICK)
+    with WireClient(b.port) as c:
+        r = shb(c, "m1", 0)
+        assert r.error_code == 0 and r.member_epoch == 1 and r.heartbeat_interval_ms == 200
+        assert statuses(r) == [MISSING_SOURCE_TOPICS] and r.status[0].status_detail == "Source topics input are missing."
+        assert tasks(r.active_tasks) == []
+        assert described(c, "app")[0].group_state == "NotReady"
+        create_topic(c, "input", 4)
+        r = shb(c, "m1", 1, active=[])
+        assert statuses(r) == [MISSING_INTERNAL_TOPICS], r
+        assert "Internal topics are missing: app-counts-changelog" in r.status[0].status_detail
+        assert wait_topic(c, "app-counts-changelog") == 4  # as many partitions as tasks
+        r = shb(c, "m1", r.member_epoch, active=[])
+        assert statuses(r) == [] and r.member_epoch == 3
+        assert tasks(r.active_tasks) == [("0", p) for p in range(4)]
+        g = described(c, "app")[0]
+        assert (g.group_state, g.group_epoch, g.assignment_epoch, g.assignor_name) == ("Stable", 3, 3, None)
+        assert g.topology.subtopologies[0].state_changelog_topics[0].partitions == 4
+
+
+def test_tasks_move_only_after_they_are_revoked(broker_factory):
+    b = broker_factory(QUICK)
+    with WireClient(b.port) as c:
+        create_topic(c, "input", 4)
+        create_topic(c, "app-counts-changelog", 4)
+        a = shb(c, "a", 0)
+        assert tasks(a.active_tasks) == [("0", p) for p in range(4)]
+        owned_a = [("0", [0, 1, 2, 3])]
+        bb = shb(c, "b", 0)
+        assert bb.member_epoch == 2 and tasks(bb.active_tasks) == []  # a still holds them all
+        a = shb(c, "a", a.member_epoch, active=owned_a)
+        kept = tasks(a.active_tasks)
+        assert len(kept) == 2 and a.member_epoch == 1  # revoke two first, epoch stays
+        bb = shb(c, "b", bb.member_epoch, active=[])
+        assert tasks(bb.active_tasks) is None  # still unreleased
+        a = shb(c, "a", a.member_epoch, active=[("0", [p for _, p in kept])])
+        assert a.member_epoch == 2
+        bb = shb(c, "b", bb.member_epoch, active=[])
+        assert sorted(tasks(bb.active_tasks) + kept) == [("0", p) for p in range(4)]
+        assert described(c, "app")[0].group_state == "Stable"
+        # an offset commit needs the member's epoch; an older one only for tasks held since
+        assert commit_errors(commit(c, "app", [("input", kept[0][1], 5)], a.member_epoch, "a")) == [0]
+        assert commit_errors(commit(c, "app", [("input", kept[0][1], 5)], 9, "a")) == [ErrorCode.STALE_MEMBER_EPOCH]
+        assert commit_errors(commit(c, "app", [("input", 0, 5)], 1, "nobody")) == [ErrorCode.UNKNOWN_MEMBER_ID]
+        # leaving gives the tasks back at once
+        assert shb(c, "a", -1).member_epoch == -1
+        bb = shb(c, "b", bb.member_epoch, active=[("0", [p for _, p in tasks(bb.active_tasks)])])
+        assert tasks(bb.active_tasks) == [("0", p) for p in range(4)]
