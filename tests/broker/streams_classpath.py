@@ -26,7 +26,7 @@ POM = f"""<?xml version="1.0" encoding="UTF-8"?>
     </dependency>
     <dependency>
       <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-slf4j2-impl</artifactId>
+      <artifactId>log4j-slf4j-impl</artifactId>
       <version>2.24.3</version>
     </dependency>
   </dependencies>

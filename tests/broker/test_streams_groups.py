@@ -85,20 +85,20 @@ def test_topology_waits_for_its_source_topic_then_its_changelog_is_created(broke
     b = broker_factory(QUICK)
     with WireClient(b.port) as c:
         r = shb(c, "m1", 0)
-        assert r.error_code == 0 and r.member_epoch == 1 and r.heartbeat_interval_ms == 200
+        assert r.error_code == 0 and r.member_epoch == 2 and r.heartbeat_interval_ms == 200
         assert statuses(r) == [MISSING_SOURCE_TOPICS] and r.status[0].status_detail == "Source topics input are missing."
         assert tasks(r.active_tasks) == []
         assert described(c, "app")[0].group_state == "NotReady"
         create_topic(c, "input", 4)
-        r = shb(c, "m1", 1, active=[])
+        r = shb(c, "m1", 2, active=[])
         assert statuses(r) == [MISSING_INTERNAL_TOPICS], r
         assert "Internal topics are missing: app-counts-changelog" in r.status[0].status_detail
         assert wait_topic(c, "app-counts-changelog") == 4  # as many partitions as tasks
         r = shb(c, "m1", r.member_epoch, active=[])
-        assert statuses(r) == [] and r.member_epoch == 3
+        assert statuses(r) == [] and r.member_epoch == 4
         assert tasks(r.active_tasks) == [("0", p) for p in range(4)]
         g = described(c, "app")[0]
-        assert (g.group_state, g.group_epoch, g.assignment_epoch, g.assignor_name) == ("Stable", 3, 3, None)
+        assert (g.group_state, g.group_epoch, g.assignment_epoch, g.assignor_name) == ("Stable", 4, 4, None)
         assert g.topology.subtopologies[0].state_changelog_topics[0].partitions == 4
 
 
@@ -111,14 +111,14 @@ def test_tasks_move_only_after_they_are_revoked(broker_factory):
         assert tasks(a.active_tasks) == [("0", p) for p in range(4)]
         owned_a = [("0", [0, 1, 2, 3])]
         bb = shb(c, "b", 0)
-        assert bb.member_epoch == 2 and tasks(bb.active_tasks) == []  # a still holds them all
+        assert bb.member_epoch == 3 and tasks(bb.active_tasks) == []  # a still holds them all
         a = shb(c, "a", a.member_epoch, active=owned_a)
         kept = tasks(a.active_tasks)
-        assert len(kept) == 2 and a.member_epoch == 1  # revoke two first, epoch stays
+        assert len(kept) == 2 and a.member_epoch == 2  # revoke two first, epoch stays
         bb = shb(c, "b", bb.member_epoch, active=[])
         assert tasks(bb.active_tasks) is None  # still unreleased
         a = shb(c, "a", a.member_epoch, active=[("0", [p for _, p in kept])])
-        assert a.member_epoch == 2
+        assert a.member_epoch == 3
         bb = shb(c, "b", bb.member_epoch, active=[])
         assert sorted(tasks(bb.active_tasks) + kept) == [("0", p) for p in range(4)]
         assert described(c, "app")[0].group_state == "Stable"

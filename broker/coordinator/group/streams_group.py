@@ -163,8 +163,9 @@ class StreamsGroup:
 
     def __init__(self, group_id: str) -> None:
         self.group_id = group_id
-        self.epoch = 0
-        self.assignment_epoch = 0
+        # a new group starts at epoch 1 (as Kafka's): a member's epoch 0 means joining
+        self.epoch = 1
+        self.assignment_epoch = 1
         self.members: dict[str, StreamsMember] = {}
         self.target: dict[str, tuple[set[Task], set[Task]]] = {}
         self.topology: Topology | None = None
