@@ -2,7 +2,9 @@
 assigns the tasks): word count (tests/broker/java/WordCount.java, a repartition topic and a
 counting store with its changelog, both created by the broker), two instances, one joining
 later and the first leaving while lines keep coming; the counts must come out exact, at least
-once and exactly once (``exactly_once_v2``). The classic protocol keeps working too."""
+once and exactly once (``exactly_once_v2``). Exact at least once too: every handover here is
+graceful (a task's offsets are committed before it is revoked or closed); at least once
+counts twice only after a crash. The classic protocol keeps working too."""
 
 from __future__ import annotations
 
