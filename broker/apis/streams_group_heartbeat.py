@@ -6,11 +6,13 @@ the tasks (see ``streams_group``). With the cluster's ``streams.version`` at 0
 (cluster/features.py) streams groups are off: every request gets UNSUPPORTED_VERSION, as in
 Kafka.
 
-Kafka's checks, in its order: READ on the group (GROUP_AUTHORIZATION_FAILED); a topology
-naming an internal topic (``__consumer_offsets``, ``__transaction_state``,
-``__share_group_state``) or an illegal topic name (STREAMS_INVALID_TOPOLOGY); DESCRIBE on
-every topic it names (TOPIC_AUTHORIZATION_FAILED); then the coordinator (NOT_COORDINATOR,
-COORDINATOR_LOAD_IN_PROGRESS) and the request's own fields.
+Kafka's checks, in its order: READ on the group (GROUP_AUTHORIZATION_FAILED); then Headrace's
+bound, a topology over ``group.streams.max.topology.bytes`` (STREAMS_INVALID_TOPOLOGY, before
+any work on its names); a topology naming an internal topic (``__consumer_offsets``,
+``__transaction_state``, ``__share_group_state``) or an illegal topic name
+(STREAMS_INVALID_TOPOLOGY); DESCRIBE on every topic it names (TOPIC_AUTHORIZATION_FAILED);
+then the coordinator (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) and the request's own
+fields.
 
 Internal topics the topology needs and the cluster lacks (repartition and changelog topics)
 are created here, as Kafka's broker creates them: with CREATE on the cluster or on those
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 from headrace.broker.cluster.features import STREAMS_VERSION
 from headrace.broker.cluster.topic_admin import TopicChangeError
 from headrace.broker.config.settings import ConfigError, validate_topic_setting
+from headrace.broker.coordinator.group import streams_topology
 from headrace.broker.coordinator.group.group_configs import STREAMS_HEARTBEAT_INTERVAL
 from headrace.broker.coordinator.group.streams_topology import MISSING_INTERNAL_TOPICS
 from headrace.broker.log.topic import TopicCreationError, topic_name_error
@@ -61,16 +64,27 @@ def refusal(broker: Broker, session, request) -> tuple[int, str | None]:
     if not authorizer.allows(session, Operation.READ, GROUP, request.group_id):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, None
     if request.topology is not None:
-        named: list[str] = []
-        for s in request.topology.subtopologies:
-            for name in (
-                *s.source_topics,
-                *s.repartition_sink_topics,
-                *(t.name for t in s.repartition_source_topics),
-                *(t.name for t in s.state_changelog_topics),
-            ):
-                if name not in named:
-                    named.append(name)
+        # the bound first: nothing below looks at more than it lets in
+        limit = broker.groups.streams.max_topology_bytes
+        size = streams_topology.size(request.topology)
+        if size > limit:
+            return (
+                ErrorCode.STREAMS_INVALID_TOPOLOGY,
+                f"The topology takes {size} bytes, more than group.streams.max.topology.bytes"
+                f" ({limit}).",
+            )
+        named = list(
+            dict.fromkeys(
+                name
+                for s in request.topology.subtopologies
+                for name in (
+                    *s.source_topics,
+                    *s.repartition_sink_topics,
+                    *(t.name for t in s.repartition_source_topics),
+                    *(t.name for t in s.state_changelog_topics),
+                )
+            )
+        )
         internal = [n for n in named if n in INTERNAL_TOPICS]
         if internal:
             return (

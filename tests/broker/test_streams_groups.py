@@ -12,7 +12,7 @@ import time
 from kafkawire import WireClient
 from test_features import update
 from test_group_configs import alter
-from test_group_protocol import FAST, commit, commit_errors, create_topic
+from test_group_protocol import FAST, commit, commit_errors, create_topic, fetch_offsets
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -130,3 +130,94 @@ def test_tasks_move_only_after_they_are_revoked(broker_factory):
         assert shb(c, "a", -1).member_epoch == -1
         bb = shb(c, "b", bb.member_epoch, active=[("0", [p for _, p in tasks(bb.active_tasks)])])
         assert tasks(bb.active_tasks) == [("0", p) for p in range(4)]
+
+
+def test_streams_version_0_turns_streams_groups_off(broker_factory):
+    b = broker_factory(QUICK)
+    assert update(b.port, 1, 0, upgrade_type=2, feature="streams.version").error_code == ErrorCode.NONE
+    with WireClient(b.port) as c:
+        create_topic(c, "input", 2)
+        r = shb(c, "m1", 0)
+        assert (r.error_code, r.error_message) == (
+            ErrorCode.UNSUPPORTED_VERSION, "Streams groups are off in this cluster (streams.version 0).")
+        assert described(c, "app")[0].error_code == ErrorCode.UNSUPPORTED_VERSION
+    assert update(b.port, 1, 1, feature="streams.version").error_code == ErrorCode.NONE
+    with WireClient(b.port) as c:
+        assert shb(c, "m1", 0).error_code == ErrorCode.NONE
+
+
+def test_group_streams_max_size_refuses_members_past_it(broker_factory):
+    b = broker_factory({**QUICK, "group.streams.max.size": "2"})
+    with WireClient(b.port) as c:
+        create_topic(c, "input", 4)
+        create_topic(c, "app-counts-changelog", 4)
+        a, bb = shb(c, "a", 0), shb(c, "b", 0)
+        assert a.error_code == bb.error_code == ErrorCode.NONE
+        for i in range(200):  # a hostile client joining again and again gets nowhere
+            r = shb(c, f"x{i}", 0)
+            assert (r.error_code, r.error_message) == (
+                ErrorCode.GROUP_MAX_SIZE_REACHED, "The streams group has reached its maximum capacity of 2 members.")
+        g = described(c, "app")[0]
+        assert sorted(m.member_id for m in g.members) == ["a", "b"] and g.group_epoch == a.member_epoch + 1
+        # a member already in keeps heartbeating; one leaving makes room
+        assert shb(c, "b", bb.member_epoch, active=[]).error_code == ErrorCode.NONE
+        assert shb(c, "a", -1).error_code == ErrorCode.NONE
+        assert shb(c, "c", 0).error_code == ErrorCode.NONE
+
+
+def test_a_topology_over_group_streams_max_topology_bytes_is_refused_before_any_work(broker_factory):
+    b = broker_factory({**QUICK, "group.streams.max.topology.bytes": "1000"})
+    with WireClient(b.port) as c:
+        create_topic(c, "input", 1)
+        fits = topology(sources=[f"t{i:03d}" for i in range(100)], changelog=False)  # 400 bytes
+        r = shb(c, "m1", 0, top=fits)
+        assert r.error_code == ErrorCode.NONE and statuses(r) == [MISSING_SOURCE_TOPICS]
+        # hostile: 300,000 source topics (2 MB of names), a 2 MB topic config: refused at once
+        many = topology(sources=[f"t{i:06d}" for i in range(300_000)], changelog=False)
+        big = topology()
+        big.subtopologies[0].state_changelog_topics[0].topic_configs.append(H.KeyValue(key="x", value="y" * 2_000_000))
+        for member, top in (("m2", many), ("m3", big)):
+            start = time.monotonic()
+            r = shb(c, member, 0, group="other", top=top)
+            assert r.error_code == ErrorCode.STREAMS_INVALID_TOPOLOGY, r
+            assert r.error_message.startswith("The topology takes ") and r.error_message.endswith(
+                "bytes, more than group.streams.max.topology.bytes (1000).")
+            assert time.monotonic() - start < 5
+        # no group was made for them; a member of the group with a big topology is refused too
+        assert described(c, "other")[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        assert shb(c, "m4", 0, top=many).error_code == ErrorCode.STREAMS_INVALID_TOPOLOGY
+        assert [m.member_id for m in described(c, "app")[0].members] == ["m1"]
+
+
+def test_list_groups_and_delete_groups_of_a_streams_group(broker_factory):
+    b = broker_factory(QUICK)
+    LG, DG = messages.ListGroupsRequest, messages.DeleteGroupsRequest
+    with WireClient(b.port) as c:
+        create_topic(c, "input", 2)
+        create_topic(c, "app-counts-changelog", 2)
+        r = shb(c, "m1", 0)
+        assert commit_errors(commit(c, "app", [("input", 0, 7)], r.member_epoch, "m1", version=9)) == [0]
+
+        def listed(states=(), types=()):
+            got = c.request(ApiKey.LIST_GROUPS, 5, LG(states_filter=list(states), types_filter=list(types)))
+            return [(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in got.groups]
+
+        assert listed() == [("app", "streams", "Stable", "streams")]
+        assert listed(types=["streams"]) == listed()
+        assert listed(types=["consumer", "classic"]) == []
+        assert listed(states=["Empty"]) == []
+        # DeleteGroups: not while it has members (NON_EMPTY_GROUP), then its offsets go too
+        deleted = c.request(ApiKey.DELETE_GROUPS, 2, DG(groups_names=["app"])).results[0]
+        assert deleted.error_code == ErrorCode.NON_EMPTY_GROUP
+        assert shb(c, "m1", -1).error_code == ErrorCode.NONE
+        assert listed(states=["Empty"]) == [("app", "streams", "Empty", "streams")]
+        deleted = c.request(ApiKey.DELETE_GROUPS, 2, DG(groups_names=["app"])).results[0]
+        assert deleted.error_code == ErrorCode.NONE
+        assert listed() == []
+        assert described(c, "app")[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        assert fetch_offsets(c, "app", [("input", [0])]) == {("input", 0): -1}
+        deleted = c.request(ApiKey.DELETE_GROUPS, 2, DG(groups_names=["app"])).results[0]
+        assert deleted.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        # the id is free for another kind of group
+        assert commit_errors(commit(c, "app", [("input", 0, 3)])) == [0]
+        assert listed() == [("app", "", "Empty", "classic")]

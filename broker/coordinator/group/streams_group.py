@@ -248,7 +248,7 @@ class StreamsGroupCoordinator:
         *,
         configs: GroupConfigs,
         max_size: int,  # group.streams.max.size
-        max_topology_bytes: int,  # group.streams.max.topology.bytes
+        max_topology_bytes: int,  # group.streams.max.topology.bytes (checked by the API)
         other_kind: Callable[[str], bool],  # is this id a consumer or share group's?
         room_for_group: Callable[[], bool],  # group.max.groups
         now_ms=wall_clock_ms,
@@ -355,13 +355,6 @@ class StreamsGroupCoordinator:
             raise _Fenced(E.UNKNOWN_MEMBER_ID, _unknown(request.member_id, group_id))
         if classic is None and not self.room_for_group():
             raise _Fenced(E.COORDINATOR_NOT_AVAILABLE, "group.max.groups reached")
-        size = streams_topology.size(request.topology)
-        if size > self.max_topology_bytes:
-            raise _Fenced(
-                E.STREAMS_INVALID_TOPOLOGY,
-                f"The topology takes {size} bytes, more than group.streams.max.topology.bytes"
-                f" ({self.max_topology_bytes}).",
-            )
         group = self.groups[group_id] = StreamsGroup(group_id)
         if classic is not None:  # an empty classic group (offsets only): keep its offsets
             group.offsets = classic.offsets
