@@ -221,3 +221,59 @@ def test_list_groups_and_delete_groups_of_a_streams_group(broker_factory):
         # the id is free for another kind of group
         assert commit_errors(commit(c, "app", [("input", 0, 3)])) == [0]
         assert listed() == [("app", "", "Empty", "classic")]
+
+
+def test_offset_commits_of_a_member_with_an_older_epoch(broker_factory):
+    """Kafka's checks: a member committing with an epoch older than its own may commit the
+    partitions of tasks it was given at that epoch or before; one other partition fails the
+    whole commit (OffsetCommit: STALE_MEMBER_EPOCH; TxnOffsetCommit before v6:
+    ILLEGAL_GENERATION) and nothing is written. OffsetCommit before v9 is refused."""
+    from test_transactions_wire import init_pid
+    b = broker_factory(QUICK)
+    T = messages.TxnOffsetCommitRequest
+    with WireClient(b.port) as c:
+        create_topic(c, "input", 4)
+        create_topic(c, "app-counts-changelog", 4)
+        a = shb(c, "a", 0)
+        old = a.member_epoch
+        assert tasks(a.active_tasks) == [("0", p) for p in range(4)]
+        bb = shb(c, "b", 0)
+        a = shb(c, "a", old, active=[("0", [0, 1, 2, 3])])  # two tasks to give back
+        kept = [p for _, p in tasks(a.active_tasks)]
+        a = shb(c, "a", a.member_epoch, active=[("0", kept)])
+        assert a.member_epoch > old
+        bb = shb(c, "b", bb.member_epoch, active=[])
+        moved = [p for _, p in tasks(bb.active_tasks)]
+        assert sorted(kept + moved) == [0, 1, 2, 3]
+        # a's tasks held since ``old``: fine with ``old``; b's new tasks are not a's
+        assert commit_errors(commit(c, "app", [("input", kept[0], 5)], old, "a")) == [0]
+        both = [("input", kept[1], 6), ("input", moved[0], 6)]
+        assert commit_errors(commit(c, "app", both, old, "a")) == [ErrorCode.STALE_MEMBER_EPOCH] * 2
+        assert commit_errors(commit(c, "app", [("nosuch", 0, 6), *both], old, "a")) == [
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.STALE_MEMBER_EPOCH, ErrorCode.STALE_MEMBER_EPOCH]
+        # b's tasks were given at b's current epoch: an older one of b's is refused for them
+        assert commit_errors(commit(c, "app", [("input", moved[0], 7)], bb.member_epoch - 1, "b")) == [
+            ErrorCode.STALE_MEMBER_EPOCH]
+        assert commit_errors(commit(c, "app", [("input", moved[0], 7)], bb.member_epoch, "b")) == [0]
+        assert fetch_offsets(c, "app", [("input", [kept[0], kept[1], moved[0]])]) == {
+            ("input", kept[0]): 5, ("input", kept[1]): -1, ("input", moved[0]): 7}
+        # OffsetCommit before v9 is not for streams members; nor a commit without a member
+        assert commit_errors(commit(c, "app", [("input", kept[0], 8)], a.member_epoch, "a", version=8)) == [
+            ErrorCode.UNSUPPORTED_VERSION]
+        assert commit_errors(commit(c, "app", [("input", kept[0], 8)])) == [ErrorCode.UNKNOWN_MEMBER_ID]
+        # TxnOffsetCommit (v5: the group's offsets partition joins the transaction itself)
+        err, pid, epoch = init_pid(c, "tx")
+        assert err == 0
+
+        def txn_commit(parts, member_epoch, member="a"):
+            r = c.request(ApiKey.TXN_OFFSET_COMMIT, 5, T(
+                transactional_id="tx", group_id="app", producer_id=pid, producer_epoch=epoch,
+                generation_id_or_member_epoch=member_epoch, member_id=member, group_instance_id=None,
+                topics=[T.TxnOffsetCommitRequestTopic(name="input", partitions=[
+                    T.TxnOffsetCommitRequestPartition(partition_index=p, committed_offset=9,
+                                                      committed_metadata="") for p in parts])]))
+            return [p.error_code for t in r.topics for p in t.partitions]
+
+        assert txn_commit([kept[1], moved[0]], old) == [ErrorCode.ILLEGAL_GENERATION] * 2
+        assert txn_commit([kept[0]], a.member_epoch + 1) == [ErrorCode.ILLEGAL_GENERATION]
+        assert txn_commit([kept[0]], old) == [0]

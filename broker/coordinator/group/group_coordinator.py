@@ -268,8 +268,9 @@ class GroupCoordinator:
 
     # offsets ------------------------------------------------------------------------------------
 
-    def check_commit(self, group_id, generation, member_id, instance_id):
-        """May this commit go ahead? (error, the group, created when new for offsets only)."""
+    def check_commit(self, group_id, generation, member_id, instance_id, api_version=None):
+        """May this commit go ahead? (error, the group, created when new for offsets only).
+        ``api_version``: OffsetCommit's (None: TxnOffsetCommit), for streams groups."""
         if not group_id:
             return E.INVALID_GROUP_ID, None
         if group_id in self.share.groups:  # "Group G is not a consumer group."
@@ -280,17 +281,17 @@ class GroupCoordinator:
             return error, None if error else cgroup
         sgroup = self.streams.groups.get(group_id)
         if sgroup is not None:
-            error, _ = self.streams.check_commit(sgroup, member_id, generation)
+            error, _ = self.streams.check_commit(sgroup, member_id, generation, api_version)
             return error, None if error else sgroup
         return self.classic.check_commit(group_id, generation, member_id, instance_id)
 
-    def partition_check(self, group, member_id: str, epoch: int):
+    def partition_check(self, group, member_id: str, epoch: int, api_version=None):
         """For a streams group member committing with an older epoch: (topic, partition) ->
         error, as Kafka checks each partition's task against the epoch it was given at; else
         None (every partition is fine)."""
         if not isinstance(group, StreamsGroup):
             return None
-        return self.streams.check_commit(group, member_id, epoch)[1]
+        return self.streams.check_commit(group, member_id, epoch, api_version)[1]
 
     async def offsets_partition(self, group_id: str):
         """The partition of ``__consumer_offsets`` holding ``group_id``."""

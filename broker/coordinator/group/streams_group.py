@@ -813,15 +813,21 @@ class StreamsGroupCoordinator:
             return E.NON_EMPTY_GROUP
         return E.NONE
 
-    def check_commit(self, group: StreamsGroup, member_id: str, epoch: int):
-        """(error, per-partition check or None) for an offset commit of a member."""
+    def check_commit(
+        self, group: StreamsGroup, member_id: str, epoch: int, api_version: int | None = None
+    ):
+        """(error, per-partition check or None) for an offset commit of a member
+        (``api_version`` of OffsetCommit; None for TxnOffsetCommit), as Kafka's
+        ``StreamsGroup.validateOffsetCommit``."""
         if epoch < 0 and not group.members:
             return E.NONE, None
-        if epoch == -1 and not member_id:
+        if epoch == -1 and not member_id and api_version is None:
             return E.NONE, None  # a transactional commit without a member
         member = group.members.get(member_id)
         if member is None:
             return E.UNKNOWN_MEMBER_ID, None
+        if api_version is not None and api_version < 9:
+            return E.UNSUPPORTED_VERSION, None  # "OffsetCommit version 9 or above must be used"
         if epoch == member.epoch:
             return E.NONE, None
         if epoch > member.epoch:
