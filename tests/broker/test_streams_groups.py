@@ -277,3 +277,23 @@ def test_offset_commits_of_a_member_with_an_older_epoch(broker_factory):
         assert txn_commit([kept[1], moved[0]], old) == [ErrorCode.ILLEGAL_GENERATION] * 2
         assert txn_commit([kept[0]], a.member_epoch + 1) == [ErrorCode.ILLEGAL_GENERATION]
         assert txn_commit([kept[0]], old) == [0]
+
+
+def test_a_hostile_partition_count_for_an_internal_topic_is_refused_by_max_broker_partitions(broker_factory):
+    b = broker_factory({**QUICK, "max.broker.partitions": "1000"})
+    with WireClient(b.port) as c:
+        create_topic(c, "input", 2)
+        top = topology(repartition=True)
+        top.subtopologies[1].repartition_source_topics[0].partitions = 2**31 - 1
+        r = shb(c, "m1", 0, top=top)
+        deadline = time.time() + 10
+        while "Creation failed" not in (r.status[0].status_detail if r.status else ""):
+            assert time.time() < deadline, r
+            time.sleep(0.1)
+            r = shb(c, "m1", r.member_epoch, top=top, active=[])
+        assert statuses(r) == [MISSING_INTERNAL_TOPICS]
+        assert "app-by-word-repartition (" in r.status[0].status_detail
+        assert "max.broker.partitions is 1000" in r.status[0].status_detail, r.status[0].status_detail
+        assert tasks(r.active_tasks) in (None, [])
+        md = c.request(ApiKey.METADATA, 12, messages.MetadataRequest(topics=None, allow_auto_topic_creation=False))
+        assert sorted(t.name for t in md.topics) == ["input"]
