@@ -337,6 +337,11 @@ class GroupCoordinator:
         (written to the log as its transactional batch): held until the marker."""
         self.txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
 
+    def pending_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """The partitions of ``group_id`` with offsets committed in a transaction that has not
+        ended (OffsetFetch with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for them)."""
+        return {key for held in self.txn_offsets.values() for key in held.get(group_id, ())}
+
     async def complete_txn(self, producer_id: int, partition: int, commit: bool) -> int:
         """The transaction of ``producer_id`` ends on partition ``partition`` of
         ``__consumer_offsets`` (its marker follows): the offsets it holds for the groups of
