@@ -28,6 +28,8 @@ consumer groups     consumer_group_heartbeat.py, consumer_group_describe.py (KIP
 share groups        share_group_heartbeat.py, share_group_describe.py, share_fetch.py,
                     share_acknowledge.py (KIP-932), describe_share_group_offsets.py,
                     alter_share_group_offsets.py, delete_share_group_offsets.py
+streams groups      streams_group_heartbeat.py, streams_group_describe.py,
+                    streams_group_topology_description_update.py (KIP-1071)
 offsets             offset_commit.py, offset_fetch.py, offset_delete.py
 transactions        init_producer_id.py, add_partitions_to_txn.py, add_offsets_to_txn.py,
                     txn_offset_commit.py, end_txn.py, write_txn_markers.py

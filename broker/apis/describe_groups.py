@@ -1,11 +1,11 @@
 """DescribeGroups (key 15), versions 0-6: a group's state, protocol and members.
 
 Member metadata and assignments are given only while the group is Stable, as in Kafka. An
-unknown group is described as Dead; from v6 it also gets GROUP_ID_NOT_FOUND. A KIP-848 or a
-share group is not a classic group, and Kafka 4.x answers it the same way (Dead; from v6
-GROUP_ID_NOT_FOUND, "Group G is not a classic group."): the admin client asks
-ConsumerGroupDescribe (or ShareGroupDescribe) first and comes here only for groups that are
-not of that kind.
+unknown group is described as Dead; from v6 it also gets GROUP_ID_NOT_FOUND. A KIP-848, a
+share or a streams group is not a classic group, and Kafka 4.x answers it the same way (Dead;
+from v6 GROUP_ID_NOT_FOUND, "Group G is not a classic group."): the admin client asks
+ConsumerGroupDescribe (or ShareGroupDescribe, StreamsGroupDescribe) first and comes here only
+for groups that are not of that kind.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def handle(broker: Broker, header, request: messages.DescribeGroupsRequest):
             out.append(undescribed(R.DescribedGroup, group_id, refused, ops))
             continue
         if group is None or group.state is DEAD:
-            if broker.groups.group_type(group_id) in ("consumer", "share"):
+            if broker.groups.group_type(group_id) in ("consumer", "share", "streams"):
                 message = f"Group {group_id} is not a classic group."
             else:
                 message = f"Group {group_id} not found."

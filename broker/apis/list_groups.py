@@ -1,8 +1,9 @@
 """ListGroups (key 16), versions 0-5: every group, filtered by state (v4+) and type (v5+).
 
 Classic groups have type "classic", KIP-848 groups "consumer", KIP-932 share groups "share"
-(Empty or Stable). Groups that only hold committed offsets are listed Empty, with no protocol
-type.
+(Empty or Stable), KIP-1071 streams groups "streams" (protocol type "streams"; the state
+NotReady is matched by the filter "not_ready" as in Kafka, or "notready"). Groups that only
+hold committed offsets are listed Empty, with no protocol type.
 """
 
 from __future__ import annotations
@@ -76,6 +77,21 @@ def handle(broker: Broker, header, request: messages.ListGroupsRequest):
                 protocol_type="share",
                 group_state=state,
                 group_type="share",
+            )
+        )
+    for streams_group in broker.groups.streams.groups.values():
+        state = streams_group.state_name
+        if hidden(streams_group.group_id):
+            continue
+        names = {state.lower(), "not_ready" if state == "NotReady" else state.lower()}
+        if (states and not names & set(states)) or (types and "streams" not in types):
+            continue
+        out.append(
+            R.ListedGroup(
+                group_id=streams_group.group_id,
+                protocol_type="streams",
+                group_state=state,
+                group_type="streams",
             )
         )
     return R(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=out)

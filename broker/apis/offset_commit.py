@@ -5,7 +5,12 @@ A member of an active group commits with its member id and generation (checked a
 rebalance); a commit with generation -1 and no member id stores offsets for a group without
 members (``assign()`` consumers, admin tools). Partitions that do not exist get
 UNKNOWN_TOPIC_OR_PARTITION (v10 names topics by id: UNKNOWN_TOPIC_ID), metadata over 4096
-bytes OFFSET_METADATA_TOO_LARGE. The accepted ones are written to ``__consumer_offsets`` as
+bytes OFFSET_METADATA_TOO_LARGE. A streams group member committing with an epoch older than
+its own may commit only partitions of tasks it was given at that epoch or before (and still
+holds or is giving back); one other partition fails the whole commit with
+STALE_MEMBER_EPOCH (every partition that reached the group's checks, nothing written), as
+Kafka's CommitPartitionValidator throws. A streams member must commit with v9 or later
+(UNSUPPORTED_VERSION). The accepted ones are written to ``__consumer_offsets`` as
 one batch and acknowledged after it is flushed. The checks happen in arrival order, before
 the write is awaited.
 """
@@ -41,14 +46,24 @@ def handle(broker: Broker, header, request: messages.OffsetCommitRequest):
         request.generation_id_or_member_epoch,
         request.member_id,
         request.group_instance_id if version >= 7 else None,
+        version,
     )
     authorizer, session = broker.authorizer, header.session
     refused = group_refusal(broker, session, Operation.READ, request.group_id)
     if refused:
         error, group = refused, None
     now = wall_clock_ms()
+    # a streams group member committing with an older epoch: each partition's task must have
+    # been given to it at that epoch or before (Kafka's check)
+    stale = None
+    if group is not None and not error:
+        stale = broker.groups.partition_check(
+            group, request.member_id, request.generation_id_or_member_epoch, version
+        )
     topics = []
     entries = []  # (response partition, topic, partition, committed offset)
+    checked = []  # the response partitions that reached the group's checks
+    refused_all = False
     for t in request.topics:
         topic = broker.topics.find(None if by_id else t.name, t.topic_id)
         out = R.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[])
@@ -76,11 +91,19 @@ def handle(broker: Broker, header, request: messages.OffsetCommitRequest):
                 and len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES
             ):
                 resp.error_code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                checked.append(resp)
             else:
+                if stale is not None and stale(topic.name, p.partition_index):
+                    refused_all = True
                 c = CommittedOffset(
                     p.committed_offset, p.committed_leader_epoch, p.committed_metadata or "", now
                 )
                 entries.append((resp, topic.name, p.partition_index, c))
+                checked.append(resp)
+    if refused_all:  # Kafka's check throws: the whole commit fails, nothing is written
+        for resp in checked:
+            resp.error_code = ErrorCode.STALE_MEMBER_EPOCH
+        entries = []
     response = R(throttle_time_ms=0, topics=topics)
     if not entries:
         return response

@@ -2,9 +2,12 @@
 
 v1-7 ask for one group; v8+ for several at once. Topics may be null (v2+): every committed
 offset of the group. A partition without a committed offset gets offset -1 and no error, as
-in Kafka. v10 names topics by id. Offsets are written before they are acknowledged, and
-there are no transactions, so ``require_stable`` has nothing to wait for. A share group's id
-gets GROUP_ID_NOT_FOUND (share groups commit no offsets), as in Kafka.
+in Kafka. v10 names topics by id. Offsets are written before they are acknowledged. With
+``require_stable`` (v7+, read_committed consumers) a partition that has offsets committed in a
+transaction not ended yet (TxnOffsetCommit, held until the marker) gets
+UNSTABLE_OFFSET_COMMIT and offset -1, as in Kafka: the consumer asks again rather than start
+from an offset the transaction may be about to replace. A share group's id gets
+GROUP_ID_NOT_FOUND (share groups commit no offsets), as in Kafka.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ def handle(broker: Broker, header, request: messages.OffsetFetchRequest):
     session = header.session
     if version < 8:
         group_id = request.group_id
-        error, answers = _group(broker, session, group_id, request.topics, False)
+        stable = version >= 7 and request.require_stable
+        error, answers = _group(broker, session, group_id, request.topics, False, stable)
         return R(
             throttle_time_ms=0,
             error_code=error,
@@ -47,7 +51,9 @@ def handle(broker: Broker, header, request: messages.OffsetFetchRequest):
     by_id = version >= 10
     groups = []
     for g in request.groups:
-        error, answers = _group(broker, session, g.group_id, g.topics, by_id)
+        error, answers = _group(
+            broker, session, g.group_id, g.topics, by_id, request.require_stable
+        )
         groups.append(
             R.OffsetFetchResponseGroup(
                 group_id=g.group_id,
@@ -79,7 +85,7 @@ def _partitions(cls, parts):
     ]
 
 
-def _group(broker: Broker, session, group_id, topics, by_id):
+def _group(broker: Broker, session, group_id, topics, by_id, stable: bool):
     """(group error, [(topic name, topic id, [(partition, offset, epoch, metadata, error)])]).
     Authorization (Kafka's): DESCRIBE on the group, and on each topic (all topics: those not
     allowed are left out; named ones get TOPIC_AUTHORIZATION_FAILED)."""
@@ -92,12 +98,21 @@ def _group(broker: Broker, session, group_id, topics, by_id):
     if broker.groups.group_type(group_id) == "share":  # no committed offsets, as in Kafka
         return ErrorCode.GROUP_ID_NOT_FOUND, []
     offsets = broker.groups.fetch_offsets(group_id)
+    pending = broker.groups.pending_offsets(group_id) if stable else set()
     answers = []
     if topics is None:
         by_topic: dict[str, list] = {}
         for (t, p), committed in sorted(offsets.items()):
             by_topic.setdefault(t, []).append(
-                (p, committed.offset, committed.leader_epoch, committed.metadata, ErrorCode.NONE)
+                (p, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+                if (t, p) in pending
+                else (
+                    p,
+                    committed.offset,
+                    committed.leader_epoch,
+                    committed.metadata,
+                    ErrorCode.NONE,
+                )
             )
         name: str | None
         for name, parts in by_topic.items():
@@ -120,6 +135,8 @@ def _group(broker: Broker, session, group_id, topics, by_id):
             c = offsets.get((name, p)) if name is not None else None
             if not allowed:
                 parts.append((p, -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            elif (name, p) in pending:
+                parts.append((p, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT))
             elif c is None:
                 parts.append((p, -1, -1, "", ErrorCode.NONE))
             else:

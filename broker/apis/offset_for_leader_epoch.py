@@ -9,8 +9,13 @@ next one, or the log end for the current one), from its leader-epoch cache
 Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere, or UNKNOWN_LEADER_EPOCH
 when the asker knows a newer leader epoch than this broker has seen:
 ``fetch.not_served_error``). The request's ``current_leader_epoch``, when given, is checked as
-Fetch checks it: an older one gets FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH. A
-partition without an epoch cache (one broker on its own) answers (-1, -1): no epoch is known.
+Fetch checks it: an older one gets FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH.
+
+A broker on its own keeps no epoch cache: it has led every partition in leader epoch 0 (as
+Metadata says) since the log began, so it answers as Kafka's cache with that one epoch would:
+epoch 0 ends at the log end, any other is unknown (-1, -1). (Answering (-1, -1) for epoch 0
+made a Java consumer resuming from an offset committed with leader epoch 0 see a truncation
+and reset to auto.offset.reset, reprocessing what it had committed.)
 """
 
 from __future__ import annotations
@@ -57,7 +62,10 @@ def handle(broker: Broker, header, request: messages.OffsetForLeaderEpochRequest
                     result.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
                     continue
             epochs = partition.epochs
-            if epochs is None:
+            if epochs is None:  # a broker on its own: one leader epoch since the log began
+                if p.leader_epoch == broker.cluster.leader_epoch(t.topic, p.partition):
+                    result.leader_epoch = p.leader_epoch
+                    result.end_offset = partition.log.log_end_offset
                 continue
             result.leader_epoch, result.end_offset = epochs.end_offset_for(
                 p.leader_epoch, partition.log.log_end_offset

@@ -76,9 +76,12 @@ API_MODULES = (
     "write_share_group_state",  # 85
     "delete_share_group_state",  # 86
     "read_share_group_state_summary",  # 87
+    "streams_group_heartbeat",  # 88
+    "streams_group_describe",  # 89
     "describe_share_group_offsets",  # 90
     "alter_share_group_offsets",  # 91
     "delete_share_group_offsets",  # 92
+    "streams_group_topology_description_update",  # 93
 )
 APIS = {
     m.API_KEY: m for m in (importlib.import_module(f"{__package__}.{name}") for name in API_MODULES)

@@ -6,7 +6,9 @@ else INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING or PRODUCER_FENCED (INVALID_
 before v3); elsewhere the partition's producer state fences an old epoch, as in Kafka before
 KIP-890. From v5 (transactions v2, KIP-890) there is no AddOffsetsToTxn: the group's partition
 of ``__consumer_offsets`` joins the transaction here first (``AddPartitionsToTxnManager.join``).
-From v3 a member id and generation are checked against the group like OffsetCommit's. The
+From v3 a member id and generation are checked against the group like OffsetCommit's
+(STALE_MEMBER_EPOCH is ILLEGAL_GENERATION here, as Kafka answers before v6), a streams group
+member's older epoch partition by partition (one refused fails the whole commit). The
 offsets are written to the group's partition of ``__consumer_offsets`` as one transactional
 batch of the producer and held by the group coordinator until the transaction's marker
 reaches that partition: a commit makes them the group's committed offsets, an abort drops
@@ -107,18 +109,25 @@ def _commit(broker: Broker, header, request: messages.TxnOffsetCommitRequest):
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE  # group.max.groups: no new group
     if error == ErrorCode.PRODUCER_FENCED and version < 3:
         error = ErrorCode.INVALID_PRODUCER_EPOCH
+    stale = None  # a streams member's older epoch: (topic, partition) -> refused?
     if (
         not error
         and version >= 3
         and request.member_id
         and request.generation_id_or_member_epoch >= 0
     ):
-        error, _ = broker.groups.check_commit(
+        error, group = broker.groups.check_commit(
             group_id,
             request.generation_id_or_member_epoch,
             request.member_id,
             request.group_instance_id,
         )
+        if not error:
+            stale = broker.groups.partition_check(
+                group, request.member_id, request.generation_id_or_member_epoch
+            )
+    if error == ErrorCode.STALE_MEMBER_EPOCH:  # Kafka's answer before v6
+        error = ErrorCode.ILLEGAL_GENERATION
     if error:
         return _respond(request, lambda t, p: error)
     now = wall_clock_ms()
@@ -136,6 +145,9 @@ def _commit(broker: Broker, header, request: messages.TxnOffsetCommitRequest):
                 and len(p.committed_metadata.encode()) > OFFSET_METADATA_MAX_BYTES
             ):
                 codes[(t.name, p.partition_index)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            elif stale is not None and stale(t.name, p.partition_index):
+                # Kafka's check throws: the whole commit fails (ILLEGAL_GENERATION before v6)
+                return _respond(request, lambda t, p: ErrorCode.ILLEGAL_GENERATION)
             else:
                 codes[(t.name, p.partition_index)] = ErrorCode.NONE
                 offsets[(t.name, p.partition_index)] = CommittedOffset(

@@ -280,6 +280,9 @@ class BrokerCollector(Collector):
         for share_group in list(groups.share.groups.values()):
             key = ("share", share_group.state_name)
             counts[key] = counts.get(key, 0) + 1
+        for streams_group in list(groups.streams.groups.values()):
+            key = ("streams", streams_group.state_name)
+            counts[key] = counts.get(key, 0) + 1
         for (kind, state), n in sorted(counts.items()):
             states.add_metric([kind, state], n)
         yield states

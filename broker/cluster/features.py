@@ -44,15 +44,24 @@ TRANSACTION_VERSION = "transaction.version"
 # 1: KIP-932's share groups (ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch,
 # ShareAcknowledge); 2: their dead-letter queues (KIP-1191, share/dead_letters.py)
 SHARE_VERSION = "share.version"
+# 1: KIP-1071's streams groups (StreamsGroupHeartbeat, StreamsGroupDescribe); Kafka's levels
+# are 0-1 and a new 4.4 cluster starts at 1
+STREAMS_VERSION = "streams.version"
 
 # name -> (min, max) levels this broker implements
 SUPPORTED: dict[str, tuple[int, int]] = {
     GROUP_VERSION: (0, 1),
     SHARE_VERSION: (0, 2),
+    STREAMS_VERSION: (0, 1),
     TRANSACTION_VERSION: (0, 2),
 }
 # the levels a new cluster starts at (Kafka 4.4's)
-DEFAULTS: dict[str, int] = {GROUP_VERSION: 1, SHARE_VERSION: 2, TRANSACTION_VERSION: 2}
+DEFAULTS: dict[str, int] = {
+    GROUP_VERSION: 1,
+    SHARE_VERSION: 2,
+    STREAMS_VERSION: 1,
+    TRANSACTION_VERSION: 2,
+}
 
 # UpdateFeatures' upgrade types (v1+; v0's AllowDowngrade is SAFE_DOWNGRADE)
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3

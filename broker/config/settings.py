@@ -881,6 +881,73 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Most members in one share group (else GROUP_MAX_SIZE_REACHED).",
         ),
         Setting(
+            "group.streams.session.timeout.ms",
+            "int",
+            45000,
+            "Session timeout of streams group (KIP-1071) members.",
+        ),
+        Setting(
+            "group.streams.min.session.timeout.ms",
+            "int",
+            45000,
+            "Smallest streams.session.timeout.ms a group config may set.",
+        ),
+        Setting(
+            "group.streams.max.session.timeout.ms",
+            "int",
+            60000,
+            "Largest streams.session.timeout.ms a group config may set.",
+        ),
+        Setting(
+            "group.streams.heartbeat.interval.ms",
+            "int",
+            5000,
+            "Heartbeat interval given to streams group members.",
+        ),
+        Setting(
+            "group.streams.min.heartbeat.interval.ms",
+            "int",
+            5000,
+            "Smallest streams.heartbeat.interval.ms a group config may set.",
+        ),
+        Setting(
+            "group.streams.max.heartbeat.interval.ms",
+            "int",
+            15000,
+            "Largest streams.heartbeat.interval.ms a group config may set.",
+        ),
+        Setting(
+            "group.streams.max.size",
+            "int",
+            2147483647,
+            "Most members in one streams group (else GROUP_MAX_SIZE_REACHED).",
+        ),
+        Setting(
+            "group.streams.num.standby.replicas",
+            "int",
+            0,
+            "Standby replicas of each stateful task of a streams group.",
+        ),
+        Setting(
+            "group.streams.max.standby.replicas",
+            "int",
+            2,
+            "Largest streams.num.standby.replicas a group config may set.",
+        ),
+        Setting(
+            "group.streams.initial.rebalance.delay.ms",
+            "int",
+            3000,
+            "How long a new streams group waits for more members before its first assignment.",
+        ),
+        Setting(
+            "group.streams.max.topology.bytes",
+            "int",
+            1048576,
+            "Largest topology (its subtopologies' topic names and configs, in bytes) a"
+            " streams group member may send (else STREAMS_INVALID_TOPOLOGY).",
+        ),
+        Setting(
             "producer.id.expiration.ms",
             "int",
             86400000,

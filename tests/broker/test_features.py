@@ -20,8 +20,9 @@ from headrace.protocol import ApiKey, ErrorCode, messages
 FEATURES = "org.apache.kafka.tools.FeatureCommand"
 KAFKA_4_4 = "4.4.0"
 UF = messages.UpdateFeaturesRequest
-FINAL = {"group.version": (1, 1), "share.version": (2, 2), "transaction.version": (2, 2)}  # a new cluster's
-ONLY_TV = {"share.version": (2, 2), "transaction.version": (2, 2)}  # with group.version 0
+FINAL = {  # a new cluster's
+    "group.version": (1, 1), "share.version": (2, 2), "streams.version": (1, 1), "transaction.version": (2, 2)}
+ONLY_TV = {"share.version": (2, 2), "streams.version": (1, 1), "transaction.version": (2, 2)}  # group.version 0
 java = pytest.mark.skipif(shutil.which("java") is None or shutil.which("mvn") is None, reason="no java/mvn")
 
 
@@ -61,7 +62,8 @@ def heartbeat_error(port: int) -> int:
 def test_api_versions_lists_features_and_update_features_changes_them(broker):
     supported, finalized, epoch = api_versions(broker.port)
     # the KRaft-only features are not among them
-    assert supported == {"group.version": (0, 1), "share.version": (0, 2), "transaction.version": (0, 2)}
+    assert supported == {
+        "group.version": (0, 1), "share.version": (0, 2), "streams.version": (0, 1), "transaction.version": (0, 2)}
     assert finalized == FINAL and epoch == 0
     # below v4 a feature supported from level 0 is left out (older clients refuse a minimum of 0)
     assert api_versions(broker.port, 3) == ({}, FINAL, 0)
@@ -138,6 +140,8 @@ def test_kafka_features_tool_describes_upgrades_and_disables(broker):
          "FinalizedVersionLevel:", "1", "Epoch:", "0"],
         ["Feature:", "share.version", "SupportedMinVersion:", "0", "SupportedMaxVersion:", "2",
          "FinalizedVersionLevel:", "2", "Epoch:", "0"],
+        ["Feature:", "streams.version", "SupportedMinVersion:", "0", "SupportedMaxVersion:", "1",
+         "FinalizedVersionLevel:", "1", "Epoch:", "0"],
         ["Feature:", "transaction.version", "SupportedMinVersion:", "0", "SupportedMaxVersion:", "2",
          "FinalizedVersionLevel:", "2", "Epoch:", "0"]]
     done = features_tool(b, "disable", "--feature", "group.version")
@@ -147,8 +151,8 @@ def test_kafka_features_tool_describes_upgrades_and_disables(broker):
     assert "Could not upgrade group.version to 2. Invalid update version 2 for feature group.version." in refused.stdout
     refused = features_tool(b, "upgrade", "--feature", "share.version=3")
     assert refused.returncode != 0 and "only supports versions 0-2" in refused.stdout
-    refused = features_tool(b, "upgrade", "--feature", "streams.version=1")
-    assert refused.returncode != 0 and "does not support this feature" in refused.stdout
+    refused = features_tool(b, "upgrade", "--feature", "streams.version=2")
+    assert refused.returncode != 0 and "only supports versions 0-1" in refused.stdout
     done = features_tool(b, "upgrade", "--feature", "group.version=1")
     assert done.returncode == 0 and "group.version was upgraded to 1." in done.stdout
     assert "FinalizedVersionLevel: 1" in features_tool(b, "describe").stdout
@@ -200,7 +204,7 @@ def test_a_level_every_live_broker_must_support(tmp_path):
         await features.start()
         old = {1: registration(), 2: ()}  # broker 2 knows no features
         await features.update({"group.version": (0, 2)}, old, validate_only=False)  # off: always possible
-        assert (features.levels, features.epoch) == ({"share.version": 2, "transaction.version": 2}, 1)
+        assert (features.levels, features.epoch) == ({"share.version": 2, "streams.version": 1, "transaction.version": 2}, 1)
         up = {"group.version": (1, 1)}
         for live, reason in [
             (old, "Broker 2 does not support this feature."),
@@ -210,9 +214,9 @@ def test_a_level_every_live_broker_must_support(tmp_path):
                 await features.update(up, live, validate_only=False)
             assert refused.value.code == ErrorCode.INVALID_UPDATE_VERSION
             assert refused.value.message.endswith(reason)
-        assert (features.levels, features.epoch) == ({"share.version": 2, "transaction.version": 2}, 1)
+        assert (features.levels, features.epoch) == ({"share.version": 2, "streams.version": 1, "transaction.version": 2}, 1)
         await features.update(up, {1: registration(), 2: (("group.version", 0, 1),)}, validate_only=False)
-        levels = {"group.version": 1, "share.version": 2, "transaction.version": 2}
+        levels = {"group.version": 1, "share.version": 2, "streams.version": 1, "transaction.version": 2}
         assert (features.levels, features.epoch) == (levels, 2)
         assert json.loads((tmp_path / "features.json").read_text()) == {"epoch": 2, "levels": levels}
 

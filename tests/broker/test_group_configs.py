@@ -32,7 +32,9 @@ DEFAULTS = {
     "share.auto.offset.reset": ("latest", 5), "share.delivery.count.limit": ("5", 5),
     "share.heartbeat.interval.ms": ("5000", 5), "share.isolation.level": ("read_uncommitted", 5),
     "share.partition.max.record.locks": ("2000", 5), "share.record.lock.duration.ms": ("30000", 5),
-    "share.session.timeout.ms": ("45000", 5),
+    "share.session.timeout.ms": ("45000", 5), "streams.heartbeat.interval.ms": ("5000", 5),
+    "streams.initial.rebalance.delay.ms": ("3000", 5), "streams.num.standby.replicas": ("0", 5),
+    "streams.session.timeout.ms": ("45000", 5),
     "errors.deadletterqueue.topic.name": ("", 5), "errors.deadletterqueue.copy.record.enable": ("false", 5)}
 # bounds low enough for a test to see a session end
 QUICK = {"group.consumer.min.session.timeout.ms": "1000", "group.consumer.min.heartbeat.interval.ms": "100",
@@ -274,3 +276,24 @@ def test_kafka_topics_describe_uses_describe_topic_partitions(broker):
     assert shown.returncode == 0
     rows = [line.split() for line in shown.stdout.splitlines() if "Partition:" in line]
     assert [(r[3], r[5]) for r in rows] == [("0", "1"), ("1", "1"), ("2", "1")]
+
+
+def test_streams_group_configs_are_checked_as_kafka_checks_them(broker):
+    for name, value, message in [
+        ("streams.session.timeout.ms", 1000, "streams.session.timeout.ms must be in the range 45000 to 60000 inclusive."),
+        ("streams.heartbeat.interval.ms", 20000,
+         "streams.heartbeat.interval.ms must be in the range 5000 to 15000 inclusive."),
+        ("streams.num.standby.replicas", 3, "streams.num.standby.replicas must be less than or equal to 2"),
+        ("streams.num.standby.replicas", -1,
+         "Invalid value -1 for configuration streams.num.standby.replicas: Value must be at least 0"),
+        ("streams.initial.rebalance.delay.ms", -5,
+         "Invalid value -5 for configuration streams.initial.rebalance.delay.ms: Value must be at least 0"),
+        ("streams.assignment.interval.ms", 0, "Unknown group config name: streams.assignment.interval.ms"),
+    ]:
+        code, got = alter(broker.port, "g", **{name.replace(".", "_"): value})
+        assert code == ErrorCode.INVALID_CONFIG and message in got, got
+    assert alter(broker.port, "g", streams_num_standby_replicas=2, streams_initial_rebalance_delay_ms=0) == (0, None)
+    shown = described(broker.port, "g")
+    assert shown["streams.num.standby.replicas"] == ("2", 8) and shown["streams.initial.rebalance.delay.ms"] == ("0", 8)
+    assert alter(broker.port, "g", streams_num_standby_replicas=None, streams_initial_rebalance_delay_ms=None)[0] == 0
+    assert described(broker.port, "g") == DEFAULTS

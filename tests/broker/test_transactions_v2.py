@@ -111,8 +111,26 @@ def test_txn_offset_commit_v5_joins_the_groups_partition(broker_factory):
         assert r.topics[0].partitions[0].error_code == E.NONE
         state, _, partitions = describe(c, "tx")
         assert state == "Ongoing" and [t for t, _ in partitions] == ["__consumer_offsets"]
-        assert end_txn_v5(c, "tx", pid, epoch, True) == (E.NONE, pid, epoch + 1)
+        # until the transaction ends: UNSTABLE_OFFSET_COMMIT for a consumer asking for stable
+        # offsets (read_committed), the last committed one (none) for others
         F = messages.OffsetFetchRequest
+
+        def fetched(version, stable):
+            if version == 7:
+                got = c.request(ApiKey.OFFSET_FETCH, 7, F(group_id="g", topics=[
+                    F.OffsetFetchRequestTopic(name="t", partition_indexes=[0])], require_stable=stable))
+                p = got.topics[0].partitions[0]
+            else:
+                got = c.request(ApiKey.OFFSET_FETCH, 8, F(groups=[F.OffsetFetchRequestGroup(
+                    group_id="g", topics=[F.OffsetFetchRequestTopics(name="t", partition_indexes=[0])])],
+                    require_stable=stable))
+                p = got.groups[0].topics[0].partitions[0]
+            return p.error_code, p.committed_offset
+
+        for version in (7, 8):
+            assert fetched(version, True) == (E.UNSTABLE_OFFSET_COMMIT, -1)
+            assert fetched(version, False) == (E.NONE, -1)
+        assert end_txn_v5(c, "tx", pid, epoch, True) == (E.NONE, pid, epoch + 1)
         got = c.request(ApiKey.OFFSET_FETCH, 7, F(group_id="g", topics=[
             F.OffsetFetchRequestTopic(name="t", partition_indexes=[0])], require_stable=True))
         assert got.topics[0].partitions[0].committed_offset == 7

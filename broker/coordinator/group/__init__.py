@@ -1,8 +1,9 @@
-"""headrace.broker.coordinator.group: the group coordinator: classic, KIP-848 consumer and
-KIP-932 share groups, and committed offsets in ``__consumer_offsets``.
+"""headrace.broker.coordinator.group: the group coordinator: classic, KIP-848 consumer,
+KIP-932 share and KIP-1071 streams groups, and committed offsets in ``__consumer_offsets``.
 
-group_coordinator.py    The group coordinator: classic, KIP-848 consumer and KIP-932 share
-                        groups, and the committed offsets of the first two
+group_coordinator.py    The group coordinator: classic, KIP-848 consumer, KIP-932 share and
+                        KIP-1071 streams groups, and the committed offsets of all but share
+                        groups
 classic_coordinator.py  Classic groups: JoinGroup, SyncGroup, Heartbeat and LeaveGroup, the
                         rebalance between them
 classic_group.py        The classic group model: a group, its members and the answer to a
@@ -12,6 +13,10 @@ consumer_group.py       KIP-848 consumer groups: the broker assigns, members rec
                         heartbeats
 share_group.py          KIP-932 share groups: the broker assigns partitions, and members may
                         share one
+streams_group.py        KIP-1071 streams groups: the broker assigns a Kafka Streams
+                        application's tasks
+streams_topology.py     A streams group's topology, and what the cluster's topics make of it
+streams_assignor.py     The "sticky" task assignor of streams groups
 group_sessions.py       Member sessions, for every kind of group
 group_configs.py        Group configs (the GROUP config resource): a group's own settings
 offset_store.py         Committed offsets of every group, classic and KIP-848, kept in

@@ -8,11 +8,13 @@ An int one has the broker setting that is its default and the two broker setting
 it (Kafka's names: ``consumer.session.timeout.ms`` defaults to
 ``group.consumer.session.timeout.ms`` and lies within
 ``group.consumer.min/max.session.timeout.ms``; ``share.record.lock.duration.ms`` within
-``group.share.min/max.record.lock.duration.ms``). A string one has a fixed default and a
+``group.share.min/max.record.lock.duration.ms``); a few have one bound only, as in Kafka
+(``streams.num.standby.replicas`` at most ``group.streams.max.standby.replicas``,
+``streams.initial.rebalance.delay.ms`` at least 0). A string one has a fixed default and a
 check of its own (``share.auto.offset.reset``: earliest, latest or by_duration:<ISO 8601
-duration>; ``share.isolation.level``). A name Kafka knows for a kind of group Headrace does
-not run yet (streams groups, share groups' dead-letter queues) is refused as unknown, not
-stored and ignored.
+duration>; ``share.isolation.level``). A name Kafka knows for something Headrace does not
+run (share groups' dead-letter queues; streams groups' assignment interval, rack-aware
+tags, warm-up replicas, assignor choice) is refused as unknown, not stored and ignored.
 
 The configs are cluster-wide, not a group's state: they may be set before the group exists
 and stay when it is deleted, as in Kafka. They live in one document (cluster/documents.py)
@@ -50,6 +52,10 @@ class GroupSetting:
 
 SESSION_TIMEOUT = "consumer.session.timeout.ms"
 HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"
+STREAMS_SESSION_TIMEOUT = "streams.session.timeout.ms"
+STREAMS_HEARTBEAT_INTERVAL = "streams.heartbeat.interval.ms"
+STREAMS_NUM_STANDBY_REPLICAS = "streams.num.standby.replicas"
+STREAMS_INITIAL_REBALANCE_DELAY = "streams.initial.rebalance.delay.ms"
 SHARE_SESSION_TIMEOUT = "share.session.timeout.ms"
 SHARE_HEARTBEAT_INTERVAL = "share.heartbeat.interval.ms"
 SHARE_RECORD_LOCK_DURATION = "share.record.lock.duration.ms"
@@ -189,6 +195,31 @@ GROUP_SETTINGS = {
             " acknowledged at once.",
             floor=100,
         ),
+        _bounded(
+            STREAMS_SESSION_TIMEOUT,
+            "The timeout to detect client failures when using the streams group protocol.",
+        ),
+        _bounded(
+            STREAMS_HEARTBEAT_INTERVAL,
+            "The heartbeat interval given to the members of a streams group.",
+        ),
+        GroupSetting(
+            STREAMS_NUM_STANDBY_REPLICAS,
+            "group.streams.num.standby.replicas",
+            None,
+            "group.streams.max.standby.replicas",
+            "The number of standby replicas for each stateful task of a streams group.",
+            floor=0,
+        ),
+        GroupSetting(
+            STREAMS_INITIAL_REBALANCE_DELAY,
+            "group.streams.initial.rebalance.delay.ms",
+            None,
+            None,
+            "How long the coordinator waits for more members of a new streams group to join"
+            " before its first assignment.",
+            floor=0,
+        ),
         GroupSetting(
             SHARE_AUTO_OFFSET_RESET,
             None,
@@ -239,6 +270,7 @@ GROUP_SETTINGS = {
 _ORDERED = (
     (SESSION_TIMEOUT, HEARTBEAT_INTERVAL),
     (SHARE_SESSION_TIMEOUT, SHARE_HEARTBEAT_INTERVAL),
+    (STREAMS_SESSION_TIMEOUT, STREAMS_HEARTBEAT_INTERVAL),
 )
 
 
@@ -319,12 +351,16 @@ class GroupConfigs:
                     f"Invalid value {text} for configuration {name}: Value must be at least"
                     f" {setting.floor}",
                 )
-            assert setting.low is not None and setting.high is not None
-            low, high = int(self.config[setting.low]), int(self.config[setting.high])
-            if not low <= value <= high:
+            low = None if setting.low is None else int(self.config[setting.low])
+            high = None if setting.high is None else int(self.config[setting.high])
+            if low is not None and high is not None and not low <= value <= high:
                 raise GroupConfigError(
                     ErrorCode.INVALID_CONFIG,
                     f"{name} must be in the range {low} to {high} inclusive.",
+                )
+            if low is None and high is not None and value > high:
+                raise GroupConfigError(
+                    ErrorCode.INVALID_CONFIG, f"{name} must be less than or equal to {high}"
                 )
             values[name] = value
         for longer, shorter in _ORDERED:

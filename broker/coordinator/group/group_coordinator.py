@@ -1,12 +1,13 @@
-"""The group coordinator: classic, KIP-848 consumer and KIP-932 share groups, and the
-committed offsets of the first two.
+"""The group coordinator: classic, KIP-848 consumer, KIP-932 share and KIP-1071 streams
+groups, and the committed offsets of all but share groups.
 
 How this works
 --------------
 A group id belongs to one kind of group at a time: a classic group
 (``classic_coordinator``: JoinGroup, SyncGroup, Heartbeat, LeaveGroup), a KIP-848 consumer
-group (``consumer_group``: ConsumerGroupHeartbeat) or a share group (``share_group``:
-ShareGroupHeartbeat). The first two keep their committed offsets in the one ``OffsetStore``
+group (``consumer_group``: ConsumerGroupHeartbeat), a share group (``share_group``:
+ShareGroupHeartbeat) or a streams group (``streams_group``: StreamsGroupHeartbeat). All but
+share groups keep their committed offsets in the one ``OffsetStore``
 (``offset_store``: ``__consumer_offsets``); a classic group's membership is stored there too
 (``group_membership``). A share group has no committed offsets (its partitions' leaders keep
 what it was delivered); the other kinds' APIs refuse its id as Kafka does (OffsetCommit,
@@ -47,6 +48,7 @@ from .group_offsets import OFFSETS_TOPIC, CommittedOffset, partition_for
 from .group_state import DEAD, EMPTY
 from .offset_store import Entry, OffsetStore, PendingOffsets
 from .share_group import ShareGroupCoordinator
+from .streams_group import StreamsGroup, StreamsGroupCoordinator
 
 __all__ = [
     "GroupCoordinator",
@@ -107,8 +109,18 @@ class GroupCoordinator:
             room_for_group=self.room_for_group,
             now_ms=now_ms,
         )
-        # a share group's id is not for the classic and consumer groups
-        self.classic.share_group = self.consumer.share_group = self.share.groups.__contains__
+        self.streams = StreamsGroupCoordinator(
+            topics,
+            self.classic,
+            configs=self.configs,
+            max_size=int(config["group.streams.max.size"]),
+            max_topology_bytes=int(config["group.streams.max.topology.bytes"]),
+            other_kind=lambda group_id: self.group_type(group_id) in ("consumer", "share"),
+            room_for_group=self.room_for_group,
+            now_ms=now_ms,
+        )
+        # a share or streams group's id is not for the classic and consumer groups
+        self.classic.share_group = self.consumer.share_group = self._share_or_streams
         self.txn_offsets: PendingOffsets = {}  # producer id -> group id -> offsets
         # partitions of __consumer_offsets held here whose groups are not served (their
         # requests get COORDINATOR_LOAD_IN_PROGRESS): ``loading``, moved here and being
@@ -117,6 +129,9 @@ class GroupCoordinator:
         self.loading: set[int] = set()
         self.unavailable: set[int] = set()
         self._tasks: list[asyncio.Task] = []
+
+    def _share_or_streams(self, group_id: str) -> bool:
+        return group_id in self.share.groups or group_id in self.streams.groups
 
     # lifecycle ---------------------------------------------------------------------------------
 
@@ -154,6 +169,8 @@ class GroupCoordinator:
                         m.cancel_timers()
             for group_id in [g for g in self.share.groups if partition_for(g, topic.count) in lost]:
                 self.share.unload(group_id)
+            for group_id in doomed & self.streams.groups.keys():
+                self.streams.unload(group_id)
             for held in self.txn_offsets.values():
                 for group_id in doomed & held.keys():
                     del held[group_id]
@@ -217,6 +234,7 @@ class GroupCoordinator:
             task.cancel()
         self.consumer.stop()
         self.share.stop()
+        self.streams.stop()
         self.classic.stop()
 
     async def coordinator_for(self, group_id: str) -> int:
@@ -250,8 +268,9 @@ class GroupCoordinator:
 
     # offsets ------------------------------------------------------------------------------------
 
-    def check_commit(self, group_id, generation, member_id, instance_id):
-        """May this commit go ahead? (error, the group, created when new for offsets only)."""
+    def check_commit(self, group_id, generation, member_id, instance_id, api_version=None):
+        """May this commit go ahead? (error, the group, created when new for offsets only).
+        ``api_version``: OffsetCommit's (None: TxnOffsetCommit), for streams groups."""
         if not group_id:
             return E.INVALID_GROUP_ID, None
         if group_id in self.share.groups:  # "Group G is not a consumer group."
@@ -260,7 +279,19 @@ class GroupCoordinator:
         if cgroup is not None:
             error = self.consumer.check_commit(cgroup, member_id, generation)
             return error, None if error else cgroup
+        sgroup = self.streams.groups.get(group_id)
+        if sgroup is not None:
+            error, _ = self.streams.check_commit(sgroup, member_id, generation, api_version)
+            return error, None if error else sgroup
         return self.classic.check_commit(group_id, generation, member_id, instance_id)
+
+    def partition_check(self, group, member_id: str, epoch: int, api_version=None):
+        """For a streams group member committing with an older epoch: (topic, partition) ->
+        error, as Kafka checks each partition's task against the epoch it was given at; else
+        None (every partition is fine)."""
+        if not isinstance(group, StreamsGroup):
+            return None
+        return self.streams.check_commit(group, member_id, epoch, api_version)[1]
 
     async def offsets_partition(self, group_id: str):
         """The partition of ``__consumer_offsets`` holding ``group_id``."""
@@ -290,7 +321,11 @@ class GroupCoordinator:
         if group_id in self.share.groups:  # became a share group since: it has no offsets
             log.warning("offsets of a transaction for share group %s dropped", group_id)
             return E.NONE
-        group = self.groups.get(group_id) or self.consumer.groups.get(group_id)
+        group = (
+            self.groups.get(group_id)
+            or self.consumer.groups.get(group_id)
+            or self.streams.groups.get(group_id)
+        )
         if group is None:
             group = self.classic.new_group(group_id)
         return await self.offsets.write(group, entries)
@@ -301,6 +336,11 @@ class GroupCoordinator:
         """Offsets of ``group_id`` committed in the open transaction of ``producer_id``
         (written to the log as its transactional batch): held until the marker."""
         self.txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
+
+    def pending_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """The partitions of ``group_id`` with offsets committed in a transaction that has not
+        ended (OffsetFetch with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for them)."""
+        return {key for held in self.txn_offsets.values() for key in held.get(group_id, ())}
 
     async def complete_txn(self, producer_id: int, partition: int, commit: bool) -> int:
         """The transaction of ``producer_id`` ends on partition ``partition`` of
@@ -335,15 +375,23 @@ class GroupCoordinator:
         return self.group_type(group_id) is not None or self.room_for_group()
 
     def group_type(self, group_id: str) -> str | None:
-        """The kind of group ``group_id`` is here: "classic", "consumer", "share" or None."""
+        """The kind of group ``group_id`` is here: "classic", "consumer", "share", "streams"
+        or None."""
         if group_id in self.share.groups:
             return "share"
+        if group_id in self.streams.groups:
+            return "streams"
         if group_id in self.consumer.groups:
             return "consumer"
         return "classic" if group_id in self.groups else None
 
     def _count(self) -> int:
-        return len(self.groups) + len(self.consumer.groups) + len(self.share.groups)
+        return (
+            len(self.groups)
+            + len(self.consumer.groups)
+            + len(self.share.groups)
+            + len(self.streams.groups)
+        )
 
     def room_for_group(self) -> bool:
         """May one more group be made? At ``group.max.groups`` (every kind counted), groups
@@ -361,7 +409,11 @@ class GroupCoordinator:
         return self._count() < self.max_groups
 
     def fetch_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
-        group = self.groups.get(group_id) or self.consumer.groups.get(group_id)
+        group = (
+            self.groups.get(group_id)
+            or self.consumer.groups.get(group_id)
+            or self.streams.groups.get(group_id)
+        )
         return {} if group is None else group.offsets
 
     # administration -----------------------------------------------------------------------------
@@ -369,13 +421,17 @@ class GroupCoordinator:
     async def delete_group(self, group_id: str) -> int:
         if group_id in self.share.groups:
             return self.share.delete(group_id)
-        cgroup = self.consumer.groups.get(group_id)
+        cgroup = self.consumer.groups.get(group_id) or self.streams.groups.get(group_id)
         if cgroup is not None:
             if cgroup.members:
                 return E.NON_EMPTY_GROUP
             error = await self.offsets.delete_all(cgroup)
             if not error and not cgroup.members:
-                self.consumer.groups.pop(group_id, None)
+                kind = self.consumer if isinstance(cgroup, ConsumerGroup) else self.streams
+                if kind.groups.get(group_id) is cgroup:
+                    del kind.groups[group_id]
+                    if isinstance(cgroup, StreamsGroup):
+                        self.streams.unload(group_id)
             return error
         group = self.groups.get(group_id)
         if group is None or group.state is DEAD:
@@ -456,9 +512,13 @@ class GroupCoordinator:
             log.info("purged %d committed offsets of deleted topics %s", purged, sorted(names))
 
     def _all_groups(self) -> list:
-        return list(self.groups.values()) + list(self.consumer.groups.values())
+        return (
+            list(self.groups.values())
+            + list(self.consumer.groups.values())
+            + list(self.streams.groups.values())
+        )
 
-    def _forget_if_empty(self, group: ClassicGroup | ConsumerGroup) -> None:
+    def _forget_if_empty(self, group: ClassicGroup | ConsumerGroup | StreamsGroup) -> None:
         """Remove a group without members or offsets (a classic one only while Empty)."""
         if group.offsets or group.members:
             return
@@ -468,3 +528,5 @@ class GroupCoordinator:
                 self.classic.remove_group(group)
         elif self.consumer.groups.get(group_id) is group:
             del self.consumer.groups[group_id]
+        elif self.streams.groups.get(group_id) is group:
+            self.streams.unload(group_id)

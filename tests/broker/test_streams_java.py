@@ -1,0 +1,166 @@
+"""Kafka Streams 4.4 against one broker with ``group.protocol=streams`` (KIP-1071: the broker
+assigns the tasks): word count (tests/broker/java/WordCount.java, a repartition topic and a
+counting store with its changelog, both created by the broker), two instances, one joining
+later and the first leaving while lines keep coming; the counts must come out exact, at least
+once and exactly once (``exactly_once_v2``). Exact at least once too: every handover here is
+graceful (a task's offsets are committed before it is revoked or closed); at least once
+counts twice only after a crash. The classic protocol keeps working too."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from kafkawire import WireClient
+from streams_classpath import classpath
+from test_features import java
+from test_group_protocol import FAST, create_topic
+
+HERE = Path(__file__).resolve().parent
+PROGRAM = HERE / "java" / "WordCount.java"
+LOG4J2 = HERE / "java" / "streams-log4j2.properties"
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
+SETTINGS = {**FAST, "group.streams.initial.rebalance.delay.ms": "1000",
+            "group.streams.min.heartbeat.interval.ms": "500", "group.streams.heartbeat.interval.ms": "1000",
+            "transaction.state.log.num.partitions": "3"}
+
+
+class Instance:
+    """One Kafka Streams instance (a JVM running WordCount.java); its output lines kept."""
+
+    def __init__(self, tmp: Path, name: str, bootstrap: str, app: str, guarantee: str, protocol: str):
+        self.name = name
+        self.run_file = tmp / f"{name}.run"
+        self.run_file.touch()
+        self.lines: list[str] = []
+        self.log = open(tmp / f"{name}.log", "w")
+        self.proc = subprocess.Popen(
+            ["java", f"-Dlog4j2.configurationFile={LOG4J2}", "-cp", classpath(), str(PROGRAM), bootstrap, app,
+             "words", "counts", guarantee, protocol, str(tmp / f"{name}-state"), str(self.run_file)],
+            stdout=subprocess.PIPE, stderr=self.log, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.strip())
+
+    def tasks(self) -> set[str]:
+        last = [x for x in self.lines if x.startswith("tasks")]
+        return set(last[-1].split()[1].split(",")) if last and len(last[-1].split()) > 1 else set()
+
+    def running(self) -> bool:
+        states = [x.split()[1] for x in self.lines if x.startswith("state ")]
+        return bool(states) and states[-1] == "RUNNING"
+
+    def stop(self):
+        self.run_file.unlink(missing_ok=True)
+        try:
+            self.proc.wait(timeout=60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.log.close()
+
+
+def wait_for(what, check, timeout=120):
+    end = time.time() + timeout
+    while time.time() < end:
+        if check():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def produce(bootstrap: str, start: int, count: int, expected: Counter):
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for n in range(start, start + count):
+        words = [WORDS[(n * 7 + i * 3) % len(WORDS)] for i in range(1 + n % 5)]
+        expected.update(words)
+        p.produce("words", key=str(n).encode(), value=" ".join(words).encode())
+    assert p.flush(30) == 0
+
+
+class Counts:
+    """The latest count of each word in the output topic (read_committed)."""
+
+    def __init__(self, bootstrap: str):
+        self.latest: dict[str, int] = {}
+        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.time()}",
+                           "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                           "enable.auto.commit": False})
+        self.c.subscribe(["counts"])
+
+    def read(self):
+        for m in self.c.consume(500, 0.5):
+            if m.error() is None:
+                self.latest[m.key().decode()] = struct.unpack(">q", m.value())[0]
+        return self.latest
+
+    def close(self):
+        self.c.close()
+
+
+ALL_TASKS = {f"{s}_{p}" for s in (0, 1) for p in range(4)}
+
+
+def word_count(broker_factory, tmp_path, guarantee: str, protocol: str = "streams"):
+    b = broker_factory(SETTINGS)
+    bootstrap = f"127.0.0.1:{b.port}"
+    app = f"wc-{guarantee.replace('_', '-')}-{protocol}"
+    with WireClient(b.port) as c:
+        create_topic(c, "words", 4)
+        create_topic(c, "counts", 2)
+    expected: Counter = Counter()
+    produce(bootstrap, 0, 300, expected)
+    counts = Counts(bootstrap)
+    first = Instance(tmp_path, "first", bootstrap, app, guarantee, protocol)
+    second = None
+    try:
+        wait_for("the first instance's counts", lambda: counts.read() == expected)
+        assert first.tasks() == ALL_TASKS
+        second = Instance(tmp_path, "second", bootstrap, app, guarantee, protocol)
+        wait_for("the second instance to get tasks", lambda: second.tasks() and second.running())
+        produce(bootstrap, 300, 300, expected)
+        wait_for("the tasks spread over both",
+                 lambda: first.tasks() | second.tasks() == ALL_TASKS and not first.tasks() & second.tasks())
+        wait_for("counts with both instances", lambda: counts.read() == expected)
+        first.stop()
+        assert "closed" in first.lines
+        produce(bootstrap, 600, 300, expected)
+        wait_for("the second instance to take every task", lambda: second.tasks() == ALL_TASKS)
+        wait_for("counts after the first left", lambda: counts.read() == expected)
+        assert not [x for x in first.lines + second.lines if x.startswith("error")]
+        if protocol == "streams":
+            with WireClient(b.port) as c:
+                from headrace.protocol import ApiKey, messages
+                r = c.request(ApiKey.LIST_GROUPS, 5, messages.ListGroupsRequest(states_filter=[], types_filter=[]))
+                assert (app, "streams") in [(g.group_id, g.group_type) for g in r.groups]
+    finally:
+        counts.close()
+        for i in (first, second):
+            if i is not None and i.proc.poll() is None:
+                i.stop()
+
+
+@java
+def test_word_count_two_instances_at_least_once(broker_factory, tmp_path):
+    word_count(broker_factory, tmp_path, "at_least_once")
+
+
+@java
+def test_word_count_two_instances_exactly_once(broker_factory, tmp_path):
+    word_count(broker_factory, tmp_path, "exactly_once_v2")
+
+
+@java
+@pytest.mark.parametrize("guarantee", ["at_least_once"])
+def test_word_count_with_the_classic_protocol(broker_factory, tmp_path, guarantee):
+    word_count(broker_factory, tmp_path, guarantee, "classic")
