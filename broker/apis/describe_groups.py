@@ -49,6 +49,33 @@ def undescribed(cls, group_id: str, code: int, ops: int, state: str = "", messag
     )
 
 
+def group_of_kind(broker: Broker, session, group_id: str, asked: bool, kind: str, groups, cls, off):
+    """The opening of ShareGroupDescribe and StreamsGroupDescribe: (the group, its
+    ``authorized_operations``, None) when it is described, else (None, ops, its answer by error
+    alone): ``off`` (the message) while the kind's feature is at 0, refused, or no group of
+    ``kind`` in ``groups`` under that id."""
+    if off is not None:
+        code = ErrorCode.UNSUPPORTED_VERSION
+        return (
+            None,
+            OMITTED_OPERATIONS,
+            undescribed(cls, group_id, code, OMITTED_OPERATIONS, "", off),
+        )
+    refused, ops = described_refusal(broker, session, group_id, asked)
+    if refused:
+        return None, ops, undescribed(cls, group_id, refused, ops)
+    group = groups.get(group_id)
+    if group is None:
+        message = (
+            f"Group {group_id} is not a {kind} group."
+            if broker.groups.group_type(group_id) is not None
+            else f"Group {group_id} not found."
+        )
+        code = ErrorCode.GROUP_ID_NOT_FOUND
+        return None, ops, undescribed(cls, group_id, code, ops, "", message)
+    return group, ops, None
+
+
 def handle(broker: Broker, header, request: messages.DescribeGroupsRequest):
     version = header.api_version
     asked = version >= 3 and request.include_authorized_operations

@@ -18,10 +18,10 @@ if TYPE_CHECKING:
 
 from headrace.broker.cluster.features import SHARE_VERSION
 from headrace.broker.coordinator.group.share_group import ASSIGNOR
-from headrace.broker.security.authorizer import OMITTED_OPERATIONS, TOPIC, Operation
+from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
-from .describe_groups import described_refusal, undescribed
+from .describe_groups import group_of_kind, undescribed
 from .share_group_heartbeat import OFF
 
 API_KEY = ApiKey.SHARE_GROUP_DESCRIBE
@@ -47,29 +47,22 @@ def _assignment(broker: Broker, parts):
 
 def handle(broker: Broker, header, request: messages.ShareGroupDescribeRequest):
     asked = request.include_authorized_operations
-    off = broker.features.level(SHARE_VERSION) < 1
     authorizer, session = broker.authorizer, header.session
     groups = []
+    off = OFF if broker.features.level(SHARE_VERSION) < 1 else None
     for group_id in request.group_ids:
-        if off:
-            code = ErrorCode.UNSUPPORTED_VERSION
-            groups.append(
-                undescribed(R.DescribedGroup, group_id, code, OMITTED_OPERATIONS, "", OFF)
-            )
-            continue
-        refused, ops = described_refusal(broker, session, group_id, asked)
-        if refused:
-            groups.append(undescribed(R.DescribedGroup, group_id, refused, ops))
-            continue
-        group = broker.groups.share.groups.get(group_id)
-        if group is None:
-            message = (
-                f"Group {group_id} is not a share group."
-                if broker.groups.group_type(group_id) is not None
-                else f"Group {group_id} not found."
-            )
-            code = ErrorCode.GROUP_ID_NOT_FOUND
-            groups.append(undescribed(R.DescribedGroup, group_id, code, ops, "", message))
+        group, ops, refused = group_of_kind(
+            broker,
+            session,
+            group_id,
+            asked,
+            "share",
+            broker.groups.share.groups,
+            R.DescribedGroup,
+            off,
+        )
+        if refused is not None:
+            groups.append(refused)
             continue
         members = [
             R.Member(

@@ -21,10 +21,9 @@ if TYPE_CHECKING:
 from headrace.broker.cluster.features import STREAMS_VERSION
 from headrace.broker.coordinator.group.streams_assignor import NAME as ASSIGNOR
 from headrace.broker.coordinator.group.streams_topology import TopicInfo
-from headrace.broker.security.authorizer import OMITTED_OPERATIONS
 from headrace.protocol import ApiKey, ErrorCode, messages
 
-from .describe_groups import described_refusal, undescribed
+from .describe_groups import group_of_kind
 from .streams_group_heartbeat import OFF
 
 API_KEY = ApiKey.STREAMS_GROUP_DESCRIBE
@@ -93,29 +92,22 @@ def _topology(group):
 
 def handle(broker: Broker, header, request: messages.StreamsGroupDescribeRequest):
     asked = request.include_authorized_operations
-    off = broker.features.level(STREAMS_VERSION) < 1
     session = header.session
     groups = []
+    off = OFF if broker.features.level(STREAMS_VERSION) < 1 else None
     for group_id in request.group_ids:
-        if off:
-            code = ErrorCode.UNSUPPORTED_VERSION
-            groups.append(
-                undescribed(R.DescribedGroup, group_id, code, OMITTED_OPERATIONS, "", OFF)
-            )
-            continue
-        refused, ops = described_refusal(broker, session, group_id, asked)
-        if refused:
-            groups.append(undescribed(R.DescribedGroup, group_id, refused, ops))
-            continue
-        group = broker.groups.streams.groups.get(group_id)
-        if group is None:
-            message = (
-                f"Group {group_id} is not a streams group."
-                if broker.groups.group_type(group_id) is not None
-                else f"Group {group_id} not found."
-            )
-            code = ErrorCode.GROUP_ID_NOT_FOUND
-            groups.append(undescribed(R.DescribedGroup, group_id, code, ops, "", message))
+        group, ops, refused = group_of_kind(
+            broker,
+            session,
+            group_id,
+            asked,
+            "streams",
+            broker.groups.streams.groups,
+            R.DescribedGroup,
+            off,
+        )
+        if refused is not None:
+            groups.append(refused)
             continue
         members = []
         for m in group.members.values():
