@@ -209,6 +209,23 @@ def test_every_package_folder_has_a_rule_and_files():
         assert list(folder.rglob("*.py")), f"{folder} has no Python files"
 
 
+def test_every_package_is_installed():
+    """``pip install .`` (not editable) installs only the packages pyproject.toml lists: every
+    folder with an ``__init__.py`` under a package folder must be one of them."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    listed = set(config["tool"]["setuptools"]["packages"])
+    dirs = package_dirs()
+    mapped = {folder: name for name, folder in dirs.items()}
+    found = set()
+    for name, folder in dirs.items():
+        for init in folder.rglob("__init__.py"):
+            if mapped.get(init.parent, name) != name:
+                continue  # a folder mapped to a package of its own (broker/headrace)
+            found.add(".".join((name, *init.parent.relative_to(folder).parts)))
+    assert found - listed == set(), "packages missing from pyproject.toml"
+    assert listed - found == set(), "pyproject.toml lists packages that are not there"
+
+
 # Inside broker/: its sub-packages, from the top down. A module may import its own sub-package
 # and those below it, never one above (so no two sub-packages import each other); the modules
 # at the root of broker/ (``background``) are below them all. ``coordinator.txn`` is above
