@@ -24,10 +24,12 @@ class Roles(Protocol):
 
 class LeaderOfAll:
     """The roles of a broker on its own: it leads every partition it holds from the moment
-    it opens it (``Partition.leader`` is True from the start)."""
+    it opens it (``Partition.leader`` is True from the start), at leader epoch 0 for ever (the
+    epoch its Metadata answers), which it stamps into every batch it stores as Kafka does, so
+    that a consumer's epoch check (OffsetForLeaderEpoch) never sees a producer's own value."""
 
     def opened(self, p: Partition) -> None:
-        pass
+        p.leader_epoch = 0
 
     async def topic_applied(self, topic: Topic) -> None:
         pass

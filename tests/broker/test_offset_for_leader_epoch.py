@@ -39,3 +39,23 @@ def test_epoch_zero_ends_at_the_log_end_and_other_epochs_are_unknown(broker_fact
     assert ask(b.port, -1) == (ErrorCode.NONE, -1, -1)
     assert ask(b.port, 0, topic="none")[0] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
+
+
+def test_a_broker_on_its_own_stamps_epoch_zero_into_what_it_stores(broker_factory):
+    """A producer's own partitionLeaderEpoch (7 here) is not kept: the stored batch carries the
+    leader's epoch, 0, so a consumer that checks the epoch it read (OffsetForLeaderEpoch) asks
+    about epoch 0 and is told the log end, never an unknown epoch that would reset it."""
+    from test_bad_input import fetch, produce
+
+    from headrace.protocol.records import Record, build_batch
+    from headrace.record_format import PARTITION_LEADER_EPOCH_OFFSET
+
+    b = broker_factory(FAST)
+    with WireClient(b.port) as c:
+        create_topic(c, "t", 1)
+        sent = build_batch([Record(key=b"k", value=b"v")], partition_leader_epoch=7)
+        assert produce(c, "t", sent).error_code == ErrorCode.NONE
+        stored = bytes(fetch(c, "t"))
+    epoch = int.from_bytes(stored[PARTITION_LEADER_EPOCH_OFFSET : PARTITION_LEADER_EPOCH_OFFSET + 4], "big", signed=True)
+    assert epoch == 0
+    assert ask(b.port, epoch) == (ErrorCode.NONE, 0, 1)
