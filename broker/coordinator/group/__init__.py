@@ -13,8 +13,13 @@ consumer_group.py       KIP-848 consumer groups: the broker assigns, members rec
                         heartbeats
 share_group.py          KIP-932 share groups: the broker assigns partitions, and members may
                         share one
-streams_group.py        KIP-1071 streams groups: the broker assigns a Kafka Streams
-                        application's tasks
+streams_coordinator.py  KIP-1071 streams groups: the broker assigns a Kafka Streams
+                        application's tasks; StreamsGroupHeartbeat, members joining and
+                        leaving, their sessions and deadlines
+streams_group.py        The streams group model: members, their tasks and epochs, the
+                        group's state; offset commits checked against task epochs
+streams_assignment.py   A streams group's target assignment, and each member's steps towards
+                        it (revoking, then taking what others released)
 streams_topology.py     A streams group's topology, and what the cluster's topics make of it
 streams_assignor.py     The "sticky" task assignor of streams groups
 group_sessions.py       Member sessions, for every kind of group

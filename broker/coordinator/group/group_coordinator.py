@@ -6,8 +6,8 @@ How this works
 A group id belongs to one kind of group at a time: a classic group
 (``classic_coordinator``: JoinGroup, SyncGroup, Heartbeat, LeaveGroup), a KIP-848 consumer
 group (``consumer_group``: ConsumerGroupHeartbeat), a share group (``share_group``:
-ShareGroupHeartbeat) or a streams group (``streams_group``: StreamsGroupHeartbeat). All but
-share groups keep their committed offsets in the one ``OffsetStore``
+ShareGroupHeartbeat) or a streams group (``streams_coordinator``: StreamsGroupHeartbeat).
+All but share groups keep their committed offsets in the one ``OffsetStore``
 (``offset_store``: ``__consumer_offsets``); a classic group's membership is stored there too
 (``group_membership``). A share group has no committed offsets (its partitions' leaders keep
 what it was delivered); the other kinds' APIs refuse its id as Kafka does (OffsetCommit,
@@ -48,7 +48,8 @@ from .group_offsets import OFFSETS_TOPIC, CommittedOffset, partition_for
 from .group_state import DEAD, EMPTY
 from .offset_store import Entry, OffsetStore, PendingOffsets
 from .share_group import ShareGroupCoordinator
-from .streams_group import StreamsGroup, StreamsGroupCoordinator
+from .streams_coordinator import StreamsGroupCoordinator
+from .streams_group import StreamsGroup
 
 __all__ = [
     "GroupCoordinator",
@@ -281,7 +282,7 @@ class GroupCoordinator:
             return error, None if error else cgroup
         sgroup = self.streams.groups.get(group_id)
         if sgroup is not None:
-            error, _ = self.streams.check_commit(sgroup, member_id, generation, api_version)
+            error, _ = sgroup.check_commit(member_id, generation, api_version)
             return error, None if error else sgroup
         return self.classic.check_commit(group_id, generation, member_id, instance_id)
 
@@ -291,7 +292,7 @@ class GroupCoordinator:
         None (every partition is fine)."""
         if not isinstance(group, StreamsGroup):
             return None
-        return self.streams.check_commit(group, member_id, epoch, api_version)[1]
+        return group.check_commit(member_id, epoch, api_version)[1]
 
     async def offsets_partition(self, group_id: str):
         """The partition of ``__consumer_offsets`` holding ``group_id``."""
