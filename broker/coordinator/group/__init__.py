@@ -9,6 +9,9 @@ classic_coordinator.py  Classic groups: JoinGroup, SyncGroup, Heartbeat and Leav
 classic_group.py        The classic group model: a group, its members and the answer to a
                         JoinGroup
 group_state.py          The classic consumer group's state machine, as data
+modern_group.py         What consumer, share and streams groups have in common: group and
+                        assignment epochs, members and their timers, removing a member, the
+                        subscribed topics
 consumer_group.py       KIP-848 consumer groups: the broker assigns, members reconcile through
                         heartbeats
 share_group.py          KIP-932 share groups: the broker assigns partitions, and members may

@@ -164,14 +164,10 @@ class GroupCoordinator:
                 classic = self.groups.get(group_id)
                 if classic is not None:
                     self.classic.unload(classic, E.NOT_COORDINATOR)
-                consumer = self.consumer.groups.pop(group_id, None)
-                if consumer is not None:
-                    for m in consumer.members.values():
-                        m.cancel_timers()
+                self.consumer.unload(group_id)
+                self.streams.unload(group_id)
             for group_id in [g for g in self.share.groups if partition_for(g, topic.count) in lost]:
                 self.share.unload(group_id)
-            for group_id in doomed & self.streams.groups.keys():
-                self.streams.unload(group_id)
             for held in self.txn_offsets.values():
                 for group_id in doomed & held.keys():
                     del held[group_id]
@@ -278,7 +274,7 @@ class GroupCoordinator:
             return E.GROUP_ID_NOT_FOUND, None
         cgroup = self.consumer.groups.get(group_id)
         if cgroup is not None:
-            error = self.consumer.check_commit(cgroup, member_id, generation)
+            error = cgroup.check_commit(member_id, generation)
             return error, None if error else cgroup
         sgroup = self.streams.groups.get(group_id)
         if sgroup is not None:
@@ -430,9 +426,7 @@ class GroupCoordinator:
             if not error and not cgroup.members:
                 kind = self.consumer if isinstance(cgroup, ConsumerGroup) else self.streams
                 if kind.groups.get(group_id) is cgroup:
-                    del kind.groups[group_id]
-                    if isinstance(cgroup, StreamsGroup):
-                        self.streams.unload(group_id)
+                    kind.unload(group_id)
             return error
         group = self.groups.get(group_id)
         if group is None or group.state is DEAD:
@@ -528,6 +522,6 @@ class GroupCoordinator:
             if group.state is EMPTY:
                 self.classic.remove_group(group)
         elif self.consumer.groups.get(group_id) is group:
-            del self.consumer.groups[group_id]
+            self.consumer.unload(group_id)
         elif self.streams.groups.get(group_id) is group:
             self.streams.unload(group_id)

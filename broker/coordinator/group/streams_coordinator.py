@@ -59,11 +59,15 @@ from .group_configs import (
     STREAMS_SESSION_TIMEOUT,
     GroupConfigs,
 )
-from .group_sessions import SessionTimers
-from .streams_assignment import new_target, reconcile
-from .streams_group import (
+from .modern_group import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
+    ModernGroupCoordinator,
+    ModernMember,
+    unknown_member,
+)
+from .streams_assignment import new_target, reconcile
+from .streams_group import (
     UNREVOKED_TASKS,
     StreamsGroup,
     StreamsMember,
@@ -106,7 +110,7 @@ class _Fenced(Exception):
         self.message = message
 
 
-class StreamsGroupCoordinator:
+class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
     """The streams groups of this broker's partitions of ``__consumer_offsets``."""
 
     def __init__(
@@ -121,41 +125,15 @@ class StreamsGroupCoordinator:
         room_for_group: Callable[[], bool],  # group.max.groups
         now_ms=wall_clock_ms,
     ) -> None:
-        self.topics = topics
+        super().__init__(topics, configs, max_size, STREAMS_SESSION_TIMEOUT, now_ms)
         self.classic = classic
-        self.configs = configs
-        self.max_size = max_size
         self.max_topology_bytes = max_topology_bytes
         self.other_kind = other_kind
         self.room_for_group = room_for_group
-        self.now_ms = now_ms
-        self.groups: dict[str, StreamsGroup] = {}
         # internal topics being created for the groups (by the API), and why the last
         # creation of one failed: (monotonic time, reason)
         self.creating: set[str] = set()
         self.creation_errors: dict[str, tuple[float, str]] = {}
-        self.sessions = SessionTimers(
-            lambda g, m: self._remove(g, m, "the member session expired"),
-            lambda g, m: configs.value(g.group_id, STREAMS_SESSION_TIMEOUT),
-        )
-
-    def stop(self) -> None:
-        for g in self.groups.values():
-            self._cancel(g)
-
-    @staticmethod
-    def _cancel(group: StreamsGroup) -> None:
-        for m in group.members.values():
-            m.cancel_timers()
-        if group.delay is not None:
-            group.delay.cancel()
-            group.delay = None
-
-    def unload(self, group_id: str) -> None:
-        """Forget a group another broker now coordinates."""
-        group = self.groups.pop(group_id, None)
-        if group is not None:
-            self._cancel(group)
 
     # the heartbeat ------------------------------------------------------------------------------
 
@@ -220,7 +198,7 @@ class StreamsGroupCoordinator:
         if (classic is not None and not convertible) or self.other_kind(group_id):
             raise _Fenced(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a streams group.")
         if request.member_epoch != 0:  # not kept here (a restart, a move): the member rejoins
-            raise _Fenced(E.UNKNOWN_MEMBER_ID, _unknown(request.member_id, group_id))
+            raise _Fenced(E.UNKNOWN_MEMBER_ID, unknown_member(request.member_id, group_id))
         if classic is None and not self.room_for_group():
             raise _Fenced(E.COORDINATOR_NOT_AVAILABLE, "group.max.groups reached")
         group = self.groups[group_id] = StreamsGroup(group_id)
@@ -247,7 +225,7 @@ class StreamsGroupCoordinator:
             member = group.members.get(member_id)
             if member is None:
                 if not joining:
-                    raise _Fenced(E.UNKNOWN_MEMBER_ID, _unknown(member_id, group.group_id))
+                    raise _Fenced(E.UNKNOWN_MEMBER_ID, unknown_member(member_id, group.group_id))
                 member = StreamsMember(member_id)
             _check_epoch(member, epoch, request)
             return member, None
@@ -262,7 +240,7 @@ class StreamsGroupCoordinator:
                     f" group because the instance id is owned by {static.member_id} member.",
                 )
             member = StreamsMember(member_id)
-            for name in StreamsMember.__slots__:
+            for name in (*ModernMember.__slots__, *StreamsMember.__slots__):
                 if name not in ("member_id", "timer", "revoke_timer", "deadline"):
                     setattr(member, name, getattr(static, name))
             member.active = dict(static.active)
@@ -501,7 +479,7 @@ class StreamsGroupCoordinator:
         if instance_id is None:
             member = group.members.get(member_id)
             if member is None:
-                return _error(E.UNKNOWN_MEMBER_ID, _unknown(member_id, group_id))
+                return _error(E.UNKNOWN_MEMBER_ID, unknown_member(member_id, group_id))
         else:
             member = group.static_member(instance_id)
             if member is None:
@@ -529,34 +507,9 @@ class StreamsGroupCoordinator:
         self._remove(group, member, "left the group")
         return HeartbeatAnswer(member_id=member_id, epoch=epoch)
 
-    def _remove(self, group: StreamsGroup, member: StreamsMember, why: str) -> None:
-        member.cancel_timers()
-        if group.members.get(member.member_id) is not member:
-            return
-        del group.members[member.member_id]
-        group.target.pop(member.member_id, None)
-        group.epoch += 1
-        if member.user_endpoint is not None:
-            group.endpoint_epoch += 1
-        if not group.members:
-            group.empty_since_ms = self.now_ms()
-            group.assignment_epoch = group.epoch  # nothing to assign
-            group.shutdown_requested_by = None
-        log.info(
-            "streams group %s: member %s %s (epoch %d)",
-            group.group_id,
-            member.member_id,
-            why,
-            group.epoch,
-        )
-
     def _forget_if_unused(self, group: StreamsGroup) -> None:
         if not group.members and not group.offsets and group.topology is None:
             self.groups.pop(group.group_id, None)
-
-
-def _unknown(member_id: str, group_id: str) -> str:
-    return f"Member {member_id} is not a member of group {group_id}."
 
 
 def _check_epoch(member: StreamsMember, epoch: int, request) -> None:

@@ -29,29 +29,22 @@ import asyncio
 
 from headrace.protocol import ErrorCode
 
+from .modern_group import ModernGroup, ModernMember
 from .streams_topology import ConfiguredTopology, Topology
 
 E = ErrorCode
 Task = tuple[str, int]
-LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
 STABLE, UNREVOKED_TASKS, UNRELEASED_TASKS = "STABLE", "UNREVOKED_TASKS", "UNRELEASED_TASKS"
 EMPTY_TASKS: tuple[dict, set] = ({}, set())
 
 
-class StreamsMember:
+class StreamsMember(ModernMember):
     __slots__ = (
-        "member_id",
-        "instance_id",
-        "rack_id",
-        "client_id",
-        "client_host",
         "process_id",
         "user_endpoint",
         "client_tags",
         "topology_epoch",
         "rebalance_timeout_ms",
-        "epoch",
-        "previous_epoch",
         "state",
         "active",
         "standby",
@@ -59,24 +52,15 @@ class StreamsMember:
         "revoking_standby",
         "task_offsets",
         "task_end_offsets",
-        "deadline",
-        "timer",
-        "revoke_timer",
     )
 
     def __init__(self, member_id: str) -> None:
-        self.member_id = member_id
-        self.instance_id: str | None = None
-        self.rack_id: str | None = None
-        self.client_id = ""
-        self.client_host = ""
+        super().__init__(member_id)
         self.process_id = ""
         self.user_endpoint: tuple[str, int] | None = None
         self.client_tags: dict[str, str] = {}
         self.topology_epoch = -1
         self.rebalance_timeout_ms = -1
-        self.epoch = 0
-        self.previous_epoch = -1
         self.state = STABLE
         self.active: dict[Task, int] = {}  # task -> the epoch it was given at
         self.standby: set[Task] = set()
@@ -84,9 +68,6 @@ class StreamsMember:
         self.revoking_standby: set[Task] = set()
         self.task_offsets: dict[Task, int] = {}
         self.task_end_offsets: dict[Task, int] = {}
-        self.deadline = 0.0
-        self.timer: asyncio.TimerHandle | None = None
-        self.revoke_timer: asyncio.TimerHandle | None = None
 
     def metadata(self) -> tuple:
         """What a change of bumps the group epoch."""
@@ -102,30 +83,21 @@ class StreamsMember:
     def assigned(self) -> tuple[frozenset[Task], frozenset[Task]]:
         return frozenset(self.active), frozenset(self.standby)
 
-    def cancel_timers(self) -> None:
-        for t in (self.timer, self.revoke_timer):
-            if t is not None:
-                t.cancel()
-        self.timer = self.revoke_timer = None
 
-
-class StreamsGroup:
+class StreamsGroup(ModernGroup):
     group_type = "streams"
     protocol_type = "streams"
+    members: dict[str, StreamsMember]
+    target: dict[str, tuple[set[Task], set[Task]]]
 
     def __init__(self, group_id: str) -> None:
-        self.group_id = group_id
         # a new group starts at epoch 1 (as Kafka's): a member's epoch 0 means joining
-        self.epoch = 1
-        self.assignment_epoch = 1
-        self.members: dict[str, StreamsMember] = {}
-        self.target: dict[str, tuple[set[Task], set[Task]]] = {}
+        super().__init__(group_id, epoch=1)
         self.topology: Topology | None = None
         self.configured: ConfiguredTopology | None = None
         self.validated_epoch = -1
         self.standby_replicas = 0  # streams.num.standby.replicas at the last assignment
         self.offsets: dict = {}
-        self.empty_since_ms: int | None = None
         self.shutdown_requested_by: str | None = None
         self.endpoint_epoch = 0
         self.delay: asyncio.TimerHandle | None = None  # the initial rebalance delay
@@ -145,10 +117,22 @@ class StreamsGroup:
             return "Reconciling"
         return "Stable"
 
-    def static_member(self, instance_id: str | None) -> StreamsMember | None:
-        if instance_id is None:
-            return None
-        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+    def remove(self, member: ModernMember, now_ms: int) -> bool:
+        if not super().remove(member, now_ms):
+            return False
+        assert isinstance(member, StreamsMember)
+        if member.user_endpoint is not None:
+            self.endpoint_epoch += 1
+        if not self.members:
+            self.assignment_epoch = self.epoch  # nothing to assign
+            self.shutdown_requested_by = None
+        return True
+
+    def cancel_timers(self) -> None:
+        super().cancel_timers()
+        if self.delay is not None:
+            self.delay.cancel()
+            self.delay = None
 
     def source_subtopology(self, topic: str) -> str | None:
         """The subtopology reading ``topic`` (a source or repartition source topic)."""
