@@ -247,14 +247,7 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
             member.standby = set(static.standby)
             member.epoch = member.previous_epoch = 0
             return member, static
-        if static is None:
-            raise _Fenced(E.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-        if static.member_id != member_id:
-            raise _Fenced(
-                E.FENCED_INSTANCE_ID,
-                f"Static member {member_id} with instance id {instance_id} was fenced by member"
-                f" {static.member_id}.",
-            )
+        static = _static_member(group, member_id, instance_id)
         _check_epoch(static, epoch, request)
         return static, None
 
@@ -481,15 +474,7 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
             if member is None:
                 return _error(E.UNKNOWN_MEMBER_ID, unknown_member(member_id, group_id))
         else:
-            member = group.static_member(instance_id)
-            if member is None:
-                return _error(E.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-            if member.member_id != member_id:
-                return _error(
-                    E.FENCED_INSTANCE_ID,
-                    f"Static member {member_id} with instance id {instance_id} was fenced by"
-                    f" member {member.member_id}.",
-                )
+            member = _static_member(group, member_id, instance_id)
             if epoch == STATIC_LEAVE_EPOCH:  # keeps its place until its session ends
                 if member.revoke_timer is not None:
                     member.revoke_timer.cancel()
@@ -510,6 +495,20 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
     def _forget_if_unused(self, group: StreamsGroup) -> None:
         if not group.members and not group.offsets and group.topology is None:
             self.groups.pop(group.group_id, None)
+
+
+def _static_member(group: StreamsGroup, member_id: str, instance_id: str) -> StreamsMember:
+    """The static member of ``instance_id``, which must be ``member_id``."""
+    static = group.static_member(instance_id)
+    if static is None:
+        raise _Fenced(E.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+    if static.member_id != member_id:
+        raise _Fenced(
+            E.FENCED_INSTANCE_ID,
+            f"Static member {member_id} with instance id {instance_id} was fenced by member"
+            f" {static.member_id}.",
+        )
+    return static
 
 
 def _check_epoch(member: StreamsMember, epoch: int, request) -> None:
