@@ -89,7 +89,7 @@ class ModernGroup:
         self.empty_since_ms: int | None = None
 
     def static_member(self, instance_id: str | None) -> Any:
-        """The member with ``instance_id`` (None: none), or None."""
+        """The static member of ``instance_id``, or None (also for no instance id)."""
         if instance_id is None:
             return None
         return next((m for m in self.members.values() if m.instance_id == instance_id), None)

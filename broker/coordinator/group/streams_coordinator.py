@@ -67,12 +67,7 @@ from .modern_group import (
     unknown_member,
 )
 from .streams_assignment import new_target, reconcile
-from .streams_group import (
-    UNREVOKED_TASKS,
-    StreamsGroup,
-    StreamsMember,
-    Task,
-)
+from .streams_group import UNREVOKED_TASKS, StreamsGroup, StreamsMember, Task
 from .streams_topology import ASSIGNMENT_DELAYED, SHUTDOWN_APPLICATION, STALE_TOPOLOGY
 
 log = logging.getLogger("headrace.groups")
