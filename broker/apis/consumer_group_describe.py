@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 from headrace.broker.cluster.features import GROUP_VERSION
 from headrace.protocol import ApiKey, ErrorCode, messages
 
-from .consumer_group_heartbeat import OFF
-from .describe_groups import described_refusal, undescribed
+from .consumer_group_heartbeat import OFF, by_topic
+from .describe_groups import described, described_refusal, undescribed
 
 API_KEY = ApiKey.CONSUMER_GROUP_DESCRIBE
 MIN_VERSION, MAX_VERSION = 0, 1
@@ -26,17 +26,11 @@ CONSUMER_MEMBER = 1
 
 
 def _assignment(broker: Broker, parts):
-    by_topic: dict = {}
-    for tid, p in parts:
-        by_topic.setdefault(tid, []).append(p)
     out = []
-    for tid, ps in by_topic.items():
+    for tid, ps in by_topic(parts):
         topic = broker.topics.by_id.get(tid)
-        out.append(
-            R.TopicPartitions(
-                topic_id=tid, topic_name=topic.name if topic else "", partitions=sorted(ps)
-            )
-        )
+        name = topic.name if topic else ""
+        out.append(R.TopicPartitions(topic_id=tid, topic_name=name, partitions=ps))
     return R.Assignment(topic_partitions=out)
 
 
@@ -62,31 +56,21 @@ def handle(broker: Broker, header, request: messages.ConsumerGroupDescribeReques
             code = ErrorCode.GROUP_ID_NOT_FOUND
             groups.append(undescribed(R.DescribedGroup, group_id, code, ops, "Dead", message))
             continue
-        groups.append(
-            R.DescribedGroup(
-                error_code=ErrorCode.NONE,
-                group_id=group_id,
-                group_state=group.state_name,
-                group_epoch=group.epoch,
-                assignment_epoch=group.assignment_epoch,
-                assignor_name=group.assignor_name,
-                authorized_operations=ops,
-                members=[
-                    R.Member(
-                        member_id=m.member_id,
-                        instance_id=m.instance_id,
-                        rack_id=m.rack_id,
-                        member_epoch=m.epoch,
-                        client_id=m.client_id,
-                        client_host=m.client_host,
-                        subscribed_topic_names=list(m.subscribed),
-                        subscribed_topic_regex=m.regex,
-                        assignment=_assignment(broker, m.assigned),
-                        target_assignment=_assignment(broker, group.target.get(m.member_id, ())),
-                        member_type=CONSUMER_MEMBER,
-                    )
-                    for m in group.members.values()
-                ],
+        members = [
+            R.Member(
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                rack_id=m.rack_id,
+                member_epoch=m.epoch,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topic_names=list(m.subscribed),
+                subscribed_topic_regex=m.regex,
+                assignment=_assignment(broker, m.assigned),
+                target_assignment=_assignment(broker, group.target.get(m.member_id, ())),
+                member_type=CONSUMER_MEMBER,
             )
-        )
+            for m in group.members.values()
+        ]
+        groups.append(described(R.DescribedGroup, group, ops, group.assignor_name, members))
     return R(throttle_time_ms=0, groups=groups)

@@ -9,6 +9,7 @@ request gets UNSUPPORTED_VERSION, as in Kafka.
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,30 +38,39 @@ def handle(broker: Broker, header, request: messages.ConsumerGroupHeartbeatReque
         else group_refusal(broker, header.session, Operation.READ, request.group_id)
     )
     if refused:
-        error, message, member_id, epoch, assigned = refused, OFF if off else None, None, 0, None
+        answer = refused, OFF if off else None, None, 0, None
     else:
-        error, message, member_id, epoch, assigned = coordinator.heartbeat(
-            request, header.client_id or ""
-        )
+        answer = coordinator.heartbeat(request, header.client_id or "")
+    interval_ms = coordinator.configs.value(request.group_id, HEARTBEAT_INTERVAL)
+    return response(R, answer, interval_ms)
+
+
+def response(cls, answer: tuple, interval_ms: int):
+    """ConsumerGroupHeartbeat's response, or ShareGroupHeartbeat's (``cls``, of the same
+    fields), from the coordinator's (error, message, member id, epoch, assignment or None):
+    the assignment by topic id, and the heartbeat interval unless there is an error."""
+    error, message, member_id, epoch, assigned = answer
     assignment = None
     if assigned is not None:
-        by_topic: dict = {}
-        for tid, p in assigned:
-            by_topic.setdefault(tid, []).append(p)
-        assignment = R.Assignment(
+        assignment = cls.Assignment(
             topic_partitions=[
-                R.TopicPartitions(topic_id=tid, partitions=sorted(ps))
-                for tid, ps in by_topic.items()
+                cls.TopicPartitions(topic_id=tid, partitions=ps) for tid, ps in by_topic(assigned)
             ]
         )
-    return R(
+    return cls(
         throttle_time_ms=0,
         error_code=error,
         error_message=message,
         member_id=member_id,
         member_epoch=epoch,
-        heartbeat_interval_ms=(
-            coordinator.configs.value(request.group_id, HEARTBEAT_INTERVAL) if not error else 0
-        ),
+        heartbeat_interval_ms=0 if error else interval_ms,
         assignment=assignment,
     )
+
+
+def by_topic(parts) -> list[tuple[uuid.UUID, list[int]]]:
+    """(topic id, partitions in order) of (topic id, partition) pairs, topics as they come."""
+    partitions: dict[uuid.UUID, list[int]] = {}
+    for tid, p in parts:
+        partitions.setdefault(tid, []).append(p)
+    return [(tid, sorted(ps)) for tid, ps in partitions.items()]

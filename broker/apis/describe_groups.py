@@ -49,6 +49,22 @@ def undescribed(cls, group_id: str, code: int, ops: int, state: str = "", messag
     )
 
 
+def described(cls, group, ops: int, assignor: str, members: list, **more):
+    """A consumer, share or streams group as ``cls`` (its Describe API's DescribedGroup): its
+    state, epochs, assignor and ``members``, and ``more`` of the kind's own fields."""
+    return cls(
+        error_code=ErrorCode.NONE,
+        group_id=group.group_id,
+        group_state=group.state_name,
+        group_epoch=group.epoch,
+        assignment_epoch=group.assignment_epoch,
+        assignor_name=assignor,
+        authorized_operations=ops,
+        members=members,
+        **more,
+    )
+
+
 def group_of_kind(broker: Broker, session, group_id: str, asked: bool, kind: str, groups, cls, off):
     """The opening of ShareGroupDescribe and StreamsGroupDescribe: (the group, its
     ``authorized_operations``, None) when it is described, else (None, ops, its answer by error

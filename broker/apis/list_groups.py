@@ -51,47 +51,21 @@ def handle(broker: Broker, header, request: messages.ListGroupsRequest):
                 group_type=GROUP_TYPE,
             )
         )
-    for consumer_group in broker.groups.consumer.groups.values():  # KIP-848 groups
-        state = consumer_group.state_name
-        if hidden(consumer_group.group_id):
-            continue
-        if (states and state.lower() not in states) or (types and "consumer" not in types):
-            continue
-        out.append(
-            R.ListedGroup(
-                group_id=consumer_group.group_id,
-                protocol_type="consumer",
-                group_state=state,
-                group_type="consumer",
+    groups = broker.groups
+    for kind in (groups.consumer, groups.share, groups.streams):  # KIP-848, 932, 1071 groups
+        for g in kind.groups.values():
+            state = g.state_name
+            if hidden(g.group_id):
+                continue
+            names = {state.lower(), "not_ready" if state == "NotReady" else state.lower()}
+            if (states and not names & states) or (types and g.group_type not in types):
+                continue
+            out.append(
+                R.ListedGroup(
+                    group_id=g.group_id,
+                    protocol_type=g.protocol_type,
+                    group_state=state,
+                    group_type=g.group_type,
+                )
             )
-        )
-    for share_group in broker.groups.share.groups.values():
-        state = share_group.state_name
-        if hidden(share_group.group_id):
-            continue
-        if (states and state.lower() not in states) or (types and "share" not in types):
-            continue
-        out.append(
-            R.ListedGroup(
-                group_id=share_group.group_id,
-                protocol_type="share",
-                group_state=state,
-                group_type="share",
-            )
-        )
-    for streams_group in broker.groups.streams.groups.values():
-        state = streams_group.state_name
-        if hidden(streams_group.group_id):
-            continue
-        names = {state.lower(), "not_ready" if state == "NotReady" else state.lower()}
-        if (states and not names & set(states)) or (types and "streams" not in types):
-            continue
-        out.append(
-            R.ListedGroup(
-                group_id=streams_group.group_id,
-                protocol_type="streams",
-                group_state=state,
-                group_type="streams",
-            )
-        )
     return R(throttle_time_ms=0, error_code=ErrorCode.NONE, groups=out)

@@ -21,7 +21,8 @@ from headrace.broker.coordinator.group.share_group import ASSIGNOR
 from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
-from .describe_groups import group_of_kind, undescribed
+from .consumer_group_heartbeat import by_topic
+from .describe_groups import described, group_of_kind, undescribed
 from .share_group_heartbeat import OFF
 
 API_KEY = ApiKey.SHARE_GROUP_DESCRIBE
@@ -32,16 +33,11 @@ HIDDEN_TOPICS = "The group has described topic(s) that the client is not authori
 
 
 def _assignment(broker: Broker, parts):
-    by_topic: dict = {}
-    for tid, p in parts:
-        by_topic.setdefault(tid, []).append(p)
     out = []
-    for tid, ps in by_topic.items():
+    for tid, ps in by_topic(parts):
         topic = broker.topics.by_id.get(tid)
         if topic is not None:  # a topic deleted since is left out, as Kafka does
-            out.append(
-                R.TopicPartitions(topic_id=tid, topic_name=topic.name, partitions=sorted(ps))
-            )
+            out.append(R.TopicPartitions(topic_id=tid, topic_name=topic.name, partitions=ps))
     return R.Assignment(topic_partitions=out)
 
 
@@ -84,16 +80,5 @@ def handle(broker: Broker, header, request: messages.ShareGroupDescribeRequest):
             code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             groups.append(undescribed(R.DescribedGroup, group_id, code, ops, "", HIDDEN_TOPICS))
             continue
-        groups.append(
-            R.DescribedGroup(
-                error_code=ErrorCode.NONE,
-                group_id=group_id,
-                group_state=group.state_name,
-                group_epoch=group.epoch,
-                assignment_epoch=group.assignment_epoch,
-                assignor_name=ASSIGNOR,
-                authorized_operations=ops,
-                members=members,
-            )
-        )
+        groups.append(described(R.DescribedGroup, group, ops, ASSIGNOR, members))
     return R(throttle_time_ms=0, groups=groups)

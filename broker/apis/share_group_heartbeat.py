@@ -24,6 +24,8 @@ from headrace.broker.coordinator.group.share_group import MAX_MEMBER_ID
 from headrace.broker.security.authorizer import GROUP, TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .consumer_group_heartbeat import response
+
 API_KEY = ApiKey.SHARE_GROUP_HEARTBEAT
 MIN_VERSION, MAX_VERSION = 1, 1
 
@@ -50,33 +52,10 @@ def handle(broker: Broker, header, request: messages.ShareGroupHeartbeatRequest)
     coordinator = broker.groups.share
     session = header.session
     error, message = refusal(broker, session, request)
-    member_id, epoch, assigned = None, 0, None
-    if not error:
+    if error:
+        answer = error, message, None, 0, None
+    else:
         host = f"/{session.host}" if session.host else ""
-        error, message, member_id, epoch, assigned = coordinator.heartbeat(
-            request, header.client_id or "", host
-        )
-    assignment = None
-    if assigned is not None:
-        by_topic: dict = {}
-        for tid, p in assigned:
-            by_topic.setdefault(tid, []).append(p)
-        assignment = R.Assignment(
-            topic_partitions=[
-                R.TopicPartitions(topic_id=tid, partitions=sorted(ps))
-                for tid, ps in by_topic.items()
-            ]
-        )
-    return R(
-        throttle_time_ms=0,
-        error_code=error,
-        error_message=message,
-        member_id=member_id,
-        member_epoch=epoch,
-        heartbeat_interval_ms=(
-            coordinator.configs.value(request.group_id, SHARE_HEARTBEAT_INTERVAL)
-            if not error
-            else 0
-        ),
-        assignment=assignment,
-    )
+        answer = coordinator.heartbeat(request, header.client_id or "", host)
+    interval_ms = coordinator.configs.value(request.group_id, SHARE_HEARTBEAT_INTERVAL)
+    return response(R, answer, interval_ms)

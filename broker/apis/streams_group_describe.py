@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 from headrace.broker.cluster.features import STREAMS_VERSION
 from headrace.broker.coordinator.group.streams_assignor import NAME as ASSIGNOR
 from headrace.broker.coordinator.group.streams_topology import TopicInfo
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ApiKey, messages
 
-from .describe_groups import group_of_kind
+from .describe_groups import described, group_of_kind
 from .streams_group_heartbeat import OFF
 
 API_KEY = ApiKey.STREAMS_GROUP_DESCRIBE
@@ -137,17 +137,6 @@ def handle(broker: Broker, header, request: messages.StreamsGroupDescribeRequest
                     is_classic=False,
                 )
             )
-        groups.append(
-            R.DescribedGroup(
-                error_code=ErrorCode.NONE,
-                group_id=group_id,
-                group_state=group.state_name,
-                group_epoch=group.epoch,
-                assignment_epoch=group.assignment_epoch,
-                topology=_topology(group),
-                members=members,
-                authorized_operations=ops,
-                assignor_name=ASSIGNOR,
-            )
-        )
+        topology = _topology(group)
+        groups.append(described(R.DescribedGroup, group, ops, ASSIGNOR, members, topology=topology))
     return R(throttle_time_ms=0, groups=groups)

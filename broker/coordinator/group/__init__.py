@@ -9,12 +9,20 @@ classic_coordinator.py  Classic groups: JoinGroup, SyncGroup, Heartbeat and Leav
 classic_group.py        The classic group model: a group, its members and the answer to a
                         JoinGroup
 group_state.py          The classic consumer group's state machine, as data
+modern_group.py         What consumer, share and streams groups have in common: group and
+                        assignment epochs, members and their timers, removing a member, the
+                        subscribed topics
 consumer_group.py       KIP-848 consumer groups: the broker assigns, members reconcile through
                         heartbeats
 share_group.py          KIP-932 share groups: the broker assigns partitions, and members may
                         share one
-streams_group.py        KIP-1071 streams groups: the broker assigns a Kafka Streams
-                        application's tasks
+streams_coordinator.py  KIP-1071 streams groups: the broker assigns a Kafka Streams
+                        application's tasks; StreamsGroupHeartbeat, members joining and
+                        leaving, their sessions and deadlines
+streams_group.py        The streams group model: members, their tasks and epochs, the
+                        group's state; offset commits checked against task epochs
+streams_assignment.py   A streams group's target assignment, and each member's steps towards
+                        it (revoking, then taking what others released)
 streams_topology.py     A streams group's topology, and what the cluster's topics make of it
 streams_assignor.py     The "sticky" task assignor of streams groups
 group_sessions.py       Member sessions, for every kind of group

@@ -48,24 +48,22 @@ from headrace.broker.background import wall_clock_ms
 from headrace.protocol import ErrorCode
 
 from .group_configs import SESSION_TIMEOUT, GroupConfigs
-from .group_sessions import SessionTimers
+from .modern_group import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ModernGroup,
+    ModernGroupCoordinator,
+    ModernMember,
+)
 
 log = logging.getLogger("headrace.groups")
 
 E = ErrorCode
 ASSIGNORS = ("uniform", "range")
-LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
 
 
-class ConsumerMember:
+class ConsumerMember(ModernMember):
     __slots__ = (
-        "member_id",
-        "instance_id",
-        "rack_id",
-        "client_id",
-        "client_host",
-        "epoch",
-        "previous_epoch",
         "subscribed",
         "regex",
         "assignor",
@@ -73,19 +71,10 @@ class ConsumerMember:
         "owned",
         "assigned",
         "last_sent",
-        "deadline",
-        "timer",
-        "revoke_timer",
     )
 
     def __init__(self, member_id: str, client_id: str) -> None:
-        self.member_id = member_id
-        self.instance_id: str | None = None
-        self.rack_id: str | None = None
-        self.client_id = client_id
-        self.client_host = ""
-        self.epoch = 0
-        self.previous_epoch = -1
+        super().__init__(member_id, client_id)
         self.subscribed: list[str] = []
         self.regex: str | None = None
         self.assignor: str | None = None
@@ -93,31 +82,31 @@ class ConsumerMember:
         self.owned: set[tuple[uuid.UUID, int]] = set()  # what the member holds, as it last told us
         self.assigned: set[tuple[uuid.UUID, int]] = set()  # what we last gave it
         self.last_sent: frozenset | None = None
-        self.deadline = 0.0
-        self.timer: asyncio.TimerHandle | None = None
-        self.revoke_timer: asyncio.TimerHandle | None = None  # while it must revoke partitions
-
-    def cancel_timers(self) -> None:
-        for t in (self.timer, self.revoke_timer):
-            if t is not None:
-                t.cancel()
-        self.timer = self.revoke_timer = None
 
 
-class ConsumerGroup:
+class ConsumerGroup(ModernGroup):
     group_type = "consumer"
     protocol_type = "consumer"
+    members: dict[str, ConsumerMember]
+    target: dict[str, set[tuple[uuid.UUID, int]]]
 
     def __init__(self, group_id: str) -> None:
-        self.group_id = group_id
-        self.epoch = 0
-        self.assignment_epoch = 0
-        self.members: dict[str, ConsumerMember] = {}
-        self.target: dict[str, set[tuple[uuid.UUID, int]]] = {}
+        super().__init__(group_id)
         self.offsets: dict = {}
-        self.topology: tuple = ()  # (topic, id, partitions) of the subscribed topics
+        self.subscription_metadata: tuple = ()  # (topic, id, partitions) subscribed to
         self.assignor_name = "uniform"
-        self.empty_since_ms: int | None = None
+
+    def check_commit(self, member_id: str, epoch: int) -> int:
+        """An offset commit's error for a member at ``epoch`` (Kafka's
+        ``ConsumerGroup.validateOffsetCommit``): it must be the member's current epoch."""
+        if epoch < 0 and not member_id:
+            return E.NONE if not self.members else E.UNKNOWN_MEMBER_ID
+        member = self.members.get(member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        if epoch != member.epoch:
+            return E.STALE_MEMBER_EPOCH
+        return E.NONE
 
     @property
     def state_name(self) -> str:
@@ -178,7 +167,7 @@ def assign(
     return target
 
 
-class ConsumerGroupCoordinator:
+class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
     """The KIP-848 groups; ``classic`` (the ClassicGroupCoordinator) hands over Empty classic
     groups of the same id."""
 
@@ -191,23 +180,10 @@ class ConsumerGroupCoordinator:
         max_size: int,  # group.consumer.max.size
         now_ms=wall_clock_ms,
     ) -> None:
-        self.topics = topics
+        super().__init__(topics, configs, max_size, SESSION_TIMEOUT, now_ms)
         self.classic = classic
-        self.configs = configs
-        self.max_size = max_size
-        self.now_ms = now_ms
-        self.groups: dict[str, ConsumerGroup] = {}
         # is this id a share group's? (the group coordinator sets it)
         self.share_group: Callable[[str], bool] = lambda group_id: False
-        self.sessions = SessionTimers(
-            lambda g, m: self._remove(g, m, "session expired"),
-            lambda g, m: configs.value(g.group_id, SESSION_TIMEOUT),
-        )
-
-    def stop(self) -> None:
-        for g in self.groups.values():
-            for m in g.members.values():
-                m.cancel_timers()
 
     def heartbeat(self, request, client_id: str):
         """(error, message, member id, epoch, assignment or None)."""
@@ -253,7 +229,7 @@ class ConsumerGroupCoordinator:
                         None,
                     )
             instance_id = request.instance_id
-            static = self._static_member(group, instance_id) if instance_id else None
+            static = group.static_member(instance_id) if instance_id else None
             if static is not None and static.member_id != member_id:
                 if static.epoch != STATIC_LEAVE_EPOCH:
                     return (
@@ -360,16 +336,7 @@ class ConsumerGroupCoordinator:
                 except re.error:
                     continue
                 names.update(n for n in self.topics.topics if pattern.fullmatch(n))
-        topics = {}
-        for name in sorted(names):
-            t = self.topics.get(name)
-            if t is not None:
-                topics[name] = (t.topic_id, t.count)
-        topology = tuple(sorted((n, str(i), c) for n, (i, c) in topics.items()))
-        if topology != group.topology:
-            group.topology = topology
-            if group.assignment_epoch == group.epoch:
-                group.epoch += 1
+        topics = self._subscribed_topics(group, names)
         if group.assignment_epoch == group.epoch:
             return
         group.assignor_name = next(
@@ -411,10 +378,6 @@ class ConsumerGroupCoordinator:
             member.epoch = group.assignment_epoch
         member.assigned = {tp for tp in target if tp not in held_elsewhere}
         member.owned |= member.assigned
-
-    @staticmethod
-    def _static_member(group: ConsumerGroup, instance_id: str) -> ConsumerMember | None:
-        return next((m for m in group.members.values() if m.instance_id == instance_id), None)
 
     def _replace_static(
         self, group: ConsumerGroup, old: ConsumerMember, member_id: str, client_id: str
@@ -459,28 +422,3 @@ class ConsumerGroupCoordinator:
                 f"did not revoke its partitions within its rebalance "
                 f"timeout ({member.rebalance_timeout_ms} ms)",
             )
-
-    def _remove(self, group: ConsumerGroup, member: ConsumerMember, why: str) -> None:
-        member.cancel_timers()
-        group.members.pop(member.member_id, None)
-        group.target.pop(member.member_id, None)
-        group.epoch += 1
-        if not group.members:
-            group.empty_since_ms = self.now_ms()
-        log.info(
-            "consumer group %s: member %s %s (epoch %d)",
-            group.group_id,
-            member.member_id,
-            why,
-            group.epoch,
-        )
-
-    def check_commit(self, group: ConsumerGroup, member_id: str, epoch: int) -> int:
-        if epoch < 0 and not member_id:
-            return E.NONE if not group.members else E.UNKNOWN_MEMBER_ID
-        member = group.members.get(member_id)
-        if member is None:
-            return E.UNKNOWN_MEMBER_ID
-        if epoch != member.epoch:
-            return E.STALE_MEMBER_EPOCH
-        return E.NONE

@@ -6,8 +6,8 @@ How this works
 A group id belongs to one kind of group at a time: a classic group
 (``classic_coordinator``: JoinGroup, SyncGroup, Heartbeat, LeaveGroup), a KIP-848 consumer
 group (``consumer_group``: ConsumerGroupHeartbeat), a share group (``share_group``:
-ShareGroupHeartbeat) or a streams group (``streams_group``: StreamsGroupHeartbeat). All but
-share groups keep their committed offsets in the one ``OffsetStore``
+ShareGroupHeartbeat) or a streams group (``streams_coordinator``: StreamsGroupHeartbeat).
+All but share groups keep their committed offsets in the one ``OffsetStore``
 (``offset_store``: ``__consumer_offsets``); a classic group's membership is stored there too
 (``group_membership``). A share group has no committed offsets (its partitions' leaders keep
 what it was delivered); the other kinds' APIs refuse its id as Kafka does (OffsetCommit,
@@ -48,7 +48,8 @@ from .group_offsets import OFFSETS_TOPIC, CommittedOffset, partition_for
 from .group_state import DEAD, EMPTY
 from .offset_store import Entry, OffsetStore, PendingOffsets
 from .share_group import ShareGroupCoordinator
-from .streams_group import StreamsGroup, StreamsGroupCoordinator
+from .streams_coordinator import StreamsGroupCoordinator
+from .streams_group import StreamsGroup
 
 __all__ = [
     "GroupCoordinator",
@@ -163,14 +164,10 @@ class GroupCoordinator:
                 classic = self.groups.get(group_id)
                 if classic is not None:
                     self.classic.unload(classic, E.NOT_COORDINATOR)
-                consumer = self.consumer.groups.pop(group_id, None)
-                if consumer is not None:
-                    for m in consumer.members.values():
-                        m.cancel_timers()
+                self.consumer.unload(group_id)
+                self.streams.unload(group_id)
             for group_id in [g for g in self.share.groups if partition_for(g, topic.count) in lost]:
                 self.share.unload(group_id)
-            for group_id in doomed & self.streams.groups.keys():
-                self.streams.unload(group_id)
             for held in self.txn_offsets.values():
                 for group_id in doomed & held.keys():
                     del held[group_id]
@@ -277,11 +274,11 @@ class GroupCoordinator:
             return E.GROUP_ID_NOT_FOUND, None
         cgroup = self.consumer.groups.get(group_id)
         if cgroup is not None:
-            error = self.consumer.check_commit(cgroup, member_id, generation)
+            error = cgroup.check_commit(member_id, generation)
             return error, None if error else cgroup
         sgroup = self.streams.groups.get(group_id)
         if sgroup is not None:
-            error, _ = self.streams.check_commit(sgroup, member_id, generation, api_version)
+            error, _ = sgroup.check_commit(member_id, generation, api_version)
             return error, None if error else sgroup
         return self.classic.check_commit(group_id, generation, member_id, instance_id)
 
@@ -291,7 +288,7 @@ class GroupCoordinator:
         None (every partition is fine)."""
         if not isinstance(group, StreamsGroup):
             return None
-        return self.streams.check_commit(group, member_id, epoch, api_version)[1]
+        return group.check_commit(member_id, epoch, api_version)[1]
 
     async def offsets_partition(self, group_id: str):
         """The partition of ``__consumer_offsets`` holding ``group_id``."""
@@ -429,9 +426,7 @@ class GroupCoordinator:
             if not error and not cgroup.members:
                 kind = self.consumer if isinstance(cgroup, ConsumerGroup) else self.streams
                 if kind.groups.get(group_id) is cgroup:
-                    del kind.groups[group_id]
-                    if isinstance(cgroup, StreamsGroup):
-                        self.streams.unload(group_id)
+                    kind.unload(group_id)
             return error
         group = self.groups.get(group_id)
         if group is None or group.state is DEAD:
@@ -527,6 +522,6 @@ class GroupCoordinator:
             if group.state is EMPTY:
                 self.classic.remove_group(group)
         elif self.consumer.groups.get(group_id) is group:
-            del self.consumer.groups[group_id]
+            self.consumer.unload(group_id)
         elif self.streams.groups.get(group_id) is group:
             self.streams.unload(group_id)

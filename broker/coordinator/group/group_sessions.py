@@ -1,4 +1,4 @@
-"""Member sessions, for classic and KIP-848 groups alike.
+"""Member sessions, for every kind of group: classic, consumer, share and streams.
 
 Each member carries ``deadline`` (event-loop time) and ``timer`` (one handle, or None).
 ``touch`` moves the deadline to now + the member's session timeout and arms the timer when

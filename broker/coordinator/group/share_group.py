@@ -49,7 +49,6 @@ it, until DeleteGroups; only groups without members and without state are forgot
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import uuid
@@ -59,64 +58,50 @@ from headrace.broker.background import wall_clock_ms
 from headrace.protocol import ErrorCode
 
 from .group_configs import SHARE_SESSION_TIMEOUT, GroupConfigs
-from .group_sessions import SessionTimers
+from .modern_group import (
+    LEAVE_EPOCH,
+    ModernGroup,
+    ModernGroupCoordinator,
+    ModernMember,
+    unknown_member,
+)
 
 log = logging.getLogger("headrace.groups")
 
 E = ErrorCode
 ASSIGNOR = "simple"
-LEAVE_EPOCH = -1
 MAX_MEMBER_ID = 36  # Kafka's longest member id (a UUID's text)
 
 TopicPartition = tuple[uuid.UUID, int]
 
 
-class ShareMember:
-    __slots__ = (
-        "member_id",
-        "rack_id",
-        "client_id",
-        "client_host",
-        "epoch",
-        "previous_epoch",
-        "subscribed",
-        "assigned",
-        "deadline",
-        "timer",
-    )
+class ShareMember(ModernMember):
+    __slots__ = ("subscribed", "assigned")
 
     def __init__(self, member_id: str, client_id: str, client_host: str) -> None:
-        self.member_id = member_id
-        self.rack_id: str | None = None
-        self.client_id = client_id
-        self.client_host = client_host
-        self.epoch = 0
-        self.previous_epoch = -1
+        super().__init__(member_id, client_id, client_host)
         self.subscribed: list[str] = []
         self.assigned: set[TopicPartition] = set()  # what it was last given
-        self.deadline = 0.0
-        self.timer: asyncio.TimerHandle | None = None
-
-    def cancel_timers(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
 
 
-class ShareGroup:
+class ShareGroup(ModernGroup):
     group_type = "share"
     protocol_type = "share"
+    members: dict[str, ShareMember]
+    target: dict[str, set[TopicPartition]]
 
     def __init__(self, group_id: str) -> None:
-        self.group_id = group_id
-        self.epoch = 0
-        self.assignment_epoch = 0
-        self.members: dict[str, ShareMember] = {}
-        self.target: dict[str, set[TopicPartition]] = {}
-        self.topology: tuple = ()  # (topic, id, partitions) of the subscribed topics
-        self.empty_since_ms: int | None = None
+        super().__init__(group_id)
+        self.subscription_metadata: tuple = ()  # (topic, id, partitions) subscribed to
         # topic id -> the partitions the group has (or may have) state for
         self.state_partitions: dict[uuid.UUID, set[int]] = {}
+
+    def remove(self, member: ModernMember, now_ms: int) -> bool:
+        if not super().remove(member, now_ms):
+            return False
+        if not self.members:
+            self.assignment_epoch = self.epoch  # nothing to assign
+        return True
 
     def record_state(self, parts) -> None:
         """The group has state for ``parts``, (topic id, partition) pairs."""
@@ -199,7 +184,7 @@ def assign(
     return target
 
 
-class ShareGroupCoordinator:
+class ShareGroupCoordinator(ModernGroupCoordinator[ShareGroup]):
     """The share groups of this broker's partitions of ``__consumer_offsets``."""
 
     def __init__(
@@ -212,29 +197,9 @@ class ShareGroupCoordinator:
         room_for_group: Callable[[], bool],  # group.max.groups
         now_ms=wall_clock_ms,
     ) -> None:
-        self.topics = topics
-        self.configs = configs
-        self.max_size = max_size
+        super().__init__(topics, configs, max_size, SHARE_SESSION_TIMEOUT, now_ms)
         self.other_kind = other_kind
         self.room_for_group = room_for_group
-        self.now_ms = now_ms
-        self.groups: dict[str, ShareGroup] = {}
-        self.sessions = SessionTimers(
-            lambda g, m: self._remove(g, m, "session expired"),
-            lambda g, m: configs.value(g.group_id, SHARE_SESSION_TIMEOUT),
-        )
-
-    def stop(self) -> None:
-        for g in self.groups.values():
-            for m in g.members.values():
-                m.cancel_timers()
-
-    def unload(self, group_id: str) -> None:
-        """Forget a group another broker now coordinates."""
-        group = self.groups.pop(group_id, None)
-        if group is not None:
-            for m in group.members.values():
-                m.cancel_timers()
 
     def delete(self, group_id: str) -> int:
         """DeleteGroups of a share group: NON_EMPTY_GROUP while it has members."""
@@ -312,12 +277,12 @@ class ShareGroupCoordinator:
                 return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None, 0, None
             member = group.members.get(member_id)
             if member is None:
-                return E.UNKNOWN_MEMBER_ID, _unknown(member_id, group_id), None, 0, None
+                return E.UNKNOWN_MEMBER_ID, unknown_member(member_id, group_id), None, 0, None
             self._remove(group, member, "left")
             return E.NONE, None, member_id, LEAVE_EPOCH, None
         if group is None:
             if epoch != 0:  # not stored here: the member rejoins
-                return E.UNKNOWN_MEMBER_ID, _unknown(member_id, group_id), None, 0, None
+                return E.UNKNOWN_MEMBER_ID, unknown_member(member_id, group_id), None, 0, None
             if not self.room_for_group():
                 return E.COORDINATOR_NOT_AVAILABLE, "group.max.groups reached", None, 0, None
             group = self.groups[group_id] = ShareGroup(group_id)
@@ -329,7 +294,7 @@ class ShareGroupCoordinator:
             return E.GROUP_MAX_SIZE_REACHED, message, None, 0, None
         if member is None:
             if epoch != 0:
-                return E.UNKNOWN_MEMBER_ID, _unknown(member_id, group_id), None, 0, None
+                return E.UNKNOWN_MEMBER_ID, unknown_member(member_id, group_id), None, 0, None
             member = group.members[member_id] = ShareMember(member_id, client_id, client_host)
             group.empty_since_ms = None
             log.info("share group %s: member %s joined", group_id, member_id)
@@ -370,19 +335,8 @@ class ShareGroupCoordinator:
         return {tp for tp in target if tp[0] in ids}
 
     def _refresh_target(self, group: ShareGroup) -> None:
-        names = set()
-        for m in group.members.values():
-            names.update(m.subscribed)
-        topics = {}
-        for name in sorted(names):
-            t = self.topics.get(name)
-            if t is not None:
-                topics[name] = (t.topic_id, t.count)
-        topology = tuple(sorted((n, str(i), c) for n, (i, c) in topics.items()))
-        if topology != group.topology:
-            group.topology = topology
-            if group.assignment_epoch == group.epoch:
-                group.epoch += 1
+        names = {name for m in group.members.values() for name in m.subscribed}
+        topics = self._subscribed_topics(group, names)
         if group.assignment_epoch == group.epoch:
             return
         subscriptions = {m.member_id: m.subscribed for m in group.members.values()}
@@ -396,26 +350,6 @@ class ShareGroupCoordinator:
             group.epoch,
             len(group.members),
         )
-
-    def _remove(self, group: ShareGroup, member: ShareMember, why: str) -> None:
-        member.cancel_timers()
-        group.members.pop(member.member_id, None)
-        group.target.pop(member.member_id, None)
-        group.epoch += 1
-        if not group.members:
-            group.empty_since_ms = self.now_ms()
-            group.assignment_epoch = group.epoch  # nothing to assign
-        log.info(
-            "share group %s: member %s %s (epoch %d)",
-            group.group_id,
-            member.member_id,
-            why,
-            group.epoch,
-        )
-
-
-def _unknown(member_id: str, group_id: str) -> str:
-    return f"Member {member_id} is not a member of group {group_id}."
 
 
 def _fenced(member: ShareMember, epoch: int) -> str | None:

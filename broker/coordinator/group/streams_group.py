@@ -1,105 +1,50 @@
-"""KIP-1071 streams groups: the broker assigns a Kafka Streams application's tasks.
+"""A KIP-1071 streams group and its members, as data: epochs, tasks, the group's state.
 
 How this works
 --------------
-A member (one stream thread of a Kafka Streams instance, the instance named by its process
-id) sends StreamsGroupHeartbeat with its epoch: 0 to join, with the application's topology;
--1 to leave; -2 for a static member (``group.instance.id``) leaving for now; otherwise the
-epoch it was last given, with the tasks it owns whenever they changed. The first member's
-topology becomes the group's; later members must send the same (an older epoch is ignored
-with status STALE_TOPOLOGY; a different one of the same or a newer epoch is refused, as
-Kafka 4.4 does not support topology updates).
+A member is one stream thread of a Kafka Streams instance; the instance is its *process*
+(``process_id``), and tasks, (subtopology id, partition), are placed per process. The group
+has a *group epoch*, bumped by whatever changes what the assignment depends on, and an
+*assignment epoch*, the group epoch its *target* (member id -> (active, standby) tasks) was
+computed at. Each member has its own epoch and the tasks it is given now (``active``, each
+with the epoch it was given at, and ``standby``), plus those it is giving back and has not
+yet confirmed (``revoking_active``, ``revoking_standby``); its ``state`` says how it stands
+towards its target (``streams_assignment``): STABLE, UNREVOKED_TASKS (it must give some back
+first) or UNRELEASED_TASKS (some of its target are still another's).
 
-The topology is matched against the cluster's topics (``streams_topology.configure``): while
-source topics are missing, or internal topics (repartition, changelog) are being created, the
-group is NotReady and its members get no tasks, only a status saying why. The internal topics
-to create go back to the API, which creates them (as Kafka's broker does, with CREATE on the
-cluster or the topics) and answers MISSING_INTERNAL_TOPICS meanwhile.
+Kafka's group states follow from that (``state_name``): Empty without members, NotReady
+while the topology is missing or not matched to the cluster's topics, Assigning while the
+group epoch is ahead of the assignment epoch, Reconciling while a member is not STABLE at the
+assignment epoch, else Stable.
 
-Joining, leaving, a member's metadata changing (process id, rack, client tags, endpoint,
-topology epoch), the configured topology changing (a topic appears or grows) or the group's
-``streams.num.standby.replicas`` changing bumps the *group epoch*; the next heartbeat
-computes a new *target assignment* for every member at once (``streams_assignor``, "sticky":
-active tasks, and standby replicas of stateful tasks) and the *assignment epoch* becomes the
-group epoch. A new group's first assignment waits ``streams.initial.rebalance.delay.ms``
-(status ASSIGNMENT_DELAYED meanwhile) for more members to arrive.
-
-Each member then moves towards its target one heartbeat at a time (``_reconcile``, Kafka's
-CurrentAssignmentBuilder without warm-up tasks):
-- while it owns tasks outside its target it keeps only those inside (state UNREVOKED_TASKS,
-  its epoch stays) until it reports the others gone; it must do so within its rebalance
-  timeout, or it is removed from the group;
-- then it takes the assignment epoch and every target task no other member still holds
-  (an active task held by anyone, or a standby held on the same process, is *unreleased*:
-  state UNRELEASED_TASKS until a later heartbeat finds it free).
-An active task records the epoch it was given at; an offset commit with an older member
-epoch is accepted for the partitions of tasks held since at most that epoch.
-
-Errors, with Kafka's messages: FENCED_MEMBER_EPOCH for an epoch the member does not have
-(greater, or smaller and not its previous one while owning only what it was given);
-UNKNOWN_MEMBER_ID for an unknown member; UNRELEASED_INSTANCE_ID and FENCED_INSTANCE_ID for
-static members; GROUP_MAX_SIZE_REACHED at ``group.streams.max.size``. Sessions expire after
-``streams.session.timeout.ms`` without a heartbeat. A member may ask the whole application
-to shut down (status SHUTDOWN_APPLICATION to every member until the group is empty).
-
-Streams groups are kept in memory, as consumer groups are here: after a restart or a move of
-the coordinator a member's heartbeat finds no group and gets UNKNOWN_MEMBER_ID, so it rejoins
-(Kafka, which stores them in ``__consumer_offsets``, would answer from what it stored).
-Committed offsets are a consumer group's: ``__consumer_offsets`` (``offset_store``). Not
-built: warm-up tasks (``streams.num.warmup.replicas`` is 0 here), the assignment interval,
-rack-aware standby placement (client tags are kept and described only), regular expressions
-for source topics (refused as in Kafka 4.4), topology descriptions (KIP-1331's plugin).
+Task epochs make offset commits safe across a rebalance (``check_commit``, Kafka's
+``StreamsGroup.validateOffsetCommit``): a member's commit at its current epoch is accepted;
+with an older epoch only for the partitions of active tasks it has held since at most that
+epoch (also those it is giving back), else STALE_MEMBER_EPOCH.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from headrace.broker.background import wall_clock_ms
 from headrace.protocol import ErrorCode
 
-from . import streams_assignor, streams_topology
-from .group_configs import (
-    STREAMS_INITIAL_REBALANCE_DELAY,
-    STREAMS_NUM_STANDBY_REPLICAS,
-    STREAMS_SESSION_TIMEOUT,
-    GroupConfigs,
-)
-from .group_sessions import SessionTimers
-from .streams_topology import (
-    ASSIGNMENT_DELAYED,
-    SHUTDOWN_APPLICATION,
-    STALE_TOPOLOGY,
-    ConfiguredTopology,
-    Topology,
-)
-
-log = logging.getLogger("headrace.groups")
+from .modern_group import ModernGroup, ModernMember
+from .streams_topology import ConfiguredTopology, Topology
 
 E = ErrorCode
 Task = tuple[str, int]
-LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
 STABLE, UNREVOKED_TASKS, UNRELEASED_TASKS = "STABLE", "UNREVOKED_TASKS", "UNRELEASED_TASKS"
 EMPTY_TASKS: tuple[dict, set] = ({}, set())
 
 
-class StreamsMember:
+class StreamsMember(ModernMember):
     __slots__ = (
-        "member_id",
-        "instance_id",
-        "rack_id",
-        "client_id",
-        "client_host",
         "process_id",
         "user_endpoint",
         "client_tags",
         "topology_epoch",
         "rebalance_timeout_ms",
-        "epoch",
-        "previous_epoch",
         "state",
         "active",
         "standby",
@@ -107,24 +52,15 @@ class StreamsMember:
         "revoking_standby",
         "task_offsets",
         "task_end_offsets",
-        "deadline",
-        "timer",
-        "revoke_timer",
     )
 
     def __init__(self, member_id: str) -> None:
-        self.member_id = member_id
-        self.instance_id: str | None = None
-        self.rack_id: str | None = None
-        self.client_id = ""
-        self.client_host = ""
+        super().__init__(member_id)
         self.process_id = ""
         self.user_endpoint: tuple[str, int] | None = None
         self.client_tags: dict[str, str] = {}
         self.topology_epoch = -1
         self.rebalance_timeout_ms = -1
-        self.epoch = 0
-        self.previous_epoch = -1
         self.state = STABLE
         self.active: dict[Task, int] = {}  # task -> the epoch it was given at
         self.standby: set[Task] = set()
@@ -132,9 +68,6 @@ class StreamsMember:
         self.revoking_standby: set[Task] = set()
         self.task_offsets: dict[Task, int] = {}
         self.task_end_offsets: dict[Task, int] = {}
-        self.deadline = 0.0
-        self.timer: asyncio.TimerHandle | None = None
-        self.revoke_timer: asyncio.TimerHandle | None = None
 
     def metadata(self) -> tuple:
         """What a change of bumps the group epoch."""
@@ -150,30 +83,21 @@ class StreamsMember:
     def assigned(self) -> tuple[frozenset[Task], frozenset[Task]]:
         return frozenset(self.active), frozenset(self.standby)
 
-    def cancel_timers(self) -> None:
-        for t in (self.timer, self.revoke_timer):
-            if t is not None:
-                t.cancel()
-        self.timer = self.revoke_timer = None
 
-
-class StreamsGroup:
+class StreamsGroup(ModernGroup):
     group_type = "streams"
     protocol_type = "streams"
+    members: dict[str, StreamsMember]
+    target: dict[str, tuple[set[Task], set[Task]]]
 
     def __init__(self, group_id: str) -> None:
-        self.group_id = group_id
         # a new group starts at epoch 1 (as Kafka's): a member's epoch 0 means joining
-        self.epoch = 1
-        self.assignment_epoch = 1
-        self.members: dict[str, StreamsMember] = {}
-        self.target: dict[str, tuple[set[Task], set[Task]]] = {}
+        super().__init__(group_id, epoch=1)
         self.topology: Topology | None = None
         self.configured: ConfiguredTopology | None = None
         self.validated_epoch = -1
         self.standby_replicas = 0  # streams.num.standby.replicas at the last assignment
         self.offsets: dict = {}
-        self.empty_since_ms: int | None = None
         self.shutdown_requested_by: str | None = None
         self.endpoint_epoch = 0
         self.delay: asyncio.TimerHandle | None = None  # the initial rebalance delay
@@ -193,10 +117,22 @@ class StreamsGroup:
             return "Reconciling"
         return "Stable"
 
-    def static_member(self, instance_id: str | None) -> StreamsMember | None:
-        if instance_id is None:
-            return None
-        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+    def remove(self, member: ModernMember, now_ms: int) -> bool:
+        if not super().remove(member, now_ms):
+            return False
+        assert isinstance(member, StreamsMember)
+        if member.user_endpoint is not None:
+            self.endpoint_epoch += 1
+        if not self.members:
+            self.assignment_epoch = self.epoch  # nothing to assign
+            self.shutdown_requested_by = None
+        return True
+
+    def cancel_timers(self) -> None:
+        super().cancel_timers()
+        if self.delay is not None:
+            self.delay.cancel()
+            self.delay = None
 
     def source_subtopology(self, topic: str) -> str | None:
         """The subtopology reading ``topic`` (a source or repartition source topic)."""
@@ -207,587 +143,14 @@ class StreamsGroup:
                 return s.subtopology_id
         return None
 
-
-@dataclass(slots=True)
-class HeartbeatAnswer:
-    error: int = E.NONE
-    message: str | None = None
-    member_id: str | None = None
-    epoch: int = 0
-    status: list[tuple[int, str]] = field(default_factory=list)
-    # (active, standby) task lists when the member is to be sent its assignment
-    tasks: tuple[list[Task], list[Task]] | None = None
-    endpoint_epoch: int = 0
-    # [((host, port), active partitions, standby partitions)], each [(topic, [partitions])]
-    endpoints: list | None = None
-    to_create: dict = field(default_factory=dict)  # name -> TopicInfo: internal topics to make
-
-
-def _error(code: int, message: str | None) -> HeartbeatAnswer:
-    return HeartbeatAnswer(error=code, message=message)
-
-
-def _tasks(ids) -> set[Task]:
-    return {(t.subtopology_id, p) for t in ids or () for p in t.partitions}
-
-
-class _Fenced(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class StreamsGroupCoordinator:
-    """The streams groups of this broker's partitions of ``__consumer_offsets``."""
-
-    def __init__(
-        self,
-        topics,
-        classic,
-        *,
-        configs: GroupConfigs,
-        max_size: int,  # group.streams.max.size
-        max_topology_bytes: int,  # group.streams.max.topology.bytes (checked by the API)
-        other_kind: Callable[[str], bool],  # is this id a consumer or share group's?
-        room_for_group: Callable[[], bool],  # group.max.groups
-        now_ms=wall_clock_ms,
-    ) -> None:
-        self.topics = topics
-        self.classic = classic
-        self.configs = configs
-        self.max_size = max_size
-        self.max_topology_bytes = max_topology_bytes
-        self.other_kind = other_kind
-        self.room_for_group = room_for_group
-        self.now_ms = now_ms
-        self.groups: dict[str, StreamsGroup] = {}
-        # internal topics being created for the groups (by the API), and why the last
-        # creation of one failed: (monotonic time, reason)
-        self.creating: set[str] = set()
-        self.creation_errors: dict[str, tuple[float, str]] = {}
-        self.sessions = SessionTimers(
-            lambda g, m: self._remove(g, m, "the member session expired"),
-            lambda g, m: configs.value(g.group_id, STREAMS_SESSION_TIMEOUT),
-        )
-
-    def stop(self) -> None:
-        for g in self.groups.values():
-            self._cancel(g)
-
-    @staticmethod
-    def _cancel(group: StreamsGroup) -> None:
-        for m in group.members.values():
-            m.cancel_timers()
-        if group.delay is not None:
-            group.delay.cancel()
-            group.delay = None
-
-    def unload(self, group_id: str) -> None:
-        """Forget a group another broker now coordinates."""
-        group = self.groups.pop(group_id, None)
-        if group is not None:
-            self._cancel(group)
-
-    # the heartbeat ------------------------------------------------------------------------------
-
-    @staticmethod
-    def invalid(request) -> str | None:
-        """Why a StreamsGroupHeartbeat is malformed (Kafka's messages, in its order), or None."""
-        for value, what in (
-            (request.member_id, "MemberId"),
-            (request.group_id, "GroupId"),
-            (request.instance_id, "InstanceId"),
-            (request.rack_id, "RackId"),
-        ):
-            if value is not None and not value.strip():
-                return f"{what} can't be empty."
-        epoch = request.member_epoch
-        topology = request.topology
-        if topology is not None:
-            for s in topology.subtopologies:
-                if s.source_topic_regex:
-                    return "Regular expressions for source topics are not supported yet."
-        owned = (request.active_tasks, request.standby_tasks, request.warmup_tasks)
-        if epoch == 0:
-            if request.rebalance_timeout_ms == -1:
-                return "RebalanceTimeoutMs must be provided in first request."
-            for tasks, name in zip(owned, ("ActiveTasks", "StandbyTasks", "WarmupTasks")):
-                if tasks:
-                    return f"{name} must be empty when (re-)joining."
-            if topology is None:
-                return "Topology must be non-null when (re-)joining."
-            why = streams_topology.invalid(topology)
-            if why is not None:
-                return why
-        elif epoch == STATIC_LEAVE_EPOCH:
-            if request.instance_id is None:
-                return "InstanceId can't be null."
-        elif epoch < STATIC_LEAVE_EPOCH:
-            return f"MemberEpoch is {epoch}, but must be greater than or equal to -2."
-        if any(t is not None for t in owned) and any(t is None for t in owned):
-            return "If one task-type is non-null, all must be non-null."
-        if epoch != 0 and topology is not None:
-            return "Topology can only be provided when (re-)joining."
-        return None
-
-    def heartbeat(self, request, client_id: str, client_host: str = "") -> HeartbeatAnswer:
-        why = self.invalid(request)
-        if why is not None:
-            return _error(E.INVALID_REQUEST, why)
-        try:
-            if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-                return self._leave(request)
-            return self._heartbeat(request, client_id, client_host)
-        except _Fenced as f:
-            return _error(f.code, f.message)
-
-    def _group_for(self, request) -> StreamsGroup:
-        group_id = request.group_id
-        group = self.groups.get(group_id)
-        if group is not None:
-            return group
-        classic = self.classic.groups.get(group_id)
-        convertible = classic is not None and not classic.members
-        if (classic is not None and not convertible) or self.other_kind(group_id):
-            raise _Fenced(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a streams group.")
-        if request.member_epoch != 0:  # not kept here (a restart, a move): the member rejoins
-            raise _Fenced(E.UNKNOWN_MEMBER_ID, _unknown(request.member_id, group_id))
-        if classic is None and not self.room_for_group():
-            raise _Fenced(E.COORDINATOR_NOT_AVAILABLE, "group.max.groups reached")
-        group = self.groups[group_id] = StreamsGroup(group_id)
-        if classic is not None:  # an empty classic group (offsets only): keep its offsets
-            group.offsets = classic.offsets
-            self.classic.remove_group(classic)
-            log.info("streams group %s: converted the empty classic group", group_id)
-        return group
-
-    def _member_for(
-        self, group: StreamsGroup, request
-    ) -> tuple[StreamsMember, StreamsMember | None]:
-        """(the member, the static member it replaces or None); nothing changed yet."""
-        member_id, instance_id, epoch = request.member_id, request.instance_id, request.member_epoch
-        joining = epoch == 0
-        if joining and group.static_member(instance_id) is None:
-            if member_id not in group.members and len(group.members) >= self.max_size:
-                raise _Fenced(
-                    E.GROUP_MAX_SIZE_REACHED,
-                    "The streams group has reached its maximum capacity of"
-                    f" {self.max_size} members.",
-                )
-        if instance_id is None:
-            member = group.members.get(member_id)
-            if member is None:
-                if not joining:
-                    raise _Fenced(E.UNKNOWN_MEMBER_ID, _unknown(member_id, group.group_id))
-                member = StreamsMember(member_id)
-            _check_epoch(member, epoch, request)
-            return member, None
-        static = group.static_member(instance_id)
-        if joining:
-            if static is None:
-                return group.members.get(member_id) or StreamsMember(member_id), None
-            if static.epoch != STATIC_LEAVE_EPOCH:
-                raise _Fenced(
-                    E.UNRELEASED_INSTANCE_ID,
-                    f"Static member {member_id} with instance id {instance_id} cannot join the"
-                    f" group because the instance id is owned by {static.member_id} member.",
-                )
-            member = StreamsMember(member_id)
-            for name in StreamsMember.__slots__:
-                if name not in ("member_id", "timer", "revoke_timer", "deadline"):
-                    setattr(member, name, getattr(static, name))
-            member.active = dict(static.active)
-            member.standby = set(static.standby)
-            member.epoch = member.previous_epoch = 0
-            return member, static
-        if static is None:
-            raise _Fenced(E.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-        if static.member_id != member_id:
-            raise _Fenced(
-                E.FENCED_INSTANCE_ID,
-                f"Static member {member_id} with instance id {instance_id} was fenced by member"
-                f" {static.member_id}.",
-            )
-        _check_epoch(static, epoch, request)
-        return static, None
-
-    def _heartbeat(self, request, client_id: str, client_host: str) -> HeartbeatAnswer:
-        group = self._group_for(request)
-        member, replaced = self._member_for(group, request)
-        joining = request.member_epoch == 0
-        # the topology: the group's, or the first member's
-        topology = group.topology
-        if request.topology is not None:
-            sent = streams_topology.from_request(request.topology)
-            if topology is None:
-                topology = sent
-            elif topology.epoch <= sent.epoch and topology != sent:
-                raise _Fenced(E.INVALID_REQUEST, "Topology updates are not supported yet.")
-        assert topology is not None
-        configured = group.configured
-        reconfigured = False
-        sig = streams_topology.signature(topology, self._partitions)
-        if configured is None or configured.signature != sig or group.topology is None:
-            configured = streams_topology.configure(topology, self._partitions)
-            reconfigured = group.configured is None or group.configured.signature != sig
-        if configured.error is not None:
-            if not group.members:
-                self._forget_if_unused(group)
-            raise _Fenced(*configured.error)
-        if configured.ready:
-            assert configured.tasks is not None
-            owned_all = (request.active_tasks, request.standby_tasks, request.warmup_tasks)
-            for owned in owned_all:
-                for t in owned or ():
-                    n = configured.tasks.get(t.subtopology_id)
-                    if n is None:
-                        raise _Fenced(
-                            E.INVALID_REQUEST,
-                            f"Subtopology {t.subtopology_id} does not exist in the topology.",
-                        )
-                    for p in t.partitions:
-                        if not 0 <= p < n:
-                            raise _Fenced(
-                                E.INVALID_REQUEST,
-                                f"Task {p} for subtopology {t.subtopology_id} is invalid."
-                                f" Number of tasks for this subtopology: {n}",
-                            )
-        # from here on the request is accepted: apply it
-        if group.topology is None:
-            log.info(
-                "streams group %s: member %s initialized the topology with epoch %d",
-                group.group_id,
-                member.member_id,
-                topology.epoch,
-            )
-        group.topology = topology
-        group.configured = configured
-        was_empty = not group.members
-        before = None if member.member_id not in group.members else member.metadata()
-        assigned_before = member.assigned() if before is not None else None
-        if replaced is not None:
-            replaced.cancel_timers()
-            del group.members[replaced.member_id]
-            if replaced.member_id in group.target:
-                group.target[member.member_id] = group.target.pop(replaced.member_id)
-            log.info(
-                "streams group %s: static member %s (instance %s) rejoined as %s",
-                group.group_id,
-                replaced.member_id,
-                replaced.instance_id,
-                member.member_id,
-            )
-        if member.member_id not in group.members:
-            group.members[member.member_id] = member
-            group.empty_since_ms = None
-            if replaced is None:
-                log.info("streams group %s: member %s joined", group.group_id, member.member_id)
-        self._update(member, request, client_id, client_host, joining)
-        recompute = reconfigured
-        if replaced is None and (before is None or before != member.metadata()):
-            recompute = True
-        elif replaced is not None and replaced.metadata() != member.metadata():
-            recompute = True
-        status: list[tuple[int, str]] = []
-        if member.topology_epoch < topology.epoch:
-            status.append(
-                (
-                    STALE_TOPOLOGY,
-                    f"The member's topology epoch {member.topology_epoch} is behind the group's"
-                    f" topology epoch {topology.epoch}.",
-                )
-            )
-        if request.task_offsets is not None:
-            member.task_offsets = {
-                (t.subtopology_id, t.partition): t.offset for t in request.task_offsets
-            }
-        if request.task_end_offsets is not None:
-            member.task_end_offsets = {
-                (t.subtopology_id, t.partition): t.offset for t in request.task_end_offsets
-            }
-        validated = topology.epoch if configured.ready else -1
-        if validated != group.validated_epoch:
-            group.validated_epoch = validated
-            recompute = True
-        standby = self.configs.value(group.group_id, STREAMS_NUM_STANDBY_REPLICAS)
-        if standby != group.standby_replicas:
-            recompute = True
-        if recompute:
-            group.epoch += 1
-            log.info("streams group %s: epoch %d", group.group_id, group.epoch)
-        delay_ms = self.configs.value(group.group_id, STREAMS_INITIAL_REBALANCE_DELAY)
-        if was_empty and delay_ms > 0 and group.delay is None:
-            group.delay = asyncio.get_running_loop().call_later(
-                delay_ms / 1000, self._delay_over, group
-            )
-        if group.delay is not None:
-            status.append(
-                (
-                    ASSIGNMENT_DELAYED,
-                    "Assignment delayed due to the configured initial rebalance delay.",
-                )
-            )
-        else:
-            self._refresh_target(group)
-        owned = None
-        if request.active_tasks is not None:
-            owned = (_tasks(request.active_tasks), _tasks(request.standby_tasks))
-        self._reconcile(group, member, owned)
-        self.sessions.touch(group, member)
-        if request.shutdown_application:
-            group.shutdown_requested_by = member.member_id
-        answer = HeartbeatAnswer(member_id=member.member_id, epoch=member.epoch)
-        if joining or member.assigned() != assigned_before:
-            answer.tasks = (sorted(member.active), sorted(member.standby))
-            if member.user_endpoint is not None:
-                group.endpoint_epoch += 1
-        elif before is not None and before[3] != member.user_endpoint:
-            group.endpoint_epoch += 1
-        answer.endpoint_epoch = group.endpoint_epoch
-        if request.endpoint_information_epoch != group.endpoint_epoch:
-            answer.endpoints = self._endpoints(group)
-        if configured.status is not None:
-            status.append(configured.status)
-            answer.to_create = dict(configured.to_create)
-        if group.shutdown_requested_by is not None:
-            status.append(
-                (
-                    SHUTDOWN_APPLICATION,
-                    f"Streams group member {group.shutdown_requested_by} encountered a fatal error"
-                    " and requested a shutdown for the entire application.",
-                )
-            )
-        answer.status = status
-        return answer
-
-    def _partitions(self, name: str) -> int | None:
-        t = self.topics.get(name)
-        return None if t is None else t.count
-
-    @staticmethod
-    def _update(member: StreamsMember, request, client_id: str, client_host: str, joining: bool):
-        if request.instance_id is not None:
-            member.instance_id = request.instance_id
-        if request.rack_id is not None:
-            member.rack_id = request.rack_id
-        if request.rebalance_timeout_ms != -1:
-            member.rebalance_timeout_ms = request.rebalance_timeout_ms
-        if request.topology is not None:
-            member.topology_epoch = request.topology.epoch
-        member.client_id, member.client_host = client_id, client_host
-        if request.process_id is not None:
-            member.process_id = request.process_id
-        if request.client_tags is not None:
-            member.client_tags = {kv.key: kv.value for kv in request.client_tags}
-        endpoint = request.user_endpoint
-        if joining or endpoint is not None:
-            member.user_endpoint = None if endpoint is None else (endpoint.host, endpoint.port)
-
-    def _delay_over(self, group: StreamsGroup) -> None:
-        group.delay = None
-        if self.groups.get(group.group_id) is group:
-            self._refresh_target(group)
-
-    def _refresh_target(self, group: StreamsGroup) -> None:
-        """A new target assignment when the group epoch moved past the assignment epoch."""
-        if group.assignment_epoch >= group.epoch:
-            return
-        configured = group.configured
-        standby = self.configs.value(group.group_id, STREAMS_NUM_STANDBY_REPLICAS)
-        if configured is None or not configured.ready or group.topology is None:
-            group.target = {m: (set(), set()) for m in group.members}
-        else:
-            assert configured.tasks is not None
-            members = {
-                m.member_id: streams_assignor.AssignmentMember(
-                    m.process_id or m.member_id,
-                    frozenset(t for t in group.target.get(m.member_id, EMPTY_TASKS)[0]),
-                    frozenset(group.target.get(m.member_id, EMPTY_TASKS)[1]),
-                )
-                for m in group.members.values()
-            }
-            stateful = {s.subtopology_id for s in group.topology.subtopologies if s.stateful}
-            group.target = streams_assignor.assign(members, configured.tasks, stateful, standby)
-        group.standby_replicas = standby
-        group.assignment_epoch = group.epoch
-        log.info(
-            "streams group %s: new target assignment at epoch %d (%d members)",
-            group.group_id,
-            group.epoch,
-            len(group.members),
-        )
-
-    # reconciliation -----------------------------------------------------------------------------
-
-    def _reconcile(self, group: StreamsGroup, member: StreamsMember, owned) -> None:
-        """Move ``member`` one step towards its target (Kafka's CurrentAssignmentBuilder;
-        ``owned``: (active, standby) it reported, or None when it did not)."""
-        target_epoch = group.assignment_epoch
-        if member.state == STABLE and member.epoch == target_epoch:
-            return
-        if member.state == UNREVOKED_TASKS:
-            if _not_released(owned, member.revoking_active.keys(), member.revoking_standby):
-                return
-            self._next(group, member, member.epoch + 1, owned)
-        else:
-            self._next(group, member, member.epoch, owned)
-        if member.state == UNREVOKED_TASKS:
-            if member.revoke_timer is None:
-                member.revoke_timer = asyncio.get_running_loop().call_later(
-                    max(member.rebalance_timeout_ms, 0) / 1000,
-                    self._revocation_overdue,
-                    group,
-                    member,
-                    member.epoch,
-                )
-        elif member.revoke_timer is not None:
-            member.revoke_timer.cancel()
-            member.revoke_timer = None
-
-    def _next(self, group: StreamsGroup, member: StreamsMember, epoch: int, owned) -> None:
-        target_epoch = group.assignment_epoch
-        target_active, target_standby = group.target.get(member.member_id, (set(), set()))
-        active_at: dict[Task, str] = {}  # task -> the process running it (or giving it back)
-        standby_at: dict[Task, set[str]] = {}
-        for m in group.members.values():
-            for t in (*m.active, *m.revoking_active):
-                active_at[t] = m.process_id
-            for t in (*m.standby, *m.revoking_standby):
-                standby_at.setdefault(t, set()).add(m.process_id)
-        process = member.process_id
-        new_active = {t: e for t, e in member.active.items() if t in target_active}
-        revoking_active = {t: e for t, e in member.active.items() if t not in target_active}
-        pending_active = {t: target_epoch for t in target_active if t not in new_active}
-        unreleased = False
-        for t in list(pending_active):
-            held_standby_here = process in standby_at.get(t, ()) and t not in member.standby
-            if t in active_at or held_standby_here:
-                del pending_active[t]
-                unreleased = True
-        new_standby = member.standby & target_standby
-        revoking_standby = member.standby - target_standby
-        pending_standby = target_standby - new_standby
-        for t in list(pending_standby):
-            run_here = active_at.get(t) == process and t not in member.active
-            if run_here or process in standby_at.get(t, ()):
-                pending_standby.discard(t)
-                unreleased = True
-        for t in member.active:  # an active task becoming a standby here: at once
-            if t in pending_standby:
-                pending_standby.discard(t)
-                new_standby.add(t)
-        for t in member.standby:  # a standby becoming active here is not revoked
-            if t in target_active:
-                revoking_standby.discard(t)
-        revoking = bool(revoking_active or revoking_standby) and _not_released(
-            owned, revoking_active.keys(), revoking_standby
-        )
-        for t in member.standby:  # ... and is kept as a standby until it is granted
-            if t in target_active and (revoking or t not in pending_active):
-                new_standby.add(t)
-        member.previous_epoch = member.epoch
-        if revoking:
-            member.state = UNREVOKED_TASKS
-            member.epoch = epoch
-            member.active, member.standby = new_active, new_standby
-            member.revoking_active, member.revoking_standby = revoking_active, revoking_standby
-            return
-        member.state = UNRELEASED_TASKS if unreleased else STABLE
-        member.epoch = target_epoch
-        new_active.update(pending_active)
-        member.active, member.standby = new_active, new_standby | pending_standby
-        member.revoking_active, member.revoking_standby = {}, set()
-
-    def _revocation_overdue(self, group: StreamsGroup, member: StreamsMember, epoch: int) -> None:
-        member.revoke_timer = None
-        if group.members.get(member.member_id) is member and member.epoch == epoch:
-            if member.state == UNREVOKED_TASKS:
-                self._remove(
-                    group,
-                    member,
-                    f"failed to transition from epoch {epoch} within"
-                    f" {member.rebalance_timeout_ms}ms",
-                )
-
-    # leaving ------------------------------------------------------------------------------------
-
-    def _leave(self, request) -> HeartbeatAnswer:
-        group_id, member_id, epoch = request.group_id, request.member_id, request.member_epoch
-        group = self.groups.get(group_id)
-        if group is None:
-            if self.other_kind(group_id) or self.classic.groups.get(group_id) is not None:
-                return _error(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a streams group.")
-            return _error(E.GROUP_ID_NOT_FOUND, f"Streams group {group_id} not found.")
-        if request.shutdown_application:
-            group.shutdown_requested_by = member_id
-        instance_id = request.instance_id
-        if instance_id is None:
-            member = group.members.get(member_id)
-            if member is None:
-                return _error(E.UNKNOWN_MEMBER_ID, _unknown(member_id, group_id))
-        else:
-            member = group.static_member(instance_id)
-            if member is None:
-                return _error(E.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-            if member.member_id != member_id:
-                return _error(
-                    E.FENCED_INSTANCE_ID,
-                    f"Static member {member_id} with instance id {instance_id} was fenced by"
-                    f" member {member.member_id}.",
-                )
-            if epoch == STATIC_LEAVE_EPOCH:  # keeps its place until its session ends
-                if member.revoke_timer is not None:
-                    member.revoke_timer.cancel()
-                    member.revoke_timer = None
-                member.epoch = STATIC_LEAVE_EPOCH
-                member.revoking_active, member.revoking_standby = {}, set()
-                member.active = {t: 0 for t in member.active}
-                log.info(
-                    "streams group %s: static member %s (instance %s) left for now",
-                    group_id,
-                    member_id,
-                    instance_id,
-                )
-                return HeartbeatAnswer(member_id=member_id, epoch=STATIC_LEAVE_EPOCH)
-        self._remove(group, member, "left the group")
-        return HeartbeatAnswer(member_id=member_id, epoch=epoch)
-
-    def _remove(self, group: StreamsGroup, member: StreamsMember, why: str) -> None:
-        member.cancel_timers()
-        if group.members.get(member.member_id) is not member:
-            return
-        del group.members[member.member_id]
-        group.target.pop(member.member_id, None)
-        group.epoch += 1
-        if member.user_endpoint is not None:
-            group.endpoint_epoch += 1
-        if not group.members:
-            group.empty_since_ms = self.now_ms()
-            group.assignment_epoch = group.epoch  # nothing to assign
-            group.shutdown_requested_by = None
-        log.info(
-            "streams group %s: member %s %s (epoch %d)",
-            group.group_id,
-            member.member_id,
-            why,
-            group.epoch,
-        )
-
-    def _forget_if_unused(self, group: StreamsGroup) -> None:
-        if not group.members and not group.offsets and group.topology is None:
-            self.groups.pop(group.group_id, None)
-
-    # what others ask ----------------------------------------------------------------------------
-
-    def _endpoints(self, group: StreamsGroup) -> list:
+    def endpoints(self) -> list:
         """Each member endpoint's partitions: those of the tasks its members run (active) or
         keep (standby), for interactive queries."""
-        if group.topology is None:
+        if self.topology is None:
             return []
-        subs = group.topology.by_id()
+        subs = self.topology.by_id()
         out: dict[tuple[str, int], tuple[dict, dict]] = {}
-        for m in group.members.values():
+        for m in self.members.values():
             if m.user_endpoint is None:
                 continue
             active, standby = out.setdefault(m.user_endpoint, ({}, {}))
@@ -805,25 +168,15 @@ class StreamsGroupCoordinator:
             for endpoint, (a, s) in sorted(out.items())
         ]
 
-    def delete(self, group_id: str) -> int:
-        group = self.groups.get(group_id)
-        if group is None:
-            return E.GROUP_ID_NOT_FOUND
-        if group.members:
-            return E.NON_EMPTY_GROUP
-        return E.NONE
-
-    def check_commit(
-        self, group: StreamsGroup, member_id: str, epoch: int, api_version: int | None = None
-    ):
+    def check_commit(self, member_id: str, epoch: int, api_version: int | None = None):
         """(error, per-partition check or None) for an offset commit of a member
         (``api_version`` of OffsetCommit; None for TxnOffsetCommit), as Kafka's
         ``StreamsGroup.validateOffsetCommit``."""
-        if epoch < 0 and not group.members:
+        if epoch < 0 and not self.members:
             return E.NONE, None
         if epoch == -1 and not member_id and api_version is None:
             return E.NONE, None  # a transactional commit without a member
-        member = group.members.get(member_id)
+        member = self.members.get(member_id)
         if member is None:
             return E.UNKNOWN_MEMBER_ID, None
         if api_version is not None and api_version < 9:
@@ -834,7 +187,7 @@ class StreamsGroupCoordinator:
             return E.STALE_MEMBER_EPOCH, None
 
         def check(topic: str, partition: int) -> int:
-            sub = group.source_subtopology(topic)
+            sub = self.source_subtopology(topic)
             if sub is None:
                 return E.STALE_MEMBER_EPOCH
             given = member.active.get(
@@ -845,42 +198,3 @@ class StreamsGroupCoordinator:
             return E.NONE
 
         return E.NONE, check
-
-
-def _not_released(owned, active, standby) -> bool:
-    """Does the member still own some of these tasks (as far as it told us)?"""
-    if owned is None:
-        return True
-    return bool(owned[0] & set(active)) or bool(owned[1] & set(standby))
-
-
-def _unknown(member_id: str, group_id: str) -> str:
-    return f"Member {member_id} is not a member of group {group_id}."
-
-
-def _check_epoch(member: StreamsMember, epoch: int, request) -> None:
-    """Kafka's fencing of a member's epoch (a joining one's is 0 and always fine)."""
-    if epoch == 0:
-        return
-    if epoch > member.epoch:
-        raise _Fenced(
-            E.FENCED_MEMBER_EPOCH,
-            f"The streams group member has a greater member epoch ({epoch}) than the one known"
-            f" by the group coordinator ({member.epoch}). The member must abandon all its"
-            " partitions and rejoin.",
-        )
-    if epoch < member.epoch:
-        owned_ok = (
-            epoch == member.previous_epoch
-            and request.active_tasks is not None
-            and _tasks(request.active_tasks) <= set(member.active)
-            and _tasks(request.standby_tasks) <= member.standby
-            and not _tasks(request.warmup_tasks)
-        )
-        if not owned_ok:
-            raise _Fenced(
-                E.FENCED_MEMBER_EPOCH,
-                f"The streams group member has a smaller member epoch ({epoch}) than the one"
-                f" known by the group coordinator ({member.epoch}). The member must abandon all"
-                " its partitions and rejoin.",
-            )
