@@ -77,8 +77,18 @@ def _from_text(text: str) -> ProtoModel:
     from proto_schema_parser import ast
     from proto_schema_parser.parser import Parser
 
+    from antlr4.error.ErrorListener import ErrorListener
+
+    class Strict(ErrorListener):  # antlr's default prints syntax errors and goes on
+        def syntaxError(self, recognizer, offendingSymbol, line, column, msg, e):  # noqa: N802
+            raise ValueError(f"line {line}:{column} {msg}")
+
+    def strict(recognizer) -> None:
+        recognizer.removeErrorListeners()
+        recognizer.addErrorListener(Strict())
+
     try:
-        parsed = Parser().parse(text)
+        parsed = Parser(setup_lexer=strict, setup_parser=strict).parse(text)
     except Exception as failure:  # the parser raises its own and antlr's errors
         raise ValueError(f"not a .proto file: {failure}") from None
     if not any(isinstance(e, ast.Message | ast.Enum) for e in parsed.file_elements):
