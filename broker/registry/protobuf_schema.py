@@ -74,10 +74,9 @@ def _looks_base64(text: str) -> bool:
 
 
 def _from_text(text: str) -> ProtoModel:
+    from antlr4.error.ErrorListener import ErrorListener
     from proto_schema_parser import ast
     from proto_schema_parser.parser import Parser
-
-    from antlr4.error.ErrorListener import ErrorListener
 
     class Strict(ErrorListener):  # antlr's default prints syntax errors and goes on
         def syntaxError(self, recognizer, offendingSymbol, line, column, msg, e):  # noqa: N802
