@@ -160,7 +160,7 @@ class RegistryServer:
             return None
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise web.HTTPBadRequest() from None
 
     @staticmethod

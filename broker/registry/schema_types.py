@@ -41,7 +41,10 @@ def _module(schema_type: str):
 def parse(schema_type: str, text: str, references: list[str], normalize: bool) -> ParsedSchema:
     """``text`` as a schema of ``schema_type`` (one of TYPES), ``references`` the texts of the
     schemas it refers to; ValueError says why it is not one."""
-    kept, model = _module(schema_type).parse(text, references, normalize)
+    try:
+        kept, model = _module(schema_type).parse(text, references, normalize)
+    except RecursionError:  # (a document nested thousands deep)
+        raise ValueError("nested too deep") from None
     return ParsedSchema(schema_type, kept, model)
 
 
@@ -62,8 +65,11 @@ def incompatibilities(level: str, new: ParsedSchema, olds: list[ParsedSchema]) -
             )
             continue
         check = _module(new.schema_type).incompatibilities
-        if base in ("BACKWARD", "FULL"):
-            found += check(new.model, old.model)
-        if base in ("FORWARD", "FULL"):
-            found += check(old.model, new.model)
+        try:
+            if base in ("BACKWARD", "FULL"):
+                found += check(new.model, old.model)
+            if base in ("FORWARD", "FULL"):
+                found += check(old.model, new.model)
+        except RecursionError:
+            found.append("{errorType:'TOO_DEEP', description:'nested too deep to compare'}")
     return found
