@@ -15,5 +15,6 @@ schema_types.py     The schema types, and compatibility levels over them
 avro_schema.py      AVRO: fastavro's parser, Avro's schema-resolution rules
 json_schema.py      JSON Schema: the jsonschema library's checks, Confluent's rules
 protobuf_schema.py  PROTOBUF: .proto text or a FileDescriptorProto, Confluent's rules
+protobuf_text.py    PROTOBUF between .proto text and a FileDescriptorProto (format=serialized)
 errors.py           Confluent's error codes, statuses and messages
 """

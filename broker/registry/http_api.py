@@ -190,8 +190,10 @@ class RegistryServer:
 
     async def _schema_by_id(self, request: web.Request) -> web.Response:
         schema_id = self._id(request)
-        subject = request.query.get("subject")
-        return await self._read(request, lambda: self.registry.schema_by_id(schema_id, subject))
+        subject, fmt = request.query.get("subject"), request.query.get("format")
+        return await self._read(
+            request, lambda: self.registry.schema_by_id(schema_id, subject, fmt)
+        )
 
     async def _schema_text_by_id(self, request: web.Request) -> web.Response:
         schema_id = self._id(request)
@@ -232,9 +234,9 @@ class RegistryServer:
 
     async def _version(self, request: web.Request) -> web.Response:
         subject, version = request.match_info["subject"], request.match_info["version"]
-        deleted = flag(request.query.get("deleted"))
+        deleted, fmt = flag(request.query.get("deleted")), request.query.get("format")
         return await self._read(
-            request, lambda: self.registry.get_version(subject, version, deleted)
+            request, lambda: self.registry.get_version(subject, version, deleted, fmt)
         )
 
     async def _version_text(self, request: web.Request) -> web.Response:

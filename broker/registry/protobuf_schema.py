@@ -1,10 +1,13 @@
 """PROTOBUF schemas: ``.proto`` text (parsed by ``proto-schema-parser``) or, as
 confluent-kafka's Python serializers send it, a base64 ``FileDescriptorProto`` (read by
-``protobuf``); both become one model, compared by Confluent's rules for the common cases.
+``protobuf``), compared by Confluent's rules for the common cases.
 
-A schema is kept as registered. The model holds the package and, per message (full name),
-its fields by number: name, kind (scalar, message, enum, map), type (the scalar's name, the
-named type's full name, or ``map<k,v>``), label (repeated, optional, required) and oneof.
+A schema is kept as canonical ``.proto`` text, as Confluent's registry keeps it: text is
+read into a descriptor and printed back, a descriptor printed (protobuf_text.py), so any
+form of one schema (white space, comments, a descriptor) has one id. The model holds the
+package and, per message (full name), its fields by number: name, kind (scalar, message,
+enum, map), type (the scalar's name, the named type's full name, or ``map<k,v>``), label
+(repeated, optional, required) and oneof.
 
 Compatibility (``incompatibilities(reader, writer)``), fields matched by number as the wire
 matches them, each difference named with Confluent's ``errorType``: PACKAGE_CHANGED,
@@ -18,8 +21,6 @@ and renaming or renumbering them (a removal and an addition), are compatible.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from dataclasses import dataclass, field
 
 SCALARS = {
@@ -33,13 +34,6 @@ _GROUPS = [
     {"fixed64", "sfixed64"},
     {"string", "bytes"},
 ]
-# FieldDescriptorProto.Type -> scalar name (11 message, 14 enum, 10 group)
-_DESCRIPTOR_TYPES = {
-    1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 6: "fixed64", 7: "fixed32",
-    8: "bool", 9: "string", 12: "bytes", 13: "uint32", 15: "sfixed32", 16: "sfixed64",
-    17: "sint32", 18: "sint64",
-}  # fmt: skip
-_LABELS = {1: "optional", 2: "required", 3: "repeated"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,36 +54,23 @@ class ProtoModel:
 
 def parse(text: str, references: list[str], normalize: bool) -> tuple[str, ProtoModel]:
     """(The text to keep, the model); ValueError with the parser's message."""
-    stripped = text.strip()
-    if _looks_base64(stripped):
-        return stripped, _from_descriptor(stripped)
-    return stripped, _from_text(stripped)
+    from .protobuf_text import decode_base64, to_descriptor, to_text
+
+    given = text.strip()
+    kept = to_text(decode_base64(given) if _looks_base64(given) else to_descriptor(given))
+    return kept, _from_text(kept)
 
 
 def _looks_base64(text: str) -> bool:
     return bool(text) and " " not in text and "\n" not in text and "{" not in text
 
 
-# .proto text ------------------------------------------------------------------------------
-
-
 def _from_text(text: str) -> ProtoModel:
-    from antlr4.error.ErrorListener import ErrorListener
     from proto_schema_parser import ast
-    from proto_schema_parser.parser import Parser
 
-    class Strict(ErrorListener):  # antlr's default prints syntax errors and goes on
-        def syntaxError(self, recognizer, offendingSymbol, line, column, msg, e):  # noqa: N802
-            raise ValueError(f"line {line}:{column} {msg}")
+    from .protobuf_text import parse_text
 
-    def strict(recognizer) -> None:
-        recognizer.removeErrorListeners()
-        recognizer.addErrorListener(Strict())
-
-    try:
-        parsed = Parser(setup_lexer=strict, setup_parser=strict).parse(text)
-    except Exception as failure:  # the parser raises its own and antlr's errors
-        raise ValueError(f"not a .proto file: {failure}") from None
+    parsed = parse_text(text)
     if not any(isinstance(e, ast.Message | ast.Enum) for e in parsed.file_elements):
         raise ValueError("a .proto file with neither a message nor an enum")
     model = ProtoModel()
@@ -150,63 +131,6 @@ def _resolve(type_: str, scope: str, messages: dict, model: ProtoModel) -> tuple
                 full = candidate
                 break
     return ("enum" if full in model.enums else "message"), full
-
-
-# FileDescriptorProto ----------------------------------------------------------------------
-
-
-def _from_descriptor(text: str) -> ProtoModel:
-    from google.protobuf import descriptor_pb2
-    from google.protobuf.message import DecodeError
-
-    try:
-        raw = base64.b64decode(text, validate=True)
-        fd = descriptor_pb2.FileDescriptorProto.FromString(raw)
-    except (binascii.Error, ValueError, DecodeError) as e:
-        raise ValueError(f"neither .proto text nor a FileDescriptorProto: {e}") from None
-    if not fd.message_type and not fd.enum_type:
-        raise ValueError("a FileDescriptorProto with neither a message nor an enum")
-    model = ProtoModel(package=fd.package)
-    prefix = f"{fd.package}." if fd.package else ""
-    maps: dict[str, str] = {}
-    all_messages: dict[str, object] = {}
-
-    def collect(messages, enums, scope: str) -> None:
-        for e in enums:
-            model.enums.add(f"{scope}{e.name}")
-        for m in messages:
-            name = f"{scope}{m.name}"
-            if m.options.map_entry:
-                key, value = m.field[0], m.field[1]
-                maps[name] = f"map<{_type_of(key)[1]},{_type_of(value)[1]}>"
-            else:
-                all_messages[name] = m
-            collect(m.nested_type, m.enum_type, f"{name}.")
-
-    collect(fd.message_type, fd.enum_type, prefix)
-    for name, m in all_messages.items():
-        fields: dict[int, ProtoField] = {}
-        oneofs = [o.name for o in m.oneof_decl]  # type: ignore[attr-defined]
-        for f in m.field:  # type: ignore[attr-defined]
-            kind, type_ = _type_of(f)
-            label = _LABELS.get(f.label, "")
-            oneof = ""
-            if f.HasField("oneof_index") and not f.proto3_optional:
-                oneof = oneofs[f.oneof_index]
-            if kind == "message" and type_ in maps:
-                fields[f.number] = ProtoField(f.name, "map", maps[type_])
-                continue
-            if fd.syntax == "proto3" and label == "optional" and not f.proto3_optional:
-                label = ""
-            fields[f.number] = ProtoField(f.name, kind, type_, label, oneof)
-        model.messages[name] = fields
-    return model
-
-
-def _type_of(f) -> tuple[str, str]:
-    if f.type in _DESCRIPTOR_TYPES:
-        return "scalar", _DESCRIPTOR_TYPES[f.type]
-    return ("enum" if f.type == 14 else "message"), f.type_name.lstrip(".")
 
 
 # compatibility ----------------------------------------------------------------------------

@@ -143,14 +143,18 @@ class SchemaRegistry:
             raise errors.version_not_found(number)
         return number, found[number]
 
-    def _answer(self, subject: str, number: int, schema_id: int) -> dict[str, Any]:
+    def _answer(
+        self, subject: str, number: int, schema_id: int, fmt: str | None = None
+    ) -> dict[str, Any]:
         stored = self.state.schemas[schema_id]
         out: dict[str, Any] = {"subject": subject, "version": number, "id": schema_id}
-        out.update(self._schema_fields(stored))
+        out.update(self._schema_fields(stored, fmt))
         return out
 
     @staticmethod
-    def _schema_fields(stored: Stored) -> dict[str, Any]:
+    def _schema_fields(stored: Stored, fmt: str | None = None) -> dict[str, Any]:
+        """A schema as answered: ``fmt`` "serialized" gives a PROTOBUF schema as a base64
+        ``FileDescriptorProto`` (what confluent-kafka's Python deserializer asks for)."""
         out: dict[str, Any] = {}
         if stored.schema_type != "AVRO":
             out["schemaType"] = stored.schema_type
@@ -159,6 +163,13 @@ class SchemaRegistry:
                 {"name": n, "subject": s, "version": v} for n, s, v in stored.references
             ]
         out["schema"] = stored.text
+        if stored.schema_type == "PROTOBUF" and fmt == "serialized":
+            from .protobuf_text import encode_base64, to_descriptor
+
+            try:
+                out["schema"] = encode_base64(to_descriptor(stored.text))
+            except ValueError:  # (kept only when it parsed: not expected)
+                pass
         return out
 
     def _request_schema(self, body: Any, normalize: bool) -> tuple[ParsedSchema, Stored]:
@@ -199,13 +210,15 @@ class SchemaRegistry:
 
     # reads -----------------------------------------------------------------------------------
 
-    def schema_by_id(self, schema_id: int, subject: str | None) -> dict[str, Any]:
+    def schema_by_id(
+        self, schema_id: int, subject: str | None, fmt: str | None = None
+    ) -> dict[str, Any]:
         stored = self.state.schemas.get(schema_id)
         if stored is None or (
             subject and all(s != subject for s, _ in self.state.uses.get(schema_id, ()))
         ):
             raise errors.schema_not_found(schema_id)
-        return self._schema_fields(stored)
+        return self._schema_fields(stored, fmt)
 
     def schema_usage(self, schema_id: int, deleted: bool) -> list[tuple[str, int]]:
         if schema_id not in self.state.schemas:
@@ -223,7 +236,9 @@ class SchemaRegistry:
     def versions(self, subject: str, deleted: bool) -> list[int]:
         return list(self._subject_versions(subject, deleted))
 
-    def get_version(self, subject: str, version: str, deleted: bool) -> dict[str, Any]:
+    def get_version(
+        self, subject: str, version: str, deleted: bool, fmt: str | None = None
+    ) -> dict[str, Any]:
         number = parse_version(version)
         every = self._subject_versions(subject, True)
         if number is None:
@@ -236,7 +251,7 @@ class SchemaRegistry:
         v = self.state.subjects[subject][number]
         if v.deleted and not deleted:
             raise errors.version_not_found(number)
-        return self._answer(subject, number, v.id)
+        return self._answer(subject, number, v.id, fmt)
 
     def referenced_by(self, subject: str, version: str) -> list[int]:
         number, _ = self._version(subject, version, False)

@@ -6,10 +6,12 @@ One broker for the module (its registry on a free port); each test uses subjects
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
 import requests
+from google.protobuf import descriptor_pb2
 
 from headrace.broker.tools.process import BrokerProcess
 
@@ -347,6 +349,13 @@ def test_json_and_protobuf_schemas(api):
     proto = 'syntax = "proto3";\npackage ex;\n\nmessage M {\n  string a = 1;\n}\n'
     pid = api.register("ty-proto", proto, schemaType="PROTOBUF")
     assert api.ok("GET", "/subjects/ty-proto/versions/1")["schemaType"] == "PROTOBUF"
+    # format=serialized: a base64 FileDescriptorProto (what Python's deserializer asks for)
+    serialized = api.ok("GET", f"/schemas/ids/{pid}", format="serialized")["schema"]
+    fd = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(serialized))
+    assert (fd.package, [m.name for m in fd.message_type]) == ("ex", ["M"])
+    # registered as that descriptor, it is the same schema: the same id, no new version
+    assert api.register("ty-proto", serialized, schemaType="PROTOBUF") == pid
+    assert api.ok("GET", "/subjects/ty-proto/versions") == [1]
     changed = proto.replace("string a = 1", "int32 a = 1")
     api.error(
         409,

@@ -275,3 +275,56 @@ def test_the_state_after_compaction_is_the_state_before():
         }
         assert state.configs == {"a": "FULL"} and state.modes == {None: "READONLY"}
         assert sorted(state.schemas) == [1, 2, 3] and state.max_id == 3
+
+
+def test_protobuf_descriptor_and_text_convert_both_ways():
+    """A descriptor printed as text parses back into one protobuf's pool builds, with the same
+    messages, fields, maps, oneofs and enums."""
+    from google.protobuf import descriptor_pool
+
+    from headrace.broker.registry.protobuf_text import to_descriptor, to_text
+
+    fd = to_descriptor(PROTO + "message Extra { optional string note = 1; }\n", "shop.proto")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    order = pool.FindMessageTypeByName("shop.Order")
+    assert [f.name for f in order.fields] == [
+        "id",
+        "item",
+        "tags",
+        "counts",
+        "card",
+        "cash",
+        "status",
+        "line",
+    ]
+    assert order.fields_by_name["counts"].message_type.GetOptions().map_entry
+    assert order.fields_by_name["status"].enum_type.full_name == "shop.Order.Status"
+    assert order.fields_by_name["line"].message_type.full_name == "shop.Order.Line"
+    assert [f.name for f in order.oneofs_by_name["pay"].fields] == ["card", "cash"]
+    note = pool.FindMessageTypeByName("shop.Extra").fields_by_name["note"]
+    assert note.has_presence
+    again = to_descriptor(to_text(fd), "shop.proto")
+    assert again == fd
+    assert (
+        proto(to_text(fd)).model
+        == proto(PROTO + "message Extra { optional string note = 1; }").model
+    )
+
+
+def test_protobuf_text_is_kept_canonical_with_its_file_options():
+    plain = (
+        'syntax = "proto3"; package p; option java_package = "com.p"; message M { int32 a = 1; }'
+    )
+    spaced = """// a comment
+syntax = "proto3";
+package p;
+
+option java_package = "com.p";
+
+message M {
+  int32 a = 1;  // the same field
+}
+"""
+    assert proto(plain).text == proto(spaced).text
+    assert 'option java_package = "com.p";' in proto(plain).text
