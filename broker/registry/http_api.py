@@ -348,7 +348,7 @@ class RegistryServer:
             ) from None
         if status == 500 and _code(data) == errors.UNKNOWN_LEADER:
             raise errors.unknown_leader("the broker asked no longer leads _schemas")
-        if offset is not None and status < 300:
+        if offset is not None and status < 300 and self.registry.log.replica() is not None:
             await self.registry.reader.wait_for(int(offset), self.registry.write_timeout_s)
         return web.Response(body=data, status=status, content_type=CONTENT_TYPE)
 

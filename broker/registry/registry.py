@@ -136,7 +136,7 @@ class SchemaRegistry:
     def _version(self, subject: str, text: str, deleted: bool) -> tuple[int, int]:
         """(version, id) that ``text`` names in the subject (40401, 40402, 42202)."""
         number = parse_version(text)
-        found = self._subject_versions(subject, deleted or number is not None and deleted)
+        found = self._subject_versions(subject, deleted)
         if number is None:
             number = max(found)
         elif number not in found:

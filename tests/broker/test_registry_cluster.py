@@ -1,7 +1,8 @@
 """The schema registry in a cluster of three brokers and one ZooKeeper (real processes): every
 broker serves the same registry (writes forwarded to the leader of ``_schemas``, reads from
-each broker's own replica, a write read back at once where it was made), and a SIGKILL of
-that leader loses no schema and no id; writes work again at the new leader."""
+each broker's own replica, or forwarded by the broker that holds none; a write read back at
+once where it was made), and a SIGKILL of that leader loses no schema and no id; writes work
+again at the new leader."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ def brokers(tmp_path, zk_connect):
                 "zookeeper.session.timeout.ms": SESSION_MS,
                 "replica.lag.time.max.ms": 4000,
                 "schema.registry.listeners": "http://127.0.0.1:0",
+                # two replicas of _schemas: one broker holds none and forwards its reads too
+                "schema.registry.topic.replication.factor": 2,
             },
             args=["--workers", "1"],
         )
@@ -47,6 +50,11 @@ def url(b: BrokerProcess) -> str:
 
 
 def schemas_leader(b: BrokerProcess) -> int:
+    return schemas_partition(b)[0]
+
+
+def schemas_partition(b: BrokerProcess) -> tuple[int, list[int]]:
+    """(leader, replicas) of _schemas partition 0, as ``b`` tells them."""
     with WireClient(b.port) as c:
         md = c.request(
             ApiKey.METADATA,
@@ -57,7 +65,9 @@ def schemas_leader(b: BrokerProcess) -> int:
             ),
         )
     partitions = md.topics[0].partitions
-    return partitions[0].leader_id if partitions else -1
+    if not partitions:
+        return -1, []
+    return partitions[0].leader_id, list(partitions[0].replica_nodes)
 
 
 def wait_for(check, timeout: float, what: str):
@@ -121,11 +131,11 @@ def test_every_broker_serves_one_registry_and_a_leader_kill_loses_nothing(broker
     for b in brokers[1:]:
         wait_for(lambda b=b: everything(b) == reference, 10, f"broker {b.port} to catch up")
     # SIGKILL the leader of _schemas
-    leader = schemas_leader(brokers[0])
-    assert leader in (1, 2, 3)
+    leader, replicas = schemas_partition(brokers[0])
+    assert leader in replicas and len(replicas) == 2
     victim = brokers[leader - 1]
     survivors = [b for b in brokers if b is not victim]
-    victim.kill()
+    victim.kill()  # (one survivor holds the other replica, the other none)
     wait_for(
         lambda: schemas_leader(survivors[0]) not in (-1, leader),
         SESSION_MS / 1000 + 20,
