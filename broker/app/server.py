@@ -384,6 +384,7 @@ class BrokerServer:
             max_schemas=int(config["schema.registry.max.schemas"]),
             max_subjects=int(config["schema.registry.max.subjects"]),
             max_schema_bytes=int(config["schema.registry.max.schema.bytes"]),
+            max_total_bytes=int(config["schema.registry.max.total.schema.bytes"]),
             write_timeout_ms=timeout_ms,
         )
         server = RegistryServer(

@@ -1114,6 +1114,13 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Largest schema text the registry accepts (UTF-8 bytes); a larger one gets 42201.",
         ),
         Setting(
+            "schema.registry.max.total.schema.bytes",
+            "int",
+            268435456,
+            "Most bytes of schema text the registry keeps in all (each distinct schema once);"
+            " registering a new schema beyond gets 42205.",
+        ),
+        Setting(
             "schema.registry.max.request.bytes",
             "int",
             2097152,

@@ -10,8 +10,8 @@ same schema (type, text, references) already has one, in any subject; in IMPORT 
 request may bring its id (and version).
 
 Bounds: ``max_schemas`` versions in all, ``max_subjects`` subjects and as many subject-level
-compatibility levels and modes (42205 beyond), schema texts of at most ``max_schema_bytes``
-(42201), at most ``MAX_REFERENCES`` references per schema, followed ``MAX_REFERENCE_DEPTH``
+compatibility levels and modes, ``max_total_bytes`` of distinct schema texts (42205 beyond),
+schema texts of at most ``max_schema_bytes`` (42201), at most ``MAX_REFERENCES`` references per schema, followed ``MAX_REFERENCE_DEPTH``
 deep.
 """
 
@@ -67,12 +67,14 @@ class SchemaRegistry:
         max_subjects: int,
         max_schema_bytes: int,
         write_timeout_ms: int,
+        max_total_bytes: int = 2**62,
     ) -> None:
         self.log = log_
         self.reader = SchemasReader(log_, RegistryState)
         self.max_schemas = max_schemas
         self.max_subjects = max_subjects
         self.max_schema_bytes = max_schema_bytes
+        self.max_total_bytes = max_total_bytes
         self.write_timeout_s = write_timeout_ms / 1000
         self._lock = asyncio.Lock()
 
@@ -367,6 +369,15 @@ class SchemaRegistry:
                 schema_id = wanted_id
             elif schema_id is None:
                 schema_id = self.state.max_id + 1
+            size = len(stored.text.encode())
+            if schema_id not in self.state.schemas and (
+                self.state.text_bytes + size > self.max_total_bytes
+            ):
+                raise errors.not_permitted(
+                    f"the registry holds {self.state.text_bytes} bytes of schemas; this one would"
+                    " pass schema.registry.max.total.schema.bytes"
+                    f" ({self.max_total_bytes})"
+                )
             if self.state.version_count() >= self.max_schemas:
                 raise errors.not_permitted(
                     f"the registry holds {self.max_schemas} schema versions, the most"

@@ -6,7 +6,8 @@ topic's records in offset order (``apply``), so every broker answers alike.
 * ``ids``: (type, text, references) -> id, so that one schema has one id in every subject;
 * ``configs`` and ``modes``: the global (key None) and per-subject compatibility levels and
   modes set;
-* ``max_id``: the highest id seen (ids are never reused while a record holding them stays).
+* ``max_id``: the highest id seen (ids are never reused while a record holding them stays);
+* ``text_bytes``: the bytes of the texts in ``schemas``.
 
 Applying is idempotent and follows compaction: a later record of a key replaces the earlier
 one, a tombstone removes it, and ``SubjectDeleted`` marks the versions up to its watermark.
@@ -53,6 +54,7 @@ class RegistryState:
     configs: dict[str | None, str] = field(default_factory=dict)
     modes: dict[str | None, str] = field(default_factory=dict)
     max_id: int = 0
+    text_bytes: int = 0  # of the texts in ``schemas`` (UTF-8)
     parsed: dict[int, ParsedSchema] = field(default_factory=dict)  # a cache
 
     # applying records ------------------------------------------------------------------------
@@ -84,7 +86,9 @@ class RegistryState:
         if old is not None and old.id != r.id:
             self._unuse(old.id, r.subject, r.version)
         versions[r.version] = Version(r.id, r.deleted)
-        self.schemas.setdefault(r.id, stored)
+        if r.id not in self.schemas:
+            self.schemas[r.id] = stored
+            self.text_bytes += len(stored.text.encode())
         self.ids.setdefault(stored, r.id)
         self.uses.setdefault(r.id, set()).add((r.subject, r.version))
         self.max_id = max(self.max_id, r.id)
@@ -107,6 +111,8 @@ class RegistryState:
             del self.uses[schema_id]
             stored = self.schemas.pop(schema_id, None)
             self.parsed.pop(schema_id, None)
+            if stored is not None:
+                self.text_bytes -= len(stored.text.encode())
             if stored is not None and self.ids.get(stored) == schema_id:
                 del self.ids[stored]
 

@@ -24,6 +24,7 @@ def url(tmp_path_factory):
             "schema.registry.max.subjects": 3,
             "schema.registry.max.schema.bytes": 4000,
             "schema.registry.max.request.bytes": 20000,
+            "schema.registry.max.total.schema.bytes": 12000,
         },
     ).start()
     yield f"http://127.0.0.1:{broker.listener_ports['SCHEMA_REGISTRY']}"
@@ -92,3 +93,15 @@ def test_versions_and_subjects_are_bounded(url):
     for path in ("/subjects/s3", "/subjects/s3?permanent=true"):
         assert requests.delete(url + path, timeout=10).ok
     assert post(url, "/subjects/s4/versions", {"schema": record("R", 1)}).ok
+
+
+def test_the_bytes_of_all_schemas_are_bounded(url):
+    """(After the tests above.) Distinct schema texts add up to at most 12000 bytes."""
+    for path in ("/subjects/s1", "/subjects/s1?permanent=true"):  # room for versions
+        assert requests.delete(url + path, timeout=10).ok
+    sizes = [len(record("R", 80 + i)) for i in range(4)]
+    assert all(3000 < n < 4000 for n in sizes)  # each within max.schema.bytes
+    for i in range(3):
+        assert post(url, "/subjects/s1/versions", {"schema": record("R", 80 + i)}).ok
+    r = post(url, "/subjects/s1/versions", {"schema": record("R", 83)})
+    assert "schema.registry.max.total.schema.bytes" in error(r, 422, 42205)
