@@ -11,8 +11,8 @@ request may bring its id (and version).
 
 Bounds: ``max_schemas`` versions in all, ``max_subjects`` subjects and as many subject-level
 compatibility levels and modes, ``max_total_bytes`` of distinct schema texts (42205 beyond),
-schema texts of at most ``max_schema_bytes`` (42201), at most ``MAX_REFERENCES`` references per schema, followed ``MAX_REFERENCE_DEPTH``
-deep.
+schema texts of at most ``max_schema_bytes`` (42201), at most ``MAX_REFERENCES`` references
+per schema, followed ``MAX_REFERENCE_DEPTH`` deep.
 """
 
 from __future__ import annotations
