@@ -328,3 +328,12 @@ message M {
 """
     assert proto(plain).text == proto(spaced).text
     assert 'option java_package = "com.p";' in proto(plain).text
+
+
+def test_each_worker_gets_a_registry_port_of_its_own():
+    from headrace.broker.app.workers import _registry_listener
+
+    assert _registry_listener("http://127.0.0.1:8081", 0) == "http://127.0.0.1:8081"
+    assert _registry_listener("http://127.0.0.1:8081", 2) == "http://127.0.0.1:8083"
+    assert _registry_listener("http://127.0.0.1:0", 2) == "http://127.0.0.1:0"
+    assert _registry_listener("", 1) == ""
