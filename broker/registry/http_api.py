@@ -73,6 +73,9 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
             raise
         text = _STATUS_TEXT.get(e.status, e.reason)
         return _json({"error_code": e.status, "message": f"HTTP {e.status} {text}"}, e.status)
+    except Exception:
+        log.exception("schema registry: %s %s failed", request.method, request.path)
+        return _json({"error_code": 500, "message": "Internal Server Error"}, 500)
 
 
 class RegistryServer:

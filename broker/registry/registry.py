@@ -94,9 +94,13 @@ class SchemaRegistry:
         cached = self.state.parsed.get(schema_id)
         if cached is None:
             stored = self.state.schemas[schema_id]
-            cached = parse(
-                stored.schema_type, stored.text, self._reference_texts(stored.references), False
-            )
+            try:
+                cached = parse(
+                    stored.schema_type, stored.text, self._reference_texts(stored.references), False
+                )
+            except ValueError as e:  # (a record not written by a registry)
+                message = f"schema {schema_id} in _schemas is unreadable: {e}"
+                raise errors.store_error(message) from None
             self.state.parsed[schema_id] = cached
         return cached
 

@@ -12,7 +12,8 @@ not acknowledged may still reach the ISR: its records are then applied like any 
 the next write sees them).
 
 Every broker holding a replica (leader or follower) reads it (``SchemasReader``): records
-below the replica's high watermark, in offset order, are applied to the broker's
+below the replica's high watermark, in offset order (transactional batches skipped: the
+registry never writes any), are applied to the broker's
 ``RegistryState``; ``applied`` is the offset after the last one applied. A reader task waits
 for the partition's next append or high-watermark move (or polls every ``POLL_S``) and
 catches up; ``wait_for(offset)`` lets a request wait until what it wrote (or what the writer
@@ -168,7 +169,11 @@ class SchemasReader:
             return
         try:
             found = await asyncio.to_thread(
-                lambda: list(stored_records_at(partition.log, start=self.applied, end=end))
+                lambda: list(
+                    stored_records_at(
+                        partition.log, start=self.applied, end=end, skip_transactional=True
+                    )
+                )
             )
         except ReplayError as e:
             log.error("cannot read _schemas: %s", e)
