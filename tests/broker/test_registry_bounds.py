@@ -15,8 +15,8 @@ CT = "application/vnd.schemaregistry.v1+json"
 
 
 @pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    broker = BrokerProcess(
+def broker(tmp_path_factory):
+    b = BrokerProcess(
         tmp_path_factory.mktemp("registry-bounds"),
         {
             "schema.registry.listeners": "http://127.0.0.1:0",
@@ -27,8 +27,18 @@ def url(tmp_path_factory):
             "schema.registry.max.total.schema.bytes": 12000,
         },
     ).start()
-    yield f"http://127.0.0.1:{broker.listener_ports['SCHEMA_REGISTRY']}"
-    broker.kill()
+    yield b
+    b.kill()
+
+
+@pytest.fixture(scope="module")
+def url(broker):
+    return f"http://127.0.0.1:{broker.listener_ports['SCHEMA_REGISTRY']}"
+
+
+@pytest.fixture(scope="module")
+def broker_port(broker):
+    return broker.port
 
 
 def post(url: str, path: str, body) -> requests.Response:
@@ -105,3 +115,23 @@ def test_the_bytes_of_all_schemas_are_bounded(url):
         assert post(url, "/subjects/s1/versions", {"schema": record("R", 80 + i)}).ok
     r = post(url, "/subjects/s1/versions", {"schema": record("R", 83)})
     assert "schema.registry.max.total.schema.bytes" in error(r, 422, 42205)
+
+
+def test_records_written_to_schemas_by_a_client_cannot_break_the_registry(url, broker_port):
+    """Junk produced straight to _schemas is skipped; the registry reads on and serves."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{broker_port}"})
+    for key, value in [
+        (b"junk", b"{"),
+        (b'{"keytype":"SCHEMA","subject":"x","version":1,"magic":1}', b"[]"),
+        (b'{"keytype":"SCHEMA","subject":"x"}', b'{"subject":"x"}'),
+        (b'{"keytype":"WHATEVER","magic":9}', b"{}"),
+        (None, b"no key"),
+    ]:
+        producer.produce("_schemas", key=key, value=value)
+    assert producer.flush(10) == 0
+    # (a write waits until the leader's view holds the whole log: the junk is read by then)
+    assert post(url, "/subjects/s2/versions", {"schema": record("R", 1)}).ok
+    r = requests.get(url + "/subjects", timeout=10)
+    assert r.status_code == 200 and "x" not in r.json()
