@@ -394,6 +394,7 @@ class BrokerServer:
             host=url.hostname or "",
             port=url.port,
             max_request_bytes=int(config["schema.registry.max.request.bytes"]),
+            max_connections=int(config["schema.registry.max.connections"]),
         )
         try:
             await server.start()

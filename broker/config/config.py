@@ -116,6 +116,7 @@ RANGES = {
     "schema.registry.max.subjects": (1, 2**31 - 1),
     "schema.registry.max.schema.bytes": (1, 2**31 - 1),
     "schema.registry.max.request.bytes": (1, 2**31 - 1),
+    "schema.registry.max.connections": (1, 2**31 - 1),
     "schema.registry.max.total.schema.bytes": (1, 2**62),
 }
 

@@ -1121,6 +1121,13 @@ BROKER_SETTINGS: dict[str, Setting] = {
             " registering a new schema beyond gets 42205.",
         ),
         Setting(
+            "schema.registry.max.connections",
+            "int",
+            1000,
+            "Most connections open at once to the schema registry's listener; one more is"
+            " closed at once.",
+        ),
+        Setting(
             "schema.registry.max.request.bytes",
             "int",
             2097152,

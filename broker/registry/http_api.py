@@ -9,7 +9,9 @@ Each route reads its path parts, query flags and JSON body and calls ``SchemaReg
 ``application/octet-stream``; bodies are read as JSON whatever they say). A ``RegistryError``
 becomes Confluent's error body ``{"error_code": ..., "message": ...}`` with its status; an
 unknown path is 404 (error_code 404), a wrong method 405, a body that is not JSON 400, a body
-above ``schema.registry.max.request.bytes`` 413.
+above ``schema.registry.max.request.bytes`` 413. At most ``schema.registry.max.connections``
+connections are open at once (one more is closed at once); an idle one is closed after
+``KEEPALIVE_S``.
 
 Writes are made by the leader of ``_schemas`` partition 0. Another broker forwards the request
 there over HTTP (as Confluent's followers forward to their leader), to the URL the leader
@@ -45,6 +47,7 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 FORWARDED = "X-Headrace-Forwarded"
 OFFSET = "X-Headrace-Offset"
 RETRY_BACKOFF_S = 0.05
+KEEPALIVE_S = 30.0  # an idle connection is closed after this long
 _STATUS_TEXT = {400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
                 413: "Request Entity Too Large", 415: "Unsupported Media Type"}  # fmt: skip
 
@@ -78,6 +81,45 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
         return _json({"error_code": 500, "message": "Internal Server Error"}, 500)
 
 
+class _Refused(asyncio.Protocol):
+    """A connection past ``schema.registry.max.connections``: closed at once."""
+
+    def connection_made(self, transport) -> None:
+        transport.close()
+
+
+class _Site(web.BaseSite):
+    """aiohttp's TCP site with a cap on the connections open at once."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, most: int) -> None:
+        super().__init__(runner)
+        self._host, self._port, self._most = host, port, most
+
+    @property
+    def name(self) -> str:
+        return f"http://{self._host or '0.0.0.0'}:{self._port}"
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    async def start(self) -> None:
+        await super().start()
+        handlers = self._runner.server
+        assert handlers is not None
+
+        def protocol() -> asyncio.BaseProtocol:
+            if len(handlers.connections) >= self._most:
+                return _Refused()
+            return handlers()
+
+        server = await asyncio.get_running_loop().create_server(
+            protocol, self._host or None, self._port, reuse_address=True
+        )
+        self._server = server
+        self._port = server.sockets[0].getsockname()[1]
+
+
 class RegistryServer:
     """Built from the registry, this node's id, ``url_of(node)`` (a broker's registry URL, None
     when it has none) and the settings it reads."""
@@ -91,8 +133,10 @@ class RegistryServer:
         host: str,
         port: int,
         max_request_bytes: int,
+        max_connections: int = 1000,
     ) -> None:
         self.registry = registry
+        self.max_connections = max_connections
         self.node_id = node_id
         self.url_of = url_of
         self.host, self.port = host, port
@@ -102,13 +146,13 @@ class RegistryServer:
         self._session: ClientSession | None = None
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            self.app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_S
+        )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host or None, self.port, reuse_address=True)
+        site = _Site(self._runner, self.host, self.port, self.max_connections)
         await site.start()
-        server = site._server  # (aiohttp keeps the asyncio server there)
-        if server is not None and self.port == 0:
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        self.port = site.port
 
     async def stop(self) -> None:
         if self._session is not None:

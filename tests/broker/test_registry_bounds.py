@@ -25,6 +25,7 @@ def broker(tmp_path_factory):
             "schema.registry.max.schema.bytes": 4000,
             "schema.registry.max.request.bytes": 20000,
             "schema.registry.max.total.schema.bytes": 12000,
+            "schema.registry.max.connections": 4,
         },
     ).start()
     yield b
@@ -135,3 +136,35 @@ def test_records_written_to_schemas_by_a_client_cannot_break_the_registry(url, b
     assert post(url, "/subjects/s2/versions", {"schema": record("R", 1)}).ok
     r = requests.get(url + "/subjects", timeout=10)
     assert r.status_code == 200 and "x" not in r.json()
+
+
+def test_connections_are_bounded(url):
+    """Four connections may be open at once; a fifth is closed without an answer, and once
+    one of the four goes, a new one is served."""
+    import socket
+    import time
+
+    port = int(url.rsplit(":", 1)[1])
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+    try:
+        time.sleep(0.2)
+        extra = socket.create_connection(("127.0.0.1", port))
+        extra.settimeout(5)
+        extra.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            assert extra.recv(100) == b""  # closed
+        except ConnectionResetError:
+            pass
+        extra.close()
+    finally:
+        for s in held:
+            s.close()
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            r = requests.get(url + "/", timeout=5)
+            break
+        except requests.ConnectionError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    assert r.json() == {}
