@@ -92,6 +92,8 @@ def test_register_and_read_back_every_way(api):
         s1
     )
     assert api.ok("GET", f"/schemas/ids/{sid}") == {"schema": v1["schema"]}
+    assert api.ok("GET", f"/schemas/ids/{sid}", subject="rb-value") == {"schema": v1["schema"]}
+    api.error(404, 40403, "GET", f"/schemas/ids/{sid}", subject="rb-nope")
     assert json.loads(api.call("GET", f"/schemas/ids/{sid}/schema").text) == json.loads(s1)
     assert api.ok("GET", f"/schemas/ids/{sid}/subjects") == ["rb-value"]
     assert api.ok("GET", f"/schemas/ids/{sid}/versions") == [{"subject": "rb-value", "version": 1}]
@@ -192,6 +194,9 @@ def test_config_levels(api):
             "compatibility": level
         }
         assert api.ok("GET", "/config/cf-value") == {"compatibilityLevel": level}
+    assert api.ok("PUT", "/config/cf-value", {"compatibilityLevel": "none"}) == {
+        "compatibility": "NONE"
+    }
     message = api.error(422, 42203, "PUT", "/config/cf-value", {"compatibility": "SIDEWAYS"})
     assert message.startswith("Invalid compatibility level")
     # NONE lets anything follow
