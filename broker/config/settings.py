@@ -1111,7 +1111,7 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "schema.registry.max.schema.bytes",
             "int",
             524288,
-            "Largest schema text the registry accepts (UTF-8 bytes); a larger one gets 42201.",
+            "Largest schema text the registry accepts (UTF-8 bytes); a larger one gets 42209.",
         ),
         Setting(
             "schema.registry.max.total.schema.bytes",

@@ -23,6 +23,7 @@ OPERATION_NOT_PERMITTED = 42205
 REFERENCE_EXISTS = 42206
 ID_DOES_NOT_MATCH = 42207
 INVALID_SUBJECT = 42208
+SCHEMA_TOO_LARGE = 42209
 STORE_ERROR = 50001
 OPERATION_TIMEOUT = 50002
 FORWARDING_FAILED = 50003
@@ -154,6 +155,10 @@ def id_does_not_match(message: str) -> RegistryError:
 
 def invalid_subject(subject: str) -> RegistryError:
     return RegistryError(422, INVALID_SUBJECT, f"The specified subject '{subject}' is not valid.")
+
+
+def schema_too_large(message: str) -> RegistryError:
+    return RegistryError(422, SCHEMA_TOO_LARGE, message)
 
 
 def store_error(message: str) -> RegistryError:

@@ -11,7 +11,7 @@ request may bring its id (and version).
 
 Bounds: ``max_schemas`` versions in all, ``max_subjects`` subjects and as many subject-level
 compatibility levels and modes, ``max_total_bytes`` of distinct schema texts (42205 beyond),
-schema texts of at most ``max_schema_bytes`` (42201), at most ``MAX_REFERENCES`` references
+schema texts of at most ``max_schema_bytes`` (42209), at most ``MAX_REFERENCES`` references
 per schema, followed ``MAX_REFERENCE_DEPTH`` deep.
 """
 
@@ -187,8 +187,9 @@ class SchemaRegistry:
             raise errors.invalid_schema(f"of unknown type {schema_type!r}")
         text = body["schema"]
         if len(text.encode()) > self.max_schema_bytes:
-            raise errors.invalid_schema(
-                f"larger than schema.registry.max.schema.bytes ({self.max_schema_bytes})"
+            raise errors.schema_too_large(
+                f"Schema too large: {len(text.encode())} bytes, more than"
+                f" schema.registry.max.schema.bytes ({self.max_schema_bytes})"
             )
         raw_refs = body.get("references") or []
         if not isinstance(raw_refs, list) or len(raw_refs) > MAX_REFERENCES:

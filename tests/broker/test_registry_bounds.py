@@ -69,8 +69,8 @@ def test_a_body_above_the_request_bound_is_413(url):
     assert requests.get(url + "/subjects", timeout=10).status_code == 200
 
 
-def test_a_schema_above_the_schema_bound_is_42201(url):
-    message = error(post(url, "/subjects/big/versions", {"schema": record("Big", 200)}), 422, 42201)
+def test_a_schema_above_the_schema_bound_is_42209(url):
+    message = error(post(url, "/subjects/big/versions", {"schema": record("Big", 200)}), 422, 42209)
     assert "schema.registry.max.schema.bytes" in message
 
 
