@@ -294,16 +294,29 @@ class SchemaRegistry:
     def compatibility(
         self, subject: str, version: str | None, body: Any, normalize: bool, verbose: bool
     ) -> dict[str, Any]:
-        new, _ = self._request_schema(body, normalize)
+        """As Confluent's: against a version given (40402 when it or its subject is missing),
+        "latest" (none: compatible), or without a version every live one the level names;
+        with ``verbose`` an invalid schema is a reason, not 42201."""
         level = self.state.level(subject)
-        if version is None:  # against what the level names
-            live = self._versions(subject, False)
-            olds = [self._parsed(i) for i in live.values()]
+        live = self._versions(subject, False)
+        if version is None:
+            olds = list(live.values())
         else:
-            number, schema_id = self._version(subject, version, False)
-            olds = [self._parsed(schema_id)]
+            number = parse_version(version)
+            if number is None:
+                olds = [live[max(live)]] if live else []
+            elif number in live:
+                olds = [live[number]]
+            else:
+                raise errors.version_not_found(number)
             level = level.removesuffix("_TRANSITIVE")
-        messages = incompatibilities(level, new, olds)
+        try:
+            new, _ = self._request_schema(body, normalize)
+        except errors.RegistryError as e:
+            if not verbose or e.code != errors.INVALID_SCHEMA:
+                raise
+            return {"is_compatible": False, "messages": [e.message]}
+        messages = incompatibilities(level, new, [self._parsed(i) for i in olds])
         out: dict[str, Any] = {"is_compatible": not messages}
         if verbose:
             out["messages"] = messages

@@ -177,9 +177,16 @@ def test_incompatible_change_is_409_and_compatibility_endpoint(api):
     assert api.ok("POST", "/compatibility/subjects/ic-value/versions", {"schema": fine}) == {
         "is_compatible": True
     }
-    api.error(404, 40401, "POST", "/compatibility/subjects/ic-nope/versions/1", {"schema": fine})
+    # a version that is not there (nor its subject) is 40402; "latest" of nothing: compatible
+    api.error(404, 40402, "POST", "/compatibility/subjects/ic-nope/versions/1", {"schema": fine})
     api.error(404, 40402, "POST", "/compatibility/subjects/ic-value/versions/9", {"schema": fine})
     api.error(422, 42202, "POST", "/compatibility/subjects/ic-value/versions/x", {"schema": fine})
+    nothing = "/compatibility/subjects/ic-nope/versions/latest"
+    assert api.ok("POST", nothing, {"schema": fine}) == {"is_compatible": True}
+    # an invalid schema: 42201, or with verbose a reason
+    api.error(422, 42201, "POST", path, {"schema": "{bad"})
+    bad = api.ok("POST", path, {"schema": "{bad"}, verbose="true")
+    assert bad["is_compatible"] is False and bad["messages"]
 
 
 def test_config_levels(api):
