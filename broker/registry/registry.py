@@ -363,6 +363,8 @@ class SchemaRegistry:
                     raise errors.invalid_schema(f"id {wanted_id!r} is not a schema id")
             else:
                 wanted_id = None
+                if mode == "IMPORT":  # (importing brings its ids)
+                    raise errors.not_permitted(f"Subject {subject} is not in read-write mode")
             versions = self.state.subjects.get(subject, {})
             for _, v in sorted(versions.items()):
                 if not v.deleted and self.state.schemas.get(v.id) == stored:

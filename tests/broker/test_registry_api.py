@@ -244,7 +244,7 @@ def test_modes(api):
     message = api.error(
         422, 42205, "POST", "/subjects/md-value/versions", {"schema": avro(("a", "int"))}
     )
-    assert "read-only" in message
+    assert message == "Subject md-value is in read-only mode"
     api.error(422, 42204, "PUT", "/mode/md-value", {"mode": "SLEEPING"})
     assert api.ok("DELETE", "/mode/md-value") == {"mode": "READONLY"}
     api.error(404, 40409, "DELETE", "/mode/md-value")
@@ -259,6 +259,10 @@ def test_modes(api):
     assert api.ok("GET", "/schemas/ids/90001")["schema"]
     other = {"schema": avro(("y", "int"), name="Imported2"), "id": 90001}
     api.error(422, 42207, "POST", "/subjects/md-import/versions", other)
+    message = api.error(
+        422, 42205, "POST", "/subjects/md-import/versions", {"schema": avro(("v", "int"))}
+    )
+    assert message == "Subject md-import is not in read-write mode"
     api.ok("DELETE", "/mode/md-import")
     # an id given outside IMPORT mode
     api.error(
