@@ -234,6 +234,7 @@ BROKER_LAYERS = [
     "app",
     "tools",
     "apis",
+    "registry",
     "share",
     "coordinator.txn",
     "coordinator.share",
@@ -495,7 +496,16 @@ def test_a_broker_loads_optional_libraries_only_when_it_uses_them():
     import subprocess
     import sys
 
-    optional = ("scramp", "prometheus_client", "javaproperties")
+    optional = (
+        "scramp",
+        "prometheus_client",
+        "javaproperties",
+        "aiohttp",
+        "fastavro",
+        "jsonschema",
+        "proto_schema_parser",
+        "google.protobuf",
+    )
     code = (
         "import sys, headrace.broker.app.cli, headrace.broker.app.server\n"
         f"print(' '.join(m for m in {optional!r} if m in sys.modules))"

@@ -222,10 +222,13 @@ def _run(config: BrokerConfig, ready_file: str | None = None) -> int:
 
 def _ready_line(broker: BrokerServer) -> str:
     """What ``--ready-file`` gets: the first listener's bound ``host:port``, then (when there
-    are several) every listener's ``NAME://host:port``."""
+    are several) every listener's ``NAME://host:port``, and the schema registry's as
+    ``SCHEMA_REGISTRY://host:port`` when it is on."""
     items = [f"{broker.host or '0.0.0.0'}:{broker.port}"]
     for x in broker.listeners if len(broker.listeners) > 1 else ():
         items.append(f"{x.name}://{x.host or '0.0.0.0'}:{broker.bound[x.name]}")
+    if broker.registry_port is not None:  # the schema registry's, by this name
+        items.append(f"SCHEMA_REGISTRY://{broker.host or '0.0.0.0'}:{broker.registry_port}")
     return " ".join(items)
 
 

@@ -89,6 +89,9 @@ from .dispatch import Dispatcher
 from .metrics import BrokerMetrics
 
 if TYPE_CHECKING:
+    from headrace.broker.registry.http_api import RegistryServer
+    from headrace.broker.registry.registry import SchemaRegistry
+
     from .metrics_http import MetricsServer
 
 log = logging.getLogger("headrace")
@@ -233,6 +236,10 @@ class BrokerServer:
         self.group_config_document = self.cluster.document("group_configs")
         self.delegation_tokens = DelegationTokens(config)
         self.delegation_token_document = self.cluster.document("delegation_tokens")
+        # the schema registry (schema.registry.listeners): made at start when it is on
+        self.schema_registry: SchemaRegistry | None = None
+        self._registry_server: RegistryServer | None = None
+        self.registry_url = ""  # what other brokers forward registry writes to
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
         self.dir = DataDir(self.data_dir, self.node_id)  # its lock is held from start to stop
@@ -295,10 +302,13 @@ class BrokerServer:
         limits.admission = self._admission
         try:
             await self._listen(limits)
+            await self._serve_registry()
         except StartupError:
             await self._abandon()
             raise
         await self._join()
+        if self.schema_registry is not None:
+            self.schema_registry.start()
         self._tasks.append(
             asyncio.create_task(run_every(self._flush_interval, self._flush_due, "periodic flush"))
         )
@@ -349,6 +359,74 @@ class BrokerServer:
             ) from e
         self._metrics_server = server
         log.info("metrics on http://%s:%d/metrics", self.host or "0.0.0.0", server.port)
+
+    async def _serve_registry(self) -> None:
+        """The schema registry's listener (``schema.registry.listeners``), when it is on: its
+        libraries (aiohttp and the schema parsers) are imported only then."""
+        text = str(self.config["schema.registry.listeners"]).strip()
+        if not text:
+            return
+        from urllib.parse import urlsplit
+
+        from headrace.broker.registry.http_api import RegistryServer
+        from headrace.broker.registry.registry import SchemaRegistry
+        from headrace.broker.registry.schemas_log import SchemasLog
+
+        url = urlsplit(text)
+        if url.scheme != "http" or url.port is None or "," in text:
+            raise StartupError(f"schema.registry.listeners: {text!r} is not one http://host:port")
+        config = self.config
+        timeout_ms = int(config["schema.registry.write.timeout.ms"])
+        registry = SchemaRegistry(
+            SchemasLog(
+                self.topics, self.cluster, node_id=self.node_id, write_timeout_ms=timeout_ms
+            ),
+            max_schemas=int(config["schema.registry.max.schemas"]),
+            max_subjects=int(config["schema.registry.max.subjects"]),
+            max_schema_bytes=int(config["schema.registry.max.schema.bytes"]),
+            max_total_bytes=int(config["schema.registry.max.total.schema.bytes"]),
+            write_timeout_ms=timeout_ms,
+        )
+        server = RegistryServer(
+            registry,
+            node_id=self.node_id,
+            url_of=self._registry_url_of,
+            host=url.hostname or "",
+            port=url.port,
+            max_request_bytes=int(config["schema.registry.max.request.bytes"]),
+            max_connections=int(config["schema.registry.max.connections"]),
+        )
+        try:
+            await server.start()
+        except OSError as e:
+            await server.stop()
+            raise StartupError(
+                f"schema.registry.listeners: cannot listen on {text}: {e.strerror}"
+            ) from e
+        self.schema_registry, self._registry_server = registry, server
+        host = url.hostname or ""
+        if host in ("", "0.0.0.0", "::"):
+            host = self.advertised()[0]
+        self.registry_url = str(config["schema.registry.advertised.listener"]).strip() or (
+            f"http://{host}:{server.port}"
+        )
+        log.info("schema registry on http://%s:%d", url.hostname or "0.0.0.0", server.port)
+
+    @property
+    def registry_port(self) -> int | None:
+        """The port the schema registry listens on (None: off)."""
+        return self._registry_server.port if self._registry_server is not None else None
+
+    def _registry_url_of(self, node: int) -> str | None:
+        endpoint = self.cluster.brokers.get(node)
+        return endpoint.registry or None if endpoint is not None else None
+
+    async def _stop_registry(self) -> None:
+        if self.schema_registry is not None:
+            self.schema_registry.stop()
+        if self._registry_server is not None:
+            await self._registry_server.stop()
+            self._registry_server = None
 
     @property
     def metrics_port(self) -> int | None:
@@ -431,7 +509,9 @@ class BrokerServer:
             await self.replicas.load()
             self.replicas.start()
         try:
-            endpoint = Endpoint(host, port, rack, registered, registration())
+            endpoint = Endpoint(
+                host, port, rack, registered, registration(), registry=self.registry_url
+            )
             await self.cluster.start(self.topics, endpoint)
         except ClusterError as e:
             await self._abandon()
@@ -509,6 +589,7 @@ class BrokerServer:
     async def _abandon(self) -> None:
         """Undo a start that failed after opening the data directory."""
         await self._stop_metrics()
+        await self._stop_registry()
         for server in self._servers:
             server.close()
         if self._router is not None:
@@ -612,6 +693,7 @@ class BrokerServer:
             await self.cluster.controller.controlled_shutdown(max(timeout, 0) / 1000)
         for server in self._servers:
             server.close()
+        await self._stop_registry()
         for task in self._tasks:
             task.cancel()
         router = self._router

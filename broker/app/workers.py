@@ -2,7 +2,8 @@
 
 One Python process uses one core, so a machine's cores are used by running a broker per core:
 each worker is a ``headrace serve`` child process with its own node id (``node.id`` + i), port
-(the port + i; 0 stays 0: each gets its own free one) and data directory (``log.dirs``/
+(the port + i; 0 stays 0: each gets its own free one; the metrics and schema registry ports
+likewise) and data directory (``log.dirs``/
 ``node-<id>``), all registered in the same ZooKeeper. Clients see a cluster of N brokers and
 send each request to the broker that leads its partition, so there is no forwarding hop.
 
@@ -64,6 +65,9 @@ def run(config: BrokerConfig, argv: list[str], workers: int, ready_file: str | N
             cmd += ["--override", f"log.dirs={data / f'node-{node}'}", "--workers", "1"]
             if int(config["metrics.port"]) > 0:  # each worker its own: the port + i
                 cmd += ["--override", f"metrics.port={int(config['metrics.port']) + i}"]
+            registry = _registry_listener(str(config["schema.registry.listeners"]), i)
+            if registry:  # the schema registry's too
+                cmd += ["--override", f"schema.registry.listeners={registry}"]
             cmd += ["--ready-file", str(ready)]
             # the workers ignore the terminal's Ctrl-C (the parent stops them) and get a SIGTERM
             # if the parent dies without stopping them
@@ -84,3 +88,20 @@ def run(config: BrokerConfig, argv: list[str], workers: int, ready_file: str | N
     if ready_file:
         Path(ready_file).unlink(missing_ok=True)
     return next((c for c in codes if c), 0)
+
+
+def _registry_listener(text: str, i: int) -> str:
+    """Worker ``i``'s ``schema.registry.listeners``: the port + i (0 stays 0); "" when off."""
+    from urllib.parse import urlsplit
+
+    text = text.strip()
+    if not text:
+        return ""
+    url = urlsplit(text)
+    try:
+        port = url.port
+    except ValueError:
+        return text  # (the worker refuses it at start, naming the setting)
+    if not port:
+        return text
+    return f"{url.scheme}://{url.hostname}:{port + i}"

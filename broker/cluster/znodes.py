@@ -49,20 +49,22 @@ SHUTTING_DOWN = "/brokers/shutting_down"
 @dataclass(frozen=True)
 class Endpoint:
     """A broker's address on one listener (``host``, ``port``), its rack, every listener
-    it registered: (name, security protocol, advertised host, port), and the feature
-    versions it supports: (name, min, max)."""
+    it registered: (name, security protocol, advertised host, port), the feature versions it
+    supports: (name, min, max), and the URL of its schema registry ("": none; written as
+    ``schema_registry_url``, a field Kafka's readers of the znode skip)."""
 
     host: str
     port: int
     rack: str | None = None
     listeners: tuple[tuple[str, str, str, int], ...] = ()
     features: tuple[tuple[str, int, int], ...] = ()
+    registry: str = ""
 
     def on(self, listener: str) -> Endpoint | None:
         """This broker's address on the listener named ``listener``; None if it has none."""
         for name, _, host, port in self.listeners:
             if name == listener:
-                return Endpoint(host, port, self.rack, self.listeners, self.features)
+                return Endpoint(host, port, self.rack, self.listeners, self.features, self.registry)
         return None
 
     def encode(self) -> bytes:
@@ -79,6 +81,7 @@ class Endpoint:
                     n: {"min_version": lo, "max_version": hi} for n, lo, hi in self.features
                 },
                 "jmx_port": -1,
+                **({"schema_registry_url": self.registry} if self.registry else {}),
             }
         ).encode()
 
@@ -99,7 +102,8 @@ class Endpoint:
             (n, int(r["min_version"]), int(r["max_version"]))
             for n, r in sorted((d.get("features") or {}).items())
         )
-        return cls("", 0, d.get("rack"), tuple(found), features).on(listener)
+        registry = str(d.get("schema_registry_url") or "")
+        return cls("", 0, d.get("rack"), tuple(found), features, registry).on(listener)
 
 
 def _bracket(host: str) -> str:

@@ -110,6 +110,14 @@ RANGES = {
     "share.coordinator.write.timeout.ms": (1, 2**31 - 1),
     "share.coordinator.state.max.count": (1, 2**31 - 1),
     "share.coordinator.state.max.batches": (1, 2**31 - 1),
+    "schema.registry.topic.replication.factor": (1, 2**15 - 1),
+    "schema.registry.write.timeout.ms": (1, 2**31 - 1),
+    "schema.registry.max.schemas": (1, 2**31 - 1),
+    "schema.registry.max.subjects": (1, 2**31 - 1),
+    "schema.registry.max.schema.bytes": (1, 2**31 - 1),
+    "schema.registry.max.request.bytes": (1, 2**31 - 1),
+    "schema.registry.max.connections": (1, 2**31 - 1),
+    "schema.registry.max.total.schema.bytes": (1, 2**62),
 }
 
 

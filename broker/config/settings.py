@@ -1065,6 +1065,74 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "Most state batches one share partition's state may hold, and one write carry;"
             " beyond, the write gets INVALID_REQUEST.",
         ),
+        Setting(
+            "schema.registry.listeners",
+            "string",
+            "",
+            "Where the schema registry (Confluent's Schema Registry REST API) listens:"
+            " http://host:port (port 0: any free port, logged); empty: off.",
+        ),
+        Setting(
+            "schema.registry.advertised.listener",
+            "string",
+            "",
+            "The registry's URL the other brokers forward writes to (default: its listener,"
+            " with the bound port, and the broker's advertised host for 0.0.0.0).",
+        ),
+        Setting(
+            "schema.registry.topic.replication.factor",
+            "short",
+            3,
+            "Replicas of _schemas, the compacted topic the registry keeps everything in (at"
+            " most the live brokers when it is made).",
+        ),
+        Setting(
+            "schema.registry.write.timeout.ms",
+            "int",
+            10000,
+            "How long a write to the registry may take (its record taken by the ISR of"
+            " _schemas, or a write forwarded to the broker that leads _schemas); then 50002.",
+        ),
+        Setting(
+            "schema.registry.max.schemas",
+            "int",
+            100000,
+            "Most schema versions the registry keeps (soft-deleted ones count until deleted"
+            " permanently); registering one more gets 42205.",
+        ),
+        Setting(
+            "schema.registry.max.subjects",
+            "int",
+            10000,
+            "Most subjects, and most subjects with a compatibility level or mode of their"
+            " own; one more gets 42205.",
+        ),
+        Setting(
+            "schema.registry.max.schema.bytes",
+            "int",
+            524288,
+            "Largest schema text the registry accepts (UTF-8 bytes); a larger one gets 42209.",
+        ),
+        Setting(
+            "schema.registry.max.total.schema.bytes",
+            "int",
+            268435456,
+            "Most bytes of schema text the registry keeps in all (each distinct schema once);"
+            " registering a new schema beyond gets 42205.",
+        ),
+        Setting(
+            "schema.registry.max.connections",
+            "int",
+            1000,
+            "Most connections open at once to the schema registry's listener; one more is"
+            " closed at once.",
+        ),
+        Setting(
+            "schema.registry.max.request.bytes",
+            "int",
+            2097152,
+            "Largest HTTP request body the registry reads; a larger one gets 413.",
+        ),
     ]
 }
 

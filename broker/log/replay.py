@@ -29,9 +29,13 @@ def stored_records(plog: Log, *, skip_transactional: bool = False):
         yield key, value
 
 
-def stored_records_at(plog: Log, *, skip_transactional: bool = False):
-    """(offset, key, value) of every record of ``plog`` from its start, as ``stored_records``."""
-    offset, end = plog.log_start_offset, plog.log_end_offset
+def stored_records_at(
+    plog: Log, *, skip_transactional: bool = False, start: int = 0, end: int | None = None
+):
+    """(offset, key, value) of every record of ``plog`` from its start (or ``start``, when
+    later) up to its end (or ``end``, when sooner), as ``stored_records``."""
+    offset = first = max(plog.log_start_offset, start)
+    end = plog.log_end_offset if end is None else min(end, plog.log_end_offset)
     while offset < end:
         try:
             data = plog.read(offset, 1 << 20, max_offset=end)
@@ -39,7 +43,7 @@ def stored_records_at(plog: Log, *, skip_transactional: bool = False):
             raise ReplayError(plog.directory, offset, f"cannot read: {e}") from e
         if not data:
             raise ReplayError(plog.directory, offset, f"no batch below the log end {end}")
-        start = offset
+        before = offset
         try:
             for pos, size, h in iter_batches(data):
                 batch = memoryview(data)[pos : pos + size]
@@ -49,9 +53,10 @@ def stored_records_at(plog: Log, *, skip_transactional: bool = False):
                     )
                 if not (skip_transactional and h.is_transactional):
                     for record_offset, _, key, value, _ in decode_records(batch):
-                        yield record_offset, key, value
+                        if record_offset >= first:  # (a read starts at a batch's start)
+                            yield record_offset, key, value
                 offset = h.base_offset + h.last_offset_delta + 1
         except (CorruptRecordError, UnsupportedCompressionError) as e:
             raise ReplayError(plog.directory, offset, f"unreadable batch: {e}") from e
-        if offset <= start:
+        if offset <= before:
             raise ReplayError(plog.directory, offset, "no whole batch where one should start")

@@ -67,6 +67,7 @@ INTERNAL_REPLICATION = {
     "__consumer_offsets": "offsets.topic.replication.factor",
     TRANSACTION_STATE: "transaction.state.log.replication.factor",
     SHARE_GROUP_STATE: "share.coordinator.state.topic.replication.factor",
+    "_schemas": "schema.registry.topic.replication.factor",
 }
 # the internal topics whose min.insync.replicas a setting gives (at most their replicas)
 INTERNAL_MIN_ISR = {

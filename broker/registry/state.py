@@ -1,0 +1,146 @@
+"""What the registry holds, as read from ``_schemas``: every broker keeps one, applying the
+topic's records in offset order (``apply``), so every broker answers alike.
+
+* ``subjects``: subject -> version -> ``Version`` (schema id, soft-deleted or not);
+* ``schemas``: id -> ``Stored`` (type, text, references) while some version uses it;
+* ``ids``: (type, text, references) -> id, so that one schema has one id in every subject;
+* ``configs`` and ``modes``: the global (key None) and per-subject compatibility levels and
+  modes set;
+* ``max_id``: the highest id seen (ids are never reused while a record holding them stays);
+* ``text_bytes``: the bytes of the texts in ``schemas``.
+
+Applying is idempotent and follows compaction: a later record of a key replaces the earlier
+one, a tombstone removes it, and ``SubjectDeleted`` marks the versions up to its watermark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .records import (
+    Change,
+    ConfigRecord,
+    ModeRecord,
+    Reference,
+    SchemaRecord,
+    SchemaRemoved,
+    SubjectDeleted,
+)
+from .schema_types import ParsedSchema
+
+DEFAULT_LEVEL = "BACKWARD"
+DEFAULT_MODE = "READWRITE"
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    schema_type: str
+    text: str
+    references: tuple[Reference, ...]
+
+
+@dataclass(slots=True)
+class Version:
+    id: int
+    deleted: bool = False
+
+
+@dataclass
+class RegistryState:
+    subjects: dict[str, dict[int, Version]] = field(default_factory=dict)
+    schemas: dict[int, Stored] = field(default_factory=dict)
+    ids: dict[Stored, int] = field(default_factory=dict)
+    uses: dict[int, set[tuple[str, int]]] = field(default_factory=dict)
+    configs: dict[str | None, str] = field(default_factory=dict)
+    modes: dict[str | None, str] = field(default_factory=dict)
+    max_id: int = 0
+    text_bytes: int = 0  # of the texts in ``schemas`` (UTF-8)
+    parsed: dict[int, ParsedSchema] = field(default_factory=dict)  # a cache
+
+    # applying records ------------------------------------------------------------------------
+
+    def apply(self, change: Change) -> None:
+        if isinstance(change, SchemaRecord):
+            self._put(change)
+        elif isinstance(change, SchemaRemoved):
+            self._remove(change.subject, change.version)
+        elif isinstance(change, ConfigRecord):
+            if change.level is None:
+                self.configs.pop(change.subject, None)
+            else:
+                self.configs[change.subject] = change.level
+        elif isinstance(change, ModeRecord):
+            if change.mode is None:
+                self.modes.pop(change.subject, None)
+            else:
+                self.modes[change.subject] = change.mode
+        elif isinstance(change, SubjectDeleted):
+            for number, version in self.subjects.get(change.subject, {}).items():
+                if number <= change.version:
+                    version.deleted = True
+
+    def _put(self, r: SchemaRecord) -> None:
+        stored = Stored(r.schema_type, r.schema, r.references)
+        versions = self.subjects.setdefault(r.subject, {})
+        old = versions.get(r.version)
+        if old is not None and old.id != r.id:
+            self._unuse(old.id, r.subject, r.version)
+        versions[r.version] = Version(r.id, r.deleted)
+        if r.id not in self.schemas:
+            self.schemas[r.id] = stored
+            self.text_bytes += len(stored.text.encode())
+        self.ids.setdefault(stored, r.id)
+        self.uses.setdefault(r.id, set()).add((r.subject, r.version))
+        self.max_id = max(self.max_id, r.id)
+
+    def _remove(self, subject: str, number: int) -> None:
+        versions = self.subjects.get(subject)
+        if versions is None or number not in versions:
+            return
+        version = versions.pop(number)
+        if not versions:
+            del self.subjects[subject]
+        self._unuse(version.id, subject, number)
+
+    def _unuse(self, schema_id: int, subject: str, number: int) -> None:
+        users = self.uses.get(schema_id)
+        if users is None:
+            return
+        users.discard((subject, number))
+        if not users:
+            del self.uses[schema_id]
+            stored = self.schemas.pop(schema_id, None)
+            self.parsed.pop(schema_id, None)
+            if stored is not None:
+                self.text_bytes -= len(stored.text.encode())
+            if stored is not None and self.ids.get(stored) == schema_id:
+                del self.ids[stored]
+
+    # reading ---------------------------------------------------------------------------------
+
+    def live_subjects(self) -> list[str]:
+        return sorted(
+            s for s, vs in self.subjects.items() if any(not v.deleted for v in vs.values())
+        )
+
+    def version_count(self) -> int:
+        return sum(len(vs) for vs in self.subjects.values())
+
+    def level(self, subject: str | None) -> str:
+        """The compatibility level that applies to ``subject``."""
+        if subject is not None and subject in self.configs:
+            return self.configs[subject]
+        return self.configs.get(None, DEFAULT_LEVEL)
+
+    def mode(self, subject: str | None) -> str:
+        if subject is not None and subject in self.modes:
+            return self.modes[subject]
+        return self.modes.get(None, DEFAULT_MODE)
+
+    def referenced_by(self, subject: str, number: int) -> list[int]:
+        """Ids of the schemas (of live or soft-deleted versions) that refer to it."""
+        found = set()
+        for schema_id, stored in self.schemas.items():
+            if any(s == subject and v == number for _, s, v in stored.references):
+                found.add(schema_id)
+        return sorted(found)

@@ -1,0 +1,154 @@
+"""The schema registry in a cluster of three brokers and one ZooKeeper (real processes): every
+broker serves the same registry (writes forwarded to the leader of ``_schemas``, reads from
+each broker's own replica, or forwarded by the broker that holds none; a write read back at
+once where it was made), and a SIGKILL of that leader loses no schema and no id; writes work
+again at the new leader."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import requests
+from kafkawire import WireClient
+
+from headrace.broker.tools.process import BrokerProcess
+from headrace.protocol import ApiKey, messages
+
+SESSION_MS = 4000
+CT = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
+
+
+@pytest.fixture
+def brokers(tmp_path, zk_connect):
+    started = [
+        BrokerProcess(
+            tmp_path / f"node{node}",
+            {
+                "zookeeper.connect": zk_connect,
+                "node.id": node,
+                "zookeeper.session.timeout.ms": SESSION_MS,
+                "replica.lag.time.max.ms": 4000,
+                "schema.registry.listeners": "http://127.0.0.1:0",
+                # two replicas of _schemas: one broker holds none and forwards its reads too
+                "schema.registry.topic.replication.factor": 2,
+            },
+            args=["--workers", "1"],
+        )
+        for node in (1, 2, 3)
+    ]
+    for b in started:
+        b.start()
+    yield started
+    for b in started:
+        b.kill()
+
+
+def url(b: BrokerProcess) -> str:
+    return f"http://127.0.0.1:{b.listener_ports['SCHEMA_REGISTRY']}"
+
+
+def schemas_leader(b: BrokerProcess) -> int:
+    return schemas_partition(b)[0]
+
+
+def schemas_partition(b: BrokerProcess) -> tuple[int, list[int]]:
+    """(leader, replicas) of _schemas partition 0, as ``b`` tells them."""
+    with WireClient(b.port) as c:
+        md = c.request(
+            ApiKey.METADATA,
+            12,
+            messages.MetadataRequest(
+                topics=[messages.MetadataRequest.MetadataRequestTopic(name="_schemas")],
+                allow_auto_topic_creation=False,
+            ),
+        )
+    partitions = md.topics[0].partitions
+    if not partitions:
+        return -1, []
+    return partitions[0].leader_id, list(partitions[0].replica_nodes)
+
+
+def wait_for(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def record(namespace: str, extra: int = 0) -> str:
+    """A record of ``namespace``; ``extra`` fields with defaults: a BACKWARD evolution each."""
+    fields = [{"name": "a", "type": "int"}]
+    fields += [{"name": f"f{k}", "type": "int", "default": k} for k in range(extra)]
+    return json.dumps({"type": "record", "name": "R", "namespace": namespace, "fields": fields})
+
+
+def register(b: BrokerProcess, subject: str, schema: str) -> int:
+    r = requests.post(
+        f"{url(b)}/subjects/{subject}/versions",
+        data=json.dumps({"schema": schema}),
+        headers=CT,
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    return r.json()["id"]
+
+
+def everything(b: BrokerProcess) -> dict:
+    """(subject, version) -> (id, schema) as broker ``b`` answers, soft-deleted ones too."""
+    out = {}
+    base = url(b)
+    for subject in requests.get(f"{base}/subjects?deleted=true", timeout=10).json():
+        versions = requests.get(f"{base}/subjects/{subject}/versions?deleted=true", timeout=10)
+        for v in versions.json():
+            got = requests.get(f"{base}/subjects/{subject}/versions/{v}?deleted=true", timeout=10)
+            out[(subject, v)] = (got.json()["id"], got.json()["schema"])
+    return out
+
+
+def test_every_broker_serves_one_registry_and_a_leader_kill_loses_nothing(brokers):
+    # writes at each broker (two of them forward to the leader); each reads its write back
+    ids = {}
+    for i, b in enumerate(brokers):
+        for j in range(3):
+            subject = f"t{i}-value"
+            ids[(subject, j)] = register(b, subject, record(f"ns{i}", j))
+            latest = requests.get(f"{url(b)}/subjects/{subject}/versions/latest", timeout=10)
+            assert latest.json()["id"] == ids[(subject, j)]  # read-your-writes
+    assert len(set(ids.values())) == len(ids)  # one id per schema, allocated once
+    # the same schema at another broker, under another subject: the same id
+    assert register(brokers[2], "copy-value", record("ns0")) == ids[("t0-value", 0)]
+    requests.delete(
+        f"{url(brokers[1])}/subjects/t1-value/versions/1", timeout=10
+    ).raise_for_status()
+    reference = everything(brokers[0])
+    assert len(reference) == 10
+    for b in brokers[1:]:
+        wait_for(lambda b=b: everything(b) == reference, 10, f"broker {b.port} to catch up")
+    # SIGKILL the leader of _schemas
+    leader, replicas = schemas_partition(brokers[0])
+    assert leader in replicas and len(replicas) == 2
+    victim = brokers[leader - 1]
+    survivors = [b for b in brokers if b is not victim]
+    victim.kill()  # (one survivor holds the other replica, the other none)
+    wait_for(
+        lambda: schemas_leader(survivors[0]) not in (-1, leader),
+        SESSION_MS / 1000 + 20,
+        "a new leader of _schemas",
+    )
+    for b in survivors:
+        assert everything(b) == reference
+    # writes work again, at the new leader and through the other survivor; ids go on
+    fresh = register(survivors[0], "after-value", record("after"))
+    assert fresh > max(ids.values())
+    assert register(survivors[1], "after-value", record("after")) == fresh
+    assert register(survivors[1], "t0-value", record("ns0")) == ids[("t0-value", 0)]
+    # the killed broker comes back and serves the same registry
+    victim.start()
+    final = everything(survivors[0])
+    wait_for(lambda: everything(victim) == final, 20, "the restarted broker to catch up")

@@ -1,0 +1,339 @@
+"""The schema registry's rules without a broker: Avro's schema resolution, Confluent's JSON
+Schema and Protobuf rules, the compatibility levels, the records of ``_schemas`` and the state
+they leave (the same after compaction)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from google.protobuf import descriptor_pb2
+
+from headrace.broker.registry import records
+from headrace.broker.registry.records import (
+    ConfigRecord,
+    ModeRecord,
+    SchemaRecord,
+    SchemaRemoved,
+    SubjectDeleted,
+)
+from headrace.broker.registry.schema_types import incompatibilities, parse
+from headrace.broker.registry.state import RegistryState
+
+
+def avro(document) -> object:
+    return parse("AVRO", json.dumps(document), [], False)
+
+
+def rec(*fields, name="R", **extra):
+    return {"type": "record", "name": name, "fields": list(fields), **extra}
+
+
+def ok(level, new, *olds) -> bool:
+    return not incompatibilities(level, new, list(olds))
+
+
+# Avro ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("writer", "reader", "readable"),
+    [
+        ("int", "long", True),
+        ("int", "double", True),
+        ("long", "int", False),
+        ("float", "double", True),
+        ("string", "bytes", True),
+        ("bytes", "string", True),
+        ("string", "int", False),
+        ("int", ["null", "int"], True),
+        (["null", "int"], "int", False),
+        (["int", "long"], ["long"], True),
+    ],
+)
+def test_avro_promotions_and_unions(writer, reader, readable):
+    assert ok("BACKWARD", avro(reader), avro(writer)) is readable
+
+
+def test_avro_records_fields_defaults_and_aliases():
+    v1 = avro(rec({"name": "a", "type": "int"}))
+    with_default = avro(
+        rec({"name": "a", "type": "int"}, {"name": "b", "type": "int", "default": 0})
+    )
+    without = avro(rec({"name": "a", "type": "int"}, {"name": "b", "type": "int"}))
+    assert ok("BACKWARD", with_default, v1)
+    assert not ok("BACKWARD", without, v1)
+    assert ok("FORWARD", without, v1)  # v1 skips b
+    assert ok("FULL", with_default, v1)
+    aliased = avro(rec({"name": "z", "type": "int", "aliases": ["a"]}))
+    assert ok("BACKWARD", aliased, v1)
+    renamed = avro(rec({"name": "a", "type": "int"}, name="Other"))
+    assert not ok("BACKWARD", renamed, v1)
+
+
+def test_avro_enums_fixed_arrays_maps_and_recursion():
+    e1 = avro({"type": "enum", "name": "E", "symbols": ["A", "B"]})
+    e2 = avro({"type": "enum", "name": "E", "symbols": ["A"]})
+    e3 = avro({"type": "enum", "name": "E", "symbols": ["A"], "default": "A"})
+    assert not ok("BACKWARD", e2, e1) and ok("BACKWARD", e3, e1) and ok("BACKWARD", e1, e2)
+    f4, f8 = (avro({"type": "fixed", "name": "F", "size": n}) for n in (4, 8))
+    assert not ok("BACKWARD", f8, f4)
+    arr = avro({"type": "array", "items": "int"})
+    assert ok("BACKWARD", avro({"type": "array", "items": "long"}), arr)
+    assert not ok("BACKWARD", avro({"type": "map", "values": "int"}), arr)
+    node = rec({"name": "next", "type": ["null", "Node"], "default": None}, name="Node")
+    assert ok("FULL", avro(node), avro(node))
+
+
+def test_transitive_levels_and_none():
+    v1 = avro(rec({"name": "a", "type": "int"}))
+    v2 = avro(rec({"name": "a", "type": "int"}, {"name": "b", "type": "int", "default": 0}))
+    v3 = avro(rec({"name": "a", "type": "int"}, {"name": "b", "type": "int"}))
+    assert ok("BACKWARD", v3, v1, v2)
+    assert not ok("BACKWARD_TRANSITIVE", v3, v1, v2)
+    assert ok("NONE", avro("string"), v1)
+    assert not ok("BACKWARD", parse("JSON", "{}", [], False), v1)  # another type
+
+
+def test_avro_named_types_from_references():
+    address = json.dumps(rec({"name": "street", "type": "string"}, name="Address", namespace="ex"))
+    person = json.dumps(rec({"name": "home", "type": "ex.Address"}, name="Person", namespace="ex"))
+    assert parse("AVRO", person, [address], False).text == json.dumps(
+        json.loads(person), separators=(",", ":")
+    )
+    with pytest.raises(ValueError):
+        parse("AVRO", person, [], False)
+
+
+# JSON Schema --------------------------------------------------------------------------------
+
+
+def js(document) -> object:
+    return parse("JSON", json.dumps(document), [], False)
+
+
+def obj(props, **extra):
+    return {"type": "object", "properties": props, **extra}
+
+
+def test_json_schema_rules():
+    base = js(obj({"a": {"type": "string"}}, required=["a"]))
+    assert ok("BACKWARD", js(obj({"a": {"type": "string"}})), base)  # a required dropped
+    assert not ok("BACKWARD", js(obj({"a": {"type": "integer"}}, required=["a"])), base)
+    assert not ok("BACKWARD", js(obj({"a": {"type": "string"}, "b": {"type": "string"}})), base)
+    closed = js(obj({"a": {"type": "string"}}, additionalProperties=False))
+    added_to_closed = js(
+        obj({"a": {"type": "string"}, "b": {"type": "string"}}, additionalProperties=False)
+    )
+    assert ok("BACKWARD", added_to_closed, closed)
+    assert not ok("BACKWARD", js(obj({}, additionalProperties=False)), closed)
+    newly_required = js(obj({"a": {"type": "string"}}, required=["a", "a2"]))
+    assert not ok("BACKWARD", newly_required, base)
+    assert ok("BACKWARD", js({"type": "number"}), js({"type": "integer"}))
+    assert not ok("BACKWARD", js({"type": "integer"}), js({"type": "number"}))
+    assert not ok("BACKWARD", js({"type": "string", "maxLength": 5}), js({"type": "string"}))
+    assert ok("BACKWARD", js({"enum": ["a", "b", "c"]}), js({"enum": ["a", "b"]}))
+    assert not ok("BACKWARD", js({"enum": ["a"]}), js({"enum": ["a", "b"]}))
+    with pytest.raises(ValueError):
+        parse("JSON", json.dumps({"type": 12}), [], False)
+    with pytest.raises(ValueError):
+        parse("JSON", "[1, 2]", [], False)
+
+
+# Protobuf -----------------------------------------------------------------------------------
+
+PROTO = """syntax = "proto3";
+package shop;
+message Order {
+  int64 id = 1;
+  string item = 2;
+  repeated string tags = 3;
+  map<string, int32> counts = 4;
+  oneof pay { string card = 5; string cash = 6; }
+  Status status = 7;
+  message Line { int32 qty = 1; }
+  Line line = 8;
+  enum Status { NEW = 0; DONE = 1; }
+}
+"""
+
+
+def proto(text: str):
+    return parse("PROTOBUF", text, [], False)
+
+
+def test_protobuf_text_and_descriptor_are_one_model():
+    fd = descriptor_pb2.FileDescriptorProto(name="o.proto", package="shop", syntax="proto3")
+    m = fd.message_type.add(name="Order")
+    m.field.add(name="id", number=1, type=3, label=1)
+    m.field.add(name="item", number=2, type=9, label=1)
+    encoded = base64.b64encode(fd.SerializeToString()).decode()
+    text = 'syntax = "proto3"; package shop; message Order { int64 id = 1; string item = 2; }'
+    assert proto(encoded).model == proto(text).model
+
+
+def test_protobuf_rules():
+    base = proto(PROTO)
+    assert ok("FULL", base, base)
+    assert ok("BACKWARD", proto(PROTO.replace("  string item = 2;\n", "")), base)  # removed
+    added = PROTO.replace("Line line = 8;", "Line line = 8;\n  bool rush = 9;")
+    assert ok("FULL", proto(added), base)
+    assert ok("BACKWARD", proto(PROTO.replace("int64 id = 1", "uint64 id = 1")), base)  # group
+    assert ok("BACKWARD", proto(PROTO.replace("string item = 2", "bytes item = 2")), base)
+    for change in (
+        PROTO.replace("string item = 2", "int32 item = 2"),  # scalar kind
+        PROTO.replace("Status status = 7", "Line status = 7"),  # named type
+        PROTO.replace("string item = 2", "Line item = 2"),  # scalar to message
+        PROTO.replace("package shop;", "package store;"),
+        PROTO.replace("string item = 2", "string item = 12"),  # renumbered: a new field...
+    ):
+        found = incompatibilities("BACKWARD", proto(change), [base])
+        if "item = 12" in change:
+            assert not found  # ...and a removal: both compatible, as Confluent has it
+        else:
+            assert found, change
+    removed_message = PROTO.replace("  message Line { int32 qty = 1; }\n", "").replace(
+        "  Line line = 8;\n", ""
+    )
+    assert not ok("BACKWARD", proto(removed_message), base)  # MESSAGE_REMOVED
+    out_of_oneof = PROTO.replace(
+        "oneof pay { string card = 5; string cash = 6; }", "string card = 5;"
+    )
+    assert not ok("BACKWARD", proto(out_of_oneof), base)
+    for bad in ("message {", "syntax = 'proto3'; message M { strin a = ; }", "hello"):
+        with pytest.raises(ValueError):
+            proto(bad)
+
+
+# _schemas records and the state ----------------------------------------------------------
+
+
+def test_records_are_confluents_layouts():
+    key, value = records.encode(SchemaRecord("s", 2, 7, "PROTOBUF", "x", (("n", "o", 1),), False))
+    assert json.loads(key) == {"keytype": "SCHEMA", "subject": "s", "version": 2, "magic": 1}
+    assert json.loads(value) == {
+        "subject": "s",
+        "version": 2,
+        "id": 7,
+        "schemaType": "PROTOBUF",
+        "references": [{"name": "n", "subject": "o", "version": 1}],
+        "schema": "x",
+        "deleted": False,
+    }
+    key, value = records.encode(SchemaRecord("s", 1, 3, "AVRO", '"int"', (), False))
+    assert "schemaType" not in json.loads(value)
+    key, value = records.encode(ConfigRecord(None, "FULL"))
+    assert json.loads(key) == {"keytype": "CONFIG", "subject": None, "magic": 0}
+    assert json.loads(value) == {"compatibilityLevel": "FULL"}
+    key, value = records.encode(ModeRecord("s", "READONLY"))
+    assert (json.loads(key)["keytype"], json.loads(value)) == ("MODE", {"mode": "READONLY"})
+    key, value = records.encode(SubjectDeleted("s", 4))
+    assert json.loads(key) == {"keytype": "DELETE_SUBJECT", "subject": "s", "magic": 0}
+    assert json.loads(value) == {"subject": "s", "version": 4}
+    for change in (
+        SchemaRecord("s", 1, 3, "AVRO", '"int"', (), True),
+        SchemaRemoved("s", 1),
+        ConfigRecord("s", None),
+        ModeRecord(None, "IMPORT"),
+        SubjectDeleted("s", 2),
+    ):
+        assert records.decode(*records.encode(change)) == change
+    assert records.decode(b'{"keytype":"NOOP","magic":0}', None) is None
+
+
+def test_the_state_after_compaction_is_the_state_before():
+    log = [
+        SchemaRecord("a", 1, 1, "AVRO", '"int"', (), False),
+        SchemaRecord("a", 2, 2, "AVRO", '"long"', (), False),
+        SchemaRecord("b", 1, 1, "AVRO", '"int"', (), False),
+        ConfigRecord("a", "NONE"),
+        SubjectDeleted("a", 2),
+        SchemaRemoved("a", 1),
+        ConfigRecord("a", "FULL"),
+        ModeRecord(None, "READONLY"),
+        SchemaRecord("b", 2, 3, "AVRO", '"string"', (), False),
+        SchemaRecord("b", 2, 3, "AVRO", '"string"', (), True),
+    ]
+    whole = RegistryState()
+    last: dict[bytes, tuple[int, bytes | None]] = {}
+    for offset, change in enumerate(log):
+        whole.apply(change)
+        key, value = records.encode(change)
+        last[key] = (offset, value)
+    compacted = RegistryState()
+    for key, (_, value) in sorted(last.items(), key=lambda kv: kv[1][0]):
+        change = records.decode(key, value)
+        assert change is not None
+        compacted.apply(change)
+    for state in (whole, compacted):
+        assert {
+            s: {n: (v.id, v.deleted) for n, v in vs.items()} for s, vs in state.subjects.items()
+        } == {
+            "a": {2: (2, True)},
+            "b": {1: (1, False), 2: (3, True)},
+        }
+        assert state.configs == {"a": "FULL"} and state.modes == {None: "READONLY"}
+        assert sorted(state.schemas) == [1, 2, 3] and state.max_id == 3
+
+
+def test_protobuf_descriptor_and_text_convert_both_ways():
+    """A descriptor printed as text parses back into one protobuf's pool builds, with the same
+    messages, fields, maps, oneofs and enums."""
+    from google.protobuf import descriptor_pool
+
+    from headrace.broker.registry.protobuf_text import to_descriptor, to_text
+
+    fd = to_descriptor(PROTO + "message Extra { optional string note = 1; }\n", "shop.proto")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    order = pool.FindMessageTypeByName("shop.Order")
+    assert [f.name for f in order.fields] == [
+        "id",
+        "item",
+        "tags",
+        "counts",
+        "card",
+        "cash",
+        "status",
+        "line",
+    ]
+    assert order.fields_by_name["counts"].message_type.GetOptions().map_entry
+    assert order.fields_by_name["status"].enum_type.full_name == "shop.Order.Status"
+    assert order.fields_by_name["line"].message_type.full_name == "shop.Order.Line"
+    assert [f.name for f in order.oneofs_by_name["pay"].fields] == ["card", "cash"]
+    note = pool.FindMessageTypeByName("shop.Extra").fields_by_name["note"]
+    assert note.has_presence
+    again = to_descriptor(to_text(fd), "shop.proto")
+    assert again == fd
+    assert (
+        proto(to_text(fd)).model
+        == proto(PROTO + "message Extra { optional string note = 1; }").model
+    )
+
+
+def test_protobuf_text_is_kept_canonical_with_its_file_options():
+    plain = (
+        'syntax = "proto3"; package p; option java_package = "com.p"; message M { int32 a = 1; }'
+    )
+    spaced = """// a comment
+syntax = "proto3";
+package p;
+
+option java_package = "com.p";
+
+message M {
+  int32 a = 1;  // the same field
+}
+"""
+    assert proto(plain).text == proto(spaced).text
+    assert 'option java_package = "com.p";' in proto(plain).text
+
+
+def test_each_worker_gets_a_registry_port_of_its_own():
+    from headrace.broker.app.workers import _registry_listener
+
+    assert _registry_listener("http://127.0.0.1:8081", 0) == "http://127.0.0.1:8081"
+    assert _registry_listener("http://127.0.0.1:8081", 2) == "http://127.0.0.1:8083"
+    assert _registry_listener("http://127.0.0.1:0", 2) == "http://127.0.0.1:0"
+    assert _registry_listener("", 1) == ""
