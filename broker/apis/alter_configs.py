@@ -61,7 +61,28 @@ def parse(name: str, value: str | None) -> object:
         raise Refused(ErrorCode.INVALID_CONFIG, str(e)) from None
 
 
+VALIDATIONS = ("confluent.key.schema.validation", "confluent.value.schema.validation")
+
+
+def registry_needed(broker: Broker, configs: dict[str, object]) -> str | None:
+    """Why ``configs`` cannot be a topic's here: they ask for schema id validation and the
+    schema registry is off on this broker (as Confluent Server refuses it without a registry
+    URL), else None."""
+    if broker.schema_registry is not None:
+        return None
+    asked = [name for name in VALIDATIONS if configs.get(name)]
+    if not asked:
+        return None
+    return (
+        f"{asked[0]}=true needs the schema registry, which is off on this broker: set"
+        " schema.registry.listeners on every broker"
+    )
+
+
 async def apply(broker: Broker, topic, configs: dict[str, object], validate_only: bool) -> None:
+    problem = registry_needed(broker, configs)
+    if problem:
+        raise Refused(ErrorCode.INVALID_CONFIG, problem)
     if not validate_only:
         try:
             await broker.topics.set_configs(topic, configs)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from headrace.broker.coordinator.txn.producer_ids import ProducerIdManager
     from headrace.broker.coordinator.txn.transaction_coordinator import TransactionCoordinator
     from headrace.broker.log.topics import TopicManager
+    from headrace.broker.registry.registry import SchemaRegistry
     from headrace.broker.security.authorizer import Authorizer
     from headrace.broker.security.delegation_tokens import DelegationTokens
     from headrace.broker.security.quotas import ClientQuotas
@@ -65,6 +66,7 @@ class Broker(Protocol):
     delegation_tokens: DelegationTokens
     delegation_token_document: Document
     features: Features
+    schema_registry: SchemaRegistry | None  # None: the registry is off on this broker
     appender: Appender
     read_pool: ThreadPoolExecutor
     fetch_budget: ByteBudget

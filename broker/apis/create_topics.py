@@ -29,6 +29,7 @@ from headrace.broker.log.topic import TopicCreationError, topic_name_error
 from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.protocol import ApiKey, ErrorCode, messages
 
+from .alter_configs import registry_needed
 from .describe_configs import config_entries
 
 log = logging.getLogger("headrace")
@@ -190,6 +191,9 @@ def _check(broker: Broker, t, names, live: set[int]) -> tuple[int, list[list[int
             configs[c.name] = validate_topic_setting(c.name, c.value)
         except ConfigError as e:
             raise _Refused(ErrorCode.INVALID_CONFIG, str(e)) from None
+    problem = registry_needed(broker, configs)
+    if problem:
+        raise _Refused(ErrorCode.INVALID_CONFIG, problem)
     return partitions, replicas, configs
 
 

@@ -133,6 +133,7 @@ def _produce(broker: Broker, header, request: messages.ProduceRequest, refused: 
     waits: list[tuple[object, object, asyncio.Future]] = []  # (answer, leader state, future)
     writes: list[tuple[str, object, asyncio.Future]] = []  # (topic, answer, append stage's write)
     hints = LeaderHints(broker, session, R, 10, 10, version)
+    schemas = broker.schema_registry  # (read only by topics that validate schema ids)
     code: int
     for t in request.topic_data:
         topic = topics.find(None if version >= 13 else t.name, t.topic_id)
@@ -176,7 +177,7 @@ def _produce(broker: Broker, header, request: messages.ProduceRequest, refused: 
                 code, base = ErrorCode.CORRUPT_MESSAGE, -1
             elif acks_all and ls is not None and len(ls.isr) < ls.min_isr:
                 code, base = ErrorCode.NOT_ENOUGH_REPLICAS, -1
-            elif (rejection := validate(records, batches, topic, now_ms)) is not None:
+            elif (rejection := validate(records, batches, topic, now_ms, schemas)) is not None:
                 code, base = rejection.error_code, -1
             else:
                 code, base, count, written = partition.produce(

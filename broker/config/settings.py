@@ -3,11 +3,12 @@
 ``BROKER_SETTINGS`` is the table (``LISTENER_SETTINGS``: those a listener may set for itself
 as ``listener.name.<name>.<setting>``); a broker setting with a ``topic`` name gives that topic
 setting its default (``log.segment.bytes`` for ``segment.bytes``), and ``TOPIC_SETTINGS`` lists
-those by topic name; ``BROKER_CHOICES`` and ``BROKER_MINIMUMS`` say which values some broker
-settings take (config.py checks them). ``parse`` reads a value as its type;
-``validate_topic_setting`` checks a topic setting (CreateTopics, AlterConfigs) with its choices
-and ranges. The settings reference of the documentation is made from these tables. Only the
-standard library is used here.
+those by topic name, with the few topic settings that have no broker setting beside them
+(``TOPIC_ONLY_SETTINGS``: their default is their own); ``BROKER_CHOICES`` and
+``BROKER_MINIMUMS`` say which values some broker settings take (config.py checks them).
+``parse`` reads a value as its type; ``validate_topic_setting`` checks a topic setting
+(CreateTopics, AlterConfigs) with its choices and ranges. The settings reference of the
+documentation is made from these tables. Only the standard library is used here.
 """
 
 from __future__ import annotations
@@ -1136,12 +1137,57 @@ BROKER_SETTINGS: dict[str, Setting] = {
     ]
 }
 
-# topic setting name -> the broker setting that gives its default
+# Confluent's subject name strategies (``confluent.<key|value>.subject.name.strategy``): the
+# class names Confluent Server takes, and the short names
+SUBJECT_NAME_STRATEGY = "io.confluent.kafka.serializers.subject.TopicNameStrategy"
+SUBJECT_NAME_STRATEGIES = {SUBJECT_NAME_STRATEGY, "TopicNameStrategy"}
+
+# topic settings with no broker setting beside them (Confluent Server's names): their default
+# is their own (``topic`` is their name, and no broker setting has it)
+TOPIC_ONLY_SETTINGS = [
+    Setting(
+        "confluent.key.schema.validation",
+        "boolean",
+        False,
+        "Every record's key must carry the schema registry's wire format (magic byte 0 and a"
+        " schema id) with an id registered under the key's subject; else the batch is refused"
+        " (INVALID_RECORD). A null key passes. Needs the schema registry on.",
+        topic="confluent.key.schema.validation",
+    ),
+    Setting(
+        "confluent.value.schema.validation",
+        "boolean",
+        False,
+        "As confluent.key.schema.validation, for the value (a null value, a tombstone, passes).",
+        topic="confluent.value.schema.validation",
+    ),
+    Setting(
+        "confluent.key.subject.name.strategy",
+        "string",
+        SUBJECT_NAME_STRATEGY,
+        "The subject a key's schema id is looked up in: TopicNameStrategy, <topic>-key (the"
+        " only strategy yet).",
+        topic="confluent.key.subject.name.strategy",
+    ),
+    Setting(
+        "confluent.value.subject.name.strategy",
+        "string",
+        SUBJECT_NAME_STRATEGY,
+        "The subject a value's schema id is looked up in: TopicNameStrategy, <topic>-value"
+        " (the only strategy yet).",
+        topic="confluent.value.subject.name.strategy",
+    ),
+]
+
+# topic setting name -> the broker setting that gives its default (itself for a topic-only one)
 TOPIC_SETTINGS: dict[str, Setting] = {s.topic: s for s in BROKER_SETTINGS.values() if s.topic}
+TOPIC_SETTINGS.update((s.name, s) for s in TOPIC_ONLY_SETTINGS)
 _TOPIC_CHOICES = {
     "cleanup.policy": {"delete", "compact"},
     "message.timestamp.type": {"CreateTime", "LogAppendTime"},
     "compression.type": {"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"},
+    "confluent.key.subject.name.strategy": SUBJECT_NAME_STRATEGIES,
+    "confluent.value.subject.name.strategy": SUBJECT_NAME_STRATEGIES,
 }
 
 BROKER_CHOICES = {

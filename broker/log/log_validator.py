@@ -18,12 +18,24 @@ the first bad record in its batch (Kafka's ``record_errors``, Produce v8+). The 
 framing (the caller's ``iter_batches``) and each batch's size and CRC (``Partition.produce``)
 are checked elsewhere. A batch compressed with a codec this installation lacks cannot be
 looked into: its records are not checked.
+
+Schema ids (Confluent Server's ``confluent.key.schema.validation`` and
+``confluent.value.schema.validation``, read once per change of the topic's settings into
+``ProduceConfig.key_subject`` / ``value_subject``): on a topic that asks, every non-null key
+(value) must start with the schema registry's wire format, magic byte 0 and a 4-byte schema
+id, and the id must be registered under the subject (any version, soft-deleted ones too),
+as ``schemas`` (the broker's view of ``_schemas``, a ``SchemaIds``) knows it; else
+INVALID_RECORD with the record's index, and nothing of the payload is written. Topics that do
+not ask pay nothing for it; a batch that cannot be decompressed here is refused on such a
+topic, since its records cannot be checked.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Container
 from dataclasses import dataclass
+from typing import Protocol
 
 from headrace.protocol import ErrorCode
 from headrace.protocol.compression import UnsupportedCompressionError, decompress
@@ -32,7 +44,17 @@ from headrace.protocol.records import (
     CorruptRecordError,
     crc_matches,
 )
-from headrace.record_check import FRAMING, NO_KEY, OFFSET, TIMESTAMP, check_records
+from headrace.record_check import (
+    FRAMING,
+    KEY_ID,
+    KEY_NO_ID,
+    NO_KEY,
+    OFFSET,
+    TIMESTAMP,
+    VALUE_NO_ID,
+    check_records,
+    schema_ids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +65,22 @@ _MESSAGES = {
 }
 
 
+class SchemaIds(Protocol):
+    """What the schema id checks ask of the broker's view of the schema registry (the
+    registry's ``SchemaRegistry``)."""
+
+    def unavailable(self) -> str | None:
+        """Why schema ids cannot be checked here now (no view of ``_schemas`` on this
+        broker), or None."""
+        ...
+
+    def subject_ids(self, subject: str) -> Container[int]:
+        """The ids of the subject's versions, soft-deleted ones included."""
+        ...
+
+    def schema_known(self, schema_id: int) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection:
     error_code: int
@@ -50,10 +88,28 @@ class Rejection:
     record_index: int  # the first bad record's index in its batch (-1: the batch itself)
 
 
-def validate(records, batches, topic, now_ms: int) -> Rejection | None:
+def validate(
+    records, batches, topic, now_ms: int, schemas: SchemaIds | None = None
+) -> Rejection | None:
     """See the module docstring. ``batches``: ``iter_batches(records)``, walked once by the
-    caller for this and for the append."""
+    caller for this and for the append; ``schemas``: the registry's view, None when the
+    registry is off on this broker."""
     config = topic.produce_config
+    key_subject, value_subject = config.key_subject, config.value_subject
+    key_ids = value_ids = None
+    if key_subject is not None or value_subject is not None:
+        why = "the schema registry is off on this broker" if schemas is None else None
+        if schemas is not None:
+            why = schemas.unavailable()
+        if why or schemas is None:
+            return Rejection(
+                ErrorCode.INVALID_RECORD,
+                f"Topic {topic.name} validates schema ids, but {why}: its records cannot be"
+                " checked.",
+                -1,
+            )
+        key_ids = None if key_subject is None else schemas.subject_ids(key_subject)
+        value_ids = None if value_subject is None else schemas.subject_ids(value_subject)
     need_key = config.keys_required
     if config.log_append_time:  # the broker's clock replaces the timestamps
         low, high = LONG_MIN, LONG_MAX
@@ -72,7 +128,14 @@ def validate(records, batches, topic, now_ms: int) -> Rejection | None:
                 return Rejection(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch", -1)
             try:
                 body = decompress(h.compression, records[start:end])
-            except UnsupportedCompressionError:
+            except UnsupportedCompressionError as e:
+                if key_ids is not None or value_ids is not None:
+                    return Rejection(
+                        ErrorCode.INVALID_RECORD,
+                        f"cannot check the schema ids of a batch this broker cannot"
+                        f" decompress: {e}",
+                        -1,
+                    )
                 continue  # not looked into (see the module docstring)
             except (CorruptRecordError, ValueError) as e:
                 return Rejection(ErrorCode.CORRUPT_MESSAGE, f"cannot decompress: {e}", -1)
@@ -98,4 +161,32 @@ def validate(records, batches, topic, now_ms: int) -> Rejection | None:
                     f" within [{low}, {high}]",
                     index,
                 )
+        if key_ids is not None or value_ids is not None:
+            problem, index, schema_id = schema_ids(
+                body, first, end, h.records_count, key_ids, value_ids
+            )
+            if problem:
+                assert schemas is not None
+                return _schema_rejection(
+                    problem, index, schema_id, key_subject, value_subject, schemas
+                )
     return None
+
+
+def _schema_rejection(problem, index, schema_id, key_subject, value_subject, schemas):
+    part = "key" if problem in (KEY_NO_ID, KEY_ID) else "value"
+    subject = key_subject if part == "key" else value_subject
+    if problem in (KEY_NO_ID, VALUE_NO_ID):
+        why = (
+            f"its {part} does not start with a schema id (the schema registry's wire format:"
+            " magic byte 0, then a 4-byte schema id)"
+        )
+    elif schemas.schema_known(schema_id):
+        why = f"the schema id {schema_id} of its {part} is not registered under subject {subject}"
+    else:
+        why = f"the schema id {schema_id} of its {part} is unknown to the schema registry"
+    return Rejection(
+        ErrorCode.INVALID_RECORD,
+        f"Record {index} failed schema validation and the batch was refused: {why}.",
+        index,
+    )

@@ -94,6 +94,10 @@ class ProduceConfig:
     timestamp_after_ms: int  # message.timestamp.after.max.ms
     max_message_bytes: int
     flush_messages: int
+    # confluent.<key|value>.schema.validation: the subject a key's (value's) schema id must be
+    # registered under, None when the topic does not ask (log_validator.py)
+    key_subject: str | None = None
+    value_subject: str | None = None
 
 
 @dataclass(eq=False)
@@ -157,13 +161,28 @@ class Topic:
             timestamp_after_ms=int(self.setting("message.timestamp.after.max.ms")),
             max_message_bytes=int(self.setting("max.message.bytes")),
             flush_messages=int(self.setting("flush.messages")),
+            key_subject=self.subject("key") if self.validates("key") else None,
+            value_subject=self.subject("value") if self.validates("value") else None,
         )
+
+    def validates(self, part: str) -> bool:
+        """Whether the topic asks for its records' keys (``part`` "key") or values ("value")
+        to carry schema ids registered under their subject."""
+        return bool(self.setting(f"confluent.{part}.schema.validation"))
+
+    def subject(self, part: str) -> str:
+        """The subject a key's or value's schema id is looked up in (TopicNameStrategy, the
+        only strategy yet: ``<topic>-key``, ``<topic>-value``)."""
+        return f"{self.name}-{part}"
 
     def setting(self, name: str) -> Any:
         """The topic's value of ``name``: its own if set, else the broker's default."""
         if name in self.configs:
             return self.configs[name]
-        return self.broker_config[TOPIC_SETTINGS[name].name]
+        setting = TOPIC_SETTINGS[name]
+        if setting.name == name:  # a topic setting without a broker setting beside it
+            return setting.default
+        return self.broker_config[setting.name]
 
     def log_config(self) -> LogConfig:
         return LogConfig(

@@ -5,7 +5,8 @@ its schemas, ids, compatibility levels and modes kept in the compacted topic ``_
 http_api.py         The HTTP listener (aiohttp): Confluent's routes, content types and error
                     bodies; writes forwarded to the leader of ``_schemas``
 registry.py         The operations: reads from this broker's view, writes at the leader (ids
-                    and versions allocated there), Confluent's rules and errors
+                    and versions allocated there), Confluent's rules and errors; the view as
+                    the produce path's schema id checks see it (log_validator.SchemaIds)
 schemas_log.py      ``_schemas``: written by its leader (acks=all), read by every replica into
                     the broker's view (read-your-writes through ``wait_for``)
 state.py            The view: subjects, versions, schemas by id, levels and modes, as the

@@ -215,6 +215,29 @@ class SchemaRegistry:
             except TimeoutError:
                 raise errors.timed_out("the registry is still loading _schemas") from None
 
+    # the produce path's schema id checks (log_validator.SchemaIds) -------------------------------
+
+    def unavailable(self) -> str | None:
+        """Why this broker cannot check schema ids now: ``_schemas`` exists but no replica of
+        it is held here (a cluster with more brokers than its replicas), or the replica held
+        is not read yet."""
+        if self.log.replica() is None:
+            if self.log.topics.get("_schemas") is None:
+                return None  # nothing registered yet: every id is unknown
+            return (
+                "this broker holds no replica of _schemas (give it one on every broker:"
+                " schema.registry.topic.replication.factor)"
+            )
+        if not self.reader.loaded.is_set():
+            return "the schema registry is still loading _schemas"
+        return None
+
+    def subject_ids(self, subject: str) -> set[int]:
+        return {v.id for v in self.state.subjects.get(subject, {}).values()}
+
+    def schema_known(self, schema_id: int) -> bool:
+        return schema_id in self.state.schemas
+
     # reads -----------------------------------------------------------------------------------
 
     def schema_by_id(

@@ -101,10 +101,12 @@ def topic_table(config: ModuleType) -> str:
     ]
     for topic in sorted(config.TOPIC_SETTINGS):
         s = config.TOPIC_SETTINGS[topic]
-        rows.append(
-            f"| `{topic}` | {s.type} | `{s.name}` ({default_text(s.name, s.default)}) "
-            f"| {prose(s.doc)} |"
-        )
+        default = default_text(s.name, s.default)
+        if s.name == topic:  # a topic setting with no broker setting beside it
+            default = f"none ({default})"
+        else:
+            default = f"`{s.name}` ({default})"
+        rows.append(f"| `{topic}` | {s.type} | {default} | {prose(s.doc)} |")
     return "\n".join(rows) + "\n"
 
 
