@@ -368,6 +368,7 @@ class BrokerServer:
             return
         from urllib.parse import urlsplit
 
+        from headrace.broker.registry.auth import RegistryAuth
         from headrace.broker.registry.http_api import RegistryServer
         from headrace.broker.registry.registry import SchemaRegistry
         from headrace.broker.registry.schemas_log import SchemasLog
@@ -395,6 +396,7 @@ class BrokerServer:
             port=url.port,
             max_request_bytes=int(config["schema.registry.max.request.bytes"]),
             max_connections=int(config["schema.registry.max.connections"]),
+            auth=RegistryAuth(self.authorizer, self.scram_credentials),
         )
         try:
             await server.start()

@@ -24,6 +24,11 @@ no longer leads, a write is tried again with a short backoff until the write tim
 
 Reads are answered from this broker's view, once loaded; a broker holding no replica of
 ``_schemas`` forwards its reads to the leader too.
+
+With the broker's authorizer on, every request is authenticated (HTTP Basic against the
+broker's SCRAM users) and authorized against its ACLs before its route runs (auth.py; the
+operation each route needs is ``NEEDS``); a forwarded request carries the client's
+``Authorization`` header, and the leader checks it again.
 """
 
 from __future__ import annotations
@@ -34,9 +39,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import ClientError, ClientSession, ClientTimeout, web
+from aiohttp import ClientError, ClientSession, ClientTimeout, hdrs, web
+
+from headrace.broker.security.authorizer import Operation
 
 from . import errors
+from .auth import REALM, Principal, RegistryAuth
 from .errors import RegistryError
 from .registry import SchemaRegistry, flag
 from .schema_types import TYPES
@@ -52,6 +60,43 @@ _STATUS_TEXT = {400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
                 413: "Request Entity Too Large", 415: "Unsupported Media Type"}  # fmt: skip
 
 
+# what each route needs with the authorizer on (auth.py): (operation, what it applies to):
+# "subject" (the path's subject), "global" (the CLUSTER resource), "id" (some subject holding
+# the path's schema id), or None (an authenticated user)
+_O = Operation
+NEEDS: dict[tuple[str, str], tuple[int, str] | None] = {
+    ("GET", "/"): None,
+    ("GET", "/schemas/types"): None,
+    ("GET", "/schemas/ids/{id}"): (_O.DESCRIBE, "id"),
+    ("GET", "/schemas/ids/{id}/schema"): (_O.DESCRIBE, "id"),
+    ("GET", "/schemas/ids/{id}/subjects"): (_O.DESCRIBE, "id"),
+    ("GET", "/schemas/ids/{id}/versions"): (_O.DESCRIBE, "id"),
+    ("GET", "/subjects"): None,  # (the list shows the subjects the user may describe)
+    ("POST", "/subjects/{subject}"): (_O.DESCRIBE, "subject"),
+    ("DELETE", "/subjects/{subject}"): (_O.DELETE, "subject"),
+    ("GET", "/subjects/{subject}/versions"): (_O.DESCRIBE, "subject"),
+    ("POST", "/subjects/{subject}/versions"): (_O.WRITE, "subject"),
+    ("GET", "/subjects/{subject}/versions/{version}"): (_O.DESCRIBE, "subject"),
+    ("DELETE", "/subjects/{subject}/versions/{version}"): (_O.DELETE, "subject"),
+    ("GET", "/subjects/{subject}/versions/{version}/schema"): (_O.DESCRIBE, "subject"),
+    ("GET", "/subjects/{subject}/versions/{version}/referencedby"): (_O.DESCRIBE, "subject"),
+    ("GET", "/config"): (_O.DESCRIBE_CONFIGS, "global"),
+    ("PUT", "/config"): (_O.ALTER_CONFIGS, "global"),
+    ("DELETE", "/config"): (_O.ALTER_CONFIGS, "global"),
+    ("GET", "/config/{subject}"): (_O.DESCRIBE_CONFIGS, "subject"),
+    ("PUT", "/config/{subject}"): (_O.ALTER_CONFIGS, "subject"),
+    ("DELETE", "/config/{subject}"): (_O.ALTER_CONFIGS, "subject"),
+    ("GET", "/mode"): (_O.DESCRIBE_CONFIGS, "global"),
+    ("PUT", "/mode"): (_O.ALTER_CONFIGS, "global"),
+    ("GET", "/mode/{subject}"): (_O.DESCRIBE_CONFIGS, "subject"),
+    ("PUT", "/mode/{subject}"): (_O.ALTER_CONFIGS, "subject"),
+    ("DELETE", "/mode/{subject}"): (_O.ALTER_CONFIGS, "subject"),
+    ("POST", "/compatibility/subjects/{subject}/versions"): (_O.DESCRIBE, "subject"),
+    ("POST", "/compatibility/subjects/{subject}/versions/{version}"): (_O.DESCRIBE, "subject"),
+}
+PRINCIPAL = "headrace.principal"  # the request's key for its authenticated principal
+
+
 def _json(document: Any, status: int = 200, headers: dict | None = None) -> web.Response:
     return web.Response(
         body=json.dumps(document).encode(),
@@ -62,7 +107,8 @@ def _json(document: Any, status: int = 200, headers: dict | None = None) -> web.
 
 
 def _error(e: RegistryError) -> web.Response:
-    return _json(e.body(), e.status)
+    headers = {hdrs.WWW_AUTHENTICATE: REALM} if e.status == 401 else None
+    return _json(e.body(), e.status, headers)
 
 
 @web.middleware
@@ -134,13 +180,18 @@ class RegistryServer:
         port: int,
         max_request_bytes: int,
         max_connections: int = 1000,
+        auth: RegistryAuth | None = None,
     ) -> None:
         self.registry = registry
+        self.auth = auth if auth is not None and auth.enabled else None
         self.max_connections = max_connections
         self.node_id = node_id
         self.url_of = url_of
         self.host, self.port = host, port
-        self.app = web.Application(client_max_size=max_request_bytes, middlewares=[_errors])
+        middlewares: list = [_errors]
+        if self.auth is not None:
+            middlewares.append(self._authorize)
+        self.app = web.Application(client_max_size=max_request_bytes, middlewares=middlewares)
         self._routes()
         self._runner: web.AppRunner | None = None
         self._session: ClientSession | None = None
@@ -159,6 +210,49 @@ class RegistryServer:
             await self._session.close()
         if self._runner is not None:
             await self._runner.cleanup()
+
+    # authentication and authorization (auth.py) ----------------------------------------------
+
+    @web.middleware
+    async def _authorize(self, request: web.Request, handler) -> web.StreamResponse:
+        auth = self.auth
+        assert auth is not None
+        who = await auth.authenticate(request.headers.get(hdrs.AUTHORIZATION), request.remote or "")
+        request[PRINCIPAL] = who
+        route = request.match_info.route.resource
+        need = NEEDS.get((request.method, route.canonical)) if route is not None else None
+        if need is not None:
+            operation, scope = need
+            if scope == "subject":
+                auth.check(who, operation, request.match_info["subject"])
+            elif scope == "global":
+                auth.check(who, operation, None)
+            else:
+                self._check_id(request, who, operation)
+        return await handler(request)
+
+    def _check_id(self, request: web.Request, who: Principal, operation: int) -> None:
+        """A schema by id: 403 unless some subject holding it (the one named by
+        ``?subject=`` when given) may be described; an id not here is left to the route."""
+        assert self.auth is not None
+        try:
+            holders = {
+                s for s, _ in self.registry.state.uses.get(int(request.match_info["id"]), ())
+            }
+        except ValueError:
+            return
+        wanted = request.query.get("subject")
+        if wanted:
+            holders &= {wanted}
+        if holders and not any(self.auth.may(who, operation, s) for s in holders):
+            self.auth.check(who, operation, min(holders))
+
+    def _visible(self, request: web.Request, subject: str) -> bool:
+        """Whether the request's principal may see ``subject`` in a list (always, without
+        the authorizer)."""
+        if self.auth is None:
+            return True
+        return self.auth.may(request[PRINCIPAL], Operation.DESCRIBE, subject)
 
     # routes ------------------------------------------------------------------------------------
 
@@ -256,7 +350,13 @@ class RegistryServer:
         schema_id, deleted = self._id(request), flag(request.query.get("deleted"))
         return await self._read(
             request,
-            lambda: sorted({s for s, _ in self.registry.schema_usage(schema_id, deleted)}),
+            lambda: sorted(
+                {
+                    s
+                    for s, _ in self.registry.schema_usage(schema_id, deleted)
+                    if self._visible(request, s)
+                }
+            ),
         )
 
     async def _schema_versions(self, request: web.Request) -> web.Response:
@@ -266,13 +366,19 @@ class RegistryServer:
             lambda: [
                 {"subject": s, "version": n}
                 for s, n in self.registry.schema_usage(schema_id, deleted)
+                if self._visible(request, s)
             ],
         )
 
     async def _subjects(self, request: web.Request) -> web.Response:
         prefix = request.query.get("subjectPrefix", "")
         deleted = flag(request.query.get("deleted"))
-        return await self._read(request, lambda: self.registry.subjects(prefix, deleted))
+        return await self._read(
+            request,
+            lambda: [
+                s for s in self.registry.subjects(prefix, deleted) if self._visible(request, s)
+            ],
+        )
 
     async def _versions(self, request: web.Request) -> web.Response:
         subject = request.match_info["subject"]
@@ -385,7 +491,7 @@ class RegistryServer:
                 request.method,
                 url.rstrip("/") + request.path_qs,
                 data=body,
-                headers={"Content-Type": CONTENT_TYPE, FORWARDED: str(self.node_id)},
+                headers=self._forwarded_headers(request),
             ) as answer:
                 data = await answer.read()
                 status, offset = answer.status, answer.headers.get(OFFSET)
@@ -398,6 +504,14 @@ class RegistryServer:
         if offset is not None and status < 300 and self.registry.log.replica() is not None:
             await self.registry.reader.wait_for(int(offset), self.registry.write_timeout_s)
         return web.Response(body=data, status=status, content_type=CONTENT_TYPE)
+
+    def _forwarded_headers(self, request: web.Request) -> dict[str, str]:
+        """A forwarded request's headers: the client's credentials go along (the leader
+        checks them again)."""
+        headers = {"Content-Type": CONTENT_TYPE, FORWARDED: str(self.node_id)}
+        if hdrs.AUTHORIZATION in request.headers:
+            headers[hdrs.AUTHORIZATION] = request.headers[hdrs.AUTHORIZATION]
+        return headers
 
     async def _register(self, request: web.Request) -> web.Response:
         subject = request.match_info["subject"]

@@ -35,12 +35,23 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from headrace.broker.config.config import BrokerConfig, super_users
 
 if TYPE_CHECKING:
     from .session import Session
+
+
+class Who(Protocol):
+    """What a decision reads of the asker: a ``Session``, or the schema registry's HTTP
+    principal."""
+
+    @property
+    def principal(self) -> str: ...
+
+    @property
+    def host(self) -> str: ...
 
 
 class ResourceType(IntEnum):
@@ -285,7 +296,7 @@ class Authorizer:
 
     # decisions --------------------------------------------------------------------------
 
-    def allows(self, session: Session, operation: int, resource_type: int, name: str) -> bool:
+    def allows(self, session: Who, operation: int, resource_type: int, name: str) -> bool:
         """Whether ``session``'s principal may do ``operation`` on the resource."""
         if not self.enabled:
             return True

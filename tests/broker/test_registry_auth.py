@@ -1,0 +1,142 @@
+"""The registry's listener with the broker's authorizer on: HTTP Basic against the broker's
+SCRAM users (confluent-kafka's SchemaRegistryClient with ``basic.auth.user.info``), the
+broker's ACLs mapped to subjects (a ``<topic>-value`` subject as its topic, the global
+settings as the cluster), Confluent's 401/40101 and 403/40301 (plain HTTP for the refusals)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from headrace.broker.registry.auth import subject_topic
+from headrace.broker.tools.process import BrokerProcess
+
+ORDER = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}
+SECRET = {"type": "record", "name": "Secret", "fields": [{"name": "s", "type": "string"}]}
+CT = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = BrokerProcess(
+        tmp_path_factory.mktemp("registry-auth"),
+        {
+            "schema.registry.listeners": "http://127.0.0.1:0",
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            # the test's admin client comes through PLAINTEXT, as User:ANONYMOUS
+            "super.users": "User:admin;User:ANONYMOUS",
+        },
+    ).start()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    upserts = [
+        UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 4096), f"{user}-pw".encode())
+        for user, mechanism in (
+            ("admin", ScramMechanism.SCRAM_SHA_512),
+            ("alice", ScramMechanism.SCRAM_SHA_512),
+            ("bob", ScramMechanism.SCRAM_SHA_256),
+        )
+    ]
+    for f in admin.alter_user_scram_credentials(upserts).values():
+        f.result(30)
+
+    def allow(t, name, user, op):
+        return AclBinding(t, name, ResourcePatternType.LITERAL, f"User:{user}", "*", op,
+                          AclPermissionType.ALLOW)
+
+    grants = [
+        allow(ResourceType.TOPIC, "orders", "alice", AclOperation.WRITE),
+        allow(ResourceType.TOPIC, "orders", "bob", AclOperation.READ),
+        allow(ResourceType.BROKER, "kafka-cluster", "bob", AclOperation.DESCRIBE_CONFIGS),
+    ]
+    for f in admin.create_acls(grants).values():
+        f.result(30)
+    yield b
+    b.kill()
+
+
+def url(broker) -> str:
+    return f"http://127.0.0.1:{broker.listener_ports['SCHEMA_REGISTRY']}"
+
+
+def client(broker, user: str, password: str | None = None) -> SchemaRegistryClient:
+    return SchemaRegistryClient(
+        {"url": url(broker), "basic.auth.user.info": f"{user}:{password or user + '-pw'}"}
+    )
+
+
+def as_user(user: str) -> tuple[str, str]:
+    return (user, f"{user}-pw")
+
+
+def test_subjects_are_authorized_as_their_topics():
+    assert subject_topic("orders-value") == "orders"
+    assert subject_topic("orders-key") == "orders"
+    assert subject_topic("shop.Order") == "shop.Order"
+    assert subject_topic("-value") == "-value"
+
+
+def test_users_register_and_read_what_their_acls_allow(broker):
+    alice, bob = client(broker, "alice"), client(broker, "bob")
+    serialize = AvroSerializer(alice, json.dumps(ORDER))  # auto-registers orders-value
+    payload = serialize({"id": 1}, SerializationContext("orders", MessageField.VALUE))
+    order_id = int.from_bytes(payload[1:5], "big")
+    assert bob.get_latest_version("orders-value").schema_id == order_id  # READ: describe
+    assert bob.get_schema(order_id).schema_str
+    with pytest.raises(SchemaRegistryError) as refused:
+        bob.register_schema("orders-value", Schema(json.dumps(SECRET), "AVRO", []))
+    assert (refused.value.http_status_code, refused.value.error_code) == (403, 40301)
+    # a super user does anything; others do not see what they may not describe
+    secret_id = client(broker, "admin").register_schema("secret-value", Schema(json.dumps(SECRET), "AVRO"))
+    assert sorted(client(broker, "admin").get_subjects()) == ["orders-value", "secret-value"]
+    assert alice.get_subjects() == ["orders-value"]
+    for call in (lambda: alice.get_latest_version("secret-value"), lambda: alice.get_schema(secret_id)):
+        with pytest.raises(SchemaRegistryError) as refused:
+            call()
+        assert refused.value.error_code == 40301
+    with pytest.raises(SchemaRegistryError) as refused:
+        alice.delete_subject("orders-value")  # WRITE is not DELETE
+    assert refused.value.error_code == 40301
+
+
+def test_refusals_are_confluents_401_and_403(broker):
+    base = url(broker)
+    for auth in (None, ("alice", "wrong"), ("nobody", "nobody-pw"), ("bob", "alice-pw")):
+        answer = requests.get(f"{base}/subjects", auth=auth, timeout=10)
+        assert answer.status_code == 401, auth
+        assert answer.json()["error_code"] == 40101
+        assert answer.headers["WWW-Authenticate"].startswith("Basic")
+    answer = requests.get(f"{base}/subjects", headers={"Authorization": "Bearer x"}, timeout=10)
+    assert answer.status_code == 401
+    assert requests.get(f"{base}/", auth=as_user("bob"), timeout=10).status_code == 200
+    # the global settings are the cluster's: DESCRIBE_CONFIGS to read, ALTER_CONFIGS to change
+    assert requests.get(f"{base}/config", auth=as_user("bob"), timeout=10).json() == {
+        "compatibilityLevel": "BACKWARD"
+    }
+    answer = requests.get(f"{base}/config", auth=as_user("alice"), timeout=10)
+    assert answer.status_code == 403 and answer.json()["error_code"] == 40301
+    put = json.dumps({"compatibility": "FULL"})
+    answer = requests.put(f"{base}/config", data=put, headers=CT, auth=as_user("bob"), timeout=10)
+    assert answer.status_code == 403
+    assert "denied operation AlterConfigs" in answer.json()["message"]
+    answer = requests.put(f"{base}/mode/orders-value", data=json.dumps({"mode": "READONLY"}),
+                          headers=CT, auth=as_user("alice"), timeout=10)
+    assert answer.status_code == 403
+    answer = requests.put(f"{base}/config", data=put, headers=CT, auth=as_user("admin"), timeout=10)
+    assert answer.status_code == 200
