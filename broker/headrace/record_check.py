@@ -21,13 +21,16 @@ first problem and the index of the record it is in:
   TIMESTAMP  base_timestamp + timestampDelta outside [low, high]
 Nothing is allocated per record; the walk stops at the first problem.
 
-``schema_ids`` (Python only) checks the schema ids records carry, for the topics that ask
-(``confluent.value.schema.validation``).
+``schema_ids(buf, pos, end, count, key_ids, value_ids)`` checks the schema ids records carry,
+for the topics that ask (``confluent.value.schema.validation``), against tables of allowed ids
+made by ``schema_id_table``; ``schema_ids_py`` is its reference.
 """
 
 from __future__ import annotations
 
 import struct
+from array import array
+from collections.abc import Collection
 
 OK, FRAMING, OFFSET, NO_KEY, TIMESTAMP = 0, 1, 2, 3, 4
 
@@ -104,7 +107,7 @@ def check_records_py(buf, pos, end, count, need_key, base_timestamp, low, high):
 
 # ``schema_ids``' problems: a key or value without the wire format's prefix, or with an id
 # not among those allowed
-KEY_NO_ID, KEY_ID, VALUE_NO_ID, VALUE_ID = 1, 2, 3, 4
+KEY_NO_ID, KEY_ID, VALUE_NO_ID, VALUE_ID, IDS_FRAMING = 1, 2, 3, 4, 5
 _PREFIX = struct.Struct(">bI")  # the schema registry's wire format: magic byte 0, schema id
 
 
@@ -118,43 +121,70 @@ def _schema_id(buf, pos: int, length: int, allowed) -> int:
     return schema_id if schema_id in allowed else -2 - schema_id
 
 
-def schema_ids(buf, pos, end, count, key_ids, value_ids) -> tuple[int, int, int]:
+def schema_ids_py(buf, pos, end, count, key_ids, value_ids) -> tuple[int, int, int]:
     """Walk the ``count`` records in ``buf[pos:end]`` (``check_records`` found them well
     framed) and check that each non-null key (when ``key_ids`` is not None) and value (when
     ``value_ids`` is not None) starts with the schema registry's wire format, magic byte 0 and
-    a 4-byte big-endian schema id, the id one of those allowed. ``(problem, index, schema id)``:
-    ``(OK, -1, -1)``, or the first problem (KEY_NO_ID, KEY_ID, VALUE_NO_ID, VALUE_ID), the
+    a 4-byte big-endian schema id, the id one of those allowed (``schema_id_table``'s).
+    ``(problem, index, schema id)``: ``(OK, -1, -1)``, or the first problem (KEY_NO_ID, KEY_ID,
+    VALUE_NO_ID, VALUE_ID; IDS_FRAMING for records ``check_records`` would refuse), the
     record's index and its id (-1 when it has none). Only topics that ask for it pay for this
-    walk (in Python: there is no compiled version yet)."""
-    for index in range(count):
-        length, pos = _varint(buf, pos, end, 5)
-        stop = pos + length
-        _, pos = _varint(buf, pos + 1, stop, 10)  # (after the attributes) timestamp delta
-        _, pos = _varint(buf, pos, stop, 5)  # offset delta
-        key, pos = _varint(buf, pos, stop, 5)
-        if key >= 0:
-            if key_ids is not None:
-                found = _schema_id(buf, pos, key, key_ids)
+    walk. The reference; ``schema_ids`` is the compiled one when it was built."""
+    index = 0
+    try:
+        for index in range(count):
+            length, pos = _varint(buf, pos, end, 5)
+            stop = pos + length
+            if length < 1 or stop > end:
+                return IDS_FRAMING, index, -1
+            _, pos = _varint(buf, pos + 1, stop, 10)  # (after the attributes) timestamp delta
+            _, pos = _varint(buf, pos, stop, 5)  # offset delta
+            key, pos = _varint(buf, pos, stop, 5)
+            if key < -1 or pos + key > stop:
+                return IDS_FRAMING, index, -1
+            if key >= 0:
+                if key_ids is not None:
+                    found = _schema_id(buf, pos, key, key_ids)
+                    if found < 0:
+                        if found == -1:
+                            return KEY_NO_ID, index, -1
+                        return KEY_ID, index, -2 - found
+                pos += key
+            value, pos = _varint(buf, pos, stop, 5)
+            if value < -1 or pos + value > stop:
+                return IDS_FRAMING, index, -1
+            if value >= 0 and value_ids is not None:
+                found = _schema_id(buf, pos, value, value_ids)
                 if found < 0:
                     if found == -1:
-                        return KEY_NO_ID, index, -1
-                    return KEY_ID, index, -2 - found
-            pos += key
-        value, pos = _varint(buf, pos, stop, 5)
-        if value >= 0 and value_ids is not None:
-            found = _schema_id(buf, pos, value, value_ids)
-            if found < 0:
-                if found == -1:
-                    return VALUE_NO_ID, index, -1
-                return VALUE_ID, index, -2 - found
-        pos = stop
+                        return VALUE_NO_ID, index, -1
+                    return VALUE_ID, index, -2 - found
+            pos = stop
+    except _Bad:
+        return IDS_FRAMING, index, -1
     return OK, -1, -1
 
 
-try:
-    from headrace._record_check import check_records  # type: ignore[import-not-found]
+def id_table_py(ids) -> Collection[int]:
+    """The allowed ids as ``schema_ids_py`` takes them."""
+    return frozenset(ids)
 
+
+def id_table_c(ids) -> Collection[int]:
+    """The allowed ids as the compiled ``schema_ids`` takes them: sorted native uint32."""
+    return array("I", sorted(i for i in ids if 0 <= i < 1 << 32))
+
+
+try:
+    from headrace._record_check import (  # type: ignore[import-not-found]
+        check_records,
+        schema_ids,
+    )
+
+    schema_id_table = id_table_c
     COMPILED = True
 except ImportError:  # no compiler at install time: the reference does the work
     check_records = check_records_py
+    schema_ids = schema_ids_py
+    schema_id_table = id_table_py
     COMPILED = False

@@ -33,7 +33,7 @@ topic, since its records cannot be checked.
 from __future__ import annotations
 
 import logging
-from collections.abc import Container
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,6 +46,7 @@ from headrace.protocol.records import (
 )
 from headrace.record_check import (
     FRAMING,
+    IDS_FRAMING,
     KEY_ID,
     KEY_NO_ID,
     NO_KEY,
@@ -53,6 +54,7 @@ from headrace.record_check import (
     TIMESTAMP,
     VALUE_NO_ID,
     check_records,
+    schema_id_table,
     schema_ids,
 )
 
@@ -74,7 +76,7 @@ class SchemaIds(Protocol):
         broker), or None."""
         ...
 
-    def subject_ids(self, subject: str) -> Container[int]:
+    def subject_ids(self, subject: str) -> Collection[int]:
         """The ids of the subject's versions, soft-deleted ones included."""
         ...
 
@@ -96,7 +98,8 @@ def validate(
     registry is off on this broker."""
     config = topic.produce_config
     key_subject, value_subject = config.key_subject, config.value_subject
-    key_ids = value_ids = None
+    key_ids: Collection[int] | None = None
+    value_ids: Collection[int] | None = None
     if key_subject is not None or value_subject is not None:
         why = "the schema registry is off on this broker" if schemas is None else None
         if schemas is not None:
@@ -108,8 +111,10 @@ def validate(
                 " checked.",
                 -1,
             )
-        key_ids = None if key_subject is None else schemas.subject_ids(key_subject)
-        value_ids = None if value_subject is None else schemas.subject_ids(value_subject)
+        if key_subject is not None:
+            key_ids = schema_id_table(schemas.subject_ids(key_subject))
+        if value_subject is not None:
+            value_ids = schema_id_table(schemas.subject_ids(value_subject))
     need_key = config.keys_required
     if config.log_append_time:  # the broker's clock replaces the timestamps
         low, high = LONG_MIN, LONG_MAX
@@ -165,6 +170,8 @@ def validate(
             problem, index, schema_id = schema_ids(
                 body, first, end, h.records_count, key_ids, value_ids
             )
+            if problem == IDS_FRAMING:  # (check_records refuses these first)
+                return Rejection(ErrorCode.INVALID_RECORD, _MESSAGES[FRAMING], index)
             if problem:
                 assert schemas is not None
                 return _schema_rejection(

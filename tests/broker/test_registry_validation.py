@@ -24,7 +24,19 @@ from headrace.broker.log.log_validator import validate
 from headrace.broker.tools.process import BrokerProcess
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch, iter_batches
-from headrace.record_check import KEY_ID, KEY_NO_ID, OK, VALUE_ID, VALUE_NO_ID, schema_ids
+from headrace.record_check import (
+    COMPILED,
+    IDS_FRAMING,
+    KEY_ID,
+    KEY_NO_ID,
+    OK,
+    VALUE_ID,
+    VALUE_NO_ID,
+    id_table_c,
+    id_table_py,
+    schema_ids,
+    schema_ids_py,
+)
 
 ORDER = {
     "type": "record",
@@ -43,13 +55,25 @@ def framed(schema_id: int, body: bytes = b"\x02\x02a") -> bytes:
 # the walk and the validator alone ------------------------------------------------------------
 
 
-def walk(records, key_ids=None, value_ids=None):
-    b = bytes(build_batch(records))
-    count = int.from_bytes(b[57:61], "big")
-    return schema_ids(b, 61, len(b), count, key_ids, value_ids)
+WALKS = [pytest.param((schema_ids_py, id_table_py), id="python")]
+if COMPILED:
+    WALKS.append(pytest.param((schema_ids, id_table_c), id="c"))
 
 
-def test_the_walk_finds_each_kind_of_problem_with_its_index():
+def run(fn, table, b, key_ids=None, value_ids=None, count=None):
+    count = int.from_bytes(b[57:61], "big") if count is None else count
+    return fn(
+        bytes(b), 61, len(b), count,
+        None if key_ids is None else table(key_ids),
+        None if value_ids is None else table(value_ids),
+    )
+
+
+@pytest.mark.parametrize("impl", WALKS)
+def test_the_walk_finds_each_kind_of_problem_with_its_index(impl):
+    def walk(records, key_ids=None, value_ids=None):
+        return run(*impl, bytes(build_batch(records)), key_ids, value_ids)
+
     good = [Record(key=framed(1), value=framed(2), timestamp=NOW) for _ in range(3)]
     assert walk(good, {1}, {2}) == (OK, -1, -1)
     assert walk(good, None, {2}) == (OK, -1, -1)
@@ -65,6 +89,36 @@ def test_the_walk_finds_each_kind_of_problem_with_its_index():
     other = good[:2] + [Record(key=framed(1), value=framed(9), timestamp=NOW)]
     assert walk(other, {1}, {2}) == (VALUE_ID, 2, 9)
     assert walk([Record(key=None, value=framed(2**32 - 1), timestamp=NOW)], None, {2})[2] == 2**32 - 1
+    many = set(range(0, 4000, 3))
+    assert walk([Record(key=None, value=framed(2997), timestamp=NOW)], None, many)[0] == OK
+    assert walk([Record(key=None, value=framed(2998), timestamp=NOW)], None, many)[0] == VALUE_ID
+    b = bytearray(build_batch(good))
+    assert run(*impl, b, {1}, {2}, count=4)[:2] == (IDS_FRAMING, 3)  # fewer records than said
+
+
+def test_the_compiled_walk_agrees_with_the_reference_on_mutated_batches():
+    if not COMPILED:
+        pytest.skip("headrace._record_check was not built (no C compiler at install)")
+    import random
+
+    rng = random.Random(35)
+    records = [
+        Record(key=None if i == 2 else framed(i % 3), value=framed(10 + i % 4) if i % 5 else None,
+               headers=[("h", b"x")] if i % 2 else [], timestamp=NOW + i)
+        for i in range(12)
+    ]
+    answers = set()
+    for n in range(1500):
+        b = bytearray(build_batch(records))
+        for _ in range(rng.randint(0, 3)):
+            i = rng.randrange(61, len(b))
+            b[i] = rng.randrange(256) if rng.random() < 0.5 else b[i] ^ (1 << rng.randrange(8))
+        keys = {0, 1, 2} if rng.random() < 0.5 else ({0, 1} if rng.random() < 0.5 else None)
+        values = {10, 11, 12} if rng.random() < 0.7 else None
+        got = run(schema_ids, id_table_c, b, keys, values)
+        assert got == run(schema_ids_py, id_table_py, b, keys, values), n
+        answers.add(got[0])
+    assert answers == {OK, KEY_NO_ID, KEY_ID, VALUE_NO_ID, VALUE_ID, IDS_FRAMING}
 
 
 class FakeIds:
