@@ -1139,8 +1139,13 @@ BROKER_SETTINGS: dict[str, Setting] = {
 
 # Confluent's subject name strategies (``confluent.<key|value>.subject.name.strategy``): the
 # class names Confluent Server takes, and the short names
-SUBJECT_NAME_STRATEGY = "io.confluent.kafka.serializers.subject.TopicNameStrategy"
-SUBJECT_NAME_STRATEGIES = {SUBJECT_NAME_STRATEGY, "TopicNameStrategy"}
+_STRATEGY_PACKAGE = "io.confluent.kafka.serializers.subject."
+SUBJECT_NAME_STRATEGY = _STRATEGY_PACKAGE + "TopicNameStrategy"
+SUBJECT_NAME_STRATEGIES = {
+    prefix + name
+    for prefix in ("", _STRATEGY_PACKAGE)
+    for name in ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
+}
 
 # topic settings with no broker setting beside them (Confluent Server's names): their default
 # is their own (``topic`` is their name, and no broker setting has it)
@@ -1165,16 +1170,16 @@ TOPIC_ONLY_SETTINGS = [
         "confluent.key.subject.name.strategy",
         "string",
         SUBJECT_NAME_STRATEGY,
-        "The subject a key's schema id is looked up in: TopicNameStrategy, <topic>-key (the"
-        " only strategy yet).",
+        "The subject a key's schema id must be registered under: TopicNameStrategy"
+        " (<topic>-key), RecordNameStrategy (the schema's record name) or"
+        " TopicRecordNameStrategy (<topic>-<record name>); Confluent's class names or these.",
         topic="confluent.key.subject.name.strategy",
     ),
     Setting(
         "confluent.value.subject.name.strategy",
         "string",
         SUBJECT_NAME_STRATEGY,
-        "The subject a value's schema id is looked up in: TopicNameStrategy, <topic>-value"
-        " (the only strategy yet).",
+        "As confluent.key.subject.name.strategy, for the value (TopicNameStrategy: <topic>-value).",
         topic="confluent.value.subject.name.strategy",
     ),
 ]

@@ -21,10 +21,11 @@ looked into: its records are not checked.
 
 Schema ids (Confluent Server's ``confluent.key.schema.validation`` and
 ``confluent.value.schema.validation``, read once per change of the topic's settings into
-``ProduceConfig.key_subject`` / ``value_subject``): on a topic that asks, every non-null key
+``ProduceConfig.key_strategy`` / ``value_strategy``): on a topic that asks, every non-null key
 (value) must start with the schema registry's wire format, magic byte 0 and a 4-byte schema
-id, and the id must be registered under the subject (any version, soft-deleted ones too),
-as ``schemas`` (the broker's view of ``_schemas``, a ``SchemaIds``) knows it; else
+id, and the id must be registered under the subject its subject name strategy gives (any
+version, soft-deleted ones too), as ``schemas`` (the broker's view of ``_schemas``, a
+``SchemaIds``) knows it; else
 INVALID_RECORD with the record's index, and nothing of the payload is written. Topics that do
 not ask pay nothing for it; a batch that cannot be decompressed here is refused on such a
 topic, since its records cannot be checked.
@@ -76,8 +77,11 @@ class SchemaIds(Protocol):
         broker), or None."""
         ...
 
-    def subject_ids(self, subject: str) -> Collection[int]:
-        """The ids of the subject's versions, soft-deleted ones included."""
+    def allowed_ids(self, topic: str, part: str, strategy: str) -> Collection[int]:
+        """The ids a key (``part`` "key") or value ("value") of ``topic`` may carry: those
+        registered (any version, soft-deleted ones included) under the subject the subject
+        name ``strategy`` (TopicNameStrategy, RecordNameStrategy, TopicRecordNameStrategy)
+        gives for the schema."""
         ...
 
     def schema_known(self, schema_id: int) -> bool: ...
@@ -97,10 +101,10 @@ def validate(
     caller for this and for the append; ``schemas``: the registry's view, None when the
     registry is off on this broker."""
     config = topic.produce_config
-    key_subject, value_subject = config.key_subject, config.value_subject
+    key_strategy, value_strategy = config.key_strategy, config.value_strategy
     key_ids: Collection[int] | None = None
     value_ids: Collection[int] | None = None
-    if key_subject is not None or value_subject is not None:
+    if key_strategy is not None or value_strategy is not None:
         why = "the schema registry is off on this broker" if schemas is None else None
         if schemas is not None:
             why = schemas.unavailable()
@@ -111,10 +115,10 @@ def validate(
                 " checked.",
                 -1,
             )
-        if key_subject is not None:
-            key_ids = schema_id_table(schemas.subject_ids(key_subject))
-        if value_subject is not None:
-            value_ids = schema_id_table(schemas.subject_ids(value_subject))
+        if key_strategy is not None:
+            key_ids = schema_id_table(schemas.allowed_ids(topic.name, "key", key_strategy))
+        if value_strategy is not None:
+            value_ids = schema_id_table(schemas.allowed_ids(topic.name, "value", value_strategy))
     need_key = config.keys_required
     if config.log_append_time:  # the broker's clock replaces the timestamps
         low, high = LONG_MIN, LONG_MAX
@@ -175,21 +179,26 @@ def validate(
             if problem:
                 assert schemas is not None
                 return _schema_rejection(
-                    problem, index, schema_id, key_subject, value_subject, schemas
+                    problem, index, schema_id, topic.name, key_strategy, value_strategy, schemas
                 )
     return None
 
 
-def _schema_rejection(problem, index, schema_id, key_subject, value_subject, schemas):
+def _schema_rejection(problem, index, schema_id, name, key_strategy, value_strategy, schemas):
     part = "key" if problem in (KEY_NO_ID, KEY_ID) else "value"
-    subject = key_subject if part == "key" else value_subject
+    strategy = key_strategy if part == "key" else value_strategy
+    subject = {
+        "TopicNameStrategy": f"subject {name}-{part}",
+        "RecordNameStrategy": "the subject of its record name (RecordNameStrategy)",
+        "TopicRecordNameStrategy": f"subject {name}-<its record name> (TopicRecordNameStrategy)",
+    }.get(strategy, strategy)
     if problem in (KEY_NO_ID, VALUE_NO_ID):
         why = (
             f"its {part} does not start with a schema id (the schema registry's wire format:"
             " magic byte 0, then a 4-byte schema id)"
         )
     elif schemas.schema_known(schema_id):
-        why = f"the schema id {schema_id} of its {part} is not registered under subject {subject}"
+        why = f"the schema id {schema_id} of its {part} is not registered under {subject}"
     else:
         why = f"the schema id {schema_id} of its {part} is unknown to the schema registry"
     return Rejection(

@@ -94,10 +94,11 @@ class ProduceConfig:
     timestamp_after_ms: int  # message.timestamp.after.max.ms
     max_message_bytes: int
     flush_messages: int
-    # confluent.<key|value>.schema.validation: the subject a key's (value's) schema id must be
-    # registered under, None when the topic does not ask (log_validator.py)
-    key_subject: str | None = None
-    value_subject: str | None = None
+    # confluent.<key|value>.schema.validation: the subject name strategy of the key's (value's)
+    # schema id (TopicNameStrategy, RecordNameStrategy, TopicRecordNameStrategy), None when the
+    # topic does not ask (log_validator.py)
+    key_strategy: str | None = None
+    value_strategy: str | None = None
 
 
 @dataclass(eq=False)
@@ -161,8 +162,8 @@ class Topic:
             timestamp_after_ms=int(self.setting("message.timestamp.after.max.ms")),
             max_message_bytes=int(self.setting("max.message.bytes")),
             flush_messages=int(self.setting("flush.messages")),
-            key_subject=self.subject("key") if self.validates("key") else None,
-            value_subject=self.subject("value") if self.validates("value") else None,
+            key_strategy=self.strategy("key") if self.validates("key") else None,
+            value_strategy=self.strategy("value") if self.validates("value") else None,
         )
 
     def validates(self, part: str) -> bool:
@@ -170,10 +171,10 @@ class Topic:
         to carry schema ids registered under their subject."""
         return bool(self.setting(f"confluent.{part}.schema.validation"))
 
-    def subject(self, part: str) -> str:
-        """The subject a key's or value's schema id is looked up in (TopicNameStrategy, the
-        only strategy yet: ``<topic>-key``, ``<topic>-value``)."""
-        return f"{self.name}-{part}"
+    def strategy(self, part: str) -> str:
+        """The subject name strategy of the key's or value's schema id, by its short name."""
+        name = str(self.setting(f"confluent.{part}.subject.name.strategy"))
+        return name.rpartition(".")[2]
 
     def setting(self, name: str) -> Any:
         """The topic's value of ``name``: its own if set, else the broker's default."""

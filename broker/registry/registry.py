@@ -18,6 +18,7 @@ per schema, followed ``MAX_REFERENCE_DEPTH`` deep.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from . import errors
@@ -39,6 +40,7 @@ MODES = ("READWRITE", "READONLY", "IMPORT")
 MAX_VERSION = 2**31 - 1
 MAX_REFERENCES = 1000
 MAX_REFERENCE_DEPTH = 32
+MAX_ALLOWED_SETS = 1000  # cached sets of ids record-name strategies allow (allowed_ids)
 
 
 def parse_version(text: str, *, latest_ok: bool = True) -> int | None:
@@ -232,8 +234,61 @@ class SchemaRegistry:
             return "the schema registry is still loading _schemas"
         return None
 
-    def subject_ids(self, subject: str) -> set[int]:
-        return {v.id for v in self.state.subjects.get(subject, {}).values()}
+    def allowed_ids(self, topic: str, part: str, strategy: str) -> set[int]:
+        """The ids a record's key or value may carry (log_validator.SchemaIds): registered
+        under ``<topic>-<part>`` (TopicNameStrategy), or under a subject that is the
+        schema's record name (RecordNameStrategy) or ``<topic>-<record name>``
+        (TopicRecordNameStrategy); soft-deleted versions included. The record-name sets are
+        worked out once per change of the registry (a walk over its subjects)."""
+        state = self.state
+        if strategy == "TopicNameStrategy":
+            return {v.id for v in state.subjects.get(f"{topic}-{part}", {}).values()}
+        key = (topic if strategy == "TopicRecordNameStrategy" else "", strategy)
+        found = state.allowed.get(key)
+        if found is None:
+            found = set()
+            prefix = f"{topic}-" if strategy == "TopicRecordNameStrategy" else ""
+            for subject, versions in state.subjects.items():
+                if subject.startswith(prefix):
+                    rest = subject[len(prefix) :]
+                    found.update(v.id for v in versions.values() if rest in self.record_names(v.id))
+            if len(state.allowed) >= MAX_ALLOWED_SETS:
+                state.allowed.clear()
+            state.allowed[key] = found
+        return found
+
+    def record_names(self, schema_id: int) -> tuple[str, ...]:
+        """The record names RecordNameStrategy gives a schema: an Avro named type's full name,
+        a JSON schema's ``title``, every message of a .proto (the one a record names is in its
+        message indexes, which are not read here)."""
+        names = self.state.names.get(schema_id)
+        if names is None:
+            stored = self.state.schemas.get(schema_id)
+            names = () if stored is None else self._names_of(schema_id, stored)
+            self.state.names[schema_id] = names
+        return names
+
+    def _names_of(self, schema_id: int, stored: Stored) -> tuple[str, ...]:
+        if stored.schema_type == "PROTOBUF":
+            try:
+                return tuple(self._parsed(schema_id).model.messages)
+            except errors.RegistryError:
+                return ()
+        try:
+            document = json.loads(stored.text)
+        except ValueError:
+            return ()
+        if not isinstance(document, dict):
+            return ()
+        if stored.schema_type == "JSON":
+            title = document.get("title")
+            return (title,) if isinstance(title, str) else ()
+        name, namespace = document.get("name"), document.get("namespace")
+        if not isinstance(name, str):
+            return ()
+        if "." not in name and isinstance(namespace, str) and namespace:
+            name = f"{namespace}.{name}"
+        return (name,)
 
     def schema_known(self, schema_id: int) -> bool:
         return schema_id in self.state.schemas

@@ -56,10 +56,15 @@ class RegistryState:
     max_id: int = 0
     text_bytes: int = 0  # of the texts in ``schemas`` (UTF-8)
     parsed: dict[int, ParsedSchema] = field(default_factory=dict)  # a cache
+    names: dict[int, tuple[str, ...]] = field(default_factory=dict)  # id -> record names
+    # (topic, strategy) -> the ids a record may carry (registry.allowed_ids), until the next
+    # record applied
+    allowed: dict[tuple[str, str], set[int]] = field(default_factory=dict)
 
     # applying records ------------------------------------------------------------------------
 
     def apply(self, change: Change) -> None:
+        self.allowed.clear()
         if isinstance(change, SchemaRecord):
             self._put(change)
         elif isinstance(change, SchemaRemoved):
@@ -111,6 +116,7 @@ class RegistryState:
             del self.uses[schema_id]
             stored = self.schemas.pop(schema_id, None)
             self.parsed.pop(schema_id, None)
+            self.names.pop(schema_id, None)
             if stored is not None:
                 self.text_bytes -= len(stored.text.encode())
             if stored is not None and self.ids.get(stored) == schema_id:

@@ -129,9 +129,10 @@ class FakeIds:
     def unavailable(self):
         return self.why
 
-    def subject_ids(self, subject):
+    def allowed_ids(self, topic, part, strategy):
+        assert strategy == "TopicNameStrategy"
         self.asked += 1
-        return self.subjects.get(subject, set())
+        return self.subjects.get(f"{topic}-{part}", set())
 
     def schema_known(self, schema_id):
         return any(schema_id in ids for ids in self.subjects.values())
@@ -285,6 +286,44 @@ def test_the_record_index_and_message_reach_the_wire_and_keys_are_checked_too(br
     assert produce([ok]).error_code == ErrorCode.NONE
     client.delete_subject("keyed-key", permanent=True)
     assert produce([ok]).error_code == ErrorCode.INVALID_RECORD
+
+
+def test_record_name_strategies(broker, client):
+    from confluent_kafka.schema_registry import (
+        record_subject_name_strategy,
+        topic_record_subject_name_strategy,
+    )
+
+    broker.create_topic(
+        "by-record",
+        confluent_value_schema_validation="true",
+        confluent_value_subject_name_strategy="io.confluent.kafka.serializers.subject.RecordNameStrategy",
+    )
+    broker.create_topic(
+        "by-topic-record",
+        confluent_value_schema_validation="true",
+        confluent_value_subject_name_strategy="TopicRecordNameStrategy",
+    )
+    order = {"id": 1, "item": "x"}
+    by_record = AvroSerializer(client, json.dumps(ORDER),
+                               conf={"subject.name.strategy": record_subject_name_strategy})
+    by_topic_record = AvroSerializer(client, json.dumps(ORDER),
+                                     conf={"subject.name.strategy": topic_record_subject_name_strategy})
+    for topic, serialize, subject in (
+        ("by-record", by_record, "shop.Order"),
+        ("by-topic-record", by_topic_record, "by-topic-record-shop.Order"),
+    ):
+        value = serialize(order, SerializationContext(topic, MessageField.VALUE))
+        assert subject in client.get_subjects()
+        assert send(broker, topic, [value]) == [None], topic
+    # the Order schema under by-topic-record's subject does not make it good for by-record
+    # through that subject only; OTHER is registered under a subject that is not its name
+    other = client.register_schema("orders-other", Schema(json.dumps(OTHER), "AVRO"))
+    for topic in ("by-record", "by-topic-record"):
+        assert send(broker, topic, [framed(other)]) == [KafkaError.INVALID_RECORD], topic
+    client.register_schema("Other", Schema(json.dumps(OTHER), "AVRO"))  # its record name
+    assert send(broker, "by-record", [framed(other)]) == [None]
+    assert send(broker, "by-topic-record", [framed(other)]) == [KafkaError.INVALID_RECORD]
 
 
 def test_a_broker_without_the_registry_refuses_a_topic_that_asks(tmp_path):
