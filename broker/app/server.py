@@ -374,9 +374,24 @@ class BrokerServer:
         from headrace.broker.registry.schemas_log import SchemasLog
 
         url = urlsplit(text)
-        if url.scheme != "http" or url.port is None or "," in text:
-            raise StartupError(f"schema.registry.listeners: {text!r} is not one http://host:port")
+        if url.scheme not in ("http", "https") or url.port is None or "," in text:
+            raise StartupError(
+                f"schema.registry.listeners: {text!r} is not one http://host:port or"
+                " https://host:port"
+            )
         config = self.config
+        server_tls = client_tls = None
+        if url.scheme == "https":  # the TLS settings of listener SCHEMA_REGISTRY (or ssl.*)
+            from headrace.broker.config.listeners import REGISTRY_LISTENER, Listener
+            from headrace.broker.security.tls import client_context, server_context
+
+            host = url.hostname or ""
+            listener = Listener(REGISTRY_LISTENER, "SSL", host, url.port, host, 0)
+            try:
+                server_tls = server_context(config, listener)
+                client_tls = client_context(config, listener)
+            except ConfigError as e:
+                raise StartupError(f"schema.registry.listeners: {e}") from e
         timeout_ms = int(config["schema.registry.write.timeout.ms"])
         registry = SchemaRegistry(
             SchemasLog(
@@ -397,6 +412,8 @@ class BrokerServer:
             max_request_bytes=int(config["schema.registry.max.request.bytes"]),
             max_connections=int(config["schema.registry.max.connections"]),
             auth=RegistryAuth(self.authorizer, self.scram_credentials),
+            tls=server_tls,
+            forward_tls=client_tls,
         )
         try:
             await server.start()
@@ -410,9 +427,11 @@ class BrokerServer:
         if host in ("", "0.0.0.0", "::"):
             host = self.advertised()[0]
         self.registry_url = str(config["schema.registry.advertised.listener"]).strip() or (
-            f"http://{host}:{server.port}"
+            f"{url.scheme}://{host}:{server.port}"
         )
-        log.info("schema registry on http://%s:%d", url.hostname or "0.0.0.0", server.port)
+        log.info(
+            "schema registry on %s://%s:%d", url.scheme, url.hostname or "0.0.0.0", server.port
+        )
 
     @property
     def registry_port(self) -> int | None:

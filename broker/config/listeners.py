@@ -168,9 +168,13 @@ def inter_broker(config: BrokerConfig, found: list[Listener]) -> Listener:
     return next((x for x in found if x.name == name), found[0])
 
 
+# the schema registry's https listener takes its TLS settings by this listener name
+REGISTRY_LISTENER = "SCHEMA_REGISTRY"
+
+
 def _check_prefixed(config: BrokerConfig, names: list[str]) -> None:
     for key in config.explicit:
         if key.startswith("listener.name."):
             name = key[len("listener.name.") :].split(".", 1)[0].upper()
-            if name not in names:
+            if name not in names and name != REGISTRY_LISTENER:
                 raise ConfigError(f"{key}: no listener {name} in listeners")

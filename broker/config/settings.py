@@ -1071,7 +1071,9 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "string",
             "",
             "Where the schema registry (Confluent's Schema Registry REST API) listens:"
-            " http://host:port (port 0: any free port, logged); empty: off.",
+            " http://host:port or https://host:port (port 0: any free port, logged); empty:"
+            " off. https takes the TLS settings of a listener named SCHEMA_REGISTRY"
+            " (listener.name.schema_registry.ssl.*, else ssl.*).",
         ),
         Setting(
             "schema.registry.advertised.listener",

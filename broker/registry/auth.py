@@ -3,7 +3,9 @@ authorizer is (``authorizer.class.name``); off, every request is answered as bef
 
 How this works
 --------------
-Authentication is HTTP Basic (``basic.auth.user.info`` in Confluent's clients): the password
+On an https listener a verified client certificate names the principal, as on Kafka's SSL
+listeners (``User:`` and its subject, RFC 2253). Otherwise authentication is HTTP Basic
+(``basic.auth.user.info`` in Confluent's clients): the password
 is checked against the user's stored SCRAM credential (scram_credentials.py) as a SCRAM
 server would, without knowing the password: SaltedPassword = PBKDF2(password, salt,
 iterations), ClientKey = HMAC(SaltedPassword, "Client Key"), and H(ClientKey) must equal the
@@ -17,7 +19,7 @@ Authorization asks the broker's authorizer, principal ``User:<name>`` from the c
 address, as a Kafka request would be asked; super users pass. Subjects are not a Kafka
 resource type, so a subject is authorized as a topic (``subject_topic``): ``<topic>-key``
 and ``<topic>-value`` (TopicNameStrategy) as ``<topic>``, any other subject as the topic of its
-own name. The operations (``Need``, chosen per route by http_api.py):
+own name. The operations (``NEEDS``, per route, in http_api.py):
 
 * reading a subject (its versions, a lookup, a compatibility check): DESCRIBE (which READ,
   WRITE, DELETE and ALTER imply, as in Kafka);
@@ -40,9 +42,11 @@ import hashlib
 import hmac
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 from headrace.broker.security.authorizer import CLUSTER, CLUSTER_NAME, TOPIC, Authorizer
 from headrace.broker.security.scram_credentials import ScramCredential, ScramCredentials
+from headrace.broker.security.tls import certificate_principal
 
 from .errors import RegistryError
 
@@ -121,8 +125,14 @@ class RegistryAuth:
     def enabled(self) -> bool:
         return self.authorizer.enabled
 
-    async def authenticate(self, header: str | None, host: str) -> Principal:
-        """The principal of a request's ``Authorization`` header, or 401."""
+    async def authenticate(
+        self, header: str | None, host: str, certificate: Any = None
+    ) -> Principal:
+        """The principal of a request: its verified client certificate's subject (an https
+        listener, ``getpeercert()``), else its ``Authorization`` header's user; or 401."""
+        from_certificate = certificate_principal(certificate)
+        if from_certificate is not None:
+            return Principal(from_certificate, host)
         given = _parse_basic(header)
         if given is None:
             raise unauthorized()

@@ -25,10 +25,15 @@ no longer leads, a write is tried again with a short backoff until the write tim
 Reads are answered from this broker's view, once loaded; a broker holding no replica of
 ``_schemas`` forwards its reads to the leader too.
 
-With the broker's authorizer on, every request is authenticated (HTTP Basic against the
-broker's SCRAM users) and authorized against its ACLs before its route runs (auth.py; the
-operation each route needs is ``NEEDS``); a forwarded request carries the client's
-``Authorization`` header, and the leader checks it again.
+On an https listener (``schema.registry.listeners=https://...``) the TLS settings are those
+of a listener named SCHEMA_REGISTRY (``listener.name.schema_registry.ssl.*``, else the
+broker's ``ssl.*``), and a broker forwards to the others with its own certificate. With the
+broker's authorizer on, every request is authenticated (a verified client certificate, else
+HTTP Basic against the broker's SCRAM users) and authorized against its ACLs before its
+route runs (auth.py; the operation each route needs is ``NEEDS``); a forwarded request
+carries the client's ``Authorization`` header, and the leader checks it again (a client
+known by its certificate was authorized where it asked; the leader then sees the forwarding
+broker's certificate).
 """
 
 from __future__ import annotations
@@ -36,10 +41,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import ClientError, ClientSession, ClientTimeout, hdrs, web
+from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, hdrs, web
 
 from headrace.broker.security.authorizer import Operation
 
@@ -137,13 +143,16 @@ class _Refused(asyncio.Protocol):
 class _Site(web.BaseSite):
     """aiohttp's TCP site with a cap on the connections open at once."""
 
-    def __init__(self, runner: web.AppRunner, host: str, port: int, most: int) -> None:
+    def __init__(
+        self, runner: web.AppRunner, host: str, port: int, most: int, tls: ssl.SSLContext | None
+    ) -> None:
         super().__init__(runner)
-        self._host, self._port, self._most = host, port, most
+        self._host, self._port, self._most, self._tls = host, port, most, tls
 
     @property
     def name(self) -> str:
-        return f"http://{self._host or '0.0.0.0'}:{self._port}"
+        scheme = "https" if self._tls is not None else "http"
+        return f"{scheme}://{self._host or '0.0.0.0'}:{self._port}"
 
     @property
     def port(self) -> int:
@@ -160,7 +169,7 @@ class _Site(web.BaseSite):
             return handlers()
 
         server = await asyncio.get_running_loop().create_server(
-            protocol, self._host or None, self._port, reuse_address=True
+            protocol, self._host or None, self._port, reuse_address=True, ssl=self._tls
         )
         self._server = server
         self._port = server.sockets[0].getsockname()[1]
@@ -181,8 +190,11 @@ class RegistryServer:
         max_request_bytes: int,
         max_connections: int = 1000,
         auth: RegistryAuth | None = None,
+        tls: ssl.SSLContext | None = None,
+        forward_tls: ssl.SSLContext | None = None,
     ) -> None:
         self.registry = registry
+        self.tls, self.forward_tls = tls, forward_tls
         self.auth = auth if auth is not None and auth.enabled else None
         self.max_connections = max_connections
         self.node_id = node_id
@@ -201,7 +213,7 @@ class RegistryServer:
             self.app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_S
         )
         await self._runner.setup()
-        site = _Site(self._runner, self.host, self.port, self.max_connections)
+        site = _Site(self._runner, self.host, self.port, self.max_connections, self.tls)
         await site.start()
         self.port = site.port
 
@@ -217,7 +229,11 @@ class RegistryServer:
     async def _authorize(self, request: web.Request, handler) -> web.StreamResponse:
         auth = self.auth
         assert auth is not None
-        who = await auth.authenticate(request.headers.get(hdrs.AUTHORIZATION), request.remote or "")
+        transport = request.transport
+        certificate = transport.get_extra_info("peercert") if transport is not None else None
+        who = await auth.authenticate(
+            request.headers.get(hdrs.AUTHORIZATION), request.remote or "", certificate
+        )
         request[PRINCIPAL] = who
         route = request.match_info.route.resource
         need = NEEDS.get((request.method, route.canonical)) if route is not None else None
@@ -483,7 +499,8 @@ class RegistryServer:
             return None
         if self._session is None:
             self._session = ClientSession(
-                timeout=ClientTimeout(total=self.registry.write_timeout_s)
+                timeout=ClientTimeout(total=self.registry.write_timeout_s),
+                connector=TCPConnector(ssl=self.forward_tls or True),
             )
         body = await request.read()
         try:

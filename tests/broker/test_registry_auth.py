@@ -140,3 +140,42 @@ def test_refusals_are_confluents_401_and_403(broker):
     assert answer.status_code == 403
     answer = requests.put(f"{base}/config", data=put, headers=CT, auth=as_user("admin"), timeout=10)
     assert answer.status_code == 200
+
+
+def test_https_with_client_certificates(tmp_path):
+    """An https listener (the TLS settings of listener SCHEMA_REGISTRY): a client certificate
+    names the principal; without one, HTTP Basic is asked for."""
+    from tlsfiles import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    settings = {
+        "schema.registry.listeners": "https://127.0.0.1:0",
+        "ssl.keystore.location": str(pki.broker),
+        "ssl.truststore.location": str(pki.ca),
+        "listener.name.schema_registry.ssl.client.auth": "requested",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:ANONYMOUS",
+    }
+    with BrokerProcess(tmp_path / "data", settings) as broker:
+        principal = f"User:{pki.client_subject}"
+        grant = AclBinding(ResourceType.TOPIC, "certs", ResourcePatternType.LITERAL, principal, "*",
+                           AclOperation.WRITE, AclPermissionType.ALLOW)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for f in admin.create_acls([grant]).values():
+            f.result(30)
+        base = f"https://127.0.0.1:{broker.listener_ports['SCHEMA_REGISTRY']}"
+        client = SchemaRegistryClient({
+            "url": base,
+            "ssl.ca.location": str(pki.ca),
+            "ssl.certificate.location": str(pki.client_cert),
+            "ssl.key.location": str(pki.client_key),
+        })
+        assert client.register_schema("certs-value", Schema(json.dumps(ORDER), "AVRO")) >= 1
+        with pytest.raises(SchemaRegistryError) as refused:
+            client.register_schema("other-value", Schema(json.dumps(ORDER), "AVRO"))
+        assert refused.value.error_code == 40301
+        assert principal.removeprefix("User:") in refused.value.error_message
+        answer = requests.get(f"{base}/subjects", verify=str(pki.ca), timeout=10)
+        assert answer.status_code == 401 and answer.json()["error_code"] == 40101
+        with pytest.raises(requests.exceptions.SSLError):  # a certificate the broker cannot check
+            requests.get(f"{base}/subjects", timeout=10)
