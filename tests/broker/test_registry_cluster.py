@@ -152,3 +152,31 @@ def test_every_broker_serves_one_registry_and_a_leader_kill_loses_nothing(broker
     victim.start()
     final = everything(survivors[0])
     wait_for(lambda: everything(victim) == final, 20, "the restarted broker to catch up")
+    # records checked against the registry: each broker in its own view of _schemas; the
+    # broker that holds no replica of it refuses, saying so
+    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": brokers[0].bootstrap})
+    topic = NewTopic("checked", 3, replica_assignment=[[1], [2], [3]],
+                     config={"confluent.value.schema.validation": "true"})
+    admin.create_topics([topic])["checked"].result(30)
+    checked = register(brokers[0], "checked-value", record("checked"))
+    _, replicas = schemas_partition(brokers[0])
+    for node in replicas:  # (their views have the schema: no race with the produce below)
+        wait_for(lambda node=node: requests.get(
+            f"{url(brokers[node - 1])}/subjects/checked-value/versions", timeout=10).ok,
+            10, f"broker {node} to see the schema")
+    producer = Producer({"bootstrap.servers": brokers[0].bootstrap, "retries": 0,
+                         "message.timeout.ms": 10_000})
+    good = b"\x00" + checked.to_bytes(4, "big") + b"\x02"
+    outcome = {}
+    for partition in range(3):
+        for value in (good, b"raw"):
+            producer.produce("checked", value=value, partition=partition, on_delivery=lambda e, m, p=partition, v=value:
+                             outcome.__setitem__((p + 1, v), e.code() if e else None))
+            producer.flush(20)
+    for node in (1, 2, 3):
+        expected = None if node in replicas else KafkaError.INVALID_RECORD
+        assert outcome[(node, good)] == expected, node
+        assert outcome[(node, b"raw")] == KafkaError.INVALID_RECORD, node
