@@ -64,13 +64,16 @@ def parse(name: str, value: str | None) -> object:
 VALIDATIONS = ("confluent.key.schema.validation", "confluent.value.schema.validation")
 
 
-def registry_needed(broker: Broker, configs: dict[str, object]) -> str | None:
-    """Why ``configs`` cannot be a topic's here: they ask for schema id validation and the
-    schema registry is off on this broker (as Confluent Server refuses it without a registry
-    URL), else None."""
+def registry_needed(
+    broker: Broker, configs: dict[str, object], old: dict[str, object] | None = None
+) -> str | None:
+    """Why ``configs`` cannot be a topic's here: they turn on schema id validation (on in
+    ``configs``, not in the topic's ``old`` settings) and the schema registry is off on this
+    broker (as Confluent Server refuses it without a registry URL), else None."""
     if broker.schema_registry is not None:
         return None
-    asked = [name for name in VALIDATIONS if configs.get(name)]
+    old = old or {}
+    asked = [name for name in VALIDATIONS if configs.get(name) and not old.get(name)]
     if not asked:
         return None
     return (
@@ -80,7 +83,7 @@ def registry_needed(broker: Broker, configs: dict[str, object]) -> str | None:
 
 
 async def apply(broker: Broker, topic, configs: dict[str, object], validate_only: bool) -> None:
-    problem = registry_needed(broker, configs)
+    problem = registry_needed(broker, configs, topic.configs)
     if problem:
         raise Refused(ErrorCode.INVALID_CONFIG, problem)
     if not validate_only:

@@ -72,9 +72,10 @@ class SchemaIds(Protocol):
     """What the schema id checks ask of the broker's view of the schema registry (the
     registry's ``SchemaRegistry``)."""
 
-    def unavailable(self) -> str | None:
-        """Why schema ids cannot be checked here now (no view of ``_schemas`` on this
-        broker), or None."""
+    def unavailable(self) -> tuple[int, str] | None:
+        """(Kafka's error code, why) schema ids cannot be checked here now: no view of
+        ``_schemas`` on this broker (INVALID_RECORD), or one still loading (a retriable
+        code); None when they can."""
         ...
 
     def allowed_ids(self, topic: str, part: str, strategy: str) -> Collection[int]:
@@ -105,13 +106,13 @@ def validate(
     key_ids: Collection[int] | None = None
     value_ids: Collection[int] | None = None
     if key_strategy is not None or value_strategy is not None:
-        why = "the schema registry is off on this broker" if schemas is None else None
-        if schemas is not None:
-            why = schemas.unavailable()
-        if why or schemas is None:
+        off = (ErrorCode.INVALID_RECORD, "the schema registry is off on this broker")
+        why = off if schemas is None else schemas.unavailable()
+        if why is not None or schemas is None:
+            code, reason = why or off
             return Rejection(
-                ErrorCode.INVALID_RECORD,
-                f"Topic {topic.name} validates schema ids, but {why}: its records cannot be"
+                code,
+                f"Topic {topic.name} validates schema ids, but {reason}: its records cannot be"
                 " checked.",
                 -1,
             )

@@ -154,6 +154,9 @@ class RegistryAuth:
 
     # decisions --------------------------------------------------------------------------------
 
+    def is_super(self, who: Principal) -> bool:
+        return who.principal in self.authorizer.super_users
+
     def may(self, who: Principal, operation: int, subject: str | None) -> bool:
         """Whether ``who`` may do ``operation`` on ``subject`` (None: the global settings,
         the CLUSTER resource)."""

@@ -31,9 +31,9 @@ broker's ``ssl.*``), and a broker forwards to the others with its own certificat
 broker's authorizer on, every request is authenticated (a verified client certificate, else
 HTTP Basic against the broker's SCRAM users) and authorized against its ACLs before its
 route runs (auth.py; the operation each route needs is ``NEEDS``); a forwarded request
-carries the client's ``Authorization`` header, and the leader checks it again (a client
-known by its certificate was authorized where it asked; the leader then sees the forwarding
-broker's certificate).
+carries the client's ``Authorization`` header, and the leader checks it again; it also names
+the principal (and address) the forwarding broker authenticated, which the leader takes only
+when the request itself comes as a super user (a broker by its certificate, on https).
 """
 
 from __future__ import annotations
@@ -101,6 +101,9 @@ NEEDS: dict[tuple[str, str], tuple[int, str] | None] = {
     ("POST", "/compatibility/subjects/{subject}/versions/{version}"): (_O.DESCRIBE, "subject"),
 }
 PRINCIPAL = "headrace.principal"  # the request's key for its authenticated principal
+# a forwarded request's principal and address, as the broker that forwarded it authenticated
+# them; taken only from a super user's forwarded request (a broker's)
+AS_PRINCIPAL, AS_HOST = "X-Headrace-Principal", "X-Headrace-Host"
 
 
 def _json(document: Any, status: int = 200, headers: dict | None = None) -> web.Response:
@@ -234,6 +237,9 @@ class RegistryServer:
         who = await auth.authenticate(
             request.headers.get(hdrs.AUTHORIZATION), request.remote or "", certificate
         )
+        headers = request.headers
+        if FORWARDED in headers and AS_PRINCIPAL in headers and auth.is_super(who):
+            who = Principal(headers[AS_PRINCIPAL], headers.get(AS_HOST, who.host))
         request[PRINCIPAL] = who
         route = request.match_info.route.resource
         need = NEEDS.get((request.method, route.canonical)) if route is not None else None
@@ -528,6 +534,9 @@ class RegistryServer:
         headers = {"Content-Type": CONTENT_TYPE, FORWARDED: str(self.node_id)}
         if hdrs.AUTHORIZATION in request.headers:
             headers[hdrs.AUTHORIZATION] = request.headers[hdrs.AUTHORIZATION]
+        who = request.get(PRINCIPAL)
+        if who is not None:
+            headers[AS_PRINCIPAL], headers[AS_HOST] = who.principal, who.host
         return headers
 
     async def _register(self, request: web.Request) -> web.Response:

@@ -21,6 +21,8 @@ import asyncio
 import json
 from typing import Any
 
+from headrace.protocol import ErrorCode
+
 from . import errors
 from .records import (
     Change,
@@ -219,19 +221,20 @@ class SchemaRegistry:
 
     # the produce path's schema id checks (log_validator.SchemaIds) -------------------------------
 
-    def unavailable(self) -> str | None:
-        """Why this broker cannot check schema ids now: ``_schemas`` exists but no replica of
-        it is held here (a cluster with more brokers than its replicas), or the replica held
-        is not read yet."""
+    def unavailable(self) -> tuple[int, str] | None:
+        """(Kafka's error code, why) this broker cannot check schema ids now: ``_schemas``
+        exists but no replica of it is held here (a cluster with more brokers than its
+        replicas: INVALID_RECORD), or the replica held is not read yet (REQUEST_TIMED_OUT,
+        which producers retry)."""
         if self.log.replica() is None:
             if self.log.topics.get("_schemas") is None:
                 return None  # nothing registered yet: every id is unknown
-            return (
+            return ErrorCode.INVALID_RECORD, (
                 "this broker holds no replica of _schemas (give it one on every broker:"
                 " schema.registry.topic.replication.factor)"
             )
         if not self.reader.loaded.is_set():
-            return "the schema registry is still loading _schemas"
+            return ErrorCode.REQUEST_TIMED_OUT, "the schema registry is still loading _schemas"
         return None
 
     def allowed_ids(self, topic: str, part: str, strategy: str) -> set[int]:

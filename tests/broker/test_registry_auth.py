@@ -179,3 +179,18 @@ def test_https_with_client_certificates(tmp_path):
         assert answer.status_code == 401 and answer.json()["error_code"] == 40101
         with pytest.raises(requests.exceptions.SSLError):  # a certificate the broker cannot check
             requests.get(f"{base}/subjects", timeout=10)
+
+
+def test_a_forwarded_principal_is_taken_only_from_a_super_user(broker):
+    """Brokers forward requests naming the principal they authenticated; only a super user's
+    (a broker's) word is taken, so nobody else can pass for another user."""
+    base, body = url(broker), json.dumps({"schema": json.dumps(ORDER)})
+    as_bob = {**CT, "X-Headrace-Forwarded": "9", "X-Headrace-Principal": "User:bob",
+              "X-Headrace-Host": "10.0.0.9"}
+    answer = requests.post(f"{base}/subjects/orders-value/versions", data=body, headers=as_bob,
+                           auth=as_user("admin"), timeout=10)
+    assert answer.status_code == 403 and "User bob is denied" in answer.json()["message"]
+    as_admin = {**as_bob, "X-Headrace-Principal": "User:admin"}
+    answer = requests.post(f"{base}/subjects/secret-value/versions", data=body, headers=as_admin,
+                           auth=as_user("alice"), timeout=10)
+    assert answer.status_code == 403 and "User alice is denied" in answer.json()["message"]

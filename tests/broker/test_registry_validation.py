@@ -184,8 +184,10 @@ def test_validate_names_the_record_the_subject_and_the_reason():
     # no registry, or no view of it here: refused as a whole, saying why
     r = check(asks, good, None)
     assert r.record_index == -1 and "schema registry is off" in r.message
-    r = check(asks, good, FakeIds({}, "this broker holds no replica of _schemas"))
+    r = check(asks, good, FakeIds({}, (ErrorCode.INVALID_RECORD, "no replica of _schemas here")))
     assert r.error_code == ErrorCode.INVALID_RECORD and "no replica of _schemas" in r.message
+    r = check(asks, good, FakeIds({}, (ErrorCode.REQUEST_TIMED_OUT, "it is loading")))
+    assert r.error_code == ErrorCode.REQUEST_TIMED_OUT and "loading" in r.message
 
 
 # a real broker with the registry ---------------------------------------------------------------
