@@ -16,7 +16,9 @@ leader_state.py    What the leader of a partition keeps about its followers: the
                    the ISR, the high watermark, and the acks=all produces waiting for it
 producer_state.py  Producer state of one partition: idempotent sequences and open transactions
 log_validator.py   What Kafka's LogValidator checks in a produced payload before anything of it
-                   is stored, beyond the batch framing and CRC that ``Partition.append`` checks
+                   is stored, beyond the batch framing and CRC that ``Partition.append`` checks;
+                   on topics that ask, the schema ids of keys and values (``SchemaIds``: the
+                   registry's view, which registry/ provides)
 txn_markers.py     Transaction markers (control batches) and the per-partition aborted-
                    transactions index
 log_cleaner.py     The log cleaner: retention and compaction in the background, off the request

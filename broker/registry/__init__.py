@@ -2,8 +2,10 @@
 its schemas, ids, compatibility levels and modes kept in the compacted topic ``_schemas``
 (off unless ``schema.registry.listeners`` is set; its libraries are imported only then).
 
-http_api.py         The HTTP listener (aiohttp): Confluent's routes, content types and error
-                    bodies; writes forwarded to the leader of ``_schemas``
+http_api.py         The HTTP listener (aiohttp, http or https): Confluent's routes, content
+                    types and error bodies; writes forwarded to the leader of ``_schemas``
+auth.py             With the broker's authorizer on: HTTP Basic against its SCRAM users (or a
+                    client certificate), its ACLs on subjects (as their topics); 40101, 40301
 registry.py         The operations: reads from this broker's view, writes at the leader (ids
                     and versions allocated there), Confluent's rules and errors; the view as
                     the produce path's schema id checks see it (log_validator.SchemaIds)
