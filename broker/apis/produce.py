@@ -28,6 +28,11 @@ Authorization (Kafka's): WRITE on the transactional id when there is one (else e
 partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED), WRITE on each topic (else its
 partitions get TOPIC_AUTHORIZATION_FAILED).
 
+Schema ids (topics with ``confluent.value.schema.validation``, log_validator.py): a partition
+refused for a schema id this broker's view of the registry lacks, where that view follows
+another broker's, is looked at again once the view has taken a record more
+(``_look_again``): a schema registered a moment ago at the leader of ``_schemas`` passes.
+
 Quotas: the request's record bytes count against the client's ``producer_byte_rate``
 (quotas.py); over it, the response carries the throttle time and the connection is muted
 for that long.
@@ -119,9 +124,16 @@ async def _join_then_produce(broker: Broker, header, request, appended, producer
     return await outcome if inspect.isawaitable(outcome) else outcome
 
 
-def _produce(broker: Broker, header, request: messages.ProduceRequest, refused: dict | None = None):
+def _produce(
+    broker: Broker,
+    header,
+    request: messages.ProduceRequest,
+    refused: dict | None = None,
+    again: bool = False,
+):
     """Validate and append every partition's batches (``refused``: partitions answered with
-    an error instead, (topic, partition) -> code)."""
+    an error instead, (topic, partition) -> code). ``again``: a second look at partitions
+    whose schema ids this broker's view of the registry did not have (``_look_again``)."""
     version = header.api_version
     authorizer, session = broker.authorizer, header.session
     topics = broker.topics
@@ -134,6 +146,7 @@ def _produce(broker: Broker, header, request: messages.ProduceRequest, refused: 
     writes: list[tuple[str, object, asyncio.Future]] = []  # (topic, answer, append stage's write)
     hints = LeaderHints(broker, session, R, 10, 10, version)
     schemas = broker.schema_registry  # (read only by topics that validate schema ids)
+    later: list[tuple[object, object]] = []  # (topic data, partition data) to look at again
     code: int
     for t in request.topic_data:
         topic = topics.find(None if version >= 13 else t.name, t.topic_id)
@@ -179,6 +192,8 @@ def _produce(broker: Broker, header, request: messages.ProduceRequest, refused: 
                 code, base = ErrorCode.NOT_ENOUGH_REPLICAS, -1
             elif (rejection := validate(records, batches, topic, now_ms, schemas)) is not None:
                 code, base = rejection.error_code, -1
+                if rejection.schema_id_refused and not again and schemas and schemas.may_lag():
+                    later.append((t, p))
             else:
                 code, base, count, written = partition.produce(
                     records,
@@ -226,12 +241,71 @@ def _produce(broker: Broker, header, request: messages.ProduceRequest, refused: 
             R.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=partitions)
         )
     response = R(responses=responses, throttle_time_ms=0, node_endpoints=hints.endpoints())
-    if PRODUCE_QUOTA in broker.quotas.active:
+    if later:
+        return _look_again(broker, header, request, later, response, writes, to_flush, waits)
+    return _continue(broker, header, request, response, writes, to_flush, waits, not again)
+
+
+# how long a produce refused for a schema id waits for this broker's view of the registry to
+# take one more record from the leader of _schemas before it is looked at again
+LOOK_AGAIN_S = 1.0
+
+
+def _look_again(broker: Broker, header, request, later, response, writes, to_flush, waits):
+    """Partitions refused for a schema id this broker's view of the registry does not allow,
+    where that view follows another broker's (a schema registered there a moment ago may not
+    be here yet): the rest of the request goes on as usual, these are validated again once
+    the view has taken a record more (at most ``LOOK_AGAIN_S``), and appended if they pass.
+    The connection's later requests wait for that, so its batches keep their order."""
+    first = _continue(broker, header, request, response, writes, to_flush, waits)
+    held = asyncio.get_running_loop().create_future()
+    header.session.hold(held)
+    P = messages.ProduceRequest
+    retry = P(
+        transactional_id=request.transactional_id,
+        acks=request.acks,
+        timeout_ms=request.timeout_ms,
+        topic_data=[
+            P.TopicProduceData(name=t.name, topic_id=t.topic_id, partition_data=[p])
+            for t, p in later
+        ],
+    )
+    return _merged(broker, header, retry, first, response, held)
+
+
+async def _merged(broker: Broker, header, retry, first, response, held):
+    try:
+        assert broker.schema_registry is not None
+        await broker.schema_registry.fresher(LOOK_AGAIN_S)
+        second = _produce(broker, header, retry, again=True)
+    finally:
+        held.set_result(None)
+    if inspect.isawaitable(first):
+        await first
+    if inspect.isawaitable(second):
+        second = await second
+    if second is not None:  # (acks=0: no answers)
+        answers = {
+            (t.name, t.topic_id, a.index): a
+            for t in second.responses
+            for a in t.partition_responses
+        }
+        for t in response.responses:
+            t.partition_responses = [
+                answers.get((t.name, t.topic_id, a.index), a) for a in t.partition_responses
+            ]
+    return None if retry.acks == 0 else response
+
+
+def _continue(broker: Broker, header, request, response, writes, to_flush, waits, quota=True):
+    """The quota (unless a second look: the request was counted), then the append stage's
+    writes, the flush and the ISR."""
+    if quota and PRODUCE_QUOTA in broker.quotas.active:
         size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
         response.throttle_time_ms = broker.quotas.throttle_ms(
-            session, header.client_id, PRODUCE_QUOTA, size, time.monotonic()
+            header.session, header.client_id, PRODUCE_QUOTA, size, time.monotonic()
         )
-        session.throttle(response.throttle_time_ms)
+        header.session.throttle(response.throttle_time_ms)
     if writes:
         return _after_writes(writes, broker, to_flush, waits, response, request)
     return _finish(broker, to_flush, waits, response, request)

@@ -53,6 +53,7 @@ from headrace.record_check import (
     NO_KEY,
     OFFSET,
     TIMESTAMP,
+    VALUE_ID,
     VALUE_NO_ID,
     check_records,
     schema_id_table,
@@ -87,12 +88,20 @@ class SchemaIds(Protocol):
 
     def schema_known(self, schema_id: int) -> bool: ...
 
+    def may_lag(self) -> bool:
+        """Whether the view may trail what the registry holds (this broker does not write
+        ``_schemas``): a refused id is worth a second look once it has caught up."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
     error_code: int
     message: str
     record_index: int  # the first bad record's index in its batch (-1: the batch itself)
+    # a schema id this broker's view of the registry does not allow: a view that trails the
+    # leader of _schemas may not have it yet (``SchemaIds.may_lag``)
+    schema_id_refused: bool = False
 
 
 def validate(
@@ -206,4 +215,5 @@ def _schema_rejection(problem, index, schema_id, name, key_strategy, value_strat
         ErrorCode.INVALID_RECORD,
         f"Record {index} failed schema validation and the batch was refused: {why}.",
         index,
+        problem in (KEY_ID, VALUE_ID),
     )

@@ -296,6 +296,15 @@ class SchemaRegistry:
     def schema_known(self, schema_id: int) -> bool:
         return schema_id in self.state.schemas
 
+    def may_lag(self) -> bool:
+        return not self.log.leads()
+
+    async def fresher(self, timeout_s: float) -> None:
+        """Until the view has applied a record more than now (a replica's next fetch from the
+        leader), at most ``timeout_s``: a produce refused for a schema id just registered at
+        the leader looks again then."""
+        await self.reader.wait_for(self.reader.applied + 1, timeout_s)
+
     # reads -----------------------------------------------------------------------------------
 
     def schema_by_id(

@@ -180,3 +180,14 @@ def test_every_broker_serves_one_registry_and_a_leader_kill_loses_nothing(broker
         expected = None if node in replicas else KafkaError.INVALID_RECORD
         assert outcome[(node, good)] == expected, node
         assert outcome[(node, b"raw")] == KafkaError.INVALID_RECORD, node
+    # a schema registered at the leader of _schemas and used at once at the follower: the
+    # follower's view may not have it yet, and looks again once it has taken the record
+    leader = schemas_leader(brokers[0])
+    follower = next(node for node in replicas if node != leader)
+    for extra in range(1, 4):
+        fresh = register(brokers[leader - 1], "checked-value", record("checked", extra))
+        value = b"\x00" + fresh.to_bytes(4, "big") + b"\x02"
+        producer.produce("checked", value=value, partition=follower - 1, on_delivery=lambda e, m:
+                         outcome.__setitem__(("fresh", extra), e.code() if e else None))
+        producer.flush(20)
+        assert outcome[("fresh", extra)] is None, extra
