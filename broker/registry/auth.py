@@ -56,6 +56,7 @@ CACHE_SIZE = 1000
 FAILURE_DELAY_S = 0.1
 MECHANISMS = (("SCRAM-SHA-512", "sha512"), ("SCRAM-SHA-256", "sha256"))
 REALM = 'Basic realm="SchemaRegistry"'
+_NOBODY = ScramCredential(b"\0" * 16, b"", b"", 4096)  # what an unknown user is checked against
 
 
 def unauthorized() -> RegistryError:
@@ -149,6 +150,8 @@ class RegistryAuth:
                 if len(self._known) > CACHE_SIZE:
                     self._known.popitem(last=False)
                 return Principal(f"User:{user}", host)
+        if not held:  # an unknown user costs what a wrong password does
+            await asyncio.to_thread(_matches, password, "sha512", _NOBODY)
         await asyncio.sleep(FAILURE_DELAY_S)
         raise unauthorized()
 
