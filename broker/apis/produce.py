@@ -258,6 +258,8 @@ def _look_again(broker: Broker, header, request, later, response, writes, to_flu
     the view has taken a record more (at most ``LOOK_AGAIN_S``), and appended if they pass.
     The connection's later requests wait for that, so its batches keep their order."""
     first = _continue(broker, header, request, response, writes, to_flush, waits)
+    if inspect.isawaitable(first):  # (the rest of the request goes on meanwhile)
+        first = asyncio.ensure_future(first)
     held = asyncio.get_running_loop().create_future()
     header.session.hold(held)
     P = messages.ProduceRequest
@@ -280,8 +282,8 @@ async def _merged(broker: Broker, header, retry, first, response, held):
         second = _produce(broker, header, retry, again=True)
     finally:
         held.set_result(None)
-    if inspect.isawaitable(first):
-        await first
+        if inspect.isawaitable(first):
+            await first
     if inspect.isawaitable(second):
         second = await second
     if second is not None:  # (acks=0: no answers)
