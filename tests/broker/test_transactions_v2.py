@@ -196,7 +196,9 @@ def test_kafka_44_producer_uses_transactions_v2_on_one_broker(broker):
     broker.create_topic("t", 3)
     done = transactional_load(broker.bootstrap, "t", 40_000)
     assert done.returncode == 0
-    assert epoch_of(broker.bootstrap) >= 10  # about one bump per 100 ms transaction, 2 s of them
+    # one bump per commit (about 20 of them on a quiet machine; fewer when commits are slow),
+    # where transactions v1 keeps the epoch it was given for the producer's life
+    assert epoch_of(broker.bootstrap) >= 3
     assert read_committed(broker.bootstrap, "t", 3) == 40_000
 
 
@@ -207,5 +209,5 @@ def test_kafka_44_producer_uses_transactions_v2_across_a_cluster(cluster):
     servers = bootstrap(brokers)
     done = transactional_load(servers, "t", 40_000)
     assert done.returncode == 0
-    assert epoch_of(servers) >= 10
+    assert epoch_of(servers) >= 3  # bumped at every commit (v1 would stay at 0)
     assert read_committed(servers, "t", 6) == 40_000
