@@ -89,6 +89,7 @@ from .dispatch import Dispatcher
 from .metrics import BrokerMetrics
 
 if TYPE_CHECKING:
+    from headrace.broker.iceberg.translator import IcebergTranslator
     from headrace.broker.registry.http_api import RegistryServer
     from headrace.broker.registry.registry import SchemaRegistry
 
@@ -240,6 +241,8 @@ class BrokerServer:
         self.schema_registry: SchemaRegistry | None = None
         self._registry_server: RegistryServer | None = None
         self.registry_url = ""  # what other brokers forward registry writes to
+        # topics as Iceberg tables (iceberg.enabled): made at start when it is on
+        self.iceberg: IcebergTranslator | None = None
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
         self.dir = DataDir(self.data_dir, self.node_id)  # its lock is held from start to stop
@@ -326,6 +329,7 @@ class BrokerServer:
                 )
             )
         self.cleaner.start()
+        self._start_iceberg()
         # only now are connections accepted: until here they wait in the listen backlog, so
         # no client is answered before the broker knows what to answer (in a cluster: it is
         # registered and has read the brokers, topics, partition states and controller)
@@ -420,6 +424,22 @@ class BrokerServer:
     def _registry_url_of(self, node: int) -> str | None:
         endpoint = self.cluster.brokers.get(node)
         return endpoint.registry or None if endpoint is not None else None
+
+    def _start_iceberg(self) -> None:
+        """The Iceberg translator (``iceberg.enabled``): the partition leaders' writer of the
+        topics whose ``iceberg.mode`` is not disabled. Its libraries load with the first such
+        topic's first round."""
+        if not bool(self.config["iceberg.enabled"]):
+            return
+        from headrace.broker.iceberg.translator import IcebergSettings, IcebergTranslator
+
+        registry = self.schema_registry
+        self.iceberg = IcebergTranslator(
+            self.topics,
+            IcebergSettings.of(self.config, self.data_dir),
+            registry.schema_texts if registry is not None else None,
+        )
+        self.iceberg.start()
 
     async def _stop_registry(self) -> None:
         if self.schema_registry is not None:
@@ -706,6 +726,8 @@ class BrokerServer:
         if self.replicas is not None:
             await self.replicas.stop()
         await self.cleaner.stop()
+        if self.iceberg is not None:
+            await self.iceberg.stop()
         self.groups.stop()
         self.transactions.stop()
         self.shares.close()
