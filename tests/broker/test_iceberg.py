@@ -221,7 +221,7 @@ def test_a_kill_during_a_load_loses_and_duplicates_no_row(tmp_path):
     acked: set[tuple[int, int]] = set()
     try:
         b.create_topic(topic, partitions=2, iceberg_mode="key_value")
-        for round_ in range(3):
+        for round_ in range(2):
             stop = threading.Event()
 
             def produce(round_=round_, stop=stop) -> None:
@@ -254,7 +254,7 @@ def test_a_kill_during_a_load_loses_and_duplicates_no_row(tmp_path):
 
             t = threading.Thread(target=produce)
             t.start()
-            time.sleep(1.5)
+            time.sleep(1.0)
             b.kill()
             stop.set()
             t.join()
@@ -274,6 +274,64 @@ def test_a_kill_during_a_load_loses_and_duplicates_no_row(tmp_path):
         assert len(got) == len(set((p, o) for p, o, _, _ in got)), "duplicate rows"
         assert got == expected
         assert acked <= {(p, o) for p, o, _, _ in got}
-        assert len(acked) > 1000
+        assert len(acked) > 200
     finally:
         b.kill()
+
+
+def test_a_failing_catalog_holds_back_no_produce_and_is_caught_up_later(tmp_path):
+    """The catalog cannot be opened (its folder is a file): produce goes on as before, the
+    topic's errors are counted and it is marked failing on /metrics; once the catalog can be
+    opened, the table catches up with every record."""
+    import headrace
+    from confluent_kafka import Producer
+
+    from tests.broker.test_metrics import scrape, value
+
+    blocker = tmp_path / "catalog"
+    blocker.write_text("not a folder")
+    settings = {
+        **SETTINGS,
+        "metrics.port": 0,
+        "iceberg.commit.interval.ms": 200,
+        "iceberg.retry.backoff.max.ms": 500,
+        "iceberg.catalog.uri": f"sqlite:///{blocker}/catalog.db",
+        "iceberg.catalog.warehouse": str(tmp_path / "warehouse"),
+    }
+    with headrace.Broker(settings, data_dir=tmp_path / "data") as broker:
+        broker.create_topic("held", partitions=1, iceberg_mode="key_value")
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all"})
+        started = time.monotonic()
+        for i in range(100):
+            producer.produce("held", value=b"%d" % i)
+        assert producer.flush(30) == 0
+        assert time.monotonic() - started < 5
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            samples = scrape(broker.metrics_port)
+            if value(samples, "headrace_iceberg_errors_total", topic="held") >= 2:
+                break
+            time.sleep(0.2)
+        assert value(samples, "headrace_iceberg_failing", topic="held") == 1
+        assert value(samples, "headrace_iceberg_lag_seconds", topic="held") > 0
+        blocker.unlink()  # the catalog can be made now
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        deadline = time.monotonic() + 30
+        count = 0
+        while time.monotonic() < deadline and count < 100:
+            time.sleep(0.3)
+            if (blocker / "catalog.db").exists():
+                try:
+                    cat = SqlCatalog(
+                        "headrace",
+                        uri=f"sqlite:///{blocker}/catalog.db",
+                        warehouse=(tmp_path / "warehouse").as_uri(),
+                    )
+                    count = cat.load_table("kafka.held").scan().to_arrow().num_rows
+                except Exception:
+                    count = 0
+        assert count == 100
+        samples = scrape(broker.metrics_port)
+        assert value(samples, "headrace_iceberg_failing", topic="held") == 0
+        assert value(samples, "headrace_iceberg_rows_total", topic="held") == 100
