@@ -283,9 +283,9 @@ def test_a_failing_catalog_holds_back_no_produce_and_is_caught_up_later(tmp_path
     """The catalog cannot be opened (its folder is a file): produce goes on as before, the
     topic's errors are counted and it is marked failing on /metrics; once the catalog can be
     opened, the table catches up with every record."""
-    import headrace
     from confluent_kafka import Producer
 
+    import headrace
     from tests.broker.test_metrics import scrape, value
 
     blocker = tmp_path / "catalog"
