@@ -433,11 +433,8 @@ class BrokerServer:
             return
         from headrace.broker.iceberg.translator import IcebergSettings, IcebergTranslator
 
-        registry = self.schema_registry
         self.iceberg = IcebergTranslator(
-            self.topics,
-            IcebergSettings.of(self.config, self.data_dir),
-            registry.schema_texts if registry is not None else None,
+            self.topics, IcebergSettings.of(self.config, self.data_dir), self.schema_registry
         )
         self.iceberg.start()
 

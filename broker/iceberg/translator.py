@@ -23,11 +23,10 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from headrace.broker.log.topic import Topic
 from headrace.broker.log.topics import TopicManager
@@ -38,8 +37,25 @@ MODES = ("key_value", "value_schema_id_prefix")
 CONFLICT_RETRIES = 20
 TICK_S = 0.1  # how often the last stable offsets are sampled (for the lag)
 
-# schema id -> (schema type, text, referenced schemas' texts), or None: not in the registry
-SchemaLookup = Callable[[int], tuple[str, str, list[str]] | None]
+# how long a schema id the registry does not know is waited for (this broker's view of
+# _schemas may lag the broker a producer registered it through) before its values are taken
+# as undecodable (value_raw)
+UNKNOWN_SCHEMA_GRACE_S = 30.0
+
+
+class SchemaSource(Protocol):
+    """The schema registry, as the translator reads it (``registry.SchemaRegistry``)."""
+
+    @property
+    def loaded(self) -> bool: ...
+
+    def schema_texts(self, schema_id: int) -> tuple[str, str, list[str]] | None:
+        """(type, text, referenced texts) of a schema id; None: not in the registry."""
+        ...
+
+
+class SchemasNotReady(Exception):
+    """Values name schema ids the registry cannot give yet: the round waits and tries again."""
 
 
 @dataclass
@@ -127,11 +143,12 @@ class IcebergTranslator:
         self,
         topics: TopicManager,
         settings: IcebergSettings,
-        schema_lookup: SchemaLookup | None = None,
+        schemas: SchemaSource | None = None,
     ) -> None:
         self.topics = topics
         self.settings = settings
-        self.schema_lookup = schema_lookup
+        self.schema_source = schemas
+        self._unknown_since: dict[int, float] = {}
         self.states: dict[str, TopicState] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._slots = asyncio.Semaphore(settings.open_files)
@@ -264,12 +281,22 @@ class IcebergTranslator:
         state.due = now if outcome.more else now + interval
 
     def _look_up(self, ids: set[int]) -> None:
+        """Take the schemas of ``ids`` from the registry; ``SchemasNotReady`` while it is
+        loading or an id it does not know is younger than ``UNKNOWN_SCHEMA_GRACE_S``."""
+        source = self.schema_source
+        now = time.monotonic()
+        waiting = []
         for schema_id in ids:
-            self._schemas[schema_id] = (
-                self.schema_lookup(schema_id) if self.schema_lookup is not None else None
-            )
-        if self.schema_lookup is None:
-            log.warning("iceberg: schema ids %s but the schema registry is off", sorted(ids))
+            found = source.schema_texts(schema_id) if source is not None else None
+            if found is None and source is not None:
+                since = self._unknown_since.setdefault(schema_id, now)
+                if not source.loaded or now - since < UNKNOWN_SCHEMA_GRACE_S:
+                    waiting.append(schema_id)
+                    continue
+            self._unknown_since.pop(schema_id, None)
+            self._schemas[schema_id] = found
+        if waiting:
+            raise SchemasNotReady(f"schema ids {sorted(waiting)} not in the registry (yet)")
 
     # the worker thread ------------------------------------------------------------------------
 

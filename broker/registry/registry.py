@@ -227,6 +227,11 @@ class SchemaRegistry:
             raise errors.schema_not_found(schema_id)
         return self._schema_fields(stored, fmt)
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the replica of ``_schemas`` held at start has been read."""
+        return self.reader.loaded.is_set()
+
     def schema_texts(self, schema_id: int) -> tuple[str, str, list[str]] | None:
         """(Type, text, the texts of the schemas it references, theirs first) of schema
         ``schema_id`` in this broker's view; None when there is none (topics as tables decode
