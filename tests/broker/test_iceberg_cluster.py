@@ -20,7 +20,7 @@ from tests.broker.test_cluster import cluster, create, leaders, wait_for  # noqa
 from tests.broker.test_iceberg import read_committed  # noqa: E402
 
 
-def test_two_leaders_one_table_and_a_leader_killed(cluster, tmp_path):
+def test_two_leaders_one_table_and_a_leader_killed(cluster, tmp_path):  # noqa: F811
     shared = tmp_path / "shared"
     shared.mkdir()
     uri = f"sqlite:///{shared}/catalog.db"
