@@ -14,12 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from headrace.broker.log.txn_markers import control_marker
+from headrace.protocol.compression import decompress
 from headrace.protocol.records import (
+    BATCH_HEADER_SIZE,
     CorruptRecordError,
     crc_matches,
     decode_records,
     iter_batches,
 )
+from headrace.record_format import read_varint
 from headrace.storage import Log
 
 READ_BYTES = 1 << 20  # one read of the log
@@ -79,16 +82,7 @@ def read_committed(plog: Log, partition: int, start: int, end: int, max_bytes: i
                 continue
             if h.is_transactional and h.producer_id in aborting:
                 continue
-            ts_type = h.timestamp_type
-            for record_offset, timestamp, key, value, headers in decode_records(batch):
-                if record_offset < start or record_offset >= end:
-                    continue
-                out.offsets.append(record_offset)
-                out.timestamps.append(timestamp)
-                out.timestamp_types.append(ts_type)
-                out.keys.append(key)
-                out.values.append(value)
-                out.headers.append(headers)
+            _decode_into(out, batch, h, start, end)
             if out.bytes_read >= max_bytes:
                 break
         else:
@@ -97,3 +91,95 @@ def read_committed(plog: Log, partition: int, start: int, end: int, max_bytes: i
     out.next_offset = max(offset, start)
     out.more = out.next_offset < end
     return out
+
+
+def _decode_into(out: Columns, batch: memoryview, h, start: int, end: int) -> None:
+    """Append the records of one (CRC-checked) batch in ``[start, end)`` to ``out``'s columns:
+    ``decode_records`` unrolled into the columns, with one-byte varints (the common case for
+    lengths and deltas of small records) read inline; a record with headers goes through
+    ``decode_records``' own parser."""
+    payload = batch[BATCH_HEADER_SIZE:]
+    if h.compression:
+        try:
+            data = bytes(decompress(h.compression, payload))
+        except Exception as e:  # codec libraries raise their own types
+            raise CorruptRecordError(f"cannot decompress batch: {e}") from e
+    else:
+        data = bytes(payload)
+    n = len(data)
+    base, base_ts = h.base_offset, h.base_timestamp
+    ts_type = h.timestamp_type
+    log_append = ts_type == 1
+    offsets, timestamps, types = out.offsets, out.timestamps, out.timestamp_types
+    keys, values, headers = out.keys, out.values, out.headers
+    first = len(offsets)  # (the batch's rows start here)
+    pos = 0
+    for _ in range(h.records_count):
+        b = data[pos] if pos < n else 0x80
+        if b < 0x80:
+            length, pos = (b >> 1) ^ -(b & 1), pos + 1
+        else:
+            length, pos = read_varint(data, pos, n, 5)
+        rec_end = pos + length
+        if length < 0 or rec_end > n:
+            raise CorruptRecordError(f"record length {length} runs past the batch")
+        pos += 1  # attributes
+        b = data[pos] if pos < rec_end else 0x80
+        if b < 0x80:
+            ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+        else:
+            ts_delta, pos = read_varint(data, pos, rec_end)
+        b = data[pos] if pos < rec_end else 0x80
+        if b < 0x80:
+            offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+        else:
+            offset_delta, pos = read_varint(data, pos, rec_end, 5)
+        b = data[pos] if pos < rec_end else 0x80
+        if b < 0x80:
+            size, pos = (b >> 1) ^ -(b & 1), pos + 1
+        else:
+            size, pos = read_varint(data, pos, rec_end, 5)
+        key = None
+        if size >= 0:
+            key, pos = data[pos : pos + size], pos + size
+        b = data[pos] if pos < rec_end else 0x80
+        if b < 0x80:
+            size, pos = (b >> 1) ^ -(b & 1), pos + 1
+        else:
+            size, pos = read_varint(data, pos, rec_end, 5)
+        value = None
+        if size >= 0:
+            value, pos = data[pos : pos + size], pos + size
+        if pos >= rec_end or data[pos] != 0:  # headers (or a malformed record): the full parser
+            return _decode_slowly(out, batch, start, end, first, ts_type)
+        pos += 1
+        if pos != rec_end:
+            raise CorruptRecordError("record length does not match its contents")
+        offset = base + offset_delta
+        if start <= offset < end:
+            offsets.append(offset)
+            timestamps.append(h.max_timestamp if log_append else base_ts + ts_delta)
+            types.append(ts_type)
+            keys.append(key)
+            values.append(value)
+            headers.append([])
+    if pos != n:
+        raise CorruptRecordError(f"{n - pos} bytes left after the last record")
+
+
+def _decode_slowly(
+    out: Columns, batch: memoryview, start: int, end: int, first: int, ts_type: int
+) -> None:
+    """The batch again with ``decode_records`` (records with headers): its rows already taken
+    (from ``first`` on) are dropped first."""
+    for column in (out.offsets, out.timestamps, out.timestamp_types, out.keys, out.values):
+        del column[first:]
+    del out.headers[first:]
+    for offset, timestamp, key, value, headers in decode_records(batch):
+        if start <= offset < end:
+            out.offsets.append(offset)
+            out.timestamps.append(timestamp)
+            out.timestamp_types.append(ts_type)
+            out.keys.append(key)
+            out.values.append(value)
+            out.headers.append(headers)

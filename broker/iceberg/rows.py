@@ -44,15 +44,21 @@ KEY_VALUE_SCHEMA = pa.schema([META[0], pa.field("value", pa.binary()), *META[1:]
 
 
 def _meta(cols: Columns) -> dict[str, pa.Array]:
+    import pyarrow.compute as pc
+
     n = len(cols)
+    if any(cols.headers):
+        headers = pa.array([[{"key": k, "value": v} for k, v in h] for h in cols.headers], HEADERS)
+    else:  # (the common case: no record has headers) n empty lists, without a Python loop
+        empty = pa.array([], HEADERS.value_type)
+        headers = pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), empty)
+    millis = pa.array(cols.timestamps, pa.int64())
     return {
         "key": pa.array(cols.keys, pa.binary()),
-        "headers": pa.array(
-            [[{"key": k, "value": v} for k, v in h] for h in cols.headers], HEADERS
-        ),
+        "headers": headers,
         "partition": pa.array([cols.partition] * n, pa.int32()),
         "offset": pa.array(cols.offsets, pa.int64()),
-        "timestamp": pa.array([t * 1000 for t in cols.timestamps], pa.int64()).cast(TIMESTAMP),
+        "timestamp": pc.multiply(millis, 1000).cast(TIMESTAMP),
         "timestamp_type": pa.array(cols.timestamp_types, pa.int32()),
     }
 
