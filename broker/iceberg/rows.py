@@ -7,11 +7,12 @@ Every row holds the record's Kafka coordinates beside its data:
                             binary>>, partition int, offset long, timestamp timestamptz (µs),
                             timestamp_type int (0 CreateTime, 1 LogAppendTime)
 ``value_schema_id_prefix``  the same, but instead of ``value``: ``schema_id`` int and ``value``
-                            a struct of the columns of the value's Avro schema (Confluent's wire
-                            format: byte 0, a 4-byte big-endian schema id, the Avro body).
-                            A value that does not decode (no magic byte, an unknown schema id,
-                            not Avro, a body that does not read) keeps ``value`` null and its
-                            bytes in ``value_raw``.
+                            a struct of the columns of the value's schema (Confluent's wire
+                            format: byte 0, a 4-byte big-endian schema id, the body): an AVRO
+                            schema's fields, or a JSON schema's properties. A value that does
+                            not decode (no magic byte, an unknown schema id, a PROTOBUF schema,
+                            a body that does not read) keeps ``value`` null and its bytes in
+                            ``value_raw``.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def key_value_rows(cols: Columns) -> pa.Table:
     return pa.table({f.name: arrays[f.name] for f in KEY_VALUE_SCHEMA}, schema=KEY_VALUE_SCHEMA)
 
 
-# --- value_schema_id_prefix: Avro values -------------------------------------------------------
+# --- value_schema_id_prefix: Avro and JSON values----------------------------------------------------
 
 
 class UnknownSchemas(Exception):
@@ -85,34 +86,50 @@ class UnknownSchemas(Exception):
 SchemaTexts = dict[int, tuple[str, str, list[str]] | None]
 
 
+Decoder = tuple[Callable[[bytes], Any], pa.DataType]  # (body -> value, its Arrow struct type)
+
+
 class AvroValues:
-    """Avro readers and Arrow types per schema id (parsed once, kept per translator)."""
+    """Decoders and Arrow types per schema id, parsed once and kept per translator: AVRO (with
+    fastavro) and JSON (JSON Schema's types); None for other types or unreadable schemas."""
 
     def __init__(self) -> None:
-        self._parsed: dict[int, tuple[Any, pa.DataType] | None] = {}
+        self._parsed: dict[int, Decoder | None] = {}
 
-    def reader(self, schema_id: int, texts: SchemaTexts) -> tuple[Any, pa.DataType] | None:
+    def reader(self, schema_id: int, texts: SchemaTexts) -> Decoder | None:
         if schema_id not in self._parsed:
             found = texts.get(schema_id)
-            if found is None or found[0] != "AVRO":
-                self._parsed[schema_id] = None
-            else:
-                from fastavro import parse_schema
-
-                named: dict[str, Any] = {}
-                for ref in found[2]:
-                    parse_schema(json.loads(ref), named_schemas=named)
-                parsed = parse_schema(json.loads(found[1]), named_schemas=named)
-                self._parsed[schema_id] = (parsed, _struct_type(parsed, named))
+            decoder = None
+            if found is not None:
+                try:
+                    if found[0] == "AVRO":
+                        decoder = _avro_decoder(found[1], found[2])
+                    elif found[0] == "JSON":
+                        decoder = _json_decoder(found[1])
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    decoder = None  # (not readable here: its values stay raw)
+            self._parsed[schema_id] = decoder
         return self._parsed[schema_id]
+
+
+def _avro_decoder(text: str, references: list[str]) -> Decoder:
+    from fastavro import parse_schema, schemaless_reader
+
+    named: dict[str, Any] = {}
+    for ref in references:
+        parse_schema(json.loads(ref), named_schemas=named)
+    parsed = parse_schema(json.loads(text), named_schemas=named)
+
+    def decode(body: bytes) -> Any:
+        return schemaless_reader(io.BytesIO(body), parsed, None)
+
+    return decode, _struct_type(parsed, named)
 
 
 def schema_id_rows(cols: Columns, texts: SchemaTexts, avro: AvroValues) -> pa.Table:
     """The rows of ``cols`` for a value_schema_id_prefix topic: one Arrow table per schema id
     seen, concatenated with their schemas unified (later fields added, nulls where absent).
     Raises ``UnknownSchemas`` for ids not in ``texts`` yet."""
-    from fastavro import schemaless_reader
-
     ids: list[int] = []
     for v in cols.values:
         if v is not None and len(v) >= 5 and v[0] == MAGIC:
@@ -132,7 +149,7 @@ def schema_id_rows(cols: Columns, texts: SchemaTexts, avro: AvroValues) -> pa.Ta
             by_id.setdefault(-1, []).append(row)
             continue
         try:
-            record = schemaless_reader(io.BytesIO(value[5:]), reader[0], None)  # type: ignore[index]
+            record = reader[0](value[5:])  # type: ignore[index]
         except Exception:  # a body that is not what the schema says
             raw[row] = value
             by_id.setdefault(-1, []).append(row)
@@ -242,3 +259,68 @@ def arrow_type(
     if isinstance(kind, str | list | dict):
         return arrow_type(kind, named, seen)
     return pa.string()
+
+
+# --- JSON Schema values -----------------------------------------------------------------------
+
+_JSON_PRIMITIVE: dict[str, Callable[[], pa.DataType]] = {
+    "string": pa.string,
+    "integer": pa.int64,
+    "number": pa.float64,
+    "boolean": pa.bool_,
+}
+
+
+def _json_decoder(text: str) -> Decoder:
+    """A JSON Schema's values as columns: an object's ``properties`` are struct fields (each
+    nullable), string, integer, number and boolean their Arrow types, arrays lists; anything
+    else (no type, several types, ``$ref``) is kept as its JSON text. Confluent's JSON
+    serializer writes the value as UTF-8 JSON after the 5-byte prefix."""
+    schema = json.loads(text)
+    arrow, convert = _json_type(schema if isinstance(schema, dict) else {})
+    if not pa.types.is_struct(arrow):
+        arrow, inner = pa.struct([pa.field("value", arrow)]), convert
+
+        def convert(v: Any, inner=inner) -> Any:
+            return {"value": inner(v)}
+
+    return (lambda body: convert(json.loads(body))), arrow
+
+
+def _as_text(v: Any) -> Any:
+    return None if v is None else json.dumps(v, separators=(",", ":"))
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _json_type(schema: dict) -> tuple[pa.DataType, Callable[[Any], Any]]:
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kinds = [k for k in kind if k != "null"]
+        kind = kinds[0] if len(kinds) == 1 else None
+    if kind == "object" and isinstance(schema.get("properties"), dict):
+        fields = {
+            name: _json_type(sub)
+            for name, sub in schema["properties"].items()
+            if isinstance(sub, dict)
+        }
+        arrow = pa.struct([pa.field(name, t) for name, (t, _) in fields.items()])
+
+        def convert(v: Any) -> Any:
+            if not isinstance(v, dict):
+                return None
+            return {name: c(v.get(name)) for name, (_, c) in fields.items()}
+
+        return arrow, convert
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        item, convert_item = _json_type(schema["items"])
+
+        def convert_list(v: Any) -> Any:
+            return None if v is None else [convert_item(x) for x in v]
+
+        return pa.list_(item), convert_list
+    if isinstance(kind, str) and kind in _JSON_PRIMITIVE:
+        return _JSON_PRIMITIVE[kind](), _same
+    return pa.string(), _as_text

@@ -335,3 +335,39 @@ def test_a_failing_catalog_holds_back_no_produce_and_is_caught_up_later(tmp_path
         samples = scrape(broker.metrics_port)
         assert value(samples, "headrace_iceberg_failing", topic="held") == 0
         assert value(samples, "headrace_iceberg_rows_total", topic="held") == 100
+
+
+EVENT_JSON = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "Event",
+    "type": "object",
+    "properties": {
+        "kind": {"type": "string"},
+        "at": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "extra": {},
+    },
+    "required": ["kind"],
+}
+
+
+def test_json_schema_values_become_columns(broker):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic = "events"
+    broker.create_topic(topic, partitions=1, iceberg_mode="value_schema_id_prefix")
+    url = f"http://127.0.0.1:{broker.listener_ports['SCHEMA_REGISTRY']}"
+    serialize = JSONSerializer(json.dumps(EVENT_JSON), SchemaRegistryClient({"url": url}))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(topic, value=serialize({"kind": "click", "at": 5, "tags": ["a"]}, ctx))
+    producer.produce(topic, value=serialize({"kind": "view", "extra": {"x": 1}}, ctx))
+    assert producer.flush(30) == 0
+    rows = wait_rows(broker.data_dir, topic, 2).to_pylist()
+    values = [r["value"] for r in sorted(rows, key=lambda r: r["offset"])]
+    assert values == [
+        {"kind": "click", "at": 5, "tags": ["a"], "extra": None},
+        {"kind": "view", "at": None, "tags": None, "extra": '{"x":1}'},
+    ]
