@@ -70,7 +70,7 @@ def key_value_rows(cols: Columns) -> pa.Table:
     return pa.table({f.name: arrays[f.name] for f in KEY_VALUE_SCHEMA}, schema=KEY_VALUE_SCHEMA)
 
 
-# --- value_schema_id_prefix: Avro and JSON values----------------------------------------------------
+# --- value_schema_id_prefix: Avro and JSON values ----------------------------------------------
 
 
 class UnknownSchemas(Exception):
