@@ -36,6 +36,7 @@ log = logging.getLogger("headrace")
 
 NEXT_OFFSET = "headrace.next-offset."
 OFFSETS_SUMMARY = "headrace.offsets"
+TOPIC_ID = "headrace.topic-id"  # the topic whose offsets the table's properties hold
 NO_RETRY = {"commit.retry.num-retries": "0"}
 
 
@@ -85,8 +86,12 @@ def load_or_create(catalog: Catalog, identifier: str, schema: pa.Schema, mode: s
     return table
 
 
-def next_offsets(table: Table) -> dict[int, int]:
-    """partition -> the first offset not in the table yet (absent: none of it is)."""
+def next_offsets(table: Table, topic_id: str) -> dict[int, int]:
+    """partition -> the first offset not in the table yet (absent: none of it is). Offsets
+    recorded for another topic of the same name (deleted, then made again) count for nothing:
+    the new topic's records are added from its start (the old rows stay)."""
+    if table.properties.get(TOPIC_ID, topic_id) != topic_id:
+        return {}
     found = {}
     for name, value in table.properties.items():
         if name.startswith(NEXT_OFFSET):
@@ -94,13 +99,19 @@ def next_offsets(table: Table) -> dict[int, int]:
     return found
 
 
-def commit(table: Table, rows: pa.Table | None, ranges: Iterable[tuple[int, int, int]]) -> Table:
+def commit(
+    table: Table, rows: pa.Table | None, ranges: Iterable[tuple[int, int, int]], topic_id: str
+) -> Table:
     """Append ``rows`` (None or empty: none) and set the next offset of each ``(partition,
     start, end)`` to ``end``, in one snapshot when there are rows. Raises ``Conflict`` when the
     table changed since it was loaded; the schema grows first when ``rows`` bring new columns
     (a separate commit: a newer schema with no rows is harmless)."""
     ranges = list(ranges)
     props = {f"{NEXT_OFFSET}{p}": str(end) for p, _, end in ranges}
+    props[TOPIC_ID] = topic_id
+    stale: list[str] = []  # another topic's offsets (of the same name): gone with this commit
+    if table.properties.get(TOPIC_ID, topic_id) != topic_id:
+        stale = [k for k in table.properties if k.startswith(NEXT_OFFSET) and k not in props]
     summary = ",".join(f"{p}:{start}-{end}" for p, start, end in ranges)
     snapshot = table.current_snapshot()
     try:
@@ -115,10 +126,14 @@ def commit(table: Table, rows: pa.Table | None, ranges: Iterable[tuple[int, int,
                     {OFFSETS_SUMMARY: summary},
                 )
                 tx.set_properties(props)
+                if stale:
+                    tx.remove_properties(*stale)
         else:
             with table.transaction() as tx:
                 _assert_branch(tx, snapshot.snapshot_id if snapshot else None)
                 tx.set_properties(props)
+                if stale:
+                    tx.remove_properties(*stale)
     except CommitFailedException as e:
         raise Conflict(str(e)) from e
     return table

@@ -62,6 +62,7 @@ class SchemasNotReady(Exception):
 class TopicState:
     """What the translator keeps about one topic's table."""
 
+    topic_id: Any = None
     due: float = 0.0  # monotonic time of its next round
     running: bool = False
     failures: int = 0  # in a row
@@ -121,6 +122,7 @@ class Work:
     """One round of one topic, for the worker thread: what to read."""
 
     topic: str
+    topic_id: str
     mode: str
     logs: dict[int, Any]  # partition -> its Log
     ends: dict[int, int]  # partition -> its last stable offset now
@@ -203,7 +205,12 @@ class IcebergTranslator:
             1, min(self.settings.partition_buffer, self.settings.broker_buffer // led)
         )
         for topic, mode in tables:
-            state = self.states.setdefault(topic.name, TopicState())
+            state = self.states.get(topic.name)
+            if state is None or (state.topic_id != topic.topic_id and not state.running):
+                # (a topic deleted and made again under its name starts from nothing)
+                state = self.states[topic.name] = TopicState(topic_id=topic.topic_id)
+            elif state.topic_id != topic.topic_id:
+                continue
             ends = {}
             for p in topic.led:
                 lso = p.last_stable_offset
@@ -218,6 +225,7 @@ class IcebergTranslator:
             state.running = True
             work = Work(
                 topic.name,
+                str(topic.topic_id),
                 mode,
                 {p.index: p.log for p in topic.led},
                 ends,
@@ -317,7 +325,7 @@ class IcebergTranslator:
         conflicts = 0
         while True:
             table = tables.load_or_create(self._catalog, identifier, schema, work.mode)
-            starts = tables.next_offsets(table)
+            starts = tables.next_offsets(table, work.topic_id)
             parts = []
             for p, plog in sorted(work.logs.items()):
                 start = starts.get(p, 0)
@@ -345,7 +353,7 @@ class IcebergTranslator:
             data = pa.concat_tables(pieces, promote_options="permissive") if pieces else None
             ranges = [(c.partition, c.start, c.next_offset) for c in changed]
             try:
-                tables.commit(table, data, ranges)
+                tables.commit(table, data, ranges, work.topic_id)
             except tables.Conflict:
                 conflicts += 1
                 if conflicts > CONFLICT_RETRIES:

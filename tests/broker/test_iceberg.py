@@ -371,3 +371,34 @@ def test_json_schema_values_become_columns(broker):
         {"kind": "click", "at": 5, "tags": ["a"], "extra": None},
         {"kind": "view", "at": None, "tags": None, "extra": '{"x":1}'},
     ]
+
+
+def test_a_topic_made_again_under_its_name_is_added_from_its_start(broker):
+    from confluent_kafka.admin import AdminClient
+
+    topic = "again"
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    broker.create_topic(topic, partitions=1, iceberg_mode="key_value")
+    for i in range(5):
+        producer.produce(topic, value=b"old %d" % i)
+    assert producer.flush(30) == 0
+    wait_rows(broker.data_dir, topic, 5)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.monotonic() + 30
+    while True:  # (the deletion finishes a moment after its answer)
+        try:
+            broker.create_topic(topic, partitions=1, iceberg_mode="key_value")
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    for i in range(3):
+        producer.produce(topic, value=b"new %d" % i)
+    assert producer.flush(30) == 0
+    rows = wait_rows(broker.data_dir, topic, 8)
+    values = sorted(rows.column("value").to_pylist())
+    assert values == sorted([b"old %d" % i for i in range(5)] + [b"new %d" % i for i in range(3)])
+    table = catalog(broker.data_dir).load_table(f"kafka.{topic}")
+    assert table.properties["headrace.next-offset.0"] == "3"
