@@ -282,6 +282,13 @@ class BrokerServer:
                 ", ".join(self.config.ignored),
             )
         self._tls, self.sasl = self._security()
+        if bool(self.config["iceberg.enabled"]):
+            import importlib.util
+
+            if importlib.util.find_spec("pyiceberg") is None:  # (found, not imported)
+                raise StartupError(
+                    "iceberg.enabled needs pyiceberg: pip install 'headrace[iceberg]'"
+                )
         await self._serve_metrics()
         try:
             await asyncio.to_thread(self._open_data_dir)
