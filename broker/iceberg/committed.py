@@ -12,6 +12,7 @@ dropped until its abort marker. Every batch's CRC-32C is checked.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from headrace.broker.log.txn_markers import control_marker
 from headrace.protocol.compression import decompress
@@ -43,9 +44,68 @@ class Columns:
     headers: list[list[tuple[str, bytes | None]]] = field(default_factory=list)
     bytes_read: int = 0
     more: bool = False  # stopped at the byte budget, not at ``end``
+    # what the C decoder (headrace._record_columns) made, instead of the lists above
+    chunks: list[tuple] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return len(self.offsets) + sum(c[0] for c in self.chunks)
+
+    def arrays(self) -> dict[str, Any]:
+        """The columns as Arrow arrays: key, value (binary), headers (list of (str, bytes)
+        pairs, as Python lists: made into Arrow by rows.py), offset, timestamp (ms),
+        timestamp_type."""
+        import pyarrow as pa
+
+        if not self.chunks:
+            return {
+                "key": pa.array(self.keys, pa.binary()),
+                "value": pa.array(self.values, pa.binary()),
+                "headers": self.headers,
+                "offset": pa.array(self.offsets, pa.int64()),
+                "timestamp": pa.array(self.timestamps, pa.int64()),
+                "timestamp_type": pa.array(self.timestamp_types, pa.int32()),
+            }
+        parts = [_chunk_arrays(c) for c in self.chunks]
+        found = {
+            name: pa.concat_arrays([p[name] for p in parts])
+            for name in ("key", "value", "offset", "timestamp", "timestamp_type")
+        }
+        headers: list[list] = []
+        for c in self.chunks:
+            n, by_row = c[0], c[10]
+            headers += [by_row.get(i, []) for i in range(n)] if by_row else [[]] * n
+        found["headers"] = headers
+        return found
+
+    def value_list(self) -> list[bytes | None]:
+        """The values as Python bytes (None: a null value)."""
+        if not self.chunks:
+            return self.values
+        return self.arrays()["value"].to_pylist()
+
+
+def _chunk_arrays(chunk: tuple) -> dict[str, Any]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n, offsets, timestamps, types, k_offsets, k_valid, k_data, v_offsets, v_valid, v_data, _ = chunk
+
+    def binary(offsets: bytes, valid: bytes, data: bytes) -> Any:
+        bitmap = None
+        if valid.count(0):  # (some null: Arrow's validity bitmap from the byte per record)
+            flags = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(valid)])
+            bitmap = pc.not_equal(flags, 0).buffers()[1]
+        return pa.Array.from_buffers(
+            pa.binary(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)]
+        )
+
+    return {
+        "key": binary(k_offsets, k_valid, k_data),
+        "value": binary(v_offsets, v_valid, v_data),
+        "offset": pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+        "timestamp": pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(timestamps)]),
+        "timestamp_type": pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(types)]),
+    }
 
 
 def read_committed(plog: Log, partition: int, start: int, end: int, max_bytes: int) -> Columns:
@@ -59,6 +119,7 @@ def read_committed(plog: Log, partition: int, start: int, end: int, max_bytes: i
         return out
     waiting = sorted(plog.aborted_txns(offset, end), key=lambda a: a.first_offset)
     aborting: set[int] = set()  # producers whose batches are dropped until their abort marker
+    pending = _Pending()
     while offset < end and out.bytes_read < max_bytes:
         data = plog.read(offset, min(READ_BYTES, max_bytes - out.bytes_read), max_offset=end)
         if not data:
@@ -82,15 +143,72 @@ def read_committed(plog: Log, partition: int, start: int, end: int, max_bytes: i
                 continue
             if h.is_transactional and h.producer_id in aborting:
                 continue
-            _decode_into(out, batch, h, start, end)
+            if _columns is None:
+                _decode_into(out, batch, h, start, end)
+            else:
+                pending.append(batch, h)
             if out.bytes_read >= max_bytes:
                 break
         else:
             continue
         break
+    if pending.payloads:
+        out.chunks.append(pending.decode(start, end))
     out.next_offset = max(offset, start)
     out.more = out.next_offset < end
     return out
+
+
+try:
+    from headrace._record_columns import (  # type: ignore[import-not-found]
+        columns as _columns,  # (built by setup.py; optional)
+    )
+except ImportError:  # no C compiler at install: the Python twin, _decode_into
+    _columns = None
+
+
+class _Pending:
+    """Batches kept for the C decoder, decoded in one call."""
+
+    __slots__ = ("payloads", "bases", "base_ts", "max_ts", "types", "counts")
+
+    def __init__(self) -> None:
+        self.payloads: list = []
+        self.bases: list[int] = []
+        self.base_ts: list[int] = []
+        self.max_ts: list[int] = []
+        self.types: list[int] = []
+        self.counts: list[int] = []
+
+    def append(self, batch: memoryview, h) -> None:
+        payload: Any = batch[BATCH_HEADER_SIZE:]
+        if h.compression:
+            try:
+                payload = decompress(h.compression, payload)
+            except Exception as e:  # codec libraries raise their own types
+                raise CorruptRecordError(f"cannot decompress batch: {e}") from e
+        self.payloads.append(payload)
+        self.bases.append(h.base_offset)
+        self.base_ts.append(h.base_timestamp)
+        self.max_ts.append(h.max_timestamp)
+        self.types.append(h.timestamp_type)
+        self.counts.append(h.records_count)
+
+    def decode(self, start: int, end: int) -> tuple:
+        assert _columns is not None
+        try:
+            return _columns(
+                self.payloads,
+                self.bases,
+                self.base_ts,
+                self.max_ts,
+                self.types,
+                self.counts,
+                start,
+                end,
+            )
+        except ValueError as e:
+            raise CorruptRecordError(str(e)) from None
 
 
 def _decode_into(out: Columns, batch: memoryview, h, start: int, end: int) -> None:

@@ -44,29 +44,32 @@ META = [
 KEY_VALUE_SCHEMA = pa.schema([META[0], pa.field("value", pa.binary()), *META[1:]])
 
 
-def _meta(cols: Columns) -> dict[str, pa.Array]:
+def _meta(cols: Columns, arrays: dict[str, Any] | None = None) -> dict[str, pa.Array]:
     import pyarrow.compute as pc
 
+    found = cols.arrays() if arrays is None else arrays
     n = len(cols)
-    if any(cols.headers):
-        headers = pa.array([[{"key": k, "value": v} for k, v in h] for h in cols.headers], HEADERS)
+    by_row = found["headers"]
+    if any(by_row):
+        headers = pa.array([[{"key": k, "value": v} for k, v in h] for h in by_row], HEADERS)
     else:  # (the common case: no record has headers) n empty lists, without a Python loop
         empty = pa.array([], HEADERS.value_type)
-        headers = pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), empty)
-    millis = pa.array(cols.timestamps, pa.int64())
+        zeros = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(bytes(4 * (n + 1)))])
+        headers = pa.ListArray.from_arrays(zeros, empty)
     return {
-        "key": pa.array(cols.keys, pa.binary()),
+        "key": found["key"],
         "headers": headers,
-        "partition": pa.array([cols.partition] * n, pa.int32()),
-        "offset": pa.array(cols.offsets, pa.int64()),
-        "timestamp": pc.multiply(millis, 1000).cast(TIMESTAMP),
-        "timestamp_type": pa.array(cols.timestamp_types, pa.int32()),
+        "partition": pa.repeat(pa.scalar(cols.partition, pa.int32()), n),
+        "offset": found["offset"],
+        "timestamp": pc.multiply(found["timestamp"], 1000).cast(TIMESTAMP),
+        "timestamp_type": found["timestamp_type"],
     }
 
 
 def key_value_rows(cols: Columns) -> pa.Table:
-    arrays = _meta(cols)
-    arrays["value"] = pa.array(cols.values, pa.binary())
+    found = cols.arrays()
+    arrays = _meta(cols, found)
+    arrays["value"] = found["value"]
     return pa.table({f.name: arrays[f.name] for f in KEY_VALUE_SCHEMA}, schema=KEY_VALUE_SCHEMA)
 
 
@@ -130,8 +133,9 @@ def schema_id_rows(cols: Columns, texts: SchemaTexts, avro: AvroValues) -> pa.Ta
     """The rows of ``cols`` for a value_schema_id_prefix topic: one Arrow table per schema id
     seen, concatenated with their schemas unified (later fields added, nulls where absent).
     Raises ``UnknownSchemas`` for ids not in ``texts`` yet."""
+    payloads = cols.value_list()
     ids: list[int] = []
-    for v in cols.values:
+    for v in payloads:
         if v is not None and len(v) >= 5 and v[0] == MAGIC:
             ids.append(_SCHEMA_ID.unpack_from(v)[1])
         else:
@@ -142,7 +146,7 @@ def schema_id_rows(cols: Columns, texts: SchemaTexts, avro: AvroValues) -> pa.Ta
     by_id: dict[int, list[int]] = {}
     decoded: list[Any] = [None] * len(ids)
     raw: list[bytes | None] = [None] * len(ids)
-    for row, (schema_id, value) in enumerate(zip(ids, cols.values)):
+    for row, (schema_id, value) in enumerate(zip(ids, payloads)):
         reader = avro.reader(schema_id, texts) if schema_id >= 0 else None
         if reader is None:
             raw[row] = value
@@ -168,7 +172,7 @@ def schema_id_rows(cols: Columns, texts: SchemaTexts, avro: AvroValues) -> pa.Ta
                 values = pa.array([_wrap(decoded[r]) for r in rows], struct_type)
             except (pa.ArrowException, TypeError, ValueError):
                 for r in rows:  # values Arrow cannot take as typed (a union of kinds): raw
-                    raw[r] = cols.values[r]
+                    raw[r] = payloads[r]
                 schema_id = -1
         arrays["schema_id"] = pa.array(
             [schema_id if schema_id >= 0 else None] * len(rows), pa.int32()

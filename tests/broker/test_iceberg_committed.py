@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from headrace.broker.iceberg import committed
 from headrace.broker.iceberg.committed import read_committed
 from headrace.broker.log.txn_markers import control_batch
 from headrace.protocol.records import Record, build_batch, decode_records, iter_batches
@@ -32,6 +33,29 @@ def append(plog: Log, batch: bytes, aborted: AbortedTxn | None = None) -> None:
     plog.append(data, base, base + h.last_offset_delta, h.max_timestamp, aborted_txn=aborted)
 
 
+@pytest.fixture(params=["c", "python"])
+def decoder(request, monkeypatch):
+    """Both decoders: the C one (headrace._record_columns, when built) and the Python twin."""
+    if request.param == "python":
+        monkeypatch.setattr(committed, "_columns", None)
+    elif committed._columns is None:
+        pytest.skip("headrace._record_columns is not built")
+    return request.param
+
+
+def rows_of(cols) -> list[tuple]:
+    found = cols.arrays()
+    return list(
+        zip(
+            found["offset"].to_pylist(),
+            found["timestamp"].to_pylist(),
+            found["key"].to_pylist(),
+            found["value"].to_pylist(),
+            found["headers"],
+        )
+    )
+
+
 @pytest.fixture
 def plog(tmp_path):
     plog = Log.open(str(tmp_path / "t-0"), recover=False)
@@ -39,7 +63,7 @@ def plog(tmp_path):
     plog.close()
 
 
-def test_the_columns_are_what_the_generic_decoder_reads(plog):
+def test_the_columns_are_what_the_generic_decoder_reads(plog, decoder):
     for i in range(6):
         append(plog, build_batch(records(i), compression=1 if i % 2 else 0))
     expected = []
@@ -49,15 +73,16 @@ def test_the_columns_are_what_the_generic_decoder_reads(plog):
     end = plog.log_end_offset
     for start, stop in ((0, end), (3, end), (7, 22), (0, 1)):
         cols = read_committed(plog, 0, start, stop, 1 << 20)
-        got = list(zip(cols.offsets, cols.timestamps, cols.keys, cols.values, cols.headers))
+        got = rows_of(cols)
         want = [(o, t, k, v, h) for o, t, k, v, h in expected if start <= o < stop]
         assert got == want, (start, stop)
         assert cols.next_offset >= stop and not cols.more
     small = read_committed(plog, 0, 0, end, 1)  # one batch at least, then stop
-    assert small.offsets == [0, 1, 2, 3, 4] and small.more and small.next_offset == 5
+    assert [r[0] for r in rows_of(small)] == [0, 1, 2, 3, 4]
+    assert small.more and small.next_offset == 5
 
 
-def test_an_aborted_transaction_and_control_batches_are_left_out(plog):
+def test_an_aborted_transaction_and_control_batches_are_left_out(plog, decoder):
     append(plog, build_batch([Record(value=b"plain")]))
     txn = dict(producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)
     first = plog.log_end_offset
@@ -68,5 +93,5 @@ def test_an_aborted_transaction_and_control_batches_are_left_out(plog):
     append(plog, build_batch([Record(value=b"committed")], **{**txn, "base_sequence": 2}))
     append(plog, control_batch(7, 0, True, 0))
     cols = read_committed(plog, 0, 0, plog.log_end_offset, 1 << 20)
-    assert cols.values == [b"plain", b"between", b"committed"]
+    assert cols.value_list() == [b"plain", b"between", b"committed"]
     assert cols.next_offset == plog.log_end_offset
