@@ -1214,6 +1214,14 @@ BROKER_SETTINGS: dict[str, Setting] = {
             " worker threads: never the event loop.",
         ),
         Setting(
+            "iceberg.snapshot.retention.ms",
+            "long",
+            24 * 3600 * 1000,
+            "Snapshots of a topic's table older than this are expired (time travel reaches back"
+            " this far; the rows stay); -1: every snapshot is kept. Old metadata files are"
+            " deleted beyond the newest 100.",
+        ),
+        Setting(
             "iceberg.retry.backoff.max.ms",
             "int",
             30000,
@@ -1253,6 +1261,7 @@ BROKER_MINIMUMS = {
     "iceberg.buffer.max.bytes": 1,
     "iceberg.max.open.files": 1,
     "iceberg.retry.backoff.max.ms": 1,
+    "iceberg.snapshot.retention.ms": -1,
 }
 
 _TOPIC_RANGES = {

@@ -38,6 +38,12 @@ NEXT_OFFSET = "headrace.next-offset."
 OFFSETS_SUMMARY = "headrace.offsets"
 TOPIC_ID = "headrace.topic-id"  # the topic whose offsets the table's properties hold
 NO_RETRY = {"commit.retry.num-retries": "0"}
+# a table committed to every few seconds: its old metadata files go (the newest 100 stay)
+METADATA_KEPT = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
+}
+EXPIRE_EVERY_S = 600.0  # how often a writer looks for snapshots to expire
 
 
 class Conflict(Exception):
@@ -75,7 +81,12 @@ def load_or_create(catalog: Catalog, identifier: str, schema: pa.Schema, mode: s
             table = catalog.create_table(
                 identifier,
                 schema=schema,
-                properties={"format-version": "2", "headrace.mode": mode, **NO_RETRY},
+                properties={
+                    "format-version": "2",
+                    "headrace.mode": mode,
+                    **NO_RETRY,
+                    **METADATA_KEPT,
+                },
             )
         except TableAlreadyExistsError:
             table = catalog.load_table(identifier)
@@ -166,3 +177,20 @@ def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
         else:
             arrays.append(pa.nulls(rows.num_rows, field.type))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def expire_snapshots(table: Table, older_than_ms: int) -> int:
+    """Expire the table's snapshots older than ``older_than_ms`` (epoch milliseconds; the
+    current one never); how many. The offsets are table properties, so no snapshot is needed
+    to resume; a commit another writer beat is left for the next time."""
+    from datetime import UTC, datetime
+
+    old = [s for s in table.snapshots() if s.timestamp_ms < older_than_ms]
+    if not old:
+        return 0
+    try:
+        expire = table.maintenance.expire_snapshots()
+        expire.older_than(datetime.fromtimestamp(older_than_ms / 1000, UTC)).commit()
+    except CommitFailedException:
+        return 0
+    return len(old)

@@ -90,6 +90,7 @@ class IcebergSettings:
     broker_buffer: int
     open_files: int
     backoff_max_s: float
+    snapshot_retention_ms: int
 
     @classmethod
     def of(cls, config, data_dir: Path) -> IcebergSettings:
@@ -114,6 +115,7 @@ class IcebergSettings:
             broker_buffer=int(config["iceberg.buffer.max.bytes"]),
             open_files=int(config["iceberg.max.open.files"]),
             backoff_max_s=int(config["iceberg.retry.backoff.max.ms"]) / 1000,
+            snapshot_retention_ms=int(config["iceberg.snapshot.retention.ms"]),
         )
 
 
@@ -159,6 +161,7 @@ class IcebergTranslator:
         self._schemas: dict[int, tuple[str, str, list[str]] | None] = {}
         self._catalog: Any = None  # pyiceberg's, made in a worker thread on first use
         self._avro: Any = None
+        self._expired: dict[str, float] = {}  # topic -> monotonic time of the last expiry
 
     # lifecycle --------------------------------------------------------------------------------
 
@@ -359,10 +362,29 @@ class IcebergTranslator:
                 if conflicts > CONFLICT_RETRIES:
                     raise
                 continue
+            self._maybe_expire(table, work.topic)
             for c in changed:
                 visible[c.partition] = c.next_offset
             more = any(c.more for c in changed)
             return Outcome(visible, more, data.num_rows if data is not None else 0, conflicts)
+
+    def _maybe_expire(self, table: Any, topic: str) -> None:
+        """(A worker thread, after a commit.) Expire the table's old snapshots, at most every
+        ``tables.EXPIRE_EVERY_S`` per topic; a failure is logged and waits for the next time."""
+        from . import tables
+
+        keep_ms = self.settings.snapshot_retention_ms
+        now = time.monotonic()
+        if (
+            keep_ms < 0
+            or now - self._expired.get(topic, -tables.EXPIRE_EVERY_S) < tables.EXPIRE_EVERY_S
+        ):
+            return
+        self._expired[topic] = now
+        try:
+            tables.expire_snapshots(table, int(time.time() * 1000) - keep_ms)
+        except Exception:
+            log.warning("iceberg: expiring old snapshots of %s failed", topic, exc_info=True)
 
     # metrics ----------------------------------------------------------------------------------
 

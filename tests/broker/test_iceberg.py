@@ -402,3 +402,31 @@ def test_a_topic_made_again_under_its_name_is_added_from_its_start(broker):
     assert values == sorted([b"old %d" % i for i in range(5)] + [b"new %d" % i for i in range(3)])
     table = catalog(broker.data_dir).load_table(f"kafka.{topic}")
     assert table.properties["headrace.next-offset.0"] == "3"
+
+
+def test_old_snapshots_are_expired_and_the_rows_stay(tmp_path, monkeypatch):
+    import headrace
+    from headrace.broker.iceberg import tables
+
+    monkeypatch.setattr(tables, "EXPIRE_EVERY_S", 0.0)
+    settings = {**SETTINGS, "iceberg.commit.interval.ms": 100, "iceberg.snapshot.retention.ms": 1}
+    with headrace.Broker(settings, data_dir=tmp_path) as broker:
+        broker.create_topic("expiring", partitions=1, iceberg_mode="key_value")
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+        for i in range(4):
+            producer.produce("expiring", value=b"%d" % i)
+            assert producer.flush(30) == 0
+            wait_rows(tmp_path, "expiring", i + 1)
+        table = catalog(tmp_path).load_table("kafka.expiring")
+        assert len(table.snapshots()) <= 2  # (the newest, and at most one since the last expiry)
+        assert table.properties["headrace.next-offset.0"] == "4"
+        assert sorted(table.scan().to_arrow().column("value").to_pylist()) == [
+            b"0",
+            b"1",
+            b"2",
+            b"3",
+        ]
+        metadata = list(
+            (tmp_path / "iceberg" / "warehouse" / "kafka" / "expiring").rglob("*.metadata.json")
+        )
+        assert metadata
