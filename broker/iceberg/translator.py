@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -361,6 +362,8 @@ class IcebergTranslator:
                 conflicts += 1
                 if conflicts > CONFLICT_RETRIES:
                     raise
+                # (leaders of one table that keep colliding draw apart)
+                time.sleep(random.uniform(0, 0.02 * conflicts))
                 continue
             self._maybe_expire(table, work.topic)
             for c in changed:
