@@ -1151,6 +1151,15 @@ BROKER_SETTINGS: dict[str, Setting] = {
             topic="iceberg.mode",
         ),
         Setting(
+            "iceberg.default.upsert",
+            "boolean",
+            False,
+            "On a compacted topic (cleanup.policy compact) written as a table: the table holds"
+            " the latest record of each key (a record replaces its key's row, a tombstone"
+            " deletes it) instead of every record.",
+            topic="iceberg.upsert",
+        ),
+        Setting(
             "iceberg.commit.interval.ms",
             "int",
             60000,

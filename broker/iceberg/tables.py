@@ -111,12 +111,17 @@ def next_offsets(table: Table, topic_id: str) -> dict[int, int]:
 
 
 def commit(
-    table: Table, rows: pa.Table | None, ranges: Iterable[tuple[int, int, int]], topic_id: str
+    table: Table,
+    rows: pa.Table | None,
+    ranges: Iterable[tuple[int, int, int]],
+    topic_id: str,
+    upsert: bool = False,
 ) -> Table:
     """Append ``rows`` (None or empty: none) and set the next offset of each ``(partition,
     start, end)`` to ``end``, in one snapshot when there are rows. Raises ``Conflict`` when the
     table changed since it was loaded; the schema grows first when ``rows`` bring new columns
-    (a separate commit: a newer schema with no rows is harmless)."""
+    (a separate commit: a newer schema with no rows is harmless). ``upsert``: the rows replace
+    those of their keys instead (``upsert_by_key``), in the same transaction."""
     ranges = list(ranges)
     props = {f"{NEXT_OFFSET}{p}": str(end) for p, _, end in ranges}
     props[TOPIC_ID] = topic_id
@@ -132,10 +137,11 @@ def commit(
                     update.union_by_name(rows.schema)
             with table.transaction() as tx:
                 _assert_branch(tx, snapshot.snapshot_id if snapshot else None)
-                tx.append(
-                    _conform(rows, tx.table_metadata.schema().as_arrow()),
-                    {OFFSETS_SUMMARY: summary},
-                )
+                conformed = _conform(rows, tx.table_metadata.schema().as_arrow())
+                if upsert:
+                    upsert_by_key(tx, conformed, {OFFSETS_SUMMARY: summary})
+                else:
+                    tx.append(conformed, {OFFSETS_SUMMARY: summary})
                 tx.set_properties(props)
                 if stale:
                     tx.remove_properties(*stale)
@@ -194,3 +200,30 @@ def expire_snapshots(table: Table, older_than_ms: int) -> int:
     except CommitFailedException:
         return 0
     return len(old)
+
+
+def upsert_by_key(tx: Any, rows: pa.Table, summary: dict[str, str]) -> None:
+    """A compacted topic's rows as its latest record per key: of the rows with one key the
+    latest (by timestamp, then offset) wins; it replaces the table's row of that key, or, a
+    tombstone (no value), deletes it."""
+    import pyarrow.compute as pc
+    from pyiceberg.expressions import In
+
+    rows = rows.filter(pc.is_valid(rows.column("key")))  # (a compacted topic has keys)
+    if not rows.num_rows:
+        return
+    indexed = rows.append_column("__row", pa.array(range(rows.num_rows), pa.int64()))
+    indexed = indexed.sort_by([("timestamp", "ascending"), ("offset", "ascending")])
+    indexed = indexed.append_column("__order", pa.array(range(rows.num_rows), pa.int64()))
+    last = indexed.group_by("key").aggregate([("__order", "max")]).column("__order_max")
+    latest = indexed.take(last).drop_columns(["__row", "__order"])
+    value_columns = [c for c in ("value", "value_raw") if c in latest.column_names]
+    present = pc.is_valid(latest.column(value_columns[0]))
+    for name in value_columns[1:]:
+        present = pc.or_(present, pc.is_valid(latest.column(name)))
+    gone = latest.filter(pc.invert(present)).column("key").to_pylist()
+    live = latest.filter(present)
+    if gone:
+        tx.delete(In("key", gone), snapshot_properties=summary)  # type: ignore[call-arg, arg-type]
+    if live.num_rows:
+        tx.upsert(live, join_cols=["key"], snapshot_properties=summary)

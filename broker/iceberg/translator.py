@@ -127,6 +127,7 @@ class Work:
     topic: str
     topic_id: str
     mode: str
+    upsert: bool  # iceberg.upsert on a compacted topic: the latest row per key
     logs: dict[int, Any]  # partition -> its Log
     ends: dict[int, int]  # partition -> its last stable offset now
     max_bytes: int  # per partition
@@ -231,6 +232,8 @@ class IcebergTranslator:
                 topic.name,
                 str(topic.topic_id),
                 mode,
+                bool(topic.setting("iceberg.upsert"))
+                and "compact" in str(topic.setting("cleanup.policy")),
                 {p.index: p.log for p in topic.led},
                 ends,
                 per_partition,
@@ -357,7 +360,7 @@ class IcebergTranslator:
             data = pa.concat_tables(pieces, promote_options="permissive") if pieces else None
             ranges = [(c.partition, c.start, c.next_offset) for c in changed]
             try:
-                tables.commit(table, data, ranges, work.topic_id)
+                tables.commit(table, data, ranges, work.topic_id, work.upsert)
             except tables.Conflict:
                 conflicts += 1
                 if conflicts > CONFLICT_RETRIES:

@@ -430,3 +430,31 @@ def test_old_snapshots_are_expired_and_the_rows_stay(tmp_path, monkeypatch):
             (tmp_path / "iceberg" / "warehouse" / "kafka" / "expiring").rglob("*.metadata.json")
         )
         assert metadata
+
+
+def test_a_compacted_topic_as_upserts_holds_the_latest_record_of_each_key(broker):
+    topic = "profiles"
+    broker.create_topic(
+        topic,
+        partitions=1,
+        iceberg_mode="key_value",
+        cleanup_policy="compact",
+        iceberg_upsert="true",
+    )
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for key, value in [(b"a", b"1"), (b"b", b"1"), (b"a", b"2"), (b"c", b"1")]:
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+    wait_rows(broker.data_dir, topic, 3)
+    for key, value in [(b"b", None), (b"c", b"2"), (b"d", b"1")]:
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        table = catalog(broker.data_dir).load_table(f"kafka.{topic}")
+        if table.properties.get("headrace.next-offset.0") == "7":
+            break
+        time.sleep(0.2)
+    rows = table.scan().to_arrow()
+    got = sorted(zip(rows.column("key").to_pylist(), rows.column("value").to_pylist()))
+    assert got == [(b"a", b"2"), (b"c", b"2"), (b"d", b"1")]
