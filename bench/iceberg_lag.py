@@ -65,8 +65,12 @@ def main(count: int, mode: str, interval_ms: int = 1000) -> None:
         watcher = threading.Thread(target=watch)
         watcher.start()
         producer = Producer(
-            {"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5,
-             "batch.size": 262144}
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "acks": "all",
+                "linger.ms": 5,
+                "batch.size": 262144,
+            }
         )
         started = time.monotonic()
         for i in range(count):
