@@ -37,6 +37,7 @@ log = logging.getLogger("headrace")
 MODES = ("key_value", "value_schema_id_prefix")
 CONFLICT_RETRIES = 20
 TICK_S = 0.1  # how often the last stable offsets are sampled (for the lag)
+SAMPLES = 4096  # per partition: (last stable offset, when first seen)
 
 # how long a schema id the registry does not know is waited for (this broker's view of
 # _schemas may lag the broker a producer registered it through) before its values are taken
@@ -220,9 +221,13 @@ class IcebergTranslator:
             for p in topic.led:
                 lso = p.last_stable_offset
                 ends[p.index] = lso
-                samples = state.stable.setdefault(p.index, deque(maxlen=4096))
+                samples = state.stable.setdefault(p.index, deque(maxlen=SAMPLES))
                 if not samples or samples[-1][0] < lso:
-                    samples.append((lso, now))
+                    if len(samples) < SAMPLES:
+                        samples.append((lso, now))
+                    else:  # (full, while the table falls behind: the newest sample grows, so
+                        # the oldest waiting record's time is kept and the lag never shrinks)
+                        samples[-1] = (lso, samples[-1][1])
             if state.running or now < state.due:
                 continue
             if all(state.visible.get(i, -1) >= end for i, end in ends.items()):
