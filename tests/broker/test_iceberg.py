@@ -335,6 +335,7 @@ def test_a_failing_catalog_holds_back_no_produce_and_is_caught_up_later(tmp_path
         samples = scrape(broker.metrics_port)
         assert value(samples, "headrace_iceberg_failing", topic="held") == 0
         assert value(samples, "headrace_iceberg_rows_total", topic="held") == 100
+        assert value(samples, "headrace_iceberg_lag_seconds", topic="held") == 0
 
 
 EVENT_JSON = {
