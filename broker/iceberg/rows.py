@@ -122,11 +122,65 @@ def _avro_decoder(text: str, references: list[str]) -> Decoder:
     for ref in references:
         parse_schema(json.loads(ref), named_schemas=named)
     parsed = parse_schema(json.loads(text), named_schemas=named)
+    convert = _avro_convert(parsed, named)
 
     def decode(body: bytes) -> Any:
-        return schemaless_reader(io.BytesIO(body), parsed, None)
+        value = schemaless_reader(io.BytesIO(body), parsed, None)
+        return value if convert is None else convert(value)
 
     return decode, _struct_type(parsed, named)
+
+
+def _text(v: Any) -> Any:
+    return None if v is None else json.dumps(v, separators=(",", ":"), default=str)
+
+
+def _avro_convert(
+    schema: Any, named: dict[str, Any], seen: frozenset[str] = frozenset()
+) -> Callable[[Any], Any] | None:
+    """What fastavro's value needs to fit ``arrow_type(schema)``: the JSON text of a union of
+    several types or of a recursive type, ``str`` of a uuid; None when it fits as it is."""
+    if isinstance(schema, str):
+        if schema in named and schema not in _PRIMITIVE and schema != "null":
+            if schema in seen:
+                return _text
+            return _avro_convert(named[schema], named, seen | {schema})
+        return None
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        return _avro_convert(branches[0], named, seen) if len(branches) == 1 else _text
+    kind = schema.get("type")
+    if schema.get("logicalType") == "uuid":
+        return lambda v: None if v is None else str(v)
+    if kind == "record":
+        inner = seen | {schema.get("name", "")}
+        fields = [(f["name"], _avro_convert(f["type"], named, inner)) for f in schema["fields"]]
+        changing = [(name, fn) for name, fn in fields if fn is not None]
+        if not changing:
+            return None
+
+        def record(v: Any) -> Any:
+            if v is None:
+                return None
+            v = dict(v)
+            for name, fn in changing:
+                v[name] = fn(v.get(name))
+            return v
+
+        return record
+    if kind == "array":
+        item = _avro_convert(schema["items"], named, seen)
+        if item is None:
+            return None
+        return lambda v: None if v is None else [item(x) for x in v]
+    if kind == "map":
+        each = _avro_convert(schema["values"], named, seen)
+        if each is None:
+            return None
+        return lambda v: None if v is None else {k: each(x) for k, x in v.items()}
+    if isinstance(kind, str | list | dict) and kind not in ("enum", "fixed"):
+        return _avro_convert(kind, named, seen)
+    return None
 
 
 def schema_id_rows(cols: Columns, texts: SchemaTexts, avro: AvroValues) -> pa.Table:
