@@ -20,6 +20,7 @@ SQL catalog makes. Needs Java 17.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -210,6 +211,10 @@ def main() -> int:
         f" duplicates {duplicates}, acknowledged missing {len(missing)}, aborted rows {aborted}"
     )
     ok = rows == expected and not missing and not duplicates and not aborted
+    if ok:
+        shutil.rmtree(data, ignore_errors=True)
+    else:
+        print(f"the broker's data (and the table) kept in {data}")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
