@@ -12,6 +12,8 @@ tools/         the admin commands (``headrace topics``, ``groups``, ``dump-log``
 apis/          one module per Kafka API, and the registry of them
 registry/      the schema registry: Confluent's REST API on a listener of its own, its state
                in the compacted topic ``_schemas``
+iceberg/       topics as Iceberg tables: committed records of the led partitions, written as
+               Parquet and committed as snapshots with the offsets they reach
 share/         share groups' records at the partition leaders: in-flight records, locks,
                delivery counts, share sessions
 coordinator/   ``txn/``: the transaction coordinator, producer ids, markers;

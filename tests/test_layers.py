@@ -235,6 +235,7 @@ BROKER_LAYERS = [
     "tools",
     "apis",
     "registry",
+    "iceberg",
     "share",
     "coordinator.txn",
     "coordinator.share",
@@ -505,6 +506,8 @@ def test_a_broker_loads_optional_libraries_only_when_it_uses_them():
         "jsonschema",
         "proto_schema_parser",
         "google.protobuf",
+        "pyiceberg",
+        "pyarrow",
     )
     code = (
         "import sys, headrace.broker.app.cli, headrace.broker.app.server\n"

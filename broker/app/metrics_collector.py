@@ -71,6 +71,7 @@ class BrokerCollector(Collector):
         yield from self._connections()
         yield from self._groups()
         yield from self._cleaner()
+        yield from self._iceberg()
         ready = GaugeMetricFamily(
             "headrace_ready", "1 once the logs are loaded and the broker serves (see /ready)"
         )
@@ -85,6 +86,48 @@ class BrokerCollector(Collector):
         for topic, parts in broker.unavailable_coordinator_partitions().items():
             down.add_metric([topic], len(parts))
         yield down
+
+    def _iceberg(self) -> Iterator[Metric]:
+        """Topics as Iceberg tables (``iceberg.enabled``): per topic, at this broker."""
+        translator = self.broker.iceberg
+        if translator is None:
+            return
+        labels = ["topic"]
+        lag = GaugeMetricFamily(
+            "headrace_iceberg_lag_seconds",
+            "How long the oldest acknowledged, committed record of the topic that is not a"
+            " row of its table yet has waited (0: every one is)",
+            labels=labels,
+        )
+        rows = CounterMetricFamily(
+            "headrace_iceberg_rows", "Rows committed to the topic's table", labels=labels
+        )
+        commits = CounterMetricFamily(
+            "headrace_iceberg_commits", "Snapshots committed to the topic's table", labels=labels
+        )
+        conflicts = CounterMetricFamily(
+            "headrace_iceberg_commit_conflicts",
+            "Commits another writer beat (the round was read again from the table's offsets)",
+            labels=labels,
+        )
+        errors = CounterMetricFamily(
+            "headrace_iceberg_errors",
+            "Rounds that failed (catalog, disk, records): retried after a backoff",
+            labels=labels,
+        )
+        failing = GaugeMetricFamily(
+            "headrace_iceberg_failing",
+            "1 while the topic's last round failed (it is retried after a backoff)",
+            labels=labels,
+        )
+        for name, state in sorted(translator.states.items()):
+            lag.add_metric([name], translator.lag_seconds(name))
+            rows.add_metric([name], state.rows)
+            commits.add_metric([name], state.commits)
+            conflicts.add_metric([name], state.conflicts)
+            errors.add_metric([name], state.errors)
+            failing.add_metric([name], 1.0 if state.failures else 0.0)
+        yield from (lag, rows, commits, conflicts, errors, failing)
 
     def _requests(self, metrics: BrokerMetrics) -> Iterator[Metric]:
         latency = HistogramMetricFamily(

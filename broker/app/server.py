@@ -89,6 +89,7 @@ from .dispatch import Dispatcher
 from .metrics import BrokerMetrics
 
 if TYPE_CHECKING:
+    from headrace.broker.iceberg.translator import IcebergTranslator
     from headrace.broker.registry.http_api import RegistryServer
     from headrace.broker.registry.registry import SchemaRegistry
 
@@ -240,6 +241,8 @@ class BrokerServer:
         self.schema_registry: SchemaRegistry | None = None
         self._registry_server: RegistryServer | None = None
         self.registry_url = ""  # what other brokers forward registry writes to
+        # topics as Iceberg tables (iceberg.enabled): made at start when it is on
+        self.iceberg: IcebergTranslator | None = None
         self._router: Router | None = None
         self._tasks: list[asyncio.Task] = []
         self.dir = DataDir(self.data_dir, self.node_id)  # its lock is held from start to stop
@@ -279,6 +282,13 @@ class BrokerServer:
                 ", ".join(self.config.ignored),
             )
         self._tls, self.sasl = self._security()
+        if bool(self.config["iceberg.enabled"]):
+            import importlib.util
+
+            if importlib.util.find_spec("pyiceberg") is None:  # (found, not imported)
+                raise StartupError(
+                    "iceberg.enabled needs pyiceberg: pip install 'headrace[iceberg]'"
+                )
         await self._serve_metrics()
         try:
             await asyncio.to_thread(self._open_data_dir)
@@ -326,6 +336,7 @@ class BrokerServer:
                 )
             )
         self.cleaner.start()
+        self._start_iceberg()
         # only now are connections accepted: until here they wait in the listen backlog, so
         # no client is answered before the broker knows what to answer (in a cluster: it is
         # registered and has read the brokers, topics, partition states and controller)
@@ -441,6 +452,19 @@ class BrokerServer:
     def _registry_url_of(self, node: int) -> str | None:
         endpoint = self.cluster.brokers.get(node)
         return endpoint.registry or None if endpoint is not None else None
+
+    def _start_iceberg(self) -> None:
+        """The Iceberg translator (``iceberg.enabled``): the partition leaders' writer of the
+        topics whose ``iceberg.mode`` is not disabled. Its libraries load with the first such
+        topic's first round."""
+        if not bool(self.config["iceberg.enabled"]):
+            return
+        from headrace.broker.iceberg.translator import IcebergSettings, IcebergTranslator
+
+        self.iceberg = IcebergTranslator(
+            self.topics, IcebergSettings.of(self.config, self.data_dir), self.schema_registry
+        )
+        self.iceberg.start()
 
     async def _stop_registry(self) -> None:
         if self.schema_registry is not None:
@@ -727,6 +751,8 @@ class BrokerServer:
         if self.replicas is not None:
             await self.replicas.stop()
         await self.cleaner.stop()
+        if self.iceberg is not None:
+            await self.iceberg.stop()
         self.groups.stop()
         self.transactions.stop()
         self.shares.close()

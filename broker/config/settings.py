@@ -1136,6 +1136,111 @@ BROKER_SETTINGS: dict[str, Setting] = {
             2097152,
             "Largest HTTP request body the registry reads; a larger one gets 413.",
         ),
+        Setting(
+            "iceberg.enabled",
+            "boolean",
+            False,
+            "Write the topics whose iceberg.mode is not disabled as Apache Iceberg tables (the"
+            " pyiceberg extra: pip install 'headrace[iceberg]'); each partition's leader writes"
+            " its committed records.",
+        ),
+        Setting(
+            "iceberg.default.mode",
+            "string",
+            "disabled",
+            "How a topic becomes a table: disabled; key_value (key, value, headers, partition,"
+            " offset, timestamp); value_schema_id_prefix (the value's columns from its schema in"
+            " the schema registry, Confluent's wire format: byte 0, then the 4-byte schema id).",
+            topic="iceberg.mode",
+        ),
+        Setting(
+            "iceberg.default.upsert",
+            "boolean",
+            False,
+            "On a compacted topic (cleanup.policy compact) written as a table: the table holds"
+            " the latest record of each key (a record replaces its key's row, a tombstone"
+            " deletes it) instead of every record.",
+            topic="iceberg.upsert",
+        ),
+        Setting(
+            "iceberg.commit.interval.ms",
+            "int",
+            60000,
+            "How often each partition leader commits its topics' new committed records as an"
+            " Iceberg snapshot: the lag between a record's acknowledgement and its row.",
+        ),
+        Setting(
+            "iceberg.catalog.type",
+            "string",
+            "sql",
+            "sql: pyiceberg's SQL catalog (SQLite in the data directory unless"
+            " iceberg.catalog.uri names another database); rest: an Iceberg REST catalog at"
+            " iceberg.catalog.uri.",
+        ),
+        Setting(
+            "iceberg.catalog.uri",
+            "string",
+            "",
+            "The catalog: a SQLAlchemy URL for sql (default sqlite:///<data dir>/iceberg/"
+            "catalog.db; every broker of a cluster must name the same one), the REST"
+            " catalog's http(s) URL for rest.",
+        ),
+        Setting(
+            "iceberg.catalog.warehouse",
+            "string",
+            "",
+            "Where the tables' files go (a path or URL pyiceberg writes to); default"
+            " <data dir>/iceberg/warehouse. Shared by every broker of a cluster.",
+        ),
+        Setting(
+            "iceberg.catalog.name",
+            "string",
+            "headrace",
+            "The catalog's name (the SQL catalog's catalog_name column; what engines call it).",
+        ),
+        Setting(
+            "iceberg.namespace",
+            "string",
+            "kafka",
+            "The namespace the tables are made in; a topic's table is <namespace>.<topic>.",
+        ),
+        Setting(
+            "iceberg.partition.buffer.max.bytes",
+            "int",
+            64 * 1024 * 1024,
+            "Most record bytes of one partition read into memory for one commit; a partition"
+            " further behind catches up over several commits, one after the other.",
+        ),
+        Setting(
+            "iceberg.buffer.max.bytes",
+            "int",
+            256 * 1024 * 1024,
+            "Most record bytes of all partitions read into memory for commits at once; the"
+            " other partitions wait for the next round.",
+        ),
+        Setting(
+            "iceberg.max.open.files",
+            "int",
+            2,
+            "Tables written at once (each writes one Parquet file at a time), in as many"
+            " worker threads: never the event loop.",
+        ),
+        Setting(
+            "iceberg.snapshot.retention.ms",
+            "long",
+            24 * 3600 * 1000,
+            "Snapshots of a topic's table older than this are expired (time travel reaches back"
+            " this far; the rows stay); -1: every snapshot is kept. Old metadata files are"
+            " deleted beyond the newest 100.",
+        ),
+        Setting(
+            "iceberg.retry.backoff.max.ms",
+            "int",
+            30000,
+            "Longest wait before trying again after a failed commit (a failing catalog, a full"
+            " disk); the wait doubles from iceberg.commit.interval.ms / 10 up to it. Produce is"
+            " never held back.",
+        ),
     ]
 }
 
@@ -1195,10 +1300,13 @@ _TOPIC_CHOICES = {
     "compression.type": {"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"},
     "confluent.key.subject.name.strategy": SUBJECT_NAME_STRATEGIES,
     "confluent.value.subject.name.strategy": SUBJECT_NAME_STRATEGIES,
+    "iceberg.mode": {"disabled", "key_value", "value_schema_id_prefix"},
 }
 
 BROKER_CHOICES = {
     "log.io.backend": {"os", "io_uring"},
+    "iceberg.catalog.type": {"sql", "rest"},
+    "iceberg.default.mode": {"disabled", "key_value", "value_schema_id_prefix"},
     "ssl.keystore.type": {"PEM"},
     "ssl.truststore.type": {"PEM"},
     "ssl.client.auth": {"none", "requested", "required"},
@@ -1210,6 +1318,12 @@ BROKER_MINIMUMS = {
     "quota.window.num": 1,
     "quota.window.size.seconds": 1,
     "transaction.partition.verification.max.guards": 1,
+    "iceberg.commit.interval.ms": 1,
+    "iceberg.partition.buffer.max.bytes": 1,
+    "iceberg.buffer.max.bytes": 1,
+    "iceberg.max.open.files": 1,
+    "iceberg.retry.backoff.max.ms": 1,
+    "iceberg.snapshot.retention.ms": -1,
 }
 
 _TOPIC_RANGES = {

@@ -317,6 +317,24 @@ class SchemaRegistry:
             raise errors.schema_not_found(schema_id)
         return self._schema_fields(stored, fmt)
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the replica of ``_schemas`` held at start has been read."""
+        return self.reader.loaded.is_set()
+
+    def schema_texts(self, schema_id: int) -> tuple[str, str, list[str]] | None:
+        """(Type, text, the texts of the schemas it references, theirs first) of schema
+        ``schema_id`` in this broker's view; None when there is none (topics as tables decode
+        values with it)."""
+        stored = self.state.schemas.get(schema_id)
+        if stored is None:
+            return None
+        try:
+            refs = self._reference_texts(stored.references)
+        except Exception:  # (a reference that is gone: the schema cannot be read whole)
+            return None
+        return stored.schema_type, stored.text, refs
+
     def schema_usage(self, schema_id: int, deleted: bool) -> list[tuple[str, int]]:
         if schema_id not in self.state.schemas:
             raise errors.schema_not_found(schema_id)

@@ -1,0 +1,12 @@
+"""headrace.broker.iceberg: topics as Apache Iceberg tables, written by the partition leaders
+from committed records (off unless ``iceberg.enabled``; pyiceberg and pyarrow, the ``iceberg``
+extra, are imported only when a topic's ``iceberg.mode`` is not ``disabled``).
+
+translator.py  On the event loop: which topics and partitions have new committed records, the
+               rounds (in worker threads), backoff after failures, the bounds, lag and counters
+committed.py   A partition's records as a read_committed consumer gets them, into columns
+rows.py        Those columns as Arrow rows: key_value, or value_schema_id_prefix (Avro values
+               decoded with their registered schema)
+tables.py      The catalog (SQL or REST), the table, and the commit that appends rows and
+               records each partition's next offset in the same snapshot
+"""

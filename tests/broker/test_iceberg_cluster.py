@@ -1,0 +1,100 @@
+"""Topics as Iceberg tables in a cluster: two brokers (ZooKeeper) share one catalog and one
+warehouse (a SQLite file and a folder on this machine); each commits the partitions it leads
+to the topic's one table, concurrently. The leader of some partitions is killed (SIGKILL) during
+a load and the other broker takes them over from the table's offsets: the table ends as exactly
+what a read_committed consumer reads, every acknowledged record once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("pyiceberg")
+
+from confluent_kafka import Producer  # noqa: E402
+
+from tests.broker.test_cluster import cluster, create, leaders, wait_for  # noqa: E402, F401
+from tests.broker.test_iceberg import read_committed  # noqa: E402
+
+
+def test_two_leaders_one_table_and_a_leader_killed(cluster, tmp_path):  # noqa: F811
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    uri = f"sqlite:///{shared}/catalog.db"
+    brokers = cluster(
+        2,
+        **{
+            "iceberg.enabled": "true",
+            "iceberg.commit.interval.ms": 200,
+            "iceberg.catalog.uri": uri,
+            "iceberg.catalog.warehouse": str(shared / "warehouse"),
+        },
+    )
+    boot = ",".join(b.bootstrap for b in brokers)
+    create(brokers, "shared", 4, replication_factor=2, config={"iceberg.mode": "key_value"})
+    led = leaders(brokers[0], "shared")
+    assert set(led.values()) == {1, 2}, led  # both brokers lead some partitions
+    acked: set[tuple[int, int]] = set()
+    stop = threading.Event()
+
+    def produce() -> None:
+        p = Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 2})
+
+        def done(err, msg) -> None:
+            if err is None:
+                acked.add((msg.partition(), msg.offset()))
+
+        i = 0
+        while not stop.is_set():
+            try:
+                p.produce(
+                    "shared", key=b"%d" % i, value=b"x" * 50, partition=i % 4, on_delivery=done
+                )
+            except BufferError:
+                p.poll(0.05)
+            i += 1
+            if i % 50 == 0:
+                p.poll(0)
+                time.sleep(0.005)
+        p.flush(30)
+
+    t = threading.Thread(target=produce)
+    t.start()
+    time.sleep(2)
+    brokers[0].kill()  # node 1: its partitions move to node 2
+    time.sleep(2)
+    stop.set()
+    t.join()
+    survivor = brokers[1]
+    wait_for(lambda: set(leaders(survivor, "shared").values()) == {2}, 30, "node 2 leads all")
+    expected = read_committed(survivor.bootstrap, "shared", 4)
+
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("headrace", uri=uri, warehouse=(shared / "warehouse").as_uri())
+
+    def rows():
+        r = catalog.load_table("kafka.shared").scan().to_arrow()
+        return sorted(
+            zip(
+                r.column("partition").to_pylist(),
+                r.column("offset").to_pylist(),
+                r.column("key").to_pylist(),
+                r.column("value").to_pylist(),
+            )
+        )
+
+    wait_for(lambda: len(rows()) >= len(expected), 60, "every row")
+    time.sleep(1)
+    got = rows()
+    assert len(got) == len({(p, o) for p, o, _, _ in got}), "duplicate rows"
+    assert got == expected
+    assert acked <= {(p, o) for p, o, _, _ in got}
+    table = catalog.load_table("kafka.shared")
+    writers = {
+        s.summary.additional_properties.get("headrace.offsets", "") for s in table.snapshots()
+    }
+    assert len(writers) > 2
