@@ -206,9 +206,15 @@ def test_timed_out_transaction_is_aborted_with_an_epoch_bump(broker_factory):
             time.sleep(0.1)
         assert p.last_stable_offset == p.high_watermark == 2
         assert [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == [(pid, 0)]
-        r = c.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, messages.DescribeTransactionsRequest(
-            transactional_ids=["late"]))
-        assert (r.transaction_states[0].transaction_state, r.transaction_states[0].producer_epoch) == ("CompleteAbort", epoch + 1)
+        # the coordinator writes CompleteAbort once the markers are written: soon after, not before
+        while True:
+            r = c.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, messages.DescribeTransactionsRequest(
+                transactional_ids=["late"]))
+            state = (r.transaction_states[0].transaction_state, r.transaction_states[0].producer_epoch)
+            if state[0] != "PrepareAbort" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert state == ("CompleteAbort", epoch + 1)
         assert end_txn(c, "late", pid, epoch, True) == E.PRODUCER_FENCED
         assert produce(c, "t", [b"y"], pid, epoch, 1, "late", True)[0] == E.INVALID_PRODUCER_EPOCH
 
