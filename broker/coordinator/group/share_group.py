@@ -65,6 +65,7 @@ from .modern_group import (
     ModernMember,
     unknown_member,
 )
+from .modern_group_log import ModernGroupLog
 
 log = logging.getLogger("headrace.groups")
 
@@ -92,7 +93,6 @@ class ShareGroup(ModernGroup):
 
     def __init__(self, group_id: str) -> None:
         super().__init__(group_id)
-        self.subscription_metadata: tuple = ()  # (topic, id, partitions) subscribed to
         # topic id -> the partitions the group has (or may have) state for
         self.state_partitions: dict[uuid.UUID, set[int]] = {}
 
@@ -195,9 +195,13 @@ class ShareGroupCoordinator(ModernGroupCoordinator[ShareGroup]):
         max_size: int,  # group.share.max.size
         other_kind: Callable[[str], bool],  # is this id a classic or consumer group's?
         room_for_group: Callable[[], bool],  # group.max.groups
+        group_log: ModernGroupLog,  # the groups' records in __consumer_offsets
+        records,  # the kind's records module's ``records``
         now_ms=wall_clock_ms,
     ) -> None:
-        super().__init__(topics, configs, max_size, SHARE_SESSION_TIMEOUT, now_ms)
+        super().__init__(
+            topics, configs, max_size, SHARE_SESSION_TIMEOUT, group_log, records, now_ms
+        )
         self.other_kind = other_kind
         self.room_for_group = room_for_group
 

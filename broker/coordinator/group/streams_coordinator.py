@@ -66,6 +66,7 @@ from .modern_group import (
     ModernMember,
     unknown_member,
 )
+from .modern_group_log import ModernGroupLog
 from .streams_assignment import new_target, reconcile
 from .streams_group import UNREVOKED_TASKS, StreamsGroup, StreamsMember, Task
 from .streams_topology import ASSIGNMENT_DELAYED, SHUTDOWN_APPLICATION, STALE_TOPOLOGY
@@ -118,9 +119,13 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
         max_topology_bytes: int,  # group.streams.max.topology.bytes (checked by the API)
         other_kind: Callable[[str], bool],  # is this id a consumer or share group's?
         room_for_group: Callable[[], bool],  # group.max.groups
+        group_log: ModernGroupLog,  # the groups' records in __consumer_offsets
+        records,  # the kind's records module's ``records``
         now_ms=wall_clock_ms,
     ) -> None:
-        super().__init__(topics, configs, max_size, STREAMS_SESSION_TIMEOUT, now_ms)
+        super().__init__(
+            topics, configs, max_size, STREAMS_SESSION_TIMEOUT, group_log, records, now_ms
+        )
         self.classic = classic
         self.max_topology_bytes = max_topology_bytes
         self.other_kind = other_kind
