@@ -12,12 +12,15 @@ from headrace.protocol import ApiKey, ErrorCode, messages
 
 from kafkawire import WireClient
 
+from test_cluster import bootstrap, cluster, create, leaders  # noqa: F401
+from test_group_clients import KIP848, Member, produce, wait_for
 from test_group_consumer_protocol import consumer_describe, hb, parts
 from test_group_protocol import FAST, commit, commit_errors, create_topic
 
 pytestmark = pytest.mark.timeout(120)
 
-SETTINGS = {**FAST, "group.consumer.session.timeout.ms": "45000"}
+SETTINGS = {**FAST, "group.consumer.session.timeout.ms": "45000",
+            "group.consumer.heartbeat.interval.ms": "500"}
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +96,102 @@ def test_consumer_group_members_keep_ids_epochs_and_assignments(broker):
     crash(broker)
     with WireClient(broker.port) as c:
         assert consumer_describe(c, "cgp").error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def members_of(port, group):
+    """member id -> (epoch, its partitions), from ConsumerGroupDescribe."""
+    with WireClient(port) as c:
+        d = consumer_describe(c, group)
+    return {m.member_id: (m.member_epoch, sorted(
+        p for t in m.assignment.topic_partitions for p in t.partitions)) for m in d.members}
+
+
+def read_twice_past_a_commit(members) -> list:
+    """Records read again below an offset committed for their partition before."""
+    committed: dict[int, int] = {}
+    again = []
+    events = sorted((e for m in members for e in list(m.events)), key=lambda e: e["t"])
+    for e in events:
+        for p, o in e.get("records", ()):
+            if o < committed.get(p, 0):
+                again.append((p, o))
+        for p, o in e.get("committed", {}).items():
+            committed[int(p)] = max(committed.get(int(p), 0), o)
+    return again
+
+
+def test_confluent_kip848_consumers_carry_on_over_a_coordinator_restart(broker, tmp_path):
+    """confluent-kafka with group.protocol=consumer: the lone broker is killed (-9) and
+    started again; the members keep their ids, epochs and partitions (no rebalance: no
+    revocation), and no record is read again past a commit."""
+    bootstrap, topic, n, per = broker.bootstrap, "cf848", 4, 30
+    broker.create_topic(topic, n)
+    produce(bootstrap, topic, n, per)
+    x = Member(tmp_path, "confluent-kafka", bootstrap, topic, "g848p", KIP848)
+    y = Member(tmp_path, "confluent-kafka", bootstrap, topic, "g848p", KIP848)
+    try:
+        def settled():
+            got = members_of(broker.port, "g848p")
+            return len(got) == 2 and sorted(p for _, ps in got.values() for p in ps) == list(
+                range(n)) and x.assigned and y.assigned and len(x.assigned) == 2
+        wait_for(settled, 40, "two members with two partitions each")
+        wait_for(lambda: len({tuple(r) for m in (x, y) for e in m.of("records")
+                              for r in e["records"]}) == n * per, 30, "every record read")
+        before = members_of(broker.port, "g848p")
+        revoked = len(x.of("on_revoke")) + len(y.of("on_revoke"))
+        crash(broker)
+        produce(bootstrap, topic, n, per, start=per)
+        wait_for(lambda: len({tuple(r) for m in (x, y) for e in m.of("records")
+                              for r in e["records"]}) == n * per * 2, 40, "every record read")
+        assert members_of(broker.port, "g848p") == before
+        assert len(x.of("on_revoke")) + len(y.of("on_revoke")) == revoked
+        assert read_twice_past_a_commit([x, y]) == []
+    finally:
+        for m in (x, y):
+            m.kill()
+
+
+def test_kip848_consumers_carry_on_when_their_coordinator_is_killed(cluster, tmp_path):
+    """Three brokers: the coordinator of a KIP-848 group (the leader of its partition of
+    ``__consumer_offsets``, three replicas) is killed (-9); the new leader loads the group
+    and its members go on with their ids, epochs and partitions, no record read again past
+    a commit."""
+    from headrace.broker.coordinator.group.group_offsets import partition_for
+
+    brokers = cluster(3, **{"group.consumer.session.timeout.ms": 45000,
+                            "group.consumer.heartbeat.interval.ms": 500,
+                            "offsets.topic.num.partitions": 3, "replica.lag.time.max.ms": 3000})
+    topic, group, n, per = "kill848", "g848k", 4, 30
+    create(brokers, topic, n, replication_factor=3)
+    servers = bootstrap(brokers)
+    produce(servers, topic, n, per)
+
+    def coordinator(alive):
+        leader = leaders(alive[0], "__consumer_offsets").get(partition_for(group, 3), -1)
+        return next((b for i, b in enumerate(brokers, 1) if i == leader and b in alive), None)
+
+    x = Member(tmp_path, "confluent-kafka", servers, topic, group, KIP848)
+    y = Member(tmp_path, "confluent-kafka", servers, topic, group, KIP848)
+    try:
+        def settled(alive):
+            b = coordinator(alive)
+            got = members_of(b.port, group) if b else {}
+            return len(got) == 2 and sorted(p for _, ps in got.values() for p in ps) == list(
+                range(n)) and x.assigned and y.assigned and len(x.assigned) == 2
+        wait_for(lambda: settled(brokers), 60, "two members with two partitions each")
+        wait_for(lambda: x.of("committed") and y.of("committed"), 30, "commits")
+        victim = coordinator(brokers)
+        before = members_of(victim.port, group)
+        revoked = len(x.of("on_revoke")) + len(y.of("on_revoke"))
+        victim.kill()
+        alive = [b for b in brokers if b is not victim]
+        wait_for(lambda: coordinator(alive) is not None, 30, "a new coordinator")
+        produce(servers, topic, n, per, start=per)
+        wait_for(lambda: len({tuple(r) for m in (x, y) for e in m.of("records")
+                              for r in e["records"]}) == n * per * 2, 60, "every record read")
+        assert members_of(coordinator(alive).port, group) == before
+        assert len(x.of("on_revoke")) + len(y.of("on_revoke")) == revoked
+        assert read_twice_past_a_commit([x, y]) == []
+    finally:
+        for m in (x, y):
+            m.kill()
