@@ -14,6 +14,8 @@ modern_group.py         What consumer, share and streams groups have in common: 
                         subscribed topics
 consumer_group.py       KIP-848 consumer groups: the broker assigns, members reconcile through
                         heartbeats
+consumer_records.py     A consumer group in ``__consumer_offsets``: its records, and the group
+                        they describe
 share_group.py          KIP-932 share groups: the broker assigns partitions, and members may
                         share one
 streams_coordinator.py  KIP-1071 streams groups: the broker assigns a Kafka Streams
@@ -33,4 +35,8 @@ group_offsets.py        Committed offsets in the internal topic ``__consumer_off
                         Kafka's record layouts
 group_membership.py     A classic group's membership in ``__consumer_offsets``, as Kafka stores
                         it
+modern_records.py       Consumer, share and streams groups' records in ``__consumer_offsets``,
+                        in Kafka's layouts
+modern_group_log.py     Writing what changed in a consumer, share or streams group, through
+                        the committed offsets' write path
 """

@@ -9,7 +9,8 @@ group (``consumer_group``: ConsumerGroupHeartbeat), a share group (``share_group
 ShareGroupHeartbeat) or a streams group (``streams_coordinator``: StreamsGroupHeartbeat).
 All but share groups keep their committed offsets in the one ``OffsetStore``
 (``offset_store``: ``__consumer_offsets``); a classic group's membership is stored there too
-(``group_membership``). A share group has no committed offsets (its partitions' leaders keep
+(``group_membership``), and so are consumer groups, in Kafka's records (``modern_records``,
+``consumer_records``, written by ``modern_group_log``). A share group has no committed offsets (its partitions' leaders keep
 what it was delivered); the other kinds' APIs refuse its id as Kafka does (OffsetCommit,
 OffsetFetch, TxnOffsetCommit and ConsumerGroupHeartbeat GROUP_ID_NOT_FOUND, JoinGroup
 INCONSISTENT_GROUP_PROTOCOL), and it refuses theirs. This class builds them, loads them at
@@ -17,7 +18,8 @@ start-up and answers what concerns every kind: commits, fetches, deletions, offs
 and the purge of a deleted topic's offsets.
 
 ``start`` replays ``__consumer_offsets``: groups that only have offsets come back Empty,
-classic groups with members come back Stable (each member with a fresh session). Offsets of
+classic groups with members come back Stable, consumer groups as their records left them
+(each member with a fresh session). Offsets of
 topics that no longer exist are purged then (a crash between a topic's deletion and the purge
 of its offsets would otherwise bring them back). A group left Empty without offsets is removed
 (a classic one with a tombstone for its metadata), as Kafka does.
