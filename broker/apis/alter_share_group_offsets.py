@@ -71,6 +71,7 @@ async def _alter(broker: Broker, group, topic_id, index: int, start_offset: int)
     broker.shares.forget(group_id, topic_id, index)  # read afresh at the next fetch here
     if not error:
         group.record_state([(topic_id, index)])
+        error = await broker.groups.share.persisted(group_id, None)
     return error
 
 

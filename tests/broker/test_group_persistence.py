@@ -16,6 +16,10 @@ from test_cluster import bootstrap, cluster, create, leaders  # noqa: F401
 from test_group_clients import KIP848, Member, produce, wait_for
 from test_group_consumer_protocol import consumer_describe, hb, parts
 from test_group_protocol import FAST, commit, commit_errors, create_topic
+from test_share_admin import delete_group, describe_offsets
+from test_share_fetch import put, topic_id
+from test_share_groups import described, shb
+from test_share_groups import parts as share_parts
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -195,3 +199,47 @@ def test_kip848_consumers_carry_on_when_their_coordinator_is_killed(cluster, tmp
     finally:
         for m in (x, y):
             m.kill()
+
+
+def test_a_share_group_and_its_state_come_back_and_later_partitions_start_at_0(broker):
+    """A share group over restarts: ShareGroupDescribe and DescribeShareGroupOffsets answer
+    from the loaded group before any member heartbeats, the member carries on, and DeleteGroups
+    after a restart that nobody joined since deletes its state at the share coordinator. The
+    group coordinator initializes a new topic's partitions with start offset -1 (the leader's
+    reset policy decides) and a partition added later with 0, as Kafka 4.4."""
+    with WireClient(broker.port) as c:
+        create_topic(c, "sq", 1)
+        tid = topic_id(c, "sq")
+        put(c, "sq", [b"a", b"b"])
+        joined = shb(c, "s-a", 0, ["sq"], group="sgp")
+        assert joined.error_code == 0 and share_parts(joined) == [0]
+        assert describe_offsets(c, "sgp") == {"sq": (tid, [(0, -1, -1, 0)])}
+        R = messages.CreatePartitionsRequest
+        r = c.request(ApiKey.CREATE_PARTITIONS, 3, R(topics=[R.CreatePartitionsTopic(
+            name="sq", count=2, assignments=None)], timeout_ms=5000, validate_only=False))
+        assert r.results[0].error_code == 0
+        grown = shb(c, "s-a", joined.member_epoch, group="sgp")
+        assert grown.member_epoch > joined.member_epoch and share_parts(grown) == [0, 1]
+        offsets = describe_offsets(c, "sgp")
+        assert offsets == {"sq": (tid, [(0, -1, -1, 0), (1, 0, 0, 0)])}
+        (before,) = described(c, "sgp")
+    crash(broker)
+    with WireClient(broker.port) as c:
+        (loaded,) = described(c, "sgp")  # before any heartbeat
+        assert (loaded.group_state, loaded.group_epoch, loaded.assignment_epoch) == (
+            before.group_state, before.group_epoch, before.assignment_epoch)
+        assert [(m.member_id, m.member_epoch, [(t.topic_name, t.partitions)
+                                                for t in m.assignment.topic_partitions])
+                for m in loaded.members] == [("s-a", grown.member_epoch, [("sq", [0, 1])])]
+        assert describe_offsets(c, "sgp") == offsets
+        again = shb(c, "s-a", grown.member_epoch, group="sgp")
+        assert again.error_code == 0 and again.member_epoch == grown.member_epoch
+        assert shb(c, "s-a", -1, group="sgp").error_code == 0
+    crash(broker)
+    with WireClient(broker.port) as c:
+        assert delete_group(c, "sgp") == ErrorCode.NONE  # nobody joined since the restart
+        assert describe_offsets(c, "sgp", topics=[("sq", [0, 1])]) == {
+            "sq": (tid, [(0, -1, -1, 0), (1, -1, -1, 0)])}  # the state went with it
+    crash(broker)
+    with WireClient(broker.port) as c:
+        assert described(c, "sgp")[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND

@@ -9,8 +9,9 @@ group (``consumer_group``: ConsumerGroupHeartbeat), a share group (``share_group
 ShareGroupHeartbeat) or a streams group (``streams_coordinator``: StreamsGroupHeartbeat).
 All but share groups keep their committed offsets in the one ``OffsetStore``
 (``offset_store``: ``__consumer_offsets``); a classic group's membership is stored there too
-(``group_membership``), and so are consumer groups, in Kafka's records (``modern_records``,
-``consumer_records``, written by ``modern_group_log``). A share group has no committed offsets (its partitions' leaders keep
+(``group_membership``), and so are consumer and share groups, in Kafka's records
+(``modern_records``, ``consumer_records``, ``share_records``, written by
+``modern_group_log``). A share group has no committed offsets (its partitions' leaders keep
 what it was delivered); the other kinds' APIs refuse its id as Kafka does (OffsetCommit,
 OffsetFetch, TxnOffsetCommit and ConsumerGroupHeartbeat GROUP_ID_NOT_FOUND, JoinGroup
 INCONSISTENT_GROUP_PROTOCOL), and it refuses theirs. This class builds them, loads them at
@@ -38,11 +39,12 @@ import asyncio
 import logging
 import struct
 import time
+from typing import Any
 
 from headrace.broker.background import run_every, wall_clock_ms
 from headrace.protocol import DecodeError, ErrorCode
 
-from . import consumer_records, modern_records
+from . import consumer_records, modern_records, share_records
 from .classic_coordinator import ClassicGroupCoordinator
 from .classic_group import ClassicGroup, JoinResult
 from .consumer_group import ConsumerGroup, ConsumerGroupCoordinator
@@ -71,7 +73,7 @@ OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
 RECLAIM_EVERY_S = 1.0  # at group.max.groups, how often groups holding nothing are looked for
 
 
-_RESTORE = {"consumer": consumer_records.restore}
+_RESTORE = {"consumer": consumer_records.restore, "share": share_records.restore}
 
 
 def _no_records(group, part) -> dict[bytes, bytes]:
@@ -124,7 +126,7 @@ class GroupCoordinator:
             other_kind=lambda group_id: self.group_type(group_id) not in (None, "share"),
             room_for_group=self.room_for_group,
             group_log=group_log,
-            records=_no_records,
+            records=lambda group, part: share_records.records(group, part, self._topic_name),
             now_ms=now_ms,
         )
         self.streams = StreamsGroupCoordinator(
@@ -247,8 +249,8 @@ class GroupCoordinator:
             self._tasks.append(asyncio.create_task(self._purge_loaded(stale)))
 
     def _load_modern(self, modern: dict[bytes, bytes]) -> None:
-        """Bring back the consumer groups of the replayed records, each member with a fresh
-        session; a classic group with members of the same id (a group that changed kinds)
+        """Bring back the consumer and share groups of the replayed records, each member with
+        a fresh session; a classic group with members of the same id (a group that changed kinds)
         keeps the id. The committed offsets replayed for the id become the group's."""
         counts: dict[str, int] = {}
         for group_id, (kind, stored) in modern_records.stored_groups(modern).items():
@@ -258,6 +260,7 @@ class GroupCoordinator:
             restore = _RESTORE.get(kind)
             if restore is None:
                 continue
+            group: Any
             try:
                 group = restore(group_id, stored)
             except (DecodeError, struct.error, AttributeError, ValueError):
@@ -265,11 +268,16 @@ class GroupCoordinator:
                 continue
             if classic is not None:
                 del self.groups[group_id]  # only its offsets were loaded: they are the group's
-                group.offsets = classic.offsets
+                if kind != "share":  # (a share group has none)
+                    group.offsets = classic.offsets
             getattr(self, kind).loaded(group)
             counts[kind] = counts.get(kind, 0) + 1
         for kind, n in sorted(counts.items()):
             log.info("loaded %d %s groups", n, kind)
+
+    def _topic_name(self, topic_id) -> str:
+        t = self.topics.find(None, topic_id)
+        return "" if t is None else t.name
 
     def _offsets_group(self, group_id: str):
         """The group holding ``group_id``'s committed offsets (all but share groups)."""
@@ -470,7 +478,7 @@ class GroupCoordinator:
 
     async def delete_group(self, group_id: str) -> int:
         if group_id in self.share.groups:
-            return self.share.delete(group_id)
+            return await self.share.delete(group_id)
         cgroup = self.consumer.groups.get(group_id) or self.streams.groups.get(group_id)
         if cgroup is not None:
             if cgroup.members:
