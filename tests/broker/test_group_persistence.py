@@ -20,11 +20,16 @@ from test_share_admin import delete_group, describe_offsets
 from test_share_fetch import put, topic_id
 from test_share_groups import described, shb
 from test_share_groups import parts as share_parts
+from test_streams_groups import described as sdescribed
+from test_streams_groups import shb as sshb
+from test_streams_groups import tasks as stasks
+from test_streams_groups import topology as streams_topology
 
 pytestmark = pytest.mark.timeout(120)
 
 SETTINGS = {**FAST, "group.consumer.session.timeout.ms": "45000",
-            "group.consumer.heartbeat.interval.ms": "500"}
+            "group.consumer.heartbeat.interval.ms": "500",
+            "group.streams.initial.rebalance.delay.ms": "0"}
 
 
 @pytest.fixture(scope="module")
@@ -243,3 +248,52 @@ def test_a_share_group_and_its_state_come_back_and_later_partitions_start_at_0(b
     crash(broker)
     with WireClient(broker.port) as c:
         assert described(c, "sgp")[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_a_streams_group_comes_back_with_its_topology_members_and_tasks(broker):
+    """A streams group over restarts: described as it was before any member heartbeats (its
+    topology, epochs, each member's tasks and target), the members carry on with their
+    epochs and tasks, a member's leave and the group's deletion stay done."""
+    def state(g):
+        def ids(tasks):
+            return sorted((t.subtopology_id, p) for t in tasks for p in t.partitions)
+        return (g.group_state, g.group_epoch, g.assignment_epoch,
+                [s.subtopology_id for s in g.topology.subtopologies],
+                sorted((m.member_id, m.member_epoch, ids(m.assignment.active_tasks),
+                        ids(m.target_assignment.active_tasks)) for m in g.members))
+
+    top = streams_topology(sources=("sinput",))
+    with WireClient(broker.port) as c:
+        create_topic(c, "sinput", 4)
+        create_topic(c, "app-counts-changelog", 4)
+        a = sshb(c, "a", 0, group="sapp", top=top)
+        assert stasks(a.active_tasks) == [("0", p) for p in range(4)]
+        b = sshb(c, "b", 0, group="sapp", top=top)
+        a = sshb(c, "a", a.member_epoch, group="sapp", active=[("0", [0, 1, 2, 3])])
+        kept = [p for _, p in stasks(a.active_tasks)]
+        a = sshb(c, "a", a.member_epoch, group="sapp", active=[("0", kept)])
+        b = sshb(c, "b", b.member_epoch, group="sapp", active=[])
+        mine = [p for _, p in stasks(b.active_tasks)]
+        b = sshb(c, "b", b.member_epoch, group="sapp", active=[("0", mine)])
+        (before,) = sdescribed(c, "sapp")
+        assert before.group_state == "Stable" and sorted(kept + mine) == [0, 1, 2, 3]
+    crash(broker)
+    with WireClient(broker.port) as c:
+        (loaded,) = sdescribed(c, "sapp")
+        assert state(loaded) == state(before)
+        a2 = sshb(c, "a", a.member_epoch, group="sapp", active=[("0", kept)])
+        b2 = sshb(c, "b", b.member_epoch, group="sapp", active=[("0", mine)])
+        assert (a2.error_code, a2.member_epoch, b2.error_code, b2.member_epoch) == (
+            0, a.member_epoch, 0, b.member_epoch)
+        assert sdescribed(c, "sapp")[0].group_epoch == before.group_epoch  # no rebalance
+        assert sshb(c, "b", -1, group="sapp").error_code == 0
+    crash(broker)
+    with WireClient(broker.port) as c:
+        assert [m.member_id for m in sdescribed(c, "sapp")[0].members] == ["a"]
+        assert sshb(c, "a", -1, group="sapp").error_code == 0
+        D = messages.DeleteGroupsRequest
+        assert c.request(ApiKey.DELETE_GROUPS, 2, D(groups_names=["sapp"])).results[
+            0].error_code == 0
+    crash(broker)
+    with WireClient(broker.port) as c:
+        assert sdescribed(c, "sapp")[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND

@@ -9,9 +9,9 @@ group (``consumer_group``: ConsumerGroupHeartbeat), a share group (``share_group
 ShareGroupHeartbeat) or a streams group (``streams_coordinator``: StreamsGroupHeartbeat).
 All but share groups keep their committed offsets in the one ``OffsetStore``
 (``offset_store``: ``__consumer_offsets``); a classic group's membership is stored there too
-(``group_membership``), and so are consumer and share groups, in Kafka's records
-(``modern_records``, ``consumer_records``, ``share_records``, written by
-``modern_group_log``). A share group has no committed offsets (its partitions' leaders keep
+(``group_membership``), and so are consumer, share and streams groups, in Kafka's records
+(``modern_records``, ``consumer_records``, ``share_records``, ``streams_records``, written
+by ``modern_group_log``). A share group has no committed offsets (its partitions' leaders keep
 what it was delivered); the other kinds' APIs refuse its id as Kafka does (OffsetCommit,
 OffsetFetch, TxnOffsetCommit and ConsumerGroupHeartbeat GROUP_ID_NOT_FOUND, JoinGroup
 INCONSISTENT_GROUP_PROTOCOL), and it refuses theirs. This class builds them, loads them at
@@ -19,8 +19,8 @@ start-up and answers what concerns every kind: commits, fetches, deletions, offs
 and the purge of a deleted topic's offsets.
 
 ``start`` replays ``__consumer_offsets``: groups that only have offsets come back Empty,
-classic groups with members come back Stable, consumer groups as their records left them
-(each member with a fresh session). Offsets of
+classic groups with members come back Stable, consumer, share and streams groups as their
+records left them (each member with a fresh session). Offsets of
 topics that no longer exist are purged then (a crash between a topic's deletion and the purge
 of its offsets would otherwise bring them back). A group left Empty without offsets is removed
 (a classic one with a tombstone for its metadata), as Kafka does.
@@ -44,7 +44,7 @@ from typing import Any
 from headrace.broker.background import run_every, wall_clock_ms
 from headrace.protocol import DecodeError, ErrorCode
 
-from . import consumer_records, modern_records, share_records
+from . import consumer_records, modern_records, share_records, streams_records
 from .classic_coordinator import ClassicGroupCoordinator
 from .classic_group import ClassicGroup, JoinResult
 from .consumer_group import ConsumerGroup, ConsumerGroupCoordinator
@@ -73,11 +73,11 @@ OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
 RECLAIM_EVERY_S = 1.0  # at group.max.groups, how often groups holding nothing are looked for
 
 
-_RESTORE = {"consumer": consumer_records.restore, "share": share_records.restore}
-
-
-def _no_records(group, part) -> dict[bytes, bytes]:
-    return {}
+_RESTORE = {
+    "consumer": consumer_records.restore,
+    "share": share_records.restore,
+    "streams": streams_records.restore,
+}
 
 
 class GroupCoordinator:
@@ -138,7 +138,7 @@ class GroupCoordinator:
             other_kind=lambda group_id: self.group_type(group_id) in ("consumer", "share"),
             room_for_group=self.room_for_group,
             group_log=group_log,
-            records=_no_records,
+            records=streams_records.records,
             now_ms=now_ms,
         )
         # a share or streams group's id is not for the classic and consumer groups
@@ -249,9 +249,10 @@ class GroupCoordinator:
             self._tasks.append(asyncio.create_task(self._purge_loaded(stale)))
 
     def _load_modern(self, modern: dict[bytes, bytes]) -> None:
-        """Bring back the consumer and share groups of the replayed records, each member with
-        a fresh session; a classic group with members of the same id (a group that changed kinds)
-        keeps the id. The committed offsets replayed for the id become the group's."""
+        """Bring back the consumer, share and streams groups of the replayed records, each
+        member with a fresh session; a classic group with members of the same id (a group
+        that changed kinds) keeps the id. The committed offsets replayed for the id become
+        the group's."""
         counts: dict[str, int] = {}
         for group_id, (kind, stored) in modern_records.stored_groups(modern).items():
             classic = self.groups.get(group_id)
