@@ -17,10 +17,14 @@ consumer_group.py       KIP-848 consumer groups: the broker assigns, members rec
 consumer_records.py     A consumer group in ``__consumer_offsets``: its records, and the group
                         they describe
 share_group.py          KIP-932 share groups: the broker assigns partitions, and members may
-                        share one
+                        share one; their partitions' state initialized at assignment
+share_records.py        A share group in ``__consumer_offsets``: its records, and the group
+                        they describe
 streams_coordinator.py  KIP-1071 streams groups: the broker assigns a Kafka Streams
                         application's tasks; StreamsGroupHeartbeat, members joining and
                         leaving, their sessions and deadlines
+streams_records.py      A streams group in ``__consumer_offsets``: its records, and the group
+                        they describe
 streams_group.py        The streams group model: members, their tasks and epochs, the
                         group's state; offset commits checked against task epochs
 streams_assignment.py   A streams group's target assignment, and each member's steps towards

@@ -42,7 +42,11 @@ topic it has state for (they start at their beginning); first recorded as initia
 as initialized once the share coordinator has them (dropped on failure, tried again at a
 later heartbeat). Unlike Kafka, which assigns only initialized partitions, a member is
 given its partitions at once, and a heartbeat is answered once the initializations of its
-group in flight are done, so that no leader reads a partition's state before it is made.
+group in flight are done (at most ``INIT_WAIT_S`` later), so that no leader reads a
+partition's state before it is made. (Should one answer first, while the share coordinator
+moves, the leader starts the partition from its reset policy and the coordinator's later
+initialization, at a state epoch not below the leader's, fences it: it reads the state
+again.)
 The offsets admin APIs add (AlterShareGroupOffsets) and take away (DeleteShareGroupOffsets)
 initialized partitions; DeleteGroups and DescribeShareGroupOffsets without topics go by
 them, also after a restart. They are bounded by the partitions of the cluster's topics: a
@@ -78,6 +82,8 @@ log = logging.getLogger("headrace.groups")
 E = ErrorCode
 ASSIGNOR = "simple"
 MAX_MEMBER_ID = 36  # Kafka's longest member id (a UUID's text)
+# how long a heartbeat waits for its group's share-partition initializations
+INIT_WAIT_S = 1.0
 
 TopicPartition = tuple[uuid.UUID, int]
 
@@ -318,7 +324,9 @@ class ShareGroupCoordinator(ModernGroupCoordinator[ShareGroup]):
     async def settled(self, group_id: str, member_id: str | None) -> int:
         """After a heartbeat: write what it changed, initialize the state of partitions
         given out for the first time, and wait for the group's initializations in flight
-        (a member must not fetch a partition before its state is made); an error code."""
+        (a member should not fetch a partition before its state is made), at most
+        ``INIT_WAIT_S``: a share coordinator moving takes longer, and a heartbeat must not
+        wait for it; an error code."""
         group = self.groups.get(group_id)
         if group is None:
             return E.NONE
@@ -331,7 +339,9 @@ class ShareGroupCoordinator(ModernGroupCoordinator[ShareGroup]):
             group.init_tasks.add(task)
             task.add_done_callback(group.init_tasks.discard)
         if group.init_tasks:
-            await asyncio.wait([asyncio.shield(t) for t in list(group.init_tasks)])
+            await asyncio.wait(
+                [asyncio.shield(t) for t in list(group.init_tasks)], timeout=INIT_WAIT_S
+            )
         return E.NONE
 
     def forget_empty(self) -> None:
