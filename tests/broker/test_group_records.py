@@ -119,3 +119,37 @@ async def test_joining_and_leaving_rapidly_leaves_nothing_behind(topics):  # noq
         assert list(again.consumer.groups["kept"].members) == ["stays"]
     finally:
         again.stop()
+
+
+async def test_share_members_joining_and_leaving_rapidly_leave_nothing_behind(topics):  # noqa: F811
+    """The same for a share group: its stored records, its share-partition state record and
+    the initializations in flight stay bounded."""
+    S = messages.ShareGroupHeartbeatRequest
+    groups = await coordinator(topics)
+    try:
+        await topics.create("t", 2, {})
+        tid = topics.get("t").topic_id
+
+        async def shb(member_id, epoch, names=None):
+            answer = groups.share.heartbeat(S(group_id="sg", member_id=member_id,
+                                              member_epoch=epoch, subscribed_topic_names=names),
+                                            "client", "/127.0.0.1")
+            assert await groups.share.settled("sg", answer[2]) == 0
+            return answer
+
+        assert (await shb("stays", 0, ["t"]))[0] == 0
+        for i in range(100):
+            assert (await shb(f"m{i}", 0, ["t"]))[0] == 0
+            assert (await shb(f"m{i}", -1))[0] == 0
+        group = groups.share.groups["sg"]
+        assert set(group.stored) == {None, "stays"}
+        assert group.state_partitions == {tid: {0, 1}} and not group.initializing
+        assert not group.in_flight and not group.init_tasks
+    finally:
+        groups.stop()
+    again = await coordinator(topics)
+    try:
+        group = again.share.groups["sg"]
+        assert list(group.members) == ["stays"] and group.state_partitions == {tid: {0, 1}}
+    finally:
+        again.stop()
