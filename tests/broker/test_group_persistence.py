@@ -13,9 +13,11 @@ from headrace.protocol import ApiKey, ErrorCode, messages
 from kafkawire import WireClient
 
 from test_cluster import bootstrap, cluster, create, leaders  # noqa: F401
+from test_features import KAFKA_4_4, java
 from test_group_clients import KIP848, Member, produce, wait_for
 from test_group_consumer_protocol import consumer_describe, hb, parts
 from test_group_protocol import FAST, commit, commit_errors, create_topic
+from test_moves import _kafka_tool
 from test_share_admin import delete_group, describe_offsets
 from test_share_fetch import put, topic_id
 from test_share_groups import described, shb
@@ -297,3 +299,27 @@ def test_a_streams_group_comes_back_with_its_topology_members_and_tasks(broker):
     crash(broker)
     with WireClient(broker.port) as c:
         assert sdescribed(c, "sapp")[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+@java
+def test_kafkas_dump_log_segments_decodes_the_groups_records(broker):
+    """Kafka 4.4's kafka-dump-log (``--offsets-decoder``, Kafka's own record serde) reads
+    every record the tests above left in ``__consumer_offsets``: the groups' records are
+    Kafka's bytes."""
+    import re
+
+    with WireClient(broker.port) as c:  # at least one group of each kind, whatever ran before
+        create_topic(c, "dumped", 1)
+        assert hb(c, "dump-c", 0, ["dumped"], group="dump-c").error_code == 0
+        assert shb(c, "dump-s", 0, ["dumped"], group="dump-s").error_code == 0
+        assert sshb(c, "dump-x", 0, group="dump-x",
+                    top=streams_topology(sources=("dumped",), changelog=False)).error_code == 0
+    logs = sorted(str(p) for p in broker.data_dir.glob("__consumer_offsets-*/*.log"))
+    done = _kafka_tool("org.apache.kafka.tools.DumpLogSegments",
+                       ["--files", ",".join(logs), "--offsets-decoder"], version=KAFKA_4_4)
+    assert done.returncode == 0, done.stderr
+    records = [line for line in done.stdout.splitlines() if line.startswith("| offset:")]
+    assert records and all(" key: {" in line for line in records), [
+        line for line in records if " key: {" not in line][:3]
+    types = {int(t) for t in re.findall(r'key: \{"type":"(\d+)"', done.stdout)}
+    assert {3, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 17, 19, 20, 21, 22, 23} <= types
