@@ -153,3 +153,13 @@ async def test_share_members_joining_and_leaving_rapidly_leave_nothing_behind(to
         assert list(group.members) == ["stays"] and group.state_partitions == {tid: {0, 1}}
     finally:
         again.stop()
+
+
+def test_a_large_change_is_appended_in_batches_of_bounded_size():
+    from headrace.broker.coordinator.group.modern_group_log import BATCH_BYTES, _chunks
+
+    changes = [(b"k%d" % i, b"v" * 10_000 if i % 3 else None) for i in range(200)]
+    runs = list(_chunks(changes))
+    assert len(runs) > 1 and [kv for run in runs for kv in run] == changes
+    assert all(sum(len(k) + len(v or b"") for k, v in run) <= BATCH_BYTES for run in runs)
+    assert list(_chunks([])) == [] and list(_chunks(changes[:2])) == [changes[:2]]

@@ -6,12 +6,13 @@ Each group keeps what its records in the log say (``ModernGroup.stored``: part -
 value, a part being None for the group's own records and a member id for a member's, see
 ``modern_records``). After a change the group's coordinator builds the records of the parts
 that may have changed (``complete``: every part, when members may have come or gone) and
-``append`` writes, as one record batch, the records whose value differs from the stored
-one and a tombstone for each stored key that is no longer there; nothing when nothing
-changed, as a steady member's heartbeat. The append is synchronous (on the event loop), so a
-group's batches reach the log in the order its changes were made; ``durable`` then waits for
-the flush and, in a cluster, for the partition's ISR (``OffsetStore.flush``, the path
-committed offsets take), as Kafka answers a heartbeat only once its records are committed.
+``append`` writes, as one record batch (a large group's as several, ``BATCH_BYTES`` each),
+the records whose value differs from the stored one and a tombstone for each stored key
+that is no longer there; nothing when nothing changed, as a steady member's heartbeat. The
+append is synchronous (on the event loop), so a group's batches reach the log in the order
+its changes were made; ``durable`` then waits for the flush and, in a cluster, for the
+partition's ISR (``OffsetStore.flush``, the path committed offsets take), as Kafka answers
+a heartbeat only once its records are committed.
 
 ``stored`` is updated when the batch is appended: a write that fails leaves it as it was, so
 the next change writes those records again. A group's ``stored`` is bounded by its members
@@ -44,6 +45,23 @@ class Write:
 
 
 NOTHING = Write(E.NONE)
+BATCH_BYTES = 256 * 1024  # a large group's change is appended as batches of about this size
+
+
+def _chunks(changes: list[tuple[bytes, bytes | None]]):
+    """``changes`` in runs of about ``BATCH_BYTES`` (each one record batch, well under
+    ``message.max.bytes``)."""
+    run: list[tuple[bytes, bytes | None]] = []
+    size = 0
+    for k, v in changes:
+        n = len(k) + (len(v) if v is not None else 0) + 32
+        if run and size + n > BATCH_BYTES:
+            yield run
+            run, size = [], 0
+        run.append((k, v))
+        size += n
+    if run:
+        yield run
 
 
 class ModernGroupLog:
@@ -83,7 +101,11 @@ class ModernGroupLog:
             partition = topic.held_partition(partition_for(group.group_id, topic.count))
         except NotHere:
             return Write(E.NOT_COORDINATOR)
-        error = self.store.append(partition, changes)
+        error = E.NONE
+        for chunk in _chunks(changes):
+            error = self.store.append(partition, chunk)
+            if error:
+                break
         if error:
             log.warning(
                 "%s group %s: writing its records failed (error %d)",
