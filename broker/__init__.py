@@ -19,7 +19,8 @@ share/         share groups' records at the partition leaders: in-flight records
 coordinator/   ``txn/``: the transaction coordinator, producer ids, markers;
                ``share/``: the share coordinator (share groups' state in
                ``__share_group_state``) and the persister partition leaders call it through;
-               ``group/``: classic and KIP-848 consumer groups, committed offsets
+               ``group/``: classic, KIP-848 consumer, share and streams groups and
+               committed offsets, all kept in ``__consumer_offsets``
 replication/   cluster mode's replicas here: this broker's role for each partition (leader,
                follower), the replica fetchers, moving a partition
 client/        the broker as a Kafka client: of the other brokers, and of a running broker

@@ -622,6 +622,51 @@ class ApiVersionsResponse(Struct):
         zk_migration_ready: bool = False,
     ) -> None: ...
 
+class ConsumerGroupCurrentMemberAssignmentKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    member_id: str
+    def __init__(self, *, group_id: str = "", member_id: str = "") -> None: ...
+
+class ConsumerGroupCurrentMemberAssignmentValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class TopicPartitions(Struct):
+        topic_id: UUID
+        partitions: list[int]
+        assignment_epochs: list[int] | None
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            partitions: list[int] = ...,
+            assignment_epochs: list[int] | None = ...,
+        ) -> None: ...
+
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned_partitions: list[TopicPartitions]
+    partitions_pending_revocation: list[TopicPartitions]
+    def __init__(
+        self,
+        *,
+        member_epoch: int = 0,
+        previous_member_epoch: int = 0,
+        state: int = 0,
+        assigned_partitions: list[TopicPartitions] = ...,
+        partitions_pending_revocation: list[TopicPartitions] = ...,
+    ) -> None: ...
+
 class ConsumerGroupDescribeRequest(Struct):
     API_KEY: ClassVar[int]
     KIND: ClassVar[str]
@@ -801,6 +846,198 @@ class ConsumerGroupHeartbeatResponse(Struct):
         heartbeat_interval_ms: int = 0,
         assignment: Assignment | None = None,
     ) -> None: ...
+
+class ConsumerGroupMemberMetadataKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    member_id: str
+    def __init__(self, *, group_id: str = "", member_id: str = "") -> None: ...
+
+class ConsumerGroupMemberMetadataValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class ClassicProtocol(Struct):
+        name: str
+        metadata: bytes
+        def __init__(self, *, name: str = "", metadata: bytes = b"") -> None: ...
+
+    class ClassicMemberMetadata(Struct):
+        session_timeout_ms: int
+        supported_protocols: list[ConsumerGroupMemberMetadataValue.ClassicProtocol]
+        def __init__(
+            self,
+            *,
+            session_timeout_ms: int = 0,
+            supported_protocols: list[ConsumerGroupMemberMetadataValue.ClassicProtocol] = ...,
+        ) -> None: ...
+
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+    classic_member_metadata: ClassicMemberMetadata | None
+    def __init__(
+        self,
+        *,
+        instance_id: str | None = "",
+        rack_id: str | None = "",
+        client_id: str = "",
+        client_host: str = "",
+        subscribed_topic_names: list[str] = ...,
+        subscribed_topic_regex: str | None = "",
+        rebalance_timeout_ms: int = -1,
+        server_assignor: str | None = "",
+        classic_member_metadata: ClassicMemberMetadata | None = ...,
+    ) -> None: ...
+
+class ConsumerGroupMetadataKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    def __init__(self, *, group_id: str = "") -> None: ...
+
+class ConsumerGroupMetadataValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    epoch: int
+    metadata_hash: int
+    def __init__(self, *, epoch: int = 0, metadata_hash: int = 0) -> None: ...
+
+class ConsumerGroupPartitionMetadataKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    def __init__(self, *, group_id: str = "") -> None: ...
+
+class ConsumerGroupPartitionMetadataValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class PartitionMetadata(Struct):
+        partition: int
+        racks: list[str]
+        def __init__(self, *, partition: int = 0, racks: list[str] = ...) -> None: ...
+
+    class TopicMetadata(Struct):
+        topic_id: UUID
+        topic_name: str
+        num_partitions: int
+        partition_metadata: list[ConsumerGroupPartitionMetadataValue.PartitionMetadata]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            topic_name: str = "",
+            num_partitions: int = 0,
+            partition_metadata: list[ConsumerGroupPartitionMetadataValue.PartitionMetadata] = ...,
+        ) -> None: ...
+
+    topics: list[TopicMetadata]
+    def __init__(self, *, topics: list[TopicMetadata] = ...) -> None: ...
+
+class ConsumerGroupRegularExpressionKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    regular_expression: str
+    def __init__(self, *, group_id: str = "", regular_expression: str = "") -> None: ...
+
+class ConsumerGroupRegularExpressionValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    topics: list[str]
+    version: int
+    timestamp: int
+    def __init__(
+        self,
+        *,
+        topics: list[str] = ...,
+        version: int = 0,
+        timestamp: int = 0,
+    ) -> None: ...
+
+class ConsumerGroupTargetAssignmentMemberKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    member_id: str
+    def __init__(self, *, group_id: str = "", member_id: str = "") -> None: ...
+
+class ConsumerGroupTargetAssignmentMemberValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class TopicPartition(Struct):
+        topic_id: UUID
+        partitions: list[int]
+        def __init__(self, *, topic_id: UUID = ..., partitions: list[int] = ...) -> None: ...
+
+    topic_partitions: list[TopicPartition]
+    def __init__(self, *, topic_partitions: list[TopicPartition] = ...) -> None: ...
+
+class ConsumerGroupTargetAssignmentMetadataKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    def __init__(self, *, group_id: str = "") -> None: ...
+
+class ConsumerGroupTargetAssignmentMetadataValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    assignment_epoch: int
+    assignment_timestamp: int
+    def __init__(self, *, assignment_epoch: int = 0, assignment_timestamp: int = 0) -> None: ...
 
 class ConsumerProtocolAssignment(Struct):
     API_KEY: ClassVar[None]
@@ -4644,6 +4881,42 @@ class ShareFetchResponse(Struct):
         node_endpoints: list[NodeEndpoint] = ...,
     ) -> None: ...
 
+class ShareGroupCurrentMemberAssignmentKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    member_id: str
+    def __init__(self, *, group_id: str = "", member_id: str = "") -> None: ...
+
+class ShareGroupCurrentMemberAssignmentValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class TopicPartitions(Struct):
+        topic_id: UUID
+        partitions: list[int]
+        def __init__(self, *, topic_id: UUID = ..., partitions: list[int] = ...) -> None: ...
+
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned_partitions: list[TopicPartitions]
+    def __init__(
+        self,
+        *,
+        member_epoch: int = 0,
+        previous_member_epoch: int = 0,
+        state: int = 0,
+        assigned_partitions: list[TopicPartitions] = ...,
+    ) -> None: ...
+
 class ShareGroupDescribeRequest(Struct):
     API_KEY: ClassVar[int]
     KIND: ClassVar[str]
@@ -4801,6 +5074,150 @@ class ShareGroupHeartbeatResponse(Struct):
         assignment: Assignment | None = None,
     ) -> None: ...
 
+class ShareGroupMemberMetadataKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    member_id: str
+    def __init__(self, *, group_id: str = "", member_id: str = "") -> None: ...
+
+class ShareGroupMemberMetadataValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    def __init__(
+        self,
+        *,
+        rack_id: str | None = "",
+        client_id: str = "",
+        client_host: str = "",
+        subscribed_topic_names: list[str] = ...,
+    ) -> None: ...
+
+class ShareGroupMetadataKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    def __init__(self, *, group_id: str = "") -> None: ...
+
+class ShareGroupMetadataValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    epoch: int
+    metadata_hash: int
+    def __init__(self, *, epoch: int = 0, metadata_hash: int = 0) -> None: ...
+
+class ShareGroupStatePartitionMetadataKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    def __init__(self, *, group_id: str = "") -> None: ...
+
+class ShareGroupStatePartitionMetadataValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class TopicPartitionsInfo(Struct):
+        topic_id: UUID
+        topic_name: str
+        partitions: list[int]
+        def __init__(
+            self,
+            *,
+            topic_id: UUID = ...,
+            topic_name: str = "",
+            partitions: list[int] = ...,
+        ) -> None: ...
+
+    class TopicInfo(Struct):
+        topic_id: UUID
+        topic_name: str
+        def __init__(self, *, topic_id: UUID = ..., topic_name: str = "") -> None: ...
+
+    initializing_topics: list[TopicPartitionsInfo]
+    initialized_topics: list[TopicPartitionsInfo]
+    deleting_topics: list[TopicInfo]
+    def __init__(
+        self,
+        *,
+        initializing_topics: list[TopicPartitionsInfo] = ...,
+        initialized_topics: list[TopicPartitionsInfo] = ...,
+        deleting_topics: list[TopicInfo] = ...,
+    ) -> None: ...
+
+class ShareGroupTargetAssignmentMemberKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    member_id: str
+    def __init__(self, *, group_id: str = "", member_id: str = "") -> None: ...
+
+class ShareGroupTargetAssignmentMemberValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class TopicPartition(Struct):
+        topic_id: UUID
+        partitions: list[int]
+        def __init__(self, *, topic_id: UUID = ..., partitions: list[int] = ...) -> None: ...
+
+    topic_partitions: list[TopicPartition]
+    def __init__(self, *, topic_partitions: list[TopicPartition] = ...) -> None: ...
+
+class ShareGroupTargetAssignmentMetadataKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    def __init__(self, *, group_id: str = "") -> None: ...
+
+class ShareGroupTargetAssignmentMetadataValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    assignment_epoch: int
+    assignment_timestamp: int
+    def __init__(self, *, assignment_epoch: int = 0, assignment_timestamp: int = 0) -> None: ...
+
 class ShareSnapshotKey(Struct):
     API_KEY: ClassVar[int]
     KIND: ClassVar[str]
@@ -4901,6 +5318,59 @@ class ShareUpdateValue(Struct):
         start_offset: int = 0,
         delivery_complete_count: int = -1,
         state_batches: list[StateBatch] = ...,
+    ) -> None: ...
+
+class StreamsGroupCurrentMemberAssignmentKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    member_id: str
+    def __init__(self, *, group_id: str = "", member_id: str = "") -> None: ...
+
+class StreamsGroupCurrentMemberAssignmentValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class TaskIds(Struct):
+        subtopology_id: str
+        partitions: list[int]
+        assignment_epochs: list[int] | None
+        def __init__(
+            self,
+            *,
+            subtopology_id: str = "",
+            partitions: list[int] = ...,
+            assignment_epochs: list[int] | None = ...,
+        ) -> None: ...
+
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    active_tasks: list[TaskIds]
+    standby_tasks: list[TaskIds]
+    warmup_tasks: list[TaskIds]
+    active_tasks_pending_revocation: list[TaskIds]
+    standby_tasks_pending_revocation: list[TaskIds]
+    warmup_tasks_pending_revocation: list[TaskIds]
+    def __init__(
+        self,
+        *,
+        member_epoch: int = 0,
+        previous_member_epoch: int = 0,
+        state: int = 0,
+        active_tasks: list[TaskIds] = ...,
+        standby_tasks: list[TaskIds] = ...,
+        warmup_tasks: list[TaskIds] = ...,
+        active_tasks_pending_revocation: list[TaskIds] = ...,
+        standby_tasks_pending_revocation: list[TaskIds] = ...,
+        warmup_tasks_pending_revocation: list[TaskIds] = ...,
     ) -> None: ...
 
 class StreamsGroupDescribeRequest(Struct):
@@ -5335,6 +5805,151 @@ class StreamsGroupHeartbeatResponse(Struct):
         partitions_by_user_endpoint: list[EndpointToPartitions] | None = None,
     ) -> None: ...
 
+class StreamsGroupMemberMetadataKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    member_id: str
+    def __init__(self, *, group_id: str = "", member_id: str = "") -> None: ...
+
+class StreamsGroupMemberMetadataValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class Endpoint(Struct):
+        host: str
+        port: int
+        def __init__(self, *, host: str = "", port: int = 0) -> None: ...
+
+    class KeyValue(Struct):
+        key: str
+        value: str
+        def __init__(self, *, key: str = "", value: str = "") -> None: ...
+
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    topology_epoch: int
+    process_id: str
+    user_endpoint: Endpoint | None
+    client_tags: list[KeyValue]
+    def __init__(
+        self,
+        *,
+        instance_id: str | None = "",
+        rack_id: str | None = "",
+        client_id: str = "",
+        client_host: str = "",
+        rebalance_timeout_ms: int = -1,
+        topology_epoch: int = 0,
+        process_id: str = "",
+        user_endpoint: Endpoint | None = None,
+        client_tags: list[KeyValue] = ...,
+    ) -> None: ...
+
+class StreamsGroupMetadataKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    def __init__(self, *, group_id: str = "") -> None: ...
+
+class StreamsGroupMetadataValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class LastAssignmentConfig(Struct):
+        key: str
+        value: str
+        def __init__(self, *, key: str = "", value: str = "") -> None: ...
+
+    epoch: int
+    metadata_hash: int
+    validated_topology_epoch: int
+    last_assignment_configs: list[LastAssignmentConfig] | None
+    stored_description_topology_epoch: int
+    failed_description_topology_epoch: int
+    def __init__(
+        self,
+        *,
+        epoch: int = 0,
+        metadata_hash: int = 0,
+        validated_topology_epoch: int = -1,
+        last_assignment_configs: list[LastAssignmentConfig] | None = ...,
+        stored_description_topology_epoch: int = -1,
+        failed_description_topology_epoch: int = -1,
+    ) -> None: ...
+
+class StreamsGroupTargetAssignmentMemberKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    member_id: str
+    def __init__(self, *, group_id: str = "", member_id: str = "") -> None: ...
+
+class StreamsGroupTargetAssignmentMemberValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class TaskIds(Struct):
+        subtopology_id: str
+        partitions: list[int]
+        def __init__(self, *, subtopology_id: str = "", partitions: list[int] = ...) -> None: ...
+
+    active_tasks: list[TaskIds]
+    standby_tasks: list[TaskIds]
+    warmup_tasks: list[TaskIds]
+    def __init__(
+        self,
+        *,
+        active_tasks: list[TaskIds] = ...,
+        standby_tasks: list[TaskIds] = ...,
+        warmup_tasks: list[TaskIds] = ...,
+    ) -> None: ...
+
+class StreamsGroupTargetAssignmentMetadataKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    def __init__(self, *, group_id: str = "") -> None: ...
+
+class StreamsGroupTargetAssignmentMetadataValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    assignment_epoch: int
+    assignment_timestamp: int
+    def __init__(self, *, assignment_epoch: int = 0, assignment_timestamp: int = 0) -> None: ...
+
 class StreamsGroupTopologyDescriptionUpdateRequest(Struct):
     API_KEY: ClassVar[int]
     KIND: ClassVar[str]
@@ -5428,6 +6043,78 @@ class StreamsGroupTopologyDescriptionUpdateResponse(Struct):
         error_code: int = 0,
         error_message: str | None = None,
     ) -> None: ...
+
+class StreamsGroupTopologyKey(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    group_id: str
+    def __init__(self, *, group_id: str = "") -> None: ...
+
+class StreamsGroupTopologyValue(Struct):
+    API_KEY: ClassVar[int]
+    KIND: ClassVar[str]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    _spec: ClassVar[MessageSpec]
+    _decoders: ClassVar[dict[int, Callable[..., Any]]]
+    _encoders: ClassVar[dict[int, Callable[..., Any]]]
+    class TopicConfig(Struct):
+        key: str
+        value: str
+        def __init__(self, *, key: str = "", value: str = "") -> None: ...
+
+    class TopicInfo(Struct):
+        name: str
+        partitions: int
+        replication_factor: int
+        topic_configs: list[StreamsGroupTopologyValue.TopicConfig]
+        def __init__(
+            self,
+            *,
+            name: str = "",
+            partitions: int = 0,
+            replication_factor: int = 0,
+            topic_configs: list[StreamsGroupTopologyValue.TopicConfig] = ...,
+        ) -> None: ...
+
+    class CopartitionGroup(Struct):
+        source_topics: list[int]
+        source_topic_regex: list[int]
+        repartition_source_topics: list[int]
+        def __init__(
+            self,
+            *,
+            source_topics: list[int] = ...,
+            source_topic_regex: list[int] = ...,
+            repartition_source_topics: list[int] = ...,
+        ) -> None: ...
+
+    class Subtopology(Struct):
+        subtopology_id: str
+        source_topics: list[str]
+        source_topic_regex: list[str]
+        state_changelog_topics: list[StreamsGroupTopologyValue.TopicInfo]
+        repartition_sink_topics: list[str]
+        repartition_source_topics: list[StreamsGroupTopologyValue.TopicInfo]
+        copartition_groups: list[StreamsGroupTopologyValue.CopartitionGroup]
+        def __init__(
+            self,
+            *,
+            subtopology_id: str = "",
+            source_topics: list[str] = ...,
+            source_topic_regex: list[str] = ...,
+            state_changelog_topics: list[StreamsGroupTopologyValue.TopicInfo] = ...,
+            repartition_sink_topics: list[str] = ...,
+            repartition_source_topics: list[StreamsGroupTopologyValue.TopicInfo] = ...,
+            copartition_groups: list[StreamsGroupTopologyValue.CopartitionGroup] = ...,
+        ) -> None: ...
+
+    epoch: int
+    subtopologies: list[Subtopology]
+    def __init__(self, *, epoch: int = 0, subtopologies: list[Subtopology] = ...) -> None: ...
 
 class SyncGroupRequest(Struct):
     API_KEY: ClassVar[int]

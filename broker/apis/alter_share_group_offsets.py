@@ -13,8 +13,8 @@ fenced at its next write (FENCED_STATE_EPOCH) and reads the new state afresh. Th
 also drops the group's share partitions it holds at once (``broker.shares.forget``); a leader
 elsewhere that writes nothing serves its old state until its next write, as in Kafka, which
 relies on the same fencing. The partitions are recorded as the group's
-(``ShareGroup.state_partitions``), for DescribeShareGroupOffsets, DeleteShareGroupOffsets and
-DeleteGroups.
+(``ShareGroup.state_partitions``, written to the group's records in ``__consumer_offsets``
+before the answer), for DescribeShareGroupOffsets, DeleteShareGroupOffsets and DeleteGroups.
 
 READ on the group is needed (else a top-level GROUP_AUTHORIZATION_FAILED) and READ on each
 topic (else TOPIC_AUTHORIZATION_FAILED for its partitions); an unknown topic or a partition
@@ -71,6 +71,7 @@ async def _alter(broker: Broker, group, topic_id, index: int, start_offset: int)
     broker.shares.forget(group_id, topic_id, index)  # read afresh at the next fetch here
     if not error:
         group.record_state([(topic_id, index)])
+        error = await broker.groups.share.persisted(group_id, None)
     return error
 
 

@@ -3,6 +3,8 @@
 One request does what JoinGroup, SyncGroup, Heartbeat and LeaveGroup do in the classic
 protocol; the broker computes the assignment (see ``consumer_group``). The assignment is
 sent only when it changed since the member was last told; partitions are named by topic id.
+The answer waits until the records of what the heartbeat changed are durable in
+``__consumer_offsets`` (``ModernGroupCoordinator.persisted``).
 With the cluster's ``group.version`` at 0 (cluster/features.py) the protocol is off: every
 request gets UNSUPPORTED_VERSION, as in Kafka.
 """
@@ -29,7 +31,7 @@ R = messages.ConsumerGroupHeartbeatResponse
 OFF = "The consumer group protocol is off in this cluster (group.version 0)."
 
 
-def handle(broker: Broker, header, request: messages.ConsumerGroupHeartbeatRequest):
+async def handle(broker: Broker, header, request: messages.ConsumerGroupHeartbeatRequest):
     coordinator = broker.groups.consumer
     off = broker.features.level(GROUP_VERSION) < 1
     refused = (
@@ -37,10 +39,17 @@ def handle(broker: Broker, header, request: messages.ConsumerGroupHeartbeatReque
         if off
         else group_refusal(broker, header.session, Operation.READ, request.group_id)
     )
+    if not refused:
+        refused = await coordinator.group_log.ready()
     if refused:
         answer = refused, OFF if off else None, None, 0, None
     else:
         answer = coordinator.heartbeat(request, header.client_id or "")
+        # what it changed is written to __consumer_offsets first, as Kafka answers once
+        # the records are committed
+        error = await coordinator.persisted(request.group_id, answer[2])
+        if error and not answer[0]:
+            answer = error, None, None, 0, None
     interval_ms = coordinator.configs.value(request.group_id, HEARTBEAT_INTERVAL)
     return response(R, answer, interval_ms)
 

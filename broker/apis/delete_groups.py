@@ -2,8 +2,10 @@
 
 A group with members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND, each with a
 message from v3. Deleting writes a tombstone for each committed offset to
-``__consumer_offsets`` and waits for the flush. A share group's persisted state (every
-partition it has state for, ``ShareGroup.state_partitions``) is deleted at the share
+``__consumer_offsets`` and waits for the flush, and so does a consumer, share or streams
+group's records. A share group's persisted state (every partition it has state for,
+``ShareGroup.state_partitions`` and ``initializing``, loaded with the group after a
+restart) is deleted at the share
 coordinator first (DeleteShareGroupState through ``broker.share_state``), so a group made
 again under the id starts where ``share.auto.offset.reset`` says; if that fails the error is
 answered and the group kept. Its records in flight on the partitions this broker leads go
@@ -61,8 +63,13 @@ async def _delete_share_state(broker: Broker, group_id: str) -> int:
     group = broker.groups.share.groups.get(group_id)
     if group is None or group.members:
         return ErrorCode.NONE  # delete_group answers
-    recorded = [(tid, sorted(ps)) for tid, ps in group.state_partitions.items()]
+    held: dict = {}
+    for state in (group.state_partitions, group.initializing):
+        for tid, ps in state.items():
+            held.setdefault(tid, set()).update(ps)
+    recorded = [(tid, sorted(ps)) for tid, ps in held.items()]
     error = await broker.share_state.delete(group_id, recorded) if recorded else ErrorCode.NONE
     if not error:
         group.state_partitions.clear()
+        group.initializing.clear()
     return error

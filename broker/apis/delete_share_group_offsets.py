@@ -61,6 +61,8 @@ async def _delete(broker: Broker, group, topic):
     broker.shares.forget(group.group_id, topic.topic_id)
     if not error:
         group.state_partitions.pop(topic.topic_id, None)
+        group.initializing.pop(topic.topic_id, None)
+        error = await broker.groups.share.persisted(group.group_id, None)
     return _topic(topic.name, topic.topic_id, error)
 
 

@@ -3,7 +3,8 @@ leader epoch and (v1) lag, read from the share coordinator (ReadShareGroupStateS
 through ``broker.share_state``).
 
 A group asked with topics null is described for every partition it has state for (the
-group coordinator's record, ``ShareGroup.state_partitions``), leaving out the topics the
+group coordinator's record, ``ShareGroup.state_partitions``, loaded from
+``__consumer_offsets`` after a restart), leaving out the topics the
 client may not DESCRIBE; an unknown group has none. Asked with topics, every partition named
 is described: an unknown topic's with topic id zero and start offset -1, a topic the client
 may not DESCRIBE with TOPIC_AUTHORIZATION_FAILED. As in Kafka, the group's kind and members

@@ -3,7 +3,9 @@
 A member joins (epoch 0, with its subscribed topic names), heartbeats and leaves (epoch -1)
 with this one request; the broker assigns partitions, and members may share one (see
 ``share_group``). With the cluster's ``share.version`` at 0 (cluster/features.py) share
-groups are off: every request gets UNSUPPORTED_VERSION, as in Kafka.
+groups are off: every request gets UNSUPPORTED_VERSION, as in Kafka. The answer waits for
+the group's records in ``__consumer_offsets`` and for the state of partitions given out for
+the first time to be initialized at the share coordinator (``ShareGroupCoordinator.settled``).
 
 Kafka's checks, in its order: READ on the group (GROUP_AUTHORIZATION_FAILED), a member id of
 1 to 36 characters (INVALID_REQUEST), DESCRIBE on every subscribed topic
@@ -48,14 +50,21 @@ def refusal(broker: Broker, session, request) -> tuple[int, str | None]:
     return broker.groups.not_served(request.group_id), None
 
 
-def handle(broker: Broker, header, request: messages.ShareGroupHeartbeatRequest):
+async def handle(broker: Broker, header, request: messages.ShareGroupHeartbeatRequest):
     coordinator = broker.groups.share
     session = header.session
     error, message = refusal(broker, session, request)
+    if not error:
+        error = await coordinator.group_log.ready()
     if error:
         answer = error, message, None, 0, None
     else:
         host = f"/{session.host}" if session.host else ""
         answer = coordinator.heartbeat(request, header.client_id or "", host)
+        # written to __consumer_offsets, and the state of newly assigned partitions
+        # initialized at the share coordinator, before the answer
+        error = await coordinator.settled(request.group_id, answer[2])
+        if error and not answer[0]:
+            answer = error, None, None, 0, None
     interval_ms = coordinator.configs.value(request.group_id, SHARE_HEARTBEAT_INTERVAL)
     return response(R, answer, interval_ms)

@@ -103,14 +103,20 @@ def refusal(broker: Broker, session, request) -> tuple[int, str | None]:
     return broker.groups.not_served(request.group_id), None
 
 
-def handle(broker: Broker, header, request: messages.StreamsGroupHeartbeatRequest):
+async def handle(broker: Broker, header, request: messages.StreamsGroupHeartbeatRequest):
     session = header.session
     error, message = refusal(broker, session, request)
+    coordinator = broker.groups.streams
+    if not error:
+        error = await coordinator.group_log.ready()
     if error:
         return R(throttle_time_ms=0, error_code=error, error_message=message, member_id="")
-    coordinator = broker.groups.streams
     host = f"/{session.host}" if session.host else ""
     answer = coordinator.heartbeat(request, header.client_id or "", host)
+    # what it changed is written to __consumer_offsets before the answer, as Kafka does
+    error = await coordinator.persisted(request.group_id, answer.member_id or request.member_id)
+    if error and not answer.error:
+        answer.error, answer.message = error, None
     if answer.error:
         return R(
             throttle_time_ms=0,

@@ -195,6 +195,7 @@ class BrokerServer:
             node_id=self.node_id,
             timeout_ms=int(config["request.timeout.ms"]),
         )
+        self.groups.share.persister = self.share_state  # share groups' state initialized
         # in a cluster: this broker's replicas and moves (replica_manager.py), fetchers
         self.replicas: ReplicaManager | None = None
         if isinstance(self.cluster, Cluster):

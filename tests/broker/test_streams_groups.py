@@ -296,4 +296,5 @@ def test_a_hostile_partition_count_for_an_internal_topic_is_refused_by_max_broke
         assert "max.broker.partitions is 1000" in r.status[0].status_detail, r.status[0].status_detail
         assert tasks(r.active_tasks) in (None, [])
         md = c.request(ApiKey.METADATA, 12, messages.MetadataRequest(topics=None, allow_auto_topic_creation=False))
-        assert sorted(t.name for t in md.topics) == ["input"]
+        # no internal topic of the application (the group's __consumer_offsets holds its records)
+        assert sorted(t.name for t in md.topics) == ["__consumer_offsets", "input"]

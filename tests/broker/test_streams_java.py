@@ -164,3 +164,55 @@ def test_word_count_two_instances_exactly_once(broker_factory, tmp_path):
 @pytest.mark.parametrize("guarantee", ["at_least_once"])
 def test_word_count_with_the_classic_protocol(broker_factory, tmp_path, guarantee):
     word_count(broker_factory, tmp_path, guarantee, "classic")
+
+
+@java
+def test_word_count_keeps_its_tasks_over_a_broker_restart(broker_factory, tmp_path):
+    """The lone broker is killed (-9) and started again under two exactly-once instances: the
+    streams group comes back from ``__consumer_offsets``, so each member keeps its id, epoch
+    and tasks (no rebalance: the instances never leave RUNNING), and the counts come out
+    exact."""
+    from headrace.protocol import ApiKey, messages
+
+    b = broker_factory(SETTINGS)
+    bootstrap = f"127.0.0.1:{b.port}"
+    app = "wc-restart"
+    with WireClient(b.port) as c:
+        create_topic(c, "words", 4)
+        create_topic(c, "counts", 2)
+    expected: Counter = Counter()
+    produce(bootstrap, 0, 200, expected)
+    counts = Counts(bootstrap)
+    first = Instance(tmp_path, "first", bootstrap, app, "exactly_once_v2", "streams")
+    second = Instance(tmp_path, "second", bootstrap, app, "exactly_once_v2", "streams")
+
+    def members():
+        with WireClient(b.port) as c:
+            g = c.request(ApiKey.STREAMS_GROUP_DESCRIBE, 0, messages.StreamsGroupDescribeRequest(
+                group_ids=[app], include_authorized_operations=False)).groups[0]
+        return g.group_epoch, sorted((m.member_id, m.member_epoch) for m in g.members)
+
+    try:
+        wait_for("the tasks spread over both",
+                 lambda: first.tasks() | second.tasks() == ALL_TASKS and not first.tasks() & second.tasks()
+                 and first.running() and second.running())
+        wait_for("the counts", lambda: counts.read() == expected)
+        tasks, before = (first.tasks(), second.tasks()), members()
+
+        def states():
+            return [[x for x in i.lines if x.startswith("state ")] for i in (first, second)]
+
+        states_before = states()
+        b.kill()
+        b.start()
+        produce(bootstrap, 200, 200, expected)
+        wait_for("the counts after the restart", lambda: counts.read() == expected)
+        assert (first.tasks(), second.tasks()) == tasks
+        assert members() == before
+        assert states() == states_before  # still RUNNING: no rebalance
+        assert not [x for x in first.lines + second.lines if x.startswith("error")]
+    finally:
+        counts.close()
+        for i in (first, second):
+            if i.proc.poll() is None:
+                i.stop()

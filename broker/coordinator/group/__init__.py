@@ -14,11 +14,17 @@ modern_group.py         What consumer, share and streams groups have in common: 
                         subscribed topics
 consumer_group.py       KIP-848 consumer groups: the broker assigns, members reconcile through
                         heartbeats
+consumer_records.py     A consumer group in ``__consumer_offsets``: its records, and the group
+                        they describe
 share_group.py          KIP-932 share groups: the broker assigns partitions, and members may
-                        share one
+                        share one; their partitions' state initialized at assignment
+share_records.py        A share group in ``__consumer_offsets``: its records, and the group
+                        they describe
 streams_coordinator.py  KIP-1071 streams groups: the broker assigns a Kafka Streams
                         application's tasks; StreamsGroupHeartbeat, members joining and
                         leaving, their sessions and deadlines
+streams_records.py      A streams group in ``__consumer_offsets``: its records, and the group
+                        they describe
 streams_group.py        The streams group model: members, their tasks and epochs, the
                         group's state; offset commits checked against task epochs
 streams_assignment.py   A streams group's target assignment, and each member's steps towards
@@ -33,4 +39,8 @@ group_offsets.py        Committed offsets in the internal topic ``__consumer_off
                         Kafka's record layouts
 group_membership.py     A classic group's membership in ``__consumer_offsets``, as Kafka stores
                         it
+modern_records.py       Consumer, share and streams groups' records in ``__consumer_offsets``,
+                        in Kafka's layouts
+modern_group_log.py     Writing what changed in a consumer, share or streams group, through
+                        the committed offsets' write path
 """

@@ -55,6 +55,7 @@ from .modern_group import (
     ModernGroupCoordinator,
     ModernMember,
 )
+from .modern_group_log import ModernGroupLog
 
 log = logging.getLogger("headrace.groups")
 
@@ -93,7 +94,6 @@ class ConsumerGroup(ModernGroup):
     def __init__(self, group_id: str) -> None:
         super().__init__(group_id)
         self.offsets: dict = {}
-        self.subscription_metadata: tuple = ()  # (topic, id, partitions) subscribed to
         self.assignor_name = "uniform"
 
     def check_commit(self, member_id: str, epoch: int) -> int:
@@ -178,9 +178,11 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
         *,
         configs: GroupConfigs,  # session timeouts and heartbeat intervals, per group
         max_size: int,  # group.consumer.max.size
+        group_log: ModernGroupLog,  # the groups' records in __consumer_offsets
+        records,  # consumer_records.records
         now_ms=wall_clock_ms,
     ) -> None:
-        super().__init__(topics, configs, max_size, SESSION_TIMEOUT, now_ms)
+        super().__init__(topics, configs, max_size, SESSION_TIMEOUT, group_log, records, now_ms)
         self.classic = classic
         # is this id a share group's? (the group coordinator sets it)
         self.share_group: Callable[[str], bool] = lambda group_id: False
@@ -311,6 +313,23 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
             sent = member.assigned
         return E.NONE, None, member.member_id, member.epoch, sent
 
+    def loaded(self, group: ConsumerGroup) -> None:
+        """A loaded member still revoking partitions has its rebalance timeout again."""
+        super().loaded(group)
+        for member in group.members.values():
+            if member.owned - member.assigned:
+                self._revoke_timer(group, member)
+
+    def _revoke_timer(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        if member.revoke_timer is None:
+            member.revoke_timer = asyncio.get_running_loop().call_later(
+                member.rebalance_timeout_ms / 1000,
+                self._revocation_overdue,
+                group,
+                member,
+                member.epoch,
+            )
+
     def _update(self, member: ConsumerMember, request) -> None:
         if request.subscribed_topic_names is not None:
             member.subscribed = sorted(request.subscribed_topic_names)
@@ -357,14 +376,7 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
         revoking = member.owned - target
         if revoking:
             member.assigned = member.owned & target
-            if member.revoke_timer is None:
-                member.revoke_timer = asyncio.get_running_loop().call_later(
-                    member.rebalance_timeout_ms / 1000,
-                    self._revocation_overdue,
-                    group,
-                    member,
-                    member.epoch,
-                )
+            self._revoke_timer(group, member)
             return
         if member.revoke_timer is not None:
             member.revoke_timer.cancel()
@@ -416,7 +428,7 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
         if group.members.get(member.member_id) is not member or member.epoch != epoch:
             return
         if member.owned - group.target.get(member.member_id, set()):
-            self._remove(
+            self._expire(
                 group,
                 member,
                 f"did not revoke its partitions within its rebalance "

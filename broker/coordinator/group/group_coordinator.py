@@ -9,7 +9,9 @@ group (``consumer_group``: ConsumerGroupHeartbeat), a share group (``share_group
 ShareGroupHeartbeat) or a streams group (``streams_coordinator``: StreamsGroupHeartbeat).
 All but share groups keep their committed offsets in the one ``OffsetStore``
 (``offset_store``: ``__consumer_offsets``); a classic group's membership is stored there too
-(``group_membership``). A share group has no committed offsets (its partitions' leaders keep
+(``group_membership``), and so are consumer, share and streams groups, in Kafka's records
+(``modern_records``, ``consumer_records``, ``share_records``, ``streams_records``, written
+by ``modern_group_log``). A share group has no committed offsets (its partitions' leaders keep
 what it was delivered); the other kinds' APIs refuse its id as Kafka does (OffsetCommit,
 OffsetFetch, TxnOffsetCommit and ConsumerGroupHeartbeat GROUP_ID_NOT_FOUND, JoinGroup
 INCONSISTENT_GROUP_PROTOCOL), and it refuses theirs. This class builds them, loads them at
@@ -17,7 +19,8 @@ start-up and answers what concerns every kind: commits, fetches, deletions, offs
 and the purge of a deleted topic's offsets.
 
 ``start`` replays ``__consumer_offsets``: groups that only have offsets come back Empty,
-classic groups with members come back Stable (each member with a fresh session). Offsets of
+classic groups with members come back Stable, consumer, share and streams groups as their
+records left them (each member with a fresh session). Offsets of
 topics that no longer exist are purged then (a crash between a topic's deletion and the purge
 of its offsets would otherwise bring them back). A group left Empty without offsets is removed
 (a classic one with a tombstone for its metadata), as Kafka does.
@@ -34,11 +37,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
+from typing import Any
 
 from headrace.broker.background import run_every, wall_clock_ms
-from headrace.protocol import ErrorCode
+from headrace.protocol import DecodeError, ErrorCode
 
+from . import consumer_records, modern_records, share_records, streams_records
 from .classic_coordinator import ClassicGroupCoordinator
 from .classic_group import ClassicGroup, JoinResult
 from .consumer_group import ConsumerGroup, ConsumerGroupCoordinator
@@ -46,6 +52,7 @@ from .group_configs import GroupConfigs
 from .group_membership import MembershipLog
 from .group_offsets import OFFSETS_TOPIC, CommittedOffset, partition_for
 from .group_state import DEAD, EMPTY
+from .modern_group_log import ModernGroupLog
 from .offset_store import Entry, OffsetStore, PendingOffsets
 from .share_group import ShareGroupCoordinator
 from .streams_coordinator import StreamsGroupCoordinator
@@ -64,6 +71,13 @@ log = logging.getLogger("headrace.groups")
 E = ErrorCode
 OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
 RECLAIM_EVERY_S = 1.0  # at group.max.groups, how often groups holding nothing are looked for
+
+
+_RESTORE = {
+    "consumer": consumer_records.restore,
+    "share": share_records.restore,
+    "streams": streams_records.restore,
+}
 
 
 class GroupCoordinator:
@@ -92,11 +106,14 @@ class GroupCoordinator:
         )
         self.groups: dict[str, ClassicGroup] = self.classic.groups
         self.configs = GroupConfigs(config)  # group configs (the GROUP config resource)
+        group_log = ModernGroupLog(self.offsets)
         self.consumer = ConsumerGroupCoordinator(
             topics,
             self.classic,
             configs=self.configs,
             max_size=int(config["group.consumer.max.size"]),
+            group_log=group_log,
+            records=consumer_records.records,
             now_ms=now_ms,
         )
         self.max_groups = int(config["group.max.groups"])
@@ -108,6 +125,8 @@ class GroupCoordinator:
             max_size=int(config["group.share.max.size"]),
             other_kind=lambda group_id: self.group_type(group_id) not in (None, "share"),
             room_for_group=self.room_for_group,
+            group_log=group_log,
+            records=lambda group, part: share_records.records(group, part, self._topic_name),
             now_ms=now_ms,
         )
         self.streams = StreamsGroupCoordinator(
@@ -118,6 +137,8 @@ class GroupCoordinator:
             max_topology_bytes=int(config["group.streams.max.topology.bytes"]),
             other_kind=lambda group_id: self.group_type(group_id) in ("consumer", "share"),
             room_for_group=self.room_for_group,
+            group_log=group_log,
+            records=streams_records.records,
             now_ms=now_ms,
         )
         # a share or streams group's id is not for the classic and consumer groups
@@ -183,7 +204,7 @@ class GroupCoordinator:
         """Load the groups of ``__consumer_offsets`` (its partitions ``indexes``, or all).
         A partition that cannot be read back whole is not served (``unavailable``): its
         groups answer COORDINATOR_LOAD_IN_PROGRESS rather than with part of their offsets."""
-        loaded, stored, failed = await self.offsets.load(indexes)
+        loaded, stored, modern, failed = await self.offsets.load(indexes)
         for index, error in sorted(failed.items()):
             log.error(
                 "cannot load the groups of %s-%d: %s; its groups answer"
@@ -206,13 +227,14 @@ class GroupCoordinator:
             restored += bool(meta.members)
         if restored:
             log.info("restored the membership of %d classic groups", restored)
+        self._load_modern(modern)
         pending_offsets = await self.offsets.load_pending(indexes, frozenset(failed))
         for producer_id, pending in pending_offsets.items():
             for group_id, offsets in pending.items():
                 self.add_txn_offsets(producer_id, group_id, offsets)
         stale: dict[ClassicGroup, list[Entry]] = {}
         for group_id in loaded:
-            group = self.groups.get(group_id)
+            group = self._offsets_group(group_id)
             if group is None:
                 continue
             entries: list[Entry] = [
@@ -225,6 +247,46 @@ class GroupCoordinator:
                 self._forget_if_empty(group)
         if stale:
             self._tasks.append(asyncio.create_task(self._purge_loaded(stale)))
+
+    def _load_modern(self, modern: dict[bytes, bytes]) -> None:
+        """Bring back the consumer, share and streams groups of the replayed records, each
+        member with a fresh session; a classic group with members of the same id (a group
+        that changed kinds) keeps the id. The committed offsets replayed for the id become
+        the group's."""
+        counts: dict[str, int] = {}
+        for group_id, (kind, stored) in modern_records.stored_groups(modern).items():
+            classic = self.groups.get(group_id)
+            if classic is not None and classic.members:
+                continue
+            restore = _RESTORE.get(kind)
+            if restore is None:
+                continue
+            group: Any
+            try:
+                group = restore(group_id, stored)
+            except (DecodeError, struct.error, AttributeError, ValueError):
+                log.warning("%s group %s: its records are malformed; not loaded", kind, group_id)
+                continue
+            if classic is not None:
+                del self.groups[group_id]  # only its offsets were loaded: they are the group's
+                if kind != "share":  # (a share group has none)
+                    group.offsets = classic.offsets
+            getattr(self, kind).loaded(group)
+            counts[kind] = counts.get(kind, 0) + 1
+        for kind, n in sorted(counts.items()):
+            log.info("loaded %d %s groups", n, kind)
+
+    def _topic_name(self, topic_id) -> str:
+        t = self.topics.find(None, topic_id)
+        return "" if t is None else t.name
+
+    def _offsets_group(self, group_id: str):
+        """The group holding ``group_id``'s committed offsets (all but share groups)."""
+        return (
+            self.groups.get(group_id)
+            or self.consumer.groups.get(group_id)
+            or self.streams.groups.get(group_id)
+        )
 
     def stop(self) -> None:
         for task in self._tasks:
@@ -417,16 +479,16 @@ class GroupCoordinator:
 
     async def delete_group(self, group_id: str) -> int:
         if group_id in self.share.groups:
-            return self.share.delete(group_id)
+            return await self.share.delete(group_id)
         cgroup = self.consumer.groups.get(group_id) or self.streams.groups.get(group_id)
         if cgroup is not None:
             if cgroup.members:
                 return E.NON_EMPTY_GROUP
             error = await self.offsets.delete_all(cgroup)
-            if not error and not cgroup.members:
-                kind = self.consumer if isinstance(cgroup, ConsumerGroup) else self.streams
-                if kind.groups.get(group_id) is cgroup:
-                    kind.unload(group_id)
+            kind = self.consumer if isinstance(cgroup, ConsumerGroup) else self.streams
+            if not error and not cgroup.members and kind.groups.get(group_id) is cgroup:
+                kind.unload(group_id)
+                error = await kind.group_log.durable(kind.delete_records(cgroup))
             return error
         group = self.groups.get(group_id)
         if group is None or group.state is DEAD:
@@ -521,7 +583,8 @@ class GroupCoordinator:
         if isinstance(group, ClassicGroup):
             if group.state is EMPTY:
                 self.classic.remove_group(group)
-        elif self.consumer.groups.get(group_id) is group:
-            self.consumer.unload(group_id)
-        elif self.streams.groups.get(group_id) is group:
-            self.streams.unload(group_id)
+        else:
+            for kind in (self.consumer, self.streams):
+                if kind.groups.get(group_id) is group:
+                    kind.unload(group_id)
+                    kind.persist_soon(kind.delete_records(group))

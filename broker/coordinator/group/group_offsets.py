@@ -23,6 +23,7 @@ static member takes over its old place; a tombstone when the group is deleted:
     string client id, string client host, [v1+] int32 rebalance timeout,
     int32 session timeout, bytes subscription, bytes assignment (bytes = int32 length + data)
 so that a classic group's membership survives a restart, as in Kafka.
+Record types 3-23 are consumer, share and streams groups' (``modern_records``).
 
 ``replay`` reads every partition from its start in a worker thread at start-up and returns the
 surviving offsets. Transactional batches (TxnOffsetCommit) and their markers are skipped:
@@ -40,6 +41,8 @@ from dataclasses import dataclass
 
 from headrace.broker.log.replay import stored_records
 from headrace.protocol.records import Record, build_batch
+
+from .modern_records import MODERN_TYPES
 
 log = logging.getLogger("headrace.groups")
 
@@ -258,9 +261,12 @@ def build_commit_batch(entries: list[tuple[bytes, bytes | None]], now_ms: int) -
 def replay(
     partition_logs,
     metadata: dict[str, StoredGroup] | None = None,
+    modern: dict[bytes, bytes] | None = None,
 ) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
     """Read every log from its start (in a worker thread): group -> {(topic, p): offset}.
-    Classic groups' stored membership goes into ``metadata`` when one is given."""
+    Classic groups' stored membership goes into ``metadata`` when one is given, the
+    surviving records of consumer, share and streams groups (``modern_records``) into
+    ``modern``, key -> value."""
     groups: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
     for plog in partition_logs:
         # transactional batches are skipped: see the module docstring
@@ -269,6 +275,13 @@ def replay(
                 continue
             try:
                 parsed = parse_key(key)
+                if parsed is None and _I16.unpack_from(key)[0] in MODERN_TYPES:
+                    if modern is not None:
+                        if value is None:
+                            modern.pop(bytes(key), None)
+                        else:
+                            modern[bytes(key)] = bytes(value)
+                    continue
                 if parsed is None:
                     group_id = parse_group_key(key)
                     if group_id is not None and metadata is not None:

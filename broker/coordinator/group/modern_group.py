@@ -14,6 +14,11 @@ A member has its epoch and the one before, and two timers: its session (``timer`
 ``deadline``, kept by ``group_sessions.SessionTimers``) and, for consumer and streams members
 told to give something back, the deadline of that revocation (``revoke_timer``).
 
+A group is kept in ``__consumer_offsets`` in Kafka's records (``modern_records``, and each
+kind's ``*_records`` module): ``persist`` writes what changed since the group's last write
+(``modern_group_log``), ``delete_records`` its tombstones, and a group loaded from them
+(``loaded``) gives each member a fresh session, as Kafka does.
+
 ``ModernGroupCoordinator`` is the part of each kind's coordinator that is the same: the
 kind's groups of this broker's partitions of ``__consumer_offsets``, their members'
 sessions, removing a member (it left, its session expired, it revoked too late), cancelling
@@ -27,15 +32,18 @@ pending already. A streams group's topics are matched by its topology instead
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from headrace.broker.background import wall_clock_ms
 
 from .group_configs import GroupConfigs
 from .group_sessions import SessionTimers
+from .modern_group_log import NOTHING, ModernGroupLog, Write
+from .modern_records import Stored
 
 log = logging.getLogger("headrace.groups")
 
@@ -87,6 +95,9 @@ class ModernGroup:
         self.members = {}
         self.target = {}
         self.empty_since_ms: int | None = None
+        self.metadata_hash = 0  # of the subscribed topics' ids and partition counts
+        self.stored: Stored = {}  # what its records in the log say (modern_group_log)
+        self.stored_epochs = (epoch, epoch)  # (epoch, assignment epoch) at the last write
 
     def static_member(self, instance_id: str | None) -> Any:
         """The static member of ``instance_id``, or None (also for no instance id)."""
@@ -123,15 +134,20 @@ class ModernGroupCoordinator(Generic[G]):
         configs: GroupConfigs,
         max_size: int,
         session_timeout: str,
+        group_log: ModernGroupLog,
+        records: Callable[[G, str | None], dict[bytes, bytes]],
         now_ms=wall_clock_ms,
     ) -> None:
         self.topics = topics
+        self.group_log = group_log
+        self._records = records  # (group, None or member id) -> its records
+        self._flushing: set[asyncio.Task] = set()
         self.configs = configs
         self.max_size = max_size
         self.now_ms = now_ms
         self.groups: dict[str, G] = {}
         self.sessions = SessionTimers(
-            lambda g, m: self._remove(g, m, "session expired"),
+            lambda g, m: self._expire(g, m, "session expired"),
             lambda g, m: configs.value(g.group_id, session_timeout),
         )
 
@@ -144,6 +160,61 @@ class ModernGroupCoordinator(Generic[G]):
         group = self.groups.pop(group_id, None)
         if group is not None:
             group.cancel_timers()
+
+    # the group in __consumer_offsets -------------------------------------------------------
+
+    def persist(self, group: G, member_id: str | None = None) -> Write:
+        """Append what changed in ``group``: its own records and ``member_id``'s, or every
+        member's when members came or went or the epochs moved (or no member is named)."""
+        members = [p for p in group.stored if p is not None]
+        complete = (
+            member_id is None
+            or member_id not in group.members
+            or len(members) != len(group.members)
+            or group.stored_epochs != (group.epoch, group.assignment_epoch)
+            or not all(m in group.members for m in members)
+        )
+        parts = list(group.members) if complete else [member_id]
+        current = {p: self._records(group, p) for p in [None, *parts]}
+        write = self.group_log.append(group, current, complete)
+        if not write.error:
+            group.stored_epochs = (group.epoch, group.assignment_epoch)
+        return write
+
+    async def persisted(self, group_id: str, member_id: str | None) -> int:
+        """Write what a request changed in ``group_id`` (``member_id``: the member it was
+        about) and wait until it is durable; an error code."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return 0
+        return await self.group_log.durable(self.persist(group, member_id))
+
+    def delete_records(self, group: ModernGroup) -> Write:
+        """Tombstones for the group's records (it is deleted, not moved away)."""
+        return self.group_log.delete(group)
+
+    def persist_soon(self, write: Write) -> None:
+        """Let ``write`` become durable in the background (a change no request waits for)."""
+        if write is NOTHING or write.error:
+            return
+        task = asyncio.ensure_future(self.group_log.durable(write))
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    def loaded(self, group: G) -> None:
+        """``group`` was read back from its records: each member gets a fresh session."""
+        self.groups[group.group_id] = group
+        group.stored_epochs = (group.epoch, group.assignment_epoch)
+        if not group.members:
+            group.empty_since_ms = self.now_ms()
+        for m in group.members.values():
+            self.sessions.touch(group, m)
+
+    def _expire(self, group: G, member: ModernMember, why: str) -> None:
+        """A timer removes ``member``: the change is written, no request waits for it."""
+        self._remove(group, member, why)
+        if self.groups.get(group.group_id) is group:
+            self.persist_soon(self.persist(group))
 
     def _remove(self, group: G, member: ModernMember, why: str) -> None:
         member.cancel_timers()
@@ -160,18 +231,28 @@ class ModernGroupCoordinator(Generic[G]):
     def _subscribed_topics(self, group, names: Iterable[str]) -> dict[str, tuple[uuid.UUID, int]]:
         """Those of the topics ``names`` that exist, name -> (topic id, partitions). When they
         changed since ``group``'s last heartbeat (a consumer or share group's
-        ``subscription_metadata``) the group epoch moves on, unless it is ahead already."""
+        ``metadata_hash``) the group epoch moves on, unless it is ahead already."""
         topics = {}
         for name in sorted(names):
             t = self.topics.get(name)
             if t is not None:
                 topics[name] = (t.topic_id, t.count)
-        metadata = tuple(sorted((n, str(i), c) for n, (i, c) in topics.items()))
-        if metadata != group.subscription_metadata:
-            group.subscription_metadata = metadata
+        digest = metadata_hash(sorted((n, str(i), c) for n, (i, c) in topics.items()))
+        if digest != group.metadata_hash:
+            group.metadata_hash = digest
             if group.assignment_epoch == group.epoch:
                 group.epoch += 1
         return topics
+
+
+def metadata_hash(metadata: list) -> int:
+    """A signed 64-bit hash of the subscribed topics' (name, id, partitions), 0 for none (the
+    group metadata record's MetadataHash; Kafka's is an xxh3 of its own, which a Kafka
+    broker reading these records would recompute once)."""
+    if not metadata:
+        return 0
+    digest = hashlib.blake2b(repr(metadata).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def unknown_member(member_id: str, group_id: str) -> str:

@@ -22,7 +22,8 @@ keep them ``offsets.retention.minutes`` after they emptied, or after the commit 
 never had members) and purged with their topic (``for_topics``, after DeleteTopics).
 
 The classic groups' metadata records share the partition and the write path (``append`` and
-``flush``, see ``group_membership``).
+``flush``, see ``group_membership``), and so do the records of consumer, share and streams
+groups (``modern_group_log``).
 
 Offsets committed in a transaction (TxnOffsetCommit) are written as the producer's
 transactional batches, which the replay skips; ``load_pending`` reads back those of
@@ -73,23 +74,29 @@ class OffsetStore:
 
     async def load(
         self, indexes: list[int] | None = None
-    ) -> tuple[dict[str, dict], dict[str, StoredGroup], dict[int, ReplayError]]:
+    ) -> tuple[dict[str, dict], dict[str, StoredGroup], dict[bytes, bytes], dict[int, ReplayError]]:
         """Replay the topic (or its partitions ``indexes``, moved here), partition by
-        partition: (group -> its offsets, group -> its last classic metadata, partition ->
-        why it could not be read whole). A partition that fails gives none of its groups."""
+        partition: (group -> its offsets, group -> its last classic metadata, the consumer,
+        share and streams groups' records (key -> value), partition -> why it could not be
+        read whole). A partition that fails gives none of its groups."""
         loaded: dict[str, dict] = {}
         stored: dict[str, StoredGroup] = {}
+        modern: dict[bytes, bytes] = {}
         failed: dict[int, ReplayError] = {}
         for partition in self._partitions(indexes):
             metadata: dict[str, StoredGroup] = {}
+            records: dict[bytes, bytes] = {}
             try:
-                found = await asyncio.to_thread(group_offsets.replay, [partition.log], metadata)
+                found = await asyncio.to_thread(
+                    group_offsets.replay, [partition.log], metadata, records
+                )
             except ReplayError as e:
                 failed[partition.index] = e
                 continue
             loaded.update(found)  # a group's records are all in its one partition
             stored.update(metadata)
-        return loaded, stored, failed
+            modern.update(records)
+        return loaded, stored, modern, failed
 
     async def load_pending(
         self, indexes: list[int] | None = None, skip: frozenset[int] = frozenset()

@@ -28,31 +28,41 @@ epoch 0. Sessions expire after ``group.share.session.timeout.ms`` (or the group'
 
 A group id is one kind of group: a share heartbeat for a classic or consumer group's id gets
 GROUP_ID_NOT_FOUND ("Group G is not a share group."), as in Kafka; ``other_kind`` tells.
-Share groups are kept in memory only, not in ``__consumer_offsets`` as Kafka keeps them:
-after a restart (or a move of the group's coordinator) a member's heartbeat finds no group
-and gets UNKNOWN_MEMBER_ID, so it rejoins (Kafka's GROUP_ID_NOT_FOUND would stop it). Their
+Share groups are kept in ``__consumer_offsets`` in Kafka's records (``share_records``), as
+consumer groups are: after a restart or a coordinator move the members carry on. Their
 delivery state lives at the partitions' leaders, persisted by the share coordinator.
 
 Which partitions a group has state for (Kafka's ShareGroupStatePartitionMetadata) is
-``ShareGroup.state_partitions``: every partition ever in the group's target assignment
-(a leader makes the state at the first ShareFetch there, from ``share.auto.offset.reset``),
-those the offsets admin APIs initialized (AlterShareGroupOffsets), less those whose state
-was deleted (DeleteShareGroupOffsets). DescribeShareGroupOffsets without topics, DeleteGroups
-and DeleteShareGroupOffsets go by it. It is in memory, like the group: a coordinator move or
-restart loses it (until members heartbeat again, the group's state is described only by
-topic, and DeleteGroups does not know the group, so its state stays at the share
-coordinator). It is bounded by the partitions of the cluster's topics: a deleted topic's
-entries go (``topics_deleted``). A group holding state is kept when empty, as Kafka keeps
-it, until DeleteGroups; only groups without members and without state are forgotten when
-``group.max.groups`` needs room.
+``ShareGroup.state_partitions`` (initialized) and ``ShareGroup.initializing``. As in Kafka
+4.4, the group coordinator initializes the state of the partitions a target assignment
+gives out for the first time (``initialize``: InitializeShareGroupState through the
+persister, at the group epoch): start offset -1 for a topic the group had no state for (its
+leader then starts where ``share.auto.offset.reset`` says), 0 for partitions added later to a
+topic it has state for (they start at their beginning); first recorded as initializing, then
+as initialized once the share coordinator has them (dropped on failure, tried again at a
+later heartbeat). Unlike Kafka, which assigns only initialized partitions, a member is
+given its partitions at once, and a heartbeat is answered once the initializations of its
+group in flight are done (at most ``INIT_WAIT_S`` later), so that no leader reads a
+partition's state before it is made. (Should one answer first, while the share coordinator
+moves, the leader starts the partition from its reset policy and the coordinator's later
+initialization, at a state epoch not below the leader's, fences it: it reads the state
+again.)
+The offsets admin APIs add (AlterShareGroupOffsets) and take away (DeleteShareGroupOffsets)
+initialized partitions; DeleteGroups and DescribeShareGroupOffsets without topics go by
+them, also after a restart. They are bounded by the partitions of the cluster's topics: a
+deleted topic's entries go (``topics_deleted``). A group holding state is kept when empty,
+as Kafka keeps it, until DeleteGroups; only groups without members and without state are
+forgotten when ``group.max.groups`` needs room.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from headrace.broker.background import wall_clock_ms
 from headrace.protocol import ErrorCode
@@ -65,14 +75,30 @@ from .modern_group import (
     ModernMember,
     unknown_member,
 )
+from .modern_group_log import ModernGroupLog
 
 log = logging.getLogger("headrace.groups")
 
 E = ErrorCode
 ASSIGNOR = "simple"
 MAX_MEMBER_ID = 36  # Kafka's longest member id (a UUID's text)
+# how long a heartbeat waits for its group's share-partition initializations
+INIT_WAIT_S = 1.0
 
 TopicPartition = tuple[uuid.UUID, int]
+
+
+class StateInitializer(Protocol):
+    """The persister, as the group coordinator uses it."""
+
+    def initialize(
+        self,
+        group_id: str,
+        topic_id: uuid.UUID,
+        partition: int,
+        state_epoch: int,
+        start_offset: int,
+    ) -> Awaitable[int]: ...
 
 
 class ShareMember(ModernMember):
@@ -92,9 +118,12 @@ class ShareGroup(ModernGroup):
 
     def __init__(self, group_id: str) -> None:
         super().__init__(group_id)
-        self.subscription_metadata: tuple = ()  # (topic, id, partitions) subscribed to
-        # topic id -> the partitions the group has (or may have) state for
+        # topic id -> the partitions the group has state for (initialized), and those
+        # being initialized
         self.state_partitions: dict[uuid.UUID, set[int]] = {}
+        self.initializing: dict[uuid.UUID, set[int]] = {}
+        self.in_flight: set[TopicPartition] = set()  # initializations sent, not answered
+        self.init_tasks: set[asyncio.Future] = set()
 
     def remove(self, member: ModernMember, now_ms: int) -> bool:
         if not super().remove(member, now_ms):
@@ -107,6 +136,19 @@ class ShareGroup(ModernGroup):
         """The group has state for ``parts``, (topic id, partition) pairs."""
         for tid, p in parts:
             self.state_partitions.setdefault(tid, set()).add(p)
+            held = self.initializing.get(tid)
+            if held is not None:
+                held.discard(p)
+                if not held:
+                    del self.initializing[tid]
+
+    def has_state(self) -> bool:
+        return bool(self.state_partitions or self.initializing)
+
+    def cancel_timers(self) -> None:
+        super().cancel_timers()
+        for task in self.init_tasks:
+            task.cancel()
 
     @property
     def state_name(self) -> str:
@@ -195,39 +237,135 @@ class ShareGroupCoordinator(ModernGroupCoordinator[ShareGroup]):
         max_size: int,  # group.share.max.size
         other_kind: Callable[[str], bool],  # is this id a classic or consumer group's?
         room_for_group: Callable[[], bool],  # group.max.groups
+        group_log: ModernGroupLog,  # the groups' records in __consumer_offsets
+        records,  # the kind's records module's ``records``
         now_ms=wall_clock_ms,
     ) -> None:
-        super().__init__(topics, configs, max_size, SHARE_SESSION_TIMEOUT, now_ms)
+        super().__init__(
+            topics, configs, max_size, SHARE_SESSION_TIMEOUT, group_log, records, now_ms
+        )
         self.other_kind = other_kind
         self.room_for_group = room_for_group
+        # the persister (InitializeShareGroupState), set by the broker once it is made;
+        # without one the target's partitions are taken as initialized
+        self.persister: StateInitializer | None = None
 
-    def delete(self, group_id: str) -> int:
-        """DeleteGroups of a share group: NON_EMPTY_GROUP while it has members."""
+    async def delete(self, group_id: str) -> int:
+        """DeleteGroups of a share group: NON_EMPTY_GROUP while it has members; its records
+        get tombstones."""
         group = self.groups.get(group_id)
         if group is None:
             return E.GROUP_ID_NOT_FOUND
         if group.members:
             return E.NON_EMPTY_GROUP
-        del self.groups[group_id]
+        self.unload(group_id)
         log.info("share group %s deleted", group_id)
+        return await self.group_log.durable(self.delete_records(group))
+
+    # share-partition state at the share coordinator -----------------------------------------
+
+    def plan_initialize(self, group: ShareGroup) -> dict[TopicPartition, int]:
+        """The partitions of the target assignment without state yet, and not being
+        initialized now: (topic id, partition) -> start offset, as Kafka 4.4 chooses it (-1
+        for a topic the group had no state for, 0 for one it had); recorded as
+        initializing."""
+        known = set(group.state_partitions) | set(group.initializing)
+        plan = {}
+        for parts in group.target.values():
+            for tid, p in parts:
+                if (tid, p) in group.in_flight or p in group.state_partitions.get(tid, ()):
+                    continue
+                plan[(tid, p)] = 0 if tid in known else -1
+        for tid, p in plan:
+            group.initializing.setdefault(tid, set()).add(p)
+            group.in_flight.add((tid, p))
+        return plan
+
+    async def initialize(self, group: ShareGroup, plan: dict[TopicPartition, int]) -> None:
+        """InitializeShareGroupState for ``plan`` at the group epoch; what succeeded becomes
+        initialized, what failed is no longer initializing (tried again later); the change
+        is written."""
+        epoch = group.epoch
+        try:
+            errors: list[int]
+            if self.persister is None:
+                errors = [E.NONE] * len(plan)
+            else:
+                persister = self.persister
+                errors = list(
+                    await asyncio.gather(
+                        *(
+                            persister.initialize(group.group_id, tid, p, epoch, start)
+                            for (tid, p), start in plan.items()
+                        )
+                    )
+                )
+        finally:
+            group.in_flight.difference_update(plan)
+        done = [tp for tp, error in zip(plan, errors, strict=True) if not error]
+        group.record_state(done)
+        for (tid, p), error in zip(plan, errors, strict=True):
+            if error:
+                log.warning(
+                    "share group %s: initializing the state of %s-%d failed (error %d)",
+                    group.group_id,
+                    tid,
+                    p,
+                    error,
+                )
+                held = group.initializing.get(tid)
+                if held is not None:
+                    held.discard(p)
+                    if not held:
+                        del group.initializing[tid]
+        if self.groups.get(group.group_id) is group:
+            await self.group_log.durable(self.persist(group))
+
+    async def settled(self, group_id: str, member_id: str | None) -> int:
+        """After a heartbeat: write what it changed, initialize the state of partitions
+        given out for the first time, and wait for the group's initializations in flight
+        (a member should not fetch a partition before its state is made), at most
+        ``INIT_WAIT_S``: a share coordinator moving takes longer, and a heartbeat must not
+        wait for it; an error code."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.NONE
+        plan = self.plan_initialize(group)
+        error = await self.group_log.durable(self.persist(group, member_id))
+        if error:
+            return error
+        if plan:
+            task = asyncio.ensure_future(self.initialize(group, plan))
+            group.init_tasks.add(task)
+            task.add_done_callback(group.init_tasks.discard)
+        if group.init_tasks:
+            await asyncio.wait(
+                [asyncio.shield(t) for t in list(group.init_tasks)], timeout=INIT_WAIT_S
+            )
         return E.NONE
 
     def forget_empty(self) -> None:
         """Forget the groups without members and without state (they hold nothing). Kafka
         keeps an empty share group until it is deleted; here one that never held a partition
         is kept until ``group.max.groups`` is reached and room is needed."""
-        for group_id in [
-            g
+        for group_id, group in [
+            (g, group)
             for g, group in self.groups.items()
-            if not group.members and not group.state_partitions
+            if not group.members and not group.has_state()
         ]:
-            del self.groups[group_id]
+            self.unload(group_id)
+            self.persist_soon(self.delete_records(group))
 
     def topics_deleted(self) -> None:
         """Drop the groups' state records of topics that no longer exist."""
         for group in self.groups.values():
-            for tid in [t for t in group.state_partitions if self.topics.find(None, t) is None]:
-                del group.state_partitions[tid]
+            changed = False
+            for held in (group.state_partitions, group.initializing):
+                for tid in [t for t in held if self.topics.find(None, t) is None]:
+                    del held[tid]
+                    changed = True
+            if changed:
+                self.persist_soon(self.persist(group))
 
     def empty_group(self, group_id: str, create: bool) -> tuple[int, str | None, ShareGroup | None]:
         """(error, message, group) for the offsets admin APIs, which need a share group
@@ -342,8 +480,6 @@ class ShareGroupCoordinator(ModernGroupCoordinator[ShareGroup]):
         subscriptions = {m.member_id: m.subscribed for m in group.members.values()}
         group.target = assign(subscriptions, topics, group.target)
         group.assignment_epoch = group.epoch
-        for parts in group.target.values():
-            group.record_state(parts)
         log.info(
             "share group %s: new target assignment at epoch %d (%d members)",
             group.group_id,

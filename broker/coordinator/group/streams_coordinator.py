@@ -32,9 +32,10 @@ static members; GROUP_MAX_SIZE_REACHED at ``group.streams.max.size``. Sessions e
 ``streams.session.timeout.ms`` without a heartbeat. A member may ask the whole application
 to shut down (status SHUTDOWN_APPLICATION to every member until the group is empty).
 
-Streams groups are kept in memory, as consumer groups are here: after a restart or a move of
-the coordinator a member's heartbeat finds no group and gets UNKNOWN_MEMBER_ID, so it rejoins
-(Kafka, which stores them in ``__consumer_offsets``, would answer from what it stored).
+Streams groups are kept in ``__consumer_offsets`` in Kafka's records (``streams_records``):
+after a restart or a move of the coordinator the members carry on with their ids, epochs and
+tasks; the configured topology is computed again at the next heartbeat, and the group epoch
+moves on only when the topics it was configured from changed meanwhile.
 Committed offsets are a consumer group's: ``__consumer_offsets`` (``offset_store``), checked
 against task epochs (``StreamsGroup.check_commit``). Not built: warm-up tasks
 (``streams.num.warmup.replicas`` is 0 here), the assignment interval, rack-aware standby
@@ -64,8 +65,10 @@ from .modern_group import (
     STATIC_LEAVE_EPOCH,
     ModernGroupCoordinator,
     ModernMember,
+    metadata_hash,
     unknown_member,
 )
+from .modern_group_log import ModernGroupLog
 from .streams_assignment import new_target, reconcile
 from .streams_group import UNREVOKED_TASKS, StreamsGroup, StreamsMember, Task
 from .streams_topology import ASSIGNMENT_DELAYED, SHUTDOWN_APPLICATION, STALE_TOPOLOGY
@@ -118,9 +121,13 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
         max_topology_bytes: int,  # group.streams.max.topology.bytes (checked by the API)
         other_kind: Callable[[str], bool],  # is this id a consumer or share group's?
         room_for_group: Callable[[], bool],  # group.max.groups
+        group_log: ModernGroupLog,  # the groups' records in __consumer_offsets
+        records,  # the kind's records module's ``records``
         now_ms=wall_clock_ms,
     ) -> None:
-        super().__init__(topics, configs, max_size, STREAMS_SESSION_TIMEOUT, now_ms)
+        super().__init__(
+            topics, configs, max_size, STREAMS_SESSION_TIMEOUT, group_log, records, now_ms
+        )
         self.classic = classic
         self.max_topology_bytes = max_topology_bytes
         self.other_kind = other_kind
@@ -261,6 +268,7 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
             )
         group.topology = topology
         group.configured = configured
+        group.metadata_hash = metadata_hash(list(configured.signature))
         was_empty = not group.members
         before = None if member.member_id not in group.members else member.metadata()
         assigned_before = member.assigned() if before is not None else None
@@ -359,7 +367,10 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
         sig = streams_topology.signature(topology, self._partitions)
         if configured is None or configured.signature != sig or group.topology is None:
             configured = streams_topology.configure(topology, self._partitions)
-            reconfigured = group.configured is None or group.configured.signature != sig
+            if group.configured is not None:
+                reconfigured = group.configured.signature != sig
+            else:  # new, or loaded: configured from other topics than those it was stored at?
+                reconfigured = metadata_hash(list(sig)) != group.metadata_hash
         if configured.error is not None:
             if not group.members:
                 self._forget_if_unused(group)
@@ -418,6 +429,7 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
         group.delay = None
         if self.groups.get(group.group_id) is group:
             self._refresh_target(group)
+            self.persist_soon(self.persist(group))
 
     def _refresh_target(self, group: StreamsGroup) -> None:
         """A new target assignment when the group epoch moved past the assignment epoch."""
@@ -429,14 +441,7 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
         if not reconcile(group, member, owned):
             return
         if member.state == UNREVOKED_TASKS:
-            if member.revoke_timer is None:
-                member.revoke_timer = asyncio.get_running_loop().call_later(
-                    max(member.rebalance_timeout_ms, 0) / 1000,
-                    self._revocation_overdue,
-                    group,
-                    member,
-                    member.epoch,
-                )
+            self._revoke_timer(group, member)
         elif member.revoke_timer is not None:
             member.revoke_timer.cancel()
             member.revoke_timer = None
@@ -445,7 +450,7 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
         member.revoke_timer = None
         if group.members.get(member.member_id) is member and member.epoch == epoch:
             if member.state == UNREVOKED_TASKS:
-                self._remove(
+                self._expire(
                     group,
                     member,
                     f"failed to transition from epoch {epoch} within"
@@ -489,7 +494,25 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
 
     def _forget_if_unused(self, group: StreamsGroup) -> None:
         if not group.members and not group.offsets and group.topology is None:
-            self.groups.pop(group.group_id, None)
+            if self.groups.pop(group.group_id, None) is group:
+                self.persist_soon(self.delete_records(group))
+
+    def loaded(self, group: StreamsGroup) -> None:
+        """A loaded member still revoking tasks has its rebalance timeout again."""
+        super().loaded(group)
+        for member in group.members.values():
+            if member.state == UNREVOKED_TASKS:
+                self._revoke_timer(group, member)
+
+    def _revoke_timer(self, group: StreamsGroup, member: StreamsMember) -> None:
+        if member.revoke_timer is None:
+            member.revoke_timer = asyncio.get_running_loop().call_later(
+                max(member.rebalance_timeout_ms, 0) / 1000,
+                self._revocation_overdue,
+                group,
+                member,
+                member.epoch,
+            )
 
 
 def _static_member(group: StreamsGroup, member_id: str, instance_id: str) -> StreamsMember:
