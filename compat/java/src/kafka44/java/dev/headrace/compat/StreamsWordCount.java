@@ -63,7 +63,14 @@ final class StreamsWordCount {
     private static final Set<String> ALL_TASKS = Set.of("0_0", "0_1", "0_2", "0_3", "1_0", "1_1", "1_2", "1_3");
     private static final long STEP_S = 90;  // the longest one step may take
 
+    private static final long T0 = System.nanoTime();
+
     private StreamsWordCount() {}
+
+    /** A line of the scenario's log, with the seconds since it began. */
+    static void say(String what) {
+        System.out.printf("[%5.1fs] %s%n", (System.nanoTime() - T0) / 1e9, what);
+    }
 
     /** One Kafka Streams instance running the word count. */
     static final class Instance {
@@ -87,7 +94,10 @@ final class StreamsWordCount {
             p.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.String().getClass());
             p.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.String().getClass());
             p.put("consumer.auto.offset.reset", "earliest");
-            p.put("consumer.session.timeout.ms", "10000");  // classic only (the broker's, with streams)
+            // classic only (with streams the broker's): the group's smallest by default. A
+            // classic Streams instance does not leave the group when it closes, so its tasks
+            // move once its session times out
+            p.put("consumer.session.timeout.ms", "6000");
             p.put("consumer.heartbeat.interval.ms", "1000");
             StreamsBuilder builder = new StreamsBuilder();
             builder.<String, String>stream(input)
@@ -97,10 +107,10 @@ final class StreamsWordCount {
                 .toStream()
                 .to(output, Produced.with(Serdes.String(), Serdes.Long()));
             streams = new KafkaStreams(builder.build(), p);
-            streams.setStateListener((now, before) -> System.out.println(name + ": state " + now + " (was " + before + ")"));
+            streams.setStateListener((now, before) -> say(name + ": state " + now + " (was " + before + ")"));
             streams.setUncaughtExceptionHandler(e -> {
                 errors.add(e.toString());
-                System.out.println(name + ": error " + e);
+                say(name + ": error " + e);
                 e.printStackTrace(System.out);
                 return StreamThreadExceptionResponse.REPLACE_THREAD;
             });
@@ -172,6 +182,7 @@ final class StreamsWordCount {
         try (Counts counts = new Counts(output, 2)) {
             first = new Instance("first", bootstrap, app, guarantee, protocol, state.resolve("first"), input, output);
             Suite.waitUntil(() -> counts.read().equals(expected), "the first instance's counts", STEP_S);
+            say("the first instance's counts are exact");
             expect(first.tasks().equals(ALL_TASKS), "the first instance alone has tasks " + first.tasks());
 
             Instance a = first;
@@ -186,13 +197,17 @@ final class StreamsWordCount {
                 all.addAll(b.tasks());
                 return both.isEmpty() && all.equals(ALL_TASKS);
             }, "the tasks spread over both instances", STEP_S);
-            System.out.println("tasks: first " + a.tasks() + ", second " + b.tasks());
+            say("tasks: first " + a.tasks() + ", second " + b.tasks());
             Suite.waitUntil(() -> counts.read().equals(expected), "the counts with both instances", STEP_S);
+            say("the counts with both instances are exact");
 
             expect(first.streams.close(Duration.ofSeconds(30)), "the first instance did not close within 30 s");
             produce(input, 600, 300, expected);
+            say("the first instance closed");
             Suite.waitUntil(() -> b.tasks().equals(ALL_TASKS), "the second instance to take every task", STEP_S);
+            say("the second instance has every task");
             Suite.waitUntil(() -> counts.read().equals(expected), "the counts after the first left", STEP_S);
+            say("the counts after the first left are exact");
             List<String> errors = new ArrayList<>(first.errors);
             errors.addAll(second.errors);
             expect(errors.isEmpty(), "uncaught errors in the stream threads: " + errors);
