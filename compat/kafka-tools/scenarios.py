@@ -462,8 +462,8 @@ def console_share_consumer(bootstrap: str, topic: str, group: str, *args: str) -
 def kafka_share_groups(bootstrap: str, prefix: str) -> None:
     """kafka-share-groups on a share group one of whose records kafka-console-share-consumer
     accepted: --describe (START-OFFSET, LAG), --reset-offsets --to-earliest, --to-latest and
-    --to-datetime --execute, --delete-offsets, --delete (and --list without the group). That
-    DeleteGroups deletes the share state is tests/broker/test_share_admin.py's."""
+    --to-datetime --execute, --delete-offsets, --delete. That DeleteGroups deletes the share
+    state is tests/broker/test_share_admin.py's (each tool run costs a JVM's start)."""
     share_tools()
     topic, group = f"{prefix}-t", f"{prefix}-g"
     b = ["--bootstrap-server", bootstrap]
@@ -512,7 +512,6 @@ def kafka_share_groups(bootstrap: str, prefix: str) -> None:
     got = rows("--delete")
     expect(got == [["Deletion", "of", "requested", "share", "groups", f"('{group}')", "was",
                     "successful."]], f"--delete: {got}")
-    expect(group not in tool(SHARE_GROUPS, [*b, "--list"]).split(), "deleted group still listed")
 
 
 def kafka_console_share_consumer(bootstrap: str, prefix: str) -> None:
