@@ -376,8 +376,9 @@ def share_group(bootstrap: str, prefix: str) -> None:
         consumer.set_acknowledgement_commit_callback(on_commit)
     deadline = time.monotonic() + 60
     quiet_since = time.monotonic()
-    try:
-        while time.monotonic() < deadline and time.monotonic() - quiet_since < 5:
+    try:  # until nothing came for 5 s, counted from the first delivery
+        while time.monotonic() < deadline and (not deliveries
+                                               or time.monotonic() - quiet_since < 5):
             for who, consumer in enumerate(consumers):
                 messages = consumer.poll(0.2)
                 for m in messages:

@@ -16,6 +16,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.BooleanSupplier;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterConfigOp;
@@ -114,16 +115,28 @@ final class ShareGroups {
         }
     }
 
+    /** How long consumers may take to get their first record (a loaded machine is slow). */
+    private static final long FIRST_MS = 60_000;
+
     /**
      * {@code consumers} share consumers in {@code group}, each in a thread of its own, until
-     * none got anything for {@code quietMs}; {@code pauseMs} per record before it is
-     * acknowledged. {@code meanwhile} runs on this thread while they consume.
+     * none got anything for {@code quietMs} (counted from the first delivery, and from the
+     * end of {@code meanwhile}); {@code pauseMs} per record before it is acknowledged.
+     * {@code meanwhile} runs on this thread while they consume.
      */
     static Events consume(String bootstrap, String topic, String group, int consumers, long quietMs,
                           long pauseMs, Meanwhile meanwhile) throws Exception {
         Events events = new Events();
-        AtomicLong last = new AtomicLong(System.currentTimeMillis());
+        long start = System.currentTimeMillis();
+        AtomicLong last = new AtomicLong(start);
+        AtomicBoolean busy = new AtomicBoolean(true);  // meanwhile has not returned
         AtomicBoolean stop = new AtomicBoolean();
+        BooleanSupplier goOn = () -> {
+            long now = System.currentTimeMillis();
+            if (stop.get()) return false;
+            if (events.deliveries() == 0) return now - start < FIRST_MS;
+            return busy.get() || now - last.get() < quietMs;
+        };
         AtomicReference<Throwable> failure = new AtomicReference<>();
         List<Thread> threads = new ArrayList<>();
         for (int i = 0; i < consumers; i++) {
@@ -136,7 +149,7 @@ final class ShareGroups {
                         }
                     });
                     c.subscribe(List.of(topic));
-                    while (!stop.get() && System.currentTimeMillis() - last.get() < quietMs) {
+                    while (goOn.getAsBoolean()) {
                         ConsumerRecords<String, String> records = c.poll(Duration.ofMillis(200));
                         for (ConsumerRecord<String, String> r : records) {
                             int n = Integer.parseInt(r.value());
@@ -166,10 +179,12 @@ final class ShareGroups {
         }
         try {
             meanwhile.run(events);
+            last.set(System.currentTimeMillis());
         } catch (Exception e) {
             stop.set(true);
             throw e;
         } finally {
+            busy.set(false);
             for (Thread t : threads) t.join(TimeUnit.SECONDS.toMillis(120));
         }
         for (Thread t : threads) expect(!t.isAlive(), t.getName() + " still consuming after 120 s");
