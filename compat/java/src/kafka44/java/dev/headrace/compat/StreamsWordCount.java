@@ -32,6 +32,8 @@ import org.apache.kafka.common.serialization.LongDeserializer;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
+import org.apache.kafka.streams.CloseOptions;
+import org.apache.kafka.streams.CloseOptions.GroupMembershipOperation;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
@@ -94,10 +96,7 @@ final class StreamsWordCount {
             p.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.String().getClass());
             p.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.String().getClass());
             p.put("consumer.auto.offset.reset", "earliest");
-            // classic only (with streams the broker's): the group's smallest by default. A
-            // classic Streams instance does not leave the group when it closes, so its tasks
-            // move once its session times out
-            p.put("consumer.session.timeout.ms", "6000");
+            p.put("consumer.session.timeout.ms", "10000");  // classic only (the broker's, with streams)
             p.put("consumer.heartbeat.interval.ms", "1000");
             StreamsBuilder builder = new StreamsBuilder();
             builder.<String, String>stream(input)
@@ -201,7 +200,9 @@ final class StreamsWordCount {
             Suite.waitUntil(() -> counts.read().equals(expected), "the counts with both instances", STEP_S);
             say("the counts with both instances are exact");
 
-            expect(first.streams.close(Duration.ofSeconds(30)), "the first instance did not close within 30 s");
+            // leaving the group: else a classic instance's tasks move only once its session times out
+            expect(first.streams.close(CloseOptions.groupMembershipOperation(GroupMembershipOperation.LEAVE_GROUP)
+                .withTimeout(Duration.ofSeconds(30))), "the first instance did not close within 30 s");
             produce(input, 600, 300, expected);
             say("the first instance closed");
             Suite.waitUntil(() -> b.tasks().equals(ALL_TASKS), "the second instance to take every task", STEP_S);
