@@ -192,7 +192,8 @@ class KillableCluster:
     worker when one exits). ``zookeeper.session.timeout.ms`` is 6000 (Kafka's ZooKeeper-era
     default was 18000): a killed broker is taken for gone, and its partitions get new leaders,
     about 6 s after it stops answering. A scenario asks for the kill with ``HOOK kill-leader
-    TOPIC PARTITION`` (``hook``); a killed broker stays down for the rest of the run."""
+    TOPIC PARTITION`` (``hook``); a killed broker stays down until a scenario asks for it back
+    with ``HOOK restart NODE`` (same data directory, node id and port)."""
 
     SESSION_MS = 6000
 
@@ -242,7 +243,10 @@ class KillableCluster:
 
     def hook(self, words: list[str]) -> str:
         """``kill-leader TOPIC PARTITION``: SIGKILL the partition's leader (as a live broker's
-        Metadata names it); answers ``killed NODE``."""
+        Metadata names it); answers ``killed NODE``. ``restart NODE``: start a killed broker
+        again; answers ``restarted NODE`` once it listens."""
+        if len(words) == 2 and words[0] == "restart":
+            return self.restart(int(words[1]))
         if len(words) != 3 or words[0] != "kill-leader":
             return f"error unknown hook {' '.join(words)}"
         topic, partition = words[1], int(words[2])
@@ -258,6 +262,14 @@ class KillableCluster:
         self.lines.append(f"[compat] broker {node}, the leader of {topic}-{partition}, "
                           "killed with SIGKILL")
         return f"killed {node}"
+
+    def restart(self, node: int) -> str:
+        if node not in self.killed:
+            return f"error broker {node} was not killed"
+        self.nodes[node].start()
+        self.killed.discard(node)
+        self.lines.append(f"[compat] broker {node} started again")
+        return f"restarted {node}"
 
     def stop(self) -> None:
         for b in self.nodes.values():

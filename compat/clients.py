@@ -72,8 +72,17 @@ class Client:
     # processes), "secure" (one broker with SSL, mutual TLS, SASL_SSL and SASL_PLAINTEXT)
     broker: str = "one"
     # run by tests/compat (part of the CI test command) unless HEADRACE_COMPAT_CLIENTS says
-    # otherwise; False: only by python -m compat (rows that would overrun the tests' budget)
-    in_tests: bool = True
+    # otherwise; False: only by python -m compat (rows that would overrun the tests' budget);
+    # a tuple of scenario names: only those by tests/compat, all by python -m compat
+    in_tests: bool | tuple[str, ...] = True
+    # settings of the broker ("one") it runs against, beyond Headrace's defaults
+    settings: dict[str, str] | None = None
+
+    def test_scenarios(self) -> tuple[str, ...]:
+        """The scenarios tests/compat runs of this client, unless it is asked for by name."""
+        if isinstance(self.in_tests, tuple):
+            return tuple(s for s in self.scenarios if s in self.in_tests)
+        return self.scenarios if self.in_tests else ()
 
 
 def _pip_ensure(modules: dict[str, str]) -> None:
@@ -238,13 +247,33 @@ def _spark_setup() -> list[str]:
 
 STD = kit.STANDARD_SCENARIOS
 # scenarios only some clients run (other rows show "-" there): the group scenario with KIP-848's
-# consumer protocol (group.protocol=consumer)
-JAVA_SCENARIOS = STD + ("group-consumer-protocol",)
+# consumer protocol (group.protocol=consumer); share groups (KIP-932): consumers of one share
+# group acknowledging explicitly (ACCEPT, RELEASE, REJECT; the Java client's with a consumer
+# killed while it holds records), and implicitly; Kafka Streams' word count with two instances
+# joining and leaving, with group.protocol=streams (KIP-1071) at least once and exactly once,
+# and with the classic protocol
+SHARE_SCENARIOS = ("share-group", "share-group-implicit")
+STREAMS_SCENARIOS = ("streams-at-least-once", "streams-exactly-once-v2", "streams-classic-protocol")
+CLIENT_SCENARIOS = STD + ("group-consumer-protocol",) + SHARE_SCENARIOS + STREAMS_SCENARIOS
+# kafka-clients 3.9 and 4.0 answer the share and streams-group ones n/a (no share consumer
+# Headrace or Kafka 4.4 serve, no streams groups); Kafka Streams is run with kafka-clients 4.4
+JAVA_SCENARIOS = STD + ("group-consumer-protocol", "share-group", "streams-at-least-once",
+                        "streams-exactly-once-v2")
+JAVA44_SCENARIOS = JAVA_SCENARIOS + ("streams-classic-protocol",)
+CONFLUENT_SCENARIOS = STD + SHARE_SCENARIOS
+# the broker of the java44 row: streams group members heartbeat every second and a new streams
+# group is assigned after 1 s (Kafka's defaults: 5 s and 3 s), so that Kafka Streams' instances
+# join and leave in seconds; nothing but streams groups reads these settings
+STREAMS_SETTINGS = {"group.streams.heartbeat.interval.ms": "1000",
+                    "group.streams.min.heartbeat.interval.ms": "500",
+                    "group.streams.initial.rebalance.delay.ms": "1000"}
 TOOL_SCENARIOS = ("kafka-topics", "kafka-console-producer", "kafka-console-consumer",
                   "kafka-consumer-groups", "kafka-consumer-groups-kip848",
                   "kafka-consumer-groups-deleted-topic", "kafka-configs",
                   "kafka-producer-perf-test", "kafka-consumer-perf-test", "kafka-transactions",
-                  "kafka-log-dirs")
+                  "kafka-log-dirs", "kafka-share-groups", "kafka-console-share-consumer")
+# Kafka 4.4's tools run by the test command (the rest of the row only by python -m compat)
+TOOL_SHARE_SCENARIOS = ("kafka-share-groups", "kafka-console-share-consumer")
 SPARK_SCENARIOS = ("batch-read", "streaming-windows", "streaming-restart", "starting-offsets",
                    "starting-offsets-by-timestamp", "subscribe-pattern")
 # against a cluster of three brokers (the "cluster" table; rows named <client>-cluster)
@@ -255,8 +284,11 @@ SPARK_CLUSTER_SCENARIOS = ("cluster-streaming-windows", "cluster-pipeline-exampl
 # against three separate broker processes: the partition leader is killed with SIGKILL while an
 # idempotent acks=all producer writes (the harness kills it when the program asks, HOOK lines)
 KILL_SCENARIOS = ("cluster-leader-kill-9",)
+# the same cluster: three share consumers of one partition (RF=3) while its leader is killed
+# with SIGKILL and, 8 s later, started again (HOOK kill-leader, HOOK restart)
+SHARE_KILL_SCENARIOS = ("cluster-share-leader-kill-9",)
 CLUSTER_SCENARIOS = (JAVA_CLUSTER_SCENARIOS + TOOL_CLUSTER_SCENARIOS + SPARK_CLUSTER_SCENARIOS
-                     + KILL_SCENARIOS)
+                     + KILL_SCENARIOS + SHARE_KILL_SCENARIOS)
 # against a broker with a listener of each security protocol (the "security" table)
 SECURITY_SCENARIOS = kit.SECURITY_SCENARIOS
 SPARK_SECURITY_SCENARIOS = ("security-sasl-ssl-scram-sha-512",)
@@ -266,9 +298,9 @@ CLIENTS: dict[str, Client] = {c.name: c for c in [
            version=JAVA_VERSIONS["java39"][0]),
     Client("java4", "Java kafka-clients", JAVA_SCENARIOS, _java_setup("java4"),
            version=JAVA_VERSIONS["java4"][0]),
-    Client("java44", "Java kafka-clients", JAVA_SCENARIOS, _java_setup("java44"),
-           version=JAVA_VERSIONS["java44"][0]),
-    Client("confluent-kafka", "librdkafka via confluent-kafka (PyPI)", STD,
+    Client("java44", "Java kafka-clients", JAVA44_SCENARIOS, _java_setup("java44"),
+           version=JAVA_VERSIONS["java44"][0], timeout=150, settings=STREAMS_SETTINGS),
+    Client("confluent-kafka", "librdkafka via confluent-kafka (PyPI)", CONFLUENT_SCENARIOS,
            _python_client("confluent-kafka", {"confluent_kafka": "confluent-kafka"})),
     Client("kcat", "librdkafka via kcat (Debian)", STD, _kcat_setup),
     Client("kafka-python", "kafka-python (PyPI)", STD,
@@ -282,7 +314,8 @@ CLIENTS: dict[str, Client] = {c.name: c for c in [
     Client("kafka-tools-4.0", "Kafka's tools (main classes from Maven Central)", TOOL_SCENARIOS,
            _tools_setup("4.0.2"), table="tools", timeout=120, version="4.0.2"),
     Client("kafka-tools-4.4", "Kafka's tools (main classes from Maven Central)", TOOL_SCENARIOS,
-           _tools_setup("4.4.0"), table="tools", timeout=120, version="4.4.0", in_tests=False),
+           _tools_setup("4.4.0"), table="tools", timeout=120, version="4.4.0",
+           in_tests=TOOL_SHARE_SCENARIOS),
     Client("spark", "PySpark with spark-sql-kafka-0-10", SPARK_SCENARIOS, _spark_setup,
            table="spark", timeout=420),
     Client("java4-cluster", "Java kafka-clients", JAVA_CLUSTER_SCENARIOS, _java_setup("java4"),
@@ -304,6 +337,9 @@ CLIENTS: dict[str, Client] = {c.name: c for c in [
            KILL_SCENARIOS,
            _python_client("confluent-kafka", {"confluent_kafka": "confluent-kafka"}),
            table="cluster", broker="killable-cluster", timeout=150),
+    Client("java44-cluster-kill", "Java kafka-clients", SHARE_KILL_SCENARIOS,
+           _java_setup("java44"), table="cluster", version=JAVA_VERSIONS["java44"][0],
+           broker="killable-cluster", timeout=150),
     Client("java4-security", "Java kafka-clients", SECURITY_SCENARIOS, _java_setup("java4"),
            table="security", version=JAVA_VERSIONS["java4"][0], broker="secure"),
     Client("java39-security", "Java kafka-clients", SECURITY_SCENARIOS, _java_setup("java39"),

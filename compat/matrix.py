@@ -6,20 +6,21 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from compat.clients import (CLIENTS, CLUSTER_SCENARIOS, JAVA_SCENARIOS, ROOT, SECURITY_SCENARIOS,
-                            SPARK_SCENARIOS, TOOL_SCENARIOS, log)
+from compat.clients import (CLIENT_SCENARIOS, CLIENTS, CLUSTER_SCENARIOS, ROOT,
+                            SECURITY_SCENARIOS, SPARK_SCENARIOS, TOOL_SCENARIOS, log)
 
 PAGE = ROOT / "docs" / "clients.md"  # the page with the matrix (it was in README.md)
 
 
 TABLES = {
-    "clients": ("Clients", JAVA_SCENARIOS),
+    "clients": ("Clients", CLIENT_SCENARIOS),
     "tools": ("Kafka's command-line tools (run through their main classes)", TOOL_SCENARIOS),
     "spark": ("Spark (PySpark, Spark's Kafka source and sink)", SPARK_SCENARIOS),
     "cluster": ("A cluster of three brokers (ZooKeeper, `headrace serve --workers 3`; the "
                 "`-cluster-kill` rows: three `headrace serve` processes with "
                 "`zookeeper.session.timeout.ms=6000`, the partition leader killed with SIGKILL "
-                "mid-produce)", CLUSTER_SCENARIOS),
+                "mid-produce, or mid-consume by share consumers and then started again)",
+                CLUSTER_SCENARIOS),
     "security": ("Security (one broker with an SSL, a mutual-TLS, a SASL_SSL listener with "
                  "SCRAM-SHA-512 and a SASL_PLAINTEXT one with PLAIN; certificates made for the "
                  "run)", SECURITY_SCENARIOS),
@@ -39,7 +40,8 @@ def _cell(result: dict | None) -> str:
 
 
 def render_markdown(matrix: dict) -> str:
-    alone_cli = [n for n, c in CLIENTS.items() if not c.in_tests]
+    alone_cli = [n if not c.in_tests else f"{n} (but for its {' and '.join(c.in_tests)})"
+                 for n, c in CLIENTS.items() if c.in_tests is not True]
     lines = [
         "```sh",
         "python -m compat                      # every client below; installs them; ~8 min once cached",

@@ -118,7 +118,7 @@ def run_client(client: Client, only: list[str] | None, logs: Path) -> dict:
             return KillableCluster(data_dir)
         if client.broker == "secure":
             return SecureBroker(data_dir)
-        return BrokerProcess(data_dir)
+        return BrokerProcess(data_dir, client.settings)
 
     broker = fresh()
     started = False

@@ -1,4 +1,5 @@
-"""librdkafka through confluent-kafka (PyPI): the standard scenarios (see compat/kit.py)."""
+"""librdkafka through confluent-kafka (PyPI): the standard scenarios (see compat/kit.py), the
+security and leader-kill ones, and its ShareConsumer (KIP-932, librdkafka 2.16+)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from confluent_kafka import (Consumer, KafkaError, KafkaException, Producer, TopicCollection,  # noqa: E402
                              TopicPartition)
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,  # noqa: E402
-                                   ConfigResource, NewPartitions, NewTopic)
+                                   ConfigResource, NewPartitions, NewTopic, ResourceType)
 
 from compat import kit  # noqa: E402
 from compat.kit import WAIT_S, expect  # noqa: E402
@@ -323,6 +324,128 @@ def _first_difference(values: list[int], n: int) -> int:
     return next((i for i, v in enumerate(values) if v != i), min(len(values), n))
 
 
+# --- share groups (KIP-932): a topic of one partition whose record values are their numbers
+
+def share_setup(bootstrap: str, prefix: str, count: int) -> tuple[str, str]:
+    """A topic of ``count`` records (values 0..count-1) in batches of ten (a share fetch hands
+    out whole batches), and a share group that starts at its beginning
+    (``share.auto.offset.reset=earliest``, a group config)."""
+    topic, group = f"{prefix}-t", f"{prefix}-g"
+    admin = AdminClient(base(bootstrap))
+    create_topic(admin, topic, 1)
+    done(admin.incremental_alter_configs([ConfigResource(
+        ResourceType.GROUP, group, incremental_configs=[ConfigEntry(
+            "share.auto.offset.reset", "earliest",
+            incremental_operation=AlterConfigOpType.SET)])]))
+    producer = Producer({**base(bootstrap), "linger.ms": 0})
+    for n in range(count):
+        producer.produce(topic, str(n).encode())
+        if n % 10 == 9:
+            expect(producer.flush(WAIT_S) == 0, "records not delivered")
+    expect(producer.flush(WAIT_S) == 0, "records not delivered")
+    return topic, group
+
+
+def share_consumer(bootstrap: str, group: str, topic: str, mode: str):
+    from confluent_kafka import ShareConsumer
+    consumer = ShareConsumer({**base(bootstrap), "group.id": group,
+                              "share.acknowledgement.mode": mode})
+    consumer.subscribe([topic])
+    return consumer
+
+
+def share_group(bootstrap: str, prefix: str) -> None:
+    """Two ShareConsumers of one share group on one partition of 300 records, acknowledging
+    explicitly: n % 10 == 3 RELEASEd at its first delivery, n % 10 == 7 REJECTed, the rest
+    ACCEPTed. Every acknowledgement is answered ok; none is lost; each is accepted once (a
+    released one at its second delivery), a rejected one never comes again; both consumers
+    get records."""
+    from confluent_kafka import AcknowledgeType
+    count = 300
+    topic, group = share_setup(bootstrap, prefix, count)
+    deliveries: dict[int, list] = {}  # n -> [(consumer, delivery count, kind)]
+    settled: dict[int, list[bool]] = {}
+
+    def on_commit(offsets, error):
+        for tp_offsets in offsets.values():
+            for offset in tp_offsets:
+                settled.setdefault(offset, []).append(error is None)
+
+    consumers = [share_consumer(bootstrap, group, topic, "explicit") for _ in range(2)]
+    for consumer in consumers:
+        consumer.set_acknowledgement_commit_callback(on_commit)
+    deadline = time.monotonic() + 60
+    quiet_since = time.monotonic()
+    try:  # until nothing came for 5 s, counted from the first delivery
+        while time.monotonic() < deadline and (not deliveries
+                                               or time.monotonic() - quiet_since < 5):
+            for who, consumer in enumerate(consumers):
+                messages = consumer.poll(0.2)
+                for m in messages:
+                    if m.error():
+                        raise KafkaException(m.error())
+                    n, delivered = int(m.value()), m.delivery_count()
+                    kind = AcknowledgeType.ACCEPT
+                    if n % 10 == 7:
+                        kind = AcknowledgeType.REJECT
+                    elif n % 10 == 3 and delivered == 1:
+                        kind = AcknowledgeType.RELEASE
+                    consumer.acknowledge(m, kind)
+                    deliveries.setdefault(n, []).append((who, delivered, kind))
+                if len(messages):
+                    consumer.commit_sync()
+                    quiet_since = time.monotonic()
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    print(f"{sum(map(len, deliveries.values()))} deliveries of {len(deliveries)} records",
+          flush=True)
+    expect(sorted(deliveries) == list(range(count)),
+           f"delivered {len(deliveries)} of {count} records")
+    expect(sorted(settled) == list(range(count)),
+           f"acknowledgements answered for {len(settled)} offsets, want {count}")
+    expect(all(all(s) for s in settled.values()),
+           f"acknowledgements failed: {[o for o, s in settled.items() if not all(s)][:10]}")
+    for n, got in sorted(deliveries.items()):
+        kinds = [k for _, _, k in got]
+        if n % 10 == 7:
+            expect(kinds == [AcknowledgeType.REJECT], f"rejected {n} came again: {got}")
+        elif n % 10 == 3:
+            expect(kinds == [AcknowledgeType.RELEASE, AcknowledgeType.ACCEPT]
+                   and [c for _, c, _ in got] == [1, 2], f"released {n}: {got}")
+        else:
+            expect(kinds == [AcknowledgeType.ACCEPT], f"record {n} accepted more than once: {got}")
+    who = {w for got in deliveries.values() for w, _, _ in got}
+    expect(who == {0, 1}, f"only consumer(s) {who} got records")
+
+
+def share_group_implicit(bootstrap: str, prefix: str) -> None:
+    """A ShareConsumer with implicit acknowledgement reads 50 records; commit_sync() accepts
+    them (librdkafka 2.16's close() alone ends the share session without: they would come
+    back), so a second consumer of the group finds none left."""
+    count = 50
+    topic, group = share_setup(bootstrap, prefix, count)
+    seen: list[int] = []
+    consumer = share_consumer(bootstrap, group, topic, "implicit")
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while len(seen) < count and time.monotonic() < deadline:
+            seen += [int(m.value()) for m in consumer.poll(0.5) if m.error() is None]
+        consumer.commit_sync()
+    finally:
+        consumer.close()
+    expect(sorted(seen) == list(range(count)), f"read {sorted(seen)}, want 0..{count - 1}")
+    again = share_consumer(bootstrap, group, topic, "implicit")
+    late = []
+    deadline = time.monotonic() + 3
+    try:
+        while time.monotonic() < deadline:
+            late += [m for m in again.poll(0.5) if m.error() is None]
+    finally:
+        again.close()
+    expect(late == [], f"a second consumer got {len(late)} accepted records again")
+
+
 SCENARIOS = kit.standard_scenarios(produce_consume, idempotent=idempotent, group=group,
                                    admin=admin_topics, alter_configs=alter_configs,
                                    transactions=transactions)
@@ -333,6 +456,8 @@ SCENARIOS.update({
     "security-sasl-plaintext-plain": over("sasl_plaintext"),
     "security-wrong-password": wrong_password,
     "cluster-leader-kill-9": leader_kill_9,
+    "share-group": share_group,
+    "share-group-implicit": share_group_implicit,
 })
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
 TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
+SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+CONSOLE_SHARE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
 
 
 def since(*version: int) -> bool:
@@ -421,6 +423,112 @@ def kafka_log_dirs(bootstrap: str, prefix: str) -> None:
            f"without --topic-list: {everything}")
 
 
+# --- share groups (KIP-932)
+
+
+def share_tools() -> None:
+    """The share-group tools exist and speak what Headrace serves (Kafka 4.1+), or n/a."""
+    if not since(4):
+        raise kit.NotApplicable(f"Kafka {VERSION} has no share-group tools (KIP-932)")
+    if not since(4, 1):
+        raise kit.NotApplicable(
+            f"Kafka {VERSION}'s share-group tools are KIP-932's early access: ShareGroupHeartbeat, "
+            "ShareGroupDescribe and ShareFetch v0, unstable versions (Kafka 4.4 and Headrace "
+            "serve v1+), and no DescribeShareGroupOffsets")
+
+
+def share_setup(bootstrap: str, topic: str, group: str) -> None:
+    """A topic of one partition and a share group that starts at its beginning
+    (``share.auto.offset.reset=earliest``, a group config), made with kafka-python: a tool run
+    costs a JVM's start."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)], timeout_ms=int(WAIT_S * 1000))
+        admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group,
+                                            {"share.auto.offset.reset": "earliest"})],
+                            incremental=True)
+    finally:
+        admin.close()
+
+
+def console_share_consumer(bootstrap: str, topic: str, group: str, *args: str) -> list[str]:
+    """kafka-console-share-consumer's printed values."""
+    out = tool(CONSOLE_SHARE_CONSUMER, ["--bootstrap-server", bootstrap, "--topic", topic,
+                                        "--group", group, *args])
+    return [ln for ln in out.splitlines() if ln.strip()]
+
+
+def kafka_share_groups(bootstrap: str, prefix: str) -> None:
+    """kafka-share-groups on a share group one of whose records kafka-console-share-consumer
+    accepted: --describe (START-OFFSET, LAG), --reset-offsets --to-earliest, --to-latest and
+    --to-datetime --execute, --delete-offsets, --delete. That DeleteGroups deletes the share
+    state is tests/broker/test_share_admin.py's (each tool run costs a JVM's start)."""
+    share_tools()
+    topic, group = f"{prefix}-t", f"{prefix}-g"
+    b = ["--bootstrap-server", bootstrap]
+    share_setup(bootstrap, topic, group)
+    kp_produce(bootstrap, topic, [(0, None, b"x", [])])  # offset 0, before the datetime
+    time.sleep(0.05)
+    before = int(time.time() * 1000)
+    time.sleep(0.05)
+    got = console_share_consumer(bootstrap, topic, group, "--max-messages", "1",
+                                 "--timeout-ms", "20000")
+    expect(got == ["x"], f"the console share consumer printed {got}, want ['x']")
+    kp_produce(bootstrap, topic, [(0, None, v, []) for v in (b"a", b"b", b"c", b"d")])  # 1-4
+
+    def rows(*args: str) -> list[list[str]]:
+        out = tool(SHARE_GROUPS, [*b, *args, "--group", group])
+        return [ln.split() for ln in out.splitlines() if ln.strip()]
+
+    def described() -> list[list[str]]:
+        found = rows("--describe")
+        expect(found[:1] == [["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]],
+               f"--describe: {found}")
+        return found[1:]
+
+    def reset(*how: str) -> list[str]:
+        return rows("--reset-offsets", "--topic", topic, *how, "--execute")[-1]
+
+    got = described()
+    expect(got == [[group, topic, "0", "1", "4"]], f"--describe after x was accepted: {got}")
+    got = reset("--to-earliest")
+    expect(got == [group, topic, "0", "0"], f"--reset-offsets --to-earliest: {got}")
+    got = described()
+    expect(got == [[group, topic, "0", "0", "5"]], f"--describe after --to-earliest: {got}")
+    got = reset("--to-latest")
+    expect(got == [group, topic, "0", "5"], f"--reset-offsets --to-latest: {got}")
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(before / 1000)) + \
+        f".{before % 1000:03d}Z"
+    got = reset("--to-datetime", stamp)
+    expect(got == [group, topic, "0", "1"], f"--reset-offsets --to-datetime {stamp}: {got}")
+    got = described()
+    expect(got == [[group, topic, "0", "1", "4"]], f"--describe after --to-datetime: {got}")
+    got = rows("--delete-offsets", "--topic", topic)
+    expect(got[-1][-2:] == [topic, "Successful"], f"--delete-offsets: {got}")
+    got = rows("--describe")
+    expect(got == [["Share", "group", f"'{group}'", "has", "no", "offset", "information."]],
+           f"--describe after --delete-offsets: {got}")
+    got = rows("--delete")
+    expect(got == [["Deletion", "of", "requested", "share", "groups", f"('{group}')", "was",
+                    "successful."]], f"--delete: {got}")
+
+
+def kafka_console_share_consumer(bootstrap: str, prefix: str) -> None:
+    """kafka-console-share-consumer reads a share group's 20 records and, with --reject,
+    rejects them: a second reader of the group then finds none."""
+    share_tools()
+    topic, group = f"{prefix}-t", f"{prefix}-g"
+    share_setup(bootstrap, topic, group)
+    want = [f"line-{n}" for n in range(20)]
+    kp_produce(bootstrap, topic, [(0, None, v.encode(), []) for v in want])
+    got = console_share_consumer(bootstrap, topic, group, "--max-messages", "20",
+                                 "--timeout-ms", "20000", "--reject")
+    expect(sorted(got) == sorted(want), f"printed {got}, want line-0..line-19")
+    again = console_share_consumer(bootstrap, topic, group, "--timeout-ms", "3000")
+    expect(again == [], f"rejected records delivered again: {again}")
+
+
 # --- against a cluster of three brokers (12 partitions are always led by all three)
 
 SPREAD = 12
@@ -546,6 +654,8 @@ SCENARIOS = {
     "kafka-consumer-perf-test": kafka_consumer_perf_test,
     "kafka-transactions": kafka_transactions,
     "kafka-log-dirs": kafka_log_dirs,
+    "kafka-share-groups": kafka_share_groups,
+    "kafka-console-share-consumer": kafka_console_share_consumer,
     "cluster-kafka-topics": cluster_kafka_topics,
     "cluster-kafka-consumer-groups": cluster_kafka_consumer_groups,
     "cluster-kafka-broker-api-versions": cluster_kafka_broker_api_versions,

@@ -3,7 +3,8 @@ epoch 0 since its log began, so epoch 0 ends at the log end (as Kafka's epoch ca
 one epoch answers). A Java consumer resuming from an offset committed with leader epoch 0
 checks its position so; the answer (-1, -1) made it see a truncation and reset to
 auto.offset.reset, and Kafka Streams reprocessed a moved task's input (counting words twice:
-test_streams_java.py). librdkafka does not check a committed position this way."""
+the compatibility suite's ``streams-*`` scenarios, compat/java). librdkafka does not check a
+committed position this way."""
 
 from __future__ import annotations
 

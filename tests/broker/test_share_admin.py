@@ -1,19 +1,17 @@
 """The share-group offsets admin APIs on the wire (KIP-932): DescribeShareGroupOffsets (90)
 with the lag (KIP-1226), AlterShareGroupOffsets (91), DeleteShareGroupOffsets (92);
-DeleteGroups deleting a share group's state; Kafka 4.4's ``kafka-share-groups`` describing,
-resetting and deleting offsets, on a broker on its own."""
+DeleteGroups deleting a share group's state, on a broker on its own. Kafka 4.4's
+``kafka-share-groups`` describing, resetting and deleting offsets is the compatibility suite's
+(compat/kafka-tools, ``kafka-share-groups``)."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 from kafkawire import WireClient
-from test_features import KAFKA_4_4, java
 from test_group_protocol import FAST, create_topic
-from test_moves import _kafka_tool
 from test_share_fetch import ACCEPT, REJECT, acquired, put, share_ack, share_fetch, topic_id
-from test_share_groups import SHARE_GROUPS, shb
+from test_share_groups import shb
 
 from headrace.protocol import ApiKey, ErrorCode, messages
 
@@ -172,50 +170,3 @@ def test_delete_groups_deletes_the_share_groups_state(broker_factory):
         put(c, "q", [b"g"])
         got = acquired(share_fetch(c, "m2", 1, tid, max_wait=2000))
         assert [(o, v) for o, v, _ in got] == [(6, b"g")]
-
-
-def _tool(b, *args, ok=True):
-    done = _kafka_tool(SHARE_GROUPS, ["--bootstrap-server", b.bootstrap, *args], version=KAFKA_4_4)
-    if ok:
-        assert done.returncode == 0, done.stdout + done.stderr
-    return [line.split() for line in done.stdout.splitlines() if line.strip()]
-
-
-@java
-def test_kafka_share_groups_describes_resets_and_deletes_offsets(broker_factory):
-    b = broker_factory(FAST)
-    with WireClient(b.port) as c:
-        create_topic(c, "t", 1)
-        tid = topic_id(c, "t")
-        put(c, "t", [b"x"])  # offset 0, before the group starts
-        before = int(time.time() * 1000)
-        time.sleep(0.05)
-        assert shb(c, "m", 0, ["t"]).error_code == 0
-        assert acquired(share_fetch(c, "m", 0, tid)) == []
-        put(c, "t", [b"a", b"b", b"c", b"d"])  # 1-4
-        assert len(acquired(share_fetch(c, "m", 1, tid, max_wait=2000))) == 4
-        assert share_ack(c, "m", 2, tid, [(1, 2, [ACCEPT])]).responses[0].partitions[0].error_code == 0
-        assert shb(c, "m", -1).error_code == 0
-
-    rows = _tool(b, "--describe", "--group", "sg")
-    assert rows[0] == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
-    assert rows[1] == ["sg", "t", "0", "3", "2"]
-    rows = _tool(b, "--reset-offsets", "--group", "sg", "--topic", "t", "--to-earliest", "--execute")
-    assert rows[-1] == ["sg", "t", "0", "0"]
-    assert _tool(b, "--describe", "--group", "sg")[1] == ["sg", "t", "0", "0", "5"]
-    rows = _tool(b, "--reset-offsets", "--group", "sg", "--topic", "t", "--to-latest", "--execute")
-    assert rows[-1] == ["sg", "t", "0", "5"]
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(before / 1000)) + f".{before % 1000:03d}"
-    rows = _tool(b, "--reset-offsets", "--group", "sg", "--topic", "t", "--to-datetime", stamp + "Z",
-                 "--execute")
-    assert rows[-1] == ["sg", "t", "0", "1"]
-    assert _tool(b, "--describe", "--group", "sg")[1] == ["sg", "t", "0", "1", "4"]
-    rows = _tool(b, "--delete-offsets", "--group", "sg", "--topic", "t")
-    assert rows[-1][-2:] == ["t", "Successful"], rows
-    with WireClient(b.port) as c:
-        assert describe_offsets(c) == {}
-        assert alter(c, {"t": [(0, 2)]}).error_code == 0
-    deleted = _tool(b, "--delete", "--group", "sg")
-    assert deleted == [["Deletion", "of", "requested", "share", "groups", "('sg')", "was", "successful."]]
-    with WireClient(b.port) as c:
-        assert describe_offsets(c, topics=[("t", [0])]) == {"t": (tid, [(0, -1, -1, 0)])}

@@ -2,7 +2,9 @@
 sessions, acquisition locks, delivery counts, what a consumer's death gives back.
 
 The share partition's bookkeeping alone is tested in test_share_partition.py; Kafka 4.4's
-KafkaShareConsumer against the broker in test_share_consumer_java.py.
+KafkaShareConsumer, confluent-kafka's ShareConsumer and Kafka's share-group tools against the
+broker in the compatibility suite (compat/, the ``share-group``, ``kafka-share-groups`` and
+``cluster-share-leader-kill-9`` scenarios).
 """
 
 from __future__ import annotations

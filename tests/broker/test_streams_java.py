@@ -1,10 +1,8 @@
-"""Kafka Streams 4.4 against one broker with ``group.protocol=streams`` (KIP-1071: the broker
-assigns the tasks): word count (tests/broker/java/WordCount.java, a repartition topic and a
-counting store with its changelog, both created by the broker), two instances, one joining
-later and the first leaving while lines keep coming; the counts must come out exact, at least
-once and exactly once (``exactly_once_v2``). Exact at least once too: every handover here is
-graceful (a task's offsets are committed before it is revoked or closed); at least once
-counts twice only after a crash. The classic protocol keeps working too."""
+"""Kafka Streams 4.4 with ``group.protocol=streams`` (KIP-1071) over a kill -9 and restart of
+its lone broker: word count (tests/broker/java/WordCount.java, a repartition topic and a
+counting store with its changelog, both created by the broker), two exactly-once instances.
+The word count with instances joining and leaving, at least once, exactly once and with the
+classic protocol, is the compatibility suite's (``streams-*`` scenarios of java44)."""
 
 from __future__ import annotations
 
@@ -15,7 +13,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, Producer
 
 from kafkawire import WireClient
@@ -109,61 +106,6 @@ class Counts:
 
 
 ALL_TASKS = {f"{s}_{p}" for s in (0, 1) for p in range(4)}
-
-
-def word_count(broker_factory, tmp_path, guarantee: str, protocol: str = "streams"):
-    b = broker_factory(SETTINGS)
-    bootstrap = f"127.0.0.1:{b.port}"
-    app = f"wc-{guarantee.replace('_', '-')}-{protocol}"
-    with WireClient(b.port) as c:
-        create_topic(c, "words", 4)
-        create_topic(c, "counts", 2)
-    expected: Counter = Counter()
-    produce(bootstrap, 0, 300, expected)
-    counts = Counts(bootstrap)
-    first = Instance(tmp_path, "first", bootstrap, app, guarantee, protocol)
-    second = None
-    try:
-        wait_for("the first instance's counts", lambda: counts.read() == expected)
-        assert first.tasks() == ALL_TASKS
-        second = Instance(tmp_path, "second", bootstrap, app, guarantee, protocol)
-        wait_for("the second instance to get tasks", lambda: second.tasks() and second.running())
-        produce(bootstrap, 300, 300, expected)
-        wait_for("the tasks spread over both",
-                 lambda: first.tasks() | second.tasks() == ALL_TASKS and not first.tasks() & second.tasks())
-        wait_for("counts with both instances", lambda: counts.read() == expected)
-        first.stop()
-        assert "closed" in first.lines
-        produce(bootstrap, 600, 300, expected)
-        wait_for("the second instance to take every task", lambda: second.tasks() == ALL_TASKS)
-        wait_for("counts after the first left", lambda: counts.read() == expected)
-        assert not [x for x in first.lines + second.lines if x.startswith("error")]
-        if protocol == "streams":
-            with WireClient(b.port) as c:
-                from headrace.protocol import ApiKey, messages
-                r = c.request(ApiKey.LIST_GROUPS, 5, messages.ListGroupsRequest(states_filter=[], types_filter=[]))
-                assert (app, "streams") in [(g.group_id, g.group_type) for g in r.groups]
-    finally:
-        counts.close()
-        for i in (first, second):
-            if i is not None and i.proc.poll() is None:
-                i.stop()
-
-
-@java
-def test_word_count_two_instances_at_least_once(broker_factory, tmp_path):
-    word_count(broker_factory, tmp_path, "at_least_once")
-
-
-@java
-def test_word_count_two_instances_exactly_once(broker_factory, tmp_path):
-    word_count(broker_factory, tmp_path, "exactly_once_v2")
-
-
-@java
-@pytest.mark.parametrize("guarantee", ["at_least_once"])
-def test_word_count_with_the_classic_protocol(broker_factory, tmp_path, guarantee):
-    word_count(broker_factory, tmp_path, guarantee, "classic")
 
 
 @java

@@ -6,15 +6,18 @@ result. Scenarios known to fail are xfail with the reason; n/a ones are skipped.
 ``HEADRACE_COMPAT=0`` skips the suite; ``HEADRACE_COMPAT_CLIENTS=java39,kcat`` limits it to
 some clients, and so does ``-k``: ``pytest tests/compat -k cluster`` runs only the rows against
 a cluster of three brokers (``java4-cluster``, ``kafka-tools-4.0-cluster``, ``spark-cluster``,
-and the leader kill -9 rows ``java4-cluster-kill``, ``confluent-kafka-cluster-kill``), ``-k
-security`` the rows against TLS and SASL listeners. The whole suite took 23 min before the
-security and leader-kill rows (about 4 min more); the budget is 40 min.
+and the leader kill -9 rows ``java4-cluster-kill``, ``confluent-kafka-cluster-kill``,
+``java44-cluster-kill``), ``-k security`` the rows against TLS and SASL listeners, ``-k share``
+or ``-k streams`` the share-group and Kafka Streams scenarios. The whole suite took 23 min
+before the security and leader-kill rows (about 4 min more); the budget is 40 min.
 
-Of the Kafka 4.4 rows the Java client's (``java44``, ``java44-cluster``, ``java44-security``:
-about a minute, transactions v2 included) run here; Kafka 4.4's tools (``kafka-tools-4.4``
-and its ``-cluster`` row, ``in_tests=False`` in compat/clients.py) would add about 2.5 min
-more than the test command can spare, so only ``python -m compat`` runs them by default;
-``HEADRACE_COMPAT_CLIENTS=kafka-tools-4.4 pytest tests/compat`` runs them as tests.
+Of the Kafka 4.4 rows the Java client's (``java44``, ``java44-cluster``, ``java44-security``,
+``java44-cluster-kill``: its share consumer and Kafka Streams included) run here; Kafka 4.4's
+tools (``kafka-tools-4.4`` and its ``-cluster`` row) would add about 2.5 min more than the test
+command can spare, so only their share-group scenarios run here (``in_tests`` in
+compat/clients.py: ``kafka-share-groups``, ``kafka-console-share-consumer``) and
+``python -m compat`` runs the rest; ``HEADRACE_COMPAT_CLIENTS=kafka-tools-4.4 pytest
+tests/compat`` runs all of them as tests.
 """
 
 from __future__ import annotations
@@ -40,9 +43,11 @@ KNOWN_FAILING: dict[tuple[str, str], str] = {
     "(docs/security.md, SASL)",
 }
 
-SELECTED = [c for c in os.environ.get("HEADRACE_COMPAT_CLIENTS", "").split(",") if c] \
-    or [c for c, client in CLIENTS.items() if client.in_tests]
-CASES = [(c, s) for c in SELECTED for s in CLIENTS[c].scenarios]
+NAMED = [c for c in os.environ.get("HEADRACE_COMPAT_CLIENTS", "").split(",") if c]
+# client -> the scenarios run: every one of a client named, else those it runs in tests
+SELECTED = {c: CLIENTS[c].scenarios for c in NAMED} or {
+    c: client.test_scenarios() for c, client in CLIENTS.items() if client.test_scenarios()}
+CASES = [(c, s) for c, scenarios in SELECTED.items() for s in scenarios]
 
 pytestmark = [
     pytest.mark.skipif(os.environ.get("HEADRACE_COMPAT") == "0", reason="HEADRACE_COMPAT=0"),
@@ -58,10 +63,14 @@ def matrix(request, tmp_path_factory) -> dict:
     here = Path(__file__)
     wanted = {item.callspec.params["client"] for item in request.session.items
               if item.path == here and hasattr(item, "callspec")}
-    for c in SELECTED:
-        if c in wanted:
-            cmd += ["--client", c]
-    subprocess.run(cmd, cwd=ROOT, check=True, timeout=2400)
+    whole = [c for c in SELECTED if c in wanted and SELECTED[c] == CLIENTS[c].scenarios]
+    some = [c for c in SELECTED if c in wanted and c not in whole]
+    if whole:
+        subprocess.run(cmd + [a for c in whole for a in ("--client", c)], cwd=ROOT, check=True,
+                       timeout=2400)
+    for c in some:  # a client of which the tests run only some scenarios (in_tests a tuple)
+        subprocess.run(cmd + ["--client", c] + [a for s in SELECTED[c] for a in ("--scenario", s)],
+                       cwd=ROOT, check=True, timeout=2400)
     return json.loads((out / "matrix.json").read_text())
 
 

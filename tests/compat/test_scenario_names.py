@@ -5,6 +5,7 @@ scenario the suite lists for a client is one its program knows. Runs without the
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,8 +88,10 @@ def test_the_other_programs_fail_an_unknown_scenario(source, unknown):
     "client,source",
     [
         ("java39", "compat/java/src/main/java/dev/headrace/compat/Suite.java"),
+        ("java44", "compat/java/src/main/java/dev/headrace/compat/Suite.java"),
         ("java4-cluster", "compat/java/src/main/java/dev/headrace/compat/Suite.java"),
         ("java4-cluster-kill", "compat/java/src/main/java/dev/headrace/compat/Suite.java"),
+        ("java44-cluster-kill", "compat/java/src/main/java/dev/headrace/compat/Suite.java"),
         ("java4-security", "compat/java/src/main/java/dev/headrace/compat/Suite.java"),
         ("franz-go", "compat/franz-go/main.go"),
         ("kafkajs", "compat/kafkajs/scenarios.js"),
@@ -103,6 +106,25 @@ def test_the_other_programs_know_their_listed_scenarios(client, source):
         if scenario.startswith("produce-"):
             names |= {f'"{scenario.removeprefix("produce-")}"', f"'{scenario.removeprefix('produce-')}'"}
         assert any(n in text for n in names), f"{client}: {scenario} not in {source}"
+
+
+def test_the_kafka44_scenarios_are_known_to_the_class_that_runs_them():
+    """Suite.java hands some scenarios to dev.headrace.compat.Kafka44 (src/kafka44, built for
+    kafka-clients 4.4 only; the older builds answer them n/a): each is one Kafka44.java knows
+    and one a Java row lists."""
+    java = ROOT / "compat/java/src"
+    suite = (java / "main/java/dev/headrace/compat/Suite.java").read_text()
+    kafka44 = (java / "kafka44/java/dev/headrace/compat/Kafka44.java").read_text()
+    case = re.search(r'case ((?:"[\w-]+",\s*)*"[\w-]+") -> kafka44\(scenario\)', suite)
+    assert case is not None
+    handed = set(re.findall(r'"([\w-]+)"', case.group(1)))
+    assert handed == {"share-group", "cluster-share-leader-kill-9", "streams-at-least-once",
+                      "streams-exactly-once-v2", "streams-classic-protocol"}
+    for scenario in handed:
+        assert f'case "{scenario}" ->' in kafka44, scenario
+    listed = {s for c, client in CLIENTS.items() if c.startswith("java")
+              for s in client.scenarios}
+    assert handed <= listed
 
 
 def test_the_runner_answers_a_hook_line_on_the_programs_stdin(tmp_path):

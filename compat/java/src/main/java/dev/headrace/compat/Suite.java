@@ -56,7 +56,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * {@code RESULT n/a WHY} or {@code RESULT fail REASON} as its last line.
  */
 public final class Suite {
-    private static final long WAIT_S = 30;
+    static final long WAIT_S = 30;
     private static String bootstrap;
     private static String prefix;
 
@@ -116,16 +116,59 @@ public final class Suite {
             case "security-sasl-ssl-scram-sha-512" -> over("sasl_ssl");
             case "security-sasl-plaintext-plain" -> over("sasl_plaintext");
             case "security-wrong-password" -> wrongPassword();
+            // Kafka 4.4's share consumer (KIP-932) and Kafka Streams with group.protocol=streams
+            // (KIP-1071): src/kafka44, compiled only into the kafka-clients 4.4 build
+            case "share-group", "cluster-share-leader-kill-9", "streams-at-least-once",
+                 "streams-exactly-once-v2", "streams-classic-protocol" -> kafka44(scenario);
             // a name this program does not know is a failure (a typo, or a scenario not written
             // yet), never n/a: n/a is only what a scenario declares it cannot do
             default -> throw new Failed("unknown scenario " + scenario);
         }
     }
 
+    /** The class that runs the scenarios of src/kafka44, where this build has it. */
+    static final String KAFKA44 = "dev.headrace.compat.Kafka44";
+
+    /**
+     * Runs a scenario of src/kafka44 (the kafka44 Maven profile adds that folder); a build for
+     * an older kafka-clients has no such class, and its client no way to run the scenario.
+     */
+    private static void kafka44(String scenario) throws Exception {
+        Class<?> scenarios;
+        try {
+            scenarios = Class.forName(KAFKA44);
+        } catch (ClassNotFoundException e) {
+            String version = clientVersion();
+            throw new NotApplicable(scenario.startsWith("streams-")
+                ? "kafka-clients " + version + " has no streams groups (no StreamsGroupHeartbeat, "
+                    + "KIP-1071)"
+                : "kafka-clients " + version + "'s KafkaShareConsumer is KIP-932's early access: "
+                    + "ShareFetch v0, an unstable version; Kafka 4.4 and Headrace serve v1-2");
+        }
+        try {
+            scenarios.getMethod("run", String.class, String.class, String.class)
+                .invoke(null, scenario, bootstrap, prefix);
+        } catch (java.lang.reflect.InvocationTargetException e) {
+            if (e.getCause() instanceof Exception cause) throw cause;
+            throw e;
+        }
+    }
+
+    /** The kafka-clients version, as its jar states it (kafka/kafka-version.properties). */
+    static String clientVersion() {
+        Properties p = new Properties();
+        try (java.io.InputStream in = KafkaProducer.class.getResourceAsStream("/kafka/kafka-version.properties")) {
+            if (in != null) p.load(in);
+        } catch (java.io.IOException e) {
+            // unknown, said below
+        }
+        return p.getProperty("version", "(unknown version)");
+    }
+
     // ---------------------------------------------------------------------------------------
     // helpers
 
-    private static Properties common() {
+    static Properties common() {
         Properties p = new Properties();
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "20000");
@@ -133,14 +176,18 @@ public final class Suite {
         return p;
     }
 
-    private static void expect(boolean cond, String what) {
+    static void expect(boolean cond, String what) {
         if (!cond) throw new Failed(what);
     }
 
-    private static void waitUntil(BooleanSupplier cond, String what) throws InterruptedException {
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(WAIT_S);
+    static void waitUntil(BooleanSupplier cond, String what) throws InterruptedException {
+        waitUntil(cond, what, WAIT_S);
+    }
+
+    static void waitUntil(BooleanSupplier cond, String what, long seconds) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(seconds);
         while (!cond.getAsBoolean()) {
-            if (System.nanoTime() > deadline) throw new Failed("timed out after " + WAIT_S + "s waiting for " + what);
+            if (System.nanoTime() > deadline) throw new Failed("timed out after " + seconds + "s waiting for " + what);
             Thread.sleep(100);
         }
     }
@@ -157,7 +204,7 @@ public final class Suite {
         return out;
     }
 
-    private static void createTopic(Admin admin, String topic, int partitions, Map<String, String> configs)
+    static void createTopic(Admin admin, String topic, int partitions, Map<String, String> configs)
             throws Exception {
         admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1).configs(configs)))
             .all().get(WAIT_S, TimeUnit.SECONDS);
@@ -192,7 +239,7 @@ public final class Suite {
         }
     }
 
-    private static byte[] bytes(String s) { return s.getBytes(StandardCharsets.UTF_8); }
+    static byte[] bytes(String s) { return s.getBytes(StandardCharsets.UTF_8); }
 
     private static String str(byte[] b) { return b == null ? null : new String(b, StandardCharsets.UTF_8); }
 
@@ -699,7 +746,7 @@ public final class Suite {
     // against three separate broker processes (compat/broker.py, KillableCluster)
 
     /** Leader and ISR of partition 0 of {@code topic}. */
-    private static TopicPartitionInfo partition0(Admin admin, String topic) throws Exception {
+    static TopicPartitionInfo partition0(Admin admin, String topic) throws Exception {
         return admin.describeTopics(List.of(topic)).allTopicNames().get(WAIT_S, TimeUnit.SECONDS)
             .get(topic).partitions().get(0);
     }
