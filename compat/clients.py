@@ -310,7 +310,7 @@ CLIENTS: dict[str, Client] = {c.name: c for c in [
     Client("kafkajs", "kafkajs (npm)", STD, _kafkajs_setup),
     Client("franz-go", "franz-go (Go)", STD, _franz_setup),
     Client("kafka-tools-3.9", "Kafka's tools (main classes from Maven Central)", TOOL_SCENARIOS,
-           _tools_setup("3.9.2"), table="tools", timeout=120, version="3.9.2"),
+           _tools_setup("3.9.2"), table="tools", timeout=120, version="3.9.2", in_tests=False),
     Client("kafka-tools-4.0", "Kafka's tools (main classes from Maven Central)", TOOL_SCENARIOS,
            _tools_setup("4.0.2"), table="tools", timeout=120, version="4.0.2"),
     Client("kafka-tools-4.4", "Kafka's tools (main classes from Maven Central)", TOOL_SCENARIOS,
