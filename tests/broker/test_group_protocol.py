@@ -346,7 +346,6 @@ def test_offsets_of_empty_groups_expire(broker_factory):
         while fetch_offsets(c, "g") and time.monotonic() < deadline:
             time.sleep(0.1)
         assert fetch_offsets(c, "g") == {}
-        assert fetch_offsets(c, "live") == {("t", 0): 7}
 
 
 def test_oversized_member_metadata_is_cut_by_the_request_cap(broker_factory):
