@@ -30,13 +30,16 @@ def broker(kafka_broker_factory):
     yield b
     with WireClient(b.port) as client:
         records = fetch(client, "victim")
-        assert bytes(records) == bytes(batch(b"precious", base_offset=0)), "acknowledged data intact"
+        # as sent, but for the leader epoch the broker stamps in (0: a broker on its own)
+        stored = batch(b"precious", base_offset=0, leader_epoch=0)
+        assert bytes(records) == bytes(stored), "acknowledged data intact"
     assert b.proc.poll() is None, "the broker is still running"
     b.kill()
 
 
-def batch(value: bytes, base_offset: int = 0, size: int = 0) -> bytes:
-    return build_batch([Record(key=b"k", value=value + b"." * size, timestamp=1_700_000_000_000)], base_offset=base_offset)
+def batch(value: bytes, base_offset: int = 0, size: int = 0, leader_epoch: int = -1) -> bytes:
+    return build_batch([Record(key=b"k", value=value + b"." * size, timestamp=1_700_000_000_000)],
+                       base_offset=base_offset, partition_leader_epoch=leader_epoch)
 
 
 def create(client, name):
