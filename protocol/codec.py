@@ -13,7 +13,7 @@ Wire rules (Kafka's): non-flexible versions use int16-length strings, int32-leng
 int32-count arrays, -1 meaning null; flexible versions use unsigned varints holding length + 1
 (0 meaning null) and end every struct with a tagged-field section: a varint count, then
 (tag, size, value) triples in ascending tag order. A nullable struct field is an int8 marker
-(-1 null, 1 present) followed by the struct.
+(-1 null, 1 present) followed by the struct; as a tagged field, a varint (0 null, 1 present).
 
 Decoders take a memoryview that ends where the message ends (so ``struct`` bounds errors
 happen at the message end), check every length and count against the bytes remaining before
@@ -206,8 +206,11 @@ class _DecoderGen(_Gen):
         else:
             self.err(ind + 1, repr(f"{self.label}: non-nullable field {f.name} is null"))
 
-    def value(self, ind: int, f: FieldSpec, lhs: str, end: str, flex: bool, elem: bool = False):
-        """Emit code decoding one value of field f (an element when elem) into lhs."""
+    def value(
+        self, ind: int, f: FieldSpec, lhs: str, end: str, flex: bool, elem=False, tagged=False
+    ):
+        """Emit code decoding one value of field f (an element when elem, a tagged field's
+        when tagged) into lhs."""
         e = self.src.emit
         t = f.type
         if elem or not f.is_array:
@@ -215,7 +218,8 @@ class _DecoderGen(_Gen):
                 if not elem and self.v in f.nullable:
                     m = self.src.var("m")
                     e(ind, f"{m}, = _I8.unpack_from(buf, pos); pos += 1")
-                    e(ind, f"if {m} < 0:")
+                    # a tagged field's marker is Kafka's varint 0 (int8 -1 also read as null)
+                    e(ind, f"if {m} {'<=' if tagged else '<'} 0:")
                     e(ind + 1, f"{lhs} = None")
                     e(ind, "else:")
                     self.struct(ind + 1, f.struct, lhs, end)
@@ -342,7 +346,7 @@ class _DecoderGen(_Gen):
         for f in sorted(tagged, key=lambda f: f.tag or 0):  # tagged fields have tags
             e(i2, f"{kw} {tag} == {f.tag}:")
             kw = "elif"
-            self.value(i2 + 1, f, f"{target}.{f.attr}", te, True)
+            self.value(i2 + 1, f, f"{target}.{f.attr}", te, True, tagged=True)
             e(i2 + 1, f"if pos != {te}:")
             self.err(i2 + 2, repr(f"{self.label}: tagged field {f.name} has the wrong size"))
         if tagged:
@@ -395,14 +399,17 @@ class _EncoderGen(_Gen):
         else:
             self.src.emit(ind, f"{out} += {_NULL32 if wide else _NULL16}")
 
-    def value(self, ind, f: FieldSpec, val: str, out: str, flex: bool, can_split: bool, elem=False):
+    def value(
+        self, ind, f: FieldSpec, val: str, out: str, flex: bool, can_split: bool, elem=False,
+        tagged=False,
+    ):
         e = self.src.emit
         t = f.type
         nullable = (not elem) and self.v in f.nullable
         if elem or not f.is_array:
             if f.struct is not None:
-                if nullable:
-                    e(ind, f"if {val} is None: {out}.append(255)")
+                if nullable:  # int8 -1, or a tagged field's varint 0 (Kafka's markers)
+                    e(ind, f"if {val} is None: {out}.append({0 if tagged else 255})")
                     e(ind, "else:")
                     e(ind + 1, f"{out}.append(1)")
                     self.struct(ind + 1, f.struct, val, out, can_split)
@@ -512,7 +519,7 @@ class _EncoderGen(_Gen):
             e(ind, f"if {self.nondefault_expr(f, val)}:")
             tb = self.src.var("tb")
             e(ind + 1, f"{tb} = bytearray()")
-            self.value(ind + 1, f, val, tb, True, False)
+            self.value(ind + 1, f, val, tb, True, False, tagged=True)
             e(ind + 1, f"{tl}.append(({f.tag}, {tb}))")
         e(ind, f"_tags({out}, {tl}, {unk})")
         self.src.ns["_tags"] = _write_tags

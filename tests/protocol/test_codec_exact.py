@@ -203,3 +203,21 @@ def test_encode_errors():
         encode_request(0, 9, messages.FetchRequest())
     with pytest.raises(EncodeError):
         encode_request(0, 13, P(topic_data=[P.TopicProduceData(topic_id="not a uuid")]))
+
+
+def test_a_null_tagged_struct_is_kafkas_varint_zero():
+    """ClassicMemberMetadata (tag 0, nullable) of a member's record in __consumer_offsets, as
+    Kafka writes it: null is the marker varint 0, present is 1 before the struct."""
+    from headrace.protocol import decode_message, encode_message
+
+    value = messages.ConsumerGroupMemberMetadataValue
+    member = value(client_id="c", classic_member_metadata=None)
+    data = b"".join(bytes(c) for c in encode_message(member, 0))
+    assert data.endswith(b"\x01" b"\x00\x01\x00")  # one tagged field: tag 0, size 1, null
+    assert decode_message(value, 0, data, 0).classic_member_metadata is None
+    old = data[:-1] + b"\xff"  # the int8 -1 marker Headrace wrote before reads as null too
+    assert decode_message(value, 0, old, 0).classic_member_metadata is None
+    classic = value.ClassicMemberMetadata(session_timeout_ms=5)
+    data = b"".join(bytes(c) for c in encode_message(value(classic_member_metadata=classic), 0))
+    assert data.endswith(b"\x01" b"\x00\x07\x01" b"\x00\x00\x00\x05\x01\x00")
+    assert decode_message(value, 0, data, 0).classic_member_metadata == classic

@@ -68,9 +68,7 @@ def records(group: ConsumerGroup, part: str | None) -> dict[bytes, bytes]:
                 subscribed_topic_regex=m.regex,
                 rebalance_timeout_ms=m.rebalance_timeout_ms,
                 server_assignor=m.assignor,
-                # ClassicMemberMetadata (a tagged field, null by default) is left out: the
-                # codec takes its default for an empty struct, so passing None would write
-                # a null marker Kafka's reader fails on
+                classic_member_metadata=None,  # (as Kafka writes a member of this protocol)
             )
         )
     }
