@@ -29,8 +29,8 @@ def _assignment(broker: Broker, parts):
     out = []
     for tid, ps in by_topic(parts):
         topic = broker.topics.by_id.get(tid)
-        name = topic.name if topic else ""
-        out.append(R.TopicPartitions(topic_id=tid, topic_name=name, partitions=ps))
+        if topic is not None:  # a deleted topic's partitions are left out, as Kafka does
+            out.append(R.TopicPartitions(topic_id=tid, topic_name=topic.name, partitions=ps))
     return R.Assignment(topic_partitions=out)
 
 
