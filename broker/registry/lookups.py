@@ -7,8 +7,8 @@ Every read goes through ``Schemas`` (schemas.py) to the view, and changes nothin
 in a path is a number in [1, 2^31-1], or ``latest`` / ``-1`` (``parse_version``; 42202
 otherwise). Soft-deleted versions are seen only with ``deleted``; a subject with no version
 seen is 40401, a version not there 40402, a schema id not there 40403. ``lookup`` finds the
-newest version of a subject holding the request's schema: the same type, references and kept
-text (schemas.py).
+newest version of a subject holding the request's schema: the same type and references and
+the same canonical text (schemas.py), so any form of a schema finds it, as in Confluent's.
 """
 
 from __future__ import annotations
@@ -128,8 +128,7 @@ class Lookups:
     def lookup(self, subject: str, body: Any, normalize: bool, deleted: bool) -> dict[str, Any]:
         found = self._found(subject, deleted)
         _, stored = self.schemas.from_request(body, normalize)
-        schema_id = self.schemas.state.ids.get(stored)
         for number, sid in sorted(found.items(), reverse=True):
-            if sid == schema_id:
+            if self.schemas.same(sid, stored):
                 return self._answer(subject, number, sid)
         raise errors.schema_not_found()

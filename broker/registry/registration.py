@@ -8,7 +8,8 @@ Each runs in the writer's turn (writer.py) on a view holding the whole log, so a
 version is allocated once. Registering:
 
 1. a schema the subject already holds in a live version answers that version's id and
-   writes nothing (the same schema: schemas.py);
+   writes nothing (the same schema: the same type, references and canonical text, schemas.py;
+   so any form of it, and a text an older registry kept in another form);
 2. otherwise it must be compatible with the subject's versions (compatibility.py; not in
    IMPORT mode: 409);
 3. its id is the one the same schema already has in any subject (ids are global), else one
@@ -67,7 +68,7 @@ class Registration:
             wanted_id, wanted_version = _wanted(subject, body, importing)
             versions = state.subjects.get(subject, {})
             for _, v in sorted(versions.items()):
-                if not v.deleted and state.schemas.get(v.id) == stored:
+                if not v.deleted and self.schemas.same(v.id, stored):
                     if wanted_id is not None and wanted_id != v.id:
                         raise errors.id_does_not_match(
                             f"Schema already registered with id {v.id} instead of input id"

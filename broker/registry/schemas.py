@@ -8,8 +8,10 @@ each time, never kept). Besides it, it owns the cache of parsed schemas (``state
 filled here, emptied by the view when a schema's last version goes), and it reads a schema
 out of a request's body: type (AVRO by default), text (at most ``max_schema_bytes``: 42209
 beyond), references (at most ``MAX_REFERENCES``, followed ``MAX_REFERENCE_DEPTH`` deep), parsed
-into the form the registry keeps (schema_types.py: one canonical text per schema, so that the
-text alone says whether two registrations are the same schema).
+into the form the registry keeps: the canonical text Confluent's registry keeps (Avro's
+``Schema.toString()``, compact JSON for JSON Schema, canonical ``.proto`` text), so that two
+registrations are the same schema when their type, references and canonical text are
+(``same``).
 
 ``fields`` is a schema as Confluent answers it: ``schemaType`` left out for AVRO,
 ``references`` when there are some, ``schema`` the kept text (a PROTOBUF one as a base64
@@ -110,6 +112,23 @@ class Schemas:
         except ValueError as e:
             raise errors.invalid_schema(f"{text[:200]}, details: {e}") from None
         return parsed, Stored(schema_type, parsed.text, refs)
+
+    def same(self, schema_id: int, stored: Stored) -> bool:
+        """Whether schema ``schema_id`` is ``stored`` (a request's schema as it would be
+        kept): the same type and references, and the same canonical text once the kept one
+        is parsed again (a text kept by an older registry, in another form, still matches)."""
+        held = self.state.schemas.get(schema_id)
+        if held is None or (held.schema_type, held.references) != (
+            stored.schema_type,
+            stored.references,
+        ):
+            return False
+        if held.text == stored.text:
+            return True
+        try:
+            return self.parsed(schema_id).text == stored.text
+        except errors.RegistryError:
+            return False
 
     def fields(self, schema_id: int, fmt: str | None = None) -> dict[str, Any]:
         """Schema ``schema_id`` as answered: ``fmt`` "serialized" gives a PROTOBUF schema as
