@@ -23,6 +23,12 @@ attribute kept as a property, in the order it came. Then it is written as Avro w
 
 The top-level named types of referenced schemas are written by name, as Confluent does
 (``Schema.toString(references, false)``); their nested ones are written out where first used.
+
+``normalize`` (``normalize=true``) gives what Confluent keeps then: its normalized text
+(``AvroSchemaUtils.toNormalizedString()``) parsed again and written as above, so properties
+come sorted by key (their values' keys too), aliases sorted, an int default of a float or
+double field as a float, and a named type declared in no namespace inside a namespaced one
+takes the enclosing namespace (the normalized text names it by its full name alone).
 """
 
 from __future__ import annotations
@@ -64,11 +70,15 @@ class _Complex:  # a primitive with properties, an array or a map
     props: dict[str, Any]
 
 
-def canonical(document: Any, references: list[Any]) -> str:
+def canonical(document: Any, references: list[Any], normalize: bool = False) -> str:
     """``document`` (a parsed Avro schema's JSON) as Avro's ``Schema.toString()`` writes it,
-    the named types of ``references`` (their JSON, those they refer to first) known."""
-    reader = _Reader()
-    tops = [reader.read(ref, None) for ref in references]
+    the named types of ``references`` (their JSON, those they refer to first) known; with
+    ``normalize`` as Confluent normalizes it."""
+    plain = _Reader(False)  # (the references as Confluent reads them: not normalized)
+    tops = [plain.read(ref, None) for ref in references]
+    reader = _Reader(normalize)
+    for ref in references:
+        reader.read(ref, None)
     model = reader.read(document, None)
     written = {t.full for t in tops if isinstance(t, _Named)}
     out = _write(model, None, written)
@@ -88,9 +98,23 @@ def _qualified(full: str, space: str | None) -> str:
     return short if not own or own == space else full
 
 
+def _sorted(value: Any) -> Any:
+    """``value`` with the keys of its objects sorted, all the way down."""
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
 class _Reader:
-    def __init__(self) -> None:
+    def __init__(self, normalize: bool) -> None:
         self.names: dict[str, _Named] = {}
+        self.normalize = normalize
+
+    def _props(self, s: dict, reserved: set[str]) -> dict[str, Any]:
+        props = {k: v for k, v in s.items() if k not in reserved}
+        return _sorted(props) if self.normalize else props
 
     def read(self, s: Any, space: str | None) -> Any:
         if isinstance(s, str):
@@ -104,7 +128,7 @@ class _Reader:
             return self.read(kind, space)
         if kind in ("record", "error", "enum", "fixed"):
             return self._named(s, kind, space)
-        props = {k: v for k, v in s.items() if k not in _SCHEMA_RESERVED}
+        props = self._props(s, _SCHEMA_RESERVED)
         if kind == "array":
             return _Complex("array", ("items", self.read(s["items"], space)), props)
         if kind == "map":
@@ -123,6 +147,8 @@ class _Reader:
     def _named(self, s: dict, kind: str, space: str | None) -> _Named:
         declared = s.get("namespace")
         full, own = _split(s["name"], declared if isinstance(declared, str) else space)
+        if self.normalize and own is None and space:
+            full, own = f"{space}.{full}", space
         reserved = _ENUM_RESERVED if kind == "enum" else _SCHEMA_RESERVED
         named = _Named(kind, full, own, s.get("doc"))
         self.names[full] = named  # before its fields: a record may hold itself
@@ -134,23 +160,36 @@ class _Reader:
                 named.body.append(("default", s["default"]))
         else:
             named.body.append(("size", s["size"]))
-        named.props = {k: v for k, v in s.items() if k not in reserved}
+        named.props = self._props(s, reserved)
         named.aliases = [_split(a, own)[0] for a in s.get("aliases") or ()]
+        if self.normalize:
+            named.aliases = sorted(set(named.aliases))
         return named
 
     def _field(self, f: dict, space: str | None) -> _Field:
+        kind = self.read(f["type"], space)
         rest: dict[str, Any] = {}
         if f.get("doc") is not None:
             rest["doc"] = f["doc"]
         if "default" in f:
-            rest["default"] = f["default"]
+            rest["default"] = self._default(f["default"], kind)
         order = str(f.get("order", "ascending")).lower()
         if order != "ascending":
             rest["order"] = order
         if f.get("aliases"):
-            rest["aliases"] = list(f["aliases"])
-        rest.update((k, v) for k, v in f.items() if k not in _FIELD_RESERVED)
-        return _Field(f["name"], self.read(f["type"], space), rest)
+            aliases = list(f["aliases"])
+            rest["aliases"] = sorted(set(aliases)) if self.normalize else aliases
+        rest.update(self._props(f, _FIELD_RESERVED))
+        return _Field(f["name"], kind, rest)
+
+    def _default(self, value: Any, kind: Any) -> Any:
+        if not self.normalize:
+            return value
+        if isinstance(kind, _Complex):
+            kind = kind.type
+        if kind in ("float", "double") and type(value) is int:
+            return float(value)
+        return _sorted(value)
 
 
 def _write(m: Any, space: str | None, written: set[str]) -> Any:

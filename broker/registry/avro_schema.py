@@ -1,8 +1,8 @@
 """AVRO schemas: parsed and checked by fastavro, compared by Avro's schema-resolution rules.
 
 A schema is kept as Confluent keeps it, in Avro's own ``Schema.toString()`` form
-(avro_canonical.py): any form of one schema has one text, and so one id. With ``normalize``
-its keys are sorted too. Named types of referenced schemas (``references``) are parsed first,
+(avro_canonical.py): any form of one schema has one text, and so one id; with ``normalize``
+in Confluent's normalized form. Named types of referenced schemas (``references``) are parsed first,
 so the schema may use them by name.
 
 Compatibility (``incompatibilities(reader, writer)``) is the Avro specification's "Schema
@@ -69,11 +69,9 @@ def parse(text: str, references: list[str], normalize: bool) -> tuple[str, AvroS
     ) as e:
         raise ValueError(f"{type(e).__name__}: {e}") from None
     try:
-        kept = canonical(document, [json.loads(ref) for ref in references])
+        kept = canonical(document, [json.loads(ref) for ref in references], normalize)
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise ValueError(f"{type(e).__name__}: {e}") from None
-    if normalize:  # (key order no longer counts)
-        kept = json.dumps(json.loads(kept), separators=(",", ":"), sort_keys=True)
     return kept, AvroSchema(parsed, named)
 
 
