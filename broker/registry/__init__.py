@@ -2,13 +2,24 @@
 its schemas, ids, compatibility levels and modes kept in the compacted topic ``_schemas``
 (off unless ``schema.registry.listeners`` is set; its libraries are imported only then).
 
-http_api.py         The HTTP listener (aiohttp, http or https): Confluent's routes, content
-                    types and error bodies; writes forwarded to the leader of ``_schemas``
-auth.py             With the broker's authorizer on: HTTP Basic against its SCRAM users (or a
-                    client certificate), its ACLs on subjects (as their topics); 40101, 40301
-registry.py         The operations: reads from this broker's view, writes at the leader (ids
-                    and versions allocated there), Confluent's rules and errors; the view as
-                    the produce path's schema id checks see it (log_validator.SchemaIds)
+http_api.py         The HTTP listener (aiohttp, http or https): Confluent's routes, each calling
+                    one part of the registry below
+http_site.py        Below the routes: JSON answers, Confluent's error bodies, the connection cap
+forwarding.py       Writes (and a replica-less broker's reads) sent to the leader of ``_schemas``
+http_auth.py        With the broker's authorizer on: what each route needs (``NEEDS``), checked
+                    before it runs
+auth.py             Who may: the broker's SCRAM users (HTTP Basic) or a client certificate, its
+                    ACLs on subjects (as their topics); 40101, 40301
+registry.py         ``SchemaRegistry``: the parts below built over one reader of ``_schemas``
+broker_view.py      What the rest of the broker reads: the produce path's schema id checks
+                    (log_validator.SchemaIds), the schema texts topics as tables decode with
+schemas.py          Schemas by id: the door to the view, the parsed-schema cache, references,
+                    a request's schema as it would be kept
+lookups.py          The reads by subject, version and id; lookup of a schema in a subject
+compatibility.py    Whether a schema may follow a subject's versions, under its level
+settings.py         Compatibility levels (/config) and modes (/mode), global and per subject
+registration.py     Registering (ids and versions allocated) and deleting versions, subjects
+writer.py           The one write path: at the leader, one at a time, on a caught-up view
 schemas_log.py      ``_schemas``: written by its leader (acks=all), read by every replica into
                     the broker's view (read-your-writes through ``wait_for``)
 state.py            The view: subjects, versions, schemas by id, levels and modes, as the

@@ -19,7 +19,7 @@ Authorization asks the broker's authorizer, principal ``User:<name>`` from the c
 address, as a Kafka request would be asked; super users pass. Subjects are not a Kafka
 resource type, so a subject is authorized as a topic (``subject_topic``): ``<topic>-key``
 and ``<topic>-value`` (TopicNameStrategy) as ``<topic>``, any other subject as the topic of its
-own name. The operations (``NEEDS``, per route, in http_api.py):
+own name. The operations (``NEEDS``, per route, in http_auth.py):
 
 * reading a subject (its versions, a lookup, a compatibility check): DESCRIBE (which READ,
   WRITE, DELETE and ALTER imply, as in Kafka);

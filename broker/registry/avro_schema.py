@@ -1,8 +1,9 @@
 """AVRO schemas: parsed and checked by fastavro, compared by Avro's schema-resolution rules.
 
-A schema is kept as the compact JSON of what was registered (Confluent keeps Avro's
-``Schema.toString()``, the same text without white space). Named types of referenced schemas
-(``references``) are parsed first, so the schema may use them by name.
+A schema is kept as Confluent keeps it, in Avro's own ``Schema.toString()`` form
+(avro_canonical.py): any form of one schema has one text, and so one id; with ``normalize``
+in Confluent's normalized form. Named types of referenced schemas (``references``) are parsed first,
+so the schema may use them by name.
 
 Compatibility (``incompatibilities(reader, writer)``) is the Avro specification's "Schema
 Resolution": can data written with ``writer`` be read with ``reader``? Records match by full
@@ -20,6 +21,8 @@ import json
 from typing import Any
 
 from fastavro.schema import SchemaParseException, UnknownType, parse_schema
+
+from .avro_canonical import canonical
 
 PROMOTIONS = {
     ("int", "long"),
@@ -65,7 +68,10 @@ def parse(text: str, references: list[str], normalize: bool) -> tuple[str, AvroS
         AttributeError,
     ) as e:
         raise ValueError(f"{type(e).__name__}: {e}") from None
-    kept = json.dumps(document, separators=(",", ":"), sort_keys=normalize)
+    try:
+        kept = canonical(document, [json.loads(ref) for ref in references], normalize)
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ValueError(f"{type(e).__name__}: {e}") from None
     return kept, AvroSchema(parsed, named)
 
 

@@ -1,9 +1,11 @@
 """JSON schemas (JSON Schema): checked by the ``jsonschema`` library, compared by Confluent's
 rules for the common cases.
 
-A schema is kept as the compact JSON of what was registered. It must be a JSON object or a
-boolean that its draft's meta-schema accepts (``$schema`` names the draft; the newest the
-library knows otherwise).
+A schema is kept as Confluent keeps it (``JsonSchema.canonicalString()``, Jackson's compact
+JSON of what was registered): white space does not count, key order does (two orders are two
+schemas, with two ids) unless ``normalize`` sorts the keys, as Confluent's does. It must be a
+JSON object or a boolean that its draft's meta-schema accepts (``$schema`` names the draft;
+the newest the library knows otherwise).
 
 Compatibility (``incompatibilities(reader, writer)``): can every document valid under
 ``writer`` be read by a consumer expecting ``reader``? Confluent's rules, for what schemas
@@ -66,7 +68,8 @@ def parse(text: str, references: list[str], normalize: bool) -> tuple[str, Any]:
         cls.check_schema(document)
     except SchemaError as e:
         raise ValueError(e.message) from None
-    return json.dumps(document, separators=(",", ":"), sort_keys=normalize), document
+    kept = json.dumps(document, separators=(",", ":"), sort_keys=normalize, ensure_ascii=False)
+    return kept, document
 
 
 def _types(schema: Any) -> set[str]:

@@ -9,6 +9,9 @@ topic's records in offset order (``apply``), so every broker answers alike.
 * ``max_id``: the highest id seen (ids are never reused while a record holding them stays);
 * ``text_bytes``: the bytes of the texts in ``schemas``.
 
+Three caches ride along, emptied here as what they were worked out from goes, each filled by
+one part only: ``parsed`` (schemas.py), ``names`` and ``allowed`` (broker_view.py).
+
 Applying is idempotent and follows compaction: a later record of a key replaces the earlier
 one, a tombstone removes it, and ``SubjectDeleted`` marks the versions up to its watermark.
 """
@@ -57,7 +60,7 @@ class RegistryState:
     text_bytes: int = 0  # of the texts in ``schemas`` (UTF-8)
     parsed: dict[int, ParsedSchema] = field(default_factory=dict)  # a cache
     names: dict[int, tuple[str, ...]] = field(default_factory=dict)  # id -> record names
-    # (topic, strategy) -> the ids a record may carry (registry.allowed_ids), until the next
+    # (topic, strategy) -> the ids a record may carry (broker_view.allowed_ids), until the next
     # record applied
     allowed: dict[tuple[str, str], set[int]] = field(default_factory=dict)
 

@@ -398,3 +398,64 @@ def test_content_types(api):
         )
         assert r.status_code == 200, r.text
         assert r.headers["Content-Type"].startswith(CT)
+
+
+def test_avro_forms_of_one_schema_share_an_id_and_read_back_canonical(api):
+    """As Confluent's registry: an Avro schema is kept as Avro's Schema.toString() gives it,
+    so another form of it (key order, white space, a full name for name and namespace,
+    {"type": "string"} for "string") registers as the same id and version, finds it in a
+    lookup, and reads back as that one text."""
+    canonical = (
+        '{"type":"record","name":"Order","namespace":"shop","fields":'
+        '[{"name":"id","type":"long"},{"name":"item","type":"string","default":""}]}'
+    )
+    first = json.dumps(
+        {
+            "namespace": "shop",
+            "name": "Order",
+            "type": "record",
+            "fields": [
+                {"type": "long", "name": "id"},
+                {"default": "", "type": {"type": "string"}, "name": "item"},
+            ],
+        },
+        indent=2,
+    )
+    other = json.dumps(json.loads(canonical.replace('"Order","namespace":"shop"', '"shop.Order"')))
+    assert other != canonical and first != canonical
+    sid = api.register("cn-value", first)
+    assert api.ok("GET", "/subjects/cn-value/versions/1")["schema"] == canonical
+    assert api.call("GET", f"/schemas/ids/{sid}/schema").text == canonical
+    assert api.register("cn-value", other) == sid
+    assert api.register("cn-value", canonical) == sid
+    assert api.ok("GET", "/subjects/cn-value/versions") == [1]
+    found = api.ok("POST", "/subjects/cn-value", {"schema": other})
+    assert (found["version"], found["id"], found["schema"]) == (1, sid, canonical)
+    assert api.register("cn-other-value", other) == sid  # ids are global
+    # a doc is part of the schema: another id, version 2
+    documented = canonical.replace('"namespace":"shop",', '"namespace":"shop","doc":"an order",')
+    assert api.register("cn-value", documented) != sid
+    assert api.ok("GET", "/subjects/cn-value/versions") == [1, 2]
+    api.error(404, 40403, "POST", "/subjects/cn-other-value", {"schema": documented})
+
+
+def test_json_schemas_differ_by_key_order_unless_normalized(api):
+    """As Confluent's registry: a JSON schema is kept as compact JSON in its own key order,
+    so white space does not make another schema and key order does, unless normalize=true."""
+    a = '{ "type": "object",\n  "properties": {"n": {"type": "string"}} }'
+    kept = '{"type":"object","properties":{"n":{"type":"string"}}}'
+    b = '{"properties":{"n":{"type":"string"}},"type":"object"}'
+    jid = api.register("cj-value", a, schemaType="JSON")
+    assert api.ok("GET", f"/schemas/ids/{jid}")["schema"] == kept
+    assert api.register("cj-value", kept, schemaType="JSON") == jid
+    api.error(404, 40403, "POST", "/subjects/cj-value", {"schema": b, "schemaType": "JSON"})
+    bid = api.register("cj-value", b, schemaType="JSON")
+    assert bid != jid
+    assert api.ok("GET", "/subjects/cj-value/versions") == [1, 2]
+    # normalize=true: keys sorted, both orders one schema
+    body = {"schema": a, "schemaType": "JSON"}
+    nid = api.ok("POST", "/subjects/cj-norm-value/versions", body, normalize="true")["id"]
+    body = {"schema": b, "schemaType": "JSON"}
+    assert api.ok("POST", "/subjects/cj-norm-value/versions", body, normalize="true")["id"] == nid
+    assert api.ok("GET", "/subjects/cj-norm-value/versions") == [1]
+    assert api.ok("GET", f"/schemas/ids/{nid}")["schema"] == b  # (b is a's keys sorted)

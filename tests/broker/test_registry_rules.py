@@ -99,11 +99,151 @@ def test_transitive_levels_and_none():
 def test_avro_named_types_from_references():
     address = json.dumps(rec({"name": "street", "type": "string"}, name="Address", namespace="ex"))
     person = json.dumps(rec({"name": "home", "type": "ex.Address"}, name="Person", namespace="ex"))
-    assert parse("AVRO", person, [address], False).text == json.dumps(
-        json.loads(person), separators=(",", ":")
+    # kept as Confluent keeps it: the referenced type by name, short in its own namespace
+    assert parse("AVRO", person, [address], False).text == (
+        '{"type":"record","name":"Person","namespace":"ex",'
+        '"fields":[{"name":"home","type":"Address"}]}'
     )
     with pytest.raises(ValueError):
         parse("AVRO", person, [], False)
+
+
+# Avro's canonical text ---------------------------------------------------------------------
+
+# (schema, referenced schemas (theirs first), then the texts Confluent's registry keeps for it:
+# AvroSchema.canonicalString() (Avro 1.11.3's Schema.toString()) and, with normalize=true,
+# AvroSchema.normalize().canonicalString(); taken from a run of Confluent's client 7.5.3 over
+# these documents)
+AVRO_CANONICAL = [
+    (
+        {'namespace': 'shop', 'type': 'record', 'name': 'Order', 'fields': [{'type': 'long', 'name': 'id'}, {'name': 'item', 'type': {'type': 'string'}}, {'name': 'tags', 'type': {'items': 'string', 'type': 'array'}, 'default': []}, {'name': 'next', 'type': ['null', 'Order'], 'default': None}, {'name': 'kind', 'type': {'type': 'enum', 'name': 'Kind', 'symbols': ['A', 'B'], 'default': 'A', 'doc': 'k'}}, {'name': 'k2', 'type': 'Kind'}, {'name': 'other', 'type': {'type': 'fixed', 'name': 'x.F', 'size': 4, 'aliases': ['G', 'y.H']}}, {'name': 'd', 'type': {'type': 'bytes', 'logicalType': 'decimal', 'precision': 4, 'scale': 2}}, {'name': 'o', 'type': 'int', 'order': 'descending', 'aliases': ['oo'], 'foo': 1, 'doc': 'dd'}], 'doc': 'an order', 'connect.name': 'x', 'aliases': ['Old']},
+        [],
+        '{"type":"record","name":"Order","namespace":"shop","doc":"an order","fields":[{"name":"id","type":"long"},{"name":"item","type":"string"},{"name":"tags","type":{"type":"array","items":"string"},"default":[]},{"name":"next","type":["null","Order"],"default":null},{"name":"kind","type":{"type":"enum","name":"Kind","doc":"k","symbols":["A","B"],"default":"A"}},{"name":"k2","type":"Kind"},{"name":"other","type":{"type":"fixed","name":"F","namespace":"x","size":4,"aliases":["G","y.H"]}},{"name":"d","type":{"type":"bytes","logicalType":"decimal","precision":4,"scale":2}},{"name":"o","type":"int","doc":"dd","order":"descending","aliases":["oo"],"foo":1}],"connect.name":"x","aliases":["Old"]}',
+        '{"type":"record","name":"Order","namespace":"shop","doc":"an order","fields":[{"name":"id","type":"long"},{"name":"item","type":"string"},{"name":"tags","type":{"type":"array","items":"string"},"default":[]},{"name":"next","type":["null","Order"],"default":null},{"name":"kind","type":{"type":"enum","name":"Kind","doc":"k","symbols":["A","B"],"default":"A"}},{"name":"k2","type":"Kind"},{"name":"other","type":{"type":"fixed","name":"F","namespace":"x","size":4,"aliases":["G","y.H"]}},{"name":"d","type":{"type":"bytes","logicalType":"decimal","precision":4,"scale":2}},{"name":"o","type":"int","doc":"dd","order":"descending","aliases":["oo"],"foo":1}],"connect.name":"x","aliases":["Old"]}',
+    ),
+    (
+        {'type': 'record', 'name': 'shop.Order', 'fields': [{'name': 'id', 'type': 'long'}, {'name': 'n', 'type': {'type': 'record', 'name': 'Inner', 'namespace': '', 'fields': [{'name': 'a', 'type': {'type': 'map', 'values': 'long', 'x': 'y'}}]}}]},
+        [],
+        '{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"long"},{"name":"n","type":{"type":"record","name":"Inner","namespace":"","fields":[{"name":"a","type":{"type":"map","values":"long","x":"y"}}]}}]}',
+        '{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"long"},{"name":"n","type":{"type":"record","name":"Inner","fields":[{"name":"a","type":{"type":"map","values":"long","x":"y"}}]}}]}',
+    ),
+    (
+        'string',
+        [],
+        '"string"',
+        '"string"',
+    ),
+    (
+        {'type': 'string', 'avro.java.string': 'String'},
+        [],
+        '{"type":"string","avro.java.string":"String"}',
+        '{"type":"string","avro.java.string":"String"}',
+    ),
+    (
+        {'type': 'record', 'name': 'Order', 'namespace': 'shop', 'fields': [{'name': 'item', 'type': 'Item'}, {'name': 'i2', 'type': 'shop.Item'}, {'name': 'w', 'type': 'other.W'}]},
+        [{'type': 'record', 'name': 'W', 'namespace': 'other', 'fields': []}, {'type': 'record', 'name': 'Item', 'namespace': 'shop', 'fields': [{'name': 'sku', 'type': 'string'}, {'name': 'w', 'type': 'other.W'}]}],
+        '{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"item","type":"Item"},{"name":"i2","type":"Item"},{"name":"w","type":"other.W"}]}',
+        '{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"item","type":"Item"},{"name":"i2","type":"Item"},{"name":"w","type":"other.W"}]}',
+    ),
+    (
+        {'type': 'record', 'name': 'R', 'fields': [{'name': 'u', 'type': ['null', {'type': 'enum', 'name': 'E', 'namespace': 'n', 'symbols': ['X']}]}]},
+        [],
+        '{"type":"record","name":"R","fields":[{"name":"u","type":["null",{"type":"enum","name":"E","namespace":"n","symbols":["X"]}]}]}',
+        '{"type":"record","name":"R","fields":[{"name":"u","type":["null",{"type":"enum","name":"E","namespace":"n","symbols":["X"]}]}]}',
+    ),
+    (
+        {'type': 'record', 'name': 'P', 'namespace': 'a', 'zeta': 1, 'alpha': {'y': 1, 'x': 2}, 'aliases': ['b.Z', 'Y'], 'fields': [{'name': 'f', 'type': {'type': 'int', 'z': 1, 'a': 2}, 'zz': 1, 'aa': 2, 'aliases': ['q', 'p'], 'default': 3}, {'name': 'g', 'type': {'type': 'array', 'items': 'long', 'b': 1, 'a': 0}}, {'name': 'h', 'type': ['null', {'type': 'fixed', 'name': 'F', 'size': 2, 'y': 1, 'x': 2}], 'default': None}]},
+        [],
+        '{"type":"record","name":"P","namespace":"a","fields":[{"name":"f","type":{"type":"int","z":1,"a":2},"default":3,"aliases":["q","p"],"zz":1,"aa":2},{"name":"g","type":{"type":"array","items":"long","b":1,"a":0}},{"name":"h","type":["null",{"type":"fixed","name":"F","size":2,"y":1,"x":2}],"default":null}],"zeta":1,"alpha":{"y":1,"x":2},"aliases":["b.Z","Y"]}',
+        '{"type":"record","name":"P","namespace":"a","fields":[{"name":"f","type":{"type":"int","a":2,"z":1},"default":3,"aliases":["p","q"],"aa":2,"zz":1},{"name":"g","type":{"type":"array","items":"long","a":0,"b":1}},{"name":"h","type":["null",{"type":"fixed","name":"F","size":2,"x":2,"y":1}],"default":null}],"alpha":{"x":2,"y":1},"zeta":1,"aliases":["Y","b.Z"]}',
+    ),
+    (
+        {'type': 'record', 'name': 'D', 'namespace': 'a', 'fields': [{'name': 'x', 'type': 'double', 'default': 1}, {'name': 'y', 'type': {'type': 'map', 'values': 'int'}, 'default': {'b': 1, 'a': 2}}, {'name': 'z', 'type': {'type': 'record', 'name': 'N', 'namespace': '', 'fields': []}}]},
+        [],
+        '{"type":"record","name":"D","namespace":"a","fields":[{"name":"x","type":"double","default":1},{"name":"y","type":{"type":"map","values":"int"},"default":{"b":1,"a":2}},{"name":"z","type":{"type":"record","name":"N","namespace":"","fields":[]}}]}',
+        '{"type":"record","name":"D","namespace":"a","fields":[{"name":"x","type":"double","default":1.0},{"name":"y","type":{"type":"map","values":"int"},"default":{"a":2,"b":1}},{"name":"z","type":{"type":"record","name":"N","fields":[]}}]}',
+    ),
+]
+
+
+@pytest.mark.parametrize(("document", "references", "text", "normalized"), AVRO_CANONICAL)
+def test_avro_is_kept_as_avros_own_text(document, references, text, normalized):
+    refs = [json.dumps(r) for r in references]
+    assert parse("AVRO", json.dumps(document), refs, False).text == text
+    assert parse("AVRO", json.dumps(document), refs, True).text == normalized
+    # the same schema written any other way: indented, Avro's own keys the other way round
+    # (other attributes are properties, kept in the order they come, as Avro keeps them)
+    reordered = json.dumps(_reversed_keys(document), indent=2)
+    assert parse("AVRO", reordered, refs, False).text == text
+
+
+AVRO_KEYS = {"type", "name", "namespace", "doc", "fields", "items", "values", "symbols", "size",
+             "aliases", "default", "order"}  # fmt: skip
+
+
+def _reversed_keys(document):
+    if isinstance(document, dict):
+        own = [k for k in reversed(list(document)) if k in AVRO_KEYS]
+        props = [k for k in document if k not in AVRO_KEYS]
+        return {k: _reversed_keys(document[k]) for k in own + props}
+    if isinstance(document, list):
+        return [_reversed_keys(v) for v in document]
+    return document
+
+
+def test_avro_forms_of_one_schema_have_one_text_and_others_differ():
+    forms = [
+        rec({"name": "a", "type": "string"}, name="shop.R"),
+        rec({"name": "a", "type": {"type": "string"}}, name="R", namespace="shop"),
+        {"fields": [{"type": "string", "name": "a"}], "namespace": "shop", "name": "R", "type": "record"},
+    ]
+    texts = {avro(f).text for f in forms}
+    assert avro(forms[0]).text == parse("AVRO", json.dumps(forms[0], indent=4), [], False).text
+    assert texts == {'{"type":"record","name":"R","namespace":"shop","fields":[{"name":"a","type":"string"}]}'}
+    # a doc, a property, the order of fields or of properties are part of the schema
+    for other in (
+        rec({"name": "a", "type": "string"}, name="shop.R", doc="d"),
+        rec({"name": "a", "type": "string", "x": 1}, name="shop.R"),
+        rec({"name": "a", "type": "string"}, name="shop.R", x=1, y=2),
+        rec({"name": "a", "type": "string"}, name="shop.R", y=2, x=1),
+        rec({"name": "a", "type": "string"}, {"name": "b", "type": "int"}, name="shop.R"),
+    ):
+        assert avro(other).text not in texts
+    xy, yx = (rec({"name": "a", "type": "string"}, name="shop.R", **p) for p in ({"x": 1, "y": 2}, {"y": 2, "x": 1}))
+    assert avro(xy).text != avro(yx).text
+    # normalize=true: properties sorted, so then their order does not count
+    xy, yx = (parse("AVRO", json.dumps(d), [], True).text for d in (xy, yx))
+    assert xy == yx == '{"type":"record","name":"R","namespace":"shop","fields":[{"name":"a","type":"string"}],"x":1,"y":2}'
+    assert parse("AVRO", json.dumps(forms[0]), [], True).text in texts
+
+
+def test_json_schemas_are_kept_compact_in_their_key_order():
+    a = '{ "type": "object",\n  "properties": {"n": {"type": "string", "title": "é"}} }'
+    b = '{"properties":{"n":{"title":"é","type":"string"}},"type":"object"}'
+    kept = parse("JSON", a, [], False).text
+    assert kept == '{"type":"object","properties":{"n":{"type":"string","title":"é"}}}'
+    assert parse("JSON", b, [], False).text != kept  # another key order: another schema
+    assert parse("JSON", a, [], True).text == parse("JSON", b, [], True).text == b
+
+
+def test_a_text_kept_in_another_form_is_still_the_same_schema():
+    """A version an older registry kept as registered (not canonical) still matches the
+    schema's canonical form, for a registration's dedupe and a lookup."""
+    from types import SimpleNamespace
+
+    from headrace.broker.registry.schemas import Schemas
+    from headrace.broker.registry.state import Stored
+
+    state = RegistryState()
+    old = '{"name": "R", "type": "record", "fields": [{"type": "long", "name": "id"}]}'
+    state.apply(SchemaRecord("s", 1, 7, "AVRO", old, (), False))
+    schemas = Schemas(SimpleNamespace(state=state), max_schema_bytes=1 << 20)
+    parsed, stored = schemas.from_request({"schema": old}, False)
+    assert stored.text == '{"type":"record","name":"R","fields":[{"name":"id","type":"long"}]}'
+    assert schemas.same(7, stored)
+    assert not schemas.same(7, Stored("JSON", stored.text, ()))
+    other, _ = schemas.from_request({"schema": json.dumps(rec({"name": "id", "type": "int"}))}, False)
+    assert not schemas.same(7, Stored("AVRO", other.text, ()))
 
 
 # JSON Schema --------------------------------------------------------------------------------

@@ -1,0 +1,134 @@
+"""The registry's reads by subject, version and id (Confluent's ``GET /subjects/...``,
+``GET /schemas/ids/...``, ``POST /subjects/{subject}``), answered from this broker's view.
+
+How this works
+--------------
+Every read goes through ``Schemas`` (schemas.py) to the view, and changes nothing. A version
+in a path is a number in [1, 2^31-1], or ``latest`` / ``-1`` (``parse_version``; 42202
+otherwise). Soft-deleted versions are seen only with ``deleted``; a subject with no version
+seen is 40401, a version not there 40402, a schema id not there 40403. ``lookup`` finds the
+newest version of a subject holding the request's schema: the same type and references and
+the same canonical text (schemas.py), so any form of a schema finds it, as in Confluent's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import errors
+from .schemas import Schemas
+
+MAX_VERSION = 2**31 - 1
+
+
+def parse_version(text: str, *, latest_ok: bool = True) -> int | None:
+    """A version in a path: a number in [1, 2^31-1], or None for "latest" / -1."""
+    if latest_ok and text in ("latest", "-1"):
+        return None
+    try:
+        number = int(text)
+    except ValueError:
+        raise errors.invalid_version(text) from None
+    if not 1 <= number <= MAX_VERSION:
+        raise errors.invalid_version(text)
+    return number
+
+
+class Lookups:
+    def __init__(self, schemas: Schemas) -> None:
+        self.schemas = schemas
+
+    # versions of a subject -------------------------------------------------------------------
+
+    def live(self, subject: str, deleted: bool = False) -> dict[int, int]:
+        """version -> id of the subject's versions, oldest first (soft-deleted ones too with
+        ``deleted``)."""
+        return {
+            n: v.id
+            for n, v in sorted(self.schemas.state.subjects.get(subject, {}).items())
+            if deleted or not v.deleted
+        }
+
+    def _found(self, subject: str, deleted: bool) -> dict[int, int]:
+        """As ``live``, 40401 when there are none."""
+        found = self.live(subject, deleted)
+        if not found:
+            raise errors.subject_not_found(subject)
+        return found
+
+    def _version(self, subject: str, text: str, deleted: bool) -> tuple[int, int]:
+        """(version, id) that ``text`` names in the subject (40401, 40402, 42202)."""
+        number = parse_version(text)
+        found = self._found(subject, deleted)
+        if number is None:
+            number = max(found)
+        elif number not in found:
+            raise errors.version_not_found(number)
+        return number, found[number]
+
+    def _answer(
+        self, subject: str, number: int, schema_id: int, fmt: str | None = None
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {"subject": subject, "version": number, "id": schema_id}
+        out.update(self.schemas.fields(schema_id, fmt))
+        return out
+
+    # the routes' reads -----------------------------------------------------------------------
+
+    def schema_by_id(
+        self, schema_id: int, subject: str | None, fmt: str | None = None
+    ) -> dict[str, Any]:
+        state = self.schemas.state
+        if schema_id not in state.schemas or (
+            subject and all(s != subject for s, _ in state.uses.get(schema_id, ()))
+        ):
+            raise errors.schema_not_found(schema_id)
+        return self.schemas.fields(schema_id, fmt)
+
+    def schema_usage(self, schema_id: int, deleted: bool) -> list[tuple[str, int]]:
+        """(subject, version) pairs holding schema ``schema_id``."""
+        state = self.schemas.state
+        if schema_id not in state.schemas:
+            raise errors.schema_not_found(schema_id)
+        return sorted(
+            (s, n)
+            for s, n in state.uses.get(schema_id, ())
+            if deleted or not state.subjects[s][n].deleted
+        )
+
+    def subjects(self, prefix: str, deleted: bool) -> list[str]:
+        state = self.schemas.state
+        names = state.subjects if deleted else state.live_subjects()
+        return sorted(s for s in names if s.startswith(prefix))
+
+    def versions(self, subject: str, deleted: bool) -> list[int]:
+        return list(self._found(subject, deleted))
+
+    def get_version(
+        self, subject: str, version: str, deleted: bool, fmt: str | None = None
+    ) -> dict[str, Any]:
+        number = parse_version(version)
+        every = self._found(subject, True)
+        if number is None:
+            live = self.live(subject, deleted)
+            if not live:
+                raise errors.subject_not_found(subject)
+            number = max(live)
+        if number not in every:
+            raise errors.version_not_found(number)
+        v = self.schemas.state.subjects[subject][number]
+        if v.deleted and not deleted:
+            raise errors.version_not_found(number)
+        return self._answer(subject, number, v.id, fmt)
+
+    def referenced_by(self, subject: str, version: str) -> list[int]:
+        number, _ = self._version(subject, version, False)
+        return self.schemas.state.referenced_by(subject, number)
+
+    def lookup(self, subject: str, body: Any, normalize: bool, deleted: bool) -> dict[str, Any]:
+        found = self._found(subject, deleted)
+        _, stored = self.schemas.from_request(body, normalize)
+        for number, sid in sorted(found.items(), reverse=True):
+            if self.schemas.same(sid, stored):
+                return self._answer(subject, number, sid)
+        raise errors.schema_not_found()

@@ -1,0 +1,219 @@
+"""Registering schemas and deleting versions (``POST /subjects/{subject}/versions``,
+``DELETE /subjects/{subject}[/versions/{version}]``): where schema ids and versions are
+allocated.
+
+How this works
+--------------
+Each runs in the writer's turn (writer.py) on a view holding the whole log, so an id or a
+version is allocated once. Registering:
+
+1. a schema the subject already holds in a live version answers that version's id and
+   writes nothing (the same schema: the same type, references and canonical text, schemas.py;
+   so any form of it, and a text an older registry kept in another form);
+2. otherwise it must be compatible with the subject's versions (compatibility.py; not in
+   IMPORT mode: 409);
+3. its id is the one the same schema already has in any subject (ids are global), else one
+   above the highest ever seen (``state.max_id``); in IMPORT mode the request brings it (and
+   may bring its version), and an id held by another schema is 42207;
+4. its version is one above the subject's highest;
+5. bounds: ``max_schemas`` versions in all, ``max_subjects`` subjects, ``max_total_bytes``
+   of distinct schema texts (42205 beyond).
+
+Deleting is soft first (the version stays, marked; its id still reads), then permanent (a
+tombstone), in Confluent's order of refusals (40404 to 40407); a version another schema refers
+to is not deleted (42206).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import errors
+from .compatibility import Compatibility
+from .lookups import parse_version
+from .records import Change, ConfigRecord, ModeRecord, SchemaRecord, SchemaRemoved, SubjectDeleted
+from .schemas import Schemas
+from .settings import Settings
+from .state import Stored
+from .writer import SchemasWriter
+
+
+class Registration:
+    def __init__(
+        self,
+        schemas: Schemas,
+        writer: SchemasWriter,
+        settings: Settings,
+        compatibility: Compatibility,
+        *,
+        max_schemas: int,
+        max_subjects: int,
+        max_total_bytes: int,
+    ) -> None:
+        self.schemas, self.writer = schemas, writer
+        self.settings, self.compatibility = settings, compatibility
+        self.max_schemas = max_schemas
+        self.max_subjects = max_subjects
+        self.max_total_bytes = max_total_bytes
+
+    async def register(self, subject: str, body: Any, normalize: bool) -> tuple[dict, int]:
+        """({"id": id}, offset written or 0)."""
+        if not subject or any(ord(c) < 32 for c in subject):
+            raise errors.invalid_subject(subject)
+        async with self.writer.turn():
+            state = self.schemas.state
+            self.settings.writable(subject)
+            importing = state.mode(subject) == "IMPORT"
+            new, stored = self.schemas.from_request(body, normalize)
+            wanted_id, wanted_version = _wanted(subject, body, importing)
+            versions = state.subjects.get(subject, {})
+            for _, v in sorted(versions.items()):
+                if not v.deleted and self.schemas.same(v.id, stored):
+                    if wanted_id is not None and wanted_id != v.id:
+                        raise errors.id_does_not_match(
+                            f"Schema already registered with id {v.id} instead of input id"
+                            f" {wanted_id}"
+                        )
+                    return {"id": v.id}, 0
+            if not importing:
+                found = self.compatibility.against_subject(subject, new)
+                if found:
+                    raise errors.incompatible(subject, found)
+            schema_id = self._allocate_id(stored, wanted_id)
+            self._within_bounds(subject, stored, schema_id)
+            number = max(versions, default=0) + 1
+            if importing and isinstance(wanted_version, int) and wanted_version > 0:
+                if wanted_version in versions:
+                    raise errors.not_permitted(f"version {wanted_version} of {subject} exists")
+                number = wanted_version
+            record = SchemaRecord(
+                subject,
+                number,
+                schema_id,
+                stored.schema_type,
+                stored.text,
+                stored.references,
+                False,
+            )
+            end = await self.writer.write([record])
+            self.schemas.remember(schema_id, new)
+            return {"id": schema_id}, end
+
+    def _allocate_id(self, stored: Stored, wanted_id: int | None) -> int:
+        """The schema's id: the one it has in any subject, else the next; in IMPORT mode
+        the one the request brings (42207 when another schema holds it)."""
+        state = self.schemas.state
+        if wanted_id is not None:
+            holder = state.schemas.get(wanted_id)
+            if holder is not None and holder != stored:
+                raise errors.id_does_not_match(
+                    f"Overwrite new schema with id {wanted_id} is not permitted."
+                )
+            return wanted_id
+        schema_id = state.ids.get(stored)
+        return state.max_id + 1 if schema_id is None else schema_id
+
+    def _within_bounds(self, subject: str, stored: Stored, schema_id: int) -> None:
+        state = self.schemas.state
+        size = len(stored.text.encode())
+        if schema_id not in state.schemas and state.text_bytes + size > self.max_total_bytes:
+            raise errors.not_permitted(
+                f"the registry holds {state.text_bytes} bytes of schemas; this one would"
+                f" pass schema.registry.max.total.schema.bytes ({self.max_total_bytes})"
+            )
+        if state.version_count() >= self.max_schemas:
+            raise errors.not_permitted(
+                f"the registry holds {self.max_schemas} schema versions, the most"
+                " schema.registry.max.schemas allows"
+            )
+        if subject not in state.subjects and len(state.subjects) >= self.max_subjects:
+            raise errors.not_permitted(
+                f"the registry holds {self.max_subjects} subjects, the most"
+                " schema.registry.max.subjects allows"
+            )
+
+    def _not_referenced(self, subject: str, numbers) -> None:
+        for number in numbers:
+            if self.schemas.state.referenced_by(subject, number):
+                raise errors.reference_exists(
+                    f"One or more references exist to the schema {{magic=1,keytype=SCHEMA,"
+                    f"subject={subject},version={number}}}."
+                )
+
+    def _held(self, subject: str) -> dict:
+        """The versions of a subject to delete from (42205 read-only, 40401 none)."""
+        self.settings.writable(subject)
+        versions = self.schemas.state.subjects.get(subject)
+        if not versions:
+            raise errors.subject_not_found(subject)
+        return versions
+
+    async def delete_subject(self, subject: str, permanent: bool) -> tuple[list[int], int]:
+        async with self.writer.turn():
+            state = self.schemas.state
+            versions = self._held(subject)
+            live = [n for n, v in sorted(versions.items()) if not v.deleted]
+            changes: list[Change]
+            if permanent:
+                if live:
+                    raise errors.subject_not_soft_deleted(subject)
+                self._not_referenced(subject, versions)
+                done = sorted(versions)
+                changes = [SchemaRemoved(subject, n) for n in done]
+                if subject in state.configs:
+                    changes.append(ConfigRecord(subject, None))
+                if subject in state.modes:
+                    changes.append(ModeRecord(subject, None))
+            else:
+                if not live:
+                    raise errors.subject_soft_deleted(subject)
+                self._not_referenced(subject, live)
+                done = live
+                changes = [SubjectDeleted(subject, max(versions))]
+            return done, await self.writer.write(changes)
+
+    async def delete_version(self, subject: str, version: str, permanent: bool) -> tuple[int, int]:
+        number_or_latest = parse_version(version)
+        async with self.writer.turn():
+            state = self.schemas.state
+            versions = self._held(subject)
+            if number_or_latest is None:
+                candidates = (
+                    versions if permanent else {n for n, v in versions.items() if not v.deleted}
+                )
+                if not candidates:
+                    raise errors.subject_not_found(subject)
+                number = max(candidates)
+            else:
+                number = number_or_latest
+            v = versions.get(number)
+            if v is None:
+                raise errors.version_not_found(number)
+            self._not_referenced(subject, [number])
+            if permanent:
+                if not v.deleted:
+                    raise errors.version_not_soft_deleted(subject, number)
+                return number, await self.writer.write([SchemaRemoved(subject, number)])
+            if v.deleted:
+                raise errors.version_soft_deleted(subject, number)
+            stored = state.schemas[v.id]
+            record = SchemaRecord(
+                subject, number, v.id, stored.schema_type, stored.text, stored.references, True
+            )
+            return number, await self.writer.write([record])
+
+
+def _wanted(subject: str, body: Any, importing: bool) -> tuple[int | None, Any]:
+    """(id, version) a registration brings: only in IMPORT mode, where an id is required
+    (42205 otherwise; 42201 for one that is not a schema id)."""
+    wanted_id = body.get("id") if isinstance(body, dict) else None
+    wanted_version = body.get("version") if isinstance(body, dict) else None
+    if wanted_id is not None and wanted_id != -1:
+        if not importing:
+            raise errors.not_permitted(f"Subject {subject} is not in import mode")
+        if not isinstance(wanted_id, int) or wanted_id < 1:
+            raise errors.invalid_schema(f"id {wanted_id!r} is not a schema id")
+        return wanted_id, wanted_version
+    if importing:  # (importing brings its ids)
+        raise errors.not_permitted(f"Subject {subject} is not in read-write mode")
+    return None, wanted_version

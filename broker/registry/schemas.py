@@ -1,0 +1,153 @@
+"""Schemas by id: what the other parts of the registry ask of one schema.
+
+How this works
+--------------
+``Schemas`` is the one door to the broker's view (``RegistryState``, which the reader of
+``_schemas`` replaces when it reads the topic again from the start: so the view is fetched
+each time, never kept). Besides it, it owns the cache of parsed schemas (``state.parsed``:
+filled here, emptied by the view when a schema's last version goes), and it reads a schema
+out of a request's body: type (AVRO by default), text (at most ``max_schema_bytes``: 42209
+beyond), references (at most ``MAX_REFERENCES``, followed ``MAX_REFERENCE_DEPTH`` deep), parsed
+into the form the registry keeps: the canonical text Confluent's registry keeps (Avro's
+``Schema.toString()``, compact JSON for JSON Schema, canonical ``.proto`` text), so that two
+registrations are the same schema when their type, references and canonical text are
+(``same``).
+
+``fields`` is a schema as Confluent answers it: ``schemaType`` left out for AVRO,
+``references`` when there are some, ``schema`` the kept text (a PROTOBUF one as a base64
+``FileDescriptorProto`` with ``format=serialized``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import errors
+from .records import Reference
+from .schema_types import TYPES, ParsedSchema, parse
+from .schemas_log import SchemasReader
+from .state import RegistryState, Stored
+
+MAX_REFERENCES = 1000
+MAX_REFERENCE_DEPTH = 32
+
+
+class Schemas:
+    def __init__(self, reader: SchemasReader, *, max_schema_bytes: int) -> None:
+        self.reader = reader
+        self.max_schema_bytes = max_schema_bytes
+
+    @property
+    def state(self) -> RegistryState:
+        return self.reader.state
+
+    def parsed(self, schema_id: int) -> ParsedSchema:
+        """Schema ``schema_id`` parsed (kept until its last version goes); 50001 when the text
+        in ``_schemas`` does not parse (a record not written by a registry)."""
+        state = self.state
+        cached = state.parsed.get(schema_id)
+        if cached is None:
+            stored = state.schemas[schema_id]
+            try:
+                cached = parse(
+                    stored.schema_type, stored.text, self.reference_texts(stored.references), False
+                )
+            except ValueError as e:
+                message = f"schema {schema_id} in _schemas is unreadable: {e}"
+                raise errors.store_error(message) from None
+            state.parsed[schema_id] = cached
+        return cached
+
+    def remember(self, schema_id: int, parsed: ParsedSchema) -> None:
+        """A schema just registered, as the request's parse left it (not parsed again)."""
+        self.state.parsed.setdefault(schema_id, parsed)
+
+    def reference_texts(self, refs, depth: int = 0, seen: set | None = None) -> list[str]:
+        """The texts of the schemas ``refs`` name, theirs first (depth first); 42201 when one
+        is missing or they nest too deep."""
+        seen = set() if seen is None else seen
+        if depth > MAX_REFERENCE_DEPTH:
+            raise errors.invalid_schema("references nested too deep")
+        state = self.state
+        texts: list[str] = []
+        for name, subject, version in refs:
+            if (subject, version) in seen:
+                continue
+            seen.add((subject, version))
+            v = state.subjects.get(subject, {}).get(version)
+            if v is None or v.id not in state.schemas:
+                raise errors.invalid_schema(
+                    f"reference {name!r}: subject {subject!r} version {version} not found"
+                )
+            stored = state.schemas[v.id]
+            texts += self.reference_texts(stored.references, depth + 1, seen)
+            texts.append(stored.text)
+        return texts
+
+    def from_request(self, body: Any, normalize: bool) -> tuple[ParsedSchema, Stored]:
+        """The schema a request's body holds, parsed, and as it would be kept (42201 when it
+        is not one, 42209 when it is too large)."""
+        if not isinstance(body, dict) or not isinstance(body.get("schema"), str):
+            raise errors.invalid_schema("the request has no schema string")
+        schema_type = body.get("schemaType") or "AVRO"
+        if schema_type not in TYPES:
+            raise errors.invalid_schema(f"of unknown type {schema_type!r}")
+        text = body["schema"]
+        if len(text.encode()) > self.max_schema_bytes:
+            raise errors.schema_too_large(
+                f"Schema too large: {len(text.encode())} bytes, more than"
+                f" schema.registry.max.schema.bytes ({self.max_schema_bytes})"
+            )
+        raw_refs = body.get("references") or []
+        if not isinstance(raw_refs, list) or len(raw_refs) > MAX_REFERENCES:
+            raise errors.invalid_schema(f"references: a list of at most {MAX_REFERENCES}")
+        try:
+            refs: tuple[Reference, ...] = tuple(
+                (str(r["name"]), str(r["subject"]), int(r["version"])) for r in raw_refs
+            )
+        except (KeyError, TypeError, ValueError):
+            raise errors.invalid_schema("references need name, subject and version") from None
+        try:
+            parsed = parse(schema_type, text, self.reference_texts(refs), normalize)
+        except ValueError as e:
+            raise errors.invalid_schema(f"{text[:200]}, details: {e}") from None
+        return parsed, Stored(schema_type, parsed.text, refs)
+
+    def same(self, schema_id: int, stored: Stored) -> bool:
+        """Whether schema ``schema_id`` is ``stored`` (a request's schema as it would be
+        kept): the same type and references, and the same canonical text once the kept one
+        is parsed again (a text kept by an older registry, in another form, still matches)."""
+        held = self.state.schemas.get(schema_id)
+        if held is None or (held.schema_type, held.references) != (
+            stored.schema_type,
+            stored.references,
+        ):
+            return False
+        if held.text == stored.text:
+            return True
+        try:
+            return self.parsed(schema_id).text == stored.text
+        except errors.RegistryError:
+            return False
+
+    def fields(self, schema_id: int, fmt: str | None = None) -> dict[str, Any]:
+        """Schema ``schema_id`` as answered: ``fmt`` "serialized" gives a PROTOBUF schema as
+        a base64 ``FileDescriptorProto`` (what confluent-kafka's Python deserializer asks
+        for)."""
+        stored = self.state.schemas[schema_id]
+        out: dict[str, Any] = {}
+        if stored.schema_type != "AVRO":
+            out["schemaType"] = stored.schema_type
+        if stored.references:
+            out["references"] = [
+                {"name": n, "subject": s, "version": v} for n, s, v in stored.references
+            ]
+        out["schema"] = stored.text
+        if stored.schema_type == "PROTOBUF" and fmt == "serialized":
+            from .protobuf_text import encode_base64, to_descriptor
+
+            try:
+                out["schema"] = encode_base64(to_descriptor(stored.text))
+            except ValueError:  # (kept only when it parsed: not expected)
+                pass
+        return out

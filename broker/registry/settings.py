@@ -1,0 +1,106 @@
+"""Compatibility levels (Confluent's ``/config``) and modes (``/mode``), global and per
+subject.
+
+How this works
+--------------
+Both are kept in the view (``state.configs`` and ``state.modes``, key None for the global
+one) and read through it: a subject's own setting, else the global one, else the default
+(BACKWARD, READWRITE). A GET of a subject without a setting of its own is 40408 / 40409
+unless ``defaultToGlobal``. A PUT or DELETE is one CONFIG or MODE record of ``_schemas``,
+written in the writer's turn (writer.py); at most ``max_subjects`` subjects have a setting of
+their own (42205 beyond). Modes: READWRITE; READONLY refuses every write to the subject
+(42205, ``writable``); IMPORT takes the ids (and versions) registrations bring and checks no
+compatibility, and is set over subjects that hold versions only with ``force``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import errors
+from .records import ConfigRecord, ModeRecord
+from .schema_types import LEVELS
+from .schemas import Schemas
+from .writer import SchemasWriter
+
+MODES = ("READWRITE", "READONLY", "IMPORT")
+
+
+class Settings:
+    def __init__(self, schemas: Schemas, writer: SchemasWriter, *, max_subjects: int) -> None:
+        self.schemas, self.writer, self.max_subjects = schemas, writer, max_subjects
+
+    def writable(self, subject: str | None) -> None:
+        """42205 when ``subject`` is read-only."""
+        if self.schemas.state.mode(subject) == "READONLY":
+            raise errors.not_permitted(f"Subject {subject} is in read-only mode")
+
+    # reads -------------------------------------------------------------------------------------
+
+    def get_config(self, subject: str | None, default_to_global: bool) -> dict[str, str]:
+        state = self.schemas.state
+        if subject is not None and subject not in state.configs and not default_to_global:
+            raise errors.compatibility_not_configured(subject)
+        return {"compatibilityLevel": state.level(subject)}
+
+    def get_mode(self, subject: str | None, default_to_global: bool) -> dict[str, str]:
+        state = self.schemas.state
+        if subject is not None and subject not in state.modes and not default_to_global:
+            raise errors.mode_not_configured(subject)
+        return {"mode": state.mode(subject)}
+
+    # writes ------------------------------------------------------------------------------------
+
+    def _room_for(self, table: dict, subject: str | None) -> None:
+        if subject is not None and subject not in table and len(table) >= self.max_subjects:
+            raise errors.not_permitted(
+                f"{self.max_subjects} subjects have settings of their own, the most"
+                " schema.registry.max.subjects allows"
+            )
+
+    async def put_config(self, subject: str | None, body: Any) -> tuple[dict, int]:
+        level = None
+        if isinstance(body, dict):
+            level = body.get("compatibility") or body.get("compatibilityLevel")
+        if not isinstance(level, str) or level.upper() not in LEVELS:
+            raise errors.invalid_compatibility_level()
+        level = level.upper()
+        async with self.writer.turn():
+            self._room_for(self.schemas.state.configs, subject)
+            end = await self.writer.write([ConfigRecord(subject, level)])
+        return {"compatibility": level}, end
+
+    async def delete_config(self, subject: str | None) -> tuple[dict, int]:
+        async with self.writer.turn():
+            state = self.schemas.state
+            if subject is not None and subject not in state.configs:
+                if subject not in state.subjects:
+                    raise errors.subject_not_found(subject)
+                raise errors.compatibility_not_configured(subject)
+            old = state.level(subject)
+            end = await self.writer.write([ConfigRecord(subject, None)])
+        return {"compatibilityLevel": old}, end
+
+    async def put_mode(self, subject: str | None, body: Any, force: bool) -> tuple[dict, int]:
+        mode = body.get("mode") if isinstance(body, dict) else None
+        if not isinstance(mode, str) or mode.upper() not in MODES:
+            raise errors.invalid_mode()
+        mode = mode.upper()
+        async with self.writer.turn():
+            state = self.schemas.state
+            if mode == "IMPORT" and not force:
+                held = state.subjects if subject is None else subject in state.subjects
+                if held:
+                    raise errors.not_permitted("Cannot import since found existing subjects")
+            self._room_for(state.modes, subject)
+            end = await self.writer.write([ModeRecord(subject, mode)])
+        return {"mode": mode}, end
+
+    async def delete_mode(self, subject: str) -> tuple[dict, int]:
+        async with self.writer.turn():
+            state = self.schemas.state
+            if subject not in state.modes:
+                raise errors.mode_not_configured(subject)
+            old = state.modes[subject]
+            end = await self.writer.write([ModeRecord(subject, None)])
+        return {"mode": old}, end
