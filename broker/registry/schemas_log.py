@@ -97,6 +97,8 @@ class SchemasLog:
             raise errors.unknown_leader(f"this broker does not lead _schemas: {e}") from None
         if error == E.REQUEST_TIMED_OUT:
             raise errors.timed_out("the write to _schemas was not replicated in time")
+        if error == E.NOT_LEADER_OR_FOLLOWER:  # (the write is tried again at the new leader)
+            raise errors.unknown_leader("this broker lost the leadership of _schemas")
         if error:
             raise errors.store_error(f"the write to _schemas failed (Kafka error {error})")
         return end
