@@ -400,7 +400,14 @@ class _EncoderGen(_Gen):
             self.src.emit(ind, f"{out} += {_NULL32 if wide else _NULL16}")
 
     def value(
-        self, ind, f: FieldSpec, val: str, out: str, flex: bool, can_split: bool, elem=False,
+        self,
+        ind,
+        f: FieldSpec,
+        val: str,
+        out: str,
+        flex: bool,
+        can_split: bool,
+        elem=False,
         tagged=False,
     ):
         e = self.src.emit
