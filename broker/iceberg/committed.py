@@ -44,6 +44,8 @@ class Columns:
     headers: list[list[tuple[str, bytes | None]]] = field(default_factory=list)
     bytes_read: int = 0
     more: bool = False  # stopped at the byte budget, not at ``end``
+    # nothing read: the first batch (this many bytes) is larger than the budget
+    blocked_by: int = 0
     # what the C decoder (headrace._record_columns) made, instead of the lists above
     chunks: list[tuple] = field(default_factory=list)
 
@@ -110,8 +112,10 @@ def _chunk_arrays(chunk: tuple) -> dict[str, Any]:
 
 def read_committed(plog: Log, partition: int, start: int, end: int, max_bytes: int) -> Columns:
     """The records of ``plog`` in ``[start, end)`` a read_committed consumer gets, whole
-    batches up to about ``max_bytes`` (at least one batch). A start below the log start offset
-    (retention went first) starts there. Raises ``CorruptRecordError`` or ``StorageError``."""
+    batches of at most ``max_bytes`` together. When the first batch alone is larger, nothing
+    is read and ``blocked_by`` is its size (the caller may read again with that budget). A
+    start below the log start offset (retention went first) starts there. Raises
+    ``CorruptRecordError`` or ``StorageError``."""
     offset = max(start, plog.log_start_offset)
     out = Columns(partition, start, offset)
     if offset >= end:
@@ -128,6 +132,10 @@ def read_committed(plog: Log, partition: int, start: int, end: int, max_bytes: i
         for pos, size, h in iter_batches(view):
             last = h.base_offset + h.last_offset_delta
             if h.base_offset >= end:
+                break
+            if out.bytes_read + size > max_bytes:  # (a batch is never split)
+                if not out.bytes_read:
+                    out.blocked_by = size
                 break
             batch = view[pos : pos + size]
             if not crc_matches(batch):
