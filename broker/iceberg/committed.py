@@ -53,9 +53,9 @@ class Columns:
         return len(self.offsets) + sum(c[0] for c in self.chunks)
 
     def arrays(self) -> dict[str, Any]:
-        """The columns as Arrow arrays: key, value (binary), headers (list of (str, bytes)
-        pairs, as Python lists: made into Arrow by rows.py), offset, timestamp (ms),
-        timestamp_type."""
+        """The columns as Arrow arrays (chunked arrays from the C decoder): key, value
+        (binary), headers (list of (str, bytes) pairs, as Python lists: made into Arrow by
+        rows.py), offset, timestamp (ms), timestamp_type."""
         import pyarrow as pa
 
         if not self.chunks:
@@ -68,8 +68,8 @@ class Columns:
                 "timestamp_type": pa.array(self.timestamp_types, pa.int32()),
             }
         parts = [_chunk_arrays(c) for c in self.chunks]
-        found = {
-            name: pa.concat_arrays([p[name] for p in parts])
+        found = {  # (chunked: the chunks are not copied into one array)
+            name: pa.chunked_array([p[name] for p in parts])
             for name in ("key", "value", "offset", "timestamp", "timestamp_type")
         }
         headers: list[list] = []
@@ -158,10 +158,10 @@ def read_committed(plog: Log, partition: int, start: int, end: int, max_bytes: i
             if out.bytes_read >= max_bytes:
                 break
         else:
+            pending.decode_into(out, start, end)
             continue
         break
-    if pending.payloads:
-        out.chunks.append(pending.decode(start, end))
+    pending.decode_into(out, start, end)
     out.next_offset = max(offset, start)
     out.more = out.next_offset < end
     return out
@@ -201,6 +201,15 @@ class _Pending:
         self.max_ts.append(h.max_timestamp)
         self.types.append(h.timestamp_type)
         self.counts.append(h.records_count)
+
+    def decode_into(self, out: Columns, start: int, end: int) -> None:
+        """The kept batches (at most one read's: ``READ_BYTES``) decoded as one chunk of
+        ``out``, then forgotten. (Decoding a read at a time keeps each call into the C decoder,
+        which holds the interpreter, short: the event loop waits for it at most that long.)"""
+        if not self.payloads:
+            return
+        out.chunks.append(self.decode(start, end))
+        self.__init__()  # type: ignore[misc]
 
     def decode(self, start: int, end: int) -> tuple:
         assert _columns is not None
