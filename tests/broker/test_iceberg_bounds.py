@@ -33,7 +33,7 @@ from confluent_kafka.admin import (  # noqa: E402
 )
 
 import headrace  # noqa: E402
-from tests.broker.test_iceberg import catalog  # noqa: E402
+from tests.broker.test_iceberg import catalog, produce_while_failing  # noqa: E402
 from tests.broker.test_metrics import scrape, value  # noqa: E402
 
 VALUE = 20_000  # bytes of each record's value
@@ -202,21 +202,9 @@ def test_a_full_disk_holds_back_no_produce_and_the_table_catches_up(tmp_path):
         }
         with headrace.Broker(settings, data_dir=tmp_path / "data") as broker:
             broker.create_topic("full", partitions=1, iceberg_mode="key_value")
-            producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all"})
-            started = time.monotonic()
-            for i in range(2000):
-                producer.produce("full", value=b"%d" % i)
-                producer.poll(0)
-            assert producer.flush(30) == 0
-            assert time.monotonic() - started < 5
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                samples = scrape(broker.metrics_port)
-                if value(samples, "headrace_iceberg_errors_total", topic="full") >= 2:
-                    break
-                time.sleep(0.1)
-            assert value(samples, "headrace_iceberg_failing", topic="full") == 1
+            samples = produce_while_failing(broker, "full", 2000)
             assert value(samples, "headrace_iceberg_rows_total", topic="full") == 0
+            producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all"})
             for i in range(2000, 2100):  # (still produced while the disk is full)
                 producer.produce("full", value=b"%d" % i)
             assert producer.flush(5) == 0
