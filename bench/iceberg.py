@@ -3,6 +3,7 @@
 
     python -m bench.iceberg                          # 3 rounds of each; results in bench/results/
     python -m bench.iceberg --rounds 1 --seconds 5   # a check that it works
+    python -m bench.iceberg --avro                   # value_schema_id_prefix too (Avro values)
 
 How this works
 --------------
@@ -31,6 +32,10 @@ yet has waited), and after the window until the table holds every acknowledged r
 (``headrace_iceberg_rows_total``): the next round starts only then, so no round pays for the
 one before. Each round checks its work: the topic's end offsets equal the records the
 producers saw acknowledged.
+
+With ``--avro`` every record's value is an Avro record in Confluent's wire format (its schema
+registered in the broker's schema registry), for every mode, and a third mode,
+value_schema_id_prefix (the value decoded into columns), takes its turn in the rounds.
 
 The verdicts are issue 35's: at half rate, p99 with the table within 10% of p99 without, and
 the lag below the commit interval + 5 s throughout; at saturation, throughput within 25%
@@ -107,7 +112,7 @@ class LagWatch:
 
 
 def one_round(broker, metrics: Metrics, args, mode: str, tag: str, rate: float, logs: Path,
-              clients: int) -> dict:
+              clients: int, value_file: Path | None) -> dict:
     """One topic, one window of the wire producer (``rate`` 0: as fast as it goes)."""
     topic = f"{tag}-{mode}"
     broker.process.create_topic(topic, args.partitions, iceberg_mode=mode)
@@ -118,7 +123,7 @@ def one_round(broker, metrics: Metrics, args, mode: str, tag: str, rate: float, 
     try:
         res = drive(broker.bootstrap, topic, clients, Meter({"broker": [broker.pid]}), logs, tag,
                     record_size=args.record_size, batch_records=args.batch_records, inflight=5,
-                    warmup=args.warmup, seconds=args.seconds, rate=rate)
+                    warmup=args.warmup, seconds=args.seconds, rate=rate, value_file=value_file)
         window_end = time.monotonic() - window_at
         stored = sum(wire.end_offsets("127.0.0.1", broker.port, topic).values())
         if stored != res["records_acked"]:
@@ -150,6 +155,33 @@ def one_round(broker, metrics: Metrics, args, mode: str, tag: str, rate: float, 
     }
 
 
+AVRO_SCHEMA = {
+    "type": "record", "name": "Event", "namespace": "bench",
+    "fields": [{"name": "id", "type": "long"}, {"name": "kind", "type": "string"},
+               {"name": "payload", "type": "bytes"}],
+}
+
+
+def avro_value(registry_port: int, size: int, path: Path) -> Path:
+    """An Avro value of about ``size`` bytes in Confluent's wire format, its schema registered
+    (subject ``bench-value``), written to ``path``."""
+    import io
+    import struct
+
+    from fastavro import parse_schema, schemaless_writer
+
+    body = json.dumps({"schema": json.dumps(AVRO_SCHEMA)}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{registry_port}/subjects/bench-value/versions", data=body,
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    schema_id = json.loads(urllib.request.urlopen(request, timeout=30).read())["id"]
+    out = io.BytesIO()
+    schemaless_writer(out, parse_schema(AVRO_SCHEMA),
+                      {"id": 123456789, "kind": "click", "payload": b"p" * max(0, size - 30)})
+    path.write_bytes(struct.pack(">bI", 0, schema_id) + out.getvalue())
+    return path
+
+
 def delete_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka.admin import AdminClient
 
@@ -170,11 +202,11 @@ def summary(results: dict) -> dict:
             mode: {key: median([r for r in results[phase] if r["mode"] == mode], key)
                    for key in ("mib_per_sec", "records_per_sec", "broker_cpu_s_per_mib",
                                "p50_ms", "p99_ms", "lag_max_s", "catch_up_s", "load_1m")}
-            for mode in MODES
+            for mode in results["modes"]
         }
     sat, paced = out["saturation"], out["paced"]
     lag_bound = results["interval_ms"] / 1000 + 5
-    lag_worst = max((r["lag_max_s"] or 0.0 for r in results["paced"] if r["mode"] != "disabled"),
+    lag_worst = max((r["lag_max_s"] or 0.0 for r in results["paced"] if r["mode"] == "key_value"),
                     default=0.0)
     out["verdicts"] = {
         "paced_p99_ratio": paced["key_value"]["p99_ms"] / paced["disabled"]["p99_ms"],
@@ -186,6 +218,13 @@ def summary(results: dict) -> dict:
         "saturation_within_25pct": (sat["key_value"]["mib_per_sec"]
                                     >= 0.75 * sat["disabled"]["mib_per_sec"]),
     }
+    for mode in results["modes"][2:]:  # (--avro: the same ratios for value_schema_id_prefix)
+        out["verdicts"][mode] = {
+            "paced_p99_ratio": paced[mode]["p99_ms"] / paced["disabled"]["p99_ms"],
+            "saturation_ratio": sat[mode]["mib_per_sec"] / sat["disabled"]["mib_per_sec"],
+            "paced_lag_worst_s": max((r["lag_max_s"] or 0.0 for r in results["paced"]
+                                      if r["mode"] == mode), default=0.0),
+        }
     return out
 
 
@@ -210,7 +249,7 @@ def markdown(results: dict) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for phase in ("saturation", "paced"):
-        for mode in MODES:
+        for mode in results["modes"]:
             m = s[phase][mode]
             lines.append(
                 f"| {phase} | {mode} | {f(m['mib_per_sec'], 1)} | {f(m['records_per_sec'], 0)} "
@@ -226,6 +265,9 @@ def markdown(results: dict) -> str:
         f"({f(v['paced_lag_bound_s'], 1)} s)",
         f"- saturation: with/without {f(v['saturation_ratio'], 3)} "
         f"({'within' if v['saturation_within_25pct'] else 'NOT within'} 25%)",
+        *(f"- {mode}: half-rate p99 with/without {f(v[mode]['paced_p99_ratio'], 3)}, the "
+          f"largest lag seen {f(v[mode]['paced_lag_worst_s'])} s; saturation with/without "
+          f"{f(v[mode]['saturation_ratio'], 3)}" for mode in results["modes"][2:]),
         "",
         "Every round:",
         "",
@@ -236,7 +278,7 @@ def markdown(results: dict) -> str:
     for phase in ("saturation", "paced"):
         for i, r in enumerate(results[phase]):
             lines.append(
-                f"| {phase} | {i // 2 + 1} | {r['mode']} | {f(r['mib_per_sec'], 1)} "
+                f"| {phase} | {i // len(results['modes']) + 1} | {r['mode']} | {f(r['mib_per_sec'], 1)} "
                 f"| {f(r['broker_cpu_s_per_mib'], 4)} | {f(r['p50_ms'])} | {f(r['p99_ms'])} "
                 f"| {f(r['lag_max_s'])} | {f(r['catch_up_s'])} "
                 f"| {', '.join(str(x) for x in r['load'])}"
@@ -253,13 +295,14 @@ def plot(results: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     bound = results["interval_ms"] / 1000 + 5
     for ax, phase in zip(axes, ("paced", "saturation")):
-        for i, r in enumerate(x for x in results[phase] if x["mode"] != "disabled"):
-            if r["lag_samples"]:
-                t, lag = zip(*r["lag_samples"])
-                ax.plot(t, lag, label=f"round {i + 1}")
+        for mode in results["modes"][1:]:
+            for i, r in enumerate(x for x in results[phase] if x["mode"] == mode):
+                if r["lag_samples"]:
+                    t, lag = zip(*r["lag_samples"])
+                    ax.plot(t, lag, label=f"{mode} round {i + 1}")
         ax.axhline(bound, color="#aa3333", linestyle="--", label="commit interval + 5 s")
         ax.axvline(results["seconds"], color="#888888", linestyle=":", label="window ends")
-        ax.set_title(f"{phase}: headrace_iceberg_lag_seconds (key_value)")
+        ax.set_title(f"{phase}: headrace_iceberg_lag_seconds")
         ax.set_xlabel("seconds since the window opened")
         ax.set_ylabel("lag (s)")
         ax.legend(fontsize=8)
@@ -278,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--batch-records", type=int, default=16)
     ap.add_argument("--clients", type=int, default=2, help="wire producers at saturation")
+    ap.add_argument("--avro", action="store_true",
+                    help="Avro values, and value_schema_id_prefix as a third mode")
     ap.add_argument("--paced-mib-per-sec", type=float, default=0.0,
                     help="the paced phase alone, at this rate (no saturation phase)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
@@ -285,9 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     progress = Progress()
     shutil.rmtree(args.data, ignore_errors=True)
-    metrics_port = brokers.free_port_block(1)
+    metrics_port, registry_port = brokers.free_port_block(1), brokers.free_port_block(1)
     settings = {**brokers.HEADRACE_PARITY, "iceberg.enabled": "true",
                 "iceberg.commit.interval.ms": args.interval_ms, "metrics.port": metrics_port}
+    modes = [*MODES, "value_schema_id_prefix"] if args.avro else list(MODES)
+    if args.avro:
+        settings["schema.registry.listeners"] = f"http://127.0.0.1:{registry_port}"
     broker = brokers.HeadraceBroker(args.data / "broker", settings,
                                     cpus=set(range(os.cpu_count() or 1)))
     results: dict = {
@@ -296,11 +344,15 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds, "seconds": args.seconds, "interval_ms": args.interval_ms,
         "partitions": args.partitions, "record_size": args.record_size,
         "batch_records": args.batch_records, "clients": args.clients,
-        "saturation": [], "paced": [],
+        "saturation": [], "paced": [], "modes": modes,
     }
     logs = args.data / "clients"
     broker.start()
     metrics = Metrics(metrics_port)
+    value_file = None
+    if args.avro:
+        args.data.mkdir(parents=True, exist_ok=True)
+        value_file = avro_value(registry_port, args.record_size, args.data / "value.avro")
     try:
         phases = ("paced",) if args.paced_mib_per_sec else ("saturation", "paced")
         results["paced_mib_per_sec"] = args.paced_mib_per_sec
@@ -312,9 +364,9 @@ def main(argv: list[str] | None = None) -> int:
             if phase == "paced":
                 rate = results["paced_mib_per_sec"] * MiB
             for r in range(args.rounds):
-                for mode in MODES if r % 2 == 0 else MODES[::-1]:
+                for mode in modes if r % 2 == 0 else modes[::-1]:
                     res = one_round(broker, metrics, args, mode, f"{phase[:3]}{r}", rate, logs,
-                                    clients)
+                                    clients, value_file)
                     results[phase].append(res)
                     progress(f"{phase} round {r + 1} {mode:>9}: {res['mib_per_sec']:7.1f} MiB/s"
                              f"  {res['broker_cpu_s_per_mib']:.4f} CPU-s/MiB  p50 "
@@ -326,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(args.data, ignore_errors=True)
     if not results["saturation"]:  # (--paced-mib-per-sec: a quick look, not the benchmark)
         print(json.dumps({m: [(r["p50_ms"], r["p99_ms"], r["mib_per_sec"], r["load"])
-                              for r in results["paced"] if r["mode"] == m] for m in MODES}))
+                              for r in results["paced"] if r["mode"] == m] for m in modes}))
         return 0
     results["summary"] = summary(results)
     args.out.mkdir(parents=True, exist_ok=True)
