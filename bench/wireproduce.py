@@ -180,7 +180,9 @@ def leaders(bootstrap: str, topic: str) -> dict[tuple[str, int], list[int]]:
 
 
 def run(args: argparse.Namespace) -> dict:
-    batch = wire.record_batch(b"x" * args.record_size, count=args.batch_records)
+    value = Path(args.value_file).read_bytes() if args.value_file else b"x" * args.record_size
+    args.record_size = len(value)
+    batch = wire.record_batch(value, count=args.batch_records)
     stop = threading.Event()
     window = (args.start_at, args.end_at)
     payload = args.record_size * args.batch_records
@@ -235,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="record bytes per second for this process (default: unlimited)")
     ap.add_argument("--start-at", type=float, required=True, help="time.monotonic() value")
     ap.add_argument("--end-at", type=float, required=True, help="time.monotonic() value")
+    ap.add_argument("--value-file", help="every record's value (else --record-size bytes of x)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     result = run(args)
@@ -265,10 +268,11 @@ def collect(procs: list[subprocess.Popen], outs: list[Path]) -> list[dict]:
 
 def drive(bootstrap: str, topic: str, clients: int, meter: Meter, logs: Path, tag: str, *,
           record_size: int, batch_records: int, inflight: int, warmup: float, seconds: float,
-          rate: float = 0.0, progress=None) -> dict:
+          rate: float = 0.0, progress=None, value_file: Path | None = None) -> dict:
     """The harness side: ``clients`` processes of this module at once, measured over a window
     of ``seconds`` after ``warmup`` seconds (``meter`` started at the window's start and
-    stopped at its end); ``rate``: record bytes per second in all (split evenly). Raises
+    stopped at its end); ``rate``: record bytes per second in all (split evenly);
+    ``value_file``: every record's value (then ``record_size`` is its size). Raises
     ``RuntimeError`` if a process failed or a produce in the window was answered with an
     error. Returns the window's acknowledged bytes and records, request latencies (p50, p99,
     p99.9), the clients' CPU, every record acknowledged (``records_acked``, warm-up included:
@@ -284,7 +288,8 @@ def drive(bootstrap: str, topic: str, clients: int, meter: Meter, logs: Path, ta
                "--topic", topic, "--record-size", str(record_size),
                "--batch-records", str(batch_records), "--inflight", str(inflight),
                "--rate", repr(rate / clients), "--start-at", repr(start_at),
-               "--end-at", repr(end_at), "--out", str(out)]
+               "--end-at", repr(end_at), "--out", str(out),
+               *(["--value-file", str(value_file)] if value_file else [])]
         procs.append(subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL,
                                       stderr=open(logs / f"{tag}-client{i}.log", "w")))
     try:

@@ -128,6 +128,29 @@ class BrokerCollector(Collector):
             errors.add_metric([name], state.errors)
             failing.add_metric([name], 1.0 if state.failures else 0.0)
         yield from (lag, rows, commits, conflicts, errors, failing)
+        budget = translator.budget
+        for name, help_, now, peak in (
+            (
+                "headrace_iceberg_buffer_bytes",
+                "Record bytes the rounds hold in memory now (iceberg.buffer.max.bytes bounds it)",
+                budget.held,
+                budget.peak,
+            ),
+            (
+                "headrace_iceberg_rounds_running",
+                "Rounds writing tables now (iceberg.max.open.files bounds it)",
+                translator.running,
+                translator.peak_running,
+            ),
+        ):
+            yield GaugeMetricFamily(name, help_, value=now)
+            yield GaugeMetricFamily(name + "_peak", help_ + ": the most since start", value=peak)
+        yield GaugeMetricFamily(
+            "headrace_iceberg_partition_read_peak_bytes",
+            "The most record bytes one round read of one partition since start"
+            " (iceberg.partition.buffer.max.bytes bounds it)",
+            value=translator.peak_partition_read,
+        )
 
     def _requests(self, metrics: BrokerMetrics) -> Iterator[Metric]:
         latency = HistogramMetricFamily(

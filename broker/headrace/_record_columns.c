@@ -12,6 +12,8 @@
  *   layout, a null has length 0), *_valid one byte per record (0: null), *_data the bytes;
  *   headers {row: [(key str, value bytes | None), ...]} for rows that have headers.
  * Raises ValueError for a record that does not fit its batch (as decode_records would).
+ * The records are scanned without the interpreter lock (the broker's event loop runs
+ * meanwhile); it is taken back only to make the headers of a kept record that has some.
  * A record (after the 61-byte header): length varint, attributes int8, timestampDelta varlong,
  * offsetDelta varint, keyLength varint + key, valueLength varint + value, headerCount varint,
  * then per header keyLength varint + key, valueLength varint + value; zigzag varints.
@@ -26,15 +28,13 @@ typedef struct {
     Py_ssize_t len, cap;
 } Buf;
 
+/* (the raw allocator: called without the interpreter lock; -1 when out of memory) */
 static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
     if (b->len + n > b->cap) {
         Py_ssize_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n) cap *= 2;
-        char *p = PyMem_Realloc(b->data, cap);
-        if (!p) {
-            PyErr_NoMemory();
-            return -1;
-        }
+        char *p = PyMem_RawRealloc(b->data, cap);
+        if (!p) return -1;
         b->data = p;
         b->cap = cap;
     }
@@ -63,6 +63,47 @@ static PyObject *bytes_of(Buf *b) {
     return PyBytes_FromStringAndSize(b->data ? b->data : "", b->len);
 }
 
+/* A record's nh headers from pos: skipped, or appended to list as (key, value) pairs when
+ * list is not NULL (then the caller holds the interpreter lock). Returns NULL or what is bad;
+ * *pyerr is set when a Python call failed. */
+static const char *headers_of(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t rec_end, int64_t nh,
+                              PyObject *list, int *pyerr) {
+    for (int64_t h = 0; h < nh; h++) {
+        int64_t hk, hv;
+        if (varint(p, pos, rec_end, 5, &hk) || hk < 0 || *pos + hk > rec_end) return "header key";
+        Py_ssize_t hkpos = *pos;
+        *pos += hk;
+        if (varint(p, pos, rec_end, 5, &hv) || (hv > 0 && *pos + hv > rec_end))
+            return "header value";
+        Py_ssize_t hvpos = *pos;
+        if (hv > 0) *pos += hv;
+        if (list) {
+            PyObject *k = PyUnicode_DecodeUTF8((const char *)p + hkpos, hk, "strict");
+            PyObject *v = hv < 0 ? Py_NewRef(Py_None)
+                                 : PyBytes_FromStringAndSize((const char *)p + hvpos, hv);
+            PyObject *pair = (k && v) ? PyTuple_Pack(2, k, v) : NULL;
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            if (!pair || PyList_Append(list, pair)) {
+                Py_XDECREF(pair);
+                *pyerr = 1;
+                return "header";
+            }
+            Py_DECREF(pair);
+        }
+    }
+    return NULL;
+}
+
+typedef struct {
+    Py_buffer view;
+    int held;
+    long long base, bts, mts, count;
+    int32_t ttype;
+} Batch;
+
+/* The scan runs without the interpreter lock (the event loop's thread goes on meanwhile); it
+ * takes the lock back only for a kept record that has headers (Python objects). */
 static PyObject *columns(PyObject *self, PyObject *args) {
     PyObject *payloads, *bases, *base_ts, *max_ts, *ts_types, *counts;
     long long start, end;
@@ -80,25 +121,34 @@ static PyObject *columns(PyObject *self, PyObject *args) {
     Buf offs = {0}, tss = {0}, types = {0}, koffs = {0}, kvalid = {0}, kdata = {0};
     Buf voffs = {0}, vvalid = {0}, vdata = {0};
     PyObject *headers = PyDict_New(), *result = NULL;
+    Batch *bs = PyMem_Calloc(batches ? batches : 1, sizeof(Batch));
     Py_ssize_t n = 0;
     int32_t zero = 0;
-    if (!headers || buf_put(&koffs, &zero, 4) || buf_put(&voffs, &zero, 4)) goto done;
+    if (!headers || !bs) {
+        PyErr_NoMemory();
+        goto done;
+    }
     for (Py_ssize_t i = 0; i < batches; i++) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(PyList_GET_ITEM(payloads, i), &view, PyBUF_SIMPLE)) goto done;
-        const uint8_t *p = view.buf;
-        Py_ssize_t pos = 0, len = view.len;
-        long long base = PyLong_AsLongLong(PyList_GET_ITEM(bases, i));
-        long long bts = PyLong_AsLongLong(PyList_GET_ITEM(base_ts, i));
-        long long mts = PyLong_AsLongLong(PyList_GET_ITEM(max_ts, i));
-        int32_t ttype = (int32_t)PyLong_AsLong(PyList_GET_ITEM(ts_types, i));
-        long long count = PyLong_AsLongLong(PyList_GET_ITEM(counts, i));
-        if (PyErr_Occurred()) {
-            PyBuffer_Release(&view);
+        if (PyObject_GetBuffer(PyList_GET_ITEM(payloads, i), &bs[i].view, PyBUF_SIMPLE))
             goto done;
-        }
-        const char *bad = NULL;
-        for (long long r = 0; r < count && !bad; r++) {
+        bs[i].held = 1;
+        bs[i].base = PyLong_AsLongLong(PyList_GET_ITEM(bases, i));
+        bs[i].bts = PyLong_AsLongLong(PyList_GET_ITEM(base_ts, i));
+        bs[i].mts = PyLong_AsLongLong(PyList_GET_ITEM(max_ts, i));
+        bs[i].ttype = (int32_t)PyLong_AsLong(PyList_GET_ITEM(ts_types, i));
+        bs[i].count = PyLong_AsLongLong(PyList_GET_ITEM(counts, i));
+        if (PyErr_Occurred()) goto done;
+    }
+    const char *bad = NULL;
+    long long bad_base = 0;
+    int nomem = buf_put(&koffs, &zero, 4) || buf_put(&voffs, &zero, 4), pyerr = 0, big = 0;
+    PyThreadState *unlocked = PyEval_SaveThread();
+    for (Py_ssize_t i = 0; i < batches && !nomem; i++) {
+        const uint8_t *p = bs[i].view.buf;
+        Py_ssize_t pos = 0, len = bs[i].view.len;
+        long long base = bs[i].base, count = bs[i].count;
+        int32_t ttype = bs[i].ttype;
+        for (long long r = 0; r < count; r++) {
             int64_t length, ts_delta, off_delta, klen, vlen, nh;
             if (varint(p, &pos, len, 5, &length) || length < 0 || pos + length > len) {
                 bad = "record length runs past the batch";
@@ -128,92 +178,88 @@ static PyObject *columns(PyObject *self, PyObject *args) {
             int keep = offset >= start && offset < end;
             PyObject *list = NULL;
             if (nh > 0 && keep) {
+                PyEval_RestoreThread(unlocked);
                 list = PyList_New(0);
-                if (!list) break;
-            }
-            for (int64_t h = 0; h < nh && !bad; h++) {
-                int64_t hk, hv;
-                if (varint(p, &pos, rec_end, 5, &hk) || hk < 0 || pos + hk > rec_end) {
-                    bad = "header key";
-                    break;
-                }
-                Py_ssize_t hkpos = pos;
-                pos += hk;
-                if (varint(p, &pos, rec_end, 5, &hv) || (hv > 0 && pos + hv > rec_end)) {
-                    bad = "header value";
-                    break;
-                }
-                Py_ssize_t hvpos = pos;
-                if (hv > 0) pos += hv;
-                if (list) {
-                    PyObject *k = PyUnicode_DecodeUTF8((const char *)p + hkpos, hk, "strict");
-                    PyObject *v = hv < 0 ? Py_NewRef(Py_None)
-                                         : PyBytes_FromStringAndSize((const char *)p + hvpos, hv);
-                    PyObject *pair = (k && v) ? PyTuple_Pack(2, k, v) : NULL;
-                    Py_XDECREF(k);
-                    Py_XDECREF(v);
-                    if (!pair || PyList_Append(list, pair)) {
-                        Py_XDECREF(pair);
-                        Py_DECREF(list);
-                        list = NULL;
-                        bad = "header";
-                        break;
-                    }
-                    Py_DECREF(pair);
-                }
-            }
-            if (!bad && pos != rec_end) bad = "record length does not match its contents";
-            if (bad || PyErr_Occurred()) {
-                Py_XDECREF(list);
+                if (!list) pyerr = 1;
+                else bad = headers_of(p, &pos, rec_end, nh, list, &pyerr);
+                if (bad || pyerr) Py_CLEAR(list);
+                unlocked = PyEval_SaveThread();
+                if (bad || pyerr) break;
+            } else if ((bad = headers_of(p, &pos, rec_end, nh, NULL, &pyerr))) {
                 break;
             }
-            if (!keep) continue;
-            int64_t ts = ttype == 1 ? mts : bts + ts_delta;
+            if (pos != rec_end) bad = "record length does not match its contents";
+            if (bad || !keep) {
+                if (list) {
+                    PyEval_RestoreThread(unlocked);
+                    Py_DECREF(list);
+                    unlocked = PyEval_SaveThread();
+                }
+                if (bad) break;
+                continue;
+            }
+            int64_t ts = ttype == 1 ? bs[i].mts : bs[i].bts + ts_delta;
             int32_t ko = (int32_t)(kdata.len + (klen > 0 ? klen : 0));
             int32_t vo = (int32_t)(vdata.len + (vlen > 0 ? vlen : 0));
             uint8_t kv = klen >= 0, vv = vlen >= 0;
             int64_t off64 = offset;
-            if (buf_put(&offs, &off64, 8) || buf_put(&tss, &ts, 8) || buf_put(&types, &ttype, 4) ||
-                buf_put(&kdata, p + kpos, klen > 0 ? klen : 0) || buf_put(&koffs, &ko, 4) ||
-                buf_put(&kvalid, &kv, 1) || buf_put(&vdata, p + vpos, vlen > 0 ? vlen : 0) ||
-                buf_put(&voffs, &vo, 4) || buf_put(&vvalid, &vv, 1)) {
-                Py_XDECREF(list);
-                break;
-            }
+            nomem = buf_put(&offs, &off64, 8) || buf_put(&tss, &ts, 8) ||
+                    buf_put(&types, &ttype, 4) ||
+                    buf_put(&kdata, p + kpos, klen > 0 ? klen : 0) || buf_put(&koffs, &ko, 4) ||
+                    buf_put(&kvalid, &kv, 1) ||
+                    buf_put(&vdata, p + vpos, vlen > 0 ? vlen : 0) || buf_put(&voffs, &vo, 4) ||
+                    buf_put(&vvalid, &vv, 1);
             if (list) {
-                PyObject *row = PyLong_FromSsize_t(n);
-                int failed = !row || PyDict_SetItem(headers, row, list);
+                PyEval_RestoreThread(unlocked);
+                PyObject *row = nomem ? NULL : PyLong_FromSsize_t(n);
+                if (!nomem && (!row || PyDict_SetItem(headers, row, list))) pyerr = 1;
                 Py_XDECREF(row);
                 Py_DECREF(list);
-                if (failed) break;
+                unlocked = PyEval_SaveThread();
             }
+            if (nomem || pyerr) break;
             n++;
         }
-        if (!bad && !PyErr_Occurred() && pos != len) bad = "bytes left after the last record";
-        PyBuffer_Release(&view);
-        if (PyErr_Occurred()) goto done;
-        if (bad) {
-            PyErr_Format(PyExc_ValueError, "batch at offset %lld: %s", base, bad);
-            goto done;
-        }
+        if (!bad && !nomem && !pyerr && pos != len) bad = "bytes left after the last record";
+        if (bad) bad_base = base;
+        if (bad || pyerr) break;
         if (kdata.len > INT32_MAX || vdata.len > INT32_MAX) {
-            PyErr_SetString(PyExc_ValueError, "more than 2 GiB of keys or values");
-            goto done;
+            big = 1;
+            break;
         }
+    }
+    PyEval_RestoreThread(unlocked);
+    if (pyerr) goto done;
+    if (nomem) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (bad) {
+        PyErr_Format(PyExc_ValueError, "batch at offset %lld: %s", bad_base, bad);
+        goto done;
+    }
+    if (big) {
+        PyErr_SetString(PyExc_ValueError, "more than 2 GiB of keys or values");
+        goto done;
     }
     result = Py_BuildValue("(nNNNNNNNNNO)", n, bytes_of(&offs), bytes_of(&tss), bytes_of(&types),
                            bytes_of(&koffs), bytes_of(&kvalid), bytes_of(&kdata),
                            bytes_of(&voffs), bytes_of(&vvalid), bytes_of(&vdata), headers);
 done:
-    PyMem_Free(offs.data);
-    PyMem_Free(tss.data);
-    PyMem_Free(types.data);
-    PyMem_Free(koffs.data);
-    PyMem_Free(kvalid.data);
-    PyMem_Free(kdata.data);
-    PyMem_Free(voffs.data);
-    PyMem_Free(vvalid.data);
-    PyMem_Free(vdata.data);
+    if (bs) {
+        for (Py_ssize_t i = 0; i < batches; i++)
+            if (bs[i].held) PyBuffer_Release(&bs[i].view);
+        PyMem_Free(bs);
+    }
+    PyMem_RawFree(offs.data);
+    PyMem_RawFree(tss.data);
+    PyMem_RawFree(types.data);
+    PyMem_RawFree(koffs.data);
+    PyMem_RawFree(kvalid.data);
+    PyMem_RawFree(kdata.data);
+    PyMem_RawFree(voffs.data);
+    PyMem_RawFree(vvalid.data);
+    PyMem_RawFree(vdata.data);
     Py_XDECREF(headers);
     return result;
 }

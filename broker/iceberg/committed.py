@@ -44,6 +44,8 @@ class Columns:
     headers: list[list[tuple[str, bytes | None]]] = field(default_factory=list)
     bytes_read: int = 0
     more: bool = False  # stopped at the byte budget, not at ``end``
+    # nothing read: the first batch (this many bytes) is larger than the budget
+    blocked_by: int = 0
     # what the C decoder (headrace._record_columns) made, instead of the lists above
     chunks: list[tuple] = field(default_factory=list)
 
@@ -51,9 +53,9 @@ class Columns:
         return len(self.offsets) + sum(c[0] for c in self.chunks)
 
     def arrays(self) -> dict[str, Any]:
-        """The columns as Arrow arrays: key, value (binary), headers (list of (str, bytes)
-        pairs, as Python lists: made into Arrow by rows.py), offset, timestamp (ms),
-        timestamp_type."""
+        """The columns as Arrow arrays (chunked arrays from the C decoder): key, value
+        (binary), headers (list of (str, bytes) pairs, as Python lists: made into Arrow by
+        rows.py), offset, timestamp (ms), timestamp_type."""
         import pyarrow as pa
 
         if not self.chunks:
@@ -66,8 +68,8 @@ class Columns:
                 "timestamp_type": pa.array(self.timestamp_types, pa.int32()),
             }
         parts = [_chunk_arrays(c) for c in self.chunks]
-        found = {
-            name: pa.concat_arrays([p[name] for p in parts])
+        found = {  # (chunked: the chunks are not copied into one array)
+            name: pa.chunked_array([p[name] for p in parts])
             for name in ("key", "value", "offset", "timestamp", "timestamp_type")
         }
         headers: list[list] = []
@@ -110,8 +112,10 @@ def _chunk_arrays(chunk: tuple) -> dict[str, Any]:
 
 def read_committed(plog: Log, partition: int, start: int, end: int, max_bytes: int) -> Columns:
     """The records of ``plog`` in ``[start, end)`` a read_committed consumer gets, whole
-    batches up to about ``max_bytes`` (at least one batch). A start below the log start offset
-    (retention went first) starts there. Raises ``CorruptRecordError`` or ``StorageError``."""
+    batches of at most ``max_bytes`` together. When the first batch alone is larger, nothing
+    is read and ``blocked_by`` is its size (the caller may read again with that budget). A
+    start below the log start offset (retention went first) starts there. Raises
+    ``CorruptRecordError`` or ``StorageError``."""
     offset = max(start, plog.log_start_offset)
     out = Columns(partition, start, offset)
     if offset >= end:
@@ -128,6 +132,10 @@ def read_committed(plog: Log, partition: int, start: int, end: int, max_bytes: i
         for pos, size, h in iter_batches(view):
             last = h.base_offset + h.last_offset_delta
             if h.base_offset >= end:
+                break
+            if out.bytes_read + size > max_bytes:  # (a batch is never split)
+                if not out.bytes_read:
+                    out.blocked_by = size
                 break
             batch = view[pos : pos + size]
             if not crc_matches(batch):
@@ -150,10 +158,10 @@ def read_committed(plog: Log, partition: int, start: int, end: int, max_bytes: i
             if out.bytes_read >= max_bytes:
                 break
         else:
+            pending.decode_into(out, start, end)
             continue
         break
-    if pending.payloads:
-        out.chunks.append(pending.decode(start, end))
+    pending.decode_into(out, start, end)
     out.next_offset = max(offset, start)
     out.more = out.next_offset < end
     return out
@@ -193,6 +201,15 @@ class _Pending:
         self.max_ts.append(h.max_timestamp)
         self.types.append(h.timestamp_type)
         self.counts.append(h.records_count)
+
+    def decode_into(self, out: Columns, start: int, end: int) -> None:
+        """The kept batches (at most one read's: ``READ_BYTES``) decoded as one chunk of
+        ``out``, then forgotten. (Decoding a read at a time keeps each call into the C decoder,
+        which holds the interpreter, short: the event loop waits for it at most that long.)"""
+        if not self.payloads:
+            return
+        out.chunks.append(self.decode(start, end))
+        self.__init__()  # type: ignore[misc]
 
     def decode(self, start: int, end: int) -> tuple:
         assert _columns is not None

@@ -12,9 +12,14 @@ with the new offsets in one snapshot (tables.py). A conflict (another leader com
 same table) reads the round again at once; a failure (the catalog, the disk) is counted and
 the topic waits, doubling, before it tries again; records stay in the log meanwhile.
 
-Bounds: a round reads at most ``iceberg.partition.buffer.max.bytes`` of a partition, and all
-rounds at once at most ``iceberg.buffer.max.bytes``; ``iceberg.max.open.files`` rounds run at
-once (one table, one Parquet file each). A partition further behind gets its next round at once.
+Bounds: a round reads at most ``iceberg.partition.buffer.max.bytes`` of a partition, whole
+batches; all rounds at once hold at most ``iceberg.buffer.max.bytes`` (budget.py: a round takes
+bytes before it reads each partition, and one that finds none free commits what it has read);
+``iceberg.max.open.files`` rounds run at once (one table, one Parquet file each), in as many
+worker threads. A batch is never split: one larger than a bound is read by a round of its own
+(budget.py). A round starts at the partition after the one its topic's last round started
+at, so every partition gets its turn when the budget is short; a round that stopped at a
+bound is followed by the next at once.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +37,8 @@ from typing import Any, Protocol
 
 from headrace.broker.log.topic import Topic
 from headrace.broker.log.topics import TopicManager
+
+from .budget import BufferBudget, Hold
 
 log = logging.getLogger("headrace")
 
@@ -68,6 +76,7 @@ class TopicState:
     due: float = 0.0  # monotonic time of its next round
     running: bool = False
     failures: int = 0  # in a row
+    turn: int = 0  # rounds started: which partition the next one reads first
     # partition -> the first offset not in the table (as of the last round); absent: unknown
     visible: dict[int, int] = field(default_factory=dict)
     # partition -> (last stable offset, monotonic time first seen) samples, oldest first
@@ -131,7 +140,7 @@ class Work:
     upsert: bool  # iceberg.upsert on a compacted topic: the latest row per key
     logs: dict[int, Any]  # partition -> its Log
     ends: dict[int, int]  # partition -> its last stable offset now
-    max_bytes: int  # per partition
+    turn: int  # the round reads its partitions from the turn-th on (wrapping)
     schemas: dict[int, tuple[str, str, list[str]] | None]
 
 
@@ -159,6 +168,11 @@ class IcebergTranslator:
         self.states: dict[str, TopicState] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._slots = asyncio.Semaphore(settings.open_files)
+        self.budget = BufferBudget(settings.broker_buffer)
+        self._running_lock = threading.Lock()
+        self.running = 0  # rounds in worker threads now
+        self.peak_running = 0
+        self.peak_partition_read = 0  # the most bytes one round read of one partition
         self._task: asyncio.Task | None = None
         self._rounds: set[asyncio.Task] = set()
         self._schemas: dict[int, tuple[str, str, list[str]] | None] = {}
@@ -206,10 +220,6 @@ class IcebergTranslator:
         for name in list(self.states):
             if name not in names and not self.states[name].running:
                 del self.states[name]
-        led = sum(len(t.led) for t, _ in tables) or 1
-        per_partition = max(
-            1, min(self.settings.partition_buffer, self.settings.broker_buffer // led)
-        )
         for topic, mode in tables:
             state = self.states.get(topic.name)
             if state is None or (state.topic_id != topic.topic_id and not state.running):
@@ -233,6 +243,7 @@ class IcebergTranslator:
             if all(state.visible.get(i, -1) >= end for i, end in ends.items()):
                 continue  # nothing new (and every offset known)
             state.running = True
+            state.turn += 1
             work = Work(
                 topic.name,
                 str(topic.topic_id),
@@ -241,7 +252,7 @@ class IcebergTranslator:
                 and "compact" in str(topic.setting("cleanup.policy")),
                 {p.index: p.log for p in topic.led},
                 ends,
-                per_partition,
+                state.turn,
                 dict(self._schemas),
             )
             task = asyncio.create_task(self._round(state, work))
@@ -321,7 +332,49 @@ class IcebergTranslator:
     # the worker thread ------------------------------------------------------------------------
 
     def _commit(self, work: Work) -> Outcome:
-        from . import committed, rows, tables
+        with self._running_lock:
+            self.running += 1
+            self.peak_running = max(self.peak_running, self.running)
+        try:
+            with self.budget.hold() as hold:
+                return self._commit_holding(work, hold)
+        finally:
+            with self._running_lock:
+                self.running -= 1
+
+    def _read(self, work: Work, starts: dict[int, int], hold: Hold) -> tuple[list[Any], bool]:
+        """Each partition's committed records from its start, within the bounds: (the
+        partitions' columns, whether the budget stopped the round before some partition)."""
+        from . import committed
+
+        bound = self.settings.partition_buffer
+        order = sorted(work.logs)
+        order = order[work.turn % len(order) :] + order[: work.turn % len(order)]
+        parts: list[committed.Columns] = []
+        for p in order:
+            start, end = starts.get(p, 0), work.ends[p]
+            if start >= end:
+                continue
+            grant = hold.take(bound)
+            if not grant:
+                return parts, True  # (the others' turn comes in the next round)
+            cols = committed.read_committed(work.logs[p], p, start, end, grant)
+            hold.give_back(grant - cols.bytes_read)
+            if cols.blocked_by:  # its next batch is larger than what the round could take
+                if hold.held:
+                    return parts, True  # (read first in a round of its own)
+                hold.take_whole(cols.blocked_by)
+                cols = committed.read_committed(work.logs[p], p, start, end, cols.blocked_by)
+                hold.give_back(hold.held - cols.bytes_read)
+                parts.append(cols)
+                self.peak_partition_read = max(self.peak_partition_read, cols.bytes_read)
+                return parts, True
+            parts.append(cols)
+            self.peak_partition_read = max(self.peak_partition_read, cols.bytes_read)
+        return parts, False
+
+    def _commit_holding(self, work: Work, hold: Hold) -> Outcome:
+        from . import rows, tables
 
         if self._catalog is None:
             s = self.settings
@@ -338,17 +391,12 @@ class IcebergTranslator:
         while True:
             table = tables.load_or_create(self._catalog, identifier, schema, work.mode)
             starts = tables.next_offsets(table, work.topic_id)
-            parts = []
-            for p, plog in sorted(work.logs.items()):
-                start = starts.get(p, 0)
-                end = work.ends[p]
-                if start >= end:
-                    continue
-                parts.append(committed.read_committed(plog, p, start, end, work.max_bytes))
+            hold.release()  # (what an earlier try of this round held)
+            parts, stopped = self._read(work, starts, hold)
             visible = {p: starts.get(p, 0) for p in work.logs}
             changed = [c for c in parts if c.next_offset > c.start]
             if not changed:
-                return Outcome(visible, False, 0, conflicts)
+                return Outcome(visible, stopped, 0, conflicts)
             pieces = []
             for cols in changed:
                 if not len(cols):
@@ -376,7 +424,7 @@ class IcebergTranslator:
             self._maybe_expire(table, work.topic)
             for c in changed:
                 visible[c.partition] = c.next_offset
-            more = any(c.more for c in changed)
+            more = stopped or any(c.more for c in changed)
             return Outcome(visible, more, data.num_rows if data is not None else 0, conflicts)
 
     def _maybe_expire(self, table: Any, topic: str) -> None:

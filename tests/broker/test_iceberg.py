@@ -279,11 +279,32 @@ def test_a_kill_during_a_load_loses_and_duplicates_no_row(tmp_path):
         b.kill()
 
 
+def produce_while_failing(broker, topic: str, count: int) -> dict:
+    """``count`` records produced (acks=all) in under 5 s while the topic's rounds fail; then
+    the broker's /metrics once the topic has failed twice and is marked failing."""
+    from tests.broker.test_metrics import scrape, value
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all"})
+    started = time.monotonic()
+    for i in range(count):
+        producer.produce(topic, value=b"%d" % i)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert time.monotonic() - started < 5
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        samples = scrape(broker.metrics_port)
+        if value(samples, "headrace_iceberg_errors_total", topic=topic) >= 2:
+            break
+        time.sleep(0.1)
+    assert value(samples, "headrace_iceberg_failing", topic=topic) == 1
+    return samples
+
+
 def test_a_failing_catalog_holds_back_no_produce_and_is_caught_up_later(tmp_path):
     """The catalog cannot be opened (its folder is a file): produce goes on as before, the
     topic's errors are counted and it is marked failing on /metrics; once the catalog can be
     opened, the table catches up with every record."""
-    from confluent_kafka import Producer
 
     import headrace
     from tests.broker.test_metrics import scrape, value
@@ -300,19 +321,7 @@ def test_a_failing_catalog_holds_back_no_produce_and_is_caught_up_later(tmp_path
     }
     with headrace.Broker(settings, data_dir=tmp_path / "data") as broker:
         broker.create_topic("held", partitions=1, iceberg_mode="key_value")
-        producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all"})
-        started = time.monotonic()
-        for i in range(100):
-            producer.produce("held", value=b"%d" % i)
-        assert producer.flush(30) == 0
-        assert time.monotonic() - started < 5
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            samples = scrape(broker.metrics_port)
-            if value(samples, "headrace_iceberg_errors_total", topic="held") >= 2:
-                break
-            time.sleep(0.2)
-        assert value(samples, "headrace_iceberg_failing", topic="held") == 1
+        samples = produce_while_failing(broker, "held", 100)
         assert value(samples, "headrace_iceberg_lag_seconds", topic="held") > 0
         blocker.unlink()  # the catalog can be made now
         from pyiceberg.catalog.sql import SqlCatalog

@@ -77,9 +77,15 @@ def test_the_columns_are_what_the_generic_decoder_reads(plog, decoder):
         want = [(o, t, k, v, h) for o, t, k, v, h in expected if start <= o < stop]
         assert got == want, (start, stop)
         assert cols.next_offset >= stop and not cols.more
-    small = read_committed(plog, 0, 0, end, 1)  # one batch at least, then stop
+    small = read_committed(plog, 0, 0, end, 1)  # the first batch is larger: nothing read
+    assert rows_of(small) == [] and small.more and small.next_offset == 0
+    first = small.blocked_by
+    assert first > 1
+    small = read_committed(plog, 0, 0, end, first)  # that batch, whole, and no more
     assert [r[0] for r in rows_of(small)] == [0, 1, 2, 3, 4]
-    assert small.more and small.next_offset == 5
+    assert small.more and small.next_offset == 5 and small.bytes_read == first
+    two = read_committed(plog, 0, 0, end, first + 1)  # (a batch is never split)
+    assert two.next_offset == 5 and two.bytes_read == first
 
 
 def test_an_aborted_transaction_and_control_batches_are_left_out(plog, decoder):
