@@ -22,14 +22,19 @@ The load: one idempotent producer (acks=all) sends ``--records`` records, ids 0 
 is the id, the value ``{id, kind: "load", page, amount}``), and notes the (partition, offset)
 of every acknowledgement. The load is cut into ``kills + 1`` steps: once the records of step i
 are acknowledged, the current leader of partition ``i % partitions`` is killed, and restarted
-``--down`` seconds later; the producer may run one step ahead of the kills, never more, so
-every kill lands in the load and the load spans every kill. Before the next kill the soak
-waits until all three brokers are back in every partition's ISR (else the next kill could
-leave a partition without a leader from its ISR). Half-way, between two kills, a
-transactional producer writes 100 records (``kind: "aborted"``) and aborts, then 100
-(``kind: "committed"``) and commits. Every 5 s a line shows the records sent and acknowledged,
-the kills done, the table's rows (its current snapshot's ``total-records``) and the largest
-``headrace_iceberg_lag_seconds`` the brokers' ``/metrics`` showed so far.
+``--down`` seconds later (its registration waits out its old ZooKeeper session, so each kill is
+a failover: the controller elects a new leader from the ISR once the 4 s session expires); the
+producer may run one step ahead of the kills, never more, so every kill lands in the load and
+the load spans every kill. Before the next kill the soak waits until all three brokers are back
+in every partition's ISR (else the next kill could leave a partition without a leader from its
+ISR). Half-way, a transactional producer writes 100 records (``kind: "aborted"``) over the
+partitions, the next kill lands while that transaction is open, and it aborts once the killed
+broker is back; the same for 100 records (``kind: "committed"``) across the kill after, which
+commit: so each transaction spans a leader change (the new leader's last stable offset must
+hold at the open transaction, and its records must be dropped, or kept, by the marker the
+coordinator writes to the new leader). Every 5 s a line shows the records sent and
+acknowledged, the kills done, the table's rows (its current snapshot's ``total-records``) and
+the largest ``headrace_iceberg_lag_seconds`` the brokers' ``/metrics`` showed so far.
 
 The check: once the load is done, the soak waits until the table's
 ``headrace.next-offset.<partition>`` reach the partitions' end offsets, reads the topic with a
@@ -188,6 +193,7 @@ class Load:
                 "linger.ms": 5,
                 "message.timeout.ms": 300000,
                 "queue.buffering.max.messages": 200000,
+                "log_level": 3,  # (not the disconnects every kill brings, at level 6)
             }
         )
         ctx = SerializationContext(TOPIC, MessageField.VALUE)
@@ -218,23 +224,49 @@ class Load:
         self.done.set()
 
 
-def transactions(bootstrap: str, serialize, partitions: int) -> None:
-    """100 records in a transaction that aborts, then 100 in one that commits."""
-    from confluent_kafka import Producer
-    from confluent_kafka.serialization import MessageField, SerializationContext
+class Transactions:
+    """The transactional producer: a transaction is opened (its 100 records written to the
+    partitions, not yet ended) before a kill and ended after it, so it spans a leader change."""
 
-    ctx = SerializationContext(TOPIC, MessageField.VALUE)
-    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "iceberg-soak"})
-    txn.init_transactions(60)
-    for kind in ("aborted", "committed"):
-        txn.begin_transaction()
+    def __init__(self, bootstrap: str, serialize, partitions: int) -> None:
+        from confluent_kafka import Producer
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        self.ctx = SerializationContext(TOPIC, MessageField.VALUE)
+        self.serialize = serialize
+        self.partitions = partitions
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": "iceberg-soak", "log_level": 3}
+        )
+        _retried(self.producer.init_transactions)
+
+    def open(self, kind: str) -> None:
+        self.producer.begin_transaction()
         for i in range(TXN_RECORDS):
-            value = serialize(value_of(i, kind), ctx)
-            txn.produce(TOPIC, key=kind.encode(), value=value, partition=i % partitions)
-        if kind == "aborted":
-            txn.abort_transaction(60)
-        else:
-            txn.commit_transaction(60)
+            value = self.serialize(value_of(i, kind), self.ctx)
+            self.producer.produce(
+                TOPIC, key=kind.encode(), value=value, partition=i % self.partitions
+            )
+        self.producer.flush(60)
+
+    def end(self, commit: bool) -> None:
+        p = self.producer
+        _retried(p.commit_transaction if commit else p.abort_transaction)
+
+
+def _retried(call) -> None:
+    """``call(timeout)``, again while it fails with a retriable error (a coordinator or a
+    leader moving)."""
+    from confluent_kafka import KafkaException
+
+    for attempt in range(10):
+        try:
+            return call(60)
+        except KafkaException as e:
+            if not e.args[0].retriable() or attempt == 9:
+                raise
+            print(f"  (retrying: {e.args[0].str()})", flush=True)
+            time.sleep(1)
 
 
 def wait_for(check, timeout: float, what: str) -> bool:
@@ -253,11 +285,19 @@ def wait_for(check, timeout: float, what: str) -> bool:
 def kill_leaders(
     cluster: Cluster, load: Load, kills: int, partitions: int, down: float, serialize
 ) -> None:
-    """The kills, one a step (counted in ``load.kills``); the transactions half-way."""
+    """The kills, one a step (counted in ``load.kills``). Kill ``kills // 2`` lands while the
+    aborted transaction is open, the next one while the committed one is."""
     step = load.records // (kills + 1)
     load.allowed = min(load.records, 2 * step)
+    txn = None
+    aborted_at, committed_at = kills // 2, kills // 2 + 1
     for k in range(kills):
         wait_for(lambda k=k: len(load.acked) >= (k + 1) * step, 600, f"step {k + 1} acknowledged")
+        if k == aborted_at:
+            txn = Transactions(cluster.bootstrap, serialize, partitions)
+            txn.open("aborted")
+        elif k == committed_at and txn is not None:
+            txn.open("committed")
         p = k % partitions
         leader = cluster.partitions()[p].leader
         victim = cluster.brokers[leader - 1]
@@ -272,9 +312,12 @@ def kill_leaders(
             120,
             "every partition's ISR of 3",
         )
-        if k == kills // 2:
-            transactions(cluster.bootstrap, serialize, partitions)
-            print("  transactions: one aborted, one committed", flush=True)
+        if txn is not None and k in (aborted_at, committed_at):
+            txn.end(commit=k == committed_at)
+            print(f"  transaction {'committed' if k == committed_at else 'aborted'}", flush=True)
+    if txn is not None and kills == 1:  # (no second kill for it)
+        txn.open("committed")
+        txn.end(commit=True)
     load.allowed = load.records
 
 
@@ -325,7 +368,7 @@ def spark_rows(root: Path) -> list[tuple]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--kills", type=int, default=20, help="at least 1")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--down", type=float, default=3.0, help="seconds a killed broker is down")
     parser.add_argument("--interval-ms", type=int, default=1000, help="iceberg.commit.interval.ms")
@@ -358,6 +401,7 @@ def main() -> int:
         registry = SchemaRegistryClient({"url": cluster.registry_urls()})
         serialize = AvroSerializer(registry, json.dumps(SCHEMA))
         serialize(value_of(0), SerializationContext(TOPIC, MessageField.VALUE))  # (registers)
+        (root / "iceberg").mkdir(exist_ok=True)  # (the brokers make it at their first round)
         catalog = SqlCatalog(
             "headrace",
             uri=f"sqlite:///{root / 'iceberg' / 'catalog.db'}",
