@@ -40,19 +40,18 @@ The check: once the load is done, the soak waits until the table's
 ``headrace.next-offset.<partition>`` reach the partitions' end offsets, reads the topic with a
 read_committed consumer (``iceberg.read_committed``) and the table with Spark
 (``iceberg.session``: Iceberg's Spark runtime, the JDBC catalog on the same SQLite file), and
-compares: the same (partition, offset) set, the same decoded values (id, kind, page, amount),
-no (partition, offset) twice in the table, every acknowledged record in it with the value it
-was sent with, no record of the aborted transaction, the committed transaction's 100, and no
-id twice in the topic (the producer's retries across leader changes must not have written a
-record twice). The brokers' data is kept in ``--dir`` (a new temporary folder by default) when
-the run fails.
+compares: every broker's lag back to 0, the same (partition, offset) set, the same decoded
+values (id, kind, page, amount), no (partition, offset) twice in the table, every acknowledged
+record in it with the value it was sent with, no record of the aborted transaction, the
+committed transaction's 100, and no id twice in the topic (the producer's retries across leader
+changes must not have written a record twice). The brokers' data is kept in ``--dir`` (a new
+temporary folder by default) when the run fails.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import socket
 import sys
 import tempfile
@@ -63,7 +62,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from iceberg import read_committed, session  # noqa: E402  (compat/spark/iceberg.py)
+from iceberg import read_committed, session, verdict  # noqa: E402  (compat/spark/iceberg.py)
 
 TOPIC = "clicks"
 TXN_RECORDS = 100
@@ -444,6 +443,9 @@ def main() -> int:
         catch_up_s = time.monotonic() - caught
         lag[0] = max(lag[0], cluster.largest_lag())
         print(f"table caught up {catch_up_s:.1f} s after the load", flush=True)
+        # every broker's lag goes back to 0 (no broker waits for records the table has)
+        wait_for(lambda: cluster.largest_lag() == 0, 30, "every broker's lag to be 0")
+        lag_after = cluster.largest_lag()
         consumed = read_committed(cluster.bootstrap, args.partitions, TOPIC)
         deserialize = AvroDeserializer(registry)
         ctx = SerializationContext(TOPIC, MessageField.VALUE)
@@ -474,6 +476,7 @@ def main() -> int:
         and not twice
         and load.kills == args.kills
         and len(load.acked) == args.records
+        and lag_after == 0
     )
     print(
         f"\nsummary: {args.records} records, {args.partitions} partitions, RF 3,"
@@ -487,15 +490,11 @@ def main() -> int:
         f"  ids twice in topic {twice}\n"
         f"  aborted seen       {aborted}; committed transaction rows {committed}\n"
         f"  load               {load_s:.0f} s; table caught up {catch_up_s:.1f} s after it\n"
-        f"  largest lag seen   {lag[0]:.1f} s (headrace_iceberg_lag_seconds)\n"
+        f"  largest lag seen   {lag[0]:.1f} s (headrace_iceberg_lag_seconds);"
+        f" once caught up {lag_after:.1f} s\n"
         f"  time taken         {elapsed:.0f} s"
     )
-    if ok:
-        shutil.rmtree(root, ignore_errors=True)
-    else:
-        print(f"the brokers' data, logs and the table kept in {root}")
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    return verdict(ok, root)
 
 
 def value_tuple(i: int) -> tuple:
