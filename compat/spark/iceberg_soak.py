@@ -467,6 +467,9 @@ def main() -> int:
     twice = len(loaded) - len(set(loaded))
     differ = len(set(got.items()) ^ set(expected.items()))
     elapsed = time.monotonic() - started
+    warned = warnings(root)
+    for line in warned[:10]:
+        print(line[:300])
     ok = (
         not duplicates
         and not acked_missing
@@ -492,19 +495,20 @@ def main() -> int:
         f"  load               {load_s:.0f} s; table caught up {catch_up_s:.1f} s after it\n"
         f"  largest lag seen   {lag[0]:.1f} s (headrace_iceberg_lag_seconds);"
         f" once caught up {lag_after:.1f} s\n"
-        f"  broker warnings    {warnings(root)} (lines at WARNING or above in node*.log)\n"
+        f"  broker warnings    {len(warned)} (lines at WARNING or above in node*.log)\n"
         f"  time taken         {elapsed:.0f} s"
     )
     return verdict(ok, root)
 
 
-def warnings(root: Path) -> int:
-    return sum(
-        1
-        for log in root.glob("node*.log")
+def warnings(root: Path) -> list[str]:
+    """The brokers' log lines at WARNING or above."""
+    return [
+        f"{log.stem}: {line}"
+        for log in sorted(root.glob("node*.log"))
         for line in log.read_text(errors="replace").splitlines()
         if " WARNING " in line or " ERROR " in line or " CRITICAL " in line
-    )
+    ]
 
 
 def value_tuple(i: int) -> tuple:
