@@ -65,10 +65,16 @@ def open_catalog(name: str, kind: str, uri: str, warehouse: str) -> Catalog:
 
 
 def ensure_namespace(catalog: Catalog, namespace: str) -> None:
+    """The namespace, made when there is none. Brokers sharing a catalog make it at once: the
+    SQL catalog looks, then inserts, so the one that loses the race gets the database's
+    unique-key error rather than NamespaceAlreadyExistsError; the namespace is there then."""
     try:
         catalog.create_namespace(namespace)
     except NamespaceAlreadyExistsError:
         pass
+    except Exception:
+        if not catalog.namespace_exists(namespace):
+            raise
 
 
 def load_or_create(catalog: Catalog, identifier: str, schema: pa.Schema, mode: str) -> Table:

@@ -227,6 +227,12 @@ class IcebergTranslator:
                 state = self.states[topic.name] = TopicState(topic_id=topic.topic_id)
             elif state.topic_id != topic.topic_id:
                 continue
+            leading = {p.index for p in topic.led}
+            for index in [i for i in state.stable if i not in leading]:
+                # led elsewhere now (its preferred replica is back, say): its new leader writes
+                # it and counts its lag; what this broker saw of it is waited for no more
+                del state.stable[index]
+                state.visible.pop(index, None)
             ends = {}
             for p in topic.led:
                 lso = p.last_stable_offset

@@ -74,7 +74,8 @@ def session(data_dir: Path):
     return spark
 
 
-def read_committed(bootstrap: str, partitions: int) -> list[tuple]:
+def read_committed(bootstrap: str, partitions: int, topic: str = TOPIC) -> list[tuple]:
+    """(partition, offset, key, value) of everything a read_committed consumer gets."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -86,16 +87,16 @@ def read_committed(bootstrap: str, partitions: int) -> list[tuple]:
         }
     )
     ends = {
-        p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
+        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
         for p in range(partitions)
     }
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(partitions)])
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got, quiet = [], 0
     while quiet < 6:
         m = consumer.poll(0.5)
         if m is None:
             quiet += 1
-            positions = consumer.position([TopicPartition(TOPIC, p) for p in range(partitions)])
+            positions = consumer.position([TopicPartition(topic, p) for p in range(partitions)])
             if all(tp.offset >= ends[tp.partition] for tp in positions):
                 break
             continue
@@ -210,11 +211,15 @@ def main() -> int:
         f"acknowledged {len(acked)}, read_committed {len(expected)}, Spark rows {len(rows)},"
         f" duplicates {duplicates}, acknowledged missing {len(missing)}, aborted rows {aborted}"
     )
-    ok = rows == expected and not missing and not duplicates and not aborted
+    return verdict(rows == expected and not missing and not duplicates and not aborted, data)
+
+
+def verdict(ok: bool, data: Path) -> int:
+    """PASS (the data removed) and 0, or FAIL (the data kept, for a look) and 1."""
     if ok:
         shutil.rmtree(data, ignore_errors=True)
     else:
-        print(f"the broker's data (and the table) kept in {data}")
+        print(f"the brokers' data (and the table) kept in {data}")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
