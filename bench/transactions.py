@@ -61,6 +61,7 @@ from bench import brokers, cluster, wire
 from bench.apache_kafka import HOST, KAFKA_VERSION
 from bench.context import RESULTS, Progress, loadavg
 from bench.cpu import Meter
+from bench.profiler import Profiler
 from headrace.broker.tools.process import terminate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,10 +127,13 @@ def cluster_of(kind: str, data_dir: Path, durable: bool, logs: Path, zk_connect:
 
 
 def drive(bootstrap: str, topic: str, producers: int, broker_groups: dict[str, list[int]],
-          logs: Path, tag: str, warmup: float, seconds: float, config: list[str]) -> dict:
+          logs: Path, tag: str, warmup: float, seconds: float, config: list[str],
+          profile: Path | None = None) -> dict:
     """``producers`` processes of bench/txproduce.py at once, measured over ``seconds`` after
     ``warmup``. Returns the window's commits, latencies and CPU (the brokers' from ``Meter``,
-    the producers' their own) and every record committed (for the read_committed check)."""
+    the producers' their own) and every record committed (for the read_committed check).
+    ``profile``: py-spy samples the first broker process over the window (waiting threads
+    too) into that file, as collapsed stacks."""
     logs.mkdir(parents=True, exist_ok=True)
     start_at = time.monotonic() + warmup
     end_at = start_at + seconds
@@ -147,11 +151,16 @@ def drive(bootstrap: str, topic: str, producers: int, broker_groups: dict[str, l
         procs.append(subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL,
                                       stderr=open(logs / f"{tag}-producer{i}.log", "w")))
     meter = Meter(broker_groups)
+    profiler = None
     try:
         time.sleep(max(0.0, start_at - time.monotonic()))
         meter.start()
+        if profile is not None:
+            profiler = Profiler(broker_groups["broker"][0], profile, idle=True)
         time.sleep(max(0.0, end_at - time.monotonic()))
         cpu = meter.stop()
+        if profiler is not None:
+            profiler.finish()
         for p in procs:
             p.wait(timeout=120)
     finally:
@@ -264,9 +273,14 @@ def run_system(kind: str, rnd: int, args, ctx: dict, progress: Progress) -> list
             make_topic(target, topic, rf, args.min_insync_replicas)
             sample: dict = {"system": kind, "round": rnd, "producers": n,
                             "loadavg": loadavg(), "uptime": uptime()}
+            profile = None
+            if args.profile and system_of(kind) == "headrace" and n == args.producers[0]:
+                profile = Path(args.profile) / f"{tag}-p{n}.txt"
             try:
                 sample.update(drive(bootstrap, topic, n, groups, ctx["logs"], f"{tag}-p{n}",
-                                    args.warmup, args.seconds, args.config))
+                                    args.warmup, args.seconds, args.config, profile))
+                if profile is not None:
+                    sample["profile"] = str(profile)
                 sample["read_committed"] = read_committed_count(bootstrap, topic)
                 sample["read_committed_ok"] = (
                     sample["read_committed"] == sample["committed_records"])
@@ -455,15 +469,16 @@ def readme_section(results: dict, page: Path = PAGE) -> str:
              if results.get("cluster") else "one broker each (Headrace `headrace serve`, Kafka "
              "single-node KRaft; both of Kafka's JVM variants, the better compared)")
     plot = os.path.relpath(RESULTS.resolve() / f"{stem}.png", page.resolve().parent)
+    durable = " plus log.flush.interval.messages=1" if results["durable"] else ""
     title = ("### Transactions, 3 brokers beside Apache Kafka's 3 (RF=3)" if results.get(
         "cluster") else "## Transactions: small transactions beside Apache Kafka")
     return "\n".join([
         start, title, "",
         f"Command: `{results['command']}` ({results['stamp']}; Headrace at "
         f"{results['headrace_at']}, Apache Kafka {KAFKA_VERSION}). {setup}; each broker's "
-        f"default flush settings{' plus log.flush.interval.messages=1' if results['durable'] else ''}"
-        f". confluent-kafka producers in processes of their own, each committing transactions "
-        f"of {RECORDS} records of {RECORD_SIZE} bytes over {PARTITIONS} partitions back to back; "
+        f"default flush settings{durable}. confluent-kafka producers in processes of their "
+        f"own, each committing transactions of {RECORDS} records of {RECORD_SIZE} bytes "
+        f"over {PARTITIONS} partitions back to back; "
         f"{results['seconds']:g} s measured after {results['warmup']:g} s of warm-up; medians "
         f"of {results['rounds']} rounds, interleaved. Every run checked: a read_committed "
         "consumer counted exactly the records committed. Load average at start "
@@ -484,9 +499,32 @@ def update_readme(results: dict, page: Path = PAGE) -> None:
     page.write_text(text)
 
 
+def profile_summary(path: Path, n: int = 12) -> str:
+    """What a ``--profile`` file says: the share of the samples each thread was working, the
+    functions the working samples were in (inclusive), and the share of every thread's samples
+    spent in fsync/fdatasync (py-spy samples waiting threads too)."""
+    from bench.report import by_thread, read_collapsed, top_functions
+    every = read_collapsed(path, keep_idle=True)
+    working = read_collapsed(path)
+    total = sum(c for _, c in every) or 1
+    threads = len({frames[0] for frames, _ in every}) or 1
+    syncing = sum(c for frames, c in every if any("sync" in f for f in frames[-4:]))
+    busy, _own, incl = top_functions(working, n)
+    lines = [f"{path.name}: {total} samples of {threads} threads, {busy} working "
+             f"({100 * busy / total:.0f}%); in fsync/fdatasync: {100 * syncing / total:.1f}% "
+             "of all samples",
+             "  working samples by thread: " + ", ".join(
+                 f"{name} {share:.0f}%" for name, share in by_thread(working)[:5])]
+    lines += [f"  {share:5.1f}%  {name}" for name, share in incl]
+    return "\n".join(lines)
+
+
 def finish(results: dict, args, progress: Progress) -> int:
     results["summary"] = summarise(results["samples"])
     results["ratios"] = compared(results["summary"])
+    for s in results["samples"]:
+        if s.get("profile") and Path(s["profile"]).exists():
+            s["profile_summary"] = profile_summary(Path(s["profile"]))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = results["stem"]
@@ -498,6 +536,9 @@ def finish(results: dict, args, progress: Progress) -> int:
     if not args.no_plot:
         write_plot(results, out / f"{stem}.png")
     print(table)
+    for s in results["samples"]:
+        if s.get("profile_summary"):
+            print("\n" + s["profile_summary"])
     if args.readme:
         update_readme(results)
     failed = sum(1 for s in results["samples"] if s.get("status") == "failed")
@@ -520,6 +561,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
                     help="a producer setting (librdkafka's name), for every system")
+    ap.add_argument("--profile", metavar="DIR",
+                    help="py-spy on Headrace's broker over each window of the first producer "
+                         "count (waiting threads too; collapsed stacks in DIR, the top "
+                         "functions printed; it slows the broker)")
     ap.add_argument("--headrace-ref", default="worktree",
                     help="commit of Headrace to run (copied out of git); default: the "
                          "installed working tree")
