@@ -592,6 +592,11 @@ def headline_section(results: dict, page: Path, readme: Path) -> str:
                     f"({UNITS.get(metric, '')}) | {_cell(entry, 'kafka', metric).split(' (')[0]} "
                     f"| {_cell(entry, 'headrace', metric).split(' (')[0]} | "
                     f"{'-' if r is None else f'{r:.2f}x'} |")
+    # the transactions benchmark's figures, from its own run (python -m bench.transactions)
+    txn = page.parent.parent / "bench" / "results" / "transactions.json"
+    if txn.exists():
+        from bench.transactions import headline_rows
+        rows += headline_rows(json.loads(txn.read_text()))
     link = _link(page, readme)
     return (f"Apache Kafka {m.get('kafka_version')} (KRaft, one node) and Headrace, one after "
             f"the other on one machine ({m.get('cpu_model', '?')}, {m.get('cpus')} CPUs), each "

@@ -487,6 +487,42 @@ def readme_section(results: dict, page: Path = PAGE) -> str:
         "", markdown(results), "", f"![{stem}]({Path(plot).as_posix()})", end])
 
 
+def headline_rows(results: dict) -> list[str]:
+    """Rows of the README's headline table (bench/report.py's ``headline_section``) for one
+    producer on one broker: commits per second and commit latency p50/p99, Kafka's better
+    variant beside Headrace."""
+    if results.get("cluster"):
+        return []
+    rows = results.get("summary") or []
+    ratio = next((c for c in results.get("ratios", []) if c["producers"] == 1), None)
+    if ratio is None:
+        return []
+    h = next(r for r in rows if r["producers"] == 1 and r["system"] == ratio["headrace"])
+    k = next(r for r in rows if r["producers"] == 1 and r["system"] == ratio["kafka"])
+    title = (f"T1: transactions of {RECORDS} records over {PARTITIONS} partitions, one "
+             f"producer (medians of {results['rounds']} rounds of {results['seconds']:g} s)")
+    out = []
+    for metric, label in (("commits_per_sec", "commits/s"),
+                          ("commit_p50_ms", "commit latency p50 (ms)"),
+                          ("commit_p99_ms", "commit latency p99 (ms)")):
+        out.append(f"| {title}: {label} | {_f(k[metric])} | {_f(h[metric])} | "
+                   f"{_x(ratio[metric])} |")
+    return out
+
+
+def update_headline(readme: Path | None = None) -> None:
+    """The README's headline table again, from bench/results/results.json (bench.run's) and
+    transactions.json (``report.headline_section`` adds this benchmark's rows)."""
+    from bench import report
+    readme = readme or report.README
+    main = RESULTS / "results.json"
+    if not main.exists():
+        return
+    section = report.headline_section(json.loads(main.read_text()), report.PAGE, readme)
+    readme.write_text(report._between(readme.read_text(), report.HEADLINE_START,
+                                      report.HEADLINE_END, section, append=False))
+
+
 def update_readme(results: dict, page: Path = PAGE) -> None:
     text = page.read_text()
     section = readme_section(results, page)
@@ -541,6 +577,8 @@ def finish(results: dict, args, progress: Progress) -> int:
             print("\n" + s["profile_summary"])
     if args.readme:
         update_readme(results)
+        if not results.get("cluster") and Path(args.out).resolve() == RESULTS.resolve():
+            update_headline()
     failed = sum(1 for s in results["samples"] if s.get("status") == "failed")
     progress(f"done; results in {out}" + (f"; {failed} run(s) FAILED" if failed else ""))
     return 1 if failed else 0
