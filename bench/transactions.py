@@ -371,16 +371,11 @@ def compared(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _div(a, b):
-    return a / b if a is not None and b else None
+_div = cluster._div
 
 
-def _f(v, digits: int = 2) -> str:
-    if v is None:
-        return "-"
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    return f"{v:.{digits}f}"
+def _f(v) -> str:
+    return cluster._f(v, 2)
 
 
 def _x(v) -> str:
