@@ -423,8 +423,10 @@ def write_plot(results: dict, path: Path) -> None:
     rows = [r for r in results["summary"] if r["commits_per_sec"]]
     if not rows:
         return
-    labels = [f"{NAMES.get(r['system'], r['system']).replace(' (', chr(10) + '(')}\n"
-              f"{r['producers']} producer(s)" for r in rows]
+    short = {"headrace": "Headrace", "kafka-default": "Kafka\ndefault JVM",
+             "kafka-tuned": "Kafka\ntuned JVM", "headrace-x3": "Headrace\nx3",
+             "kafka-x3": "Kafka\nx3"}
+    labels = [f"{short.get(r['system'], r['system'])}\n{r['producers']} prod." for r in rows]
     colors = ["#555555" if system_of(r["system"]) == "kafka" else "#1f77b4" for r in rows]
     x = list(range(len(rows)))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
@@ -459,9 +461,9 @@ def readme_section(results: dict, page: Path = PAGE) -> str:
     stem = results["stem"]
     start, end = markers(stem)
     loads = [s["loadavg"][0] for s in results["samples"]]
-    setup = ("3 brokers each (Headrace `--workers 3`, Kafka three KRaft nodes), the topic and "
+    setup = ("Three brokers each (Headrace `--workers 3`, Kafka three KRaft nodes), the topic and "
              "`__transaction_state` at replication factor 3, `min.insync.replicas=2`"
-             if results.get("cluster") else "one broker each (Headrace `headrace serve`, Kafka "
+             if results.get("cluster") else "One broker each (Headrace `headrace serve`, Kafka "
              "single-node KRaft; both of Kafka's JVM variants, the better compared)")
     plot = os.path.relpath(RESULTS.resolve() / f"{stem}.png", page.resolve().parent)
     durable = " plus log.flush.interval.messages=1" if results["durable"] else ""
@@ -494,8 +496,8 @@ def headline_rows(results: dict) -> list[str]:
         return []
     h = next(r for r in rows if r["producers"] == 1 and r["system"] == ratio["headrace"])
     k = next(r for r in rows if r["producers"] == 1 and r["system"] == ratio["kafka"])
-    title = (f"T1: transactions of {RECORDS} records over {PARTITIONS} partitions, one "
-             f"producer (medians of {results['rounds']} rounds of {results['seconds']:g} s)")
+    title = (f"T1: transactions of {RECORDS} records over {PARTITIONS} partitions back to "
+             "back, one producer")
     out = []
     for metric, label in (("commits_per_sec", "commits/s"),
                           ("commit_p50_ms", "commit latency p50 (ms)"),
