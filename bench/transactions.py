@@ -6,6 +6,7 @@ more) committing transactions of 10 records over 3 partitions back to back.
     python -m bench.transactions --producers 1,4                  # also 4 producers at once
     python -m bench.transactions --cluster                        # 3 brokers each, RF=3
     python -m bench.transactions --brokers headrace --seconds 2 --rounds 1   # a smoke check
+    python -m bench.transactions --brokers headrace --producers 4 --profile DIR   # py-spy
     python -m bench.transactions --render bench/results/transactions.json --readme
 
 How this works

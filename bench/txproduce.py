@@ -1,5 +1,6 @@
 """One transactional producer (confluent-kafka, librdkafka) running small transactions back to
-back: one process of a ``python -m bench.transactions`` run, which starts them (``drive``).
+back: one process of a ``python -m bench.transactions`` run, which starts them
+(``bench.transactions.drive``).
 
     python -m bench.txproduce --bootstrap 127.0.0.1:9092 --topic t --transactional-id tx-0 \\
         --start-at T0 --end-at T1 --out result.json [--records 10] [--record-size 100]
