@@ -135,9 +135,10 @@ class HeadraceCluster:
     system = "headrace"
 
     def __init__(self, data_dir: Path, n: int, zk_connect: str, log_file: Path,
-                 pythonpath: Path | None, durable: bool = True) -> None:
+                 pythonpath: Path | None, durable: bool = True,
+                 extra: dict[str, object] | None = None) -> None:
         overrides = {**brokers.HEADRACE_PARITY, "zookeeper.connect": zk_connect,
-                     **({"log.flush.interval.messages": 1} if durable else {})}
+                     **({"log.flush.interval.messages": 1} if durable else {}), **(extra or {})}
         self.n = n
         self.data_dir = data_dir
         self.process = BrokerProcess(data_dir, overrides, args=["--workers", str(n)],
@@ -162,11 +163,12 @@ class HeadraceCluster:
 class KafkaCluster:
     """Apache Kafka in KRaft mode: ``n`` processes, each a combined broker and controller
     (``process.roles=broker,controller``; the controller quorum is all ``n``), own ports and
-    log directory, one cluster id."""
+    log directory, one cluster id. ``extra``: more settings for every node."""
 
     system = "kafka"
 
-    def __init__(self, data_dir: Path, n: int, durable: bool = True) -> None:
+    def __init__(self, data_dir: Path, n: int, durable: bool = True,
+                 extra: dict[str, object] | None = None) -> None:
         self.data_dir = data_dir
         self.n = n
         self.node_ids = list(range(1, n + 1))
@@ -177,7 +179,7 @@ class KafkaCluster:
                         internal_port=b + 2, properties={
                             "node.id": i, "controller.quorum.voters": voters,
                             **({"log.flush.interval.messages": 1} if durable else {}),
-                            "offsets.topic.num.partitions": 3 * n})
+                            "offsets.topic.num.partitions": 3 * n, **(extra or {})})
             for i, b in zip(self.node_ids, bases)]
         self.addresses = [(HOST, b) for b in bases]
 

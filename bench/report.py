@@ -592,12 +592,24 @@ def headline_section(results: dict, page: Path, readme: Path) -> str:
                     f"({UNITS.get(metric, '')}) | {_cell(entry, 'kafka', metric).split(' (')[0]} "
                     f"| {_cell(entry, 'headrace', metric).split(' (')[0]} | "
                     f"{'-' if r is None else f'{r:.2f}x'} |")
+    # the transactions benchmark's figures, from its own run (python -m bench.transactions)
+    txn = page.parent.parent / "bench" / "results" / "transactions.json"
+    note = ""
+    if txn.exists():
+        from bench.transactions import headline_rows
+        txn_results = json.loads(txn.read_text())
+        txn_rows = headline_rows(txn_results)
+        rows += txn_rows
+        if txn_rows:
+            note = (f" T1 is not a saturation: one transactional producer committing back to "
+                    f"back (`python -m bench.transactions`, medians of {txn_results['rounds']} "
+                    "rounds, Kafka's better JVM variant).")
     link = _link(page, readme)
     return (f"Apache Kafka {m.get('kafka_version')} (KRaft, one node) and Headrace, one after "
             f"the other on one machine ({m.get('cpu_model', '?')}, {m.get('cpus')} CPUs), each "
             f"driven to saturation; one figure per scenario, medians of "
             f"{results['runs']} runs ([{link}]({link}): the method, the machine, every figure, "
-            f"the plots):\n\n" + "\n".join(rows) + "\n")
+            f"the plots).{note}\n\n" + "\n".join(rows) + "\n")
 
 
 def _between(text: str, start: str, end: str, block: str, append: bool = True) -> str:

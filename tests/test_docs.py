@@ -115,10 +115,11 @@ def test_mkdocs_build_strict_and_the_settings_reference(tmp_path):
 
 
 # the sections the measuring commands rewrite, and where they now live (bench/report.py,
-# bench/cluster.py, bench/faults/__main__.py, compat/matrix.py)
+# bench/cluster.py, bench/transactions.py, bench/faults/__main__.py, compat/matrix.py)
 MARKED = {
     "README.md": ["bench-headline"],
-    "docs/benchmarks.md": ["bench", "bench-cluster", "bench-cluster-rf3"],
+    "docs/benchmarks.md": ["bench", "bench-cluster", "bench-cluster-rf3", "bench-transactions",
+                           "bench-transactions-cluster"],
     "docs/benchmarks-history.md": ["bench-history"],
     "docs/faults.md": ["bench-faults"],
     "docs/clients.md": ["compat-matrix"],
