@@ -601,9 +601,10 @@ def headline_section(results: dict, page: Path, readme: Path) -> str:
         txn_rows = headline_rows(txn_results)
         rows += txn_rows
         if txn_rows:
+            load = (txn_results.get("loadavg_start") or ["?"])[0]
             note = (f" T1 is not a saturation: one transactional producer committing back to "
                     f"back (`python -m bench.transactions`, medians of {txn_results['rounds']} "
-                    "rounds, Kafka's better JVM variant).")
+                    f"rounds, Kafka's better JVM variant; load average {load} at its start).")
     link = _link(page, readme)
     return (f"Apache Kafka {m.get('kafka_version')} (KRaft, one node) and Headrace, one after "
             f"the other on one machine ({m.get('cpu_model', '?')}, {m.get('cpus')} CPUs), each "
