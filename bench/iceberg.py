@@ -60,7 +60,7 @@ from pathlib import Path
 
 from bench import brokers, wire
 from bench.context import RESULTS, Progress, loadavg
-from bench.cpu import Meter
+from bench.cpu import Meter, descendants, processes
 from bench.wireproduce import drive
 
 MiB = 1 << 20
@@ -111,6 +111,13 @@ class LagWatch:
         return self.samples
 
 
+def workers_cpu(pid: int) -> dict[int, float]:
+    """CPU-seconds of each process below the broker's (the translator's worker processes and
+    their fork server; none when the translator runs in the broker's process)."""
+    snap = processes()
+    return {p: snap[p][1] for p in descendants(pid, snap)}
+
+
 def one_round(broker, metrics: Metrics, args, mode: str, tag: str, rate: float, logs: Path,
               clients: int, value_file: Path | None) -> dict:
     """One topic, one window of the wire producer (``rate`` 0: as fast as it goes)."""
@@ -120,6 +127,7 @@ def one_round(broker, metrics: Metrics, args, mode: str, tag: str, rate: float, 
     load = loadavg()
     window_at = time.monotonic() + args.warmup
     watch = LagWatch(metrics, topic, window_at)  # (both modes: the scrapes cost the same)
+    workers_before = workers_cpu(broker.pid)
     try:
         res = drive(broker.bootstrap, topic, clients, Meter({"broker": [broker.pid]}), logs, tag,
                     record_size=args.record_size, batch_records=args.batch_records, inflight=5,
@@ -138,6 +146,8 @@ def one_round(broker, metrics: Metrics, args, mode: str, tag: str, rate: float, 
             caught_up = time.monotonic() - window_at - window_end
     finally:
         lags = watch.stop()
+    workers_after = workers_cpu(broker.pid)
+    workers_s = sum(c - workers_before.get(p, 0.0) for p, c in workers_after.items())
     delete_topic(broker.bootstrap, topic)
     in_window = [lag for t, lag in lags if t <= window_end]
     return {
@@ -145,6 +155,10 @@ def one_round(broker, metrics: Metrics, args, mode: str, tag: str, rate: float, 
         "mib_per_sec": res["mib_per_sec"], "records_per_sec": res["records_per_sec"],
         "broker_cpu_s": res["broker_cpu_s"],
         "broker_cpu_s_per_mib": res["broker_cpu_s"] / (res["bytes"] / MiB),
+        # the broker's child processes (the translator's workers), from the round's start to
+        # its catching up, per MiB of every record the round stored (warm-up included)
+        "workers_cpu_s": workers_s,
+        "workers_cpu_s_per_mib": workers_s / max(stored * args.record_size / MiB, 1e-9),
         "p50_ms": res["p50_ms"], "p99_ms": res["p99_ms"], "p999_ms": res["p999_ms"],
         "records_acked": res["records_acked"],
         "short": bool(rate) and res["mib_per_sec"] * MiB < 0.95 * rate,
@@ -271,16 +285,21 @@ def markdown(results: dict) -> str:
         "",
         "Every round:",
         "",
-        "| phase | round | iceberg.mode | MiB/s | CPU-s/MiB | p50 ms | p99 ms | lag max s "
-        "| caught up s | load (1, 5, 15 min) |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
+        "(CPU-s/MiB: the broker's process in the window; workers: the processes below it, the"
+        " translator's workers, from the round's start until the table caught up, per MiB the"
+        " round stored)",
+        "",
+        "| phase | round | iceberg.mode | MiB/s | CPU-s/MiB | workers CPU-s/MiB | p50 ms "
+        "| p99 ms | lag max s | caught up s | load (1, 5, 15 min) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for phase in ("saturation", "paced"):
         for i, r in enumerate(results[phase]):
             lines.append(
                 f"| {phase} | {i // len(results['modes']) + 1} | {r['mode']} | {f(r['mib_per_sec'], 1)} "
-                f"| {f(r['broker_cpu_s_per_mib'], 4)} | {f(r['p50_ms'])} | {f(r['p99_ms'])} "
-                f"| {f(r['lag_max_s'])} | {f(r['catch_up_s'])} "
+                f"| {f(r['broker_cpu_s_per_mib'], 4)} "
+                f"| {f(r.get('workers_cpu_s_per_mib'), 4)} | {f(r['p50_ms'])} "
+                f"| {f(r['p99_ms'])} | {f(r['lag_max_s'])} | {f(r['catch_up_s'])} "
                 f"| {', '.join(str(x) for x in r['load'])}"
                 + (" (short of the rate) |" if r.get("short") else " |"))
     return "\n".join(lines) + "\n"

@@ -4,6 +4,8 @@ Public surface:
 
     Log, LogConfig          open/append/read/flush/truncate one partition's log
     OffsetCheckpoints       every log's offsets checkpoint in one file per data directory
+    LogFilesView            a log's segment files as of Log.files_view(), read from another
+                            process (the Iceberg translator's workers)
     FileRegion              stored bytes left in their pinned file (Log.read_region)
     OpenFiles               the descriptor budget logs open their files under (LRU, shared)
     AbortedTxn              an entry of a segment's aborted-transactions index (.txnindex)
@@ -39,7 +41,9 @@ Files, in the order to open them:
     config.py       LogConfig (segment.bytes, retention.ms, cleanup.policy, ...)
     recovery.py     Log.open: loading segments and the checkpoint; recovery after a crash
     append.py       Log.append and roll
-    reads.py        Log.read, read_region, batch_headers, offset_for_timestamp, aborted_txns
+    reads.py        Log.read, read_region, batch_headers, offset_for_timestamp, aborted_txns,
+                    files_view
+    files_view.py   LogFilesView: a log's files read from another process (Log.files_view)
     flush.py        Log.flush and the offsets checkpoint
     retention.py    which leading segments retention and DeleteRecords remove
     swap.py         the on-disk steps of replace_segments, and finishing one after a crash
@@ -73,6 +77,7 @@ from .examine import (
     segment_batches,
     segment_paths,
 )
+from .files_view import LogFilesView
 from .io import nowait_reads
 from .leader_epochs import LeaderEpochCache
 from .log import Log, LogConfig
@@ -81,6 +86,7 @@ from .reads import FileRegion
 from .txn_index import AbortedTxn
 
 __all__ = [
+    "LogFilesView",
     "CorruptSegment",
     "Problem",
     "check_partition",

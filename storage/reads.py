@@ -33,11 +33,14 @@ import enum
 import os
 import threading
 from collections.abc import Iterator
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ._batch import BadBatch, iter_batches
 from .errors import OffsetOutOfRange, StorageError, WouldBlock
 from .io import pread_nowait
+
+if TYPE_CHECKING:
+    from .files_view import LogFilesView
 from .log_state import LogState
 from .segment import LogSegment
 from .txn_index import AbortedTxn
@@ -400,6 +403,28 @@ class LogReads(LogState):
                         best = (ts, off)
                 self._max_ts = best
             return self._max_ts
+
+    def files_view(self) -> LogFilesView:
+        """The log's segment files and published sizes now, for a reader in another process
+        (files_view.py); cheap: no I/O, a tuple per segment, under the lock."""
+        from .files_view import LogFilesView, SegmentFiles
+
+        with self._lock:
+            return LogFilesView(
+                self.directory,
+                self.log_start_offset,
+                self.log_end_offset,
+                tuple(
+                    SegmentFiles(
+                        s.base_offset,
+                        s.size,
+                        s.log_file.path,
+                        s.offset_index.path,
+                        s.txn_index.path,
+                    )
+                    for s in self._segments
+                ),
+            )
 
     def aborted_txns(self, start: int, end: int, nowait: bool = False) -> list[AbortedTxn]:
         """The aborted transactions with a record in [start, end), for a read_committed read.

@@ -132,7 +132,8 @@ class BrokerCollector(Collector):
         for name, help_, now, peak in (
             (
                 "headrace_iceberg_buffer_bytes",
-                "Record bytes the rounds hold in memory now (iceberg.buffer.max.bytes bounds it)",
+                "Record bytes reserved for the rounds now, what their worker processes may read"
+                " into memory (iceberg.buffer.max.bytes bounds it)",
                 budget.held,
                 budget.peak,
             ),

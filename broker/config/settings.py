@@ -1223,7 +1223,7 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "int",
             2,
             "Tables written at once (each writes one Parquet file at a time), in as many"
-            " worker threads: never the event loop.",
+            " worker processes: never the broker's event loop or its interpreter lock.",
         ),
         Setting(
             "iceberg.snapshot.retention.ms",

@@ -1,5 +1,11 @@
 """The translator's memory bound: record bytes held by every round at once, at most
-``iceberg.buffer.max.bytes``, shared by the worker threads.
+``iceberg.buffer.max.bytes``.
+
+Two sides use it. The broker's event loop reserves each round's share before it sends the
+round to a worker process, without waiting (``Hold.try_take``, ``Hold.try_take_whole``: the
+event loop looks again a little later), and gives it back when the answer comes. The worker
+reads within its share through a budget of that capacity of its own, with the waiting calls
+below (one round per budget there, so they never wait long).
 
 A round takes bytes before it reads a partition (``Hold.take``), gives back what the read did
 not need, and gives the rest back when its commit is done (or failed). It never waits while it
@@ -65,6 +71,26 @@ class Hold:
             while b.held and b.capacity - b.held < size:
                 b._changed.wait()
             self._add(size)
+
+    def try_take(self, want: int) -> int:
+        """Up to ``want`` more bytes, what is free now (0: none; never waits)."""
+        b = self.budget
+        with b._changed:
+            got = max(0, min(want, b.capacity - b.held))
+            self._add(got)
+            return got
+
+    def try_take_whole(self, size: int) -> bool:
+        """``size`` bytes for one batch (the caller holds nothing), if that many are free or,
+        for a batch larger than the whole budget, if no other round holds anything; else
+        False (never waits)."""
+        assert not self.held
+        b = self.budget
+        with b._changed:
+            if b.held and b.capacity - b.held < size:
+                return False
+            self._add(size)
+            return True
 
     def give_back(self, size: int) -> None:
         """Some of the held bytes (a read that needed less than it took)."""

@@ -1,5 +1,6 @@
 """The records of a partition that a ``read_committed`` consumer gets, read back from its log
-into columns (plain lists, one per field), in a worker thread.
+into columns (plain lists, one per field), in a translator worker process (from the log's files:
+``storage.LogFilesView``) or from a ``Log``.
 
 What is read: ``[start, end)`` where ``end`` is the partition's last stable offset (so below the
 high watermark and below every undecided transaction). Control batches are skipped, and so are
@@ -24,7 +25,7 @@ from headrace.protocol.records import (
     iter_batches,
 )
 from headrace.record_format import read_varint
-from headrace.storage import Log
+from headrace.storage import Log, LogFilesView
 
 READ_BYTES = 1 << 20  # one read of the log
 
@@ -110,7 +111,9 @@ def _chunk_arrays(chunk: tuple) -> dict[str, Any]:
     }
 
 
-def read_committed(plog: Log, partition: int, start: int, end: int, max_bytes: int) -> Columns:
+def read_committed(
+    plog: Log | LogFilesView, partition: int, start: int, end: int, max_bytes: int
+) -> Columns:
     """The records of ``plog`` in ``[start, end)`` a read_committed consumer gets, whole
     batches of at most ``max_bytes`` together. When the first batch alone is larger, nothing
     is read and ``blocked_by`` is its size (the caller may read again with that budget). A

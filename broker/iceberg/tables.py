@@ -1,6 +1,7 @@
 """A topic's Iceberg table: the catalog, the table (made on first use, its schema evolved as
 the rows' schema grows), and the commit that appends rows and records the offsets they reach,
-in one snapshot. Runs in worker threads; imported only when a topic is written as a table.
+in one snapshot. Runs in the translator's worker processes; imported only when a topic is
+written as a table.
 
 The offsets are the table's own: each commit sets the table property
 ``headrace.next-offset.<partition>`` (the first offset not yet in the table) for every partition
@@ -43,7 +44,6 @@ METADATA_KEPT = {
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "100",
 }
-EXPIRE_EVERY_S = 600.0  # how often a writer looks for snapshots to expire
 
 
 class Conflict(Exception):

@@ -1,36 +1,43 @@
-"""The translator: the partition leaders' side of topics as tables. On the event loop it only
-decides what to read (each partition's last stable offset) and keeps the metrics; reading the
-log, making the rows and committing them run in worker threads, so produce and the event loop
-never wait for a catalog or a disk.
+"""The translator: the partition leaders' side of topics as tables. The broker's event loop
+only decides what to read (each partition's last stable offset and a snapshot of its segment
+files), reserves the bytes and keeps the metrics; reading the log files, making the rows,
+writing Parquet and committing run in worker processes (workers.py, rounds.py), so produce and
+the event loop never share the interpreter lock, a catalog or a disk with them.
 
 Every ``iceberg.commit.interval.ms`` each topic whose ``iceberg.mode`` is not ``disabled`` and
-that has new committed records in a partition this broker leads gets a round: in a worker
-thread, load the table (made on first use), take each partition's next offset from it (the
-table is the source of truth: a restart or a new leader starts there), read the committed
-records up to the last stable offset (committed.py), make the rows (rows.py) and commit them
-with the new offsets in one snapshot (tables.py). A conflict (another leader committed to the
-same table) reads the round again at once; a failure (the catalog, the disk) is counted and
-the topic waits, doubling, before it tries again; records stay in the log meanwhile.
+that has new committed records in a partition this broker leads gets a round: the event loop
+sends a worker the round (rounds.Round: the table settings, each partition's files as
+``Log.files_view()`` saw them and its last stable offset, the schema texts, the bytes it may
+hold); the worker loads the table (made on first use), takes each partition's next offset from
+it (the table is the source of truth: a restart or a new leader starts there), reads the
+committed records up to the last stable offset (committed.py), makes the rows (rows.py) and
+commits them with the new offsets in one snapshot (tables.py), and answers with the offsets
+the table now holds. A conflict (another leader committed to the same table) reads the round
+again at once, in the worker; a failure (the catalog, the disk, a worker that died or gave no
+answer in ``ROUND_TIMEOUT_S``: it is killed) is counted and the topic waits, doubling, before
+it tries again; records stay in the log meanwhile. Values naming schema ids the round was not
+given come back as a request for them: the event loop looks them up in the registry and sends
+the round again.
 
 Bounds: a round reads at most ``iceberg.partition.buffer.max.bytes`` of a partition, whole
-batches; all rounds at once hold at most ``iceberg.buffer.max.bytes`` (budget.py: a round takes
-bytes before it reads each partition, and one that finds none free commits what it has read);
+batches; all rounds at once hold at most ``iceberg.buffer.max.bytes``: before it is sent, a
+round reserves its share in the broker's budget (budget.py: what is free, up to the partition
+bound for each partition behind), and the worker reads within that share, committing what it
+has read when it is used up; the share is given back when the answer comes.
 ``iceberg.max.open.files`` rounds run at once (one table, one Parquet file each), in as many
-worker threads. A batch is never split: one larger than a bound is read by a round of its own
-(budget.py). A round starts at the partition after the one its topic's last round started
-at, so every partition gets its turn when the budget is short; a round that stopped at a
-bound is followed by the next at once.
+worker processes. A batch is never split: one larger than a round's share is answered as its
+size, and the topic's next round reserves that whole (once nothing else holds bytes, if it is
+larger than the whole budget) and reads it. A round starts at the partition after the one its
+topic's last round started at, so every partition gets its turn when the budget is short; a
+round that stopped at a bound is followed by the next at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
-import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,14 +45,21 @@ from typing import Any, Protocol
 from headrace.broker.log.topic import Topic
 from headrace.broker.log.topics import TopicManager
 
+from . import rounds
 from .budget import BufferBudget, Hold
+from .workers import WorkerPool
 
 log = logging.getLogger("headrace")
 
 MODES = ("key_value", "value_schema_id_prefix")
-CONFLICT_RETRIES = 20
 TICK_S = 0.1  # how often the last stable offsets are sampled (for the lag)
 SAMPLES = 4096  # per partition: (last stable offset, when first seen)
+ROUND_TIMEOUT_S = 300.0  # a worker that has not answered a round by then is killed
+WORKER_NICE = 10  # the workers' CPU priority below the broker's (os.nice)
+RESERVE_WAIT_S = 0.02  # how often a round waiting for budget bytes looks again
+EXPIRE_EVERY_S = 600.0  # how often a topic's round also expires its old snapshots
+# what the workers' fork server imports once (pyarrow, pyiceberg): a new worker starts at once
+PRELOAD = [f"{__package__}.{name}" for name in ("rounds", "committed", "rows", "tables")]
 
 # how long a schema id the registry does not know is waited for (this broker's view of
 # _schemas may lag the broker a producer registered it through) before its values are taken
@@ -87,6 +101,7 @@ class TopicState:
     errors: int = 0
     last_error: str = ""
     last_lag_s: float = 0.0  # of the last commit: its oldest record's age when it became visible
+    whole: int = 0  # a batch the last round could not hold: the next one reserves this many
 
 
 @dataclass(frozen=True)
@@ -102,6 +117,17 @@ class IcebergSettings:
     open_files: int
     backoff_max_s: float
     snapshot_retention_ms: int
+
+    def table(self) -> rounds.TableSettings:
+        """What a worker needs of these to read and commit."""
+        return rounds.TableSettings(
+            self.catalog_name,
+            self.catalog_type,
+            self.catalog_uri,
+            self.warehouse,
+            self.namespace,
+            self.partition_buffer,
+        )
 
     @classmethod
     def of(cls, config, data_dir: Path) -> IcebergSettings:
@@ -130,28 +156,6 @@ class IcebergSettings:
         )
 
 
-@dataclass
-class Work:
-    """One round of one topic, for the worker thread: what to read."""
-
-    topic: str
-    topic_id: str
-    mode: str
-    upsert: bool  # iceberg.upsert on a compacted topic: the latest row per key
-    logs: dict[int, Any]  # partition -> its Log
-    ends: dict[int, int]  # partition -> its last stable offset now
-    turn: int  # the round reads its partitions from the turn-th on (wrapping)
-    schemas: dict[int, tuple[str, str, list[str]] | None]
-
-
-@dataclass
-class Outcome:
-    visible: dict[int, int]  # partition -> next offset in the table after the round
-    more: bool  # some partition stopped at its byte budget
-    rows: int
-    conflicts: int
-
-
 class IcebergTranslator:
     """Writes this broker's led partitions of ``iceberg.mode`` topics into Iceberg tables."""
 
@@ -166,18 +170,16 @@ class IcebergTranslator:
         self.schema_source = schemas
         self._unknown_since: dict[int, float] = {}
         self.states: dict[str, TopicState] = {}
-        self._executor: ThreadPoolExecutor | None = None
+        self._pool: WorkerPool | None = None  # started by the first round
         self._slots = asyncio.Semaphore(settings.open_files)
         self.budget = BufferBudget(settings.broker_buffer)
-        self._running_lock = threading.Lock()
-        self.running = 0  # rounds in worker threads now
+        self._whole_waiting = 0  # rounds waiting to reserve one large batch whole
+        self.running = 0  # rounds in worker processes now
         self.peak_running = 0
         self.peak_partition_read = 0  # the most bytes one round read of one partition
         self._task: asyncio.Task | None = None
         self._rounds: set[asyncio.Task] = set()
         self._schemas: dict[int, tuple[str, str, list[str]] | None] = {}
-        self._catalog: Any = None  # pyiceberg's, made in a worker thread on first use
-        self._avro: Any = None
         self._expired: dict[str, float] = {}  # topic -> monotonic time of the last expiry
 
     # lifecycle --------------------------------------------------------------------------------
@@ -186,15 +188,16 @@ class IcebergTranslator:
         self._task = asyncio.create_task(self._run())
 
     async def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop starting rounds; wait a while for the running ones (a round cut short by the
-        stop commits nothing, and the next leader starts at the table's offsets)."""
+        """Stop starting rounds; wait a while for the running ones, then end the workers (a
+        round cut short by the stop commits nothing, or commits and its offsets are in the
+        table: the next leader starts at the table's offsets either way)."""
         if self._task is not None:
             self._task.cancel()
             self._task = None
         if self._rounds:
             await asyncio.wait(list(self._rounds), timeout=timeout_s)
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.close()
 
     # the loop ---------------------------------------------------------------------------------
 
@@ -250,37 +253,55 @@ class IcebergTranslator:
                 continue  # nothing new (and every offset known)
             state.running = True
             state.turn += 1
-            work = Work(
+            work = rounds.Round(
+                self.settings.table(),
                 topic.name,
                 str(topic.topic_id),
                 mode,
                 bool(topic.setting("iceberg.upsert"))
                 and "compact" in str(topic.setting("cleanup.policy")),
-                {p.index: p.log for p in topic.led},
+                # (after the last stable offsets: the files' published sizes cover them)
+                {p.index: p.log.files_view() for p in topic.led},
                 ends,
                 state.turn,
                 dict(self._schemas),
+                0,  # (the bytes it may hold: reserved when it has a slot)
+                self._expiry(topic.name, now),
             )
             task = asyncio.create_task(self._round(state, work))
             self._rounds.add(task)
             task.add_done_callback(self._rounds.discard)
 
-    async def _round(self, state: TopicState, work: Work) -> None:
+    def _expiry(self, topic: str, now: float) -> int | None:
+        """Whether this round of ``topic`` also expires old snapshots: before which time (epoch
+        ms), at most every ``EXPIRE_EVERY_S`` per topic; None: not this time."""
+        keep_ms = self.settings.snapshot_retention_ms
+        if keep_ms < 0 or now - self._expired.get(topic, -EXPIRE_EVERY_S) < EXPIRE_EVERY_S:
+            return None
+        self._expired[topic] = now
+        return int(time.time() * 1000) - keep_ms
+
+    async def _round(self, state: TopicState, work: rounds.Round) -> None:
         interval = self.settings.commit_interval_s
+        hold = self.budget.hold()
         try:
             async with self._slots:
-                loop = asyncio.get_running_loop()
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(
-                        self.settings.open_files, thread_name_prefix="iceberg"
+                if self._pool is None:
+                    self._pool = WorkerPool(
+                        self.settings.open_files, WORKER_NICE, ROUND_TIMEOUT_S, PRELOAD
                     )
-                while True:
-                    try:
-                        outcome = await loop.run_in_executor(self._executor, self._commit, work)
-                        break
-                    except _NeedSchemas as e:
-                        self._look_up(e.ids)
+                self.running += 1
+                self.peak_running = max(self.peak_running, self.running)
+                try:
+                    work.grant = await self._reserve(hold, state, work)
+                    while True:
+                        result = await self._pool.run(rounds.run, work)
+                        if not result.need_schemas:
+                            break
+                        self._look_up(result.need_schemas)
                         work.schemas = dict(self._schemas)
+                finally:
+                    self.running -= 1
         except Exception as e:
             state.failures += 1
             state.errors += 1
@@ -295,27 +316,52 @@ class IcebergTranslator:
             )
             return
         finally:
+            hold.release()
             state.running = False
+        if result.warning:
+            log.warning("iceberg: topic %s: %s", work.topic, result.warning)
+        self.peak_partition_read = max(self.peak_partition_read, result.partition_read_peak)
+        state.whole = result.blocked_by
         now = time.monotonic()
         state.failures = 0
-        state.rows += outcome.rows
-        state.conflicts += outcome.conflicts
-        if outcome.rows or any(state.visible.get(p) != v for p, v in outcome.visible.items()):
+        state.rows += result.rows
+        state.conflicts += result.conflicts
+        if result.rows or any(state.visible.get(p) != v for p, v in result.visible.items()):
             state.commits += 1
         lag = 0.0
         for p, start in state.visible.items():
             samples = state.stable.get(p)
-            if samples and outcome.visible.get(p, start) > start:
+            if samples and result.visible.get(p, start) > start:
                 seen = _stable_since(samples, start)
                 if seen is not None:
                     lag = max(lag, now - seen)
         state.last_lag_s = lag
-        state.visible.update(outcome.visible)
+        state.visible.update(result.visible)
         for p, samples in state.stable.items():
             v = state.visible.get(p, 0)
             while len(samples) > 1 and samples[1][0] <= v:
                 samples.popleft()
-        state.due = now if outcome.more else now + interval
+        state.due = now if result.more else now + interval
+
+    async def _reserve(self, hold: Hold, state: TopicState, work: rounds.Round) -> int:
+        """The round's bytes, taken from the broker's budget (waiting while none are free):
+        the partition bound for each partition behind, or what is free when less; a batch
+        the last round could not hold (``state.whole``), whole."""
+        if state.whole:
+            self._whole_waiting += 1
+            try:
+                while not hold.try_take_whole(state.whole):
+                    await asyncio.sleep(RESERVE_WAIT_S)
+            finally:
+                self._whole_waiting -= 1
+            return state.whole
+        behind = sum(1 for p, end in work.ends.items() if state.visible.get(p, -1) < end)
+        want = self.settings.partition_buffer * max(behind, 1)
+        while True:
+            got = 0 if self._whole_waiting else hold.try_take(want)
+            if got:
+                return got
+            await asyncio.sleep(RESERVE_WAIT_S)
 
     def _look_up(self, ids: set[int]) -> None:
         """Take the schemas of ``ids`` from the registry; ``SchemasNotReady`` while it is
@@ -335,122 +381,6 @@ class IcebergTranslator:
         if waiting:
             raise SchemasNotReady(f"schema ids {sorted(waiting)} not in the registry (yet)")
 
-    # the worker thread ------------------------------------------------------------------------
-
-    def _commit(self, work: Work) -> Outcome:
-        with self._running_lock:
-            self.running += 1
-            self.peak_running = max(self.peak_running, self.running)
-        try:
-            with self.budget.hold() as hold:
-                return self._commit_holding(work, hold)
-        finally:
-            with self._running_lock:
-                self.running -= 1
-
-    def _read(self, work: Work, starts: dict[int, int], hold: Hold) -> tuple[list[Any], bool]:
-        """Each partition's committed records from its start, within the bounds: (the
-        partitions' columns, whether the budget stopped the round before some partition)."""
-        from . import committed
-
-        bound = self.settings.partition_buffer
-        order = sorted(work.logs)
-        order = order[work.turn % len(order) :] + order[: work.turn % len(order)]
-        parts: list[committed.Columns] = []
-        for p in order:
-            start, end = starts.get(p, 0), work.ends[p]
-            if start >= end:
-                continue
-            grant = hold.take(bound)
-            if not grant:
-                return parts, True  # (the others' turn comes in the next round)
-            cols = committed.read_committed(work.logs[p], p, start, end, grant)
-            hold.give_back(grant - cols.bytes_read)
-            if cols.blocked_by:  # its next batch is larger than what the round could take
-                if hold.held:
-                    return parts, True  # (read first in a round of its own)
-                hold.take_whole(cols.blocked_by)
-                cols = committed.read_committed(work.logs[p], p, start, end, cols.blocked_by)
-                hold.give_back(hold.held - cols.bytes_read)
-                parts.append(cols)
-                self.peak_partition_read = max(self.peak_partition_read, cols.bytes_read)
-                return parts, True
-            parts.append(cols)
-            self.peak_partition_read = max(self.peak_partition_read, cols.bytes_read)
-        return parts, False
-
-    def _commit_holding(self, work: Work, hold: Hold) -> Outcome:
-        from . import rows, tables
-
-        if self._catalog is None:
-            s = self.settings
-            catalog = tables.open_catalog(
-                s.catalog_name, s.catalog_type, s.catalog_uri, s.warehouse
-            )
-            tables.ensure_namespace(catalog, s.namespace)
-            self._catalog = catalog
-        if self._avro is None:
-            self._avro = rows.AvroValues()
-        identifier = f"{self.settings.namespace}.{work.topic}"
-        schema = rows.KEY_VALUE_SCHEMA if work.mode == "key_value" else _prefix_schema()
-        conflicts = 0
-        while True:
-            table = tables.load_or_create(self._catalog, identifier, schema, work.mode)
-            starts = tables.next_offsets(table, work.topic_id)
-            hold.release()  # (what an earlier try of this round held)
-            parts, stopped = self._read(work, starts, hold)
-            visible = {p: starts.get(p, 0) for p in work.logs}
-            changed = [c for c in parts if c.next_offset > c.start]
-            if not changed:
-                return Outcome(visible, stopped, 0, conflicts)
-            pieces = []
-            for cols in changed:
-                if not len(cols):
-                    continue
-                if work.mode == "key_value":
-                    pieces.append(rows.key_value_rows(cols))
-                else:
-                    try:
-                        pieces.append(rows.schema_id_rows(cols, work.schemas, self._avro))
-                    except rows.UnknownSchemas as e:
-                        raise _NeedSchemas(e.ids) from None
-            import pyarrow as pa
-
-            data = pa.concat_tables(pieces, promote_options="permissive") if pieces else None
-            ranges = [(c.partition, c.start, c.next_offset) for c in changed]
-            try:
-                tables.commit(table, data, ranges, work.topic_id, work.upsert)
-            except tables.Conflict:
-                conflicts += 1
-                if conflicts > CONFLICT_RETRIES:
-                    raise
-                # (leaders of one table that keep colliding draw apart)
-                time.sleep(random.uniform(0, 0.02 * conflicts))
-                continue
-            self._maybe_expire(table, work.topic)
-            for c in changed:
-                visible[c.partition] = c.next_offset
-            more = stopped or any(c.more for c in changed)
-            return Outcome(visible, more, data.num_rows if data is not None else 0, conflicts)
-
-    def _maybe_expire(self, table: Any, topic: str) -> None:
-        """(A worker thread, after a commit.) Expire the table's old snapshots, at most every
-        ``tables.EXPIRE_EVERY_S`` per topic; a failure is logged and waits for the next time."""
-        from . import tables
-
-        keep_ms = self.settings.snapshot_retention_ms
-        now = time.monotonic()
-        if (
-            keep_ms < 0
-            or now - self._expired.get(topic, -tables.EXPIRE_EVERY_S) < tables.EXPIRE_EVERY_S
-        ):
-            return
-        self._expired[topic] = now
-        try:
-            tables.expire_snapshots(table, int(time.time() * 1000) - keep_ms)
-        except Exception:
-            log.warning("iceberg: expiring old snapshots of %s failed", topic, exc_info=True)
-
     # metrics ----------------------------------------------------------------------------------
 
     def lag_seconds(self, name: str, now: float | None = None) -> float:
@@ -469,12 +399,6 @@ class IcebergTranslator:
         return lag
 
 
-class _NeedSchemas(Exception):
-    def __init__(self, ids: set[int]) -> None:
-        super().__init__(f"schema ids {sorted(ids)}")
-        self.ids = ids
-
-
 def _stable_since(samples: deque, offset: int) -> float | None:
     """When the record at ``offset`` was first seen below the last stable offset (None: not
     yet)."""
@@ -482,13 +406,3 @@ def _stable_since(samples: deque, offset: int) -> float | None:
         if lso > offset:
             return at
     return None
-
-
-def _prefix_schema():
-    import pyarrow as pa
-
-    from . import rows
-
-    fields = [rows.META[0], pa.field("schema_id", pa.int32())]  # ("value" comes with rows)
-    fields += [pa.field("value_raw", pa.binary()), *rows.META[1:]]
-    return pa.schema(fields)

@@ -27,6 +27,7 @@ state.py            The view: subjects, versions, schemas by id, levels and mode
 records.py          The records of ``_schemas`` in Confluent's JSON layouts
 schema_types.py     The schema types, and compatibility levels over them
 avro_schema.py      AVRO: fastavro's parser, Avro's schema-resolution rules
+avro_canonical.py   Avro's own text of a schema (Confluent's canonical and normalized forms)
 json_schema.py      JSON Schema: the jsonschema library's checks, Confluent's rules
 protobuf_schema.py  PROTOBUF: .proto text or a FileDescriptorProto, Confluent's rules
 protobuf_text.py    PROTOBUF between .proto text and a FileDescriptorProto (format=serialized)

@@ -416,9 +416,9 @@ def test_a_topic_made_again_under_its_name_is_added_from_its_start(broker):
 
 def test_old_snapshots_are_expired_and_the_rows_stay(tmp_path, monkeypatch):
     import headrace
-    from headrace.broker.iceberg import tables
+    from headrace.broker.iceberg import translator
 
-    monkeypatch.setattr(tables, "EXPIRE_EVERY_S", 0.0)
+    monkeypatch.setattr(translator, "EXPIRE_EVERY_S", 0.0)  # (decided on the event loop)
     settings = {**SETTINGS, "iceberg.commit.interval.ms": 100, "iceberg.snapshot.retention.ms": 1}
     with headrace.Broker(settings, data_dir=tmp_path) as broker:
         broker.create_topic("expiring", partitions=1, iceberg_mode="key_value")

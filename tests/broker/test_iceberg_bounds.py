@@ -15,6 +15,7 @@ there is room.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import threading
@@ -144,19 +145,19 @@ def test_rounds_together_never_hold_more_than_the_broker_bound(tmp_path):
 
 def test_no_more_rounds_run_at_once_than_max_open_files(tmp_path):
     """Six topics behind at once, ``iceberg.max.open.files`` 2: the broker's peak of rounds
-    running, and the translator's worker threads seen in this process (the broker runs in it),
-    never pass 2; every row arrives."""
+    running, and the translator's worker processes seen in this process (the broker runs in
+    it), never pass 2; every row arrives."""
     topics = [f"t{i}" for i in range(6)]
     partitions, per_partition = 2, 6
     settings = {**SETTINGS, "iceberg.max.open.files": 2}
     with headrace.Broker(settings, data_dir=tmp_path) as broker:
-        threads_seen = []
+        workers_seen = []
         done = threading.Event()
 
         def watch() -> None:
             while not done.is_set():
-                names = [t.name for t in threading.enumerate()]
-                threads_seen.append(sum(1 for n in names if n.startswith("iceberg")))
+                names = [p.name for p in multiprocessing.active_children()]
+                workers_seen.append(names.count("headrace-iceberg"))
                 time.sleep(0.005)
 
         watcher = threading.Thread(target=watch)
@@ -168,7 +169,7 @@ def test_no_more_rounds_run_at_once_than_max_open_files(tmp_path):
             done.set()
             watcher.join()
         assert value(samples, "headrace_iceberg_rounds_running_peak") == 2
-        assert 1 <= max(threads_seen) <= 2
+        assert 1 <= max(workers_seen) <= 2
         for topic in topics:
             assert_every_row(snapshot_ranges(tmp_path, topic)[1], partitions, per_partition)
 

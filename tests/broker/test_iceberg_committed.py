@@ -101,3 +101,50 @@ def test_an_aborted_transaction_and_control_batches_are_left_out(plog, decoder):
     cols = read_committed(plog, 0, 0, plog.log_end_offset, 1 << 20)
     assert cols.value_list() == [b"plain", b"between", b"committed"]
     assert cols.next_offset == plog.log_end_offset
+
+
+def test_a_files_view_reads_what_the_log_reads(tmp_path, decoder):
+    """The translator's workers read a log through ``Log.files_view()`` (its files, from another
+    process): over several segments with sparse indexes, an aborted transaction in one segment
+    and its marker in the next, every start, end and budget reads the same columns."""
+    from headrace.storage import LogConfig
+
+    config = LogConfig(segment_bytes=700, index_interval_bytes=150)
+    plog = Log.open(str(tmp_path / "t-0"), config, recover=False)
+    try:
+        txn = dict(producer_id=9, producer_epoch=0, base_sequence=0, is_transactional=True)
+        first = None
+        for i in range(12):
+            if i == 5:
+                first = plog.log_end_offset
+                append(plog, build_batch([Record(value=b"gone-%d" % i)], **txn))
+            elif i == 8:
+                marker = plog.log_end_offset
+                append(
+                    plog, control_batch(9, 0, False, 0), AbortedTxn(9, first, marker, marker + 1)
+                )
+            else:
+                append(plog, build_batch(records(i)))
+        assert plog.segment_count > 2
+        view = plog.files_view()
+        end = plog.log_end_offset
+        for start in range(end):
+            for stop in (start + 1, end // 2 + 1, end):
+                for budget in (200, 1000, 1 << 20):
+                    if stop <= start:
+                        continue
+                    a = read_committed(plog, 0, start, stop, budget)
+                    b = read_committed(view, 0, start, stop, budget)
+                    assert (rows_of(b), b.next_offset, b.blocked_by, b.more) == (
+                        rows_of(a),
+                        a.next_offset,
+                        a.blocked_by,
+                        a.more,
+                    ), (start, stop, budget)
+        assert not any(
+            v.startswith(b"gone")
+            for v in read_committed(view, 0, 0, end, 1 << 20).value_list()
+            if v
+        )
+    finally:
+        plog.close()
