@@ -55,7 +55,7 @@ import static dev.headrace.compat.Suite.expect;
  * acceptance or rejection the broker confirmed is delivered again, and every record ends
  * accepted, or rejected if it was meant to be; one whose acknowledgement was refused at the
  * kill and that is not delivered again was written by the leader before it died, and the
- * group's start offset at the end (every record done) says none was lost.
+ * group's start offset must end at the partition's end (every record done).
  */
 final class ShareGroups {
     static final int COUNT = 1000;
@@ -363,8 +363,8 @@ final class ShareGroups {
                 + ": " + deliveries.get(n));
         }
         // An acknowledgement the leader wrote before it died but never answered is done: the
-        // new leader does not deliver its record again. None may be lost that way, so the
-        // group must have done with every record: its start offset is the end of the partition.
+        // new leader does not deliver its record again. The start offset passes a record
+        // only once it is done: it must end at the end of the partition (every record done).
         try (Admin admin = Admin.create(Suite.common())) {
             var offsets = admin.listShareGroupOffsets(Map.of(group, new ListShareGroupOffsetsSpec()))
                 .partitionsToOffsetInfo(group).get(WAIT_S, TimeUnit.SECONDS);
