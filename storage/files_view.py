@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ._batch import BadBatch, iter_batches
 from .errors import OffsetOutOfRange, StorageError
-from .txn_index import AbortedTxn
+from .txn_index import AbortedTxn, aborted_between
 from .txn_index import _read as _read_txn_index
 
 _INDEX_ENTRY = struct.Struct(">ii")  # (relative offset, position): index.OffsetIndex's layout
@@ -77,17 +77,12 @@ class LogFilesView:
         """The aborted transactions with a record in [start, end) (``Log.aborted_txns``)."""
         bases = [s.base_offset for s in self.segments]
         i = max(0, bisect.bisect_right(bases, start) - 1)
-        found = []
         try:
-            for seg in self.segments[i:]:
-                for e in _read_txn_index(seg.txn_index_path):
-                    if e.last_offset >= start and e.first_offset < end:
-                        found.append(e)
-                    if e.last_stable_offset >= end:
-                        return found
+            return aborted_between(
+                (_read_txn_index(s.txn_index_path) for s in self.segments[i:]), start, end
+            )
         except OSError as e:
             raise StorageError(f"transaction index of {self.directory}: {e}") from e
-        return found
 
 
 def _read_segment(seg: SegmentFiles, fd: int, offset: int, max_bytes: int, hw: int):

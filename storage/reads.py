@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from .files_view import LogFilesView
 from .log_state import LogState
 from .segment import LogSegment
-from .txn_index import AbortedTxn
+from .txn_index import AbortedTxn, aborted_between
 
 
 class _NoBatch(enum.Enum):
@@ -427,26 +427,15 @@ class LogReads(LogState):
             )
 
     def aborted_txns(self, start: int, end: int, nowait: bool = False) -> list[AbortedTxn]:
-        """The aborted transactions with a record in [start, end), for a read_committed read.
-
-        Looks through the indexes of the segment holding ``start`` and the later ones, and
-        stops at an entry whose last stable offset is >= ``end``: no transaction aborted after
-        it can have started below ``end`` (Kafka's search). Safe from reader threads.
-        ``nowait``: WouldBlock when an index it needs is not yet in memory.
-        """
+        """The aborted transactions with a record in [start, end), for a read_committed read
+        (``txn_index.aborted_between``: Kafka's search). Safe from reader threads. ``nowait``:
+        WouldBlock when an index it needs is not yet in memory."""
         with self._try_lock if nowait else self._lock:
             if self._closed:
                 return []
             i = max(0, bisect.bisect_right(self._bases, start) - 1)
             indexes = [s.txn_index for s in self._segments[i:]]
-        found = []
         try:
-            for index in indexes:
-                for e in index.entries(nowait):
-                    if e.last_offset >= start and e.first_offset < end:
-                        found.append(e)
-                    if e.last_stable_offset >= end:
-                        return found
+            return aborted_between((index.entries(nowait) for index in indexes), start, end)
         except OSError as e:
             raise StorageError(f"transaction index of {self.directory}: {e}") from e
-        return found

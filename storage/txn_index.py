@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from ._files import fsync_path
@@ -161,6 +162,23 @@ class TransactionIndex:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+
+def aborted_between(
+    segments: Iterable[Iterable[AbortedTxn]], start: int, end: int
+) -> list[AbortedTxn]:
+    """The aborted transactions with a record in [start, end), from the index entries of the
+    segment holding ``start`` and the later ones, in order. Stops at an entry whose last
+    stable offset is >= ``end``: no transaction aborted after it can have started below
+    ``end`` (Kafka's search)."""
+    found = []
+    for entries in segments:
+        for e in entries:
+            if e.last_offset >= start and e.first_offset < end:
+                found.append(e)
+            if e.last_stable_offset >= end:
+                return found
+    return found
 
 
 def _read(path: str) -> tuple[AbortedTxn, ...]:

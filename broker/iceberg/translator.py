@@ -107,27 +107,11 @@ class TopicState:
 @dataclass(frozen=True)
 class IcebergSettings:
     commit_interval_s: float
-    catalog_name: str
-    catalog_type: str
-    catalog_uri: str
-    warehouse: str
-    namespace: str
-    partition_buffer: int
+    table: rounds.TableSettings  # what a worker needs to read and commit
     broker_buffer: int
     open_files: int
     backoff_max_s: float
     snapshot_retention_ms: int
-
-    def table(self) -> rounds.TableSettings:
-        """What a worker needs of these to read and commit."""
-        return rounds.TableSettings(
-            self.catalog_name,
-            self.catalog_type,
-            self.catalog_uri,
-            self.warehouse,
-            self.namespace,
-            self.partition_buffer,
-        )
 
     @classmethod
     def of(cls, config, data_dir: Path) -> IcebergSettings:
@@ -143,12 +127,14 @@ class IcebergSettings:
             warehouse = Path(warehouse).absolute().as_uri()
         return cls(
             commit_interval_s=int(config["iceberg.commit.interval.ms"]) / 1000,
-            catalog_name=str(config["iceberg.catalog.name"]),
-            catalog_type=kind,
-            catalog_uri=uri,
-            warehouse=warehouse,
-            namespace=str(config["iceberg.namespace"]),
-            partition_buffer=int(config["iceberg.partition.buffer.max.bytes"]),
+            table=rounds.TableSettings(
+                catalog_name=str(config["iceberg.catalog.name"]),
+                catalog_type=kind,
+                catalog_uri=uri,
+                warehouse=warehouse,
+                namespace=str(config["iceberg.namespace"]),
+                partition_buffer=int(config["iceberg.partition.buffer.max.bytes"]),
+            ),
             broker_buffer=int(config["iceberg.buffer.max.bytes"]),
             open_files=int(config["iceberg.max.open.files"]),
             backoff_max_s=int(config["iceberg.retry.backoff.max.ms"]) / 1000,
@@ -254,7 +240,7 @@ class IcebergTranslator:
             state.running = True
             state.turn += 1
             work = rounds.Round(
-                self.settings.table(),
+                self.settings.table,
                 topic.name,
                 str(topic.topic_id),
                 mode,
@@ -356,7 +342,7 @@ class IcebergTranslator:
                 self._whole_waiting -= 1
             return state.whole
         behind = sum(1 for p, end in work.ends.items() if state.visible.get(p, -1) < end)
-        want = self.settings.partition_buffer * max(behind, 1)
+        want = self.settings.table.partition_buffer * max(behind, 1)
         while True:
             got = 0 if self._whole_waiting else hold.try_take(want)
             if got:
