@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench import brokers
@@ -154,6 +156,62 @@ def memory() -> dict:
     elif out.get("vm.dirty_ratio") and out.get("mem_available_bytes"):
         out["dirty_threshold_bytes"] = out["vm.dirty_ratio"] * out["mem_available_bytes"] // 100
     return out
+
+
+PAGE_REPORTING = Path("/sys/module/page_reporting/parameters/page_reporting_order")
+NO_REPORTING_ORDER = 11  # above the largest block the buddy allocator keeps (order 10)
+
+_TOUCH = """
+import mmap, sys
+n = int(sys.argv[1])
+m = mmap.mmap(-1, n)
+for i in range(0, n, 4096):
+    m[i] = 1
+"""
+
+
+@contextmanager
+def memory_kept(progress) -> Iterator[dict]:
+    """The machine's memory as a dedicated host's for the measurement, and how that was done.
+
+    On a virtual machine with free page reporting (virtio_balloon), memory the guest frees is
+    handed back to the host within about a minute, and touching it again costs a host page
+    fault per page: on this kind of machine, writing through the page cache into such memory
+    goes at 0.36-0.46 GB/s, into memory freed seconds before (or recycled from the page cache)
+    at 1.3-3.1 GB/s (``dd`` of 8-12 GiB). A broker's run lands in one or the other depending
+    on what ran before it (a fresh broker after the last one's data was deleted: the slow one;
+    a later point of a saturation curve, once the page cache has filled memory: the fast one),
+    which made curve points up to 3x its measured runs. So, where the setting exists and may
+    be written (root): reporting is turned off for the measurement (an order above the
+    largest free block), every page of MemAvailable but 1 GiB is touched once (about a minute
+    when cold), and the setting is put back at the end."""
+    info: dict = {"page_reporting": "absent"}
+    try:
+        old = PAGE_REPORTING.read_text().strip()
+    except OSError:
+        yield info
+        return
+    try:
+        PAGE_REPORTING.write_text(str(NO_REPORTING_ORDER))
+    except OSError as e:
+        info["page_reporting"] = f"on (order {old}); could not turn it off: {e.strerror}"
+        progress(f"free page reporting stays on ({e.strerror}): throughput above the page "
+                 "cache's size depends on what ran before")
+        yield info
+        return
+    info["page_reporting"] = f"off for the run (order {old} put back at the end)"
+    try:
+        mem = {ln.split(":")[0]: int(ln.split()[1]) * 1024
+               for ln in Path("/proc/meminfo").read_text().splitlines()}
+        size = max(0, mem["MemAvailable"] - (1 << 30))
+        t = time.monotonic()
+        subprocess.run([sys.executable, "-c", _TOUCH, str(size)], check=True, timeout=900)
+        info["touched_bytes"], info["touch_s"] = size, round(time.monotonic() - t, 1)
+        progress(f"free page reporting off; {size / 2**30:.1f} GiB of memory touched in "
+                 f"{info['touch_s']:.0f}s, so no run pays the host's first touch")
+        yield info
+    finally:
+        PAGE_REPORTING.write_text(old)
 
 
 def filesystem(path: Path) -> dict:

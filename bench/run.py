@@ -59,7 +59,8 @@ from bench.coldstart import run_coldstart
 from bench.consume import ConsumeSetup, run_consume, setup_consume
 from bench.context import RESULTS, Context, loadavg
 from bench.latency import run_e2e
-from bench.machine import append_limit, filesystem, fsync_latency, iperf_loopback, machine
+from bench.machine import (append_limit, filesystem, fsync_latency, iperf_loopback, machine,
+                           memory_kept)
 from bench.produce import run_produce
 from bench.scenarios import SECONDS, SIZES, MiB, Scenario, select, with_e2e_rate
 
@@ -258,11 +259,15 @@ def passes_for(ctx: Context, records: int, clients: int, records_per_sec: float,
 
 
 def seconds_for(sc: Scenario, ctx: Context, mib_per_sec: float) -> float | None:
-    """A wire run's window: the size's, but (S1 at full size) long enough at ``mib_per_sec``
-    to write 1.25x the dirty page threshold. None: the default."""
-    if sc.dirty and ctx.size == "full" and ctx.dirty_threshold and mib_per_sec:
-        return max(SECONDS[ctx.size], ctx.dirty_threshold * 1.25 / (mib_per_sec * MiB))
-    return None
+    """A wire run's window at about ``mib_per_sec``: the size's; S1 at full size long enough
+    to write 1.25x the dirty page threshold, but shortened to what fits in 70% of the data
+    disk's free space (never below the threshold's need: ``disk_short`` says when even that
+    does not fit). None: the default."""
+    if not (sc.dirty and ctx.size == "full" and ctx.dirty_threshold and mib_per_sec):
+        return None
+    rate = mib_per_sec * MiB
+    fits = shutil.disk_usage(ctx.data).free * 0.7 / rate - saturate.WIRE_WARMUP_S
+    return max(ctx.dirty_threshold * 1.25 / rate, min(SECONDS[ctx.size], fits))
 
 
 def disk_short(sc: Scenario, ctx: Context, mib_per_sec: float) -> str | None:
@@ -307,7 +312,8 @@ def saturation_scenario(sc: Scenario, ctx: Context, layout: str, entry: dict) ->
                 mib = d["warmups"][-1].get("mb_per_sec") or 0.0
                 prev_n, best_so_far = 1, 0.0
                 for n in ctx.clients:
-                    short = disk_short(sc, ctx, mib * (n / prev_n) ** 0.5)
+                    expect = mib * (n / prev_n) ** 0.5
+                    short = disk_short(sc, ctx, expect)
                     if short:  # the session keeps every point's data
                         d["curve"].append({"clients": n, "status": "skipped", "reason": short})
                         ctx.progress(f"{sc.id} [{layout}] {kind} curve: {n} clients skipped: "
@@ -320,7 +326,7 @@ def saturation_scenario(sc: Scenario, ctx: Context, layout: str, entry: dict) ->
                         else:
                             s = sess.produce(n, records_for(sc, ctx, rate,
                                                             (n / prev_n) ** 0.5),
-                                             seconds=seconds_for(sc, ctx, mib))
+                                             seconds=seconds_for(sc, ctx, expect))
                     except Exception as e:
                         s = _failed(e, clients=n)
                     d["curve"].append(s)
@@ -569,7 +575,8 @@ def merge(base: dict, new: dict) -> dict:
     merged["reruns"] = base.get("reruns", []) + [{
         "command": new["command"], "stamp": new["stamp"], "scenarios": list(new["scenarios"]),
         "layout": layout, "loadavg_start": new["loadavg_start"],
-        "headrace_at": new.get("headrace_at"), "elapsed_s": new.get("elapsed_s")}]
+        "headrace_at": new.get("headrace_at"), "elapsed_s": new.get("elapsed_s"),
+        "memory_kept": new["machine"].get("memory_kept")}]
     return merged
 
 
@@ -689,34 +696,37 @@ def main(argv: list[str] | None = None) -> int:
     ctx.progress(f"load average at start: {results['loadavg_start']} "
                  f"(1-minute above ~0.7 means a busy machine and noisy numbers); fsync "
                  f"p50 {info['fsync_start'].get('p50_ms', 0):.2f} ms in {ctx.data}")
-    if not args.no_iperf and not args.profile:
-        set_layout("pinned")
-        results["loopback"] = iperf_loopback(ctx, args.iperf_seconds)
-        results["append"] = append_limit(ctx, (512 if ctx.size == "tiny" else 6144) << 20)
-
-    scenarios = [with_e2e_rate(sc, args.e2e_rate) if sc.kind == "e2e" else sc
-                 for sc in select(args.scenarios)]
-    failed: list[str] = []
-    zk = None
-    try:
-        if args.profile:
+    with memory_kept(ctx.progress) as kept:
+        results["machine"]["memory_kept"] = kept
+        if not args.no_iperf and not args.profile:
             set_layout("pinned")
-            ctx.profile_dir = ctx.raw / "profiles"
-            for sc in scenarios:
-                run_scenario(sc, ctx, results)
-        else:
-            if "headrace" in ctx.kinds and ctx.headrace_workers > 1 and "unpinned" in ctx.layouts:
-                from headrace.broker.tools.zookeeper_server import ZooKeeperServer
-                zk = ZooKeeperServer(ctx.raw / "zookeeper").start()
-                brokers.ZOOKEEPER = zk.connect_string
-                results["zookeeper"] = "one ZooKeeper for the run (Headrace --workers)"
-            for layout in ctx.layouts:
-                run_layout(layout, scenarios, ctx, results, failed)
-            head = results["layouts"][ctx.layouts[0]]
-            results["scenarios"] = head.pop("scenarios")
-    finally:
-        if zk is not None:
-            zk.stop()
+            results["loopback"] = iperf_loopback(ctx, args.iperf_seconds)
+            results["append"] = append_limit(ctx, (512 if ctx.size == "tiny" else 6144) << 20)
+
+        scenarios = [with_e2e_rate(sc, args.e2e_rate) if sc.kind == "e2e" else sc
+                     for sc in select(args.scenarios)]
+        failed: list[str] = []
+        zk = None
+        try:
+            if args.profile:
+                set_layout("pinned")
+                ctx.profile_dir = ctx.raw / "profiles"
+                for sc in scenarios:
+                    run_scenario(sc, ctx, results)
+            else:
+                if ("headrace" in ctx.kinds and ctx.headrace_workers > 1
+                        and "unpinned" in ctx.layouts):
+                    from headrace.broker.tools.zookeeper_server import ZooKeeperServer
+                    zk = ZooKeeperServer(ctx.raw / "zookeeper").start()
+                    brokers.ZOOKEEPER = zk.connect_string
+                    results["zookeeper"] = "one ZooKeeper for the run (Headrace --workers)"
+                for layout in ctx.layouts:
+                    run_layout(layout, scenarios, ctx, results, failed)
+                head = results["layouts"][ctx.layouts[0]]
+                results["scenarios"] = head.pop("scenarios")
+        finally:
+            if zk is not None:
+                zk.stop()
     results["settings"] = ctx.settings
     results["start_retries"] = ctx.start_retries
     results["machine"]["fsync_end"] = fsync_latency(ctx.data)
