@@ -7,11 +7,14 @@ Appends go to the page cache on the event loop; making them durable is this stag
 flushed (``log.flush()``, an fsync) by a flush that *started after the call*, so it covers
 every append made before the call.
 
-One flush runs at a time, in a dedicated thread. Calls that arrive while it runs join the
-next group; when the running flush ends, the next group starts with every log asked for in
-the meantime. So however many requests wait, each log sees at most one fsync in flight and
-one queued: with N producers, or N requests pipelined on one connection, one fsync serves
-them all. A failed flush fails the futures of its whole group with the error raised.
+One flush group runs at a time. Calls that arrive while it runs join the next group; when
+the running group ends, the next starts with every log asked for in the meantime. So however
+many requests wait, each log sees at most one fsync in flight and one queued: with N
+producers, or N requests pipelined on one connection, one fsync serves them all. The logs of
+a group are fsynced at once, on up to ``threads`` threads: a file system serves fsyncs that
+arrive together with one journal commit, where one after the other each pays its own (a
+transaction's markers, or many producers' partitions, make groups of several logs). A failed
+flush fails the futures of its whole group with the first error raised.
 
 ``observer``, when set, is called on the event loop after each flush with its duration in
 seconds, the number of waiters it completed (acks per fsync) and the number of logs it synced.
@@ -31,8 +34,8 @@ class Flushable(Protocol):
 
 
 class GroupCommit:
-    def __init__(self) -> None:
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="headrace-flush")
+    def __init__(self, threads: int = 1) -> None:
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="headrace-flush")
         self._next_logs: dict[int, Flushable] = {}
         self._next_waiters: list[asyncio.Future] = []
         self._running = False
@@ -55,7 +58,10 @@ class GroupCommit:
         self._running = True
         self.flushes += 1
         started = time.monotonic()
-        done = loop.run_in_executor(self._executor, _flush_all, logs)
+        done = asyncio.gather(
+            *(loop.run_in_executor(self._executor, log.flush) for log in logs),
+            return_exceptions=True,
+        )
         done.add_done_callback(lambda f: self._finished(loop, f, waiters, started, len(logs)))
 
     def _finished(
@@ -69,7 +75,7 @@ class GroupCommit:
         self._running = False
         if self.observer is not None:
             self.observer(time.monotonic() - started, len(waiters), logs)
-        exc = done.exception()
+        exc = next((r for r in done.result() if isinstance(r, BaseException)), None)
         for waiter in waiters:
             if waiter.done():
                 continue
@@ -85,8 +91,3 @@ class GroupCommit:
         while self._running or self._next_waiters:
             await asyncio.sleep(0.001)
         self._executor.shutdown(wait=True)
-
-
-def _flush_all(logs: list[Flushable]) -> None:
-    for log in logs:
-        log.flush()

@@ -118,7 +118,7 @@ class BrokerServer:
         self.host, self.port = self.listeners[0].host, self.listeners[0].port
         self.bound: dict[str, int] = {}  # listener name -> the port it listens on
         self.data_dir = Path(str(config["log.dirs"])).absolute()
-        self.group_commit = GroupCommit()
+        self.group_commit = GroupCommit(int(config["log.flush.threads"]))
         self.appender = Appender()
         # what the request path counts; the rest is read at scrape time (metrics.py)
         self.metrics = BrokerMetrics()

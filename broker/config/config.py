@@ -53,6 +53,7 @@ def _check_security(config: BrokerConfig) -> None:
 
 # Kafka's ranges for the share group settings (name -> (least, most))
 SHARE_RANGES = {
+    "log.flush.threads": (1, 64),
     "group.share.max.size": (1, 1000),
     "group.share.delivery.count.limit": (2, 10),
     "group.share.min.delivery.count.limit": (2, 5),

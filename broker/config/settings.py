@@ -480,6 +480,14 @@ BROKER_SETTINGS: dict[str, Setting] = {
             topic="flush.ms",
         ),
         Setting(
+            "log.flush.threads",
+            "int",
+            4,
+            "Threads that fsync the logs of one flush at once (a transaction's markers, many "
+            "producers' partitions): the file system serves fsyncs that arrive together with "
+            "one journal commit.",
+        ),
+        Setting(
             "log.flush.offset.checkpoint.interval.ms",
             "int",
             60000,

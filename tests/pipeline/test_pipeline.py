@@ -234,6 +234,33 @@ async def test_group_commit_failure_reaches_the_waiters():
     await group.close()
 
 
+async def test_group_commit_flushes_a_groups_logs_at_once_and_fails_it_on_any_error():
+    """The logs of one group are fsynced on threads of their own (every one of them inside its
+    flush at the same moment: the barrier would time out otherwise); one that fails fails the
+    group after the others have flushed."""
+    together = threading.Barrier(4, timeout=10)
+
+    class Meeting:
+        def __init__(self, broken=False):
+            self.broken, self.flushed = broken, False
+
+        def flush(self):
+            together.wait()
+            if self.broken:
+                raise OSError(5, "Input/output error")
+            self.flushed = True
+
+    group = GroupCommit(threads=4)
+    logs = [Meeting() for _ in range(4)]
+    await group.flush(logs)
+    assert all(log.flushed for log in logs) and group.flushes == 1
+    logs = [Meeting() for _ in range(3)] + [Meeting(broken=True)]
+    with pytest.raises(OSError, match="Input/output"):
+        await group.flush(logs)
+    assert all(log.flushed for log in logs[:3])
+    await group.close()
+
+
 async def test_large_frames_grow_their_buffer_and_arrive_whole():
     handler = Echo()
     server, router, port = await start(handler, max_frame=16 << 20, per_connection=64 << 20)
