@@ -181,7 +181,7 @@ def memory_kept(progress) -> Iterator[dict]:
     at 1.3-3.1 GB/s (``dd`` of 8-12 GiB). A broker's run lands in one or the other depending
     on what ran before it (a fresh broker after the last one's data was deleted: the slow one;
     a later point of a saturation curve, once the page cache has filled memory: the fast one),
-    which made curve points up to 3x its measured runs. So, where the setting exists and may
+    which put curve points up to 3x above the measured runs. So, where the setting exists and may
     be written (root): reporting is turned off for the measurement (an order above the
     largest free block), every page of MemAvailable but 1 GiB is touched once (about a minute
     when cold), and the setting is put back at the end."""

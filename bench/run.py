@@ -33,6 +33,10 @@ would use. For each throughput scenario (S1-S5) and broker variant:
    Headrace also at 50% of Kafka's (the durable latency bar compares p99 there
    with Kafka's at 50% of its own maximum, from whichever Kafka variant has it lower).
 
+Everything runs with the machine's memory kept as a dedicated host's (``bench/machine.py``,
+``memory_kept``: on a virtual machine, free page reporting off and the memory touched once),
+so that no run's page cache costs more because of what ran before it.
+
 S6 (end-to-end latency at a fixed rate) and S7 (cold start) run as before, S6 with a warm-up
 run per broker process. Raw tool output and broker logs go to ``bench/results/raw/<stamp>/``;
 the summary goes to ``bench/results/`` (results.json, results.md, PNG plots), and ``--readme``
@@ -259,15 +263,18 @@ def passes_for(ctx: Context, records: int, clients: int, records_per_sec: float,
 
 
 def seconds_for(sc: Scenario, ctx: Context, mib_per_sec: float) -> float | None:
-    """A wire run's window at about ``mib_per_sec``: the size's; S1 at full size long enough
-    to write 1.25x the dirty page threshold, but shortened to what fits in 70% of the data
-    disk's free space (never below the threshold's need: ``disk_short`` says when even that
-    does not fit). None: the default."""
-    if not (sc.dirty and ctx.size == "full" and ctx.dirty_threshold and mib_per_sec):
+    """A full-size produce run's window at about ``mib_per_sec``: the size's, shortened to
+    what fits in 70% of the data disk's free space, but never below the small size's window
+    (S1: below writing 1.25x the dirty page threshold); ``disk_short`` says when even that
+    does not fit. None: the default."""
+    if not (sc.kind == "produce" and ctx.size == "full" and mib_per_sec):
         return None
     rate = mib_per_sec * MiB
     fits = shutil.disk_usage(ctx.data).free * 0.7 / rate - saturate.WIRE_WARMUP_S
-    return max(ctx.dirty_threshold * 1.25 / rate, min(SECONDS[ctx.size], fits))
+    least = SECONDS["small"]
+    if sc.dirty and ctx.dirty_threshold:
+        least = max(least, ctx.dirty_threshold * 1.25 / rate)
+    return max(least, min(SECONDS[ctx.size], fits))
 
 
 def disk_short(sc: Scenario, ctx: Context, mib_per_sec: float) -> str | None:
