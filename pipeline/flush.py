@@ -11,9 +11,10 @@ One flush group runs at a time. Calls that arrive while it runs join the next gr
 the running group ends, the next starts with every log asked for in the meantime. So however
 many requests wait, each log sees at most one fsync in flight and one queued: with N
 producers, or N requests pipelined on one connection, one fsync serves them all. The logs of
-a group are fsynced at once, on up to ``threads`` threads: a file system serves fsyncs that
-arrive together with one journal commit, where one after the other each pays its own (a
-transaction's markers, or many producers' partitions, make groups of several logs). A failed
+a group are fsynced at once, on up to ``threads`` threads: fsyncs that arrive together finish
+sooner than one after the other (ext4 can cover them with one journal commit; 8 logs here:
+0.6 ms against 1.1 ms), and a transaction's markers or many producers' partitions make groups
+of several logs. A failed
 flush fails the futures of its whole group with the first error raised.
 
 ``observer``, when set, is called on the event loop after each flush with its duration in

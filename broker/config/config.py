@@ -53,7 +53,6 @@ def _check_security(config: BrokerConfig) -> None:
 
 # Kafka's ranges for the share group settings (name -> (least, most))
 SHARE_RANGES = {
-    "log.flush.threads": (1, 64),
     "group.share.max.size": (1, 1000),
     "group.share.delivery.count.limit": (2, 10),
     "group.share.min.delivery.count.limit": (2, 5),
@@ -100,8 +99,9 @@ def _check_share_groups(config: BrokerConfig) -> None:
         raise ConfigError(f"{heartbeat} must be less than {session}")
 
 
-# settings with Kafka's ranges: name -> (lowest, highest)
+# settings with ranges (Kafka's where Kafka has the setting): name -> (lowest, highest)
 RANGES = {
+    "log.flush.threads": (1, 64),
     "share.coordinator.state.topic.num.partitions": (1, 2**31 - 1),
     "share.coordinator.state.topic.replication.factor": (1, 2**15 - 1),
     "share.coordinator.state.topic.min.isr": (1, 2**15 - 1),

@@ -484,8 +484,8 @@ BROKER_SETTINGS: dict[str, Setting] = {
             "int",
             4,
             "Threads that fsync the logs of one flush at once (a transaction's markers, many "
-            "producers' partitions): the file system serves fsyncs that arrive together with "
-            "one journal commit.",
+            "producers' partitions): fsyncs that arrive together finish sooner than one after "
+            "the other (ext4 can cover them with one journal commit).",
         ),
         Setting(
             "log.flush.offset.checkpoint.interval.ms",

@@ -98,6 +98,8 @@ def test_kafka_units_and_precedence():
         ({"process.roles": "broker", "node.id": "2", "controller.quorum.voters": "1@c:9093"},
          "several nodes"),
         ({"log.retention.hours": "week"}, "log.retention.hours"),
+        ({"log.flush.threads": "0"}, r"log.flush.threads: 0 is not in \[1, 64\]"),
+        ({"log.flush.threads": "100000"}, r"log.flush.threads: 100000 is not in \[1, 64\]"),
     ],
 )
 def test_refused_settings(settings, message):
