@@ -251,6 +251,18 @@ def git_describe(ref: str) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
+def headrace_at(ref: str) -> str:
+    """Which Headrace a run measures, for its results: ``ref``'s short hash; for "worktree"
+    HEAD's, and whether the broker's code in the working tree differs from it."""
+    if ref != "worktree":
+        return git_describe(ref)
+    repo = Path(__file__).resolve().parent.parent
+    changed = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "broker",
+                              "protocol", "pipeline", "storage"],
+                             capture_output=True, text=True).stdout.strip()
+    return git_describe("HEAD") + (" with uncommitted changes" if changed else "")
+
+
 class HeadraceBroker(Broker):
     """A ``BrokerProcess`` pinned to the broker CPUs, its log in ``log_file``."""
 

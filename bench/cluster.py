@@ -896,10 +896,9 @@ def main(argv: list[str] | None = None) -> int:
     raw = Path(args.raw_dir or RESULTS / "raw") / f"cluster-{stamp}"
     ctx: dict = {"seq": 0, "data": raw / "data", "logs": raw / "logs", "pythonpath": None}
     ctx["logs"].mkdir(parents=True, exist_ok=True)
-    headrace_at = "worktree"
+    headrace_at = brokers.headrace_at(args.headrace_ref)
     if args.headrace_ref != "worktree":
         ctx["pythonpath"] = brokers.headrace_snapshot(args.headrace_ref, raw / "headrace")
-        headrace_at = brokers.git_describe(args.headrace_ref)
     from bench.machine import machine
     info = {k: v for k, v in machine().items() if k not in ("broker_cpus", "client_cpus")}
     command = "python -m bench.cluster " + " ".join(argv if argv is not None else sys.argv[1:])

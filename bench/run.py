@@ -675,14 +675,13 @@ def main(argv: list[str] | None = None) -> int:
         ctx.progress("fewer than 2 CPUs available: broker and client share the CPU")
     set_layout(ctx.layouts[0])
 
-    headrace_at = "worktree"
+    headrace_at = brokers.headrace_at(args.headrace_ref)
     if args.headrace_ref != "worktree" and "headrace" in ctx.kinds:
         try:
             brokers.HEADRACE_PATH = brokers.headrace_snapshot(args.headrace_ref,
                                                               ctx.raw / "headrace")
         except (RuntimeError, subprocess.CalledProcessError) as e:
             ap.error(f"--headrace-ref {args.headrace_ref}: {e}")
-        headrace_at = brokers.git_describe(args.headrace_ref)
         ctx.progress(f"measuring Headrace as committed at {headrace_at} ({args.headrace_ref})")
 
     command = "python -m bench.run " + " ".join(argv if argv is not None else sys.argv[1:])

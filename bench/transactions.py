@@ -623,12 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     raw = Path(args.raw_dir or RESULTS / "raw") / f"transactions-{stamp}"
     ctx: dict = {"seq": 0, "data": raw / "data", "logs": raw / "logs"}
     ctx["logs"].mkdir(parents=True, exist_ok=True)
-    headrace_at = "worktree"
+    headrace_at = brokers.headrace_at(args.headrace_ref)
     if args.headrace_ref != "worktree":
         brokers.HEADRACE_PATH = brokers.headrace_snapshot(args.headrace_ref, raw / "headrace")
-        headrace_at = brokers.git_describe(args.headrace_ref)
-    else:
-        headrace_at = brokers.git_describe("HEAD") + " (working tree)"
     # nothing pinned: brokers and producers on every CPU
     brokers.BROKER_CPUS = brokers.CLIENT_CPUS = set(range(os.cpu_count() or 1))
     command = "python -m bench.transactions " + " ".join(
