@@ -583,7 +583,7 @@ def merge(base: dict, new: dict) -> dict:
         "command": new["command"], "stamp": new["stamp"], "scenarios": list(new["scenarios"]),
         "layout": layout, "loadavg_start": new["loadavg_start"],
         "headrace_at": new.get("headrace_at"), "elapsed_s": new.get("elapsed_s"),
-        "memory_kept": new["machine"].get("memory_kept")}]
+        "memory_kept": new.get("machine", {}).get("memory_kept")}]
     return merged
 
 
