@@ -171,7 +171,7 @@ for i in range(0, n, 4096):
 
 
 @contextmanager
-def memory_kept(progress) -> Iterator[dict]:
+def memory_kept(progress, wanted: bool = True) -> Iterator[dict]:
     """The machine's memory as a dedicated host's for the measurement, and how that was done.
 
     On a virtual machine with free page reporting (virtio_balloon), memory the guest frees is
@@ -184,8 +184,12 @@ def memory_kept(progress) -> Iterator[dict]:
     which put curve points up to 3x above the measured runs. So, where the setting exists and may
     be written (root): reporting is turned off for the measurement (an order above the
     largest free block), every page of MemAvailable but 1 GiB is touched once (about a minute
-    when cold), and the setting is put back at the end."""
+    when cold), and the setting is put back at the end. Not ``wanted`` (a tiny run, which
+    writes too little to notice): nothing is changed."""
     info: dict = {"page_reporting": "absent"}
+    if not wanted:
+        yield {"page_reporting": "left on (a run too small to notice)"}
+        return
     try:
         old = PAGE_REPORTING.read_text().strip()
     except OSError:
@@ -201,9 +205,7 @@ def memory_kept(progress) -> Iterator[dict]:
         return
     info["page_reporting"] = f"off for the run (order {old} put back at the end)"
     try:
-        mem = {ln.split(":")[0]: int(ln.split()[1]) * 1024
-               for ln in Path("/proc/meminfo").read_text().splitlines()}
-        size = max(0, mem["MemAvailable"] - (1 << 30))
+        size = max(0, (memory().get("mem_available_bytes") or 0) - (1 << 30))
         t = time.monotonic()
         subprocess.run([sys.executable, "-c", _TOUCH, str(size)], check=True, timeout=900)
         info["touched_bytes"], info["touch_s"] = size, round(time.monotonic() - t, 1)

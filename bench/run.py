@@ -702,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx.progress(f"load average at start: {results['loadavg_start']} "
                  f"(1-minute above ~0.7 means a busy machine and noisy numbers); fsync "
                  f"p50 {info['fsync_start'].get('p50_ms', 0):.2f} ms in {ctx.data}")
-    with memory_kept(ctx.progress) as kept:
+    with memory_kept(ctx.progress, ctx.size == "full") as kept:
         results["machine"]["memory_kept"] = kept
         if not args.no_iperf and not args.profile:
             set_layout("pinned")
