@@ -39,9 +39,10 @@ leader loads its whole log: it was in the ISR, so it has every acknowledged chan
 * EndTxn: PrepareCommit/PrepareAbort is written (the decision), then a control batch goes to
   every partition of the transaction (markers.py: the partitions led here directly,
   the others in a WriteTxnMarkers request to their leader, one per broker, all at once), the
-  partitions are flushed, and CompleteCommit or CompleteAbort is written; the client is
+  partitions are flushed, and CompleteCommit or CompleteAbort is appended; the client is
   answered after that, so a committed transaction is visible to ``read_committed`` readers
-  when the producer hears of it. Where a marker could not be written (leader moved or
+  when the producer hears of it. The Complete* record is not waited for (flushed and
+  replicated with the next change): losing it costs only the markers written again. Where a marker could not be written (leader moved or
   unreachable, disk error) the transaction stays decided and the timer tries again, sending
   only the markers still missing.
 * The cluster is seen through three callables given at construction: ``leader_of(topic,
@@ -297,9 +298,14 @@ class TransactionCoordinator:
         topic = await self._state_topic()
         return topic.held_partition(group_offsets.partition_for(transactional_id, topic.count))
 
-    async def _change(self, old: TransactionMetadata | None, new: TransactionMetadata) -> int:
+    async def _change(
+        self, old: TransactionMetadata | None, new: TransactionMetadata, durable: bool = True
+    ) -> int:
         """Write ``new`` (a changed copy of ``old``; DEAD: a tombstone), flush, then make it
-        current. Returns an error code; on error nothing changes."""
+        current. Returns an error code; on error nothing changes. ``durable=False`` (a
+        Complete* record): current once appended; the next change's flush and replication
+        take it along, and should it be lost before, the Prepare* before it is finished again
+        (start-up, a new coordinator), which only rewrites markers already there."""
         tid = new.transactional_id
         if old is not None:
             check_transition(old.state, new.state)
@@ -317,15 +323,16 @@ class TransactionCoordinator:
             if error:
                 return error
             end = partition.log.log_end_offset
-            await self.topics.flush([partition])
-            if partition.gone:  # moved away meanwhile: the new coordinator read the record
-                return E.NOT_COORDINATOR
-            error = await partition.replicated(end, self.write_timeout_s)
-            if error == E.NOT_LEADER_OR_FOLLOWER:
-                return E.NOT_COORDINATOR
-            if error:
-                log.info("transactional id %s: the write was not replicated (error %d)", tid, error)
-                return E.COORDINATOR_NOT_AVAILABLE
+            if durable:
+                await self.topics.flush([partition])
+                if partition.gone:  # moved away meanwhile: the new coordinator read the record
+                    return E.NOT_COORDINATOR
+                error = await partition.replicated(end, self.write_timeout_s)
+                if error == E.NOT_LEADER_OR_FOLLOWER:
+                    return E.NOT_COORDINATOR
+                if error:
+                    log.info("transactional id %s: not replicated (error %d)", tid, error)
+                    return E.COORDINATOR_NOT_AVAILABLE
         except StorageError:
             log.exception("writing the state of transactional id %s failed", tid)
             return E.COORDINATOR_NOT_AVAILABLE
@@ -626,7 +633,7 @@ class TransactionCoordinator:
                 previous_producer_id=prepared.producer_id,
                 next_producer_id=-1,
             )
-        return await self._change(prepared, done)
+        return await self._change(prepared, done, durable=False)
 
     # the timer ----------------------------------------------------------------------------------
 
