@@ -18,7 +18,9 @@ uint64, fixed64 decimal(20, 0) (Iceberg has no unsigned types: a long would turn
 2^63 up negative); float, double, bool, string; bytes binary; an enum its value's name (an
 unknown number its decimal text); a message a struct; repeated a list; a map a map;
 google.protobuf.Timestamp a timestamptz (µs); the wrappers (google.protobuf.Int64Value, ...)
-their nullable value; a recursive message its JSON text. Column names are the fields' names.
+their nullable value; a recursive message its JSON text; a message of no fields
+(google.protobuf.Empty) is left out, as Parquet has no struct without fields (a value of such a
+message stays raw). Column names are the fields' names.
 A field with presence (a message, proto3 ``optional``, a oneof's member, proto2's) is null
 when absent; a field without presence (a proto3 scalar, a repeated field, a map) holds what
 protobuf reads for it (0, "", an empty list).
@@ -34,11 +36,29 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from google.protobuf.descriptor import FieldDescriptor as F
 
 # (rows given, the Arrow array of their values) for each message type met, and the rows that
 # did not decode (positions in the list of bodies given)
 Decoded = tuple[list[tuple[list[int], pa.Array]], list[int]]
 
+_SCALARS = {
+    F.TYPE_INT32: pa.int32(),
+    F.TYPE_SINT32: pa.int32(),
+    F.TYPE_SFIXED32: pa.int32(),
+    F.TYPE_INT64: pa.int64(),
+    F.TYPE_SINT64: pa.int64(),
+    F.TYPE_SFIXED64: pa.int64(),
+    F.TYPE_UINT32: pa.int64(),
+    F.TYPE_FIXED32: pa.int64(),
+    F.TYPE_UINT64: pa.decimal128(20, 0),
+    F.TYPE_FIXED64: pa.decimal128(20, 0),
+    F.TYPE_FLOAT: pa.float32(),
+    F.TYPE_DOUBLE: pa.float64(),
+    F.TYPE_BOOL: pa.bool_(),
+    F.TYPE_STRING: pa.string(),
+    F.TYPE_BYTES: pa.binary(),
+}
 _TIMESTAMP = "google.protobuf.Timestamp"
 _WRAPPERS = {
     f"google.protobuf.{name}Value"
@@ -63,7 +83,8 @@ def decoder(text: str, references: list[str]) -> Callable[[list[bytes]], Decoded
                 if desc is None:
                     break
                 found = desc.nested_types
-            types[path] = None if desc is None else _Message(desc, frozenset())
+            kind = None if desc is None else _Message(desc, frozenset())
+            types[path] = kind if kind is not None and kind.fields else None
         return types[path]
 
     def decode(bodies: list[bytes]) -> Decoded:
@@ -74,7 +95,7 @@ def decoder(text: str, references: list[str]) -> Callable[[list[bytes]], Decoded
                 path, at = message_indexes(body)
                 kind = message_type(path)
                 if kind is None:
-                    raise ValueError(f"no message at indexes {list(path)}")
+                    raise ValueError(f"no message with fields at indexes {list(path)}")
                 parsed = kind.cls.FromString(body[at:])
             except (ValueError, DecodeError):
                 bad.append(row)
@@ -191,6 +212,9 @@ class _Message:
         self.cls = message_factory.GetMessageClass(desc)
         inner = seen | {desc.full_name}
         columns = [(f.name, _field(f, inner)) for f in desc.fields]
+        # (a message of no fields, google.protobuf.Empty say, holds nothing: Parquet has no
+        # struct without fields)
+        columns = [c for c in columns if c[1][0] != pa.struct([])]
         self.fields = [pa.field(name, t) for name, (t, _) in columns]
         self.builds = [b for _, (_, b) in columns]
         self.type = pa.struct(self.fields)
@@ -245,35 +269,6 @@ def _offsets(lists: list[Any]) -> pa.Array:
     return pa.array(ends, pa.int32())
 
 
-_SCALARS: dict[int, pa.DataType] = {}
-
-
-def _scalar_type(kind: int) -> pa.DataType:
-    from google.protobuf.descriptor import FieldDescriptor as F
-
-    if not _SCALARS:
-        _SCALARS.update(
-            {
-                F.TYPE_INT32: pa.int32(),
-                F.TYPE_SINT32: pa.int32(),
-                F.TYPE_SFIXED32: pa.int32(),
-                F.TYPE_INT64: pa.int64(),
-                F.TYPE_SINT64: pa.int64(),
-                F.TYPE_SFIXED64: pa.int64(),
-                F.TYPE_UINT32: pa.int64(),
-                F.TYPE_FIXED32: pa.int64(),
-                F.TYPE_UINT64: pa.decimal128(20, 0),
-                F.TYPE_FIXED64: pa.decimal128(20, 0),
-                F.TYPE_FLOAT: pa.float32(),
-                F.TYPE_DOUBLE: pa.float64(),
-                F.TYPE_BOOL: pa.bool_(),
-                F.TYPE_STRING: pa.string(),
-                F.TYPE_BYTES: pa.binary(),
-            }
-        )
-    return _SCALARS[kind]
-
-
 def _values(f: Any, seen: frozenset[str]) -> tuple[pa.DataType, Callable[[list, Any], pa.Array]]:
     """The Arrow type of one value of field ``f`` (an item, for a repeated field), and how a
     list of such values (null where ``mask`` is true) becomes an array of it."""
@@ -289,7 +284,7 @@ def _values(f: Any, seen: frozenset[str]) -> tuple[pa.DataType, Callable[[list, 
         return pa.string(), enum
     desc = f.message_type
     if desc is None:
-        kind = _scalar_type(f.type)
+        kind = _SCALARS[f.type]
         return kind, lambda values, mask: _masked(pa.array(values, kind), mask)
     if desc.full_name == _TIMESTAMP:
         at = pa.timestamp("us", tz="UTC")

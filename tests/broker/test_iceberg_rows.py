@@ -112,6 +112,7 @@ package shop;
 import "common.proto";
 import "google/protobuf/timestamp.proto";
 import "google/protobuf/wrappers.proto";
+import "google/protobuf/empty.proto";
 message Order {
   int32 id = 1;
   sint32 delta = 2;
@@ -133,6 +134,7 @@ message Order {
   .google.protobuf.StringValue label = 18;
   oneof pick { int32 number = 19; string word = 20; }
   Order parent = 21;
+  .google.protobuf.Empty nothing = 22;
   message Line { string sku = 1; int32 count = 2; }
 }
 message Other { string x = 1; }
@@ -144,6 +146,7 @@ def proto_classes():
     from google.protobuf import (
         descriptor_pb2,
         descriptor_pool,
+        empty_pb2,
         message_factory,
         timestamp_pb2,
         wrappers_pb2,
@@ -152,7 +155,7 @@ def proto_classes():
     from headrace.broker.registry.protobuf_text import to_descriptor
 
     pool = descriptor_pool.DescriptorPool()
-    for module in (timestamp_pb2, wrappers_pb2):
+    for module in (timestamp_pb2, wrappers_pb2, empty_pb2):
         fd = descriptor_pb2.FileDescriptorProto()
         module.DESCRIPTOR.CopyToProto(fd)
         pool.Add(fd)
@@ -198,6 +201,7 @@ def test_protobuf_types_become_arrow_types():
     assert str(fields["ratio"]) == "float" and str(fields["at"]) == "timestamp[us, tz=UTC]"
     assert str(fields["attrs"]) == "map<string, int32>" and str(fields["label"]) == "string"
     assert str(fields["parent"]) == "string"  # (a recursive message: its JSON text)
+    assert "nothing" not in fields  # (google.protobuf.Empty: Parquet has no empty struct)
     rows = sorted(table.to_pylist(), key=lambda r: r["offset"])
     v = rows[0]["value"]
     assert rows[0]["schema_id"] == 3 and rows[0]["value_raw"] is None
