@@ -1,5 +1,5 @@
 """PROTOBUF values as Arrow columns (rows.py asks for them; run in the translator's worker
-processes). Imported only when a round meets a value framed with a PROTOBUF schema id.
+processes). Imported only when a topic is written as a table, as rows.py is.
 
 Confluent's framing after the 5-byte prefix: the message indexes (which message of the
 ``.proto`` the value is: a zigzag varint count, then that many zigzag varint indexes, the

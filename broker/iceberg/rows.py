@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from . import protobuf_values
 from .committed import Columns
 
 KEY_VALUE, VALUE_SCHEMA_ID_PREFIX = "key_value", "value_schema_id_prefix"
@@ -112,8 +113,6 @@ class SchemaValues:
                     elif found[0] == "JSON":
                         decoder = _one_by_one(*_json_decoder(found[1]))
                     elif found[0] == "PROTOBUF":
-                        from . import protobuf_values
-
                         decoder = protobuf_values.decoder(found[1], found[2])
                 except (ValueError, TypeError, KeyError, AttributeError):
                     decoder = None  # (not readable here: its values stay raw)

@@ -57,9 +57,7 @@ SAMPLES = 4096  # per partition: (last stable offset, when first seen)
 RESERVE_WAIT_S = 0.02  # how often a round waiting for budget bytes looks again
 EXPIRE_EVERY_S = 600.0  # how often a topic's round also expires its old snapshots
 # what the workers' fork server imports once (pyarrow, pyiceberg): a new worker starts at once
-PRELOAD = [
-    f"{__package__}.{name}" for name in ("rounds", "committed", "rows", "protobuf_values", "tables")
-]
+PRELOAD = [f"{__package__}.{name}" for name in ("rounds", "committed", "rows", "tables")]
 
 # how long a schema id the registry does not know is waited for (this broker's view of
 # _schemas may lag the broker a producer registered it through) before its values are taken
