@@ -102,6 +102,8 @@ def _check_share_groups(config: BrokerConfig) -> None:
 # settings with ranges (Kafka's where Kafka has the setting): name -> (lowest, highest)
 RANGES = {
     "log.flush.threads": (1, 64),
+    "iceberg.round.timeout.ms": (1000, 2**31 - 1),
+    "iceberg.worker.nice": (0, 19),
     "share.coordinator.state.topic.num.partitions": (1, 2**31 - 1),
     "share.coordinator.state.topic.replication.factor": (1, 2**15 - 1),
     "share.coordinator.state.topic.min.isr": (1, 2**15 - 1),

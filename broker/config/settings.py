@@ -1249,6 +1249,22 @@ BROKER_SETTINGS: dict[str, Setting] = {
             " disk); the wait doubles from iceberg.commit.interval.ms / 10 up to it. Produce is"
             " never held back.",
         ),
+        Setting(
+            "iceberg.round.timeout.ms",
+            "int",
+            300000,
+            "Longest a worker process may take over one commit of a topic's table (read, write"
+            " Parquet, commit); one that has not answered by then is killed and the commit is"
+            " tried again as after a failure. 1000 to 2147483647.",
+        ),
+        Setting(
+            "iceberg.worker.nice",
+            "int",
+            10,
+            "How much lower than the broker's the worker processes' CPU priority is (os.nice: 0"
+            " the broker's own, 19 the lowest), so the request path goes first on busy cores."
+            " 0 to 19.",
+        ),
     ]
 }
 

@@ -11,8 +11,10 @@ rounds.py      One round in a worker process: read, make the rows, commit
 budget.py      The bytes all rounds hold at once (iceberg.buffer.max.bytes): reserved by the
                event loop, read within by the worker
 committed.py   A partition's records as a read_committed consumer gets them, into columns
-rows.py        Those columns as Arrow rows: key_value, or value_schema_id_prefix (Avro values
-               decoded with their registered schema)
+rows.py        Those columns as Arrow rows: key_value, or value_schema_id_prefix (Avro, JSON
+               and Protobuf values decoded with their registered schema)
+protobuf_values.py  Protobuf values (Confluent's framing: message indexes, then the message)
+               as Arrow struct arrays, made a field at a time
 tables.py      The catalog (SQL or REST), the table, and the commit that appends rows and
                records each partition's next offset in the same snapshot
 """

@@ -14,7 +14,7 @@ again), or the size of a batch larger than the grant (the event loop reserves th
 starts the next round at once). An exception is the round's failure (workers.py sends it
 back as text).
 
-The catalog and the Avro decoders are kept per process, across rounds.
+The catalog and the values' decoders (per schema id) are kept per process, across rounds.
 """
 
 from __future__ import annotations
@@ -72,12 +72,12 @@ class Result:
 
 
 _catalog: Any = None  # per process: pyiceberg's catalog, made by the first round
-_avro: Any = None
+_values: Any = None
 
 
 def run(work: Round) -> Result:
     """The round: read, make the rows, commit (see the module's docstring)."""
-    global _catalog, _avro
+    global _catalog, _values
     from . import rows, tables
 
     s = work.settings
@@ -85,8 +85,8 @@ def run(work: Round) -> Result:
         catalog = tables.open_catalog(s.catalog_name, s.catalog_type, s.catalog_uri, s.warehouse)
         tables.ensure_namespace(catalog, s.namespace)
         _catalog = catalog
-    if _avro is None:
-        _avro = rows.AvroValues()
+    if _values is None:
+        _values = rows.SchemaValues()
     identifier = f"{s.namespace}.{work.topic}"
     schema = rows.KEY_VALUE_SCHEMA if work.mode == "key_value" else _prefix_schema()
     budget = BufferBudget(work.grant)  # (this round's share of the broker's)
@@ -110,7 +110,7 @@ def run(work: Round) -> Result:
                     pieces.append(rows.key_value_rows(cols))
                 else:
                     try:
-                        pieces.append(rows.schema_id_rows(cols, work.schemas, _avro))
+                        pieces.append(rows.schema_id_rows(cols, work.schemas, _values))
                     except rows.UnknownSchemas as e:
                         out.need_schemas = set(e.ids)
                         return out

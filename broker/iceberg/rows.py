@@ -9,10 +9,11 @@ Every row holds the record's Kafka coordinates beside its data:
 ``value_schema_id_prefix``  the same, but instead of ``value``: ``schema_id`` int and ``value``
                             a struct of the columns of the value's schema (Confluent's wire
                             format: byte 0, a 4-byte big-endian schema id, the body): an AVRO
-                            schema's fields, or a JSON schema's properties. A value that does
-                            not decode (no magic byte, an unknown schema id, a PROTOBUF schema,
-                            a body that does not read) keeps ``value`` null and its bytes in
-                            ``value_raw``.
+                            schema's fields, a JSON schema's properties, or the fields of the
+                            PROTOBUF message the value's message indexes name
+                            (protobuf_values.py). A value that does not decode (no magic byte,
+                            an unknown schema id, a body that does not read) keeps ``value``
+                            null and its bytes in ``value_raw``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from . import protobuf_values
 from .committed import Columns
 
 KEY_VALUE, VALUE_SCHEMA_ID_PREFIX = "key_value", "value_schema_id_prefix"
@@ -73,7 +75,7 @@ def key_value_rows(cols: Columns) -> pa.Table:
     return pa.table({f.name: arrays[f.name] for f in KEY_VALUE_SCHEMA}, schema=KEY_VALUE_SCHEMA)
 
 
-# --- value_schema_id_prefix: Avro and JSON values ----------------------------------------------
+# --- value_schema_id_prefix: Avro, JSON and Protobuf values ------------------------------------
 
 
 class UnknownSchemas(Exception):
@@ -88,13 +90,14 @@ class UnknownSchemas(Exception):
 # schema id -> (schema type, text, referenced texts), or None when the registry has no such id
 SchemaTexts = dict[int, tuple[str, str, list[str]] | None]
 
+# the bodies (after the 5-byte prefix) of one schema id's values -> ([(the positions of the
+# bodies that decoded as one Arrow struct type, that struct array)], the positions that did not)
+Decoder = Callable[[list[bytes]], tuple[list[tuple[list[int], pa.Array]], list[int]]]
 
-Decoder = tuple[Callable[[bytes], Any], pa.DataType]  # (body -> value, its Arrow struct type)
 
-
-class AvroValues:
-    """Decoders and Arrow types per schema id, parsed once and kept per translator: AVRO (with
-    fastavro) and JSON (JSON Schema's types); None for other types or unreadable schemas."""
+class SchemaValues:
+    """Decoders per schema id, made once and kept per translator: AVRO (with fastavro), JSON
+    (JSON Schema's types), PROTOBUF (protobuf_values.py); None for unreadable schemas."""
 
     def __init__(self) -> None:
         self._parsed: dict[int, Decoder | None] = {}
@@ -106,16 +109,43 @@ class AvroValues:
             if found is not None:
                 try:
                     if found[0] == "AVRO":
-                        decoder = _avro_decoder(found[1], found[2])
+                        decoder = _one_by_one(*_avro_decoder(found[1], found[2]))
                     elif found[0] == "JSON":
-                        decoder = _json_decoder(found[1])
+                        decoder = _one_by_one(*_json_decoder(found[1]))
+                    elif found[0] == "PROTOBUF":
+                        decoder = protobuf_values.decoder(found[1], found[2])
                 except (ValueError, TypeError, KeyError, AttributeError):
                     decoder = None  # (not readable here: its values stay raw)
             self._parsed[schema_id] = decoder
         return self._parsed[schema_id]
 
 
-def _avro_decoder(text: str, references: list[str]) -> Decoder:
+def _one_by_one(decode: Callable[[bytes], Any], struct_type: pa.DataType) -> Decoder:
+    """A decoder of values read one at a time (fastavro, json): one struct array, or none
+    when Arrow cannot take the values as typed (a union of kinds: all raw)."""
+
+    def decode_all(bodies: list[bytes]) -> tuple[list[tuple[list[int], pa.Array]], list[int]]:
+        good: list[int] = []
+        values: list[Any] = []
+        bad: list[int] = []
+        for row, body in enumerate(bodies):
+            try:
+                values.append(_wrap(decode(body)))
+            except Exception:  # a body that is not what the schema says
+                bad.append(row)
+                continue
+            good.append(row)
+        if not good:
+            return [], bad
+        try:
+            return [(good, pa.array(values, struct_type))], bad
+        except (pa.ArrowException, TypeError, ValueError):
+            return [], list(range(len(bodies)))
+
+    return decode_all
+
+
+def _avro_decoder(text: str, references: list[str]) -> tuple[Callable[[bytes], Any], pa.DataType]:
     from fastavro import parse_schema, schemaless_reader
 
     named: dict[str, Any] = {}
@@ -183,10 +213,11 @@ def _avro_convert(
     return None
 
 
-def schema_id_rows(cols: Columns, texts: SchemaTexts, avro: AvroValues) -> pa.Table:
+def schema_id_rows(cols: Columns, texts: SchemaTexts, values: SchemaValues) -> pa.Table:
     """The rows of ``cols`` for a value_schema_id_prefix topic: one Arrow table per schema id
-    seen, concatenated with their schemas unified (later fields added, nulls where absent).
-    Raises ``UnknownSchemas`` for ids not in ``texts`` yet."""
+    (and, for PROTOBUF, message type) seen, concatenated with their schemas unified (later
+    fields added, nulls where absent). Raises ``UnknownSchemas`` for ids not in ``texts``
+    yet."""
     payloads = cols.value_list()
     ids: list[int] = []
     for v in payloads:
@@ -198,51 +229,50 @@ def schema_id_rows(cols: Columns, texts: SchemaTexts, avro: AvroValues) -> pa.Ta
     if missing:
         raise UnknownSchemas(missing)
     by_id: dict[int, list[int]] = {}
-    decoded: list[Any] = [None] * len(ids)
-    raw: list[bytes | None] = [None] * len(ids)
-    for row, (schema_id, value) in enumerate(zip(ids, payloads)):
-        reader = avro.reader(schema_id, texts) if schema_id >= 0 else None
-        if reader is None:
-            raw[row] = value
-            by_id.setdefault(-1, []).append(row)
-            continue
-        try:
-            record = reader[0](value[5:])  # type: ignore[index]
-        except Exception:  # a body that is not what the schema says
-            raw[row] = value
-            by_id.setdefault(-1, []).append(row)
-            continue
-        decoded[row] = record
-        by_id.setdefault(schema_id, []).append(row)
+    raw: list[int] = []
+    for row, schema_id in enumerate(ids):
+        if schema_id >= 0 and values.reader(schema_id, texts) is not None:
+            by_id.setdefault(schema_id, []).append(row)
+        else:
+            raw.append(row)
     meta = _meta(cols)
     tables = []
     for schema_id, rows in sorted(by_id.items()):
-        take = pa.array(rows, pa.int64())
-        arrays = {name: array.take(take) for name, array in meta.items()}
-        values = None
-        if schema_id >= 0:
-            struct_type = avro.reader(schema_id, texts)[1]  # type: ignore[index]
-            try:
-                values = pa.array([_wrap(decoded[r]) for r in rows], struct_type)
-            except (pa.ArrowException, TypeError, ValueError):
-                for r in rows:  # values Arrow cannot take as typed (a union of kinds): raw
-                    raw[r] = payloads[r]
-                schema_id = -1
-        arrays["schema_id"] = pa.array(
-            [schema_id if schema_id >= 0 else None] * len(rows), pa.int32()
-        )
-        arrays["value_raw"] = pa.array([raw[r] for r in rows], pa.binary())
-        fields = [*META[:1], pa.field("schema_id", pa.int32())]
-        if values is not None:  # (rows without a decoded value: no column, nulls when joined)
-            arrays["value"] = values
-            fields.append(pa.field("value", values.type))
-        fields += [pa.field("value_raw", pa.binary()), *META[1:]]
-        schema = pa.schema(fields)
-        tables.append(pa.table({f.name: arrays[f.name] for f in schema}, schema=schema))
+        decode = values.reader(schema_id, texts)
+        groups, bad = decode([payloads[r][5:] for r in rows])  # type: ignore[index,misc]
+        raw += [rows[i] for i in bad]
+        for positions, array in groups:
+            tables.append(_piece(meta, [rows[i] for i in positions], schema_id, array, payloads))
+    if raw:
+        tables.append(_piece(meta, sorted(raw), None, None, payloads))
     if not tables:
         return pa.table({})
     table = pa.concat_tables(tables, promote_options="permissive")
     return table.sort_by([("offset", "ascending")])
+
+
+def _piece(
+    meta: dict[str, pa.Array],
+    rows: list[int],
+    schema_id: int | None,
+    values: pa.Array | None,
+    payloads: list[bytes | None],
+) -> pa.Table:
+    """The rows ``rows`` (positions in the round's columns): decoded as ``values`` under
+    ``schema_id``, or (None, None) kept raw in ``value_raw`` without a ``value`` column
+    (nulls when joined)."""
+    take = pa.array(rows, pa.int64())
+    arrays = {name: array.take(take) for name, array in meta.items()}
+    arrays["schema_id"] = pa.array([schema_id] * len(rows), pa.int32())
+    raw = [None] * len(rows) if values is not None else [payloads[r] for r in rows]
+    arrays["value_raw"] = pa.array(raw, pa.binary())
+    fields = [*META[:1], pa.field("schema_id", pa.int32())]
+    if values is not None:
+        arrays["value"] = values
+        fields.append(pa.field("value", values.type))
+    fields += [pa.field("value_raw", pa.binary()), *META[1:]]
+    schema = pa.schema(fields)
+    return pa.table({f.name: arrays[f.name] for f in schema}, schema=schema)
 
 
 def _wrap(record: Any) -> Any:
@@ -329,7 +359,7 @@ _JSON_PRIMITIVE: dict[str, Callable[[], pa.DataType]] = {
 }
 
 
-def _json_decoder(text: str) -> Decoder:
+def _json_decoder(text: str) -> tuple[Callable[[bytes], Any], pa.DataType]:
     """A JSON Schema's values as columns: an object's ``properties`` are struct fields (each
     nullable), string, integer, number and boolean their Arrow types, arrays lists; anything
     else (no type, several types, ``$ref``) is kept as its JSON text. Confluent's JSON

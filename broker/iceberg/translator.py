@@ -14,10 +14,10 @@ committed records up to the last stable offset (committed.py), makes the rows (r
 commits them with the new offsets in one snapshot (tables.py), and answers with the offsets
 the table now holds. A conflict (another leader committed to the same table) reads the round
 again at once, in the worker; a failure (the catalog, the disk, a worker that died or gave no
-answer in ``ROUND_TIMEOUT_S``: it is killed) is counted and the topic waits, doubling, before
-it tries again; records stay in the log meanwhile. Values naming schema ids the round was not
-given come back as a request for them: the event loop looks them up in the registry and sends
-the round again.
+answer in ``iceberg.round.timeout.ms``: it is killed) is counted and the topic waits,
+doubling, before it tries again; records stay in the log meanwhile. Values naming schema ids
+the round was not given come back as a request for them: the event loop looks them up in the
+registry and sends the round again.
 
 Bounds: a round reads at most ``iceberg.partition.buffer.max.bytes`` of a partition, whole
 batches; all rounds at once hold at most ``iceberg.buffer.max.bytes``: before it is sent, a
@@ -54,8 +54,6 @@ log = logging.getLogger("headrace")
 MODES = ("key_value", "value_schema_id_prefix")
 TICK_S = 0.1  # how often the last stable offsets are sampled (for the lag)
 SAMPLES = 4096  # per partition: (last stable offset, when first seen)
-ROUND_TIMEOUT_S = 300.0  # a worker that has not answered a round by then is killed
-WORKER_NICE = 10  # the workers' CPU priority below the broker's (os.nice)
 RESERVE_WAIT_S = 0.02  # how often a round waiting for budget bytes looks again
 EXPIRE_EVERY_S = 600.0  # how often a topic's round also expires its old snapshots
 # what the workers' fork server imports once (pyarrow, pyiceberg): a new worker starts at once
@@ -112,6 +110,8 @@ class IcebergSettings:
     open_files: int
     backoff_max_s: float
     snapshot_retention_ms: int
+    round_timeout_s: float  # a worker that has not answered a round by then is killed
+    worker_nice: int  # the workers' CPU priority below the broker's (os.nice)
 
     @classmethod
     def of(cls, config, data_dir: Path) -> IcebergSettings:
@@ -139,6 +139,8 @@ class IcebergSettings:
             open_files=int(config["iceberg.max.open.files"]),
             backoff_max_s=int(config["iceberg.retry.backoff.max.ms"]) / 1000,
             snapshot_retention_ms=int(config["iceberg.snapshot.retention.ms"]),
+            round_timeout_s=int(config["iceberg.round.timeout.ms"]) / 1000,
+            worker_nice=int(config["iceberg.worker.nice"]),
         )
 
 
@@ -273,9 +275,8 @@ class IcebergTranslator:
         try:
             async with self._slots:
                 if self._pool is None:
-                    self._pool = WorkerPool(
-                        self.settings.open_files, WORKER_NICE, ROUND_TIMEOUT_S, PRELOAD
-                    )
+                    s = self.settings
+                    self._pool = WorkerPool(s.open_files, s.worker_nice, s.round_timeout_s, PRELOAD)
                 self.running += 1
                 self.peak_running = max(self.peak_running, self.running)
                 try:

@@ -2,8 +2,9 @@
 Arrow table pyiceberg scans: DuckDB's own iceberg extension is downloaded from the internet at
 first use, which this test does not assume). The rows are exactly what a read_committed
 consumer gets (partition, offset, key, value, headers); an aborted transaction's records are
-absent; values in Confluent's wire format become the columns of their Avro schema, and a newer
-compatible version of it adds columns; a kill -9 during a load loses and duplicates nothing.
+absent; values in Confluent's wire format become the columns of their Avro, JSON or Protobuf
+schema, and a newer compatible version of it adds columns; a kill -9 during a load loses and
+duplicates nothing.
 """
 
 from __future__ import annotations
@@ -381,6 +382,95 @@ def test_json_schema_values_become_columns(broker):
         {"kind": "click", "at": 5, "tags": ["a"], "extra": None},
         {"kind": "view", "at": None, "tags": None, "extra": '{"x":1}'},
     ]
+
+
+PAYMENT_V1 = """syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+message Payment {
+  int64 id = 1;
+  Status status = 2;
+  repeated Line lines = 3;
+  google.protobuf.Timestamp at = 4;
+  map<string, string> tags = 5;
+  message Line { string sku = 1; uint64 cents = 2; }
+  enum Status { NEW = 0; PAID = 1; }
+}
+"""
+PAYMENT_V2 = PAYMENT_V1.replace("  message Line", "  string note = 6;\n  message Line")
+
+
+def payment_class(text: str):
+    """A message class of ``text`` as protoc would make it (a pool of its own per version)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+
+    from headrace.broker.registry.protobuf_text import to_descriptor
+
+    pool = descriptor_pool.DescriptorPool()
+    known = descriptor_pb2.FileDescriptorProto()
+    timestamp_pb2.DESCRIPTOR.CopyToProto(known)
+    pool.Add(known)
+    pool.Add(to_descriptor(text, "payment.proto"))
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Payment"))
+
+
+def test_protobuf_values_become_columns_and_a_new_version_adds_one(broker):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic = "payments"
+    broker.create_topic(topic, partitions=1, iceberg_mode="value_schema_id_prefix")
+    url = f"http://127.0.0.1:{broker.listener_ports['SCHEMA_REGISTRY']}"
+    client = SchemaRegistryClient({"url": url})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    v1_class = payment_class(PAYMENT_V1)
+    v1 = ProtobufSerializer(v1_class, client)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(3):
+        payment = v1_class(id=i, status=i % 2, tags={"k": f"t{i}"})
+        payment.lines.add(sku=f"s{i}", cents=2**64 - 1 - i)
+        payment.at.seconds = 1_767_225_600 + i
+        producer.produce(topic, value=v1(payment, ctx), partition=0)
+    framed = v1(v1_class(id=9), ctx)
+    producer.produce(
+        topic, value=framed[:6] + b"\xff\xff", partition=0
+    )  # a body that does not read
+    assert producer.flush(30) == 0
+    wait_rows(broker.data_dir, topic, 4)
+    v2_class = payment_class(PAYMENT_V2)
+    v2 = ProtobufSerializer(v2_class, client)
+    producer.produce(topic, value=v2(v2_class(id=5, note="second"), ctx), partition=0)
+    assert producer.flush(30) == 0
+    rows = wait_rows(broker.data_dir, topic, 5)
+    table = catalog(broker.data_dir).load_table(f"kafka.{topic}")
+    assert len(table.schemas()) >= 2  # the new version's column; the old files stay
+    value_type = table.schema().find_field("value").field_type
+    types = {f.name: str(f.field_type) for f in value_type.fields}
+    assert types == {
+        "id": "long",
+        "status": "string",  # (an enum: its value's name)
+        "lines": types["lines"],
+        "at": "timestamptz",
+        "tags": "map<string, string>",
+        "note": "string",  # (the new version's field)
+    }
+    assert (
+        types["lines"].startswith("list<struct<")
+        and "cents: optional decimal(20, 0)" in types["lines"]
+    )
+    by_offset = {r["offset"]: r for r in rows.to_pylist()}
+    first = by_offset[1]["value"]
+    assert first["id"] == 1 and first["status"] == "PAID" and first["note"] is None
+    assert first["lines"] == [{"sku": "s1", "cents": 2**64 - 2}] and first["tags"] == [("k", "t1")]
+    assert first["at"].timestamp() == 1_767_225_601
+    assert by_offset[3]["value"] is None and by_offset[3]["value_raw"] == framed[:6] + b"\xff\xff"
+    last = by_offset[4]["value"]
+    assert (
+        last["id"] == 5 and last["note"] == "second" and last["lines"] == [] and last["at"] is None
+    )
+    ids = {r["schema_id"] for r in rows.to_pylist() if r["schema_id"] is not None}
+    assert len(ids) == 2
 
 
 def test_a_topic_made_again_under_its_name_is_added_from_its_start(broker):

@@ -1,6 +1,7 @@
 """The translator's worker processes (broker/iceberg/workers.py): a request answers, an
 exception comes back as the request's failure, a worker that dies or hangs fails its request
-and is replaced, and no worker outlives its broker (closed with it, or killed with -9)."""
+and is replaced, and no worker outlives its broker (closed with it, or killed with -9); their
+timeout and priority are broker settings."""
 
 from __future__ import annotations
 
@@ -43,6 +44,17 @@ def alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_the_round_timeout_and_the_workers_nice_are_broker_settings(tmp_path):
+    from headrace.broker.config.config import BrokerConfig
+    from headrace.broker.iceberg.translator import IcebergSettings
+
+    given = BrokerConfig({"iceberg.round.timeout.ms": "5000", "iceberg.worker.nice": "0"})
+    settings = IcebergSettings.of(given, tmp_path)
+    assert (settings.round_timeout_s, settings.worker_nice) == (5.0, 0)
+    default = IcebergSettings.of(BrokerConfig(), tmp_path)
+    assert (default.round_timeout_s, default.worker_nice) == (300.0, 10)
 
 
 def test_requests_failures_deaths_and_hangs():

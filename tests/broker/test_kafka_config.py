@@ -100,6 +100,9 @@ def test_kafka_units_and_precedence():
         ({"log.retention.hours": "week"}, "log.retention.hours"),
         ({"log.flush.threads": "0"}, r"log.flush.threads: 0 is not in \[1, 64\]"),
         ({"log.flush.threads": "100000"}, r"log.flush.threads: 100000 is not in \[1, 64\]"),
+        ({"iceberg.round.timeout.ms": "999"}, r"iceberg.round.timeout.ms: 999 is not in \[1000, "),
+        ({"iceberg.worker.nice": "-1"}, r"iceberg.worker.nice: -1 is not in \[0, 19\]"),
+        ({"iceberg.worker.nice": "20"}, r"iceberg.worker.nice: 20 is not in \[0, 19\]"),
     ],
 )
 def test_refused_settings(settings, message):
