@@ -42,9 +42,9 @@ leader loads its whole log: it was in the ISR, so it has every acknowledged chan
   partitions are flushed, and CompleteCommit or CompleteAbort is appended; the client is
   answered after that, so a committed transaction is visible to ``read_committed`` readers
   when the producer hears of it. The Complete* record is not waited for (flushed and
-  replicated with the next change): losing it costs only the markers written again. Where a marker could not be written (leader moved or
-  unreachable, disk error) the transaction stays decided and the timer tries again, sending
-  only the markers still missing.
+  replicated with the next change): losing it costs only the markers written again. Where a
+  marker could not be written (leader moved or unreachable, disk error) the transaction
+  stays decided and the timer tries again, sending only the markers still missing.
 * The cluster is seen through three callables given at construction: ``leader_of(topic,
   partition)`` (a node id; None for an unknown partition), ``is_coordinator(transactional
   id)`` and the clients that reach other brokers (``broker_client`` for markers,
