@@ -9,9 +9,11 @@
 
 How this works
 --------------
-Every run starts a fresh cluster (fresh data directories under one parent, all on 127.0.0.1,
-nothing pinned: brokers, clients and ZooKeeper share the machine's cores), creates one topic
-of ``--partitions`` partitions (RF=1) spread evenly over the brokers by manual assignment
+With windows of 10 s or more the runs have the machine's memory kept as a dedicated host's
+(``bench/machine.py``, ``memory_kept``), as in ``bench.run``. Every run starts a fresh
+cluster (fresh data directories under one parent, all on 127.0.0.1, nothing pinned: brokers,
+clients and ZooKeeper share the machine's cores), creates one topic of ``--partitions``
+partitions (RF=1) spread evenly over the brokers by manual assignment
 (partition p on the (p mod n)-th broker), drives it with producer processes, and stops it.
 The workload is the durable produce of the side-by-side benchmark's S2: 64 KiB records,
 acks=all, ``log.flush.interval.messages=1`` on every broker (an acknowledged record is on disk).
@@ -89,6 +91,7 @@ from bench.apache_kafka import (
     parse_producer_performance,
 )
 from bench.context import RESULTS, Progress, loadavg
+from bench.machine import machine, memory_kept, memory_text
 from bench.cpu import (  # noqa: F401  (the names cluster.py always had)
     Meter,
     children_of,
@@ -768,7 +771,7 @@ def readme_section(results: dict, page: Path = PAGE) -> str:
         f"{results.get('headrace_at')}, Apache Kafka {KAFKA_VERSION}; {m.get('cpu_model', '?')}, "
         f"{m.get('cpus')} CPUs). Load average at start {la}, at end {results['loadavg_end']}; "
         f"1-minute load at the start of each run {min(loads):.2f} to {max(loads):.2f}"
-        f"{busy_text}. {topic}Wire client: "
+        f"{busy_text}{memory_text(m.get('memory_kept'), '; ')}. {topic}Wire client: "
         f"{results['clients']} processes x {results['inflight']} requests in flight per "
         f"leader, {results['seconds']:g} s window after {results['warmup']:g} s warm-up. "
         f"ProducerPerformance: {results['producers']} processes, {results['perf_records']} "
@@ -899,7 +902,6 @@ def main(argv: list[str] | None = None) -> int:
     headrace_at = brokers.headrace_at(args.headrace_ref)
     if args.headrace_ref != "worktree":
         ctx["pythonpath"] = brokers.headrace_snapshot(args.headrace_ref, raw / "headrace")
-    from bench.machine import machine
     info = {k: v for k, v in machine().items() if k not in ("broker_cpus", "client_cpus")}
     command = "python -m bench.cluster " + " ".join(argv if argv is not None else sys.argv[1:])
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -927,17 +929,20 @@ def main(argv: list[str] | None = None) -> int:
                 kz.ensure_path(f"/bench-{i}")
             kz.stop()
             kz.close()
-        for i, run in enumerate(runs, 1):
-            progress(f"run {i}/{len(runs)}: {run.label} ({run.part})")
-            try:
-                results["samples"].append(run_one(run, args, ctx, progress))
-            except Exception as e:
-                failed += 1
-                progress(f"run {i} FAILED: {str(e)[-600:]}")
-                results["samples"].append({
-                    "part": run.part, "system": run.system, "brokers": run.brokers,
-                    "driver": run.driver, "durable": run.durable, "rep": run.rep,
-                    "loadavg": loadavg(), "status": "failed", "reason": str(e)[-2000:]})
+        # (windows of 10 s or more write enough for the host's first touch to show)
+        with memory_kept(progress, args.seconds >= 10) as kept:
+            info["memory_kept"] = kept
+            for i, run in enumerate(runs, 1):
+                progress(f"run {i}/{len(runs)}: {run.label} ({run.part})")
+                try:
+                    results["samples"].append(run_one(run, args, ctx, progress))
+                except Exception as e:
+                    failed += 1
+                    progress(f"run {i} FAILED: {str(e)[-600:]}")
+                    results["samples"].append({
+                        "part": run.part, "system": run.system, "brokers": run.brokers,
+                        "driver": run.driver, "durable": run.durable, "rep": run.rep,
+                        "loadavg": loadavg(), "status": "failed", "reason": str(e)[-2000:]})
     finally:
         if ctx.get("zk"):
             ctx["zk"].stop()

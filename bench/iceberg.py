@@ -7,7 +7,9 @@
 
 How this works
 --------------
-One ``headrace serve`` process (unpinned, as users run it) with ``iceberg.enabled=true`` and
+With windows of 10 s or more the rounds have the machine's memory kept as a dedicated
+host's (``bench/machine.py``, ``memory_kept``), as in ``bench.run``. One ``headrace serve``
+process (unpinned, as users run it) with ``iceberg.enabled=true`` and
 ``iceberg.commit.interval.ms`` (``--interval-ms``, 5 s by default) serves every round; each
 round makes a topic of its own (``--partitions``, the same settings but ``iceberg.mode``) and
 deletes it afterwards. The load is the harness's wire producer (``bench/wireproduce.py``:
@@ -56,11 +58,13 @@ import tempfile
 import threading
 import time
 import urllib.request
+from contextlib import ExitStack
 from pathlib import Path
 
 from bench import brokers, wire
 from bench.context import RESULTS, Progress, loadavg
 from bench.cpu import Meter, descendants, processes
+from bench.machine import memory_kept, memory_text
 from bench.wireproduce import drive
 
 MiB = 1 << 20
@@ -256,7 +260,8 @@ def markdown(results: dict) -> str:
         f"in requests of {results['batch_records']}, acks=all, "
         f"iceberg.commit.interval.ms={results['interval_ms']}; medians of {results['rounds']} "
         f"interleaved rounds, {results['seconds']:.0f} s windows; 1-minute load average before "
-        f"each round (2 CPUs, shared) beside each figure.",
+        f"each round (2 CPUs, shared) beside each figure"
+        f"{memory_text(results.get('memory_kept'), '; ')}.",
         "",
         "| phase | iceberg.mode | MiB/s | records/s | broker CPU-s/MiB | p50 ms | p99 ms "
         "| lag max s | caught up s | load |",
@@ -372,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.avro:
         args.data.mkdir(parents=True, exist_ok=True)
         value_file = avro_value(registry_port, args.record_size, args.data / "value.avro")
+    kept = ExitStack()  # (memory kept for windows that write enough for it to show)
+    results["memory_kept"] = kept.enter_context(memory_kept(progress, args.seconds >= 10))
     try:
         phases = ("paced",) if args.paced_mib_per_sec else ("saturation", "paced")
         results["paced_mib_per_sec"] = args.paced_mib_per_sec
@@ -393,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"{res['lag_max_s'] or 0:.2f} s  caught up "
                              f"{res['catch_up_s'] or 0:.2f} s  load {res['load']}")
     finally:
+        kept.close()
         broker.stop()
         shutil.rmtree(args.data, ignore_errors=True)
     if not results["saturation"]:  # (--paced-mib-per-sec: a quick look, not the benchmark)

@@ -170,6 +170,15 @@ for i in range(0, n, 4096):
 """
 
 
+def memory_text(kept: dict | None, sep: str) -> str:
+    """How a run kept the machine's memory (``memory_kept``'s record), or nothing."""
+    if not kept:
+        return ""
+    return (f"{sep}free page reporting {kept['page_reporting']}"
+            + (f", {kept['touched_bytes'] / 2**30:.1f} GiB touched first"
+               if "touched_bytes" in kept else ""))
+
+
 @contextmanager
 def memory_kept(progress, wanted: bool = True) -> Iterator[dict]:
     """The machine's memory as a dedicated host's for the measurement, and how that was done.

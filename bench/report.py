@@ -18,6 +18,7 @@ import zlib
 from collections import defaultdict
 from pathlib import Path
 
+from bench.machine import memory_text
 from bench.scenarios import LABELS, SCENARIOS, UNITS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -222,7 +223,7 @@ def machine_text(results: dict) -> str:
                      f"{m.get('vm.dirty_bytes')}; background "
                      f"{m.get('vm.dirty_background_ratio')}%).")
     if m.get("memory_kept"):
-        text = _memory_text(m["memory_kept"], "")
+        text = memory_text(m["memory_kept"], "")
         parts.append(text[0].upper() + text[1:] + ".")
     return " ".join(parts)
 
@@ -296,17 +297,8 @@ def reruns_text(results: dict) -> list[str]:
     """One line per re-run of some scenarios merged into ``results`` (``bench.run --merge``)."""
     return [f"Re-run of {', '.join(r['scenarios'])} with `{r['command']}` at {r['stamp']} "
             f"(Headrace at {r.get('headrace_at')}, load average at start "
-            f"{r['loadavg_start']}{_memory_text(r.get('memory_kept'), '; ')})."
+            f"{r['loadavg_start']}{memory_text(r.get('memory_kept'), '; ')})."
             for r in results.get("reruns", [])]
-
-
-def _memory_text(kept: dict | None, sep: str) -> str:
-    """How the run kept the machine's memory (``bench.machine.memory_kept``), or nothing."""
-    if not kept:
-        return ""
-    return (f"{sep}free page reporting {kept['page_reporting']}"
-            + (f", {kept['touched_bytes'] / 2**30:.1f} GiB touched first"
-               if "touched_bytes" in kept else ""))
 
 
 def markdown(results: dict, history: str | None = None) -> str:
