@@ -38,8 +38,8 @@ Everything runs with the machine's memory kept as a dedicated host's (``bench/ma
 so that no run's page cache costs more because of what ran before it.
 
 S6 (end-to-end latency at a fixed rate) and S7 (cold start) run as before, S6 with a warm-up
-run per broker process. Raw tool output and broker logs go to ``bench/results/raw/<stamp>/``;
-the summary goes to ``bench/results/`` (results.json, results.md, PNG plots), and ``--readme``
+run per broker process. Raw tool output, broker logs and this run's own results.json (written
+before anything is merged or rendered) go to ``bench/results/raw/<stamp>/``; the summary goes to ``bench/results/`` (results.json, results.md, PNG plots), and ``--readme``
 rewrites the Benchmarks section of ``docs/benchmarks.md``, the re-runs in
 ``docs/benchmarks-history.md`` and the README's headline figures.
 """
@@ -58,7 +58,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import brokers, saturate
+from bench import brokers, report, saturate
 from bench.coldstart import run_coldstart
 from bench.consume import ConsumeSetup, run_consume, setup_consume
 from bench.context import RESULTS, Context, loadavg
@@ -743,10 +743,12 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(ctx.data, ignore_errors=True)
 
     elapsed = results["elapsed_s"]
+    # this run's figures first, where nothing can lose them (the merge and the files follow)
+    ctx.raw.mkdir(parents=True, exist_ok=True)
+    (ctx.raw / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     if args.merge and (out_dir / "results.json").exists() and not args.profile:
         results = merge(json.loads((out_dir / "results.json").read_text()), results)
 
-    from bench import report
     if args.profile:
         report.write_profiles(ctx.profile_dir, out_dir, results)
     else:
