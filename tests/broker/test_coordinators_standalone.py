@@ -8,6 +8,7 @@ import pytest
 from headrace.broker.cluster.single_node import SingleNode
 from headrace.broker.cluster.znodes import Endpoint
 from headrace.broker.config.config import BrokerConfig
+from headrace.broker.coordinator.group import group_offsets
 from headrace.broker.coordinator.txn.producer_ids import ProducerIdManager
 from headrace.broker.log.log_cleaner import LogCleaner
 from headrace.broker.log.topics import TopicManager
@@ -62,6 +63,32 @@ async def test_transaction_coordinator_without_a_broker(topics, tmp_path):
     try:
         assert again.describe("tx").state is COMPLETE_COMMIT
         assert [t.transactional_id for t in again.transactions()] == ["tx"]
+    finally:
+        again.stop()
+
+
+async def test_a_commit_whose_complete_record_was_never_flushed_completes_again(topics, tmp_path):
+    """EndTxn is answered once the decision and the markers are flushed; the CompleteCommit
+    after them is only appended. A power loss that takes it (the state log cut back to what
+    was fsynced) leaves the PrepareCommit, and the next coordinator finishes the commit
+    again: a second marker, the transaction complete, nothing else changed."""
+    txns = coordinator(topics, tmp_path)
+    _, pid, _ = await txns.init_producer_id("tx", 30_000)
+    await topics.create("t", 1, {})
+    assert await txns.add_partitions("tx", pid, 0, {("t", 0)}) == ErrorCode.NONE
+    assert await txns.end_txn("tx", pid, 0, commit=True) == (ErrorCode.NONE, -1, -1)
+    log = topics.get(TRANSACTION_TOPIC).partitions[group_offsets.partition_for("tx", 3)].log
+    assert log.recovery_point == log.log_end_offset - 1  # the CompleteCommit: not flushed
+    log.truncate_to(log.recovery_point)  # what a power loss would leave
+    data = topics.get("t").partitions[0].log
+    assert data.log_end_offset == 1  # the commit marker
+
+    again = coordinator(topics, tmp_path)
+    await again.start()
+    try:
+        assert again.describe("tx").state is COMPLETE_COMMIT
+        assert data.log_end_offset == 2  # the marker written again
+        assert log.log_end_offset == log.recovery_point + 1  # the completion, once more
     finally:
         again.stop()
 
