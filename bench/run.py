@@ -39,9 +39,10 @@ so that no run's page cache costs more because of what ran before it.
 
 S6 (end-to-end latency at a fixed rate) and S7 (cold start) run as before, S6 with a warm-up
 run per broker process. Raw tool output, broker logs and this run's own results.json (written
-before anything is merged or rendered) go to ``bench/results/raw/<stamp>/``; the summary goes to ``bench/results/`` (results.json, results.md, PNG plots), and ``--readme``
-rewrites the Benchmarks section of ``docs/benchmarks.md``, the re-runs in
-``docs/benchmarks-history.md`` and the README's headline figures.
+before anything is merged or rendered) go to ``bench/results/raw/<stamp>/``; the summary goes
+to ``bench/results/`` (results.json, results.md, PNG plots), and ``--readme`` rewrites the
+Benchmarks section of ``docs/benchmarks.md``, the re-runs in ``docs/benchmarks-history.md``
+and the README's headline figures.
 """
 
 from __future__ import annotations
