@@ -15,9 +15,10 @@ the catalog, never read), so hadoop-common is on the class path without its depe
 the few that class loads.
 
 The class path is resolved once with Maven and cached (``headrace.broker.tools.maven``): the
-first run downloads about 20 MB from Maven Central, later runs start the server in a couple of
-seconds. The server binds every interface (the fixture takes a port, not an address), on a
-free port picked here; the tests reach it on 127.0.0.1.
+first run downloads some 40 MB from Maven Central (a third of it sqlite-jdbc with its native
+libraries); later runs start the JVM at once, without Maven. The server binds every interface
+(the fixture takes a port, not an address), on a free port picked here; the tests reach it on
+127.0.0.1.
 """
 
 from __future__ import annotations

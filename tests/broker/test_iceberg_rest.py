@@ -9,8 +9,8 @@ over a kill -9 of the broker, and with every offset in exactly one snapshot's
 ``headrace.offsets``. A stopped catalog holds back no produce; the table catches up once the
 catalog is back (its JDBC catalog is a SQLite file, so it keeps its tables over a restart).
 
-The first run resolves the fixture's jars with Maven (about 20 MB, cached); a run takes some
-twenty seconds after that. Skipped without java and mvn.
+The first run resolves the fixture's jars with Maven (some 40 MB, cached); later runs need no
+Maven. Skipped without java and mvn.
 """
 
 from __future__ import annotations
