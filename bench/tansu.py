@@ -12,7 +12,7 @@ time with ``cargo install tansu --version 0.6.0 --locked --features libsql --roo
 <CACHE_DIR>/tansu-0.6.0-libsql`` (``CACHE_DIR``: ``~/.cache/headrace``, where the Kafka class
 paths are cached; ``$HEADRACE_CACHE`` overrides it). ``--locked`` builds the dependency
 versions the crate was published with; cargo's ``Compiling`` lines are counted into a
-progress line every few seconds on stderr, and a lock file keeps two harnesses from building
+progress line every 30 seconds on stderr, and a lock file keeps two harnesses from building
 at once. Later runs find the binary and reuse it. It needs ``cargo`` (rustup's
 ``~/.cargo/bin`` is looked in when it is not on PATH) and a C compiler (libSQL's SQLite).
 
@@ -38,6 +38,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -96,26 +97,32 @@ def _install(version: str, dest: Path, say) -> None:
            "--features", ",".join(FEATURES), "--root", str(dest)]
     say(f"installing Tansu {version} from crates.io: {' '.join(cmd[1:])} (compiles hundreds of "
         "crates: many minutes the first time, cached afterwards)")
-    start = last = time.monotonic()
+    start = time.monotonic()
     compiled, tail = 0, []
+    done = threading.Event()
+
+    def ticker() -> None:  # a line every 30 s, also while one large crate compiles
+        while not done.wait(30):
+            say(f"cargo install tansu: {compiled} crates compiled, "
+                f"{time.monotonic() - start:.0f}s ({tail[-1].strip() if tail else 'starting'})")
+
     env = {**os.environ, "CARGO_TERM_COLOR": "never", "CARGO_TERM_PROGRESS_WHEN": "never"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             stdin=subprocess.DEVNULL, env=env)
     assert proc.stdout is not None
+    threading.Thread(target=ticker, daemon=True).start()
     try:
         for line in proc.stdout:
             tail = (tail + [line.rstrip()])[-40:]
             if re.match(r"\s*Compiling ", line):
                 compiled += 1
-            now = time.monotonic()
-            if now - last >= 10:
-                say(f"cargo install tansu: {compiled} crates compiled, {now - start:.0f}s")
-                last = now
         rc = proc.wait()
     except BaseException:  # interrupted: do not leave cargo building
         proc.kill()
         proc.wait()
         raise
+    finally:
+        done.set()
     if rc != 0:
         raise RuntimeError(f"cargo install tansu {version} failed ({rc}):\n" + "\n".join(tail))
     say(f"Tansu {version} installed in {time.monotonic() - start:.0f}s ({compiled} crates "
