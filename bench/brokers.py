@@ -1,7 +1,9 @@
-"""The two brokers under test behind one small interface, and the Java tool runner.
+"""The brokers under test behind one small interface, and the Java tool runner.
 
-Both brokers are started the same way for every run: a fresh data directory under the same
-parent (so the same file system), the broker process pinned to ``BROKER_CPUS`` (every thread
+Apache Kafka and Headrace, and Tansu (``bench/tansu.py``: a Kafka-compatible broker in Rust
+from crates.io, the peer of issue 36) where a scenario suits it (``skip_reason``). Every
+broker is started the same way for every run: a fresh data directory under the same parent
+(so the same file system), the broker process pinned to ``BROKER_CPUS`` (every thread
 inherits the affinity set before exec), free ports on 127.0.0.1. Tools run pinned to
 ``CLIENT_CPUS``.
 """
@@ -17,8 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench import wire
-from headrace.broker.tools.process import BrokerProcess, pinned
+from bench import tansu, wire
+from headrace.broker.tools.process import BrokerProcess, pinned, terminate
 from bench.apache_kafka import (HOST, KAFKA_VERSION, TOOL_JVM_FLAGS, ApacheKafka, classpath,
                                 log_flags)
 
@@ -425,6 +427,70 @@ class KafkaBroker(Broker):
                 "effective": effective}
 
 
+class TansuBroker(Broker):
+    """Tansu (``bench.tansu``): one ``tansu broker`` process on a free port of 127.0.0.1,
+    pinned to the broker CPUs, its SQLite database in ``data_dir`` (its working directory),
+    its output in ``log_file``. ``prepare`` installs it on first use (cargo, many minutes) and
+    chooses the port; ``start`` waits until Metadata answers."""
+
+    name = "tansu"
+
+    def __init__(self, data_dir: Path, cpus: set[int] | None = None,
+                 log_file: Path | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.log_file = log_file or self.data_dir.with_suffix(".log")
+        self.cpus = cpus if cpus is not None else BROKER_CPUS
+        self.exe: Path | None = None
+        self.proc: subprocess.Popen | None = None
+
+    def prepare(self) -> None:
+        self.exe = tansu.binary()
+        if not self.port:
+            self.port = free_port_block(1)
+
+    def start(self, timeout: float = 60.0) -> "TansuBroker":
+        if self.exe is None or not self.port:
+            self.prepare()
+        assert self.exe is not None
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        # RUST_LOG unset: Tansu's tracing filter then logs errors only, as a user runs it
+        env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
+        with open(self.log_file, "ab") as log:
+            self.spawned_at = time.monotonic()
+            self.proc = subprocess.Popen(tansu.command(self.exe, self.port), cwd=self.data_dir,
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env,
+                                         preexec_fn=pinned(self.cpus))
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"Tansu exited with {self.proc.returncode}:\n{self._tail()}")
+            try:
+                wire.wait_ready(HOST, self.port, timeout=0.5)
+                return self
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    self.stop()
+                    raise TimeoutError(f"Tansu not ready after {timeout}s:\n{self._tail()}")
+
+    def _tail(self, lines: int = 30) -> str:
+        text = self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc is not None:
+            terminate(self.proc, timeout)
+            self.proc = None
+
+    def settings(self) -> dict:
+        """Its version, command line and storage (Tansu has no other settings file)."""
+        return {"version": tansu.version_of(self.exe) if self.exe else None,
+                "command": tansu.command(self.exe or Path("tansu"), self.port),
+                "features": list(tansu.FEATURES), "storage": tansu.STORAGE}
+
+
 HEADRACE_PATH: Path | None = None  # set by the harness when it runs a snapshot
 # Settings where bench/kafka/server.properties.template departs from Kafka's defaults, given
 # to Headrace too so that both brokers run alike (a new group rebalances at once).
@@ -442,12 +508,28 @@ KAFKA_TUNED_JVM_FLAGS = [
     "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true",
 ]
 KAFKA_TUNED_PROPERTIES = {"socket.receive.buffer.bytes": -1}
-KINDS = ("kafka-default", "kafka-tuned", "headrace", "headrace-single", "headrace-w2")
+KINDS = ("kafka-default", "kafka-tuned", "headrace", "headrace-single", "headrace-w2", "tansu")
+SYSTEMS = ("kafka", "headrace", "tansu")
 
 
 def system_of(kind: str) -> str:
-    """"kafka" or "headrace": the system a broker variant belongs to."""
-    return "kafka" if kind.startswith("kafka") else "headrace"
+    """"kafka", "headrace" or "tansu": the system a broker variant belongs to."""
+    if kind.startswith("kafka"):
+        return "kafka"
+    return "tansu" if kind.startswith("tansu") else "headrace"
+
+
+TANSU_NOT_DURABLE = ("Tansu 0.6 has no setting that flushes every produce (its SQLite storage "
+                     "commits to a WAL with synchronous=NORMAL, fsynced at checkpoints only): "
+                     "no counterpart of log.flush.interval.messages=1")
+
+
+def skip_reason(kind: str, sc) -> str | None:
+    """Why broker ``kind`` does not run scenario ``sc`` (a ``bench.scenarios.Scenario``), or
+    None: the harness records the reason in the scenario's results instead of a run."""
+    if system_of(kind) == "tansu" and sc.durable:
+        return TANSU_NOT_DURABLE
+    return None
 
 
 def make_broker(kind: str, data_dir: Path, durable: bool = False, fixed_port: bool = False,
@@ -457,8 +539,13 @@ def make_broker(kind: str, data_dir: Path, durable: bool = False, fixed_port: bo
     process starts (Kafka's always is). Kinds: "kafka" or "kafka-default" (Kafka's
     start-script JVM settings),
     "kafka-tuned" (the operations documentation's), "headrace" (one process; as
-    "headrace-single" beside "headrace-wN" in one layout) and "headrace-wN" (``--workers N``,
-    needs ``ZOOKEEPER``)."""
+    "headrace-single" beside "headrace-wN" in one layout), "headrace-wN" (``--workers N``,
+    needs ``ZOOKEEPER``) and "tansu" (``TansuBroker``; not durable: see ``skip_reason``)."""
+    if kind == "tansu":
+        if durable:
+            raise ValueError(TANSU_NOT_DURABLE)
+        return TansuBroker(data_dir, log_file=(log_dir / f"{data_dir.name}.broker.log")
+                           if log_dir else None)
     extra = {"log.flush.interval.messages": 1} if durable else {}
     if kind in ("kafka", "kafka-default"):
         return KafkaBroker(data_dir, properties=extra, name=kind)

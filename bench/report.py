@@ -18,6 +18,7 @@ import zlib
 from collections import defaultdict
 from pathlib import Path
 
+from bench import brokers
 from bench.machine import memory_text
 from bench.scenarios import LABELS, SCENARIOS, UNITS
 
@@ -41,13 +42,22 @@ def _fmt(v: float | None) -> str:
     return f"{v:.2f}"
 
 
-def ratio(entry: dict, metric: str) -> float | None:
+def ratio(entry: dict, metric: str, over: str = "kafka") -> float | None:
+    """Headrace's median ``metric`` over that of the system ``over`` ("kafka", "tansu")."""
     med = entry.get("median", {})
-    k = med.get("kafka", {}).get(metric)
+    k = med.get(over, {}).get(metric)
     h = med.get("headrace", {}).get(metric)
     if k is None or h is None or k == 0:
         return None
     return h / k
+
+
+def systems(scenarios: dict) -> list[str]:
+    """The systems the tables show: Kafka and Headrace always, Tansu when it was run."""
+    def ran(entry: dict) -> bool:
+        return any(k.startswith("tansu") for part in ("kinds", "samples", "median", "skipped")
+                   for k in entry.get(part, {}))
+    return ["kafka", "headrace"] + (["tansu"] if any(map(ran, scenarios.values())) else [])
 
 
 def verdicts(results: dict) -> list[dict]:
@@ -70,6 +80,8 @@ def _cell(entry: dict, system: str, metric: str) -> str:
     v = entry.get("median", {}).get(system, {}).get(metric)
     rng = entry.get("range", {}).get(system, {}).get(metric)
     if v is None:
+        if system in entry.get("skipped", {}):
+            return "skipped"
         failed = not entry.get("median", {}).get(system) and system in entry.get("median", {})
         return "failed" if failed else "-"
     if rng and rng[0] != rng[1]:
@@ -86,14 +98,29 @@ def _compared(entry: dict) -> str:
 
 def table(results: dict, scenarios: dict | None = None) -> str:
     """One block per scenario: each metric for the better Kafka variant and Headrace (median,
-    min-max over the runs), the ratio, the bar from the issue and whether it is met."""
+    min-max over the runs), the ratio, the bar from the issue and whether it is met; with
+    Tansu run, its column and a Headrace/Tansu ratio beside them (no bar: the bars are the
+    issue's, against Kafka)."""
     scen = results["scenarios"] if scenarios is None else scenarios
     limit = results.get("loopback", {}).get("limit")
     threshold = results.get("machine", {}).get("dirty_threshold_bytes")
+    shown = systems(scen)
+    tansu = "tansu" in shown
+    names = {"kafka": "Kafka (better variant)", "headrace": "Headrace", "tansu": "Tansu"}
     lines = [
-        "| scenario | metric | Kafka (better variant) | Headrace | Headrace/Kafka | bar | met |",
-        "|---|---|---:|---:|---:|---|---|",
+        "| scenario | metric | " + " | ".join(names[x] for x in shown) + " | Headrace/Kafka | "
+        + ("Headrace/Tansu | " if tansu else "") + "bar | met |",
+        "|---|---|" + "---:|" * len(shown) + "---:|" + ("---:|" if tansu else "") + "---|---|",
     ]
+    width = 2 + len(shown) + 1 + tansu + 2
+
+    def row(name: str, label: str, cells: list[str]) -> str:
+        """A line of the table: ``cells`` after the label, the rest left empty."""
+        return "| " + " | ".join([name, label, *cells] + [""] * (width - 2 - len(cells))) + " |"
+
+    def per_system(values: list, fmt) -> list[str]:
+        return ["-" if v is None or v == 0 else fmt(v) for v in values]
+
     for sid, entry in scen.items():
         sc = SCENARIOS.get(sid)
         if sc is None:
@@ -102,57 +129,53 @@ def table(results: dict, scenarios: dict | None = None) -> str:
         bars = {b.metric: b for b in sc.bars}
         first = True
         for m in sc.metrics:
-            k = med.get("kafka", {}).get(m)
-            h = med.get("headrace", {}).get(m)
-            if k is None and h is None and m not in bars:
+            if all(med.get(x, {}).get(m) is None for x in shown) and m not in bars:
                 continue
             r = ratio(entry, m)
             b = bars.get(m)
             met = "" if b is None else {True: "yes", False: "**no**", None: "n/a"}[b.met(r)]
             label = f"{LABELS.get(m, m)} ({UNITS.get(m, '')})"
             name = f"{sid}: {entry.get('title', sc.title)}" if first else ""
-            lines.append(f"| {name} | {label} | {_cell(entry, 'kafka', m)} | "
-                         f"{_cell(entry, 'headrace', m)} | "
-                         f"{'-' if r is None else f'{r:.2f}x'} | {b.text() if b else ''} | {met} |")
+            ratios = [r] + ([ratio(entry, m, over="tansu")] if tansu else [])
+            lines.append(row(name, label, [_cell(entry, x, m) for x in shown]
+                             + ["-" if q is None else f"{q:.2f}x" for q in ratios]
+                             + [b.text() if b else "", met]))
             first = False
         if first:
-            lines.append(f"| {sid}: {entry.get('title', sc.title)} | (no results) | | | | | |")
-        sat = [med.get(x, {}).get("saturation_clients") for x in ("kafka", "headrace")]
+            lines.append(row(f"{sid}: {entry.get('title', sc.title)}", "(no results)", []))
+        sat = [med.get(x, {}).get("saturation_clients") for x in shown]
         if any(sat):
-            lines.append(f"| | client processes at the maximum{_compared(entry)} | "
-                         + " | ".join("-" if v is None else f"{v:g}" for v in sat)
-                         + " | | | |")
-        others = [k for k in entry.get("kinds", entry.get("samples", {}))
-                  if k not in (entry.get("best_kafka"), entry.get("headrace_kind"), "kafka",
-                               "headrace")]
+            lines.append(row("", f"client processes at the maximum{_compared(entry)}",
+                             ["-" if v is None else f"{v:g}" for v in sat]))
+        compared = (entry.get("best_kafka"), entry.get("headrace_kind"), *brokers.SYSTEMS)
+        others = [k for k in entry.get("kinds", entry.get("samples", {})) if k not in compared]
         for kind in others:
             metric = sc.primary if sc.kind in ("produce", "consume") else (
                 sc.bars[0].metric if sc.bars else "")
             v = med.get(kind, {}).get(metric)
-            lines.append(f"| | {kind} (not compared): {LABELS.get(metric, metric)} | "
-                         f"{_fmt(v) if v is not None else 'failed'} | | | | |")
+            lines.append(row("", f"{kind} (not compared): {LABELS.get(metric, metric)}",
+                             [_fmt(v) if v is not None else "failed"]))
         if sc.dirty and threshold:
-            wrote = [med.get(x, {}).get("bytes") for x in ("kafka", "headrace")]
-            cells = " | ".join("-" if not w else
-                               f"{w / 2**30:.1f} GiB ({'above' if w > threshold else 'below'})"
-                               for w in wrote)
-            lines.append(f"| | written per run vs dirty threshold {threshold / 2**30:.1f} GiB "
-                         f"| {cells} | | | |")
+            wrote = [med.get(x, {}).get("bytes") for x in shown]
+            lines.append(row("", f"written per run vs dirty threshold {threshold / 2**30:.1f} "
+                             "GiB", per_system(wrote, lambda w: f"{w / 2**30:.1f} GiB "
+                                               f"({'above' if w > threshold else 'below'})")))
         if entry.get("error"):
-            lines.append(f"| | failed: {entry['error'].splitlines()[0][:120]} | | | | | |")
+            lines.append(row("", f"failed: {entry['error'].splitlines()[0][:120]}", []))
         for kind, st in entry.get("status", {}).items():
             if st.startswith("failed"):
-                lines.append(f"| | {kind}: {st[:200]} | | | | | |")
-        retries = [med.get(x, {}).get("retries") for x in ("kafka", "headrace")]
+                lines.append(row("", f"{kind}: {st[:200]}", []))
+        for kind, why in entry.get("skipped", {}).items():
+            lines.append(row("", f"{kind}: skipped: {why[:200]}", []))
+        retries = [med.get(x, {}).get("retries") for x in shown]
         if any(retries):
-            lines.append("| | producer retries (median per run) | "
-                         + " | ".join("-" if v is None else f"{v:g}" for v in retries)
-                         + " | | | |")
+            lines.append(row("", "producer retries (median per run)",
+                             ["-" if v is None else f"{v:g}" for v in retries]))
         if limit and sc.kind in ("produce", "consume"):
-            share = [med.get(x, {}).get("mb_per_sec") for x in ("kafka", "headrace")]
+            share = [med.get(x, {}).get("mb_per_sec") for x in shown]
             if any(share):
-                cells = " | ".join("-" if not v else f"{v * 2**20 / limit:.0%}" for v in share)
-                lines.append(f"| | share of loopback limit (bytes/s) | {cells} | | | |")
+                lines.append(row("", "share of loopback limit (bytes/s)",
+                                 per_system(share, lambda v: f"{v * 2**20 / limit:.0%}")))
     return "\n".join(lines)
 
 
@@ -266,26 +289,28 @@ def cpu_table(results: dict) -> str:
     """Median share of one core per run: what the broker used, what the client used, and
     what else ran on the broker's CPU (a shared machine shows up here)."""
     rows = []
+    shown = systems(results["scenarios"])
     for sid, entry in results["scenarios"].items():
         med = entry.get("median", {})
         cells = []
         for key, _ in CPU_COLUMNS:
             if key == "foreign_cpu":
                 vals = []
-                for kind in ("kafka", "headrace"):
+                for kind in shown:
                     fs = sorted(f for f in map(_foreign, entry.get("samples", {}).get(kind, []))
                                 if f is not None)
                     vals.append(fs[len(fs) // 2] if fs else None)
             else:
-                vals = [med.get(k, {}).get(key) for k in ("kafka", "headrace")]
+                vals = [med.get(k, {}).get(key) for k in shown]
             cells.append(" / ".join("-" if v is None else f"{v:.2f}" for v in vals))
-        if any(c != "- / -" for c in cells):
+        if any(set(c.split(" / ")) != {"-"} for c in cells):
             rows.append(f"| {sid} | " + " | ".join(cells) + " |")
     if not rows:
         return ""
     head = ("| scenario | " + " | ".join(label for _, label in CPU_COLUMNS) + " |\n"
             + "|---|" + "---:|" * len(CPU_COLUMNS) + "\n")
-    return ("CPU used during the runs (median share of one core, Kafka / Headrace). *broker "
+    return ("CPU used during the runs (median share of one core, "
+            + " / ".join(x.capitalize() for x in shown) + "). *broker "
             "process*: the broker's own user+system time; *client tool*: the perf tool's, JVM "
             "start included; *rest of the broker's CPU busy*: time the broker's CPU spent on "
             "anything else; *other use of both CPUs*: busy time of the two CPUs beyond the broker "
@@ -299,6 +324,22 @@ def reruns_text(results: dict) -> list[str]:
             f"(Headrace at {r.get('headrace_at')}, load average at start "
             f"{r['loadavg_start']}{memory_text(r.get('memory_kept'), '; ')})."
             for r in results.get("reruns", [])]
+
+
+def tansu_text(results: dict) -> str:
+    """What the Tansu column is (version, storage and what that storage keeps), or nothing
+    when Tansu was not run."""
+    t = results.get("tansu")
+    if not t and "tansu" not in systems(results["scenarios"]):
+        return ""
+    t = t or {}
+    return (f"Tansu {t.get('version', '?')} (Rust, crates.io, `cargo install --features "
+            f"{','.join(t.get('features', ['?']))}`; `python -m bench.run --brokers "
+            f"...,tansu`), one process as Kafka and Headrace, same disk. Storage: "
+            f"{t.get('storage', '?')}: like Kafka's and Headrace's defaults an acknowledged "
+            "record is in the page cache, not yet on the disk; it has no durable mode, so it "
+            "skips S2. Headrace/Tansu: Headrace's median over Tansu's (no bar: the bars are "
+            "against Kafka).")
 
 
 def markdown(results: dict, history: str | None = None) -> str:
@@ -331,6 +372,7 @@ def markdown(results: dict, history: str | None = None) -> str:
         "",
         machine_text(results),
         "",
+        *([tansu_text(results), ""] if tansu_text(results) else []),
         f"Load average at start: {la}" + (" (**busy machine: numbers are noisy**)" if busy else "")
         + f"; at end: {results.get('loadavg_end')}; 1-minute load at the start of each run: "
         + _load_range(results) + f". Run took {results.get('elapsed_s', 0) / 60:.1f} min.",
@@ -388,7 +430,9 @@ def markdown(results: dict, history: str | None = None) -> str:
 def write(results: dict, out_dir: Path, plots: bool = True) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
-    (out_dir / "results.md").write_text("# Apache Kafka vs Headrace\n\n" + markdown(results))
+    title = " vs ".join(["Apache Kafka", "Headrace"]
+                        + (["Tansu"] if "tansu" in systems(results["scenarios"]) else []))
+    (out_dir / "results.md").write_text(f"# {title}\n\n" + markdown(results))
     if plots:
         try:
             write_plots(results, out_dir)
@@ -406,8 +450,9 @@ def write_plots(results: dict, out_dir: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"kafka": "#555555", "headrace": "#1f77b4"}
+    colors = {"kafka": "#555555", "headrace": "#1f77b4", "tansu": "#d98c1f"}
     scen = results["scenarios"]
+    shown = systems(scen)
 
     def samples(sid: str, kind: str, metric: str) -> list[float]:
         return [s[metric] for s in scen.get(sid, {}).get("samples", {}).get(kind, [])
@@ -418,13 +463,14 @@ def write_plots(results: dict, out_dir: Path) -> None:
           for sid in ("S1", "S2", "S3", "S4", "S5") if sid in scen]
     if tp:
         fig, ax = plt.subplots(figsize=(8, 4))
+        step = 0.76 / len(shown)
         for i, (sid, metric) in enumerate(tp):
-            for j, kind in enumerate(("kafka", "headrace")):
+            for j, kind in enumerate(shown):
                 vals = samples(sid, kind, metric)
                 med = scen[sid].get("median", {}).get(kind, {}).get(metric)
-                x = i + (j - 0.5) * 0.38
+                x = i + (j - (len(shown) - 1) / 2) * step
                 if med is not None:
-                    ax.bar(x, med, 0.36, color=colors[kind], label=kind if i == 0 else None)
+                    ax.bar(x, med, step * 0.95, color=colors[kind], label=kind if i == 0 else None)
                     ax.text(x, med, f"{med:.0f}", ha="center", va="bottom", fontsize=8)
                 ax.plot([x] * len(vals), vals, "k.", markersize=4)
         ax.set_xticks(range(len(tp)), [s for s, _ in tp])
@@ -476,7 +522,7 @@ def write_plots(results: dict, out_dir: Path) -> None:
                     pts = sorted((s["clients"], s[metric]) for s in d.get("curve", [])
                                  if not s.get("status"))
                     if pts:
-                        col = colors["kafka"] if kind.startswith("kafka") else colors["headrace"]
+                        col = colors[brokers.system_of(kind)]
                         marker = "s" if kind in ("kafka-tuned", "headrace-single") else "o"
                         ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=col,
                                 marker=marker, label=f"{kind} ({layout})")
@@ -548,6 +594,9 @@ def readme_section(results: dict, out_dir: Path, page: Path = PAGE) -> str:
                  "`python -m bench.run --profile`): "
                 + ", ".join(f"[{p.stem[8:]}]({link}/{p.name})" for p in profiles)
                 + f"; top functions in [{rel}/profiles.md]({link}/profiles.md).")
+    peer = (" With Tansu (a Kafka-compatible broker in Rust, `--brokers ...,tansu`) as a third "
+            "system, built from crates.io on first use: its column and Headrace/Tansu ratios are "
+            "in the tables." if "tansu" in systems(results["scenarios"]) else "")
     return f"""# Benchmarks
 
 Apache Kafka and Headrace on the same machine, one after the other, each driven to saturation
@@ -561,7 +610,7 @@ this variant existed ran `--workers 2` only: each scenario names the variants it
 run is checked (records stored as acknowledged and consumed as requested, no client errors;
 a failed run fails its cell), each broker process takes a discarded warm-up run, and the
 latency sweep runs each broker at 25/50/75% of its own maximum (S6: end-to-end latency at a fixed rate,
-`bench/java/EndToEndRate.java`). One command runs everything and writes
+`bench/java/EndToEndRate.java`).{peer} One command runs everything and writes
 `{rel}/results.md`, `results.json` and the plots (how long: `{rel}/notes.md`):
 
 ```sh
@@ -611,11 +660,34 @@ def headline_section(results: dict, page: Path, readme: Path) -> str:
                     f"back (`python -m bench.transactions`, medians of {txn_results['rounds']} "
                     f"rounds, Kafka's better JVM variant; load average {load} at its start).")
     link = _link(page, readme)
+    peer = tansu_line(results)
     return (f"Apache Kafka {m.get('kafka_version')} (KRaft, one node) and Headrace, one after "
             f"the other on one machine ({m.get('cpu_model', '?')}, {m.get('cpus')} CPUs), each "
             f"driven to saturation; one figure per scenario, medians of "
             f"{results['runs']} runs ([{link}]({link}): the method, the machine, every figure, "
-            f"the plots).{note}\n\n" + "\n".join(rows) + "\n")
+            f"the plots).{note}\n\n" + "\n".join(rows) + "\n"
+            + (f"\n{peer}\n" if peer else ""))
+
+
+def tansu_line(results: dict) -> str:
+    """One line for the README's headline: Tansu's figure of each scenario's first bar and
+    Headrace's ratio to it, or nothing when Tansu was not run."""
+    parts = []
+    for sid, entry in results["scenarios"].items():
+        sc = SCENARIOS.get(sid)
+        if sc is None or not sc.bars or "tansu" not in systems({sid: entry}):
+            continue
+        metric = sc.bars[0].metric
+        cell = _cell(entry, "tansu", metric).split(" (")[0]
+        r = ratio(entry, metric, over="tansu")
+        parts.append(f"{sid} {cell}" + ("" if cell in ("-", "skipped", "failed")
+                                        else f" {UNITS.get(metric, '')}")
+                     + ("" if r is None else f" (Headrace/Tansu {r:.2f}x)"))
+    if not parts:
+        return ""
+    version = results.get("tansu", {}).get("version", "")
+    return (f"Tansu {version}, a Kafka-compatible broker in Rust, in the same runs (SQLite "
+            f"storage; no durable mode, so no S2): " + "; ".join(parts) + ".").replace("  ", " ")
 
 
 def _between(text: str, start: str, end: str, block: str, append: bool = True) -> str:

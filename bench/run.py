@@ -3,6 +3,7 @@
     python -m bench.run --readme                 # the full measurement (hours; see notes.md)
     python -m bench.run --size tiny --runs 1     # seconds per scenario: a check that it works
     python -m bench.run --scenarios S1,S3 --brokers headrace --layouts unpinned
+    python -m bench.run --brokers kafka,headrace,tansu --scenarios S4   # Tansu beside them
     python -m bench.run --profile                # py-spy flame graphs of Headrace under S1, S3, S4
     python -m bench.run --driver perf            # Kafka's ProducerPerformance/ConsumerPerformance
 
@@ -37,6 +38,13 @@ Everything runs with the machine's memory kept as a dedicated host's (``bench/ma
 ``memory_kept``: on a virtual machine, free page reporting off and the memory touched once),
 so that no run's page cache costs more because of what ran before it.
 
+A third system, Tansu (``--brokers ...,tansu``; ``bench/tansu.py``: a Kafka-compatible broker
+in Rust, built from crates.io with cargo on first use and cached), runs as one more variant of
+its own through the same steps, its SQLite storage on the same disk; it has no durable mode,
+so it skips S2, and the skip and its reason are recorded in the scenario's ``skipped``
+(``brokers.skip_reason``). Its figures are a system of their own in the results
+(``median["tansu"]``), beside Kafka's and Headrace's, with a Headrace/Tansu ratio in the tables.
+
 S6 (end-to-end latency at a fixed rate) and S7 (cold start) run as before, S6 with a warm-up
 run per broker process. Raw tool output, broker logs and this run's own results.json (written
 before anything is merged or rendered) go to ``bench/results/raw/<stamp>/``; the summary goes
@@ -59,7 +67,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import brokers, report, saturate
+from bench import brokers, report, saturate, tansu
 from bench.coldstart import run_coldstart
 from bench.consume import ConsumeSetup, run_consume, setup_consume
 from bench.context import RESULTS, Context, loadavg
@@ -100,10 +108,11 @@ def run_scenario(sc: Scenario, ctx: Context, results: dict) -> None:
     """The old flow (one fresh broker per run, one client): ``--profile`` only."""
     entry = results["scenarios"].setdefault(sc.id, {"title": sc.title, "samples": {}})
     samples: dict[str, list] = entry["samples"]
+    kinds = runnable(sc, ctx.kinds, entry)
     st = setup_consume(sc, ctx) if sc.kind == "consume" else None
     try:
         for rep in range(ctx.runs):
-            order = ctx.kinds if rep % 2 == 0 else list(reversed(ctx.kinds))
+            order = kinds if rep % 2 == 0 else list(reversed(kinds))
             for kind in order:
                 ctx.progress(f"{sc.id} run {rep + 1}/{ctx.runs} {kind}: {sc.title}")
                 s = run_once(sc, kind, ctx, rep, st)
@@ -142,7 +151,19 @@ def kinds_for(layout: str, ctx: Context) -> list[str]:
             out += [f"headrace-w{w}", "headrace-single"]
         else:
             out.append("headrace")
+    if "tansu" in ctx.kinds:
+        out.append("tansu")
     return out
+
+
+def runnable(sc: Scenario, kinds: list[str], entry: dict) -> list[str]:
+    """``kinds`` without those that cannot run ``sc``; their reasons go to
+    ``entry["skipped"]``."""
+    for kind in kinds:
+        why = brokers.skip_reason(kind, sc)
+        if why:
+            entry.setdefault("skipped", {})[kind] = why
+    return [k for k in kinds if k not in entry.get("skipped", {})]
 
 
 class Session:
@@ -301,7 +322,9 @@ def best_point(curve: list[dict], metric: str) -> dict | None:
 
 
 def saturation_scenario(sc: Scenario, ctx: Context, layout: str, entry: dict) -> None:
-    kinds = kinds_for(layout, ctx)
+    kinds = runnable(sc, kinds_for(layout, ctx), entry)
+    for kind, why in entry.get("skipped", {}).items():
+        ctx.progress(f"{sc.id} [{layout}] {kind}: skipped: {why}")
     per = entry.setdefault("kinds", {})
     metric = sc.primary
     for kind in kinds:
@@ -570,6 +593,8 @@ def merge(base: dict, new: dict) -> dict:
         return dict(sorted(scen.items(), key=lambda kv: order.get(kv[0], 99)))
 
     merged = dict(base)
+    if "tansu" in new:  # the Tansu of the latest run that measured it
+        merged["tansu"] = new["tansu"]
     layout = new["headline_layout"]
     if layout == base.get("headline_layout", layout):
         merged["scenarios"] = updated(base.get("scenarios", {}))
@@ -595,7 +620,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5,
                     help="measured runs per scenario, layout and broker variant (default 5)")
     ap.add_argument("--scenarios", help="comma-separated ids (default: all)")
-    ap.add_argument("--brokers", default="kafka,headrace")
+    ap.add_argument("--brokers", default="kafka,headrace",
+                    help="systems to run: kafka, headrace, tansu (Tansu 0.6 from crates.io, "
+                         "built with cargo on first use: many minutes)")
     ap.add_argument("--layouts", default=",".join(LAYOUTS),
                     help="unpinned (the headline: everything shares every CPU), pinned (broker "
                          "on CPU 0, clients on the rest); the first one is the headline")
@@ -652,6 +679,9 @@ def main(argv: list[str] | None = None) -> int:
     for layout in args.layouts.split(","):
         if layout not in LAYOUTS:
             ap.error(f"--layouts: unknown layout {layout}")
+    for system in args.brokers.split(","):
+        if system not in brokers.SYSTEMS + brokers.KINDS:
+            ap.error(f"--brokers: unknown system {system} (known: {', '.join(brokers.SYSTEMS)})")
 
     # SIGINT and SIGTERM stop the run cleanly (brokers stopped, data removed), also when the
     # harness was started in the background, where SIGINT is ignored by default.
@@ -685,6 +715,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--headrace-ref {args.headrace_ref}: {e}")
         ctx.progress(f"measuring Headrace as committed at {headrace_at} ({args.headrace_ref})")
 
+    if "tansu" in ctx.kinds:  # installed now (once: cargo, many minutes), not in a run
+        exe = tansu.binary(progress=ctx.progress)
+        ctx.progress(f"measuring {tansu.version_of(exe)} ({exe}); storage: {tansu.STORAGE}")
+
     command = "python -m bench.run " + " ".join(argv if argv is not None else sys.argv[1:])
     info = machine()
     ctx.dirty_threshold = info.get("dirty_threshold_bytes")
@@ -700,6 +734,9 @@ def main(argv: list[str] | None = None) -> int:
         "sweep_fractions": ctx.sweep_fractions,
         "scenarios": {}, "layouts": {},
     }
+    if "tansu" in ctx.kinds:
+        results["tansu"] = {"version": tansu.TANSU_VERSION, "binary": str(exe),
+                            "features": list(tansu.FEATURES), "storage": tansu.STORAGE}
     ctx.progress(f"load average at start: {results['loadavg_start']} "
                  f"(1-minute above ~0.7 means a busy machine and noisy numbers); fsync "
                  f"p50 {info['fsync_start'].get('p50_ms', 0):.2f} ms in {ctx.data}")
