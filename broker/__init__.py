@@ -10,10 +10,10 @@ app/           the process: ``BrokerServer`` wires the pieces, starts, dispatche
 tools/         the admin commands (``headrace topics``, ``groups``, ``dump-log``, ``verify``)
                and the processes tests and tools start: a broker, ZooKeeper
 apis/          one module per Kafka API, and the registry of them
-registry/      the schema registry: Confluent's REST API on a listener of its own, its state
-               in the compacted topic ``_schemas``
 iceberg/       topics as Iceberg tables: committed records of the led partitions, written as
                Parquet and committed as snapshots with the offsets they reach
+registry/      the schema registry: Confluent's REST API on a listener of its own, its state
+               in the compacted topic ``_schemas``
 share/         share groups' records at the partition leaders: in-flight records, locks,
                delivery counts, share sessions
 coordinator/   ``txn/``: the transaction coordinator, producer ids, markers;

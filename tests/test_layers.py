@@ -229,13 +229,14 @@ def test_every_package_is_installed():
 # Inside broker/: its sub-packages, from the top down. A module may import its own sub-package
 # and those below it, never one above (so no two sub-packages import each other); the modules
 # at the root of broker/ (``background``) are below them all. ``coordinator.txn`` is above
-# ``coordinator.group``: a transaction's offsets are a group's.
+# ``coordinator.group``: a transaction's offsets are a group's; ``iceberg`` is above ``registry``:
+# a table's columns come from the registry's schemas (its Protobuf parser among them).
 BROKER_LAYERS = [
     "app",
     "tools",
     "apis",
-    "registry",
     "iceberg",
+    "registry",
     "share",
     "coordinator.txn",
     "coordinator.share",
