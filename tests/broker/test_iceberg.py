@@ -167,6 +167,19 @@ def test_key_value_rows_are_what_read_committed_consumers_get(broker):
     assert counted == [(230, 230, 0)]
 
 
+def schema_topic(broker, topic: str):
+    """A topic of one partition whose values carry schema ids, made into a table by their
+    schemas: (the registry's client, the values' serialization context, a producer)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    broker.create_topic(topic, partitions=1, iceberg_mode="value_schema_id_prefix")
+    url = f"http://127.0.0.1:{broker.listener_ports['SCHEMA_REGISTRY']}"
+    client = SchemaRegistryClient({"url": url})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    return client, ctx, Producer({"bootstrap.servers": broker.bootstrap})
+
+
 AVRO_V1 = {
     "type": "record",
     "name": "Order",
@@ -180,17 +193,11 @@ AVRO_V2 = {
 
 
 def test_avro_values_become_columns_and_a_new_version_adds_one(broker):
-    from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
-    from confluent_kafka.serialization import MessageField, SerializationContext
 
     topic = "orders"
-    broker.create_topic(topic, partitions=1, iceberg_mode="value_schema_id_prefix")
-    url = f"http://127.0.0.1:{broker.listener_ports['SCHEMA_REGISTRY']}"
-    client = SchemaRegistryClient({"url": url})
-    ctx = SerializationContext(topic, MessageField.VALUE)
+    client, ctx, producer = schema_topic(broker, topic)
     v1 = AvroSerializer(client, json.dumps(AVRO_V1))
-    producer = Producer({"bootstrap.servers": broker.bootstrap})
     for i in range(5):
         producer.produce(topic, value=v1({"id": i, "item": f"i{i}"}, ctx), partition=0)
     producer.produce(topic, value=b"not in the wire format", partition=0)
@@ -363,16 +370,11 @@ EVENT_JSON = {
 
 
 def test_json_schema_values_become_columns(broker):
-    from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
-    from confluent_kafka.serialization import MessageField, SerializationContext
 
     topic = "events"
-    broker.create_topic(topic, partitions=1, iceberg_mode="value_schema_id_prefix")
-    url = f"http://127.0.0.1:{broker.listener_ports['SCHEMA_REGISTRY']}"
-    serialize = JSONSerializer(json.dumps(EVENT_JSON), SchemaRegistryClient({"url": url}))
-    ctx = SerializationContext(topic, MessageField.VALUE)
-    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    client, ctx, producer = schema_topic(broker, topic)
+    serialize = JSONSerializer(json.dumps(EVENT_JSON), client)
     producer.produce(topic, value=serialize({"kind": "click", "at": 5, "tags": ["a"]}, ctx))
     producer.produce(topic, value=serialize({"kind": "view", "extra": {"x": 1}}, ctx))
     assert producer.flush(30) == 0
@@ -415,18 +417,12 @@ def payment_class(text: str):
 
 
 def test_protobuf_values_become_columns_and_a_new_version_adds_one(broker):
-    from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
-    from confluent_kafka.serialization import MessageField, SerializationContext
 
     topic = "payments"
-    broker.create_topic(topic, partitions=1, iceberg_mode="value_schema_id_prefix")
-    url = f"http://127.0.0.1:{broker.listener_ports['SCHEMA_REGISTRY']}"
-    client = SchemaRegistryClient({"url": url})
-    ctx = SerializationContext(topic, MessageField.VALUE)
+    client, ctx, producer = schema_topic(broker, topic)
     v1_class = payment_class(PAYMENT_V1)
     v1 = ProtobufSerializer(v1_class, client)
-    producer = Producer({"bootstrap.servers": broker.bootstrap})
     for i in range(3):
         payment = v1_class(id=i, status=i % 2, tags={"k": f"t{i}"})
         payment.lines.add(sku=f"s{i}", cents=2**64 - 1 - i)
