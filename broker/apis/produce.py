@@ -204,7 +204,7 @@ def _produce(
                     broker.appender,
                     config.flush_messages == 1,
                 )
-                if count and partition.unflushed >= config.flush_messages:
+                if count and partition.flush_due:
                     to_flush.append(partition)
                 if code == ErrorCode.NONE:
                     bytes_in[topic.name] = bytes_in.get(topic.name, 0) + len(records)

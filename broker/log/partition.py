@@ -160,6 +160,13 @@ class Partition:
                 future.cancel()
             ls.forget(future)
 
+    @property
+    def flush_due(self) -> bool:
+        """Whether the messages appended since the last flush reach the topic's
+        ``flush.messages``: then whoever appended them waits for a flush (a Produce, a
+        coordinator's record, a transaction marker), as Kafka's log flushes by that count."""
+        return self.unflushed >= self.topic.produce_config.flush_messages
+
     def mark_flushed(self, now: float) -> None:
         self.unflushed = 0
         self.flushed_at = now

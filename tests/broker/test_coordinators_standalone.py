@@ -3,6 +3,8 @@ temporary directory, no Broker, no server."""
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 import pytest
 
 from headrace.broker.cluster.single_node import SingleNode
@@ -22,16 +24,33 @@ from headrace.protocol.records import Record, build_batch
 NOW = 1_700_000_000_000
 
 
-@pytest.fixture
-async def topics(tmp_path):
+@asynccontextmanager
+async def topic_manager(data_dir, settings: dict[str, str]):
     flush_stage = GroupCommit()
-    node = SingleNode(7, tmp_path)
-    manager = TopicManager(tmp_path, BrokerConfig(), flush_stage, node)
+    node = SingleNode(7, data_dir)
+    manager = TopicManager(data_dir, BrokerConfig(settings), flush_stage, node)
     manager.load(recover=False)
     await node.start(manager, Endpoint("127.0.0.1", 9092))
-    yield manager
-    await flush_stage.close()
-    manager.close()
+    try:
+        yield manager
+    finally:
+        await flush_stage.close()
+        manager.close()
+
+
+@pytest.fixture
+async def topics(tmp_path):
+    async with topic_manager(tmp_path, {}) as manager:
+        yield manager
+
+
+@pytest.fixture
+async def durable_topics(tmp_path):
+    """Every append fsynced before it is answered (``log.flush.interval.messages=1``)."""
+    data_dir = tmp_path / "durable"
+    data_dir.mkdir()
+    async with topic_manager(data_dir, {"log.flush.interval.messages": "1"}) as manager:
+        yield manager
 
 
 def coordinator(topics, data_dir) -> TransactionCoordinator:
@@ -67,11 +86,40 @@ async def test_transaction_coordinator_without_a_broker(topics, tmp_path):
         again.stop()
 
 
-async def test_a_commit_whose_complete_record_was_never_flushed_completes_again(topics, tmp_path):
-    """EndTxn is answered once the decision and the markers are flushed; the CompleteCommit
-    after them is only appended. A power loss that takes it (the state log cut back to what
-    was fsynced) leaves the PrepareCommit, and the next coordinator finishes the commit
-    again: a second marker, the transaction complete, nothing else changed."""
+async def test_a_commit_follows_the_flush_settings(topics, durable_topics, tmp_path):
+    """The coordinator's records and the markers are as durable as any record under the same
+    settings, as in Kafka: by default a commit fsyncs nothing (a crash keeps the page cache,
+    a power loss may not); with ``log.flush.interval.messages=1`` the decision and the
+    markers are fsynced before EndTxn is answered, and each marker's fsync covers the
+    transaction's records before it in that partition's log."""
+    for manager, durable in ((topics, False), (durable_topics, True)):
+        txns = coordinator(manager, tmp_path)
+        _, pid, _ = await txns.init_producer_id("tx", 30_000)
+        data = (await manager.create(f"t{int(durable)}", 1, {})).partitions[0]
+        assert await txns.add_partitions("tx", pid, 0, {(data.topic.name, 0)}) == ErrorCode.NONE
+        batch = bytearray(build_batch([Record(value=b"v", timestamp=NOW)], producer_id=pid,
+                                      producer_epoch=0, base_sequence=0, is_transactional=True))
+        error, _, _ = data.append(memoryview(batch), 1 << 20, verify=lambda p, e: ErrorCode.NONE)
+        assert error == ErrorCode.NONE
+        assert await txns.end_txn("tx", pid, 0, commit=True) == (ErrorCode.NONE, -1, -1)
+        state = manager.get(TRANSACTION_TOPIC).partitions[group_offsets.partition_for("tx", 3)]
+        assert data.log.log_end_offset == 2  # the record and the commit marker
+        if durable:
+            assert data.log.recovery_point == 2
+            assert state.log.recovery_point == state.log.log_end_offset - 1  # all but Complete*
+        else:
+            assert (data.log.recovery_point, state.log.recovery_point) == (0, 0)
+
+
+async def test_a_commit_whose_complete_record_was_never_flushed_completes_again(
+    durable_topics, tmp_path
+):
+    """With every append fsynced, EndTxn is answered once the decision and the markers are
+    flushed; the CompleteCommit after them is only appended. A power loss that takes it (the
+    state log cut back to what was fsynced) leaves the PrepareCommit, and the next
+    coordinator finishes the commit again: a second marker, the transaction complete,
+    nothing else changed."""
+    topics = durable_topics
     txns = coordinator(topics, tmp_path)
     _, pid, _ = await txns.init_producer_id("tx", 30_000)
     await topics.create("t", 1, {})

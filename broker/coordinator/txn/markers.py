@@ -1,8 +1,9 @@
 """Transaction markers written on this broker: the leader's side of closing a transaction.
 
 For each marker (producer id and epoch, commit or abort, coordinator epoch, partitions) a
-control batch is appended to each partition led here, then they are flushed together and, in
-a cluster, each waits for its ISR to have the marker (Kafka appends markers with acks=-1: a
+control batch is appended to each partition led here, then those whose ``flush.messages`` is
+due are flushed together (as any append: Kafka's markers follow their partition's flush
+settings too) and, in a cluster, each waits for its ISR to have the marker (Kafka appends markers with acks=-1: a
 marker lost in a failover would leave the transaction open on that partition for ever); each
 partition gets its code: NOT_LEADER_OR_FOLLOWER for a partition whose leader is another broker,
 UNKNOWN_TOPIC_OR_PARTITION for one that does not exist, INVALID_PRODUCER_EPOCH for a marker
@@ -67,8 +68,9 @@ async def write_here(
     keys: Iterable[Key],
     is_leader: Callable[[str, int], bool] | None = None,
 ) -> dict[Key, int]:
-    """Append the marker to each partition of ``keys`` held here and flush them; an error
-    code per partition. ``is_leader(topic, partition)``: is this broker its leader (default:
+    """Append the marker to each partition of ``keys`` held here, flushed where the
+    partition's ``flush.messages`` is due (as any append) and, in a cluster, in its ISR; an
+    error code per partition. ``is_leader(topic, partition)``: is this broker its leader (default:
     every partition it has)."""
     codes: dict[Key, int] = {}
     appended = []
@@ -96,19 +98,20 @@ async def write_here(
         if not error:
             appended.append(partition)
             ends[key] = partition.log.log_end_offset
-    if appended:
+    due = [p for p in appended if p.flush_due]
+    if due:
         try:
-            await topics.flush(appended)
+            await topics.flush(due)
         except StorageError:
             log.exception("flushing the markers of producer %d", producer_id)
-            for p in appended:
+            for p in due:
                 codes[(p.topic.name, p.index)] = E.KAFKA_STORAGE_ERROR
-            return codes
-        replicated = await asyncio.gather(
-            *(p.replicated(ends[(p.topic.name, p.index)], REPLICATION_TIMEOUT_S) for p in appended)
-        )
-        for p, code in zip(appended, replicated, strict=True):
-            codes[(p.topic.name, p.index)] = code
+            appended = [p for p in appended if p not in due]
+    replicated = await asyncio.gather(
+        *(p.replicated(ends[(p.topic.name, p.index)], REPLICATION_TIMEOUT_S) for p in appended)
+    )
+    for p, code in zip(appended, replicated, strict=True):
+        codes[(p.topic.name, p.index)] = code
     return codes
 
 

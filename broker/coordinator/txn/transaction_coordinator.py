@@ -5,8 +5,10 @@ How this works
 --------------
 Everything runs on the event loop. The allowed state changes and the answer each request
 gets in each state are the tables in ``transaction_state``; this file carries out the steps.
-A change is first written to ``__transaction_state`` (``transaction_log``), flushed and, in a
-cluster, taken by the partition's ISR (Kafka writes it with acks=-1: at most
+A change is first written to ``__transaction_state`` (``transaction_log``), flushed when that
+topic's ``flush.messages`` is due (as any record, and as in Kafka: with
+``log.flush.interval.messages=1`` every change; by default none) and, in a cluster, taken by
+the partition's ISR (Kafka writes it with acks=-1: at most
 ``request.timeout.ms``, else COORDINATOR_NOT_AVAILABLE; an ISR below the topic's
 ``min.insync.replicas``, ``transaction.state.log.min.isr``, refuses it before the append the
 same way), then made in memory (``txns``); while it is written the transaction is *pending*
@@ -39,7 +41,8 @@ leader loads its whole log: it was in the ISR, so it has every acknowledged chan
 * EndTxn: PrepareCommit/PrepareAbort is written (the decision), then a control batch goes to
   every partition of the transaction (markers.py: the partitions led here directly,
   the others in a WriteTxnMarkers request to their leader, one per broker, all at once), the
-  partitions are flushed, and CompleteCommit or CompleteAbort is appended; the client is
+  partitions flushed as their ``flush.messages`` says, and CompleteCommit or CompleteAbort is
+  appended; the client is
   answered after that, so a committed transaction is visible to ``read_committed`` readers
   when the producer hears of it. The Complete* record is not waited for (flushed and
   replicated with the next change): losing it costs only the markers written again. Where a
@@ -65,8 +68,8 @@ Fencing answers are PRODUCER_FENCED; the API modules turn them into INVALID_PROD
 for request versions older than KIP-588.
 
 Crash tests: the environment variable ``HEADRACE_TEST_CRASH`` set to ``after-prepare`` (once
-a Prepare* decision is durable, before any marker) or ``after-first-marker`` (once the first
-partition's marker is flushed) makes the broker kill itself with SIGKILL at that point. It is
+a Prepare* decision is written, before any marker) or ``after-first-marker`` (once the first
+partition's marker is written) makes the broker kill itself with SIGKILL at that point. It is
 read only by tests; nothing else sets it.
 """
 
@@ -301,7 +304,9 @@ class TransactionCoordinator:
     async def _change(
         self, old: TransactionMetadata | None, new: TransactionMetadata, durable: bool = True
     ) -> int:
-        """Write ``new`` (a changed copy of ``old``; DEAD: a tombstone), flush, then make it
+        """Write ``new`` (a changed copy of ``old``; DEAD: a tombstone), wait for it to be as
+        durable as ``__transaction_state``'s settings make any record (flushed when its
+        ``flush.messages`` is due, in every ISR member's log in a cluster), then make it
         current. Returns an error code; on error nothing changes. ``durable=False`` (a
         Complete* record): current once appended; the next change's flush and replication
         take it along, and should it be lost before, the Prepare* before it is finished again
@@ -324,7 +329,8 @@ class TransactionCoordinator:
                 return error
             end = partition.log.log_end_offset
             if durable:
-                await self.topics.flush([partition])
+                if partition.flush_due:
+                    await self.topics.flush([partition])
                 if partition.gone:  # moved away meanwhile: the new coordinator read the record
                     return E.NOT_COORDINATOR
                 error = await partition.replicated(end, self.write_timeout_s)
