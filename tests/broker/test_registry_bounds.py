@@ -78,7 +78,7 @@ def test_metadata_and_rule_sets_count_towards_the_schema_bound(url):
     """A small text with metadata or rules that bring it past max.schema.bytes (4000) is 42209,
     whether the request or its subject's config brings them."""
     small = record("Small")
-    properties = {f"k{i}": "v" * 30 for i in range(100)}
+    properties = {f"k{i}": "v" * 40 for i in range(100)}  # about 5000 bytes
     body = {"schema": small, "metadata": {"properties": properties}}
     assert "schema.registry.max.schema.bytes" in error(
         post(url, "/subjects/big/versions", body), 422, 42209

@@ -53,7 +53,8 @@ def rule(name: str, **kw) -> Rule:
 
 
 def domain_rules(*rules: Rule) -> RuleSet:
-    return RuleSet(migration_rules=None, domain_rules=list(rules))
+    """As the client reads a rule set back (no rules of a kind: [])."""
+    return RuleSet(migration_rules=[], domain_rules=list(rules), encoding_rules=[])
 
 
 def fresh(b) -> SchemaRegistryClient:
