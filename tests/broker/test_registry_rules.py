@@ -367,11 +367,13 @@ def test_records_are_confluents_layouts():
     key, value = records.encode(ConfigRecord(None, {"compatibilityLevel": "FULL"}))
     assert json.loads(key) == {"keytype": "CONFIG", "subject": None, "magic": 0}
     assert json.loads(value) == {"compatibilityLevel": "FULL"}
-    metadata, rules = '{"properties":{"owner":"ann"}}', '{"domainRules":[{"name":"r"}]}'
+    metadata = '{"properties":{"owner":"ann"}}'
+    rule = {"kind": "TRANSFORM", "mode": "WRITEREAD", "name": "r", "type": "CEL"}
+    rules = contracts.kept({"domainRules": [rule]})
     with_contract = SchemaRecord("s", 1, 3, "AVRO", '"int"', (), False, metadata, rules)
     value = json.loads(records.encode(with_contract)[1])
     assert value["metadata"] == {"properties": {"owner": "ann"}}
-    assert value["ruleSet"] == {"domainRules": [{"name": "r"}]}
+    assert value["ruleSet"] == {"domainRules": [rule]}
     key, value = records.encode(ModeRecord("s", "READONLY"))
     assert (json.loads(key)["keytype"], json.loads(value)) == ("MODE", {"mode": "READONLY"})
     key, value = records.encode(SubjectDeleted("s", 4))
