@@ -29,7 +29,13 @@ from confluent_kafka.schema_registry.schema_registry_client import ServerConfig
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 # the registry's broker of test_registry_clients (a broker of this module's own)
-from tests.broker.test_registry_clients import broker, registry_url, round_trip  # noqa: F401
+from tests.broker.test_registry_clients import (  # noqa: F401
+    broker,
+    every_version,
+    kept_across_restarts,
+    registry_url,
+    round_trip,
+)
 
 
 def record(name: str, *optional: str) -> str:
@@ -285,21 +291,12 @@ def test_a_restart_keeps_metadata_rule_sets_and_configs(broker):  # noqa: F811
     """(After the tests above, on the same broker.) A clean stop and a SIGKILL."""
 
     def snapshot():
-        c = fresh(broker)
-        out = {}
-        for subject in c.get_subjects():
-            for v in c.get_versions(subject):
-                r = c.get_version(subject, v)
-                out[(subject, v)] = (r.schema_id, r.schema.metadata, r.schema.rule_set)
+        out = every_version(
+            fresh(broker), lambda r: (r.schema_id, r.schema.metadata, r.schema.rule_set)
+        )
         config = requests.get(f"{registry_url(broker)}/config/configured-value", timeout=10).json()
         return out, config
 
-    before = snapshot()
+    before = kept_across_restarts(broker, snapshot)
     assert before[0][("kept-value", 1)][2] is not None
     assert "defaultRuleSet" in before[1]
-    broker.stop()
-    broker.start()
-    assert snapshot() == before
-    broker.kill()
-    broker.start()
-    assert snapshot() == before
