@@ -10,14 +10,17 @@ schema type's rules say why two schemas do not fit (schema_types.incompatibiliti
 against one version (a number, or ``latest``) compares with that version alone, so the
 level's _TRANSITIVE is dropped; a version not there is 40402, and ``latest`` of a subject
 with no live version is compatible. With ``verbose`` the reasons are answered, and a schema
-that does not parse is a reason rather than 42201.
+that does not parse is a reason rather than 42201. With a ``compatibilityGroup`` in the
+subject's config (a metadata property's name), a registration is compared only with the
+versions whose metadata gives that property the same value (or, like it, none), as in
+Confluent's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import errors
+from . import contracts, errors
 from .lookups import Lookups, parse_version
 from .schema_types import ParsedSchema, incompatibilities
 from .schemas import Schemas
@@ -27,10 +30,16 @@ class Compatibility:
     def __init__(self, schemas: Schemas, lookups: Lookups) -> None:
         self.schemas, self.lookups = schemas, lookups
 
-    def against_subject(self, subject: str, new: ParsedSchema) -> list[str]:
-        """Why ``new`` may not be registered under ``subject`` now (empty: it may)."""
-        olds = self.lookups.live(subject).values()
-        return self._check(self.schemas.state.level(subject), new, olds)
+    def against_subject(self, subject: str, new: ParsedSchema, metadata: str | None) -> list[str]:
+        """Why ``new`` (with ``metadata``, as kept) may not be registered under ``subject``
+        now (empty: it may)."""
+        state = self.schemas.state
+        olds = list(self.lookups.live(subject).values())
+        group = state.config(subject).get("compatibilityGroup")
+        if group is not None:
+            mine = _property(metadata, group)
+            olds = [i for i in olds if _property(state.schemas[i].metadata, group) == mine]
+        return self._check(state.level(subject), new, olds)
 
     def _check(self, level: str, new: ParsedSchema, olds) -> list[str]:
         return incompatibilities(level, new, [self.schemas.parsed(i) for i in olds])
@@ -64,3 +73,7 @@ class Compatibility:
         if verbose:
             out["messages"] = messages
         return out
+
+
+def _property(metadata: str | None, name: str) -> str | None:
+    return (contracts.loaded(metadata) or {}).get("properties", {}).get(name)

@@ -24,6 +24,7 @@ REFERENCE_EXISTS = 42206
 ID_DOES_NOT_MATCH = 42207
 INVALID_SUBJECT = 42208
 SCHEMA_TOO_LARGE = 42209
+INVALID_RULESET = 42210
 STORE_ERROR = 50001
 OPERATION_TIMEOUT = 50002
 FORWARDING_FAILED = 50003
@@ -137,7 +138,9 @@ def invalid_compatibility_level() -> RegistryError:
 
 def invalid_mode() -> RegistryError:
     return RegistryError(
-        422, INVALID_MODE, "Invalid mode. Valid values are READWRITE, READONLY, and IMPORT"
+        422,
+        INVALID_MODE,
+        "Invalid mode. Valid values are READWRITE, READONLY, READONLY_OVERRIDE, and IMPORT",
     )
 
 
@@ -159,6 +162,10 @@ def invalid_subject(subject: str) -> RegistryError:
 
 def schema_too_large(message: str) -> RegistryError:
     return RegistryError(422, SCHEMA_TOO_LARGE, message)
+
+
+def invalid_rule_set(message: str) -> RegistryError:
+    return RegistryError(422, INVALID_RULESET, f"Invalid rule set: {message}")
 
 
 def store_error(message: str) -> RegistryError:

@@ -110,6 +110,7 @@ class RegistryServer:
         post("/subjects/{subject}", self._lookup)
         delete("/subjects/{subject}", self._delete_subject)
         get("/subjects/{subject}/versions", self._versions, allow_head=False)
+        get("/subjects/{subject}/metadata", self._latest_with_metadata, allow_head=False)
         post("/subjects/{subject}/versions", self._register)
         get("/subjects/{subject}/versions/{version}", self._version, allow_head=False)
         delete("/subjects/{subject}/versions/{version}", self._delete_version)
@@ -228,6 +229,15 @@ class RegistryServer:
         lookups = self.registry.lookups
         return await self._read(
             request, lambda: lookups.get_version(subject, version, deleted, fmt)
+        )
+
+    async def _latest_with_metadata(self, request: web.Request) -> web.Response:
+        subject, query = request.match_info["subject"], request.query
+        wanted = dict(zip(query.getall("key", []), query.getall("value", []), strict=False))
+        deleted, fmt = flag(query.get("deleted")), query.get("format")
+        lookups = self.registry.lookups
+        return await self._read(
+            request, lambda: lookups.latest_with_metadata(subject, wanted, deleted, fmt)
         )
 
     async def _version_text(self, request: web.Request) -> web.Response:

@@ -35,6 +35,7 @@ NEEDS: dict[tuple[str, str], tuple[int, str] | None] = {
     ("POST", "/subjects/{subject}"): (_O.DESCRIBE, "subject"),
     ("DELETE", "/subjects/{subject}"): (_O.DELETE, "subject"),
     ("GET", "/subjects/{subject}/versions"): (_O.DESCRIBE, "subject"),
+    ("GET", "/subjects/{subject}/metadata"): (_O.DESCRIBE, "subject"),
     ("POST", "/subjects/{subject}/versions"): (_O.WRITE, "subject"),
     ("GET", "/subjects/{subject}/versions/{version}"): (_O.DESCRIBE, "subject"),
     ("DELETE", "/subjects/{subject}/versions/{version}"): (_O.DELETE, "subject"),

@@ -7,15 +7,20 @@ Every read goes through ``Schemas`` (schemas.py) to the view, and changes nothin
 in a path is a number in [1, 2^31-1], or ``latest`` / ``-1`` (``parse_version``; 42202
 otherwise). Soft-deleted versions are seen only with ``deleted``; a subject with no version
 seen is 40401, a version not there 40402, a schema id not there 40403. ``lookup`` finds the
-newest version of a subject holding the request's schema: the same type and references and
-the same canonical text (schemas.py), so any form of a schema finds it, as in Confluent's.
+newest version of a subject holding the request's schema: the same type, references,
+canonical text, metadata and rule set (schemas.py), so any form of a schema finds it, as in
+Confluent's; when none holds it as the request brings it, it is looked for again with the
+metadata and rule set a registration would give it (``Schemas.with_contract``).
+``latest_with_metadata`` (``GET /subjects/{subject}/metadata?key=K&value=V...``) finds the
+newest version whose metadata properties hold every pair asked for (40401 when the subject has
+no version, 40403 when none matches).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import errors
+from . import contracts, errors
 from .schemas import Schemas
 
 MAX_VERSION = 2**31 - 1
@@ -128,7 +133,19 @@ class Lookups:
     def lookup(self, subject: str, body: Any, normalize: bool, deleted: bool) -> dict[str, Any]:
         found = self._found(subject, deleted)
         _, stored = self.schemas.from_request(body, normalize)
+        for candidate in (stored, self.schemas.with_contract(subject, stored)):
+            for number, sid in sorted(found.items(), reverse=True):
+                if self.schemas.same(sid, candidate):
+                    return self._answer(subject, number, sid)
+        raise errors.schema_not_found()
+
+    def latest_with_metadata(
+        self, subject: str, wanted: dict[str, str], deleted: bool, fmt: str | None = None
+    ) -> dict[str, Any]:
+        found = self._found(subject, deleted)
+        schemas = self.schemas.state.schemas
         for number, sid in sorted(found.items(), reverse=True):
-            if self.schemas.same(sid, stored):
-                return self._answer(subject, number, sid)
+            held = (contracts.loaded(schemas[sid].metadata) or {}).get("properties", {})
+            if all(held.get(k) == v for k, v in wanted.items()):
+                return self._answer(subject, number, sid, fmt)
         raise errors.schema_not_found()

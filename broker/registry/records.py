@@ -4,24 +4,31 @@ Confluent registry reading the topic, or a tool dumping it, finds what it expect
 Keys (a compacted topic: the last record of a key is what stays):
 
 * ``{"keytype":"SCHEMA","subject":S,"version":V,"magic":1}``: a subject's version; the value
-  ``{"subject","version","id","schemaType"?,"references"?,"schema","deleted"}`` (schemaType
-  left out for AVRO); ``deleted`` true is a soft delete; no value (a tombstone) is a
-  permanent delete;
-* ``{"keytype":"CONFIG","subject":S|null,"magic":0}``: a compatibility level, global (null)
-  or a subject's; value ``{"compatibilityLevel": L}``, none: back to the default;
+  ``{"subject","version","id","schemaType"?,"references"?,"metadata"?,"ruleSet"?,"schema",
+  "deleted"}`` (schemaType left out for AVRO; metadata and ruleSet as contracts.py keeps
+  them); ``deleted`` true is a soft delete; no value (a tombstone) is a permanent delete;
+* ``{"keytype":"CONFIG","subject":S|null,"magic":0}``: a config, global (null) or a
+  subject's; value ``{"compatibilityLevel"?, "compatibilityGroup"?, "defaultMetadata"?,
+  "overrideMetadata"?, "defaultRuleSet"?, "overrideRuleSet"?}`` (contracts.CONFIG_FIELDS),
+  none: back to the default;
 * ``{"keytype":"MODE","subject":S|null,"magic":0}``: a mode; value ``{"mode": M}``;
 * ``{"keytype":"DELETE_SUBJECT","subject":S,"magic":0}``: a subject soft-deleted; value
   ``{"subject": S, "version": V}``: its versions up to V are deleted;
 * ``{"keytype":"NOOP","magic":0}``: nothing (Confluent's registry writes it to sync).
 
 ``decode`` turns a record into a change (one of the dataclasses below), None for a key it
-does not know; a ValueError for a record that is not what its key says.
+does not know; a ValueError for a record that is not what its key says (metadata, rule sets
+and configs as contracts.py checks a request's).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+from . import contracts
+from .contracts import Config
+from .errors import RegistryError
 
 Reference = tuple[str, str, int]  # name, subject, version
 
@@ -35,6 +42,8 @@ class SchemaRecord:
     schema: str
     references: tuple[Reference, ...]
     deleted: bool
+    metadata: str | None = None  # as kept (contracts.kept)
+    rule_set: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +55,7 @@ class SchemaRemoved:  # a SCHEMA tombstone: the version is gone for good
 @dataclass(frozen=True, slots=True)
 class ConfigRecord:
     subject: str | None
-    level: str | None  # None: the setting removed
+    config: Config | None  # None: the setting removed
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +87,10 @@ def schema_value(r: SchemaRecord) -> bytes:
         value["schemaType"] = r.schema_type
     if r.references:
         value["references"] = [{"name": n, "subject": s, "version": v} for n, s, v in r.references]
+    if r.metadata is not None:
+        value["metadata"] = json.loads(r.metadata)
+    if r.rule_set is not None:
+        value["ruleSet"] = json.loads(r.rule_set)
     value["schema"] = r.schema
     value["deleted"] = r.deleted
     return _dump(value)
@@ -87,8 +100,8 @@ def config_key(subject: str | None) -> bytes:
     return _dump({"keytype": "CONFIG", "subject": subject, "magic": 0})
 
 
-def config_value(level: str) -> bytes:
-    return _dump({"compatibilityLevel": level})
+def config_value(config: Config) -> bytes:
+    return _dump(config)
 
 
 def mode_key(subject: str | None) -> bytes:
@@ -114,7 +127,7 @@ def encode(change: Change) -> tuple[bytes, bytes | None]:
     if isinstance(change, SchemaRemoved):
         return schema_key(change.subject, change.version), None
     if isinstance(change, ConfigRecord):
-        value = None if change.level is None else config_value(change.level)
+        value = None if change.config is None else config_value(change.config)
         return config_key(change.subject), value
     if isinstance(change, ModeRecord):
         return mode_key(change.subject), None if change.mode is None else mode_value(change.mode)
@@ -122,6 +135,13 @@ def encode(change: Change) -> tuple[bytes, bytes | None]:
 
 
 def decode(key: bytes, value: bytes | None) -> Change | None:
+    try:
+        return _decode(key, value)
+    except RegistryError as e:
+        raise ValueError(e.message) from None
+
+
+def _decode(key: bytes, value: bytes | None) -> Change | None:
     k = json.loads(key)
     if not isinstance(k, dict):
         raise ValueError("a key that is not a JSON object")
@@ -144,9 +164,14 @@ def decode(key: bytes, value: bytes | None) -> Change | None:
             str(v["schema"]),
             refs,
             bool(v.get("deleted", False)),
+            contracts.kept(contracts.metadata(v.get("metadata"))),
+            contracts.kept(contracts.rule_set(v.get("ruleSet"))),
         )
     if kind == "CONFIG":
-        return ConfigRecord(subject, None if v is None else str(v["compatibilityLevel"]))
+        if v is None:
+            return ConfigRecord(subject, None)
+        fields = contracts.config_fields({k: v.get(k) for k in contracts.CONFIG_FIELDS})
+        return ConfigRecord(subject, {k: x for k, x in fields.items() if x is not None})
     if kind == "MODE":
         return ModeRecord(subject, None if v is None else str(v["mode"]))
     if kind == "DELETE_SUBJECT":

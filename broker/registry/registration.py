@@ -7,17 +7,21 @@ How this works
 Each runs in the writer's turn (writer.py) on a view holding the whole log, so an id or a
 version is allocated once. Registering:
 
-1. a schema the subject already holds in a live version answers that version's id and
-   writes nothing (the same schema: the same type, references and canonical text, schemas.py;
-   so any form of it, and a text an older registry kept in another form);
-2. otherwise it must be compatible with the subject's versions (compatibility.py; not in
+1. outside IMPORT mode, the request's metadata and rule set are completed as Confluent's are
+   (the subject's config's defaults and overrides, the latest version's when it brings none:
+   ``Schemas.with_contract``, contracts.py);
+2. a schema the subject already holds in a live version answers that version's id and
+   writes nothing (the same schema: the same type, references, canonical text, metadata and
+   rule set, schemas.py; so any form of it, and a text an older registry kept in another
+   form);
+3. otherwise it must be compatible with the subject's versions (compatibility.py; not in
    IMPORT mode: 409);
-3. its id is the one the same schema already has in any subject (ids are global), else one
+4. its id is the one the same schema already has in any subject (ids are global), else one
    above the highest ever seen (``state.max_id``); in IMPORT mode the request brings it (and
    may bring its version), and an id held by another schema is 42207;
-4. its version is one above the subject's highest;
-5. bounds: ``max_schemas`` versions in all, ``max_subjects`` subjects, ``max_total_bytes``
-   of distinct schema texts (42205 beyond).
+5. its version is one above the subject's highest;
+6. bounds: ``max_schemas`` versions in all, ``max_subjects`` subjects, ``max_total_bytes``
+   of distinct schemas (texts, metadata and rule sets; 42205 beyond).
 
 Deleting is soft first (the version stays, marked; its id still reads), then permanent (a
 tombstone), in Confluent's order of refusals (40404 to 40407); a version another schema refers
@@ -65,6 +69,8 @@ class Registration:
             self.settings.writable(subject)
             importing = state.mode(subject) == "IMPORT"
             new, stored = self.schemas.from_request(body, normalize)
+            if not importing:
+                stored = self.schemas.with_contract(subject, stored)
             wanted_id, wanted_version = _wanted(subject, body, importing)
             versions = state.subjects.get(subject, {})
             for _, v in sorted(versions.items()):
@@ -76,7 +82,7 @@ class Registration:
                         )
                     return {"id": v.id}, 0
             if not importing:
-                found = self.compatibility.against_subject(subject, new)
+                found = self.compatibility.against_subject(subject, new, stored.metadata)
                 if found:
                     raise errors.incompatible(subject, found)
             schema_id = self._allocate_id(stored, wanted_id)
@@ -86,16 +92,7 @@ class Registration:
                 if wanted_version in versions:
                     raise errors.not_permitted(f"version {wanted_version} of {subject} exists")
                 number = wanted_version
-            record = SchemaRecord(
-                subject,
-                number,
-                schema_id,
-                stored.schema_type,
-                stored.text,
-                stored.references,
-                False,
-            )
-            end = await self.writer.write([record])
+            end = await self.writer.write([_record(subject, number, schema_id, stored, False)])
             self.schemas.remember(schema_id, new)
             return {"id": schema_id}, end
 
@@ -115,8 +112,7 @@ class Registration:
 
     def _within_bounds(self, subject: str, stored: Stored, schema_id: int) -> None:
         state = self.schemas.state
-        size = len(stored.text.encode())
-        if schema_id not in state.schemas and state.text_bytes + size > self.max_total_bytes:
+        if schema_id not in state.schemas and state.text_bytes + stored.size > self.max_total_bytes:
             raise errors.not_permitted(
                 f"the registry holds {state.text_bytes} bytes of schemas; this one would"
                 f" pass schema.registry.max.total.schema.bytes ({self.max_total_bytes})"
@@ -196,11 +192,22 @@ class Registration:
                 return number, await self.writer.write([SchemaRemoved(subject, number)])
             if v.deleted:
                 raise errors.version_soft_deleted(subject, number)
-            stored = state.schemas[v.id]
-            record = SchemaRecord(
-                subject, number, v.id, stored.schema_type, stored.text, stored.references, True
-            )
+            record = _record(subject, number, v.id, state.schemas[v.id], True)
             return number, await self.writer.write([record])
+
+
+def _record(subject: str, number: int, schema_id: int, stored: Stored, deleted: bool):
+    return SchemaRecord(
+        subject,
+        number,
+        schema_id,
+        stored.schema_type,
+        stored.text,
+        stored.references,
+        deleted,
+        stored.metadata,
+        stored.rule_set,
+    )
 
 
 def _wanted(subject: str, body: Any, importing: bool) -> tuple[int | None, Any]:

@@ -6,23 +6,27 @@ How this works
 ``_schemas`` replaces when it reads the topic again from the start: so the view is fetched
 each time, never kept). Besides it, it owns the cache of parsed schemas (``state.parsed``:
 filled here, emptied by the view when a schema's last version goes), and it reads a schema
-out of a request's body: type (AVRO by default), text (at most ``max_schema_bytes``: 42209
-beyond), references (at most ``MAX_REFERENCES``, followed ``MAX_REFERENCE_DEPTH`` deep), parsed
-into the form the registry keeps: the canonical text Confluent's registry keeps (Avro's
-``Schema.toString()``, compact JSON for JSON Schema, canonical ``.proto`` text), so that two
-registrations are the same schema when their type, references and canonical text are
-(``same``).
+out of a request's body: type (AVRO by default), text, references (at most
+``MAX_REFERENCES``, followed ``MAX_REFERENCE_DEPTH`` deep), ``metadata`` and ``ruleSet``
+(contracts.py), parsed into the form the registry keeps: the canonical text Confluent's
+registry keeps (Avro's ``Schema.toString()``, compact JSON for JSON Schema, canonical
+``.proto`` text), so that two registrations are the same schema when their type, references,
+canonical text, metadata and rule set are (``same``). Text, metadata and rule set together are
+at most ``max_schema_bytes`` (42209 beyond, ``within_size``).
 
 ``fields`` is a schema as Confluent answers it: ``schemaType`` left out for AVRO,
-``references`` when there are some, ``schema`` the kept text (a PROTOBUF one as a base64
-``FileDescriptorProto`` with ``format=serialized``).
+``references``, ``metadata`` and ``ruleSet`` when there are some, ``schema`` the kept text (a
+PROTOBUF one as a base64 ``FileDescriptorProto`` with ``format=serialized``).
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from typing import Any
 
-from . import errors
+from . import contracts, errors
+from .contracts import kept
 from .records import Reference
 from .schema_types import TYPES, ParsedSchema, parse
 from .schemas_log import SchemasReader
@@ -93,11 +97,11 @@ class Schemas:
         if schema_type not in TYPES:
             raise errors.invalid_schema(f"of unknown type {schema_type!r}")
         text = body["schema"]
-        if len(text.encode()) > self.max_schema_bytes:
-            raise errors.schema_too_large(
-                f"Schema too large: {len(text.encode())} bytes, more than"
-                f" schema.registry.max.schema.bytes ({self.max_schema_bytes})"
-            )
+        own = (
+            kept(contracts.metadata(body.get("metadata"))),
+            kept(contracts.rule_set(body.get("ruleSet"))),
+        )
+        self.within_size(Stored(schema_type, text, (), *own))
         raw_refs = body.get("references") or []
         if not isinstance(raw_refs, list) or len(raw_refs) > MAX_REFERENCES:
             raise errors.invalid_schema(f"references: a list of at most {MAX_REFERENCES}")
@@ -111,16 +115,39 @@ class Schemas:
             parsed = parse(schema_type, text, self.reference_texts(refs), normalize)
         except ValueError as e:
             raise errors.invalid_schema(f"{text[:200]}, details: {e}") from None
-        return parsed, Stored(schema_type, parsed.text, refs)
+        return parsed, Stored(schema_type, parsed.text, refs, *own)
+
+    def within_size(self, stored: Stored) -> Stored:
+        """``stored``, or 42209 when it holds more than ``max_schema_bytes``."""
+        if stored.size > self.max_schema_bytes:
+            raise errors.schema_too_large(
+                f"Schema too large: {stored.size} bytes (text, metadata and rule set), more"
+                f" than schema.registry.max.schema.bytes ({self.max_schema_bytes})"
+            )
+        return stored
+
+    def with_contract(self, subject: str, stored: Stored) -> Stored:
+        """``stored`` with the metadata and rule set a registration keeps (Confluent's: the
+        subject's config and latest live version add to the request's, contracts.applied)."""
+        state = self.state
+        live = [v.id for _, v in sorted(state.subjects.get(subject, {}).items()) if not v.deleted]
+        latest = state.schemas.get(live[-1]) if live else None
+        own = (stored.metadata, stored.rule_set)
+        before = (latest.metadata, latest.rule_set) if latest is not None else (None, None)
+        metadata, rule_set = contracts.applied(state.config(subject), own, before)
+        return self.within_size(replace(stored, metadata=metadata, rule_set=rule_set))
 
     def same(self, schema_id: int, stored: Stored) -> bool:
         """Whether schema ``schema_id`` is ``stored`` (a request's schema as it would be
-        kept): the same type and references, and the same canonical text once the kept one
-        is parsed again (a text kept by an older registry, in another form, still matches)."""
+        kept): the same type, references, metadata and rule set, and the same canonical text
+        once the kept one is parsed again (a text kept by an older registry, in another form,
+        still matches)."""
         held = self.state.schemas.get(schema_id)
-        if held is None or (held.schema_type, held.references) != (
+        if held is None or (held.schema_type, held.references, held.metadata, held.rule_set) != (
             stored.schema_type,
             stored.references,
+            stored.metadata,
+            stored.rule_set,
         ):
             return False
         if held.text == stored.text:
@@ -142,6 +169,10 @@ class Schemas:
             out["references"] = [
                 {"name": n, "subject": s, "version": v} for n, s, v in stored.references
             ]
+        if stored.metadata is not None:
+            out["metadata"] = json.loads(stored.metadata)
+        if stored.rule_set is not None:
+            out["ruleSet"] = json.loads(stored.rule_set)
         out["schema"] = stored.text
         if stored.schema_type == "PROTOBUF" and fmt == "serialized":
             from .protobuf_text import encode_base64, to_descriptor

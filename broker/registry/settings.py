@@ -1,5 +1,4 @@
-"""Compatibility levels (Confluent's ``/config``) and modes (``/mode``), global and per
-subject.
+"""Configs (Confluent's ``/config``) and modes (``/mode``), global and per subject.
 
 How this works
 --------------
@@ -8,9 +7,18 @@ one) and read through it: a subject's own setting, else the global one, else the
 (BACKWARD, READWRITE). A GET of a subject without a setting of its own is 40408 / 40409
 unless ``defaultToGlobal``. A PUT or DELETE is one CONFIG or MODE record of ``_schemas``,
 written in the writer's turn (writer.py); at most ``max_subjects`` subjects have a setting of
-their own (42205 beyond). Modes: READWRITE; READONLY refuses every write to the subject
-(42205, ``writable``); IMPORT takes the ids (and versions) registrations bring and checks no
-compatibility, and is set over subjects that hold versions only with ``force``.
+their own (42205 beyond).
+
+A config is Confluent's: ``compatibilityLevel`` (42203 for one that is not a level),
+``compatibilityGroup`` (compatibility.py), and the data contract's ``defaultMetadata``,
+``overrideMetadata``, ``defaultRuleSet`` and ``overrideRuleSet`` (contracts.py, applied on
+registration). A PUT changes the fields it names (a null one is removed) and keeps the others.
+
+Modes: READWRITE; READONLY refuses every write to the subject, its config's too (42205,
+``writable``); READONLY_OVERRIDE is READONLY, and set globally it holds for every subject
+whatever its own mode (state.py); IMPORT takes the ids (and versions) registrations bring and
+checks no compatibility, and is set over subjects that hold versions only with ``force``. A
+mode may always be changed (so a read-only registry can be opened again).
 """
 
 from __future__ import annotations
@@ -18,12 +26,14 @@ from __future__ import annotations
 from typing import Any
 
 from . import errors
+from .contracts import CONFIG_FIELDS, Config, config_fields
 from .records import ConfigRecord, ModeRecord
-from .schema_types import LEVELS
 from .schemas import Schemas
+from .state import READONLY_OVERRIDE
 from .writer import SchemasWriter
 
-MODES = ("READWRITE", "READONLY", "IMPORT")
+MODES = ("READWRITE", "READONLY", READONLY_OVERRIDE, "IMPORT")
+READ_ONLY = ("READONLY", READONLY_OVERRIDE)
 
 
 class Settings:
@@ -31,22 +41,24 @@ class Settings:
         self.schemas, self.writer, self.max_subjects = schemas, writer, max_subjects
 
     def writable(self, subject: str | None) -> None:
-        """42205 when ``subject`` is read-only."""
-        if self.schemas.state.mode(subject) == "READONLY":
+        """42205 when ``subject`` (None: the registry) is read-only."""
+        if self.schemas.state.mode(subject) in READ_ONLY:
             raise errors.not_permitted(f"Subject {subject} is in read-only mode")
 
     # reads -------------------------------------------------------------------------------------
 
-    def get_config(self, subject: str | None, default_to_global: bool) -> dict[str, str]:
+    def get_config(self, subject: str | None, default_to_global: bool) -> Config:
         state = self.schemas.state
         if subject is not None and subject not in state.configs and not default_to_global:
             raise errors.compatibility_not_configured(subject)
-        return {"compatibilityLevel": state.level(subject)}
+        return {**state.config(subject), "compatibilityLevel": state.level(subject)}
 
     def get_mode(self, subject: str | None, default_to_global: bool) -> dict[str, str]:
         state = self.schemas.state
+        overridden = state.modes.get(None) == READONLY_OVERRIDE
         if subject is not None and subject not in state.modes and not default_to_global:
-            raise errors.mode_not_configured(subject)
+            if not overridden:
+                raise errors.mode_not_configured(subject)
         return {"mode": state.mode(subject)}
 
     # writes ------------------------------------------------------------------------------------
@@ -59,16 +71,20 @@ class Settings:
             )
 
     async def put_config(self, subject: str | None, body: Any) -> tuple[dict, int]:
-        level = None
-        if isinstance(body, dict):
-            level = body.get("compatibility") or body.get("compatibilityLevel")
-        if not isinstance(level, str) or level.upper() not in LEVELS:
-            raise errors.invalid_compatibility_level()
-        level = level.upper()
+        """The fields ``body`` names (Confluent's ``compatibility`` for the level), checked,
+        over the subject's config; answered as given (the level as ``compatibility``)."""
+        changes = config_fields(body)
         async with self.writer.turn():
-            self._room_for(self.schemas.state.configs, subject)
-            end = await self.writer.write([ConfigRecord(subject, level)])
-        return {"compatibility": level}, end
+            state = self.schemas.state
+            self.writable(subject)
+            self._room_for(state.configs, subject)
+            config = {**state.configs.get(subject, {}), **changes}
+            kept = {k: config[k] for k in CONFIG_FIELDS if config.get(k) is not None}
+            end = await self.writer.write([ConfigRecord(subject, kept)])
+        answer = {k: v for k, v in changes.items() if k != "compatibilityLevel"}
+        if "compatibilityLevel" in changes:
+            answer["compatibility"] = changes["compatibilityLevel"]
+        return answer, end
 
     async def delete_config(self, subject: str | None) -> tuple[dict, int]:
         async with self.writer.turn():
@@ -77,9 +93,10 @@ class Settings:
                 if subject not in state.subjects:
                     raise errors.subject_not_found(subject)
                 raise errors.compatibility_not_configured(subject)
-            old = state.level(subject)
+            self.writable(subject)
+            old = self.get_config(subject, True)
             end = await self.writer.write([ConfigRecord(subject, None)])
-        return {"compatibilityLevel": old}, end
+        return old, end
 
     async def put_mode(self, subject: str | None, body: Any, force: bool) -> tuple[dict, int]:
         mode = body.get("mode") if isinstance(body, dict) else None

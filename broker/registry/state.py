@@ -2,12 +2,15 @@
 topic's records in offset order (``apply``), so every broker answers alike.
 
 * ``subjects``: subject -> version -> ``Version`` (schema id, soft-deleted or not);
-* ``schemas``: id -> ``Stored`` (type, text, references) while some version uses it;
-* ``ids``: (type, text, references) -> id, so that one schema has one id in every subject;
-* ``configs`` and ``modes``: the global (key None) and per-subject compatibility levels and
-  modes set;
+* ``schemas``: id -> ``Stored`` (type, text, references, metadata, rule set) while some
+  version uses it;
+* ``ids``: ``Stored`` -> id, so that one schema has one id in every subject;
+* ``configs`` and ``modes``: the global (key None) and per-subject configs (Confluent's
+  CONFIG values: a compatibility level, data contract defaults and overrides) and modes set;
+  a subject's own config, else the global one, is the one in scope (whole, as in
+  Confluent's); a global READONLY_OVERRIDE mode is every subject's, whatever its own;
 * ``max_id``: the highest id seen (ids are never reused while a record holding them stays);
-* ``text_bytes``: the bytes of the texts in ``schemas``.
+* ``text_bytes``: the bytes of the texts, metadata and rule sets in ``schemas``.
 
 Three caches ride along, emptied here as what they were worked out from goes, each filled by
 one part only: ``parsed`` (schemas.py), ``names`` and ``allowed`` (broker_view.py).
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .contracts import Config
 from .records import (
     Change,
     ConfigRecord,
@@ -33,6 +37,7 @@ from .schema_types import ParsedSchema
 
 DEFAULT_LEVEL = "BACKWARD"
 DEFAULT_MODE = "READWRITE"
+READONLY_OVERRIDE = "READONLY_OVERRIDE"  # global: read-only whatever a subject's own mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,13 @@ class Stored:
     schema_type: str
     text: str
     references: tuple[Reference, ...]
+    metadata: str | None = None  # as kept (records.kept)
+    rule_set: str | None = None
+
+    @property
+    def size(self) -> int:
+        """Bytes it holds (UTF-8): what the registry's bounds count."""
+        return sum(len(t.encode()) for t in (self.text, self.metadata, self.rule_set) if t)
 
 
 @dataclass(slots=True)
@@ -54,10 +66,10 @@ class RegistryState:
     schemas: dict[int, Stored] = field(default_factory=dict)
     ids: dict[Stored, int] = field(default_factory=dict)
     uses: dict[int, set[tuple[str, int]]] = field(default_factory=dict)
-    configs: dict[str | None, str] = field(default_factory=dict)
+    configs: dict[str | None, Config] = field(default_factory=dict)
     modes: dict[str | None, str] = field(default_factory=dict)
     max_id: int = 0
-    text_bytes: int = 0  # of the texts in ``schemas`` (UTF-8)
+    text_bytes: int = 0  # held by ``schemas`` (Stored.size)
     parsed: dict[int, ParsedSchema] = field(default_factory=dict)  # a cache
     names: dict[int, tuple[str, ...]] = field(default_factory=dict)  # id -> record names
     # (topic, strategy) -> the ids a record may carry (broker_view.allowed_ids), until the next
@@ -73,10 +85,10 @@ class RegistryState:
         elif isinstance(change, SchemaRemoved):
             self._remove(change.subject, change.version)
         elif isinstance(change, ConfigRecord):
-            if change.level is None:
+            if change.config is None:
                 self.configs.pop(change.subject, None)
             else:
-                self.configs[change.subject] = change.level
+                self.configs[change.subject] = change.config
         elif isinstance(change, ModeRecord):
             if change.mode is None:
                 self.modes.pop(change.subject, None)
@@ -88,7 +100,7 @@ class RegistryState:
                     version.deleted = True
 
     def _put(self, r: SchemaRecord) -> None:
-        stored = Stored(r.schema_type, r.schema, r.references)
+        stored = Stored(r.schema_type, r.schema, r.references, r.metadata, r.rule_set)
         versions = self.subjects.setdefault(r.subject, {})
         old = versions.get(r.version)
         if old is not None and old.id != r.id:
@@ -96,7 +108,7 @@ class RegistryState:
         versions[r.version] = Version(r.id, r.deleted)
         if r.id not in self.schemas:
             self.schemas[r.id] = stored
-            self.text_bytes += len(stored.text.encode())
+            self.text_bytes += stored.size
         self.ids.setdefault(stored, r.id)
         self.uses.setdefault(r.id, set()).add((r.subject, r.version))
         self.max_id = max(self.max_id, r.id)
@@ -121,7 +133,7 @@ class RegistryState:
             self.parsed.pop(schema_id, None)
             self.names.pop(schema_id, None)
             if stored is not None:
-                self.text_bytes -= len(stored.text.encode())
+                self.text_bytes -= stored.size
             if stored is not None and self.ids.get(stored) == schema_id:
                 del self.ids[stored]
 
@@ -135,14 +147,19 @@ class RegistryState:
     def version_count(self) -> int:
         return sum(len(vs) for vs in self.subjects.values())
 
-    def level(self, subject: str | None) -> str:
-        """The compatibility level that applies to ``subject``."""
+    def config(self, subject: str | None) -> Config:
+        """The config in scope for ``subject``: its own, else the global one (else none)."""
         if subject is not None and subject in self.configs:
             return self.configs[subject]
-        return self.configs.get(None, DEFAULT_LEVEL)
+        return self.configs.get(None, {})
+
+    def level(self, subject: str | None) -> str:
+        """The compatibility level that applies to ``subject``."""
+        return self.config(subject).get("compatibilityLevel", DEFAULT_LEVEL)
 
     def mode(self, subject: str | None) -> str:
-        if subject is not None and subject in self.modes:
+        overriding = self.modes.get(None)
+        if subject is not None and subject in self.modes and overriding != READONLY_OVERRIDE:
             return self.modes[subject]
         return self.modes.get(None, DEFAULT_MODE)
 

@@ -74,6 +74,27 @@ def test_a_schema_above_the_schema_bound_is_42209(url):
     assert "schema.registry.max.schema.bytes" in message
 
 
+def test_metadata_and_rule_sets_count_towards_the_schema_bound(url):
+    """A small text with metadata or rules that bring it past max.schema.bytes (4000) is 42209,
+    whether the request or its subject's config brings them."""
+    small = record("Small")
+    properties = {f"k{i}": "v" * 40 for i in range(100)}  # about 5000 bytes
+    body = {"schema": small, "metadata": {"properties": properties}}
+    assert "schema.registry.max.schema.bytes" in error(
+        post(url, "/subjects/big/versions", body), 422, 42209
+    )
+    rules = [{"name": f"r{i}", "type": "CEL", "expr": "x" * 40} for i in range(80)]
+    body = {"schema": small, "ruleSet": {"domainRules": rules}}
+    error(post(url, "/subjects/big/versions", body), 422, 42209)
+    config = {"overrideMetadata": {"properties": properties}}
+    assert requests.put(url + "/config/big", json=config, timeout=10).ok
+    try:
+        error(post(url, "/subjects/big/versions", {"schema": small}), 422, 42209)
+    finally:
+        assert requests.delete(url + "/config/big", timeout=10).ok
+    assert requests.get(url + "/subjects/big/versions", timeout=10).status_code == 404
+
+
 def test_nesting_bombs_are_refused_not_crashes(url):
     deep = "[" * 5000 + "]" * 5000
     error(post(url, "/subjects/deep/versions", deep), 400, 400)

@@ -10,7 +10,8 @@ import json
 import pytest
 from google.protobuf import descriptor_pb2
 
-from headrace.broker.registry import records
+from headrace.broker.registry import contracts, records
+from headrace.broker.registry.errors import RegistryError
 from headrace.broker.registry.records import (
     ConfigRecord,
     ModeRecord,
@@ -363,9 +364,16 @@ def test_records_are_confluents_layouts():
     }
     key, value = records.encode(SchemaRecord("s", 1, 3, "AVRO", '"int"', (), False))
     assert "schemaType" not in json.loads(value)
-    key, value = records.encode(ConfigRecord(None, "FULL"))
+    key, value = records.encode(ConfigRecord(None, {"compatibilityLevel": "FULL"}))
     assert json.loads(key) == {"keytype": "CONFIG", "subject": None, "magic": 0}
     assert json.loads(value) == {"compatibilityLevel": "FULL"}
+    metadata = '{"properties":{"owner":"ann"}}'
+    rule = {"kind": "TRANSFORM", "mode": "WRITEREAD", "name": "r", "type": "CEL"}
+    rules = contracts.kept({"domainRules": [rule]})
+    with_contract = SchemaRecord("s", 1, 3, "AVRO", '"int"', (), False, metadata, rules)
+    value = json.loads(records.encode(with_contract)[1])
+    assert value["metadata"] == {"properties": {"owner": "ann"}}
+    assert value["ruleSet"] == {"domainRules": [rule]}
     key, value = records.encode(ModeRecord("s", "READONLY"))
     assert (json.loads(key)["keytype"], json.loads(value)) == ("MODE", {"mode": "READONLY"})
     key, value = records.encode(SubjectDeleted("s", 4))
@@ -374,7 +382,9 @@ def test_records_are_confluents_layouts():
     for change in (
         SchemaRecord("s", 1, 3, "AVRO", '"int"', (), True),
         SchemaRemoved("s", 1),
+        with_contract,
         ConfigRecord("s", None),
+        ConfigRecord("s", {"compatibilityLevel": "NONE", "defaultMetadata": json.loads(metadata)}),
         ModeRecord(None, "IMPORT"),
         SubjectDeleted("s", 2),
     ):
@@ -387,10 +397,10 @@ def test_the_state_after_compaction_is_the_state_before():
         SchemaRecord("a", 1, 1, "AVRO", '"int"', (), False),
         SchemaRecord("a", 2, 2, "AVRO", '"long"', (), False),
         SchemaRecord("b", 1, 1, "AVRO", '"int"', (), False),
-        ConfigRecord("a", "NONE"),
+        ConfigRecord("a", {"compatibilityLevel": "NONE"}),
         SubjectDeleted("a", 2),
         SchemaRemoved("a", 1),
-        ConfigRecord("a", "FULL"),
+        ConfigRecord("a", {"compatibilityLevel": "FULL"}),
         ModeRecord(None, "READONLY"),
         SchemaRecord("b", 2, 3, "AVRO", '"string"', (), False),
         SchemaRecord("b", 2, 3, "AVRO", '"string"', (), True),
@@ -413,8 +423,107 @@ def test_the_state_after_compaction_is_the_state_before():
             "a": {2: (2, True)},
             "b": {1: (1, False), 2: (3, True)},
         }
-        assert state.configs == {"a": "FULL"} and state.modes == {None: "READONLY"}
+        assert state.configs == {"a": {"compatibilityLevel": "FULL"}}
+        assert state.modes == {None: "READONLY"}
         assert sorted(state.schemas) == [1, 2, 3] and state.max_id == 3
+
+
+# data contracts ------------------------------------------------------------------------------
+
+
+def test_metadata_and_rule_sets_take_confluents_form():
+    assert contracts.metadata(
+        {"tags": {"f": ["b", "a", "a"]}, "properties": {"z": "1", "a": "2"}, "sensitive": ["s"]}
+    ) == {"tags": {"f": ["a", "b"]}, "properties": {"a": "2", "z": "1"}, "sensitive": ["s"]}
+    assert contracts.metadata({"tags": {}, "properties": {}}) is None  # empty: none
+    rules = contracts.rule_set({"domainRules": [{"name": "checkSsn", "type": "CEL"}]})
+    assert rules == {
+        "domainRules": [
+            {"kind": "TRANSFORM", "mode": "WRITEREAD", "name": "checkSsn", "type": "CEL"}
+        ]
+    }
+    assert contracts.rule_set({"migrationRules": [], "domainRules": None}) is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "code"),
+    [
+        ("metadata", [], 42201),
+        ("metadata", {"properties": {"a": 1}}, 42201),
+        ("metadata", {"tags": {"f": "PII"}}, 42201),
+        ("metadata", {"sensitive": "ssn"}, 42201),
+        ("ruleSet", {"domainRules": {"r": 1}}, 42210),
+        ("ruleSet", {"domainRules": [{"type": "CEL"}]}, 42210),
+        ("ruleSet", {"domainRules": [{"name": "1st", "type": "CEL"}]}, 42210),
+        ("ruleSet", {"domainRules": [{"name": "a b", "type": "CEL"}]}, 42210),
+        ("ruleSet", {"domainRules": [{"name": "r"}]}, 42210),
+        ("ruleSet", {"domainRules": [{"name": "r", "type": "CEL", "mode": "UPGRADE"}]}, 42210),
+        ("ruleSet", {"migrationRules": [{"name": "r", "type": "JSONATA", "mode": "WRITE"}]}, 42210),
+        ("ruleSet", {"domainRules": [{"name": "r", "type": "CEL", "kind": "OTHER"}]}, 42210),
+        (
+            "ruleSet",
+            {"domainRules": [{"name": "r", "type": "CEL"}, {"name": "r", "type": "CEL"}]},
+            42210,
+        ),
+        (
+            "ruleSet",
+            {"domainRules": [{"name": "r", "type": "CEL", "mode": "WRITE", "onFailure": "A,B"}]},
+            42210,
+        ),
+        ("ruleSet", {"domainRules": [{"name": "r", "type": "CEL", "params": {"k": 1}}]}, 42210),
+    ],
+)
+def test_shapes_that_are_not_confluents_are_refused(field, value, code):
+    check = contracts.metadata if field == "metadata" else contracts.rule_set
+    with pytest.raises(RegistryError) as refused:
+        check(value)
+    assert (refused.value.status, refused.value.code) == (422, code)
+
+
+def test_config_defaults_and_overrides_merge_as_confluents():
+    config = {
+        "defaultMetadata": {"properties": {"owner": "team", "tier": "2"}},
+        "overrideMetadata": {"properties": {"tier": "1"}, "sensitive": ["ssn"]},
+        "defaultRuleSet": {"domainRules": [{"name": "a", "type": "CEL"}]},
+    }
+    own = (contracts.kept({"properties": {"owner": "ann"}, "sensitive": ["dob"]}), None)
+    metadata, rules = contracts.applied(config, own, (None, None))
+    assert json.loads(metadata) == {
+        "properties": {"owner": "ann", "tier": "1"},
+        "sensitive": ["dob", "ssn"],
+    }
+    assert json.loads(rules) == {"domainRules": [{"name": "a", "type": "CEL"}]}
+    # nothing brought: the latest version's, under the config's
+    latest = (contracts.kept({"properties": {"app": "v1"}}), None)
+    metadata, _ = contracts.applied({}, (None, None), latest)
+    assert json.loads(metadata) == {"properties": {"app": "v1"}}
+    # a rule of the same name replaces the older one
+    newer = {"domainRules": [{"name": "a", "type": "JSONATA"}, {"name": "b", "type": "CEL"}]}
+    _, rules = contracts.applied(
+        {"overrideRuleSet": newer}, (None, contracts.kept(config["defaultRuleSet"])), (None, None)
+    )
+    assert json.loads(rules) == newer
+    assert contracts.applied({}, (None, None), (None, None)) == (None, None)
+
+
+def test_a_global_readonly_override_is_every_subjects_mode():
+    state = RegistryState()
+    state.apply(ModeRecord("s", "READWRITE"))
+    state.apply(ModeRecord(None, "READONLY"))
+    assert (state.mode("s"), state.mode("t")) == ("READWRITE", "READONLY")
+    state.apply(ModeRecord(None, "READONLY_OVERRIDE"))
+    assert (state.mode("s"), state.mode("t")) == ("READONLY_OVERRIDE", "READONLY_OVERRIDE")
+    state.apply(ModeRecord("s", "READONLY_OVERRIDE"))
+    state.apply(ModeRecord(None, None))
+    assert (state.mode("s"), state.mode("t")) == ("READONLY_OVERRIDE", "READWRITE")
+
+
+def test_metadata_and_rules_count_towards_the_bytes_held():
+    state = RegistryState()
+    state.apply(SchemaRecord("a", 1, 1, "AVRO", '"int"', (), False, '{"p":"x"}', '{"r":[]}'))
+    assert state.text_bytes == len('"int"') + len('{"p":"x"}') + len('{"r":[]}')
+    state.apply(SchemaRemoved("a", 1))
+    assert state.text_bytes == 0
 
 
 def test_protobuf_descriptor_and_text_convert_both_ways():
