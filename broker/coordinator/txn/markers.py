@@ -3,11 +3,11 @@
 For each marker (producer id and epoch, commit or abort, coordinator epoch, partitions) a
 control batch is appended to each partition led here, then those whose ``flush.messages`` is
 due are flushed together (as any append: Kafka's markers follow their partition's flush
-settings too) and, in a cluster, each waits for its ISR to have the marker (Kafka appends markers with acks=-1: a
-marker lost in a failover would leave the transaction open on that partition for ever); each
-partition gets its code: NOT_LEADER_OR_FOLLOWER for a partition whose leader is another broker,
-UNKNOWN_TOPIC_OR_PARTITION for one that does not exist, INVALID_PRODUCER_EPOCH for a marker
-older than the partition's producer epoch.
+settings too) and, in a cluster, each waits for its ISR to have the marker (Kafka appends
+markers with acks=-1: a marker lost in a failover would leave the transaction open on that
+partition for ever); each partition gets its code: NOT_LEADER_OR_FOLLOWER for a partition
+whose leader is another broker, UNKNOWN_TOPIC_OR_PARTITION for one that does not exist,
+INVALID_PRODUCER_EPOCH for a marker older than the partition's producer epoch.
 
 A partition of ``__consumer_offsets`` holds transactional offset commits: before its marker,
 the group coordinator makes the producer's pending offsets of that partition's groups the
