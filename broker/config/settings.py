@@ -1263,7 +1263,17 @@ BROKER_SETTINGS: dict[str, Setting] = {
             10,
             "How much lower than the broker's the worker processes' CPU priority is (os.nice: 0"
             " the broker's own, 19 the lowest), so the request path goes first on busy cores."
-            " 0 to 19.",
+            " 0 to 19. Used where iceberg.worker.sched.idle is false or not available.",
+        ),
+        Setting(
+            "iceberg.worker.sched.idle",
+            "boolean",
+            True,
+            "Run the worker processes under Linux's SCHED_IDLE policy: they get only the CPU"
+            " time no other process wants, and a request's thread that wakes takes their core at"
+            " once, so produce latency hardly feels them; on cores that are always busy the"
+            " tables fall behind (the lag metric shows it). false: they run at"
+            " iceberg.worker.nice.",
         ),
     ]
 }

@@ -112,6 +112,7 @@ class IcebergSettings:
     snapshot_retention_ms: int
     round_timeout_s: float  # a worker that has not answered a round by then is killed
     worker_nice: int  # the workers' CPU priority below the broker's (os.nice)
+    worker_sched_idle: bool  # the workers run under SCHED_IDLE (then their nice is moot)
 
     @classmethod
     def of(cls, config, data_dir: Path) -> IcebergSettings:
@@ -141,6 +142,7 @@ class IcebergSettings:
             snapshot_retention_ms=int(config["iceberg.snapshot.retention.ms"]),
             round_timeout_s=int(config["iceberg.round.timeout.ms"]) / 1000,
             worker_nice=int(config["iceberg.worker.nice"]),
+            worker_sched_idle=bool(config["iceberg.worker.sched.idle"]),
         )
 
 
@@ -276,7 +278,13 @@ class IcebergTranslator:
             async with self._slots:
                 if self._pool is None:
                     s = self.settings
-                    self._pool = WorkerPool(s.open_files, s.worker_nice, s.round_timeout_s, PRELOAD)
+                    self._pool = WorkerPool(
+                        s.open_files,
+                        s.worker_nice,
+                        s.round_timeout_s,
+                        PRELOAD,
+                        s.worker_sched_idle,
+                    )
                 self.running += 1
                 self.peak_running = max(self.peak_running, self.running)
                 try:

@@ -26,7 +26,9 @@ broker's end closed, by ``close`` or by the broker's death, kill -9 included) an
 process at once (``os._exit``), mid-round or not; it checks at start that the broker is still
 there, and it asks the kernel for SIGKILL should the fork server die (``PR_SET_PDEATHSIG``,
 Linux). The fork server ends when the broker and its workers have (its pipe reads EOF). A
-worker runs at ``nice`` (a lower CPU priority than the broker's event loop).
+worker runs under Linux's ``SCHED_IDLE`` policy (``sched_idle``: it gets only the CPU time no
+other process wants, and any other process that wakes takes its core at once), or else at
+``nice`` (a lower CPU priority than the broker's event loop, which still shares busy cores).
 """
 
 from __future__ import annotations
@@ -62,10 +64,15 @@ class WorkerPool:
     """At most ``size`` worker processes; ``run`` gives a request to an idle one."""
 
     def __init__(
-        self, size: int, nice: int = 0, timeout_s: float = 300.0, preload: Sequence[str] = ()
+        self,
+        size: int,
+        nice: int = 0,
+        timeout_s: float = 300.0,
+        preload: Sequence[str] = (),
+        sched_idle: bool = False,
     ) -> None:
         self.size = size
-        self.nice = nice
+        self.priority = (nice, sched_idle)
         self.timeout_s = timeout_s
         self._idle: list[_Worker] = []
         self._busy: set[_Worker] = set()
@@ -91,7 +98,7 @@ class WorkerPool:
                 raise RuntimeError("more requests at once than the pool's size")
             self._starting += 1
             try:
-                worker = await asyncio.to_thread(_Worker, self._ctx, self.nice)
+                worker = await asyncio.to_thread(_Worker, self._ctx, self.priority)
             except OSError as e:
                 raise WorkerFailed(f"cannot start a worker: {e}") from e
             finally:
@@ -127,11 +134,11 @@ class WorkerPool:
 
 
 class _Worker:
-    def __init__(self, ctx: Any, nice: int) -> None:
+    def __init__(self, ctx: Any, priority: tuple[int, bool]) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
             target=_serve,
-            args=(child, os.getpid(), nice),
+            args=(child, os.getpid(), priority),
             name="headrace-iceberg",
             daemon=True,
         )
@@ -183,11 +190,15 @@ class _Worker:
         self.process.join(1.0)
 
 
-def _serve(conn: Any, broker_pid: int, nice: int) -> None:
+def _serve(conn: Any, broker_pid: int, priority: tuple[int, bool]) -> None:
     """A worker process: answer requests until the pipe reads EOF."""
     _die_with_parent(broker_pid)
     threading.Thread(target=_end_on_hangup, args=(conn.fileno(),), daemon=True).start()
-    if nice:
+    nice, sched_idle = priority
+    if sched_idle and hasattr(os, "SCHED_IDLE"):
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    elif nice:
         with contextlib.suppress(OSError):
             os.nice(nice)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the broker's stop ends workers)

@@ -146,7 +146,8 @@ def test_rounds_together_never_hold_more_than_the_broker_bound(tmp_path):
 def test_no_more_rounds_run_at_once_than_max_open_files(tmp_path):
     """Six topics behind at once, ``iceberg.max.open.files`` 2: the broker's peak of rounds
     running, and the translator's worker processes seen in this process (the broker runs in
-    it), never pass 2; every row arrives."""
+    it), never pass 2; every row arrives. The workers run under SCHED_IDLE (the default of
+    ``iceberg.worker.sched.idle``)."""
     topics = [f"t{i}" for i in range(6)]
     partitions, per_partition = 2, 6
     settings = {**SETTINGS, "iceberg.max.open.files": 2}
@@ -154,10 +155,12 @@ def test_no_more_rounds_run_at_once_than_max_open_files(tmp_path):
         workers_seen = []
         done = threading.Event()
 
+        def workers() -> list[multiprocessing.Process]:
+            return [p for p in multiprocessing.active_children() if p.name == "headrace-iceberg"]
+
         def watch() -> None:
             while not done.is_set():
-                names = [p.name for p in multiprocessing.active_children()]
-                workers_seen.append(names.count("headrace-iceberg"))
+                workers_seen.append(len(workers()))
                 time.sleep(0.005)
 
         watcher = threading.Thread(target=watch)
@@ -170,6 +173,7 @@ def test_no_more_rounds_run_at_once_than_max_open_files(tmp_path):
             watcher.join()
         assert value(samples, "headrace_iceberg_rounds_running_peak") == 2
         assert 1 <= max(workers_seen) <= 2
+        assert {os.sched_getscheduler(p.pid) for p in workers()} == {os.SCHED_IDLE}
         for topic in topics:
             assert_every_row(snapshot_ranges(tmp_path, topic)[1], partitions, per_partition)
 

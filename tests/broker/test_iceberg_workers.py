@@ -22,6 +22,10 @@ def pid_and_nice(_: object) -> tuple[int, int]:
     return os.getpid(), os.nice(0)
 
 
+def policy(_: object) -> int:
+    return os.sched_getscheduler(0)
+
+
 def fail(message: str) -> None:
     raise ValueError(message)
 
@@ -46,15 +50,42 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_the_round_timeout_and_the_workers_nice_are_broker_settings(tmp_path):
+def test_the_round_timeout_and_the_workers_priority_are_broker_settings(tmp_path):
     from headrace.broker.config.config import BrokerConfig
     from headrace.broker.iceberg.translator import IcebergSettings
 
-    given = BrokerConfig({"iceberg.round.timeout.ms": "5000", "iceberg.worker.nice": "0"})
+    given = BrokerConfig(
+        {
+            "iceberg.round.timeout.ms": "5000",
+            "iceberg.worker.nice": "0",
+            "iceberg.worker.sched.idle": "false",
+        }
+    )
     settings = IcebergSettings.of(given, tmp_path)
-    assert (settings.round_timeout_s, settings.worker_nice) == (5.0, 0)
+    assert (settings.round_timeout_s, settings.worker_nice, settings.worker_sched_idle) == (
+        5.0,
+        0,
+        False,
+    )
     default = IcebergSettings.of(BrokerConfig(), tmp_path)
-    assert (default.round_timeout_s, default.worker_nice) == (300.0, 10)
+    assert (default.round_timeout_s, default.worker_nice, default.worker_sched_idle) == (
+        300.0,
+        10,
+        True,
+    )
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_workers_run_under_sched_idle_when_asked():
+    async def main() -> None:
+        for sched_idle, expected in ((True, os.SCHED_IDLE), (False, os.SCHED_OTHER)):
+            pool = WorkerPool(1, nice=5, sched_idle=sched_idle)
+            try:
+                assert await pool.run(policy, None) == expected
+            finally:
+                pool.close()
+
+    asyncio.run(main())
 
 
 def test_requests_failures_deaths_and_hangs():
