@@ -11,9 +11,9 @@ against one version (a number, or ``latest``) compares with that version alone, 
 level's _TRANSITIVE is dropped; a version not there is 40402, and ``latest`` of a subject
 with no live version is compatible. With ``verbose`` the reasons are answered, and a schema
 that does not parse is a reason rather than 42201. With a ``compatibilityGroup`` in the
-subject's config (a metadata property's name), a registration is compared only with the
-versions whose metadata gives that property the same value (or, like it, none), as in
-Confluent's.
+subject's config (a metadata property's name), a schema (registered, or tested with the
+metadata the request brings) is compared only with the versions whose metadata gives that
+property the same value (or, like it, none), as in Confluent's.
 """
 
 from __future__ import annotations
@@ -33,15 +33,19 @@ class Compatibility:
     def against_subject(self, subject: str, new: ParsedSchema, metadata: str | None) -> list[str]:
         """Why ``new`` (with ``metadata``, as kept) may not be registered under ``subject``
         now (empty: it may)."""
-        state = self.schemas.state
         olds = list(self.lookups.live(subject).values())
+        return self._check(subject, self.schemas.state.level(subject), new, metadata, olds)
+
+    def _check(
+        self, subject: str, level: str, new: ParsedSchema, metadata: str | None, olds: list[int]
+    ) -> list[str]:
+        """Why ``new`` does not fit the schemas ``olds`` (ids) under ``level``: those of them in
+        its compatibility group, when the subject has one."""
+        state = self.schemas.state
         group = state.config(subject).get("compatibilityGroup")
         if group is not None:
             mine = _property(metadata, group)
             olds = [i for i in olds if _property(state.schemas[i].metadata, group) == mine]
-        return self._check(state.level(subject), new, olds)
-
-    def _check(self, level: str, new: ParsedSchema, olds) -> list[str]:
         return incompatibilities(level, new, [self.schemas.parsed(i) for i in olds])
 
     def test(
@@ -63,12 +67,12 @@ class Compatibility:
                 raise errors.version_not_found(number)
             level = level.removesuffix("_TRANSITIVE")
         try:
-            new, _ = self.schemas.from_request(body, normalize)
+            new, stored = self.schemas.from_request(body, normalize)
         except errors.RegistryError as e:
             if not verbose or e.code != errors.INVALID_SCHEMA:
                 raise
             return {"is_compatible": False, "messages": [e.message]}
-        messages = self._check(level, new, olds)
+        messages = self._check(subject, level, new, stored.metadata, olds)
         out: dict[str, Any] = {"is_compatible": not messages}
         if verbose:
             out["messages"] = messages

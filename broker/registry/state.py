@@ -45,7 +45,7 @@ class Stored:
     schema_type: str
     text: str
     references: tuple[Reference, ...]
-    metadata: str | None = None  # as kept (records.kept)
+    metadata: str | None = None  # as kept (contracts.kept)
     rule_set: str | None = None
 
     @property

@@ -209,6 +209,11 @@ def test_a_compatibility_group_compares_within_its_group(broker):  # noqa: F811
         409,
     )
     major2 = Schema(breaking, "AVRO", metadata=metadata({"major": "2"}))
+    # POST /compatibility compares within the group of the metadata the request brings
+    assert not c.test_compatibility(
+        "grouped-value", Schema(breaking, "AVRO", metadata=metadata({"major": "1"}))
+    )
+    assert c.test_compatibility("grouped-value", major2)
     assert fresh(broker).register_schema("grouped-value", major2) > 0
 
 
