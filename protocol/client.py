@@ -32,13 +32,17 @@ Copies: a frame that arrives whole in one ``data`` is sliced out of it once (not
 ``data`` is exactly the frame, as bytes); a frame that arrives in pieces is gathered in a
 bytearray that becomes the event's frame. A caller that reads ``bytes_expected`` bytes at a
 time (the rest of the size prefix, then the rest of the frame) gets every frame without a copy.
+A caller that reads into buffers (asyncio's ``BufferedProtocol``) asks ``get_buffer`` where the
+next bytes go and tells ``buffer_updated`` how many came, instead of calling ``receive_data``:
+the size prefix goes into a 4-byte buffer, and each frame into a bytearray of its size, made
+once the size is in and checked; the socket's bytes are then copied once, into the frame.
 """
 
 from __future__ import annotations
 
 import struct
 from collections import deque
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from headrace.record_format import CorruptRecordError, read_uvarint
 
@@ -121,6 +125,9 @@ class ClientConnection:
         self._head = bytearray()  # the size prefix read so far
         self._size = -1  # the size of the frame being read (-1: reading a size prefix)
         self._body = bytearray()  # the frame read so far, when it came in pieces
+        self._prefix = bytearray(4)  # get_buffer's size prefix
+        self._into: memoryview | None = None  # get_buffer's buffer being filled (prefix or frame)
+        self._filled = 0  # bytes in it
         self._broken: str | None = None
 
     @property
@@ -208,6 +215,32 @@ class ClientConnection:
         finally:
             view.release()
         return responses
+
+    def get_buffer(self) -> memoryview:
+        """Where the next bytes read go (read into buffers, not with ``receive_data``): the
+        rest of the size prefix, or the rest of the frame. ``buffer_updated`` takes the count."""
+        self._check()
+        if self._into is None:
+            self._into = memoryview(self._prefix)
+        return self._into[self._filled :]
+
+    def buffer_updated(self, nbytes: int) -> list[Response]:
+        """The responses the ``nbytes`` just read into ``get_buffer``'s buffer complete (one at
+        most). Raises ``StreamError`` when the stream breaks Kafka's framing."""
+        self._check()
+        into = self._into
+        assert into is not None, "get_buffer first"
+        self._filled += nbytes
+        if self._filled < len(into):
+            return []
+        self._filled = 0
+        if into.obj is self._prefix:
+            (size,) = _SIZE.unpack(self._prefix)
+            self._check_size(size)  # before anything is allocated for the frame
+            self._into = memoryview(bytearray(size))
+            return []
+        self._into = None
+        return [self._response(cast(bytearray, into.obj))]
 
     def _check(self) -> None:
         if self._broken is not None:

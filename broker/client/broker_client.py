@@ -15,11 +15,13 @@ coordinator broker's own replica fetches went over one connection, the fetch ans
 the marker would queue behind the marker's answer until the marker timed out.
 ``send(node_id, api_key, version, message, timeout)`` encodes the request with the next
 correlation id, writes it and waits for its response; requests are pipelined on the
-connection and one reader task matches each response frame to its request by correlation id.
-The framing is ``headrace.protocol.client``'s: each socket has a ``ClientConnection`` that
-makes the request bytes and turns the bytes read back into responses; the reader task reads
-what it says is missing (the size prefix, then the rest of the frame) and hands each response
-to the request waiting for it.
+connection, and each response frame goes to its request by correlation id. The framing is
+``headrace.protocol.client``'s: each socket has a ``ClientConnection`` that makes the request
+bytes and turns the bytes read back into responses. The socket's protocol (``_Socket``, an
+asyncio ``BufferedProtocol``) has the event loop read into the buffers the
+``ClientConnection`` gives (the size prefix, then a frame of that size), so each byte a leader
+sends (a replica fetch's records) is copied once, from the kernel into its frame, and the
+decoded records are slices of that frame.
 
 Bounds: at most ``max_in_flight`` requests wait on a connection (the others wait for a slot,
 within their timeout); a response frame's length is checked against ``max_response_bytes``
@@ -47,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from headrace.protocol import ApiKey, encode_request, messages
-from headrace.protocol.client import ClientConnection, Response, StreamError
+from headrace.protocol.client import ClientConnection, StreamError
 
 from .inter_broker import ClientSecurity
 
@@ -142,7 +144,8 @@ class BrokerClient:
     def in_flight(self, node_id: int) -> int:
         """Requests sent to ``node_id`` and not answered yet."""
         conn = self._connections.get(node_id)
-        return 0 if conn is None else len(conn.waiting)
+        sock = None if conn is None else conn.socket
+        return 0 if sock is None else len(sock.waiting)
 
     async def close(self) -> None:
         """Close every connection (and every channel's) and fail what waits on them."""
@@ -153,8 +156,6 @@ class BrokerClient:
         connections, self._connections = list(self._connections.values()), {}
         for conn in connections:
             conn.fail(NetworkError("the broker client is closed"))
-        for conn in connections:
-            await conn.closed()
 
 
 @dataclass
@@ -166,51 +167,25 @@ class _Peers:
 
 
 class _Connection:
-    """One socket to one node, with its reader task and the requests waiting on it."""
+    """The socket to one node (a new one once the last is lost) and the requests' slots."""
 
     def __init__(self, client: BrokerClient, node_id: int) -> None:
         self.client = client
         self.node_id = node_id
         self.slots = asyncio.Semaphore(client.max_in_flight)
         self.connecting = asyncio.Lock()
-        self.writer: asyncio.StreamWriter | None = None
-        self.wire: ClientConnection | None = None  # the socket's framing and correlation ids
-        self.reader_task: asyncio.Task | None = None
-        self.waiting: dict[int, asyncio.Future] = {}  # correlation id -> the caller's future
-        self.correlation_id = 0  # the last one sent: a new socket goes on from it
+        self.socket: _Socket | None = None
 
     async def request(self, api_key: int, version: int, message):
         body = encode_request(api_key, version, message)  # before taking a slot: may raise
         async with self.slots:
-            writer, wire = await self._connected()
-            data = wire.request(api_key, version, body)
-            cid = self.correlation_id = wire.correlation_id
-            future = asyncio.get_running_loop().create_future()
-            self.waiting[cid] = future
-            try:
-                writer.write(data)
-                await writer.drain()
-                return await future
-            except NetworkError:
-                raise
-            except OSError as e:
-                self.fail(NetworkError(f"node {self.node_id}: {e}"), writer)
-                raise NetworkError(f"node {self.node_id}: {e}") from None
-            except asyncio.CancelledError:
-                # timed out (or the caller stopped) after sending: the answer may still come,
-                # and the remote may still be busy with it; start afresh
-                self.fail(RequestTimedOut(f"node {self.node_id}: request abandoned"), writer)
-                raise
-            finally:
-                if self.waiting.get(cid) is future:
-                    del self.waiting[cid]
-                if future.done() and not future.cancelled():
-                    future.exception()  # retrieved, whichever way this ended
+            return await (await self._connected()).exchange(api_key, version, body)
 
-    async def _connected(self) -> tuple[asyncio.StreamWriter, ClientConnection]:
+    async def _connected(self) -> _Socket:
         async with self.connecting:
-            if self.writer is not None and self.wire is not None and not self.writer.is_closing():
-                return self.writer, self.wire
+            last = self.socket
+            if last is not None and last.error is None:
+                return last
             address = self.client.address_of(self.node_id)
             if address is None:
                 raise NetworkError(f"no address for node {self.node_id}")
@@ -219,130 +194,168 @@ class _Connection:
             wire = ClientConnection(
                 self.client.client_id, max_response_bytes=self.client.max_response_bytes
             )
-            wire.correlation_id = self.correlation_id
+            if last is not None:  # correlation ids go on from the last socket's
+                wire.correlation_id = last.wire.correlation_id
+            loop = asyncio.get_running_loop()
             try:
                 async with asyncio.timeout(self.client.connect_timeout):
-                    reader, writer = await asyncio.open_connection(
-                        host, port, ssl=security.tls, server_hostname=host if security.tls else None
+                    _, sock = await loop.create_connection(
+                        lambda: _Socket(self.node_id, wire),
+                        host,
+                        port,
+                        ssl=security.tls,
+                        server_hostname=host if security.tls else None,
                     )
                     try:
                         if security.mechanism:
-                            await self._authenticate(reader, writer, wire, security)
+                            await _authenticate(sock, security)
                     except BaseException:
-                        writer.close()
+                        sock.close(NetworkError(f"node {self.node_id}: authentication stopped"))
                         raise
             except (OSError, TimeoutError) as e:
                 where = f"node {self.node_id} at {host}:{port}"
                 raise NetworkError(f"cannot connect to {where}: {e!r}") from None
-            self.writer, self.wire = writer, wire
-            self.reader_task = asyncio.create_task(self._read(reader, writer, wire))
-            return writer, wire
+            self.socket = sock
+            return sock
 
-    async def _authenticate(
-        self, reader, writer, wire: ClientConnection, security: ClientSecurity
-    ) -> None:
-        """SaslHandshake, then SaslAuthenticate until the mechanism is done."""
+    def fail(self, error: NetworkError) -> None:
+        """Close the socket and fail every request waiting on it (the next request opens
+        another)."""
+        if self.socket is not None:
+            self.socket.close(error)
 
-        async def call(api_key: int, version: int, message):
-            writer.write(wire.request(api_key, version, message))
-            self.correlation_id = wire.correlation_id
-            await writer.drain()
-            responses: list[Response] = []
-            try:
-                while not responses:
-                    responses = wire.receive_data(await reader.readexactly(wire.bytes_expected))
-            except StreamError as e:
-                raise NetworkError(f"node {self.node_id} sent {e}") from None
-            except asyncio.IncompleteReadError:
-                raise NetworkError(f"node {self.node_id} closed the connection") from None
-            (answer,) = responses
-            if answer.error is not None:
-                raise NetworkError(f"malformed response from node {self.node_id}: {answer.error}")
-            response = answer.message
-            if response.error_code:
-                log.warning(
-                    "node %d refused %s authentication as %s on the inter-broker listener %s"
-                    " (error %d): check its sasl.jaas.config and the user",
-                    self.node_id,
-                    security.mechanism,
-                    security.username,
-                    security.listener,
-                    response.error_code,
-                )
-                raise NetworkError(
-                    f"node {self.node_id} refused {security.mechanism} authentication as"
-                    f" {security.username} (error {response.error_code}:"
-                    f" {getattr(response, 'error_message', None) or ''})"
-                )
-            return response
 
-        mechanism = security.mechanism
-        await call(ApiKey.SASL_HANDSHAKE, 1, messages.SaslHandshakeRequest(mechanism=mechanism))
+class _Socket(asyncio.BufferedProtocol):
+    """One socket to a node. Its bytes are read straight into the response frames
+    (``ClientConnection.get_buffer``: a 1 MiB replica fetch answer is copied once, from the
+    kernel into its frame), and each response goes to the request waiting for it."""
 
-        async def authenticate(token: bytes) -> bytes:
-            request = messages.SaslAuthenticateRequest(auth_bytes=token)
-            return bytes((await call(ApiKey.SASL_AUTHENTICATE, 2, request)).auth_bytes)
+    def __init__(self, node_id: int, wire: ClientConnection) -> None:
+        self.node_id = node_id
+        self.wire = wire  # the socket's framing and correlation ids
+        self.transport: asyncio.Transport | None = None
+        self.waiting: dict[int, asyncio.Future] = {}  # correlation id -> the caller's future
+        self.error: NetworkError | None = None  # why the socket closed (None: open)
+        self._room: asyncio.Future | None = None  # while the transport's buffer is full
 
-        if mechanism == "PLAIN":
-            await authenticate(f"\0{security.username}\0{security.password}".encode())
-            return
-        from scramp import ScramClient, ScramException  # (SCRAM only: a faster start)
-
-        scram = ScramClient([mechanism], security.username, security.password)
+    async def exchange(self, api_key: int, version: int, message):
+        """Send a request (``message``, or its encoded body) and return the decoded response."""
+        if self.error is not None:
+            raise self.error
         try:
-            scram.set_server_first((await authenticate(scram.get_client_first().encode())).decode())
-            scram.set_server_final((await authenticate(scram.get_client_final().encode())).decode())
-        except (ScramException, UnicodeDecodeError) as e:
-            raise NetworkError(f"SCRAM with node {self.node_id} failed: {e}") from None
-
-    async def _read(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, wire: ClientConnection
-    ) -> None:
-        error: NetworkError
+            data = self.wire.request(api_key, version, message)
+        except OSError as e:  # (a StreamError: the stream broke before)
+            error = NetworkError(f"node {self.node_id}: {e}")
+            self.close(error)
+            raise error from None
+        cid = self.wire.correlation_id
+        future = asyncio.get_running_loop().create_future()
+        self.waiting[cid] = future
         try:
-            while True:
-                # exactly what completes the size prefix or the frame: the frame is not copied
-                data = await reader.readexactly(wire.bytes_expected)
-                for response in wire.receive_data(data):
-                    self._deliver(response)
-        except StreamError as e:  # a frame over the limit, a correlation id out of order
-            for response in e.responses:
-                self._deliver(response)
-            error = NetworkError(f"node {self.node_id} sent {e}")
-        except (asyncio.IncompleteReadError, OSError) as e:
-            error = NetworkError(f"connection to node {self.node_id} lost: {e!r}")
+            assert self.transport is not None
+            self.transport.write(data)
+            while self._room is not None and self.error is None:
+                await asyncio.shield(self._room)
+            return await future
         except asyncio.CancelledError:
-            error = NetworkError(f"connection to node {self.node_id} closed")
-        self.fail(error, writer)
+            # timed out (or the caller stopped) after sending: the answer may still come,
+            # and the remote may still be busy with it; start afresh
+            self.close(RequestTimedOut(f"node {self.node_id}: request abandoned"))
+            raise
+        finally:
+            if self.waiting.get(cid) is future:
+                del self.waiting[cid]
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved, whichever way this ended
 
-    def _deliver(self, response: Response) -> None:
-        future = self.waiting.get(response.correlation_id)
-        if future is None or future.done():
-            return  # its request gave up (the connection is being closed)
-        if response.error is not None:
-            future.set_exception(
-                NetworkError(f"malformed response from node {self.node_id}: {response.error}")
-            )
-        else:
-            future.set_result(response.message)
-
-    def fail(self, error: NetworkError, writer: asyncio.StreamWriter | None = None) -> None:
-        """Close the socket and fail every request waiting on it. With ``writer``: only if
-        that is still the current socket (a new one may have been opened since)."""
-        if writer is not None and writer is not self.writer:
-            writer.close()
-            return
-        writer, self.writer, self.wire = self.writer, None, None
-        if writer is not None:
-            writer.close()
-        task = self.reader_task
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+    def close(self, error: NetworkError) -> None:
+        """Close the socket (once) and fail every request waiting on it."""
+        if self.error is None:
+            self.error = error
+        if self.transport is not None:
+            self.transport.close()
         for future in list(self.waiting.values()):
             if not future.done():
-                future.set_exception(error)
+                future.set_exception(self.error)
+        self.resume_writing()  # (writers waiting for room see the error)
 
-    async def closed(self) -> None:
-        task = self.reader_task
-        if task is not None:
-            await asyncio.gather(task, return_exceptions=True)
+    # the transport's calls
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.wire.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            responses = self.wire.buffer_updated(nbytes)
+        except StreamError as e:  # a frame over the limit, a correlation id out of order
+            self.close(NetworkError(f"node {self.node_id} sent {e}"))
+            return
+        for response in responses:
+            future = self.waiting.get(response.correlation_id)
+            if future is None or future.done():
+                continue  # its request gave up (the socket is being closed)
+            if response.error is not None:
+                future.set_exception(
+                    NetworkError(f"malformed response from node {self.node_id}: {response.error}")
+                )
+            else:
+                future.set_result(response.message)
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close(NetworkError(f"connection to node {self.node_id} lost: {exc!r}"))
+
+    def pause_writing(self) -> None:
+        self._room = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        room, self._room = self._room, None
+        if room is not None and not room.done():
+            room.set_result(None)
+
+
+async def _authenticate(sock: _Socket, security: ClientSecurity) -> None:
+    """SaslHandshake, then SaslAuthenticate until the mechanism is done, on a new socket."""
+    node_id, mechanism = sock.node_id, security.mechanism
+
+    async def call(api_key: int, version: int, message):
+        response = await sock.exchange(api_key, version, message)
+        if response.error_code:
+            log.warning(
+                "node %d refused %s authentication as %s on the inter-broker listener %s"
+                " (error %d): check its sasl.jaas.config and the user",
+                node_id,
+                mechanism,
+                security.username,
+                security.listener,
+                response.error_code,
+            )
+            raise NetworkError(
+                f"node {node_id} refused {mechanism} authentication as"
+                f" {security.username} (error {response.error_code}:"
+                f" {getattr(response, 'error_message', None) or ''})"
+            )
+        return response
+
+    await call(ApiKey.SASL_HANDSHAKE, 1, messages.SaslHandshakeRequest(mechanism=mechanism))
+
+    async def authenticate(token: bytes) -> bytes:
+        request = messages.SaslAuthenticateRequest(auth_bytes=token)
+        return bytes((await call(ApiKey.SASL_AUTHENTICATE, 2, request)).auth_bytes)
+
+    if mechanism == "PLAIN":
+        await authenticate(f"\0{security.username}\0{security.password}".encode())
+        return
+    from scramp import ScramClient, ScramException  # (SCRAM only: a faster start)
+
+    scram = ScramClient([mechanism], security.username, security.password)
+    try:
+        scram.set_server_first((await authenticate(scram.get_client_first().encode())).decode())
+        scram.set_server_final((await authenticate(scram.get_client_final().encode())).decode())
+    except (ScramException, UnicodeDecodeError) as e:
+        raise NetworkError(f"SCRAM with node {node_id} failed: {e}") from None

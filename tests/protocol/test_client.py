@@ -240,6 +240,50 @@ def test_bytes_expected_follows_the_size_prefix_then_the_frame():
     assert r.message == heartbeat_answer() and conn.bytes_expected == 4
 
 
+def read_into_buffers(conn: ClientConnection, data: bytes, most: int) -> list[Response]:
+    """What a BufferedProtocol does: ask for a buffer, copy at most ``most`` bytes into it."""
+    responses, pos = [], 0
+    while pos < len(data):
+        buf = conn.get_buffer()
+        n = min(len(buf), most, len(data) - pos)
+        buf[:n] = data[pos:pos + n]
+        pos += n
+        responses += conn.buffer_updated(n)
+    return responses
+
+
+@pytest.mark.parametrize("most", [1, 3, 7, 1 << 20])
+def test_reading_into_its_buffers_gives_the_same_responses(most):
+    conn = ClientConnection()
+    check_answers(read_into_buffers(conn, pipelined(conn), most))
+    assert conn.in_flight == 0
+
+
+def test_a_frame_read_into_its_buffers_is_one_buffer_of_the_frames_size():
+    conn = ClientConnection()
+    conn.request(ApiKey.METADATA, 12, metadata("a"))
+    data = response_frame(ApiKey.METADATA, 12, 1, metadata_answer("a"))
+    assert len(conn.get_buffer()) == 4  # the size prefix first
+    conn.get_buffer()[:4] = data[:4]
+    assert conn.buffer_updated(4) == []
+    buf = conn.get_buffer()
+    assert len(buf) == len(data) - 4  # then exactly the frame
+    buf[:] = data[4:]
+    (r,) = conn.buffer_updated(len(buf))
+    assert r.frame is buf.obj and r.message == metadata_answer("a")
+
+
+@pytest.mark.parametrize("size", [3, 101, 2**31 - 1])
+def test_a_frame_size_out_of_bounds_is_refused_before_its_buffer_is_made(size):
+    conn = ClientConnection(max_response_bytes=100)
+    conn.request(ApiKey.HEARTBEAT, 0, H(group_id="g", generation_id=1, member_id="m"))
+    conn.get_buffer()[:4] = struct.pack(">i", size)
+    with pytest.raises(StreamError, match=f"frame of {size} bytes"):
+        conn.buffer_updated(4)
+    with pytest.raises(StreamError, match="broken"):
+        conn.get_buffer()
+
+
 def test_a_raw_response_keeps_its_frame_and_where_the_body_starts():
     conn = ClientConnection()
     conn.request(ApiKey.METADATA, 12, metadata("a"), raw=True)
