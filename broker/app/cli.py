@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import gc
 import logging
 import os
@@ -181,8 +182,40 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(_run(config, args.ready_file))
 
 
+# glibc's malloc in a broker process (keep_freed_memory): blocks up to this size come from its
+# heap rather than from mmap, and up to MALLOC_KEEP bytes of free memory stay at the heap's top
+MALLOC_HEAP_BLOCK = 16 << 20
+MALLOC_KEEP = 64 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (glibc's malloc.h)
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc's malloc keep the memory of freed request frames for the next ones; returns
+    whether it did (False with another C library, which is left as it is).
+
+    A produce request or a replica fetch answer of about 1 MiB is read into a buffer of its
+    size, freed once its records are in the log. By default glibc gives the memory of such a
+    block back to the kernel when it is freed (it came from mmap, or it lies at the top of the
+    heap, which is cut back once more than twice the largest block freed is free there), so the
+    next frame's buffer was fresh memory: a page fault and a page the kernel zeroes for every
+    4 KiB of every frame, about a tenth of a 3-broker cluster's CPU under replication. Blocks up
+    to ``MALLOC_HEAP_BLOCK`` now come from the heap, which keeps up to ``MALLOC_KEEP`` bytes
+    free for the next frames (``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD``)."""
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return False
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, ValueError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_HEAP_BLOCK)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, MALLOC_KEEP)
+    )
+
+
 def _run(config: BrokerConfig, ready_file: str | None = None) -> int:
     from .server import BrokerServer, StartupError
+
+    keep_freed_memory()
 
     try:
         import uvloop

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -107,3 +108,39 @@ def test_start_failure_shows_the_broker_output(tmp_path):
         with pytest.raises(RuntimeError, match="cannot listen"):
             broker.start()
     assert broker.proc is None
+
+
+FRAMES = """
+import resource, sys
+from headrace.broker.app.cli import keep_freed_memory
+if sys.argv[1] == "kept":
+    assert keep_freed_memory()
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+def frames():  # eight 1 MiB request frames in flight, then freed, as a busy broker's
+    return [bytearray(1 << 20) for _ in range(8)]
+frames()
+before = faults()
+for _ in range(50):
+    frames()
+print(faults() - before)
+"""
+
+
+def _glibc() -> bool:
+    try:
+        return bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    except (AttributeError, ValueError):
+        return False
+
+
+@pytest.mark.skipif(not _glibc(), reason="glibc's malloc")
+def test_a_broker_process_reuses_freed_frames_instead_of_faulting_in_fresh_memory():
+    def page_faults(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", FRAMES, mode], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout)
+
+    pages = 50 * 8 * (1 << 20) // 4096
+    assert page_faults("default") > pages // 2  # glibc gives the frames' memory back each time
+    assert page_faults("kept") < pages // 100
