@@ -37,7 +37,8 @@ Public surface:
 - ``valid_versions(api_key)``, ``is_flexible(api_key, version)``, ``ApiKey``, ``ErrorCode``
 - ``messages``, ``records``, ``compression``: the modules above
 - ``client``: ``ClientConnection`` (``request`` -> bytes, ``receive_data`` -> ``Response``
-  events), ``request_frame``, ``StreamError``
+  events, or ``get_buffer`` / ``buffer_updated`` for a reader into buffers), ``request_frame``,
+  ``StreamError``
 - ``DecodeError`` (malformed input), ``EncodeError``, ``UnsupportedVersionError``
 """
 
