@@ -5,6 +5,8 @@ clients), ids, configs and modes kept in the compacted topic ``_schemas``
 
 http_api.py         The HTTP listener (aiohttp, http or https): Confluent's routes, each calling
                     one part of the registry below
+http_reads.py       The read routes (GETs, lookup, compatibility test), lists paged (paging.py)
+paging.py           Confluent's ``offset`` and ``limit`` on lists: Java ints, 404 otherwise
 http_site.py        Below the routes: JSON answers, Confluent's error bodies, the connection cap
 forwarding.py       Writes (and a replica-less broker's reads) sent to the leader of ``_schemas``
 http_auth.py        With the broker's authorizer on: what each route needs (``NEEDS``), checked
@@ -25,7 +27,9 @@ registration.py     Registering (ids and versions allocated) and deleting versio
 writer.py           The one write path: at the leader, one at a time, on a caught-up view
 schemas_log.py      ``_schemas``: written by its leader (acks=all), read by every replica into
                     the broker's view (read-your-writes through ``wait_for``)
-state.py            The view: subjects, versions, schemas by id, configs and modes, as the
+guids.py            Schema GUIDs: Confluent 8's MD5 over a schema's text, references, metadata
+                    and rule set, as a UUID
+state.py            The view: subjects, versions, schemas by id and GUID, configs and modes, as the
                     records of ``_schemas`` leave them
 records.py          The records of ``_schemas`` in Confluent's JSON layouts
 contracts.py        Data contracts: metadata and rule sets in Confluent's form (42201, 42210),

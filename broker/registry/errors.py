@@ -50,7 +50,8 @@ def version_not_found(version: object) -> RegistryError:
     return RegistryError(404, VERSION_NOT_FOUND, f"Version {version} not found.")
 
 
-def schema_not_found(schema_id: int | None = None) -> RegistryError:
+def schema_not_found(schema_id: int | str | None = None) -> RegistryError:
+    """40403, naming the id or GUID asked for when there is one."""
     text = "Schema not found" if schema_id is None else f"Schema {schema_id} not found"
     return RegistryError(404, SCHEMA_NOT_FOUND, text)
 

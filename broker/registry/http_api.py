@@ -3,9 +3,10 @@ REST API, served by aiohttp on the broker's event loop.
 
 How this works
 --------------
-Each route reads its path parts, query flags and JSON body and calls one part of the
-``SchemaRegistry`` (registry.py): ``lookups`` for reads, ``compatibility``, ``settings`` for
-levels and modes, ``registration`` for registering and deleting. Answers and errors take
+Each route (the reads in http_reads.py) reads its path parts, query flags and JSON body and
+calls one part of the ``SchemaRegistry`` (registry.py): ``lookups`` for reads,
+``compatibility``, ``settings`` for levels and modes, ``registration`` for registering and
+deleting. Answers and errors take
 Confluent's forms (http_site.py); requests may send ``application/vnd.schemaregistry.v1+json``,
 ``application/vnd.schemaregistry+json``, ``application/json`` or
 ``application/octet-stream`` (bodies are read as JSON whatever they say). At most
@@ -25,31 +26,24 @@ broker's authorizer on, every request is authenticated and authorized before its
 
 from __future__ import annotations
 
-import json
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from . import errors
 from .auth import RegistryAuth
 from .forwarding import LeaderForwarder
 from .http_auth import RouteGuard
-from .http_site import CappedSite, json_answer, text_answer
+from .http_reads import ReadRoutes, flag
+from .http_site import CappedSite
 from .http_site import errors as errors_middleware
 from .registry import SchemaRegistry
-from .schema_types import TYPES
 
 KEEPALIVE_S = 30.0  # an idle connection is closed after this long
 
 
-def flag(value: str | None) -> bool:
-    """A query flag (``?deleted=true``): true only when it says so."""
-    return value is not None and value.lower() == "true"
-
-
-class RegistryServer:
+class RegistryServer(ReadRoutes):
     """Built from the registry, this node's id, ``url_of(node)`` (a broker's registry URL, None
     when it has none) and the settings it reads."""
 
@@ -101,7 +95,10 @@ class RegistryServer:
         r = self.app.router
         get, post, put, delete = r.add_get, r.add_post, r.add_put, r.add_delete
         get("/", self._root, allow_head=False)
+        get("/schemas", self._schemas, allow_head=False)
         get("/schemas/types", self._types, allow_head=False)
+        get("/schemas/guids/{guid}", self._schema_by_guid, allow_head=False)
+        get("/contexts", self._contexts, allow_head=False)
         get("/schemas/ids/{id}", self._schema_by_id, allow_head=False)
         get("/schemas/ids/{id}/schema", self._schema_text_by_id, allow_head=False)
         get("/schemas/ids/{id}/subjects", self._schema_subjects, allow_head=False)
@@ -130,160 +127,6 @@ class RegistryServer:
         delete("/mode/{subject}", self._delete_mode)
         post("/compatibility/subjects/{subject}/versions", self._compatibility)
         post("/compatibility/subjects/{subject}/versions/{version}", self._compatibility)
-
-    # reading requests --------------------------------------------------------------------------
-
-    @staticmethod
-    async def _body(request: web.Request) -> Any:
-        raw = await request.read()
-        if not raw:
-            return None
-        try:
-            return json.loads(raw)
-        except (ValueError, RecursionError):
-            raise web.HTTPBadRequest() from None
-
-    @staticmethod
-    def _id(request: web.Request) -> int:
-        try:
-            return int(request.match_info["id"])
-        except ValueError:
-            raise errors.schema_not_found() from None
-
-    def _visible(self, request: web.Request, subject: str) -> bool:
-        """Whether the request's principal may see ``subject`` in a list (always, without
-        the authorizer)."""
-        return self.guard is None or self.guard.visible(request, subject)
-
-    async def _read(self, request: web.Request, answer: Callable[[], Any]) -> web.Response:
-        """Answer a read here, or at the leader when no replica of _schemas is held here."""
-        if self.leader.must_forward_reads():
-            forwarded = await self.leader.forward(request, None)
-            if forwarded is not None:
-                return forwarded
-        await self.registry.ready()
-        result = answer()
-        if isinstance(result, web.Response):
-            return result
-        return json_answer(result)
-
-    # reads -------------------------------------------------------------------------------------
-
-    async def _root(self, request: web.Request) -> web.Response:
-        return json_answer({})
-
-    async def _types(self, request: web.Request) -> web.Response:
-        return json_answer(list(TYPES))
-
-    async def _schema_by_id(self, request: web.Request) -> web.Response:
-        schema_id = self._id(request)
-        subject, fmt = request.query.get("subject"), request.query.get("format")
-        lookups = self.registry.lookups
-        return await self._read(request, lambda: lookups.schema_by_id(schema_id, subject, fmt))
-
-    async def _schema_text_by_id(self, request: web.Request) -> web.Response:
-        schema_id, subject = self._id(request), request.query.get("subject")
-        lookups = self.registry.lookups
-        return await self._read(
-            request, lambda: text_answer(lookups.schema_by_id(schema_id, subject)["schema"])
-        )
-
-    def _usage(self, request: web.Request) -> list[tuple[str, int]]:
-        """(subject, version) pairs holding the path's schema id that the principal sees."""
-        usage = self.registry.lookups.schema_usage(
-            self._id(request), flag(request.query.get("deleted"))
-        )
-        return [(s, n) for s, n in usage if self._visible(request, s)]
-
-    async def _schema_subjects(self, request: web.Request) -> web.Response:
-        self._id(request)
-        return await self._read(request, lambda: sorted({s for s, _ in self._usage(request)}))
-
-    async def _schema_versions(self, request: web.Request) -> web.Response:
-        self._id(request)
-        return await self._read(
-            request,
-            lambda: [{"subject": s, "version": n} for s, n in self._usage(request)],
-        )
-
-    async def _subjects(self, request: web.Request) -> web.Response:
-        prefix = request.query.get("subjectPrefix", "")
-        deleted = flag(request.query.get("deleted"))
-        return await self._read(
-            request,
-            lambda: [
-                s
-                for s in self.registry.lookups.subjects(prefix, deleted)
-                if self._visible(request, s)
-            ],
-        )
-
-    async def _versions(self, request: web.Request) -> web.Response:
-        subject = request.match_info["subject"]
-        deleted = flag(request.query.get("deleted"))
-        return await self._read(request, lambda: self.registry.lookups.versions(subject, deleted))
-
-    async def _version(self, request: web.Request) -> web.Response:
-        subject, version = request.match_info["subject"], request.match_info["version"]
-        deleted, fmt = flag(request.query.get("deleted")), request.query.get("format")
-        lookups = self.registry.lookups
-        return await self._read(
-            request, lambda: lookups.get_version(subject, version, deleted, fmt)
-        )
-
-    async def _latest_with_metadata(self, request: web.Request) -> web.Response:
-        subject, query = request.match_info["subject"], request.query
-        wanted = dict(zip(query.getall("key", []), query.getall("value", []), strict=False))
-        deleted, fmt = flag(query.get("deleted")), query.get("format")
-        lookups = self.registry.lookups
-        return await self._read(
-            request, lambda: lookups.latest_with_metadata(subject, wanted, deleted, fmt)
-        )
-
-    async def _version_text(self, request: web.Request) -> web.Response:
-        subject, version = request.match_info["subject"], request.match_info["version"]
-        deleted = flag(request.query.get("deleted"))
-        lookups = self.registry.lookups
-        return await self._read(
-            request,
-            lambda: text_answer(lookups.get_version(subject, version, deleted)["schema"]),
-        )
-
-    async def _referenced_by(self, request: web.Request) -> web.Response:
-        subject, version = request.match_info["subject"], request.match_info["version"]
-        lookups = self.registry.lookups
-        return await self._read(request, lambda: lookups.referenced_by(subject, version))
-
-    async def _lookup(self, request: web.Request) -> web.Response:
-        subject = request.match_info["subject"]
-        body = await self._body(request)
-        normalize = flag(request.query.get("normalize"))
-        deleted = flag(request.query.get("deleted"))
-        lookups = self.registry.lookups
-        return await self._read(request, lambda: lookups.lookup(subject, body, normalize, deleted))
-
-    async def _get_config(self, request: web.Request) -> web.Response:
-        subject = request.match_info.get("subject")
-        default = flag(request.query.get("defaultToGlobal"))
-        settings = self.registry.settings
-        return await self._read(request, lambda: settings.get_config(subject, default))
-
-    async def _get_mode(self, request: web.Request) -> web.Response:
-        subject = request.match_info.get("subject")
-        default = flag(request.query.get("defaultToGlobal"))
-        settings = self.registry.settings
-        return await self._read(request, lambda: settings.get_mode(subject, default))
-
-    async def _compatibility(self, request: web.Request) -> web.Response:
-        subject = request.match_info["subject"]
-        version = request.match_info.get("version")
-        body = await self._body(request)
-        normalize = flag(request.query.get("normalize"))
-        verbose = flag(request.query.get("verbose"))
-        compatibility = self.registry.compatibility
-        return await self._read(
-            request, lambda: compatibility.test(subject, version, body, normalize, verbose)
-        )
 
     # writes ------------------------------------------------------------------------------------
 

@@ -8,7 +8,8 @@ HTTP Basic against the broker's SCRAM users), keeps the principal on the request
 (``PRINCIPAL``; a forwarded request's own principal when it comes from a super user, a
 broker), and checks what the route needs (``NEEDS``): an operation on the path's subject, on
 the CLUSTER resource ("global"), or on some subject holding the path's schema id ("id"; the
-one ``?subject=`` names when given); None: any authenticated user. ``visible`` filters the
+one ``?subject=`` names when given; a GUID path's id, the one it names); None: any
+authenticated user. ``visible`` filters the
 subjects a list shows.
 """
 
@@ -18,6 +19,7 @@ from aiohttp import hdrs, web
 
 from headrace.broker.security.authorizer import Operation
 
+from . import guids
 from .auth import Principal, RegistryAuth
 from .forwarding import AS_HOST, AS_PRINCIPAL, FORWARDED, PRINCIPAL
 from .registry import SchemaRegistry
@@ -27,6 +29,9 @@ _O = Operation
 NEEDS: dict[tuple[str, str], tuple[int, str] | None] = {
     ("GET", "/"): None,
     ("GET", "/schemas/types"): None,
+    ("GET", "/schemas"): None,  # (the list shows the subjects the user may describe)
+    ("GET", "/contexts"): None,
+    ("GET", "/schemas/guids/{guid}"): (_O.DESCRIBE, "id"),
     ("GET", "/schemas/ids/{id}"): (_O.DESCRIBE, "id"),
     ("GET", "/schemas/ids/{id}/schema"): (_O.DESCRIBE, "id"),
     ("GET", "/schemas/ids/{id}/subjects"): (_O.DESCRIBE, "id"),
@@ -86,12 +91,18 @@ class RouteGuard:
         return await handler(request)
 
     def _check_id(self, request: web.Request, who: Principal, operation: int) -> None:
-        """A schema by id: 403 unless some subject holding it (the one named by
+        """A schema by id or GUID: 403 unless some subject holding it (the one named by
         ``?subject=`` when given) may be described; an id not here is left to the route."""
-        try:
-            schema_id = int(request.match_info["id"])
-        except ValueError:
-            return
+        if "guid" in request.match_info:
+            guid = guids.parse(request.match_info["guid"])
+            schema_id = self.registry.schemas.state.by_guid.get(guid) if guid else None
+            if schema_id is None:
+                return
+        else:
+            try:
+                schema_id = int(request.match_info["id"])
+            except ValueError:
+                return
         holders = {s for s, _ in self.registry.schemas.state.uses.get(schema_id, ())}
         wanted = request.query.get("subject")
         if wanted:

@@ -13,14 +13,16 @@ Confluent's; when none holds it as the request brings it, it is looked for again
 metadata and rule set a registration would give it (``Schemas.with_contract``).
 ``latest_with_metadata`` (``GET /subjects/{subject}/metadata?key=K&value=V...``) finds the
 newest version whose metadata properties hold every pair asked for (40401 when the subject has
-no version, 40403 when none matches).
+no version, 40403 when none matches). A schema is found by its GUID (``schema_by_guid``, the
+view's ``by_guid``) as by its id, 40403 for a text that is no GUID or none held. ``schemas``
+lists every version of the subjects with a prefix (``GET /schemas``), subject then version.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import contracts, errors
+from . import contracts, errors, guids
 from .schemas import Schemas
 
 MAX_VERSION = 2**31 - 1
@@ -90,6 +92,24 @@ class Lookups:
             raise errors.schema_not_found(schema_id)
         return self.schemas.fields(schema_id, fmt)
 
+    def schema_by_guid(self, text: str, fmt: str | None = None) -> dict[str, Any]:
+        """The schema whose GUID ``text`` is, as by its id (Confluent's leaves out the id)."""
+        guid = guids.parse(text)
+        schema_id = None if guid is None else self.schemas.state.by_guid.get(guid)
+        if schema_id is None:
+            raise errors.schema_not_found(text)
+        return self.schemas.fields(schema_id, fmt)
+
+    def schemas_with_prefix(self, prefix: str, deleted: bool, latest_only: bool) -> list[dict]:
+        """Every version (the latest only, with ``latest_only``) of the subjects starting with
+        ``prefix``, as ``GET /subjects/{s}/versions/{v}`` answers it."""
+        out: list[dict] = []
+        for subject in self.subjects(prefix, deleted):
+            found = self.live(subject, deleted)
+            numbers = [max(found)] if latest_only and found else list(found)
+            out += [self._answer(subject, n, found[n]) for n in numbers]
+        return out
+
     def schema_usage(self, schema_id: int, deleted: bool) -> list[tuple[str, int]]:
         """(subject, version) pairs holding schema ``schema_id``."""
         state = self.schemas.state
@@ -101,13 +121,27 @@ class Lookups:
             if deleted or not state.subjects[s][n].deleted
         )
 
-    def subjects(self, prefix: str, deleted: bool) -> list[str]:
+    def subjects(self, prefix: str, deleted: bool, deleted_only: bool = False) -> list[str]:
+        """Subjects starting with ``prefix``: with a live version, any (``deleted``), or
+        with every version soft-deleted (``deleted_only``, before ``deleted``)."""
         state = self.schemas.state
-        names = state.subjects if deleted else state.live_subjects()
+        names: set[str] = set(state.live_subjects())
+        if deleted_only:
+            names = set(state.subjects) - names
+        elif deleted:
+            names = set(state.subjects)
         return sorted(s for s in names if s.startswith(prefix))
 
-    def versions(self, subject: str, deleted: bool) -> list[int]:
-        return list(self._found(subject, deleted))
+    def versions(self, subject: str, deleted: bool, deleted_only: bool = False) -> list[int]:
+        """Versions of the subject: live, all (``deleted``), or soft-deleted only
+        (``deleted_only``); 40401 when there are none."""
+        if not deleted_only:
+            return list(self._found(subject, deleted))
+        live = self.live(subject)
+        found = [n for n in self._found(subject, True) if n not in live]
+        if not found:
+            raise errors.subject_not_found(subject)
+        return found
 
     def get_version(
         self, subject: str, version: str, deleted: bool, fmt: str | None = None

@@ -61,7 +61,8 @@ class Registration:
         self.max_total_bytes = max_total_bytes
 
     async def register(self, subject: str, body: Any, normalize: bool) -> tuple[dict, int]:
-        """({"id": id}, offset written or 0)."""
+        """(the answer, offset written or 0): Confluent 8's, the id, version and the schema as
+        kept with its GUID (``Schemas.answered``)."""
         if not subject or any(ord(c) < 32 for c in subject):
             raise errors.invalid_subject(subject)
         async with self.writer.turn():
@@ -73,14 +74,14 @@ class Registration:
                 stored = self.schemas.with_contract(subject, stored)
             wanted_id, wanted_version = _wanted(subject, body, importing)
             versions = state.subjects.get(subject, {})
-            for _, v in sorted(versions.items()):
+            for n, v in sorted(versions.items()):
                 if not v.deleted and self.schemas.same(v.id, stored):
                     if wanted_id is not None and wanted_id != v.id:
                         raise errors.id_does_not_match(
                             f"Schema already registered with id {v.id} instead of input id"
                             f" {wanted_id}"
                         )
-                    return {"id": v.id}, 0
+                    return _answer(v.id, n, stored), 0
             if not importing:
                 found = self.compatibility.against_subject(subject, new, stored.metadata)
                 if found:
@@ -94,7 +95,7 @@ class Registration:
                 number = wanted_version
             end = await self.writer.write([_record(subject, number, schema_id, stored, False)])
             self.schemas.remember(schema_id, new)
-            return {"id": schema_id}, end
+            return _answer(schema_id, number, stored), end
 
     def _allocate_id(self, stored: Stored, wanted_id: int | None) -> int:
         """The schema's id: the one it has in any subject, else the next; in IMPORT mode
@@ -194,6 +195,10 @@ class Registration:
                 raise errors.version_soft_deleted(subject, number)
             record = _record(subject, number, v.id, state.schemas[v.id], True)
             return number, await self.writer.write([record])
+
+
+def _answer(schema_id: int, number: int, stored: Stored) -> dict[str, Any]:
+    return {"id": schema_id, "version": number, **Schemas.answered(stored)}
 
 
 def _record(subject: str, number: int, schema_id: int, stored: Stored, deleted: bool):

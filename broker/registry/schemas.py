@@ -14,9 +14,10 @@ registry keeps (Avro's ``Schema.toString()``, compact JSON for JSON Schema, cano
 canonical text, metadata and rule set are (``same``). Text, metadata and rule set together are
 at most ``max_schema_bytes`` (42209 beyond, ``within_size``).
 
-``fields`` is a schema as Confluent answers it: ``schemaType`` left out for AVRO,
-``references``, ``metadata`` and ``ruleSet`` when there are some, ``schema`` the kept text (a
-PROTOBUF one as a base64 ``FileDescriptorProto`` with ``format=serialized``).
+``fields`` is a schema as Confluent answers it: its ``guid`` (Confluent's, of the form kept,
+whatever the format asked: guids.py), ``schemaType`` left out for AVRO, ``references``,
+``metadata`` and ``ruleSet`` when there are some, ``schema`` the kept text (a PROTOBUF one as
+a base64 ``FileDescriptorProto`` with ``format=serialized``).
 """
 
 from __future__ import annotations
@@ -161,8 +162,12 @@ class Schemas:
         """Schema ``schema_id`` as answered: ``fmt`` "serialized" gives a PROTOBUF schema as
         a base64 ``FileDescriptorProto`` (what confluent-kafka's Python deserializer asks
         for)."""
-        stored = self.state.schemas[schema_id]
-        out: dict[str, Any] = {}
+        return self.answered(self.state.schemas[schema_id], fmt)
+
+    @staticmethod
+    def answered(stored: Stored, fmt: str | None = None) -> dict[str, Any]:
+        """``stored`` as answered (``fields``)."""
+        out: dict[str, Any] = {"guid": stored.guid}
         if stored.schema_type != "AVRO":
             out["schemaType"] = stored.schema_type
         if stored.references:

@@ -5,6 +5,8 @@ topic's records in offset order (``apply``), so every broker answers alike.
 * ``schemas``: id -> ``Stored`` (type, text, references, metadata, rule set) while some
   version uses it;
 * ``ids``: ``Stored`` -> id, so that one schema has one id in every subject;
+* ``by_guid``: GUID -> id (``Stored.guid``; the id last put when several schemas share one,
+  as in Confluent's);
 * ``configs`` and ``modes``: the global (key None) and per-subject configs (Confluent's
   CONFIG values: a compatibility level, data contract defaults and overrides) and modes set;
   a subject's own config, else the global one, is the one in scope (whole, as in
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import guids
 from .contracts import Config
 from .records import (
     Change,
@@ -47,6 +50,15 @@ class Stored:
     references: tuple[Reference, ...]
     metadata: str | None = None  # as kept (contracts.kept)
     rule_set: str | None = None
+    _guid: str | None = field(default=None, init=False, compare=False, repr=False)
+
+    @property
+    def guid(self) -> str:
+        """Confluent's GUID of the schema (guids.py), worked out once."""
+        if self._guid is None:
+            value = guids.of(self.text, self.references, self.metadata, self.rule_set)
+            object.__setattr__(self, "_guid", value)
+        return self._guid  # type: ignore[return-value]
 
     @property
     def size(self) -> int:
@@ -65,6 +77,7 @@ class RegistryState:
     subjects: dict[str, dict[int, Version]] = field(default_factory=dict)
     schemas: dict[int, Stored] = field(default_factory=dict)
     ids: dict[Stored, int] = field(default_factory=dict)
+    by_guid: dict[str, int] = field(default_factory=dict)
     uses: dict[int, set[tuple[str, int]]] = field(default_factory=dict)
     configs: dict[str | None, Config] = field(default_factory=dict)
     modes: dict[str | None, str] = field(default_factory=dict)
@@ -110,6 +123,7 @@ class RegistryState:
             self.schemas[r.id] = stored
             self.text_bytes += stored.size
         self.ids.setdefault(stored, r.id)
+        self.by_guid[self.schemas[r.id].guid] = r.id
         self.uses.setdefault(r.id, set()).add((r.subject, r.version))
         self.max_id = max(self.max_id, r.id)
 
@@ -136,6 +150,11 @@ class RegistryState:
                 self.text_bytes -= stored.size
             if stored is not None and self.ids.get(stored) == schema_id:
                 del self.ids[stored]
+            if stored is not None and self.by_guid.get(stored.guid) == schema_id:
+                del self.by_guid[stored.guid]
+                for other, held in self.schemas.items():  # (another id of the same GUID)
+                    if held.guid == stored.guid:
+                        self.by_guid[stored.guid] = other
 
     # reading ---------------------------------------------------------------------------------
 

@@ -84,15 +84,23 @@ def test_register_and_read_back_every_way(api):
     assert api.register("rb-value", s1) == sid  # the same schema again: the same id
     assert api.ok("GET", "/subjects/rb-value/versions") == [1]
     v1 = api.ok("GET", "/subjects/rb-value/versions/1")
-    assert v1 == {"subject": "rb-value", "version": 1, "id": sid, "schema": v1["schema"]}
+    guid = v1["guid"]
+    assert v1 == {
+        "subject": "rb-value",
+        "version": 1,
+        "id": sid,
+        "guid": guid,
+        "schema": v1["schema"],
+    }
     assert json.loads(v1["schema"]) == json.loads(s1)
     assert api.ok("GET", "/subjects/rb-value/versions/latest") == v1
     assert api.ok("GET", "/subjects/rb-value/versions/-1") == v1
     assert json.loads(api.call("GET", "/subjects/rb-value/versions/1/schema").text) == json.loads(
         s1
     )
-    assert api.ok("GET", f"/schemas/ids/{sid}") == {"schema": v1["schema"]}
-    assert api.ok("GET", f"/schemas/ids/{sid}", subject="rb-value") == {"schema": v1["schema"]}
+    by_id = {"guid": guid, "schema": v1["schema"]}
+    assert api.ok("GET", f"/schemas/ids/{sid}") == by_id
+    assert api.ok("GET", f"/schemas/ids/{sid}", subject="rb-value") == by_id
     api.error(404, 40403, "GET", f"/schemas/ids/{sid}", subject="rb-nope")
     assert json.loads(api.call("GET", f"/schemas/ids/{sid}/schema").text) == json.loads(s1)
     assert api.ok("GET", f"/schemas/ids/{sid}/subjects") == ["rb-value"]
@@ -254,7 +262,8 @@ def test_modes(api):
     # IMPORT mode: schemas registered with the ids (and versions) given, unchecked
     assert api.ok("PUT", "/mode/md-import", {"mode": "IMPORT"}) == {"mode": "IMPORT"}
     body = {"schema": avro(("x", "int"), name="Imported"), "id": 90001, "version": 5}
-    assert api.ok("POST", "/subjects/md-import/versions", body) == {"id": 90001}
+    imported = api.ok("POST", "/subjects/md-import/versions", body)
+    assert (imported["id"], imported["version"]) == (90001, 5)
     assert api.ok("GET", "/subjects/md-import/versions") == [5]
     assert api.ok("GET", "/schemas/ids/90001")["schema"]
     other = {"schema": avro(("y", "int"), name="Imported2"), "id": 90001}

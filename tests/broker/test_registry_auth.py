@@ -106,7 +106,14 @@ def test_users_register_and_read_what_their_acls_allow(broker):
     secret_id = client(broker, "admin").register_schema("secret-value", Schema(json.dumps(SECRET), "AVRO"))
     assert sorted(client(broker, "admin").get_subjects()) == ["orders-value", "secret-value"]
     assert alice.get_subjects() == ["orders-value"]
-    for call in (lambda: alice.get_latest_version("secret-value"), lambda: alice.get_schema(secret_id)):
+    secret_guid = client(broker, "admin").get_latest_version("secret-value").guid
+    order_guid = bob.get_latest_version("orders-value").guid
+    assert bob.get_schema_by_guid(order_guid).schema_str  # by GUID: as by id
+    for call in (
+        lambda: alice.get_latest_version("secret-value"),
+        lambda: alice.get_schema(secret_id),
+        lambda: alice.get_schema_by_guid(secret_guid),
+    ):
         with pytest.raises(SchemaRegistryError) as refused:
             call()
         assert refused.value.error_code == 40301

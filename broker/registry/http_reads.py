@@ -1,0 +1,229 @@
+"""The registry's read routes (Confluent's GETs, the lookup and the compatibility test), below
+``RegistryServer`` (http_api.py): each reads its path parts and query and asks one part of the
+``SchemaRegistry``; lists take Confluent's ``offset`` and ``limit`` (paging.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from . import errors
+from .forwarding import LeaderForwarder
+from .http_auth import RouteGuard
+from .http_site import json_answer, text_answer
+from .paging import SCHEMAS_LIMIT, page
+from .registry import SchemaRegistry
+from .schema_types import TYPES
+
+DEFAULT_CONTEXT = "."  # Confluent's; Headrace has no other context
+
+
+def flag(value: str | None) -> bool:
+    """A query flag (``?deleted=true``): true only when it says so."""
+    return value is not None and value.lower() == "true"
+
+
+class ReadRoutes:
+    """The read handlers of ``RegistryServer``, which sets these three."""
+
+    registry: SchemaRegistry
+    leader: LeaderForwarder
+    guard: RouteGuard | None
+
+    # reading requests --------------------------------------------------------------------------
+
+    @staticmethod
+    async def _body(request: web.Request) -> Any:
+        raw = await request.read()
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError):
+            raise web.HTTPBadRequest() from None
+
+    @staticmethod
+    def _id(request: web.Request) -> int:
+        try:
+            return int(request.match_info["id"])
+        except ValueError:
+            raise errors.schema_not_found() from None
+
+    def _visible(self, request: web.Request, subject: str) -> bool:
+        """Whether the request's principal may see ``subject`` in a list (always, without
+        the authorizer)."""
+        return self.guard is None or self.guard.visible(request, subject)
+
+    async def _read(self, request: web.Request, answer: Callable[[], Any]) -> web.Response:
+        """Answer a read here, or at the leader when no replica of _schemas is held here."""
+        if self.leader.must_forward_reads():
+            forwarded = await self.leader.forward(request, None)
+            if forwarded is not None:
+                return forwarded
+        await self.registry.ready()
+        result = answer()
+        if isinstance(result, web.Response):
+            return result
+        return json_answer(result)
+
+    # reads -------------------------------------------------------------------------------------
+
+    async def _root(self, request: web.Request) -> web.Response:
+        return json_answer({})
+
+    async def _types(self, request: web.Request) -> web.Response:
+        return json_answer(list(TYPES))
+
+    async def _contexts(self, request: web.Request) -> web.Response:
+        return await self._read(request, lambda: page(request.query, [DEFAULT_CONTEXT]))
+
+    async def _schemas(self, request: web.Request) -> web.Response:
+        query, lookups = request.query, self.registry.lookups
+        prefix, deleted = query.get("subjectPrefix", ""), flag(query.get("deleted"))
+        latest_only = flag(query.get("latestOnly"))
+        return await self._read(
+            request,
+            lambda: page(
+                query,
+                [
+                    s
+                    for s in lookups.schemas_with_prefix(prefix, deleted, latest_only)
+                    if self._visible(request, s["subject"])
+                ],
+                SCHEMAS_LIMIT,
+            ),
+        )
+
+    async def _schema_by_guid(self, request: web.Request) -> web.Response:
+        guid, fmt = request.match_info["guid"], request.query.get("format")
+        lookups = self.registry.lookups
+        return await self._read(request, lambda: lookups.schema_by_guid(guid, fmt))
+
+    async def _schema_by_id(self, request: web.Request) -> web.Response:
+        schema_id = self._id(request)
+        subject, fmt = request.query.get("subject"), request.query.get("format")
+        lookups = self.registry.lookups
+        return await self._read(request, lambda: lookups.schema_by_id(schema_id, subject, fmt))
+
+    async def _schema_text_by_id(self, request: web.Request) -> web.Response:
+        schema_id, subject = self._id(request), request.query.get("subject")
+        lookups = self.registry.lookups
+        return await self._read(
+            request, lambda: text_answer(lookups.schema_by_id(schema_id, subject)["schema"])
+        )
+
+    def _usage(self, request: web.Request) -> list[tuple[str, int]]:
+        """(subject, version) pairs holding the path's schema id that the principal sees."""
+        usage = self.registry.lookups.schema_usage(
+            self._id(request), flag(request.query.get("deleted"))
+        )
+        return [(s, n) for s, n in usage if self._visible(request, s)]
+
+    async def _schema_subjects(self, request: web.Request) -> web.Response:
+        self._id(request)
+        return await self._read(
+            request,
+            lambda: page(request.query, sorted({s for s, _ in self._usage(request)})),
+        )
+
+    async def _schema_versions(self, request: web.Request) -> web.Response:
+        self._id(request)
+        return await self._read(
+            request,
+            lambda: page(
+                request.query, [{"subject": s, "version": n} for s, n in self._usage(request)]
+            ),
+        )
+
+    async def _subjects(self, request: web.Request) -> web.Response:
+        query = request.query
+        prefix, deleted = query.get("subjectPrefix", ""), flag(query.get("deleted"))
+        deleted_only = flag(query.get("deletedOnly"))
+        return await self._read(
+            request,
+            lambda: page(
+                query,
+                [
+                    s
+                    for s in self.registry.lookups.subjects(prefix, deleted, deleted_only)
+                    if self._visible(request, s)
+                ],
+            ),
+        )
+
+    async def _versions(self, request: web.Request) -> web.Response:
+        subject, query = request.match_info["subject"], request.query
+        deleted, deleted_only = flag(query.get("deleted")), flag(query.get("deletedOnly"))
+        lookups = self.registry.lookups
+        return await self._read(
+            request, lambda: page(query, lookups.versions(subject, deleted, deleted_only))
+        )
+
+    async def _version(self, request: web.Request) -> web.Response:
+        subject, version = request.match_info["subject"], request.match_info["version"]
+        deleted, fmt = flag(request.query.get("deleted")), request.query.get("format")
+        lookups = self.registry.lookups
+        return await self._read(
+            request, lambda: lookups.get_version(subject, version, deleted, fmt)
+        )
+
+    async def _latest_with_metadata(self, request: web.Request) -> web.Response:
+        subject, query = request.match_info["subject"], request.query
+        wanted = dict(zip(query.getall("key", []), query.getall("value", []), strict=False))
+        deleted, fmt = flag(query.get("deleted")), query.get("format")
+        lookups = self.registry.lookups
+        return await self._read(
+            request, lambda: lookups.latest_with_metadata(subject, wanted, deleted, fmt)
+        )
+
+    async def _version_text(self, request: web.Request) -> web.Response:
+        subject, version = request.match_info["subject"], request.match_info["version"]
+        deleted = flag(request.query.get("deleted"))
+        lookups = self.registry.lookups
+        return await self._read(
+            request,
+            lambda: text_answer(lookups.get_version(subject, version, deleted)["schema"]),
+        )
+
+    async def _referenced_by(self, request: web.Request) -> web.Response:
+        subject, version = request.match_info["subject"], request.match_info["version"]
+        lookups = self.registry.lookups
+        return await self._read(
+            request,
+            lambda: page(request.query, lookups.referenced_by(subject, version), SCHEMAS_LIMIT),
+        )
+
+    async def _lookup(self, request: web.Request) -> web.Response:
+        subject = request.match_info["subject"]
+        body = await self._body(request)
+        normalize = flag(request.query.get("normalize"))
+        deleted = flag(request.query.get("deleted"))
+        lookups = self.registry.lookups
+        return await self._read(request, lambda: lookups.lookup(subject, body, normalize, deleted))
+
+    async def _get_config(self, request: web.Request) -> web.Response:
+        subject = request.match_info.get("subject")
+        default = flag(request.query.get("defaultToGlobal"))
+        settings = self.registry.settings
+        return await self._read(request, lambda: settings.get_config(subject, default))
+
+    async def _get_mode(self, request: web.Request) -> web.Response:
+        subject = request.match_info.get("subject")
+        default = flag(request.query.get("defaultToGlobal"))
+        settings = self.registry.settings
+        return await self._read(request, lambda: settings.get_mode(subject, default))
+
+    async def _compatibility(self, request: web.Request) -> web.Response:
+        subject = request.match_info["subject"]
+        version = request.match_info.get("version")
+        body = await self._body(request)
+        normalize = flag(request.query.get("normalize"))
+        verbose = flag(request.query.get("verbose"))
+        compatibility = self.registry.compatibility
+        return await self._read(
+            request, lambda: compatibility.test(subject, version, body, normalize, verbose)
+        )
