@@ -22,6 +22,7 @@ from headrace.broker.security.authorizer import Operation
 from . import guids
 from .auth import Principal, RegistryAuth
 from .forwarding import AS_HOST, AS_PRINCIPAL, FORWARDED, PRINCIPAL
+from .paging import parse_java_int
 from .registry import SchemaRegistry
 
 # what each route needs: (operation, what it applies to), or None (an authenticated user)
@@ -99,9 +100,8 @@ class RouteGuard:
             if schema_id is None:
                 return
         else:
-            try:
-                schema_id = int(request.match_info["id"])
-            except ValueError:
+            schema_id = parse_java_int(request.match_info["id"])
+            if schema_id is None:
                 return
         holders = {s for s, _ in self.registry.schemas.state.uses.get(schema_id, ())}
         wanted = request.query.get("subject")

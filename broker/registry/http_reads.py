@@ -11,11 +11,10 @@ from typing import Any
 
 from aiohttp import web
 
-from . import errors
 from .forwarding import LeaderForwarder
 from .http_auth import RouteGuard
 from .http_site import json_answer, text_answer
-from .paging import SCHEMAS_LIMIT, page
+from .paging import SCHEMAS_LIMIT, page, parse_java_int
 from .registry import SchemaRegistry
 from .schema_types import TYPES
 
@@ -48,10 +47,12 @@ class ReadRoutes:
 
     @staticmethod
     def _id(request: web.Request) -> int:
-        try:
-            return int(request.match_info["id"])
-        except ValueError:
-            raise errors.schema_not_found() from None
+        """The path's schema id: a Java int, else Confluent's 404 for a path that does not
+        convert."""
+        schema_id = parse_java_int(request.match_info["id"])
+        if schema_id is None:
+            raise web.HTTPNotFound()
+        return schema_id
 
     def _visible(self, request: web.Request, subject: str) -> bool:
         """Whether the request's principal may see ``subject`` in a list (always, without

@@ -1,4 +1,5 @@
-"""Confluent's ``offset`` and ``limit`` on the registry's lists (``/subjects``, ``/schemas``,
+"""Java ints as Confluent's registry reads them (a path's schema id too), and its ``offset``
+and ``limit`` on the lists (``/subjects``, ``/schemas``,
 ``/contexts``, a subject's versions, a schema id's subjects and versions, ``referencedby``).
 
 Both are Java ints: an optional sign and ASCII digits in [-2^31, 2^31-1]; anything else is
@@ -26,15 +27,21 @@ _JAVA_INT = re.compile(r"[+-]?[0-9]+")
 T = TypeVar("T")
 
 
+def parse_java_int(text: str) -> int | None:
+    """``text`` as a Java int (a path's schema id, a query's offset), None when it is not one."""
+    if not _JAVA_INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if JAVA_INT_MIN <= value <= JAVA_INT_MAX else None
+
+
 def java_int(query: Mapping[str, str], name: str, default: int) -> int:
     """Query parameter ``name`` as a Java int; 404 when it is not one."""
     text = query.get(name)
     if text is None:
         return default
-    if not _JAVA_INT.fullmatch(text):
-        raise web.HTTPNotFound()
-    value = int(text)
-    if not JAVA_INT_MIN <= value <= JAVA_INT_MAX:
+    value = parse_java_int(text)
+    if value is None:
         raise web.HTTPNotFound()
     return value
 

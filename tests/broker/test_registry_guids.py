@@ -157,6 +157,10 @@ def test_contexts_and_paging(base):
             assert call(base, "GET", path, limit=bad, status=404)["error_code"] == 404
     assert call(base, "GET", "/contexts", offset=2147483647, limit=-2147483648) == []
     assert call(base, "GET", "/contexts", offset=-5) == ["."]
+    # a schema id in a path that is not a Java int: the same 404 (and no crash)
+    for bad in ("abc", "%205", "2147483648", "%D9%A3"):  # (the last: an Arabic-Indic 3)
+        error = call(base, "GET", f"/schemas/ids/{bad}", status=404)
+        assert error == {"error_code": 404, "message": "HTTP 404 Not Found"}
 
 
 def consume(broker, topic: str, count: int):
