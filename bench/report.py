@@ -210,10 +210,11 @@ def sweep_table(scen: dict) -> str:
         for kind, d in entry.get("kinds", {}).items():
             for s in d.get("sweep", []):
                 if s.get("status"):
-                    rows.append(f"| {sid} | {kind} | {s.get('load')} | failed: "
+                    rows.append(f"| {sid} | {kind} | {s.get('load')} | {s['status']}: "
                                 f"{s['reason'].splitlines()[0][:100]} | | | | |")
                     continue
-                rows.append(f"| {sid} | {kind} | {s['load']} | "
+                load = s["load"] + (f" ({s['note']})" if s.get("note") else "")
+                rows.append(f"| {sid} | {kind} | {load} | "
                             f"{_fmt(s.get('offered_records_per_sec'))} | "
                             f"{_fmt(s['mb_per_sec'])} | {_fmt(s['p50_ms'])} | "
                             f"{_fmt(s['p99_ms'])} | {_fmt(s['p999_ms'])} |")

@@ -32,7 +32,9 @@ would use. For each throughput scenario (S1-S5) and broker variant:
 3. produce scenarios, headline layout: the rate sweep at 25/50/75% of the broker's own
    maximum (``--sweep-clients`` wire clients for every broker: the same offered traffic), and
    Headrace also at 50% of Kafka's (the durable latency bar compares p99 there
-   with Kafka's at 50% of its own maximum, from whichever Kafka variant has it lower).
+   with Kafka's at 50% of its own maximum, from whichever Kafka variant has it lower); the
+   points share one broker, whose log keeps them all, so a point that would write more than
+   70% of the disk's free space gets a shorter window (its note says so) or is skipped.
 
 Everything runs with the machine's memory kept as a dedicated host's (``bench/machine.py``,
 ``memory_kept``: on a virtual machine, free page reporting off and the memory touched once),
@@ -76,6 +78,8 @@ from bench.machine import (append_limit, filesystem, fsync_latency, iperf_loopba
                            memory_kept)
 from bench.produce import run_produce
 from bench.scenarios import SECONDS, SIZES, MiB, Scenario, select, with_e2e_rate
+
+RECORD_OVERHEAD = 16  # a stored record's bytes besides its value (header, share of its batch)
 
 LAYOUTS = ("unpinned", "pinned")
 ALL_CPUS: set[int] = set()
@@ -312,6 +316,23 @@ def disk_short(sc: Scenario, ctx: Context, mib_per_sec: float) -> str | None:
     return f"{need / 2**30:.1f} GiB needed, {free / 2**30:.1f} GiB free on the data disk"
 
 
+def sweep_records(sc: Scenario, ctx: Context, rate: float) -> tuple[int, str | None]:
+    """Records for a sweep point at ``rate`` records/s and why it is not the size's window:
+    the points of one sweep share a broker, whose log keeps what the earlier ones wrote, so a
+    point writes at most 70% of the data disk's free space at its start (a shorter window),
+    and none (0) when even the small size's window would not fit."""
+    n = records_for(sc, ctx, rate, at_rate=True)
+    free = shutil.disk_usage(ctx.data).free
+    fits = int(free * 0.7 / (sc.record_size + RECORD_OVERHEAD))
+    if n <= fits:
+        return n, None
+    least = int(rate * SECONDS["small"])
+    if fits < least:
+        return 0, f"{free / 2**30:.1f} GiB free on the data disk"
+    return fits, (f"window {fits / rate:.0f} s, not {n / rate:.0f}: "
+                  f"{free / 2**30:.1f} GiB free on the data disk")
+
+
 def best_point(curve: list[dict], metric: str) -> dict | None:
     """The point of highest ``metric``; of points within 3% of it, the fewest clients."""
     ok = [s for s in curve if not s.get("status")]
@@ -428,11 +449,16 @@ def saturation_scenario(sc: Scenario, ctx: Context, layout: str, entry: dict) ->
                 with Session(sc, kind, ctx, "sweep") as sess:
                     d["warmups"].append(_warm(sess, sc))
                     for label, rate in loads:
-                        try:
-                            s = sess.produce(n, records_for(sc, ctx, rate, at_rate=True),
-                                             rate=rate)
-                        except Exception as e:
-                            s = _failed(e, clients=n)
+                        records, why = sweep_records(sc, ctx, rate)
+                        if not records:
+                            s = {**_failed(why, clients=n), "status": "skipped"}
+                        else:
+                            try:
+                                s = sess.produce(n, records, rate=rate)
+                            except Exception as e:
+                                s = _failed(e, clients=n)
+                            if why:
+                                s["note"] = why
                         s["load"] = label
                         d["sweep"].append(s)
                         ctx.progress(f"{sc.id} [{layout}] {kind} at {label} ({rate:,.0f} rec/s):"

@@ -215,3 +215,30 @@ def test_fetchpath_serves_a_topic_and_counts_context_switches(tmp_path):
     [row] = [ln for ln in out.stdout.splitlines() if ln.startswith("round 1")]
     assert "working tree:" in row and "context switches per MiB" in row
     assert float(row.split("MiB/s")[0].split()[-1]) > 0
+
+
+def test_a_sweep_point_is_shortened_or_skipped_to_fit_the_disk(tmp_path):
+    """The points of one sweep share a broker whose log keeps every point's records, so each
+    writes at most 70% of the free space at its start: the size's window when that fits, a
+    shorter one (said in the point's note) when not, none below the small size's window."""
+    import argparse
+
+    from bench.context import Context
+    from bench.run import RECORD_OVERHEAD, sweep_records
+    from bench.scenarios import SECONDS, select
+
+    ctx = Context(argparse.Namespace(size="full", runs=1, brokers="headrace",
+                                     raw_dir=str(tmp_path), data_dir=str(tmp_path),
+                                     quiet=True, profile_idle=False), "s")
+    ctx.data.mkdir(parents=True)
+    s1 = select("S1")[0]
+    stored = s1.record_size + RECORD_OVERHEAD
+    fits = shutil.disk_usage(ctx.data).free * 0.7 / stored  # records
+    full = SECONDS["full"]
+
+    records, why = sweep_records(s1, ctx, fits / full / 2)  # half the disk's room
+    assert why is None and records == int(fits / full / 2 * full)
+    records, why = sweep_records(s1, ctx, fits / 20)  # room for 20 s of the 30
+    assert records == pytest.approx(fits, rel=0.01) and why.startswith("window 20 s, not 30")
+    records, why = sweep_records(s1, ctx, fits / 5)  # room for 5 s, below the small size's 10
+    assert records == 0 and "free on the data disk" in why
