@@ -98,6 +98,7 @@ class RegistryServer(ReadRoutes):
         get("/schemas", self._schemas, allow_head=False)
         get("/schemas/types", self._types, allow_head=False)
         get("/schemas/guids/{guid}", self._schema_by_guid, allow_head=False)
+        get("/schemas/guids/{guid}/ids", self._ids_by_guid, allow_head=False)
         get("/contexts", self._contexts, allow_head=False)
         get("/schemas/ids/{id}", self._schema_by_id, allow_head=False)
         get("/schemas/ids/{id}/schema", self._schema_text_by_id, allow_head=False)

@@ -33,6 +33,7 @@ NEEDS: dict[tuple[str, str], tuple[int, str] | None] = {
     ("GET", "/schemas"): None,  # (the list shows the subjects the user may describe)
     ("GET", "/contexts"): None,
     ("GET", "/schemas/guids/{guid}"): (_O.DESCRIBE, "id"),
+    ("GET", "/schemas/guids/{guid}/ids"): (_O.DESCRIBE, "id"),
     ("GET", "/schemas/ids/{id}"): (_O.DESCRIBE, "id"),
     ("GET", "/schemas/ids/{id}/schema"): (_O.DESCRIBE, "id"),
     ("GET", "/schemas/ids/{id}/subjects"): (_O.DESCRIBE, "id"),

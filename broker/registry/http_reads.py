@@ -14,11 +14,10 @@ from aiohttp import web
 from .forwarding import LeaderForwarder
 from .http_auth import RouteGuard
 from .http_site import json_answer, text_answer
+from .lookups import DEFAULT_CONTEXT
 from .paging import SCHEMAS_LIMIT, page, parse_java_int
 from .registry import SchemaRegistry
 from .schema_types import TYPES
-
-DEFAULT_CONTEXT = "."  # Confluent's; Headrace has no other context
 
 
 def flag(value: str | None) -> bool:
@@ -103,6 +102,10 @@ class ReadRoutes:
         guid, fmt = request.match_info["guid"], request.query.get("format")
         lookups = self.registry.lookups
         return await self._read(request, lambda: lookups.schema_by_guid(guid, fmt))
+
+    async def _ids_by_guid(self, request: web.Request) -> web.Response:
+        guid, lookups = request.match_info["guid"], self.registry.lookups
+        return await self._read(request, lambda: lookups.ids_by_guid(guid))
 
     async def _schema_by_id(self, request: web.Request) -> web.Response:
         schema_id = self._id(request)

@@ -14,7 +14,8 @@ metadata and rule set a registration would give it (``Schemas.with_contract``).
 ``latest_with_metadata`` (``GET /subjects/{subject}/metadata?key=K&value=V...``) finds the
 newest version whose metadata properties hold every pair asked for (40401 when the subject has
 no version, 40403 when none matches). A schema is found by its GUID (``schema_by_guid``, the
-view's ``by_guid``) as by its id, 40403 for a text that is no GUID or none held. ``schemas``
+view's ``by_guid``) as by its id, 40403 for a text that is no GUID or none held;
+``ids_by_guid`` lists its ids by context (an empty list then). ``schemas``
 lists every version of the subjects with a prefix (``GET /schemas``), subject then version.
 """
 
@@ -26,6 +27,7 @@ from . import contracts, errors, guids
 from .schemas import Schemas
 
 MAX_VERSION = 2**31 - 1
+DEFAULT_CONTEXT = "."  # Confluent's; Headrace has no other context
 
 
 def parse_version(text: str, *, latest_ok: bool = True) -> int | None:
@@ -99,6 +101,13 @@ class Lookups:
         if schema_id is None:
             raise errors.schema_not_found(text)
         return self.schemas.fields(schema_id, fmt)
+
+    def ids_by_guid(self, text: str) -> list[dict[str, Any]]:
+        """The ids that have GUID ``text``, by context (Confluent's ``ContextId``): the
+        default context's only, or none (no error, as in Confluent's)."""
+        guid = guids.parse(text)
+        schema_id = None if guid is None else self.schemas.state.by_guid.get(guid)
+        return [] if schema_id is None else [{"context": DEFAULT_CONTEXT, "id": schema_id}]
 
     def schemas_with_prefix(self, prefix: str, deleted: bool, latest_only: bool) -> list[dict]:
         """Every version (the latest only, with ``latest_only``) of the subjects starting with
