@@ -5,7 +5,8 @@ clients), ids, configs and modes kept in the compacted topic ``_schemas``
 
 http_api.py         The HTTP listener (aiohttp, http or https): Confluent's routes, each calling
                     one part of the registry below
-http_reads.py       The read routes (GETs, lookup, compatibility test), lists paged (paging.py)
+http_reads.py       The read routes (GETs, lookup, compatibility test), lists paged (paging.py);
+                    the server's metadata (/v1/metadata: the Kafka cluster's id, the version)
 paging.py           Confluent's ``offset`` and ``limit`` on lists: Java ints, 404 otherwise
 http_site.py        Below the routes: JSON answers, Confluent's error bodies, the connection cap
 forwarding.py       Writes (and a replica-less broker's reads) sent to the leader of ``_schemas``
