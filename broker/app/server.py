@@ -419,6 +419,7 @@ class BrokerServer:
             registry,
             node_id=self.node_id,
             url_of=self._registry_url_of,
+            cluster_id=lambda: self.cluster_id,
             host=url.hostname or "",
             port=url.port,
             max_request_bytes=int(config["schema.registry.max.request.bytes"]),

@@ -17,6 +17,10 @@ WRITEREAD). ``kept`` is the form kept with the version and compared: compact JSO
 sorted, so a schema's identity (and so its id) is its type, references, text, metadata and
 rule set, as in Confluent's registry.
 
+``confluent:version`` is the metadata property Confluent's registry keeps a version's number
+in (set on registration: registration.py); ``confluent_version`` reads it as Confluent does
+(a Java int, else none), ``with_confluent_version`` sets or removes it.
+
 ``applied`` is Confluent's registration step: the request's own metadata (else the subject's
 latest version's when it brings none), merged over the config's ``defaultMetadata``, with its
 ``overrideMetadata`` merged over both; the same for rule sets (a rule replaces the one of its
@@ -26,6 +30,7 @@ name). Merging is key by key (tags, properties), a union (sensitive).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from . import errors
@@ -38,6 +43,8 @@ RULE_MODES = {
 }
 RULE_KINDS = ("TRANSFORM", "CONDITION")
 RULE_NAME_MAX = 256
+CONFLUENT_VERSION = "confluent:version"
+_JAVA_INT = re.compile(r"[+-]?[0-9]{1,10}")
 _RULE_TEXTS = ("doc", "type", "expr", "onSuccess", "onFailure")
 
 Document = dict[str, Any]
@@ -161,6 +168,37 @@ def kept(document: Document | None) -> str | None:
 
 def loaded(text: str | None) -> Document | None:
     return None if text is None else json.loads(text)
+
+
+def confluent_version(metadata: str | None) -> str | None:
+    """The ``confluent:version`` property of ``metadata`` (as kept), None when it has none."""
+    return ((loaded(metadata) or {}).get("properties") or {}).get(CONFLUENT_VERSION)
+
+
+def confluent_version_number(metadata: str | None) -> int | None:
+    """``confluent:version`` as Confluent reads it: a Java int, else None."""
+    text = confluent_version(metadata)
+    if text is None or not _JAVA_INT.fullmatch(text) or not -(2**31) <= int(text) < 2**31:
+        return None
+    return int(text)
+
+
+def with_confluent_version(metadata: str | None, number: int | None) -> str | None:
+    """``metadata`` (as kept) with ``confluent:version`` set to ``number``, or removed (None)."""
+    document = dict(loaded(metadata) or {})
+    properties = dict(document.pop("properties", {}))
+    properties.pop(CONFLUENT_VERSION, None)
+    if number is not None:
+        properties[CONFLUENT_VERSION] = str(number)
+    if properties:
+        document["properties"] = dict(sorted(properties.items()))
+    return kept(document)
+
+
+def has_defaults_or_overrides(config: Config) -> bool:
+    """Whether a config adds metadata or rules on registration (Confluent's
+    ``hasDefaultsOrOverrides``)."""
+    return any(config.get(name) is not None for name in CONFIG_FIELDS[2:])
 
 
 def _merge_metadata(old: Document | None, new: Document | None) -> Document | None:

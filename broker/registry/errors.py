@@ -119,6 +119,11 @@ def invalid_schema(message: str) -> RegistryError:
     return RegistryError(422, INVALID_SCHEMA, f"Invalid schema {message}")
 
 
+def version_not_next() -> RegistryError:
+    """42201 for a registration whose ``version`` is not the subject's next one."""
+    return RegistryError(422, INVALID_SCHEMA, "Version is not one more than previous version")
+
+
 def invalid_version(version: str) -> RegistryError:
     return RegistryError(
         422,

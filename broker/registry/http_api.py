@@ -45,7 +45,8 @@ KEEPALIVE_S = 30.0  # an idle connection is closed after this long
 
 class RegistryServer(ReadRoutes):
     """Built from the registry, this node's id, ``url_of(node)`` (a broker's registry URL, None
-    when it has none) and the settings it reads."""
+    when it has none), ``cluster_id()`` (the Kafka cluster's, once the broker joined it) and
+    the settings it reads."""
 
     def __init__(
         self,
@@ -53,6 +54,7 @@ class RegistryServer(ReadRoutes):
         *,
         node_id: int,
         url_of: Callable[[int], str | None],
+        cluster_id: Callable[[], str],
         host: str,
         port: int,
         max_request_bytes: int,
@@ -61,7 +63,7 @@ class RegistryServer(ReadRoutes):
         tls: ssl.SSLContext | None = None,
         forward_tls: ssl.SSLContext | None = None,
     ) -> None:
-        self.registry = registry
+        self.registry, self.cluster_id = registry, cluster_id
         self.tls = tls
         self.max_connections = max_connections
         self.host, self.port = host, port
@@ -98,7 +100,11 @@ class RegistryServer(ReadRoutes):
         get("/schemas", self._schemas, allow_head=False)
         get("/schemas/types", self._types, allow_head=False)
         get("/schemas/guids/{guid}", self._schema_by_guid, allow_head=False)
+        get("/schemas/guids/{guid}/ids", self._ids_by_guid, allow_head=False)
         get("/contexts", self._contexts, allow_head=False)
+        get("/v1/metadata/id", self._metadata_id, allow_head=False)
+        get("/v1/metadata/version", self._metadata_version, allow_head=False)
+        get("/v1/metadata/deployment", self._metadata_deployment, allow_head=False)
         get("/schemas/ids/{id}", self._schema_by_id, allow_head=False)
         get("/schemas/ids/{id}/schema", self._schema_text_by_id, allow_head=False)
         get("/schemas/ids/{id}/subjects", self._schema_subjects, allow_head=False)

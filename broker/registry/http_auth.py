@@ -32,7 +32,11 @@ NEEDS: dict[tuple[str, str], tuple[int, str] | None] = {
     ("GET", "/schemas/types"): None,
     ("GET", "/schemas"): None,  # (the list shows the subjects the user may describe)
     ("GET", "/contexts"): None,
+    ("GET", "/v1/metadata/id"): None,
+    ("GET", "/v1/metadata/version"): None,
+    ("GET", "/v1/metadata/deployment"): None,
     ("GET", "/schemas/guids/{guid}"): (_O.DESCRIBE, "id"),
+    ("GET", "/schemas/guids/{guid}/ids"): (_O.DESCRIBE, "id"),
     ("GET", "/schemas/ids/{id}"): (_O.DESCRIBE, "id"),
     ("GET", "/schemas/ids/{id}/schema"): (_O.DESCRIBE, "id"),
     ("GET", "/schemas/ids/{id}/subjects"): (_O.DESCRIBE, "id"),

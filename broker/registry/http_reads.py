@@ -1,6 +1,9 @@
 """The registry's read routes (Confluent's GETs, the lookup and the compatibility test), below
 ``RegistryServer`` (http_api.py): each reads its path parts and query and asks one part of the
-``SchemaRegistry``; lists take Confluent's ``offset`` and ``limit`` (paging.py).
+``SchemaRegistry``; lists take Confluent's ``offset`` and ``limit`` (paging.py). The server's
+own metadata (``/v1/metadata/...``) is answered here, by every broker: the Kafka cluster's id
+(known once the registry is loaded, which is after the broker joined its cluster),
+Headrace's version, no deployment attributes.
 """
 
 from __future__ import annotations
@@ -11,14 +14,17 @@ from typing import Any
 
 from aiohttp import web
 
+from headrace import __version__
+
 from .forwarding import LeaderForwarder
 from .http_auth import RouteGuard
 from .http_site import json_answer, text_answer
+from .lookups import DEFAULT_CONTEXT
 from .paging import SCHEMAS_LIMIT, page, parse_java_int
 from .registry import SchemaRegistry
 from .schema_types import TYPES
 
-DEFAULT_CONTEXT = "."  # Confluent's; Headrace has no other context
+SCHEMA_REGISTRY_CLUSTER = "schema-registry"  # Confluent's default schema.registry.group.id
 
 
 def flag(value: str | None) -> bool:
@@ -27,11 +33,12 @@ def flag(value: str | None) -> bool:
 
 
 class ReadRoutes:
-    """The read handlers of ``RegistryServer``, which sets these three."""
+    """The read handlers of ``RegistryServer``, which sets these four."""
 
     registry: SchemaRegistry
     leader: LeaderForwarder
     guard: RouteGuard | None
+    cluster_id: Callable[[], str]  # the Kafka cluster's id
 
     # reading requests --------------------------------------------------------------------------
 
@@ -76,6 +83,21 @@ class ReadRoutes:
     async def _root(self, request: web.Request) -> web.Response:
         return json_answer({})
 
+    async def _metadata_id(self, request: web.Request) -> web.Response:
+        """Confluent's ``ServerClusterId``: the Kafka cluster and the registry's group."""
+        await self.registry.ready()
+        clusters = {
+            "kafka-cluster": self.cluster_id(),
+            "schema-registry-cluster": SCHEMA_REGISTRY_CLUSTER,
+        }
+        return json_answer({"scope": {"path": [], "clusters": clusters}})
+
+    async def _metadata_version(self, request: web.Request) -> web.Response:
+        return json_answer({"version": __version__})  # (no commitId known: left out)
+
+    async def _metadata_deployment(self, request: web.Request) -> web.Response:
+        return json_answer({"attributes": []})
+
     async def _types(self, request: web.Request) -> web.Response:
         return json_answer(list(TYPES))
 
@@ -103,6 +125,10 @@ class ReadRoutes:
         guid, fmt = request.match_info["guid"], request.query.get("format")
         lookups = self.registry.lookups
         return await self._read(request, lambda: lookups.schema_by_guid(guid, fmt))
+
+    async def _ids_by_guid(self, request: web.Request) -> web.Response:
+        guid, lookups = request.match_info["guid"], self.registry.lookups
+        return await self._read(request, lambda: lookups.ids_by_guid(guid))
 
     async def _schema_by_id(self, request: web.Request) -> web.Response:
         schema_id = self._id(request)

@@ -9,12 +9,15 @@ otherwise). Soft-deleted versions are seen only with ``deleted``; a subject with
 seen is 40401, a version not there 40402, a schema id not there 40403. ``lookup`` finds the
 newest version of a subject holding the request's schema: the same type, references,
 canonical text, metadata and rule set (schemas.py), so any form of a schema finds it, as in
-Confluent's; when none holds it as the request brings it, it is looked for again with the
-metadata and rule set a registration would give it (``Schemas.with_contract``).
+Confluent's, else the newest that differs only by one of the two having ``confluent:version``
+(``find``, ``Schemas.can_lookup``); when none holds it as the request brings it, it is looked
+for again with the metadata and rule set a registration would give it
+(``Schemas.with_contract``).
 ``latest_with_metadata`` (``GET /subjects/{subject}/metadata?key=K&value=V...``) finds the
 newest version whose metadata properties hold every pair asked for (40401 when the subject has
 no version, 40403 when none matches). A schema is found by its GUID (``schema_by_guid``, the
-view's ``by_guid``) as by its id, 40403 for a text that is no GUID or none held. ``schemas``
+view's ``by_guid``) as by its id, 40403 for a text that is no GUID or none held;
+``ids_by_guid`` lists its ids by context (an empty list then). ``schemas``
 lists every version of the subjects with a prefix (``GET /schemas``), subject then version.
 """
 
@@ -24,8 +27,10 @@ from typing import Any
 
 from . import contracts, errors, guids
 from .schemas import Schemas
+from .state import Stored
 
 MAX_VERSION = 2**31 - 1
+DEFAULT_CONTEXT = "."  # Confluent's; Headrace has no other context
 
 
 def parse_version(text: str, *, latest_ok: bool = True) -> int | None:
@@ -100,6 +105,13 @@ class Lookups:
             raise errors.schema_not_found(text)
         return self.schemas.fields(schema_id, fmt)
 
+    def ids_by_guid(self, text: str) -> list[dict[str, Any]]:
+        """The ids that have GUID ``text``, by context (Confluent's ``ContextId``): the
+        default context's only, or none (no error, as in Confluent's)."""
+        guid = guids.parse(text)
+        schema_id = None if guid is None else self.schemas.state.by_guid.get(guid)
+        return [] if schema_id is None else [{"context": DEFAULT_CONTEXT, "id": schema_id}]
+
     def schemas_with_prefix(self, prefix: str, deleted: bool, latest_only: bool) -> list[dict]:
         """Every version (the latest only, with ``latest_only``) of the subjects starting with
         ``prefix``, as ``GET /subjects/{s}/versions/{v}`` answers it."""
@@ -164,13 +176,31 @@ class Lookups:
         number, _ = self._version(subject, version, False)
         return self.schemas.state.referenced_by(subject, number)
 
+    def find(
+        self, subject: str, stored: Stored, deleted: bool = False, latest_only: bool = False
+    ) -> tuple[int, int] | None:
+        """(version, id) of the subject holding ``stored``, as Confluent's registry looks a
+        schema up under a subject: the newest version that is the same schema, else the
+        newest that ``Schemas.can_lookup`` finds (only the latest with ``latest_only``)."""
+        found = sorted(self.live(subject, deleted).items(), reverse=True)
+        if latest_only:
+            found = found[:1]
+        else:
+            for number, sid in found:
+                if self.schemas.same(sid, stored):
+                    return number, sid
+        for number, sid in found:
+            if self.schemas.can_lookup(sid, number, stored):
+                return number, sid
+        return None
+
     def lookup(self, subject: str, body: Any, normalize: bool, deleted: bool) -> dict[str, Any]:
-        found = self._found(subject, deleted)
+        self._found(subject, deleted)
         _, stored = self.schemas.from_request(body, normalize)
         for candidate in (stored, self.schemas.with_contract(subject, stored)):
-            for number, sid in sorted(found.items(), reverse=True):
-                if self.schemas.same(sid, candidate):
-                    return self._answer(subject, number, sid)
+            hit = self.find(subject, candidate, deleted)
+            if hit is not None:
+                return self._answer(subject, *hit)
         raise errors.schema_not_found()
 
     def latest_with_metadata(

@@ -7,20 +7,26 @@ How this works
 Each runs in the writer's turn (writer.py) on a view holding the whole log, so an id or a
 version is allocated once. Registering:
 
-1. outside IMPORT mode, the request's metadata and rule set are completed as Confluent's are
+1. outside IMPORT mode, when the subject's config adds no metadata or rules, a live version
+   holding the schema as sent (``Lookups.find``: the same schema, else one differing only by
+   ``confluent:version``; only the latest for a request ``version`` of -1) answers, writing
+   nothing, unless the request names a version above 0;
+2. outside IMPORT mode, the request's metadata and rule set are completed as Confluent's are
    (the subject's config's defaults and overrides, the latest version's when it brings none:
-   ``Schemas.with_contract``, contracts.py);
-2. a schema the subject already holds in a live version answers that version's id and
-   writes nothing (the same schema: the same type, references, canonical text, metadata and
-   rule set, schemas.py; so any form of it, and a text an older registry kept in another
-   form);
-3. otherwise it must be compatible with the subject's versions (compatibility.py; not in
-   IMPORT mode: 409);
-4. its id is the one the same schema already has in any subject (ids are global), else one
+   ``Schemas.with_contract``, contracts.py), and the metadata property ``confluent:version``
+   is set to the version it would get when the request names a version (not 0) or the
+   completed metadata has the property (whatever its value);
+3. a live version holding that schema (``Lookups.find``; outside IMPORT mode only when the
+   request names no version; in IMPORT mode the same schema exactly) answers, writing
+   nothing;
+4. otherwise it must be compatible with the subject's versions (compatibility.py; not in
+   IMPORT mode: 409), and a version the request names outside IMPORT mode must be the next
+   one (42201 "Version is not one more than previous version");
+5. its id is the one the same schema already has in any subject (ids are global), else one
    above the highest ever seen (``state.max_id``); in IMPORT mode the request brings it (and
    may bring its version), and an id held by another schema is 42207;
-5. its version is one above the subject's highest;
-6. bounds: ``max_schemas`` versions in all, ``max_subjects`` subjects, ``max_total_bytes``
+6. its version is one above the subject's highest (soft-deleted ones counted);
+7. bounds: ``max_schemas`` versions in all, ``max_subjects`` subjects, ``max_total_bytes``
    of distinct schemas (texts, metadata and rule sets; 42205 beyond).
 
 Deleting is soft first (the version stays, marked; its id still reads), then permanent (a
@@ -30,11 +36,13 @@ to is not deleted (42206).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from . import errors
+from . import contracts, errors
 from .compatibility import Compatibility
-from .lookups import parse_version
+from .lookups import Lookups, parse_version
+from .paging import JAVA_INT_MAX, JAVA_INT_MIN
 from .records import Change, ConfigRecord, ModeRecord, SchemaRecord, SchemaRemoved, SubjectDeleted
 from .schemas import Schemas
 from .settings import Settings
@@ -49,6 +57,7 @@ class Registration:
         writer: SchemasWriter,
         settings: Settings,
         compatibility: Compatibility,
+        lookups: Lookups,
         *,
         max_schemas: int,
         max_subjects: int,
@@ -56,6 +65,7 @@ class Registration:
     ) -> None:
         self.schemas, self.writer = schemas, writer
         self.settings, self.compatibility = settings, compatibility
+        self.lookups = lookups
         self.max_schemas = max_schemas
         self.max_subjects = max_subjects
         self.max_total_bytes = max_total_bytes
@@ -70,25 +80,29 @@ class Registration:
             self.settings.writable(subject)
             importing = state.mode(subject) == "IMPORT"
             new, stored = self.schemas.from_request(body, normalize)
-            if not importing:
-                stored = self.schemas.with_contract(subject, stored)
             wanted_id, wanted_version = _wanted(subject, body, importing)
             versions = state.subjects.get(subject, {})
-            for n, v in sorted(versions.items()):
-                if not v.deleted and self.schemas.same(v.id, stored):
-                    if wanted_id is not None and wanted_id != v.id:
-                        raise errors.id_does_not_match(
-                            f"Schema already registered with id {v.id} instead of input id"
-                            f" {wanted_id}"
-                        )
-                    return _answer(v.id, n, stored), 0
-            if not importing:
+            number = max(versions, default=0) + 1
+            if importing:
+                for n, v in sorted(versions.items()):
+                    if not v.deleted and self.schemas.same(v.id, stored):
+                        if wanted_id is not None and wanted_id != v.id:
+                            raise errors.id_does_not_match(
+                                f"Schema already registered with id {v.id} instead of input"
+                                f" id {wanted_id}"
+                            )
+                        return _answer(v.id, n, state.schemas[v.id]), 0
+            else:
+                stored, hit = self._as_kept(subject, stored, wanted_version, number)
+                if hit is not None:
+                    return _answer(hit[1], hit[0], state.schemas[hit[1]]), 0
                 found = self.compatibility.against_subject(subject, new, stored.metadata)
                 if found:
                     raise errors.incompatible(subject, found)
+                if wanted_version > 0 and wanted_version != number:
+                    raise errors.version_not_next()
             schema_id = self._allocate_id(stored, wanted_id)
             self._within_bounds(subject, stored, schema_id)
-            number = max(versions, default=0) + 1
             if importing and isinstance(wanted_version, int) and wanted_version > 0:
                 if wanted_version in versions:
                     raise errors.not_permitted(f"version {wanted_version} of {subject} exists")
@@ -96,6 +110,24 @@ class Registration:
             end = await self.writer.write([_record(subject, number, schema_id, stored, False)])
             self.schemas.remember(schema_id, new)
             return _answer(schema_id, number, stored), end
+
+    def _as_kept(
+        self, subject: str, sent: Stored, asked: int, number: int
+    ) -> tuple[Stored, tuple[int, int] | None]:
+        """(the request's schema as it would be kept, (version, id) of the subject's version
+        that already holds it or None), outside IMPORT mode, as Confluent's registry does it
+        (``asked``: the request's ``version``, 0 when none, -1 for the latest; ``number``: the
+        version it would get)."""
+        lookups, state = self.lookups, self.schemas.state
+        if not contracts.has_defaults_or_overrides(state.config(subject)):
+            hit = lookups.find(subject, sent, latest_only=asked == -1)  # (as sent)
+            if hit is not None and asked in (0, -1):
+                return sent, hit
+        stored = self.schemas.with_contract(subject, sent)
+        if asked != 0 or contracts.confluent_version(stored.metadata) is not None:
+            metadata = contracts.with_confluent_version(stored.metadata, number)
+            stored = self.schemas.within_size(replace(stored, metadata=metadata))
+        return stored, lookups.find(subject, stored) if asked == 0 else None
 
     def _allocate_id(self, stored: Stored, wanted_id: int | None) -> int:
         """The schema's id: the one it has in any subject, else the next; in IMPORT mode
@@ -216,10 +248,18 @@ def _record(subject: str, number: int, schema_id: int, stored: Stored, deleted: 
 
 
 def _wanted(subject: str, body: Any, importing: bool) -> tuple[int | None, Any]:
-    """(id, version) a registration brings: only in IMPORT mode, where an id is required
-    (42205 otherwise; 42201 for one that is not a schema id)."""
+    """(id, version) a registration brings. An id only in IMPORT mode, where it is required
+    (42205 otherwise; 42201 for one that is not a schema id); outside it, the version is a
+    Java int, 0 when none (42201 otherwise)."""
     wanted_id = body.get("id") if isinstance(body, dict) else None
     wanted_version = body.get("version") if isinstance(body, dict) else None
+    if not importing:
+        if wanted_version is None:
+            wanted_version = 0
+        if not isinstance(wanted_version, int) or isinstance(wanted_version, bool):
+            raise errors.invalid_schema(f"version {wanted_version!r} is not a version")
+        if not JAVA_INT_MIN <= wanted_version <= JAVA_INT_MAX:
+            raise errors.invalid_schema(f"version {wanted_version} is not a version")
     if wanted_id is not None and wanted_id != -1:
         if not importing:
             raise errors.not_permitted(f"Subject {subject} is not in import mode")

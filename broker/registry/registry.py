@@ -56,6 +56,7 @@ class SchemaRegistry(BrokerView):
             self.writer,
             self.settings,
             self.compatibility,
+            self.lookups,
             max_schemas=max_schemas,
             max_subjects=max_subjects,
             max_total_bytes=max_total_bytes,

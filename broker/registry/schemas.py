@@ -143,7 +143,27 @@ class Schemas:
         kept): the same type, references, metadata and rule set, and the same canonical text
         once the kept one is parsed again (a text kept by an older registry, in another form,
         still matches)."""
+        return self._same(schema_id, self.state.schemas.get(schema_id), stored)
+
+    def can_lookup(self, schema_id: int, number: int, stored: Stored) -> bool:
+        """Whether ``stored`` finds version ``number`` (schema ``schema_id``), as Confluent's
+        ``canLookup``: the same schema once ``confluent:version`` is left out of the one of the
+        two that has it while the other has none (the request's must then name ``number``)."""
         held = self.state.schemas.get(schema_id)
+        if held is None:
+            return False
+        mine = contracts.confluent_version_number(stored.metadata)
+        theirs = contracts.confluent_version_number(held.metadata)
+        if mine is None and theirs is not None:
+            held = replace(held, metadata=contracts.with_confluent_version(held.metadata, None))
+        elif mine is not None and theirs is None:
+            if mine != number:
+                return False
+            metadata = contracts.with_confluent_version(stored.metadata, None)
+            stored = replace(stored, metadata=metadata)
+        return self._same(schema_id, held, stored)
+
+    def _same(self, schema_id: int, held: Stored | None, stored: Stored) -> bool:
         if held is None or (held.schema_type, held.references, held.metadata, held.rule_set) != (
             stored.schema_type,
             stored.references,

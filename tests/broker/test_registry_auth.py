@@ -117,6 +117,11 @@ def test_users_register_and_read_what_their_acls_allow(broker):
         with pytest.raises(SchemaRegistryError) as refused:
             call()
         assert refused.value.error_code == 40301
+    ids_of = f"{url(broker)}/schemas/guids/{{}}/ids"
+    ids = requests.get(ids_of.format(secret_guid), auth=("alice", "alice-pw"), timeout=10)
+    assert (ids.status_code, ids.json()["error_code"]) == (403, 40301)
+    ids = requests.get(ids_of.format(order_guid), auth=("bob", "bob-pw"), timeout=10)
+    assert ids.json() == [{"context": ".", "id": order_id}]
     with pytest.raises(SchemaRegistryError) as refused:
         alice.delete_subject("orders-value")  # WRITE is not DELETE
     assert refused.value.error_code == 40301

@@ -121,6 +121,14 @@ def test_every_broker_serves_one_registry_and_a_leader_kill_loses_nothing(broker
             latest = requests.get(f"{url(b)}/subjects/{subject}/versions/latest", timeout=10)
             assert latest.json()["id"] == ids[(subject, j)]  # read-your-writes
     assert len(set(ids.values())) == len(ids)  # one id per schema, allocated once
+    # every broker answers the Kafka cluster's id (the one without a replica too)
+    cluster_ids = {
+        requests.get(f"{url(b)}/v1/metadata/id", timeout=10).json()["scope"]["clusters"][
+            "kafka-cluster"
+        ]
+        for b in brokers
+    }
+    assert len(cluster_ids) == 1 and cluster_ids != {""}
     # the same schema at another broker, under another subject: the same id
     assert register(brokers[2], "copy-value", record("ns0")) == ids[("t0-value", 0)]
     requests.delete(

@@ -78,6 +78,28 @@ def test_guid_in_answers_and_schema_by_guid(base):
         assert call(base, "GET", f"/schemas/guids/{bad}", status=404)["error_code"] == 40403
 
 
+def test_ids_by_guid(base):
+    text = json.dumps({"type": "record", "name": "Ids", "fields": [{"name": "a", "type": "int"}]})
+    registered = call(base, "POST", "/subjects/ids-value/versions", {"schema": text})
+    guid, sid = registered["guid"], registered["id"]
+    # the same schema in another subject: one id (ids are global), one entry
+    assert call(base, "POST", "/subjects/ids-other/versions", {"schema": text})["id"] == sid
+    assert call(base, "GET", f"/schemas/guids/{guid}/ids") == [{"context": ".", "id": sid}]
+    assert call(base, "GET", f"/schemas/guids/{guid.replace('-', '').upper()}/ids") == [
+        {"context": ".", "id": sid}
+    ]
+    # soft-deleted: the id still reads, so it is still listed
+    call(base, "DELETE", "/subjects/ids-value")
+    call(base, "DELETE", "/subjects/ids-other")
+    assert call(base, "GET", f"/schemas/guids/{guid}/ids") == [{"context": ".", "id": sid}]
+    # gone for good: none (Confluent's answers an empty list, not 40403)
+    call(base, "DELETE", "/subjects/ids-value", permanent="true")
+    call(base, "DELETE", "/subjects/ids-other", permanent="true")
+    assert call(base, "GET", f"/schemas/guids/{guid}/ids") == []
+    for bad in (str(uuid.uuid4()), "nope", "g" * 32, "%00", "x" * 5000):
+        assert call(base, "GET", f"/schemas/guids/{bad}/ids") == []
+
+
 def test_guid_covers_references_metadata_and_rule_set(base):
     call(base, "POST", "/subjects/gd-ref-value/versions", {"schema": json.dumps(POINT)})
     line = {
