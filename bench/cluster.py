@@ -563,6 +563,25 @@ def _div(a, b):
     return a / b if a is not None and b else None
 
 
+def headline_rows(results: dict) -> list[str]:
+    """Rows of the README's headline table (bench/report.py's ``headline_section``) from an
+    RF=3 run: throughput and broker CPU per MiB with each broker's default flush settings,
+    Kafka's 3 brokers beside Headrace's, for each driver."""
+    rows, out = results.get("summary") or [], []
+    for driver, name in (("wire", "wire client"), ("perf", "ProducerPerformance")):
+        k = find(rows, part="replicated", system="kafka", driver=driver, durable=False)
+        h = find(rows, part="replicated", system="headrace", driver=driver, durable=False)
+        if not (k and h):
+            continue
+        title = f"R1: 3 brokers, RF=3, 64 KiB records, acks=all, {name}"
+        for metric, label, digits in (("mib_per_sec", "throughput (MiB/s)", 0),
+                                      ("broker_cpu_ms_per_mib", "broker CPU per MiB (ms)", 1)):
+            r = _div(h[metric], k[metric])
+            out.append(f"| {title}: {label} | {k[metric]:,.{digits}f} | {h[metric]:,.{digits}f} "
+                       f"| {'-' if r is None else f'{r:.2f}x'} |")
+    return out
+
+
 def _f(v, digits: int = 1) -> str:
     if v is None:
         return "-"

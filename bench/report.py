@@ -660,6 +660,14 @@ def headline_section(results: dict, page: Path, readme: Path) -> str:
             note = (f" T1 is not a saturation: one transactional producer committing back to "
                     f"back (`python -m bench.transactions`, medians of {txn_results['rounds']} "
                     f"rounds, Kafka's better JVM variant; load average {load} at its start).")
+    # the RF=3 cluster comparison's, from its own run (python -m bench.cluster --parts replicated)
+    rf3 = page.parent.parent / "bench" / "results" / "cluster-rf3.json"
+    if rf3.exists():
+        from bench.cluster import headline_rows as rf3_rows
+        rf3_results = json.loads(rf3.read_text())
+        rows += rf3_rows(rf3_results)
+        note += (f" R1: 3 brokers each (`python -m bench.cluster --parts replicated`, medians of "
+                 f"{rf3_results['runs']} runs, each broker's default flush settings).")
     link = _link(page, readme)
     peer = tansu_line(results)
     return (f"Apache Kafka {m.get('kafka_version')} (KRaft, one node) and Headrace, one after "

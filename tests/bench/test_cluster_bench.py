@@ -173,6 +173,21 @@ def test_summary_ratios_and_readme_section(tmp_path):
     assert len((tmp_path / "c.csv").read_text().splitlines()) == 5
 
 
+def test_rf3_rows_of_the_readme_headline_use_default_flush_runs():
+    def rf3(system, driver, mib, cpu_s, durable):
+        return dict(sample("replicated", system, 3, driver, mib, cpu_s), durable=durable)
+
+    samples = [rf3("kafka", "wire", 250, 18.0, False), rf3("headrace", "wire", 500, 15.0, False),
+               rf3("kafka", "wire", 200, 18.0, True), rf3("headrace", "wire", 300, 15.0, True)]
+    rows = cluster.headline_rows({"summary": cluster.summarise(samples)})
+    assert rows == [
+        "| R1: 3 brokers, RF=3, 64 KiB records, acks=all, wire client: throughput (MiB/s) "
+        "| 250 | 500 | 2.00x |",
+        "| R1: 3 brokers, RF=3, 64 KiB records, acks=all, wire client: broker CPU per MiB (ms) "
+        "| 7.2 | 3.0 | 0.42x |",
+    ]  # (18 CPU-s over 2,500 MiB, 15 over 5,000; no ProducerPerformance runs: no rows)
+
+
 def test_runs_disturbed_by_other_work_are_left_out_only_when_a_quiet_one_exists():
     quiet = sample("scaling", "headrace", 1, "wire", 100, 10.0)
     busy = [dict(sample("scaling", "headrace", 1, "wire", mib, 10.0), other_processes_cores=1.0)
