@@ -20,7 +20,7 @@ from .forwarding import LeaderForwarder
 from .http_auth import RouteGuard
 from .http_site import json_answer, text_answer
 from .lookups import DEFAULT_CONTEXT
-from .paging import SCHEMAS_LIMIT, page, parse_java_int
+from .paging import EVERY, SCHEMAS_LIMIT, page, parse_java_int
 from .registry import SchemaRegistry
 from .schema_types import TYPES
 
@@ -66,6 +66,13 @@ class ReadRoutes:
         the authorizer)."""
         return self.guard is None or self.guard.visible(request, subject)
 
+    def _seen_page(
+        self, request: web.Request, items: list, subject_of: Callable, most: int = EVERY
+    ) -> list:
+        """The page (``offset``, ``limit``) of ``items`` whose subject the principal sees."""
+        seen = [x for x in items if self._visible(request, subject_of(x))]
+        return page(request.query, seen, most)
+
     async def _read(self, request: web.Request, answer: Callable[[], Any]) -> web.Response:
         """Answer a read here, or at the leader when no replica of _schemas is held here."""
         if self.leader.must_forward_reads():
@@ -110,13 +117,10 @@ class ReadRoutes:
         latest_only = flag(query.get("latestOnly"))
         return await self._read(
             request,
-            lambda: page(
-                query,
-                [
-                    s
-                    for s in lookups.schemas_with_prefix(prefix, deleted, latest_only)
-                    if self._visible(request, s["subject"])
-                ],
+            lambda: self._seen_page(
+                request,
+                lookups.schemas_with_prefix(prefix, deleted, latest_only),
+                lambda s: s["subject"],
                 SCHEMAS_LIMIT,
             ),
         )
@@ -170,16 +174,10 @@ class ReadRoutes:
         query = request.query
         prefix, deleted = query.get("subjectPrefix", ""), flag(query.get("deleted"))
         deleted_only = flag(query.get("deletedOnly"))
+        subjects = self.registry.lookups.subjects
         return await self._read(
             request,
-            lambda: page(
-                query,
-                [
-                    s
-                    for s in self.registry.lookups.subjects(prefix, deleted, deleted_only)
-                    if self._visible(request, s)
-                ],
-            ),
+            lambda: self._seen_page(request, subjects(prefix, deleted, deleted_only), lambda s: s),
         )
 
     async def _versions(self, request: web.Request) -> web.Response:

@@ -6,39 +6,25 @@ confluent-kafka's ``SchemaRegistryClient``."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-import requests
+import registryhttp
 from confluent_kafka.schema_registry import (
     Metadata,
     MetadataProperties,
     Schema,
     SchemaRegistryClient,
 )
+from registryhttp import call
 
-from headrace.broker.tools.process import BrokerProcess
-
-CT = "application/vnd.schemaregistry.v1+json"
 CV = "confluent:version"
 TEXT = '{"type":"record","name":"myrecord","fields":[{"name":"f1","type":"string"}]}'
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    b = BrokerProcess(
-        tmp_path_factory.mktemp("registry-confluent-version"),
-        {"schema.registry.listeners": "http://127.0.0.1:0"},
-    ).start()
-    yield f"http://127.0.0.1:{b.listener_ports['SCHEMA_REGISTRY']}"
+    b = registryhttp.start(tmp_path_factory.mktemp("registry-confluent-version"))
+    yield registryhttp.url(b)
     b.kill()
-
-
-def call(base: str, method: str, path: str, body=None, status: int = 200):
-    data = None if body is None else json.dumps(body)
-    r = requests.request(method, base + path, data=data, headers={"Content-Type": CT}, timeout=30)
-    assert r.status_code == status, (r.status_code, r.text)
-    return r.json()
 
 
 def body(version=None, cv=None, **properties) -> dict:

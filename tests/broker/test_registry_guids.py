@@ -11,16 +11,14 @@ import json
 import uuid
 
 import pytest
-import requests
+import registryhttp
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient, header_schema_id_serializer
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from registryhttp import call
 
-from headrace.broker.tools.process import BrokerProcess
-
-CT = "application/vnd.schemaregistry.v1+json"
 POINT = {
     "type": "record",
     "name": "Point",
@@ -34,26 +32,14 @@ def md5_uuid(*parts: bytes) -> str:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(
-        tmp_path_factory.mktemp("registry-guids"),
-        {"schema.registry.listeners": "http://127.0.0.1:0", "num.partitions": 1},
-    ).start()
+    b = registryhttp.start(tmp_path_factory.mktemp("registry-guids"), **{"num.partitions": 1})
     yield b
     b.kill()
 
 
 @pytest.fixture(scope="module")
 def base(broker) -> str:
-    return f"http://127.0.0.1:{broker.listener_ports['SCHEMA_REGISTRY']}"
-
-
-def call(base: str, method: str, path: str, body=None, status: int = 200, **params):
-    data = None if body is None else json.dumps(body)
-    r = requests.request(
-        method, base + path, data=data, params=params, headers={"Content-Type": CT}, timeout=30
-    )
-    assert r.status_code == status, (r.status_code, r.text)
-    return r.json()
+    return registryhttp.url(broker)
 
 
 def test_guid_in_answers_and_schema_by_guid(base):

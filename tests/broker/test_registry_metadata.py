@@ -5,32 +5,29 @@ tells it, Headrace's version."""
 from __future__ import annotations
 
 import pytest
+import registryhttp
 import requests
 from confluent_kafka.admin import AdminClient
 
 import headrace
-from headrace.broker.tools.process import BrokerProcess
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(
-        tmp_path_factory.mktemp("registry-metadata"),
-        {"schema.registry.listeners": "http://127.0.0.1:0"},
-    ).start()
+    b = registryhttp.start(tmp_path_factory.mktemp("registry-metadata"))
     yield b
     b.kill()
 
 
 @pytest.fixture(scope="module")
 def base(broker) -> str:
-    return f"http://127.0.0.1:{broker.listener_ports['SCHEMA_REGISTRY']}"
+    return registryhttp.url(broker)
 
 
 def get(base: str, path: str):
     r = requests.get(base + path, timeout=30)
     assert r.status_code == 200, (r.status_code, r.text)
-    assert r.headers["Content-Type"].startswith("application/vnd.schemaregistry.v1+json")
+    assert r.headers["Content-Type"].startswith(registryhttp.CT)
     return r.json()
 
 
