@@ -19,6 +19,8 @@ broker_view.py      What the rest of the broker reads: the produce path's schema
                     (log_validator.SchemaIds), the schema texts topics as tables decode with
 schemas.py          Schemas by id: the door to the view, the parsed-schema cache, references,
                     a request's schema as it would be kept
+formats.py          ``format=``: a schema's text as a read asks for it (AVRO ``resolved``,
+                    PROTOBUF ``serialized``), as Confluent's ``formattedString``
 lookups.py          The reads by subject, version and id; lookup of a schema in a subject (a
                     ``confluent:version`` apart too); the latest version with given metadata
 compatibility.py    Whether a schema may follow a subject's versions, under its level

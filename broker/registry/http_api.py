@@ -143,10 +143,12 @@ class RegistryServer(ReadRoutes):
 
     async def _register(self, request: web.Request) -> web.Response:
         subject = request.match_info["subject"]
-        normalize = flag(request.query.get("normalize"))
+        normalize, fmt = flag(request.query.get("normalize")), request.query.get("format")
         body = await self._body(request)
         registration = self.registry.registration
-        return await self._write(request, lambda: registration.register(subject, body, normalize))
+        return await self._write(
+            request, lambda: registration.register(subject, body, normalize, fmt)
+        )
 
     async def _delete_subject(self, request: web.Request) -> web.Response:
         subject = request.match_info["subject"]

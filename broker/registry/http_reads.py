@@ -142,9 +142,9 @@ class ReadRoutes:
 
     async def _schema_text_by_id(self, request: web.Request) -> web.Response:
         schema_id, subject = self._id(request), request.query.get("subject")
-        lookups = self.registry.lookups
+        fmt, lookups = request.query.get("format"), self.registry.lookups
         return await self._read(
-            request, lambda: text_answer(lookups.schema_by_id(schema_id, subject)["schema"])
+            request, lambda: text_answer(lookups.schema_by_id(schema_id, subject, fmt)["schema"])
         )
 
     def _usage(self, request: web.Request) -> list[tuple[str, int]]:
@@ -207,11 +207,11 @@ class ReadRoutes:
 
     async def _version_text(self, request: web.Request) -> web.Response:
         subject, version = request.match_info["subject"], request.match_info["version"]
-        deleted = flag(request.query.get("deleted"))
+        deleted, fmt = flag(request.query.get("deleted")), request.query.get("format")
         lookups = self.registry.lookups
         return await self._read(
             request,
-            lambda: text_answer(lookups.get_version(subject, version, deleted)["schema"]),
+            lambda: text_answer(lookups.get_version(subject, version, deleted, fmt)["schema"]),
         )
 
     async def _referenced_by(self, request: web.Request) -> web.Response:
@@ -226,9 +226,11 @@ class ReadRoutes:
         subject = request.match_info["subject"]
         body = await self._body(request)
         normalize = flag(request.query.get("normalize"))
-        deleted = flag(request.query.get("deleted"))
+        deleted, fmt = flag(request.query.get("deleted")), request.query.get("format")
         lookups = self.registry.lookups
-        return await self._read(request, lambda: lookups.lookup(subject, body, normalize, deleted))
+        return await self._read(
+            request, lambda: lookups.lookup(subject, body, normalize, deleted, fmt)
+        )
 
     async def _get_config(self, request: web.Request) -> web.Response:
         subject = request.match_info.get("subject")

@@ -194,13 +194,15 @@ class Lookups:
                 return number, sid
         return None
 
-    def lookup(self, subject: str, body: Any, normalize: bool, deleted: bool) -> dict[str, Any]:
+    def lookup(
+        self, subject: str, body: Any, normalize: bool, deleted: bool, fmt: str | None = None
+    ) -> dict[str, Any]:
         self._found(subject, deleted)
         _, stored = self.schemas.from_request(body, normalize)
         for candidate in (stored, self.schemas.with_contract(subject, stored)):
             hit = self.find(subject, candidate, deleted)
             if hit is not None:
-                return self._answer(subject, *hit)
+                return self._answer(subject, *hit, fmt)
         raise errors.schema_not_found()
 
     def latest_with_metadata(

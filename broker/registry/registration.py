@@ -70,9 +70,11 @@ class Registration:
         self.max_subjects = max_subjects
         self.max_total_bytes = max_total_bytes
 
-    async def register(self, subject: str, body: Any, normalize: bool) -> tuple[dict, int]:
+    async def register(
+        self, subject: str, body: Any, normalize: bool, fmt: str | None = None
+    ) -> tuple[dict, int]:
         """(the answer, offset written or 0): Confluent 8's, the id, version and the schema as
-        kept with its GUID (``Schemas.answered``)."""
+        kept with its GUID (``Schemas.answered``, its text in format ``fmt``)."""
         if not subject or any(ord(c) < 32 for c in subject):
             raise errors.invalid_subject(subject)
         async with self.writer.turn():
@@ -91,11 +93,11 @@ class Registration:
                                 f"Schema already registered with id {v.id} instead of input"
                                 f" id {wanted_id}"
                             )
-                        return _answer(v.id, n, state.schemas[v.id]), 0
+                        return self._answer(v.id, n, state.schemas[v.id], fmt), 0
             else:
                 stored, hit = self._as_kept(subject, stored, wanted_version, number)
                 if hit is not None:
-                    return _answer(hit[1], hit[0], state.schemas[hit[1]]), 0
+                    return self._answer(hit[1], hit[0], state.schemas[hit[1]], fmt), 0
                 found = self.compatibility.against_subject(subject, new, stored.metadata)
                 if found:
                     raise errors.incompatible(subject, found)
@@ -109,7 +111,12 @@ class Registration:
                 number = wanted_version
             end = await self.writer.write([_record(subject, number, schema_id, stored, False)])
             self.schemas.remember(schema_id, new)
-            return _answer(schema_id, number, stored), end
+            return self._answer(schema_id, number, stored, fmt), end
+
+    def _answer(
+        self, schema_id: int, number: int, stored: Stored, fmt: str | None
+    ) -> dict[str, Any]:
+        return {"id": schema_id, "version": number, **self.schemas.answered(stored, fmt)}
 
     def _as_kept(
         self, subject: str, sent: Stored, asked: int, number: int
@@ -227,10 +234,6 @@ class Registration:
                 raise errors.version_soft_deleted(subject, number)
             record = _record(subject, number, v.id, state.schemas[v.id], True)
             return number, await self.writer.write([record])
-
-
-def _answer(schema_id: int, number: int, stored: Stored) -> dict[str, Any]:
-    return {"id": schema_id, "version": number, **Schemas.answered(stored)}
 
 
 def _record(subject: str, number: int, schema_id: int, stored: Stored, deleted: bool):

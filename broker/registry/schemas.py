@@ -16,8 +16,8 @@ at most ``max_schema_bytes`` (42209 beyond, ``within_size``).
 
 ``fields`` is a schema as Confluent answers it: its ``guid`` (Confluent's, of the form kept,
 whatever the format asked: guids.py), ``schemaType`` left out for AVRO, ``references``,
-``metadata`` and ``ruleSet`` when there are some, ``schema`` the kept text (a PROTOBUF one as
-a base64 ``FileDescriptorProto`` with ``format=serialized``).
+``metadata`` and ``ruleSet`` when there are some, ``schema`` the kept text in the format asked
+(formats.py: an AVRO one ``resolved``, a PROTOBUF one ``serialized``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 
 from . import contracts, errors
 from .contracts import kept
+from .formats import formatted
 from .records import Reference
 from .schema_types import TYPES, ParsedSchema, parse
 from .schemas_log import SchemasReader
@@ -179,13 +180,10 @@ class Schemas:
             return False
 
     def fields(self, schema_id: int, fmt: str | None = None) -> dict[str, Any]:
-        """Schema ``schema_id`` as answered: ``fmt`` "serialized" gives a PROTOBUF schema as
-        a base64 ``FileDescriptorProto`` (what confluent-kafka's Python deserializer asks
-        for)."""
+        """Schema ``schema_id`` as answered, its text in format ``fmt`` (formats.py)."""
         return self.answered(self.state.schemas[schema_id], fmt)
 
-    @staticmethod
-    def answered(stored: Stored, fmt: str | None = None) -> dict[str, Any]:
+    def answered(self, stored: Stored, fmt: str | None = None) -> dict[str, Any]:
         """``stored`` as answered (``fields``)."""
         out: dict[str, Any] = {"guid": stored.guid}
         if stored.schema_type != "AVRO":
@@ -198,12 +196,5 @@ class Schemas:
             out["metadata"] = json.loads(stored.metadata)
         if stored.rule_set is not None:
             out["ruleSet"] = json.loads(stored.rule_set)
-        out["schema"] = stored.text
-        if stored.schema_type == "PROTOBUF" and fmt == "serialized":
-            from .protobuf_text import encode_base64, to_descriptor
-
-            try:
-                out["schema"] = encode_base64(to_descriptor(stored.text))
-            except ValueError:  # (kept only when it parsed: not expected)
-                pass
+        out["schema"] = formatted(stored, fmt, lambda: self.reference_texts(stored.references))
         return out
