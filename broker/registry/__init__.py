@@ -31,10 +31,13 @@ registration.py     Registering (ids and versions allocated, ``confluent:version
 writer.py           The one write path: at the leader, one at a time, on a caught-up view
 schemas_log.py      ``_schemas``: written by its leader (acks=all), read by every replica into
                     the broker's view (read-your-writes through ``wait_for``)
+contexts.py         Schema contexts: Confluent's qualified subjects (``:.ctx:name``), their
+                    prefixes, references read in the referring context
+context_records.py  The named contexts' CONTEXT records: listed (/contexts), deleted
 guids.py            Schema GUIDs: Confluent 8's MD5 over a schema's text, references, metadata
                     and rule set, as a UUID
-state.py            The view: subjects, versions, schemas by id and GUID, configs and modes, as the
-                    records of ``_schemas`` leave them
+state.py            The view: subjects, versions, schemas by id and GUID (per context), contexts,
+                    configs and modes, as the records of ``_schemas`` leave them
 records.py          The records of ``_schemas`` in Confluent's JSON layouts
 contracts.py        Data contracts: metadata and rule sets in Confluent's form (42201, 42210),
                     config fields, a config's defaults and overrides merged on registration,

@@ -3,11 +3,12 @@
 How this works
 --------------
 Both are kept in the view (``state.configs`` and ``state.modes``, key None for the global
-one) and read through it: a subject's own setting, else the global one, else the default
-(BACKWARD, READWRITE). A GET of a subject without a setting of its own is 40408 / 40409
-unless ``defaultToGlobal``. A PUT or DELETE is one CONFIG or MODE record of ``_schemas``,
-written in the writer's turn (writer.py); at most ``max_subjects`` subjects have a setting of
-their own (42205 beyond).
+one, ``:.ctx:`` for a context's, contexts.py) and read through it: a subject's own setting,
+else its context's (the global one in the default context), else the ``:.__GLOBAL:``
+context's, else the default (BACKWARD, READWRITE). A GET of a subject without a setting of
+its own is 40408 / 40409 unless ``defaultToGlobal``. A PUT or DELETE is one CONFIG or MODE
+record of ``_schemas``, written in the writer's turn (writer.py); at most ``max_subjects``
+subjects (and contexts) have a setting of their own (42205 beyond).
 
 A config is Confluent's: ``compatibilityLevel`` (42203 for one that is not a level),
 ``compatibilityGroup`` (compatibility.py), and the data contract's ``defaultMetadata``,
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import errors
+from . import contexts, errors
 from .contracts import CONFIG_FIELDS, Config, config_fields
 from .records import ConfigRecord, ModeRecord
 from .schemas import Schemas
@@ -107,6 +108,8 @@ class Settings:
             state = self.schemas.state
             if mode == "IMPORT" and not force:
                 held = state.subjects if subject is None else subject in state.subjects
+                if subject is not None and contexts.is_context(subject):  # (a context's)
+                    held = bool(state.in_context(contexts.context_of(subject)))
                 if held:
                     raise errors.not_permitted("Cannot import since found existing subjects")
             self._room_for(state.modes, subject)
