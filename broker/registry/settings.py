@@ -48,18 +48,27 @@ class Settings:
 
     # reads -------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _own_asked(subject: str | None, default_to_global: bool) -> bool:
+        """Whether a GET asks for the subject's own setting (40408 / 40409 without one): not
+        for the global one, nor the ``:.__GLOBAL:`` context's (the default then, as
+        Confluent's), nor with ``defaultToGlobal``."""
+        if subject is None or default_to_global:
+            return False
+        return contexts.context_of(subject) != contexts.GLOBAL
+
     def get_config(self, subject: str | None, default_to_global: bool) -> Config:
         state = self.schemas.state
-        if subject is not None and subject not in state.configs and not default_to_global:
-            raise errors.compatibility_not_configured(subject)
+        if subject not in state.configs and self._own_asked(subject, default_to_global):
+            raise errors.compatibility_not_configured(str(subject))
         return {**state.config(subject), "compatibilityLevel": state.level(subject)}
 
     def get_mode(self, subject: str | None, default_to_global: bool) -> dict[str, str]:
         state = self.schemas.state
         overridden = state.modes.get(None) == READONLY_OVERRIDE
-        if subject is not None and subject not in state.modes and not default_to_global:
+        if subject not in state.modes and self._own_asked(subject, default_to_global):
             if not overridden:
-                raise errors.mode_not_configured(subject)
+                raise errors.mode_not_configured(str(subject))
         return {"mode": state.mode(subject)}
 
     # writes ------------------------------------------------------------------------------------

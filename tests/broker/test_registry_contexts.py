@@ -171,8 +171,10 @@ def test_a_contexts_config_and_mode(base):
         assert call(base, "POST", "/subjects/:.ctx3:cm/versions", {"schema": v2}, status=409)
         call(base, "PUT", "/config/:.__GLOBAL:", {"compatibility": "NONE"})
         assert register(base, ":.ctx3:cm", v2)["version"] == 2
-        # ":.:" is the global setting
+        # ":.:" is the global setting; a context without its own is 40408, but :.__GLOBAL:
         assert call(base, "GET", "/config/:.:") == call(base, "GET", "/config")
+        assert call(base, "GET", "/config/:.ctx3:", status=404)["error_code"] == 40408
+        assert call(base, "GET", "/config/:.__GLOBAL:") == {"compatibilityLevel": "NONE"}
         # a context's mode
         assert call(base, "PUT", "/mode/:.ctx2:", {"mode": "READONLY"}) == {"mode": "READONLY"}
         assert call(base, "GET", "/mode/:.ctx2:cm", defaultToGlobal="true") == {"mode": "READONLY"}
@@ -186,6 +188,8 @@ def test_a_contexts_config_and_mode(base):
     finally:
         call(base, "DELETE", "/config")
         call(base, "DELETE", "/config/:.__GLOBAL:")
+    assert call(base, "GET", "/config/:.__GLOBAL:") == {"compatibilityLevel": "BACKWARD"}
+    assert call(base, "GET", "/mode/:.__GLOBAL:") == {"mode": "READWRITE"}
 
 
 def test_delete_context(base):
