@@ -19,6 +19,8 @@ broker_view.py      What the rest of the broker reads: the produce path's schema
                     (log_validator.SchemaIds), the schema texts topics as tables decode with
 schemas.py          Schemas by id: the door to the view, the parsed-schema cache, references,
                     a request's schema as it would be kept
+formats.py          ``format=``: a schema's text as a read asks for it (AVRO ``resolved``,
+                    PROTOBUF ``serialized``), as Confluent's ``formattedString``
 lookups.py          The reads by subject, version and id; lookup of a schema in a subject (a
                     ``confluent:version`` apart too); the latest version with given metadata
 compatibility.py    Whether a schema may follow a subject's versions, under its level
@@ -29,10 +31,13 @@ registration.py     Registering (ids and versions allocated, ``confluent:version
 writer.py           The one write path: at the leader, one at a time, on a caught-up view
 schemas_log.py      ``_schemas``: written by its leader (acks=all), read by every replica into
                     the broker's view (read-your-writes through ``wait_for``)
+contexts.py         Schema contexts: Confluent's qualified subjects (``:.ctx:name``), their
+                    prefixes, references read in the referring context
+context_records.py  The named contexts' CONTEXT records: listed (/contexts), deleted
 guids.py            Schema GUIDs: Confluent 8's MD5 over a schema's text, references, metadata
                     and rule set, as a UUID
-state.py            The view: subjects, versions, schemas by id and GUID, configs and modes, as the
-                    records of ``_schemas`` leave them
+state.py            The view: subjects, versions, schemas by id and GUID (per context), contexts,
+                    configs and modes, as the records of ``_schemas`` leave them
 records.py          The records of ``_schemas`` in Confluent's JSON layouts
 contracts.py        Data contracts: metadata and rule sets in Confluent's form (42201, 42210),
                     config fields, a config's defaults and overrides merged on registration,

@@ -23,6 +23,9 @@ attribute kept as a property, in the order it came. Then it is written as Avro w
 
 The top-level named types of referenced schemas are written by name, as Confluent does
 (``Schema.toString(references, false)``); their nested ones are written out where first used.
+``resolved`` (``format=resolved``) writes them out where first used too, as Avro's
+``Schema.toString()`` writes the schema Confluent parsed with its references (the text then
+stands alone, needing no references to parse).
 
 ``normalize`` (``normalize=true``) gives what Confluent keeps then: its normalized text
 (``AvroSchemaUtils.toNormalizedString()``) parsed again and written as above, so properties
@@ -70,17 +73,20 @@ class _Complex:  # a primitive with properties, an array or a map
     props: dict[str, Any]
 
 
-def canonical(document: Any, references: list[Any], normalize: bool = False) -> str:
+def canonical(
+    document: Any, references: list[Any], normalize: bool = False, resolved: bool = False
+) -> str:
     """``document`` (a parsed Avro schema's JSON) as Avro's ``Schema.toString()`` writes it,
     the named types of ``references`` (their JSON, those they refer to first) known; with
-    ``normalize`` as Confluent normalizes it."""
+    ``normalize`` as Confluent normalizes it; ``resolved``: the references' types written
+    out where first used, not by name."""
     plain = _Reader(False)  # (the references as Confluent reads them: not normalized)
     tops = [plain.read(ref, None) for ref in references]
     reader = _Reader(normalize)
     for ref in references:
         reader.read(ref, None)
     model = reader.read(document, None)
-    written = {t.full for t in tops if isinstance(t, _Named)}
+    written = set() if resolved else {t.full for t in tops if isinstance(t, _Named)}
     out = _write(model, None, written)
     return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
 

@@ -9,7 +9,9 @@ on the registry (but for ``fresher``, the one wait a refused produce may ask for
 view applies one more record). The ids a record may carry come from the subject its topic's
 strategy names: ``<topic>-key``/``-value`` (TopicNameStrategy), the schema's record name
 (RecordNameStrategy) or ``<topic>-<record name>`` (TopicRecordNameStrategy), every version
-counting (soft-deleted too). The record-name sets need a walk over every subject, so they are
+counting (soft-deleted too), in the default context only (as Confluent Server's: "Schema ID
+Validation supports only the default context"; the ids here are the default context's). The
+record-name sets need a walk over every subject, so they are
 kept (``state.allowed``, at most ``MAX_ALLOWED_SETS``) until the view applies its next
 record, and each schema's record names are kept while it stays (``state.names``); both are
 filled only here.
@@ -22,6 +24,7 @@ import json
 from headrace.protocol import ErrorCode
 
 from . import errors
+from .contexts import DEFAULT, context_of
 from .schemas import Schemas
 from .schemas_log import SchemasLog
 from .state import Stored
@@ -65,7 +68,7 @@ class BrokerView:
             found = set()
             prefix = f"{topic}-" if strategy == "TopicRecordNameStrategy" else ""
             for subject, versions in state.subjects.items():
-                if subject.startswith(prefix):
+                if subject.startswith(prefix) and context_of(subject) == DEFAULT:
                     rest = subject[len(prefix) :]
                     found.update(v.id for v in versions.values() if rest in self.record_names(v.id))
             if len(state.allowed) >= MAX_ALLOWED_SETS:
@@ -127,7 +130,7 @@ class BrokerView:
         if stored is None:
             return None
         try:
-            refs = self.schemas.reference_texts(stored.references)
+            refs = self.schemas.reference_texts(stored.references, DEFAULT)
         except Exception:  # (a reference that is gone: the schema cannot be read whole)
             return None
         return stored.schema_type, stored.text, refs

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import contracts, errors
+from .contexts import context_of
 from .lookups import Lookups, parse_version
 from .schema_types import ParsedSchema, incompatibilities
 from .schemas import Schemas
@@ -41,12 +42,12 @@ class Compatibility:
     ) -> list[str]:
         """Why ``new`` does not fit the schemas ``olds`` (ids) under ``level``: those of them in
         its compatibility group, when the subject has one."""
-        state = self.schemas.state
+        state, context = self.schemas.state, context_of(subject)
         group = state.config(subject).get("compatibilityGroup")
         if group is not None:
-            mine = _property(metadata, group)
-            olds = [i for i in olds if _property(state.schemas[i].metadata, group) == mine]
-        return incompatibilities(level, new, [self.schemas.parsed(i) for i in olds])
+            mine, held = _property(metadata, group), state.space(context).schemas
+            olds = [i for i in olds if _property(held[i].metadata, group) == mine]
+        return incompatibilities(level, new, [self.schemas.parsed(i, context) for i in olds])
 
     def test(
         self, subject: str, version: str | None, body: Any, normalize: bool, verbose: bool
@@ -67,7 +68,7 @@ class Compatibility:
                 raise errors.version_not_found(number)
             level = level.removesuffix("_TRANSITIVE")
         try:
-            new, stored = self.schemas.from_request(body, normalize)
+            new, stored = self.schemas.from_request(body, normalize, context_of(subject))
         except errors.RegistryError as e:
             if not verbose or e.code != errors.INVALID_SCHEMA:
                 raise

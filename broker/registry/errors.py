@@ -25,6 +25,7 @@ ID_DOES_NOT_MATCH = 42207
 INVALID_SUBJECT = 42208
 SCHEMA_TOO_LARGE = 42209
 INVALID_RULESET = 42210
+CONTEXT_NOT_EMPTY = 42211
 STORE_ERROR = 50001
 OPERATION_TIMEOUT = 50002
 FORWARDING_FAILED = 50003
@@ -172,6 +173,10 @@ def schema_too_large(message: str) -> RegistryError:
 
 def invalid_rule_set(message: str) -> RegistryError:
     return RegistryError(422, INVALID_RULESET, f"Invalid rule set: {message}")
+
+
+def context_not_empty(context: str) -> RegistryError:
+    return RegistryError(422, CONTEXT_NOT_EMPTY, f"The specified context '{context}' is not empty.")
 
 
 def store_error(message: str) -> RegistryError:

@@ -75,6 +75,8 @@ class LeaderForwarder:
                 if leader == self.node_id and self.log.leads():
                     await self.registry.ready()
                     result, end = await write()
+                    if result is None:  # (nothing to answer: Confluent's 204)
+                        return web.Response(status=204, headers={OFFSET: str(end)})
                     return json_answer(result, headers={OFFSET: str(end)})
                 if leader >= 0 and FORWARDED not in request.headers:
                     forwarded = await self.forward(request, leader)
@@ -127,6 +129,8 @@ class LeaderForwarder:
             raise errors.unknown_leader("the broker asked no longer leads _schemas")
         if offset is not None and status < 300 and self.log.replica() is not None:
             await self.registry.reader.wait_for(int(offset), self.registry.write_timeout_s)
+        if status == 204:
+            return web.Response(status=204)
         return web.Response(body=data, status=status, content_type=CONTENT_TYPE)
 
     def _headers(self, request: web.Request) -> dict[str, str]:

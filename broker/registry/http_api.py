@@ -33,6 +33,7 @@ from typing import Any
 from aiohttp import web
 
 from .auth import RegistryAuth
+from .context_records import path_context
 from .forwarding import LeaderForwarder
 from .http_auth import RouteGuard
 from .http_reads import ReadRoutes, flag
@@ -102,6 +103,7 @@ class RegistryServer(ReadRoutes):
         get("/schemas/guids/{guid}", self._schema_by_guid, allow_head=False)
         get("/schemas/guids/{guid}/ids", self._ids_by_guid, allow_head=False)
         get("/contexts", self._contexts, allow_head=False)
+        delete("/contexts/{context}", self._delete_context)
         get("/v1/metadata/id", self._metadata_id, allow_head=False)
         get("/v1/metadata/version", self._metadata_version, allow_head=False)
         get("/v1/metadata/deployment", self._metadata_deployment, allow_head=False)
@@ -142,20 +144,22 @@ class RegistryServer(ReadRoutes):
         return self.leader.write(request, write)
 
     async def _register(self, request: web.Request) -> web.Response:
-        subject = request.match_info["subject"]
-        normalize = flag(request.query.get("normalize"))
+        subject = self._subject(request)
+        normalize, fmt = flag(request.query.get("normalize")), request.query.get("format")
         body = await self._body(request)
         registration = self.registry.registration
-        return await self._write(request, lambda: registration.register(subject, body, normalize))
+        return await self._write(
+            request, lambda: registration.register(subject, body, normalize, fmt)
+        )
 
     async def _delete_subject(self, request: web.Request) -> web.Response:
-        subject = request.match_info["subject"]
+        subject = self._subject(request)
         permanent = flag(request.query.get("permanent"))
         registration = self.registry.registration
         return await self._write(request, lambda: registration.delete_subject(subject, permanent))
 
     async def _delete_version(self, request: web.Request) -> web.Response:
-        subject, version = request.match_info["subject"], request.match_info["version"]
+        subject, version = self._subject(request), request.match_info["version"]
         permanent = flag(request.query.get("permanent"))
         registration = self.registry.registration
         return await self._write(
@@ -163,24 +167,29 @@ class RegistryServer(ReadRoutes):
         )
 
     async def _put_config(self, request: web.Request) -> web.Response:
-        subject = request.match_info.get("subject")
+        subject = self._scope(request)
         body = await self._body(request)
         settings = self.registry.settings
         return await self._write(request, lambda: settings.put_config(subject, body))
 
     async def _delete_config(self, request: web.Request) -> web.Response:
-        subject = request.match_info.get("subject")
+        subject = self._scope(request)
         settings = self.registry.settings
         return await self._write(request, lambda: settings.delete_config(subject))
 
     async def _put_mode(self, request: web.Request) -> web.Response:
-        subject = request.match_info.get("subject")
+        subject = self._scope(request)
         body = await self._body(request)
         force = flag(request.query.get("force"))
         settings = self.registry.settings
         return await self._write(request, lambda: settings.put_mode(subject, body, force))
 
+    async def _delete_context(self, request: web.Request) -> web.Response:
+        context = path_context(request.match_info["context"])
+        context_records = self.registry.context_records
+        return await self._write(request, lambda: context_records.delete(context))
+
     async def _delete_mode(self, request: web.Request) -> web.Response:
-        subject = request.match_info["subject"]
+        subject = self._subject(request)
         settings = self.registry.settings
         return await self._write(request, lambda: settings.delete_mode(subject))

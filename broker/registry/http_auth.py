@@ -8,7 +8,9 @@ HTTP Basic against the broker's SCRAM users), keeps the principal on the request
 (``PRINCIPAL``; a forwarded request's own principal when it comes from a super user, a
 broker), and checks what the route needs (``NEEDS``): an operation on the path's subject, on
 the CLUSTER resource ("global"), or on some subject holding the path's schema id ("id"; the
-one ``?subject=`` names when given; a GUID path's id, the one it names); None: any
+one ``?subject=`` names when given, in its context; a GUID path's id, the one it names);
+a subject of a named context is authorized as a topic of its qualified name
+(``:.ctx:orders-value`` as ``:.ctx:orders``, auth.py); None: any
 authenticated user. ``visible`` filters the
 subjects a list shows.
 """
@@ -19,8 +21,8 @@ from aiohttp import hdrs, web
 
 from headrace.broker.security.authorizer import Operation
 
-from . import guids
 from .auth import Principal, RegistryAuth
+from .contexts import normalize
 from .forwarding import AS_HOST, AS_PRINCIPAL, FORWARDED, PRINCIPAL
 from .paging import parse_java_int
 from .registry import SchemaRegistry
@@ -32,6 +34,7 @@ NEEDS: dict[tuple[str, str], tuple[int, str] | None] = {
     ("GET", "/schemas/types"): None,
     ("GET", "/schemas"): None,  # (the list shows the subjects the user may describe)
     ("GET", "/contexts"): None,
+    ("DELETE", "/contexts/{context}"): (_O.ALTER, "global"),
     ("GET", "/v1/metadata/id"): None,
     ("GET", "/v1/metadata/version"): None,
     ("GET", "/v1/metadata/deployment"): None,
@@ -88,7 +91,8 @@ class RouteGuard:
         if need is not None:
             operation, scope = need
             if scope == "subject":
-                auth.check(who, operation, request.match_info["subject"])
+                # (as kept: ``:.:name`` is ``name``; the default context ``:.:``, the global)
+                auth.check(who, operation, normalize(request.match_info["subject"]) or None)
             elif scope == "global":
                 auth.check(who, operation, None)
             else:
@@ -96,21 +100,22 @@ class RouteGuard:
         return await handler(request)
 
     def _check_id(self, request: web.Request, who: Principal, operation: int) -> None:
-        """A schema by id or GUID: 403 unless some subject holding it (the one named by
-        ``?subject=`` when given) may be described; an id not here is left to the route."""
+        """A schema by id or GUID: 403 unless some subject holding it (in the context where
+        it is read: the one ``?subject=`` names when given, Lookups.id_holders) may be
+        described; an id not here is left to the route."""
+        lookups = self.registry.lookups
         if "guid" in request.match_info:
-            guid = guids.parse(request.match_info["guid"])
-            schema_id = self.registry.schemas.state.by_guid.get(guid) if guid else None
-            if schema_id is None:
+            found = lookups.by_guid(request.match_info["guid"])
+            if not found:
                 return
+            context, schema_id = found[0]
+            uses = self.registry.schemas.state.space(context).uses.get(schema_id, ())
+            holders = {s for s, _ in uses}
         else:
-            schema_id = parse_java_int(request.match_info["id"])
-            if schema_id is None:
+            path_id = parse_java_int(request.match_info["id"])
+            if path_id is None:
                 return
-        holders = {s for s, _ in self.registry.schemas.state.uses.get(schema_id, ())}
-        wanted = request.query.get("subject")
-        if wanted:
-            holders &= {wanted}
+            holders = lookups.id_holders(path_id, request.query.get("subject"))
         if holders and not any(self.auth.may(who, operation, s) for s in holders):
             self.auth.check(who, operation, min(holders))
 

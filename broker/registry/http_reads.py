@@ -16,10 +16,10 @@ from aiohttp import web
 
 from headrace import __version__
 
+from .contexts import WILDCARD, normalize
 from .forwarding import LeaderForwarder
 from .http_auth import RouteGuard
 from .http_site import json_answer, text_answer
-from .lookups import DEFAULT_CONTEXT
 from .paging import EVERY, SCHEMAS_LIMIT, page, parse_java_int
 from .registry import SchemaRegistry
 from .schema_types import TYPES
@@ -60,6 +60,18 @@ class ReadRoutes:
         if schema_id is None:
             raise web.HTTPNotFound()
         return schema_id
+
+    @staticmethod
+    def _subject(request: web.Request) -> str:
+        """The path's subject as kept (``:.:name`` is ``name``: contexts.normalize)."""
+        return normalize(request.match_info["subject"])
+
+    @staticmethod
+    def _scope(request: web.Request) -> str | None:
+        """The subject of a ``/config`` or ``/mode`` path, None for the global setting (no
+        subject, or the default context ``:.:``, as Confluent's)."""
+        subject = request.match_info.get("subject")
+        return None if subject is None else normalize(subject) or None
 
     def _visible(self, request: web.Request, subject: str) -> bool:
         """Whether the request's principal may see ``subject`` in a list (always, without
@@ -109,7 +121,8 @@ class ReadRoutes:
         return json_answer(list(TYPES))
 
     async def _contexts(self, request: web.Request) -> web.Response:
-        return await self._read(request, lambda: page(request.query, [DEFAULT_CONTEXT]))
+        prefix, listed = request.query.get("contextPrefix"), self.registry.context_records.listed
+        return await self._read(request, lambda: page(request.query, listed(prefix)))
 
     async def _schemas(self, request: web.Request) -> web.Response:
         query, lookups = request.query, self.registry.lookups
@@ -142,15 +155,16 @@ class ReadRoutes:
 
     async def _schema_text_by_id(self, request: web.Request) -> web.Response:
         schema_id, subject = self._id(request), request.query.get("subject")
-        lookups = self.registry.lookups
+        fmt, lookups = request.query.get("format"), self.registry.lookups
         return await self._read(
-            request, lambda: text_answer(lookups.schema_by_id(schema_id, subject)["schema"])
+            request, lambda: text_answer(lookups.schema_by_id(schema_id, subject, fmt)["schema"])
         )
 
     def _usage(self, request: web.Request) -> list[tuple[str, int]]:
-        """(subject, version) pairs holding the path's schema id that the principal sees."""
+        """(subject, version) pairs holding the path's schema id (in the context ``subject=``
+        names) that the principal sees."""
         usage = self.registry.lookups.schema_usage(
-            self._id(request), flag(request.query.get("deleted"))
+            self._id(request), flag(request.query.get("deleted")), request.query.get("subject")
         )
         return [(s, n) for s, n in usage if self._visible(request, s)]
 
@@ -171,8 +185,8 @@ class ReadRoutes:
         )
 
     async def _subjects(self, request: web.Request) -> web.Response:
-        query = request.query
-        prefix, deleted = query.get("subjectPrefix", ""), flag(query.get("deleted"))
+        query = request.query  # (every context unless a prefix says which: Confluent's ":*:")
+        prefix, deleted = query.get("subjectPrefix", WILDCARD), flag(query.get("deleted"))
         deleted_only = flag(query.get("deletedOnly"))
         subjects = self.registry.lookups.subjects
         return await self._read(
@@ -181,7 +195,7 @@ class ReadRoutes:
         )
 
     async def _versions(self, request: web.Request) -> web.Response:
-        subject, query = request.match_info["subject"], request.query
+        subject, query = self._subject(request), request.query
         deleted, deleted_only = flag(query.get("deleted")), flag(query.get("deletedOnly"))
         lookups = self.registry.lookups
         return await self._read(
@@ -189,7 +203,7 @@ class ReadRoutes:
         )
 
     async def _version(self, request: web.Request) -> web.Response:
-        subject, version = request.match_info["subject"], request.match_info["version"]
+        subject, version = self._subject(request), request.match_info["version"]
         deleted, fmt = flag(request.query.get("deleted")), request.query.get("format")
         lookups = self.registry.lookups
         return await self._read(
@@ -197,7 +211,7 @@ class ReadRoutes:
         )
 
     async def _latest_with_metadata(self, request: web.Request) -> web.Response:
-        subject, query = request.match_info["subject"], request.query
+        subject, query = self._subject(request), request.query
         wanted = dict(zip(query.getall("key", []), query.getall("value", []), strict=False))
         deleted, fmt = flag(query.get("deleted")), query.get("format")
         lookups = self.registry.lookups
@@ -206,16 +220,16 @@ class ReadRoutes:
         )
 
     async def _version_text(self, request: web.Request) -> web.Response:
-        subject, version = request.match_info["subject"], request.match_info["version"]
-        deleted = flag(request.query.get("deleted"))
+        subject, version = self._subject(request), request.match_info["version"]
+        deleted, fmt = flag(request.query.get("deleted")), request.query.get("format")
         lookups = self.registry.lookups
         return await self._read(
             request,
-            lambda: text_answer(lookups.get_version(subject, version, deleted)["schema"]),
+            lambda: text_answer(lookups.get_version(subject, version, deleted, fmt)["schema"]),
         )
 
     async def _referenced_by(self, request: web.Request) -> web.Response:
-        subject, version = request.match_info["subject"], request.match_info["version"]
+        subject, version = self._subject(request), request.match_info["version"]
         lookups = self.registry.lookups
         return await self._read(
             request,
@@ -223,27 +237,29 @@ class ReadRoutes:
         )
 
     async def _lookup(self, request: web.Request) -> web.Response:
-        subject = request.match_info["subject"]
+        subject = self._subject(request)
         body = await self._body(request)
         normalize = flag(request.query.get("normalize"))
-        deleted = flag(request.query.get("deleted"))
+        deleted, fmt = flag(request.query.get("deleted")), request.query.get("format")
         lookups = self.registry.lookups
-        return await self._read(request, lambda: lookups.lookup(subject, body, normalize, deleted))
+        return await self._read(
+            request, lambda: lookups.lookup(subject, body, normalize, deleted, fmt)
+        )
 
     async def _get_config(self, request: web.Request) -> web.Response:
-        subject = request.match_info.get("subject")
+        subject = self._scope(request)
         default = flag(request.query.get("defaultToGlobal"))
         settings = self.registry.settings
         return await self._read(request, lambda: settings.get_config(subject, default))
 
     async def _get_mode(self, request: web.Request) -> web.Response:
-        subject = request.match_info.get("subject")
+        subject = self._scope(request)
         default = flag(request.query.get("defaultToGlobal"))
         settings = self.registry.settings
         return await self._read(request, lambda: settings.get_mode(subject, default))
 
     async def _compatibility(self, request: web.Request) -> web.Response:
-        subject = request.match_info["subject"]
+        subject = self._subject(request)
         version = request.match_info.get("version")
         body = await self._body(request)
         normalize = flag(request.query.get("normalize"))

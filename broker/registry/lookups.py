@@ -15,10 +15,16 @@ for again with the metadata and rule set a registration would give it
 (``Schemas.with_contract``).
 ``latest_with_metadata`` (``GET /subjects/{subject}/metadata?key=K&value=V...``) finds the
 newest version whose metadata properties hold every pair asked for (40401 when the subject has
-no version, 40403 when none matches). A schema is found by its GUID (``schema_by_guid``, the
-view's ``by_guid``) as by its id, 40403 for a text that is no GUID or none held;
-``ids_by_guid`` lists its ids by context (an empty list then). ``schemas``
+no version, 40403 when none matches). A schema is found by its GUID (``schema_by_guid``, each
+context's ``by_guid``, the default context first) as by its id, 40403 for a text that is no
+GUID or none held; ``ids_by_guid`` lists its ids by context (an empty list then). ``schemas``
 lists every version of the subjects with a prefix (``GET /schemas``), subject then version.
+
+Contexts (contexts.py): a subject is read in its own context, with that context's ids. As in
+Confluent's, a subject of the default context that has no such version (or schema) is looked
+for under the same name in each named context (``_candidates``: ``GET .../versions/{v}``,
+``referencedby``, the lookup), and a schema id asked with ``subject=`` is read in that
+subject's context (``id_context``).
 """
 
 from __future__ import annotations
@@ -26,11 +32,11 @@ from __future__ import annotations
 from typing import Any
 
 from . import contracts, errors, guids
+from .contexts import DEFAULT, context_of, in_prefix, qualified, split
 from .schemas import Schemas
 from .state import Stored
 
 MAX_VERSION = 2**31 - 1
-DEFAULT_CONTEXT = "."  # Confluent's; Headrace has no other context
 
 
 def parse_version(text: str, *, latest_ok: bool = True) -> int | None:
@@ -68,53 +74,92 @@ class Lookups:
             raise errors.subject_not_found(subject)
         return found
 
-    def _version(self, subject: str, text: str, deleted: bool) -> tuple[int, int]:
-        """(version, id) that ``text`` names in the subject (40401, 40402, 42202)."""
-        number = parse_version(text)
-        found = self._found(subject, deleted)
-        if number is None:
-            number = max(found)
-        elif number not in found:
-            raise errors.version_not_found(number)
-        return number, found[number]
-
     def _answer(
         self, subject: str, number: int, schema_id: int, fmt: str | None = None
     ) -> dict[str, Any]:
         out: dict[str, Any] = {"subject": subject, "version": number, "id": schema_id}
-        out.update(self.schemas.fields(schema_id, fmt))
+        out.update(self.schemas.fields(schema_id, fmt, context_of(subject)))
         return out
+
+    # contexts --------------------------------------------------------------------------------
+
+    def _contexts(self) -> list[str]:
+        """The default context, then the named ones (recorded, or holding schemas) by name."""
+        state = self.schemas.state
+        return [DEFAULT, *sorted((state.contexts | set(state.spaces)) - {DEFAULT})]
+
+    def _candidates(self, subject: str) -> list[str]:
+        """``subject``, then, for one of the default context, the same name in each named
+        context: where Confluent's reads by subject (``...UsingContexts``) look."""
+        context, name = split(subject)
+        if context != DEFAULT or not name:
+            return [subject]
+        return [subject, *(qualified(c, name) for c in self._contexts()[1:])]
+
+    def _holds(self, subject: str, schema_id: int) -> bool:
+        uses = self.schemas.state.space_of(subject).uses.get(schema_id, ())
+        return any(s == subject for s, _ in uses)
+
+    def id_context(self, schema_id: int, subject: str | None) -> tuple[str, str | None] | None:
+        """(context, the subject that holds it or None) where a schema id is read, as
+        Confluent's ``getSchemaKeyUsingContexts``: without a subject, or with a context alone
+        (``:.ctx:``), that context's id; a subject of a named context must hold it; one of the
+        default context holds it, else the same name in a named context does, else the
+        default context's id answers. None: not there."""
+        state = self.schemas.state
+        context, name = split(subject or "")
+        if name:
+            for candidate in self._candidates(qualified(context, name)):
+                if self._holds(candidate, schema_id):
+                    return context_of(candidate), candidate
+            if context != DEFAULT:
+                return None
+        return (context, None) if schema_id in state.space(context).schemas else None
+
+    def id_holders(self, schema_id: int, subject: str | None) -> set[str]:
+        """The subjects a read of the id (``id_context``) stands for: the one holding it, else
+        every holder in its context."""
+        found = self.id_context(schema_id, subject)
+        if found is None:
+            return set()
+        context, holder = found
+        uses = self.schemas.state.space(context).uses.get(schema_id, ())
+        return {holder} if holder is not None else {s for s, _ in uses}
 
     # the routes' reads -----------------------------------------------------------------------
 
     def schema_by_id(
         self, schema_id: int, subject: str | None, fmt: str | None = None
     ) -> dict[str, Any]:
-        state = self.schemas.state
-        if schema_id not in state.schemas or (
-            subject and all(s != subject for s, _ in state.uses.get(schema_id, ()))
-        ):
+        found = self.id_context(schema_id, subject)
+        if found is None:
             raise errors.schema_not_found(schema_id)
-        return self.schemas.fields(schema_id, fmt)
+        return self.schemas.fields(schema_id, fmt, found[0])
+
+    def by_guid(self, text: str) -> list[tuple[str, int]]:
+        """(context, id) of the schemas with GUID ``text``, by context."""
+        guid = guids.parse(text)
+        state = self.schemas.state
+        found = [(c, state.space(c).by_guid.get(guid or "")) for c in self._contexts()]
+        return [(c, i) for c, i in found if i is not None]
 
     def schema_by_guid(self, text: str, fmt: str | None = None) -> dict[str, Any]:
-        """The schema whose GUID ``text`` is, as by its id (Confluent's leaves out the id)."""
-        guid = guids.parse(text)
-        schema_id = None if guid is None else self.schemas.state.by_guid.get(guid)
-        if schema_id is None:
+        """The schema whose GUID ``text`` is (the default context's first), as by its id
+        (Confluent's leaves out the id)."""
+        found = self.by_guid(text)
+        if not found:
             raise errors.schema_not_found(text)
-        return self.schemas.fields(schema_id, fmt)
+        context, schema_id = found[0]
+        return self.schemas.fields(schema_id, fmt, context)
 
     def ids_by_guid(self, text: str) -> list[dict[str, Any]]:
-        """The ids that have GUID ``text``, by context (Confluent's ``ContextId``): the
-        default context's only, or none (no error, as in Confluent's)."""
-        guid = guids.parse(text)
-        schema_id = None if guid is None else self.schemas.state.by_guid.get(guid)
-        return [] if schema_id is None else [{"context": DEFAULT_CONTEXT, "id": schema_id}]
+        """The ids that have GUID ``text``, by context (Confluent's ``ContextId``), or none
+        (no error, as in Confluent's)."""
+        return [{"context": c, "id": i} for c, i in sorted(self.by_guid(text))]
 
     def schemas_with_prefix(self, prefix: str, deleted: bool, latest_only: bool) -> list[dict]:
-        """Every version (the latest only, with ``latest_only``) of the subjects starting with
-        ``prefix``, as ``GET /subjects/{s}/versions/{v}`` answers it."""
+        """Every version (the latest only, with ``latest_only``) of the subjects under
+        ``prefix`` (contexts.in_prefix), as ``GET /subjects/{s}/versions/{v}`` answers it."""
         out: list[dict] = []
         for subject in self.subjects(prefix, deleted):
             found = self.live(subject, deleted)
@@ -122,27 +167,32 @@ class Lookups:
             out += [self._answer(subject, n, found[n]) for n in numbers]
         return out
 
-    def schema_usage(self, schema_id: int, deleted: bool) -> list[tuple[str, int]]:
-        """(subject, version) pairs holding schema ``schema_id``."""
+    def schema_usage(
+        self, schema_id: int, deleted: bool, subject: str | None = None
+    ) -> list[tuple[str, int]]:
+        """(subject, version) pairs holding schema ``schema_id``, in the context where
+        ``subject`` reads it (``id_context``)."""
         state = self.schemas.state
-        if schema_id not in state.schemas:
+        found = self.id_context(schema_id, subject)
+        if found is None:
             raise errors.schema_not_found(schema_id)
         return sorted(
             (s, n)
-            for s, n in state.uses.get(schema_id, ())
+            for s, n in state.space(found[0]).uses.get(schema_id, ())
             if deleted or not state.subjects[s][n].deleted
         )
 
     def subjects(self, prefix: str, deleted: bool, deleted_only: bool = False) -> list[str]:
-        """Subjects starting with ``prefix``: with a live version, any (``deleted``), or
-        with every version soft-deleted (``deleted_only``, before ``deleted``)."""
+        """Subjects under ``prefix`` (contexts.in_prefix): with a live version, any
+        (``deleted``), or with every version soft-deleted (``deleted_only``, before
+        ``deleted``)."""
         state = self.schemas.state
         names: set[str] = set(state.live_subjects())
         if deleted_only:
             names = set(state.subjects) - names
         elif deleted:
             names = set(state.subjects)
-        return sorted(s for s in names if s.startswith(prefix))
+        return sorted(s for s in names if in_prefix(s, prefix))
 
     def versions(self, subject: str, deleted: bool, deleted_only: bool = False) -> list[int]:
         """Versions of the subject: live, all (``deleted``), or soft-deleted only
@@ -155,10 +205,8 @@ class Lookups:
             raise errors.subject_not_found(subject)
         return found
 
-    def get_version(
-        self, subject: str, version: str, deleted: bool, fmt: str | None = None
-    ) -> dict[str, Any]:
-        number = parse_version(version)
+    def _in_subject(self, subject: str, number: int | None, deleted: bool) -> tuple[int, int]:
+        """(version, id) that ``number`` (None: the latest) names in the subject."""
         every = self._found(subject, True)
         if number is None:
             live = self.live(subject, deleted)
@@ -170,11 +218,30 @@ class Lookups:
         v = self.schemas.state.subjects[subject][number]
         if v.deleted and not deleted:
             raise errors.version_not_found(number)
-        return self._answer(subject, number, v.id, fmt)
+        return number, v.id
+
+    def _resolve(self, subject: str, version: str, deleted: bool) -> tuple[str, int, int]:
+        """(subject, version, id) that a path names: in ``subject``, else (for a subject of
+        the default context) in the first named context holding it (Confluent's
+        ``getUsingContexts``); the subject's own error otherwise (40401, 40402, 42202)."""
+        number = parse_version(version)
+        first: errors.RegistryError | None = None
+        for candidate in self._candidates(subject):
+            try:
+                return candidate, *self._in_subject(candidate, number, deleted)
+            except errors.RegistryError as e:
+                first = first or e
+        assert first is not None
+        raise first
+
+    def get_version(
+        self, subject: str, version: str, deleted: bool, fmt: str | None = None
+    ) -> dict[str, Any]:
+        return self._answer(*self._resolve(subject, version, deleted), fmt)
 
     def referenced_by(self, subject: str, version: str) -> list[int]:
-        number, _ = self._version(subject, version, False)
-        return self.schemas.state.referenced_by(subject, number)
+        found, number, _ = self._resolve(subject, version, False)
+        return self.schemas.state.referenced_by(found, number)
 
     def find(
         self, subject: str, stored: Stored, deleted: bool = False, latest_only: bool = False
@@ -183,31 +250,45 @@ class Lookups:
         schema up under a subject: the newest version that is the same schema, else the
         newest that ``Schemas.can_lookup`` finds (only the latest with ``latest_only``)."""
         found = sorted(self.live(subject, deleted).items(), reverse=True)
+        context = context_of(subject)
         if latest_only:
             found = found[:1]
         else:
             for number, sid in found:
-                if self.schemas.same(sid, stored):
+                if self.schemas.same(sid, stored, context):
                     return number, sid
         for number, sid in found:
-            if self.schemas.can_lookup(sid, number, stored):
+            if self.schemas.can_lookup(sid, number, stored, context):
                 return number, sid
         return None
 
-    def lookup(self, subject: str, body: Any, normalize: bool, deleted: bool) -> dict[str, Any]:
-        self._found(subject, deleted)
-        _, stored = self.schemas.from_request(body, normalize)
-        for candidate in (stored, self.schemas.with_contract(subject, stored)):
-            hit = self.find(subject, candidate, deleted)
-            if hit is not None:
-                return self._answer(subject, *hit)
+    def lookup(
+        self, subject: str, body: Any, normalize: bool, deleted: bool, fmt: str | None = None
+    ) -> dict[str, Any]:
+        """The version holding the request's schema in ``subject``, else (for a subject of
+        the default context) in the same name of a named context (Confluent's
+        ``lookUpSchemaUnderSubjectUsingContexts``): 40401 when none has versions, 40403."""
+        held = [c for c in self._candidates(subject) if self.live(c, deleted)]
+        if not held:
+            raise errors.subject_not_found(subject)
+        for candidate in held:
+            try:
+                _, stored = self.schemas.from_request(body, normalize, context_of(candidate))
+            except errors.RegistryError:
+                if candidate == subject:
+                    raise
+                continue  # (its references are not there in that context)
+            for form in (stored, self.schemas.with_contract(candidate, stored)):
+                hit = self.find(candidate, form, deleted)
+                if hit is not None:
+                    return self._answer(candidate, *hit, fmt)
         raise errors.schema_not_found()
 
     def latest_with_metadata(
         self, subject: str, wanted: dict[str, str], deleted: bool, fmt: str | None = None
     ) -> dict[str, Any]:
         found = self._found(subject, deleted)
-        schemas = self.schemas.state.schemas
+        schemas = self.schemas.state.space_of(subject).schemas
         for number, sid in sorted(found.items(), reverse=True):
             held = (contracts.loaded(schemas[sid].metadata) or {}).get("properties", {})
             if all(held.get(k) == v for k, v in wanted.items()):

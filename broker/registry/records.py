@@ -14,7 +14,13 @@ Keys (a compacted topic: the last record of a key is what stays):
 * ``{"keytype":"MODE","subject":S|null,"magic":0}``: a mode; value ``{"mode": M}``;
 * ``{"keytype":"DELETE_SUBJECT","subject":S,"magic":0}``: a subject soft-deleted; value
   ``{"subject": S, "version": V}``: its versions up to V are deleted;
+* ``{"keytype":"CONTEXT","tenant":"default","context":C,"magic":0}``: a named context
+  (``.ctx``) exists; value ``{"tenant":"default","context":C}``, written before the first
+  schema registered in it; a tombstone when it is deleted;
 * ``{"keytype":"NOOP","magic":0}``: nothing (Confluent's registry writes it to sync).
+
+Subjects are written qualified (``:.ctx:name``, contexts.py), a context's own config and mode
+under ``:.ctx:``, as Confluent's registry writes them; ids are per context.
 
 ``decode`` turns a record into a change (one of the dataclasses below), None for a key it
 does not know; a ValueError for a record that is not what its key says (metadata, rule sets
@@ -70,7 +76,14 @@ class SubjectDeleted:
     version: int
 
 
-Change = SchemaRecord | SchemaRemoved | ConfigRecord | ModeRecord | SubjectDeleted
+@dataclass(frozen=True, slots=True)
+class ContextRecord:
+    context: str  # ".ctx"
+    present: bool  # False: a tombstone, the context deleted
+
+
+Change = SchemaRecord | SchemaRemoved | ConfigRecord | ModeRecord | SubjectDeleted | ContextRecord
+TENANT = "default"  # Confluent's default tenant, the one a self-managed registry has
 
 
 def _dump(document: dict) -> bytes:
@@ -120,6 +133,14 @@ def delete_subject_value(subject: str, version: int) -> bytes:
     return _dump({"subject": subject, "version": version})
 
 
+def context_key(context: str) -> bytes:
+    return _dump({"keytype": "CONTEXT", "tenant": TENANT, "context": context, "magic": 0})
+
+
+def context_value(context: str) -> bytes:
+    return _dump({"tenant": TENANT, "context": context})
+
+
 def encode(change: Change) -> tuple[bytes, bytes | None]:
     """The (key, value) of a change."""
     if isinstance(change, SchemaRecord):
@@ -131,6 +152,9 @@ def encode(change: Change) -> tuple[bytes, bytes | None]:
         return config_key(change.subject), value
     if isinstance(change, ModeRecord):
         return mode_key(change.subject), None if change.mode is None else mode_value(change.mode)
+    if isinstance(change, ContextRecord):
+        value = context_value(change.context) if change.present else None
+        return context_key(change.context), value
     return delete_subject_key(change.subject), delete_subject_value(change.subject, change.version)
 
 
@@ -174,6 +198,10 @@ def _decode(key: bytes, value: bytes | None) -> Change | None:
         return ConfigRecord(subject, {k: x for k, x in fields.items() if x is not None})
     if kind == "MODE":
         return ModeRecord(subject, None if v is None else str(v["mode"]))
+    if kind == "CONTEXT":
+        if k.get("tenant", TENANT) != TENANT:
+            return None  # (another tenant's: a multi-tenant registry's, not served here)
+        return ContextRecord(str(k["context"]), v is not None)
     if kind == "DELETE_SUBJECT":
         if v is None:
             return None

@@ -22,12 +22,14 @@ version is allocated once. Registering:
 4. otherwise it must be compatible with the subject's versions (compatibility.py; not in
    IMPORT mode: 409), and a version the request names outside IMPORT mode must be the next
    one (42201 "Version is not one more than previous version");
-5. its id is the one the same schema already has in any subject (ids are global), else one
-   above the highest ever seen (``state.max_id``); in IMPORT mode the request brings it (and
-   may bring its version), and an id held by another schema is 42207;
+5. its id is the one the same schema already has in any subject of its context (ids are per
+   context: ``IdSpace``), else one above the context's highest ever seen (``max_id``); in
+   IMPORT mode the request brings it (and may bring its version), and an id held by another
+   schema is 42207;
 6. its version is one above the subject's highest (soft-deleted ones counted);
-7. bounds: ``max_schemas`` versions in all, ``max_subjects`` subjects, ``max_total_bytes``
-   of distinct schemas (texts, metadata and rule sets; 42205 beyond).
+7. bounds: ``max_schemas`` versions in all, ``max_subjects`` subjects (and contexts),
+   ``max_total_bytes`` of distinct schemas (texts, metadata and rule sets; 42205 beyond);
+8. the first registration in a named context writes its CONTEXT record first (records.py).
 
 Deleting is soft first (the version stays, marked; its id still reads), then permanent (a
 tombstone), in Confluent's order of refusals (40404 to 40407); a version another schema refers
@@ -39,8 +41,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from . import contracts, errors
+from . import contexts, contracts, errors
 from .compatibility import Compatibility
+from .context_records import ContextRecords
 from .lookups import Lookups, parse_version
 from .paging import JAVA_INT_MAX, JAVA_INT_MIN
 from .records import Change, ConfigRecord, ModeRecord, SchemaRecord, SchemaRemoved, SubjectDeleted
@@ -58,6 +61,7 @@ class Registration:
         settings: Settings,
         compatibility: Compatibility,
         lookups: Lookups,
+        context_records: ContextRecords,
         *,
         max_schemas: int,
         max_subjects: int,
@@ -65,51 +69,64 @@ class Registration:
     ) -> None:
         self.schemas, self.writer = schemas, writer
         self.settings, self.compatibility = settings, compatibility
-        self.lookups = lookups
+        self.lookups, self.context_records = lookups, context_records
         self.max_schemas = max_schemas
         self.max_subjects = max_subjects
         self.max_total_bytes = max_total_bytes
 
-    async def register(self, subject: str, body: Any, normalize: bool) -> tuple[dict, int]:
+    async def register(
+        self, subject: str, body: Any, normalize: bool, fmt: str | None = None
+    ) -> tuple[dict, int]:
         """(the answer, offset written or 0): Confluent 8's, the id, version and the schema as
-        kept with its GUID (``Schemas.answered``)."""
-        if not subject or any(ord(c) < 32 for c in subject):
+        kept with its GUID (``Schemas.answered``, its text in format ``fmt``)."""
+        context, name = contexts.split(subject)
+        if not name or context == contexts.GLOBAL or any(ord(c) < 32 for c in subject):
             raise errors.invalid_subject(subject)
         async with self.writer.turn():
             state = self.schemas.state
+            space = state.space(context)
             self.settings.writable(subject)
             importing = state.mode(subject) == "IMPORT"
-            new, stored = self.schemas.from_request(body, normalize)
+            new, stored = self.schemas.from_request(body, normalize, context)
             wanted_id, wanted_version = _wanted(subject, body, importing)
             versions = state.subjects.get(subject, {})
             number = max(versions, default=0) + 1
             if importing:
                 for n, v in sorted(versions.items()):
-                    if not v.deleted and self.schemas.same(v.id, stored):
+                    if not v.deleted and self.schemas.same(v.id, stored, context):
                         if wanted_id is not None and wanted_id != v.id:
                             raise errors.id_does_not_match(
                                 f"Schema already registered with id {v.id} instead of input"
                                 f" id {wanted_id}"
                             )
-                        return _answer(v.id, n, state.schemas[v.id]), 0
+                        return self._answer(v.id, n, space.schemas[v.id], fmt, context), 0
             else:
                 stored, hit = self._as_kept(subject, stored, wanted_version, number)
                 if hit is not None:
-                    return _answer(hit[1], hit[0], state.schemas[hit[1]]), 0
+                    held = space.schemas[hit[1]]
+                    return self._answer(hit[1], hit[0], held, fmt, context), 0
                 found = self.compatibility.against_subject(subject, new, stored.metadata)
                 if found:
                     raise errors.incompatible(subject, found)
                 if wanted_version > 0 and wanted_version != number:
                     raise errors.version_not_next()
-            schema_id = self._allocate_id(stored, wanted_id)
+            schema_id = self._allocate_id(stored, wanted_id, context)
             self._within_bounds(subject, stored, schema_id)
             if importing and isinstance(wanted_version, int) and wanted_version > 0:
                 if wanted_version in versions:
                     raise errors.not_permitted(f"version {wanted_version} of {subject} exists")
                 number = wanted_version
-            end = await self.writer.write([_record(subject, number, schema_id, stored, False)])
-            self.schemas.remember(schema_id, new)
-            return _answer(schema_id, number, stored), end
+            changes = self.context_records.created(context)
+            changes.append(_record(subject, number, schema_id, stored, False))
+            end = await self.writer.write(changes)
+            self.schemas.remember(schema_id, new, context)
+            return self._answer(schema_id, number, stored, fmt, context), end
+
+    def _answer(
+        self, schema_id: int, number: int, stored: Stored, fmt: str | None, context: str
+    ) -> dict[str, Any]:
+        answered = self.schemas.answered(stored, fmt, context)
+        return {"id": schema_id, "version": number, **answered}
 
     def _as_kept(
         self, subject: str, sent: Stored, asked: int, number: int
@@ -129,23 +146,25 @@ class Registration:
             stored = self.schemas.within_size(replace(stored, metadata=metadata))
         return stored, lookups.find(subject, stored) if asked == 0 else None
 
-    def _allocate_id(self, stored: Stored, wanted_id: int | None) -> int:
-        """The schema's id: the one it has in any subject, else the next; in IMPORT mode
-        the one the request brings (42207 when another schema holds it)."""
-        state = self.schemas.state
+    def _allocate_id(self, stored: Stored, wanted_id: int | None, context: str) -> int:
+        """The schema's id in ``context`` (each numbers its own): the one it has in any
+        subject of the context, else the next; in IMPORT mode the one the request brings
+        (42207 when another schema of the context holds it)."""
+        space = self.schemas.state.space(context)
         if wanted_id is not None:
-            holder = state.schemas.get(wanted_id)
+            holder = space.schemas.get(wanted_id)
             if holder is not None and holder != stored:
                 raise errors.id_does_not_match(
                     f"Overwrite new schema with id {wanted_id} is not permitted."
                 )
             return wanted_id
-        schema_id = state.ids.get(stored)
-        return state.max_id + 1 if schema_id is None else schema_id
+        schema_id = space.ids.get(stored)
+        return space.max_id + 1 if schema_id is None else schema_id
 
     def _within_bounds(self, subject: str, stored: Stored, schema_id: int) -> None:
         state = self.schemas.state
-        if schema_id not in state.schemas and state.text_bytes + stored.size > self.max_total_bytes:
+        known = schema_id in state.space_of(subject).schemas
+        if not known and state.text_bytes + stored.size > self.max_total_bytes:
             raise errors.not_permitted(
                 f"the registry holds {state.text_bytes} bytes of schemas; this one would"
                 f" pass schema.registry.max.total.schema.bytes ({self.max_total_bytes})"
@@ -225,12 +244,8 @@ class Registration:
                 return number, await self.writer.write([SchemaRemoved(subject, number)])
             if v.deleted:
                 raise errors.version_soft_deleted(subject, number)
-            record = _record(subject, number, v.id, state.schemas[v.id], True)
+            record = _record(subject, number, v.id, state.space_of(subject).schemas[v.id], True)
             return number, await self.writer.write([record])
-
-
-def _answer(schema_id: int, number: int, stored: Stored) -> dict[str, Any]:
-    return {"id": schema_id, "version": number, **Schemas.answered(stored)}
 
 
 def _record(subject: str, number: int, schema_id: int, stored: Stored, deleted: bool):

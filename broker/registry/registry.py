@@ -11,6 +11,7 @@ Each part has one job and owns what it changes; the HTTP routes (http_api.py) ca
 * ``compatibility`` (compatibility.py): whether a schema may follow a subject's versions;
 * ``settings`` (settings.py): compatibility levels and modes;
 * ``registration`` (registration.py): registering (ids and versions allocated) and deleting;
+* ``context_records`` (context_records.py): the named contexts' records, listed and deleted;
 * ``writer`` (writer.py): the one write path, at the leader of ``_schemas``, one at a time.
 
 Reads are answered from this broker's view once it is loaded (``ready``); writes are made by
@@ -24,6 +25,7 @@ import asyncio
 from . import errors
 from .broker_view import BrokerView
 from .compatibility import Compatibility
+from .context_records import ContextRecords
 from .lookups import Lookups
 from .registration import Registration
 from .schemas import Schemas
@@ -51,12 +53,14 @@ class SchemaRegistry(BrokerView):
         self.lookups = Lookups(self.schemas)
         self.compatibility = Compatibility(self.schemas, self.lookups)
         self.settings = Settings(self.schemas, self.writer, max_subjects=max_subjects)
+        self.context_records = ContextRecords(self.schemas, self.writer, max_contexts=max_subjects)
         self.registration = Registration(
             self.schemas,
             self.writer,
             self.settings,
             self.compatibility,
             self.lookups,
+            self.context_records,
             max_schemas=max_schemas,
             max_subjects=max_subjects,
             max_total_bytes=max_total_bytes,

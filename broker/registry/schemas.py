@@ -16,8 +16,8 @@ at most ``max_schema_bytes`` (42209 beyond, ``within_size``).
 
 ``fields`` is a schema as Confluent answers it: its ``guid`` (Confluent's, of the form kept,
 whatever the format asked: guids.py), ``schemaType`` left out for AVRO, ``references``,
-``metadata`` and ``ruleSet`` when there are some, ``schema`` the kept text (a PROTOBUF one as
-a base64 ``FileDescriptorProto`` with ``format=serialized``).
+``metadata`` and ``ruleSet`` when there are some, ``schema`` the kept text in the format asked
+(formats.py: an AVRO one ``resolved``, a PROTOBUF one ``serialized``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from . import contracts, errors
+from . import contexts, contracts, errors
 from .contracts import kept
+from .formats import formatted
 from .records import Reference
 from .schema_types import TYPES, ParsedSchema, parse
 from .schemas_log import SchemasReader
@@ -46,52 +47,62 @@ class Schemas:
     def state(self) -> RegistryState:
         return self.reader.state
 
-    def parsed(self, schema_id: int) -> ParsedSchema:
-        """Schema ``schema_id`` parsed (kept until its last version goes); 50001 when the text
-        in ``_schemas`` does not parse (a record not written by a registry)."""
-        state = self.state
-        cached = state.parsed.get(schema_id)
+    def parsed(self, schema_id: int, context: str = contexts.DEFAULT) -> ParsedSchema:
+        """Schema ``schema_id`` of ``context`` parsed (kept until its last version goes);
+        50001 when the text in ``_schemas`` does not parse (a record not written by a
+        registry)."""
+        space = self.state.space(context)
+        cached = space.parsed.get(schema_id)
         if cached is None:
-            stored = state.schemas[schema_id]
+            stored = space.schemas[schema_id]
+            refs = self.reference_texts(stored.references, context)
             try:
-                cached = parse(
-                    stored.schema_type, stored.text, self.reference_texts(stored.references), False
-                )
+                cached = parse(stored.schema_type, stored.text, refs, False)
             except ValueError as e:
                 message = f"schema {schema_id} in _schemas is unreadable: {e}"
                 raise errors.store_error(message) from None
-            state.parsed[schema_id] = cached
+            space.parsed[schema_id] = cached
         return cached
 
-    def remember(self, schema_id: int, parsed: ParsedSchema) -> None:
+    def remember(self, schema_id: int, parsed: ParsedSchema, context: str) -> None:
         """A schema just registered, as the request's parse left it (not parsed again)."""
-        self.state.parsed.setdefault(schema_id, parsed)
+        space = self.state.space(context)
+        if schema_id in space.schemas:
+            space.parsed.setdefault(schema_id, parsed)
 
-    def reference_texts(self, refs, depth: int = 0, seen: set | None = None) -> list[str]:
-        """The texts of the schemas ``refs`` name, theirs first (depth first); 42201 when one
-        is missing or they nest too deep."""
+    def reference_texts(
+        self, refs, context: str, depth: int = 0, seen: set | None = None
+    ) -> list[str]:
+        """The texts of the schemas ``refs`` name (read in ``context``, the referring schema's:
+        contexts.qualify_reference), theirs first (depth first); 42201 when one is missing or
+        they nest too deep."""
         seen = set() if seen is None else seen
         if depth > MAX_REFERENCE_DEPTH:
             raise errors.invalid_schema("references nested too deep")
         state = self.state
         texts: list[str] = []
         for name, subject, version in refs:
-            if (subject, version) in seen:
+            target = contexts.qualify_reference(context, subject)
+            if (target, version) in seen:
                 continue
-            seen.add((subject, version))
-            v = state.subjects.get(subject, {}).get(version)
-            if v is None or v.id not in state.schemas:
+            seen.add((target, version))
+            v = state.subjects.get(target, {}).get(version)
+            space = state.space_of(target)
+            if v is None or v.id not in space.schemas:
                 raise errors.invalid_schema(
                     f"reference {name!r}: subject {subject!r} version {version} not found"
                 )
-            stored = state.schemas[v.id]
-            texts += self.reference_texts(stored.references, depth + 1, seen)
+            stored = space.schemas[v.id]
+            own = contexts.context_of(target)
+            texts += self.reference_texts(stored.references, own, depth + 1, seen)
             texts.append(stored.text)
         return texts
 
-    def from_request(self, body: Any, normalize: bool) -> tuple[ParsedSchema, Stored]:
-        """The schema a request's body holds, parsed, and as it would be kept (42201 when it
-        is not one, 42209 when it is too large)."""
+    def from_request(
+        self, body: Any, normalize: bool, context: str = contexts.DEFAULT
+    ) -> tuple[ParsedSchema, Stored]:
+        """The schema a request's body holds (its references read in ``context``), parsed,
+        and as it would be kept (42201 when it is not one, 42209 when it is too large)."""
         if not isinstance(body, dict) or not isinstance(body.get("schema"), str):
             raise errors.invalid_schema("the request has no schema string")
         schema_type = body.get("schemaType") or "AVRO"
@@ -113,7 +124,7 @@ class Schemas:
         except (KeyError, TypeError, ValueError):
             raise errors.invalid_schema("references need name, subject and version") from None
         try:
-            parsed = parse(schema_type, text, self.reference_texts(refs), normalize)
+            parsed = parse(schema_type, text, self.reference_texts(refs, context), normalize)
         except ValueError as e:
             raise errors.invalid_schema(f"{text[:200]}, details: {e}") from None
         return parsed, Stored(schema_type, parsed.text, refs, *own)
@@ -132,24 +143,27 @@ class Schemas:
         subject's config and latest live version add to the request's, contracts.applied)."""
         state = self.state
         live = [v.id for _, v in sorted(state.subjects.get(subject, {}).items()) if not v.deleted]
-        latest = state.schemas.get(live[-1]) if live else None
+        latest = state.space_of(subject).schemas.get(live[-1]) if live else None
         own = (stored.metadata, stored.rule_set)
         before = (latest.metadata, latest.rule_set) if latest is not None else (None, None)
         metadata, rule_set = contracts.applied(state.config(subject), own, before)
         return self.within_size(replace(stored, metadata=metadata, rule_set=rule_set))
 
-    def same(self, schema_id: int, stored: Stored) -> bool:
-        """Whether schema ``schema_id`` is ``stored`` (a request's schema as it would be
-        kept): the same type, references, metadata and rule set, and the same canonical text
-        once the kept one is parsed again (a text kept by an older registry, in another form,
-        still matches)."""
-        return self._same(schema_id, self.state.schemas.get(schema_id), stored)
+    def same(self, schema_id: int, stored: Stored, context: str = contexts.DEFAULT) -> bool:
+        """Whether schema ``schema_id`` of ``context`` is ``stored`` (a request's schema as it
+        would be kept): the same type, references, metadata and rule set, and the same
+        canonical text once the kept one is parsed again (a text kept by an older registry, in
+        another form, still matches)."""
+        held = self.state.space(context).schemas.get(schema_id)
+        return self._same(schema_id, held, stored, context)
 
-    def can_lookup(self, schema_id: int, number: int, stored: Stored) -> bool:
+    def can_lookup(
+        self, schema_id: int, number: int, stored: Stored, context: str = contexts.DEFAULT
+    ) -> bool:
         """Whether ``stored`` finds version ``number`` (schema ``schema_id``), as Confluent's
         ``canLookup``: the same schema once ``confluent:version`` is left out of the one of the
         two that has it while the other has none (the request's must then name ``number``)."""
-        held = self.state.schemas.get(schema_id)
+        held = self.state.space(context).schemas.get(schema_id)
         if held is None:
             return False
         mine = contracts.confluent_version_number(stored.metadata)
@@ -161,9 +175,9 @@ class Schemas:
                 return False
             metadata = contracts.with_confluent_version(stored.metadata, None)
             stored = replace(stored, metadata=metadata)
-        return self._same(schema_id, held, stored)
+        return self._same(schema_id, held, stored, context)
 
-    def _same(self, schema_id: int, held: Stored | None, stored: Stored) -> bool:
+    def _same(self, schema_id: int, held: Stored | None, stored: Stored, context: str) -> bool:
         if held is None or (held.schema_type, held.references, held.metadata, held.rule_set) != (
             stored.schema_type,
             stored.references,
@@ -174,19 +188,21 @@ class Schemas:
         if held.text == stored.text:
             return True
         try:
-            return self.parsed(schema_id).text == stored.text
+            return self.parsed(schema_id, context).text == stored.text
         except errors.RegistryError:
             return False
 
-    def fields(self, schema_id: int, fmt: str | None = None) -> dict[str, Any]:
-        """Schema ``schema_id`` as answered: ``fmt`` "serialized" gives a PROTOBUF schema as
-        a base64 ``FileDescriptorProto`` (what confluent-kafka's Python deserializer asks
-        for)."""
-        return self.answered(self.state.schemas[schema_id], fmt)
+    def fields(
+        self, schema_id: int, fmt: str | None = None, context: str = contexts.DEFAULT
+    ) -> dict[str, Any]:
+        """Schema ``schema_id`` of ``context`` as answered, its text in format ``fmt``
+        (formats.py)."""
+        return self.answered(self.state.space(context).schemas[schema_id], fmt, context)
 
-    @staticmethod
-    def answered(stored: Stored, fmt: str | None = None) -> dict[str, Any]:
-        """``stored`` as answered (``fields``)."""
+    def answered(
+        self, stored: Stored, fmt: str | None = None, context: str = contexts.DEFAULT
+    ) -> dict[str, Any]:
+        """``stored`` (a schema of ``context``) as answered (``fields``)."""
         out: dict[str, Any] = {"guid": stored.guid}
         if stored.schema_type != "AVRO":
             out["schemaType"] = stored.schema_type
@@ -198,12 +214,6 @@ class Schemas:
             out["metadata"] = json.loads(stored.metadata)
         if stored.rule_set is not None:
             out["ruleSet"] = json.loads(stored.rule_set)
-        out["schema"] = stored.text
-        if stored.schema_type == "PROTOBUF" and fmt == "serialized":
-            from .protobuf_text import encode_base64, to_descriptor
-
-            try:
-                out["schema"] = encode_base64(to_descriptor(stored.text))
-            except ValueError:  # (kept only when it parsed: not expected)
-                pass
+        refs = stored.references
+        out["schema"] = formatted(stored, fmt, lambda: self.reference_texts(refs, context))
         return out

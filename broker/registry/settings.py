@@ -3,11 +3,12 @@
 How this works
 --------------
 Both are kept in the view (``state.configs`` and ``state.modes``, key None for the global
-one) and read through it: a subject's own setting, else the global one, else the default
-(BACKWARD, READWRITE). A GET of a subject without a setting of its own is 40408 / 40409
-unless ``defaultToGlobal``. A PUT or DELETE is one CONFIG or MODE record of ``_schemas``,
-written in the writer's turn (writer.py); at most ``max_subjects`` subjects have a setting of
-their own (42205 beyond).
+one, ``:.ctx:`` for a context's, contexts.py) and read through it: a subject's own setting,
+else its context's (the global one in the default context), else the ``:.__GLOBAL:``
+context's, else the default (BACKWARD, READWRITE). A GET of a subject without a setting of
+its own is 40408 / 40409 unless ``defaultToGlobal``. A PUT or DELETE is one CONFIG or MODE
+record of ``_schemas``, written in the writer's turn (writer.py); at most ``max_subjects``
+subjects (and contexts) have a setting of their own (42205 beyond).
 
 A config is Confluent's: ``compatibilityLevel`` (42203 for one that is not a level),
 ``compatibilityGroup`` (compatibility.py), and the data contract's ``defaultMetadata``,
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import errors
+from . import contexts, errors
 from .contracts import CONFIG_FIELDS, Config, config_fields
 from .records import ConfigRecord, ModeRecord
 from .schemas import Schemas
@@ -47,18 +48,27 @@ class Settings:
 
     # reads -------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _own_asked(subject: str | None, default_to_global: bool) -> bool:
+        """Whether a GET asks for the subject's own setting (40408 / 40409 without one): not
+        for the global one, nor the ``:.__GLOBAL:`` context's (the default then, as
+        Confluent's), nor with ``defaultToGlobal``."""
+        if subject is None or default_to_global:
+            return False
+        return contexts.context_of(subject) != contexts.GLOBAL
+
     def get_config(self, subject: str | None, default_to_global: bool) -> Config:
         state = self.schemas.state
-        if subject is not None and subject not in state.configs and not default_to_global:
-            raise errors.compatibility_not_configured(subject)
+        if subject not in state.configs and self._own_asked(subject, default_to_global):
+            raise errors.compatibility_not_configured(str(subject))
         return {**state.config(subject), "compatibilityLevel": state.level(subject)}
 
     def get_mode(self, subject: str | None, default_to_global: bool) -> dict[str, str]:
         state = self.schemas.state
         overridden = state.modes.get(None) == READONLY_OVERRIDE
-        if subject is not None and subject not in state.modes and not default_to_global:
+        if subject not in state.modes and self._own_asked(subject, default_to_global):
             if not overridden:
-                raise errors.mode_not_configured(subject)
+                raise errors.mode_not_configured(str(subject))
         return {"mode": state.mode(subject)}
 
     # writes ------------------------------------------------------------------------------------
@@ -107,6 +117,8 @@ class Settings:
             state = self.schemas.state
             if mode == "IMPORT" and not force:
                 held = state.subjects if subject is None else subject in state.subjects
+                if subject is not None and contexts.is_context(subject):  # (a context's)
+                    held = bool(state.in_context(contexts.context_of(subject)))
                 if held:
                     raise errors.not_permitted("Cannot import since found existing subjects")
             self._room_for(state.modes, subject)

@@ -1,18 +1,26 @@
 """What the registry holds, as read from ``_schemas``: every broker keeps one, applying the
 topic's records in offset order (``apply``), so every broker answers alike.
 
-* ``subjects``: subject -> version -> ``Version`` (schema id, soft-deleted or not);
-* ``schemas``: id -> ``Stored`` (type, text, references, metadata, rule set) while some
-  version uses it;
-* ``ids``: ``Stored`` -> id, so that one schema has one id in every subject;
-* ``by_guid``: GUID -> id (``Stored.guid``; the id last put when several schemas share one,
-  as in Confluent's);
-* ``configs`` and ``modes``: the global (key None) and per-subject configs (Confluent's
-  CONFIG values: a compatibility level, data contract defaults and overrides) and modes set;
-  a subject's own config, else the global one, is the one in scope (whole, as in
-  Confluent's); a global READONLY_OVERRIDE mode is every subject's, whatever its own;
-* ``max_id``: the highest id seen (ids are never reused while a record holding them stays);
-* ``text_bytes``: the bytes of the texts, metadata and rule sets in ``schemas``.
+* ``subjects``: subject (qualified: ``:.ctx:name`` in a named context, contexts.py) ->
+  version -> ``Version`` (schema id, soft-deleted or not);
+* ``spaces``: context -> ``IdSpace``, its schemas by id (ids are per context, as Confluent's:
+  each context numbers its own from 1); the default context's always there, and its tables
+  are also ``schemas``, ``ids``, ``by_guid``, ``uses``, ``max_id``, ``parsed`` and ``names``
+  here (what the broker's schema id checks read: ids of the default context only);
+* ``contexts``: the named contexts with a CONTEXT record (made by the first registration in
+  one, gone with ``DELETE /contexts/{context}``), whether or not they still hold subjects;
+* ``configs`` and ``modes``: the global (key None), per-context (``:.ctx:``) and per-subject
+  configs (Confluent's CONFIG values: a compatibility level, data contract defaults and
+  overrides) and modes set; the one in scope for a subject is its own, else its context's
+  (the global one for the default context), else ``:.__GLOBAL:``'s, whole, as in Confluent's;
+  a global READONLY_OVERRIDE mode is every subject's, whatever its own;
+* ``text_bytes``: the bytes of the texts, metadata and rule sets of every space.
+
+Per space: ``schemas``: id -> ``Stored`` (type, text, references, metadata, rule set) while
+some version uses it; ``ids``: ``Stored`` -> id, so that one schema has one id in every
+subject of the context; ``by_guid``: GUID -> id (``Stored.guid``; the id last put when
+several schemas share one, as in Confluent's); ``uses``: id -> (subject, version) pairs;
+``max_id``: the highest id seen (ids are never reused while a record holding them stays).
 
 Three caches ride along, emptied here as what they were worked out from goes, each filled by
 one part only: ``parsed`` (schemas.py), ``names`` and ``allowed`` (broker_view.py).
@@ -25,11 +33,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import guids
+from . import contexts, guids
 from .contracts import Config
 from .records import (
     Change,
     ConfigRecord,
+    ContextRecord,
     ModeRecord,
     Reference,
     SchemaRecord,
@@ -73,21 +82,73 @@ class Version:
 
 
 @dataclass
-class RegistryState:
-    subjects: dict[str, dict[int, Version]] = field(default_factory=dict)
+class IdSpace:
+    """One context's schemas by id (the module docstring)."""
+
     schemas: dict[int, Stored] = field(default_factory=dict)
     ids: dict[Stored, int] = field(default_factory=dict)
     by_guid: dict[str, int] = field(default_factory=dict)
     uses: dict[int, set[tuple[str, int]]] = field(default_factory=dict)
-    configs: dict[str | None, Config] = field(default_factory=dict)
-    modes: dict[str | None, str] = field(default_factory=dict)
     max_id: int = 0
-    text_bytes: int = 0  # held by ``schemas`` (Stored.size)
     parsed: dict[int, ParsedSchema] = field(default_factory=dict)  # a cache
     names: dict[int, tuple[str, ...]] = field(default_factory=dict)  # id -> record names
+
+
+_NO_SPACE = IdSpace()  # what a context without schemas reads as (never written)
+
+
+@dataclass
+class RegistryState:
+    subjects: dict[str, dict[int, Version]] = field(default_factory=dict)
+    spaces: dict[str, IdSpace] = field(default_factory=lambda: {contexts.DEFAULT: IdSpace()})
+    contexts: set[str] = field(default_factory=set)
+    configs: dict[str | None, Config] = field(default_factory=dict)
+    modes: dict[str | None, str] = field(default_factory=dict)
+    text_bytes: int = 0  # held by every space's ``schemas`` (Stored.size)
     # (topic, strategy) -> the ids a record may carry (broker_view.allowed_ids), until the next
     # record applied
     allowed: dict[tuple[str, str], set[int]] = field(default_factory=dict)
+
+    # the default context's space -------------------------------------------------------------
+
+    @property
+    def default(self) -> IdSpace:
+        return self.spaces[contexts.DEFAULT]
+
+    @property
+    def schemas(self) -> dict[int, Stored]:
+        return self.default.schemas
+
+    @property
+    def ids(self) -> dict[Stored, int]:
+        return self.default.ids
+
+    @property
+    def by_guid(self) -> dict[str, int]:
+        return self.default.by_guid
+
+    @property
+    def uses(self) -> dict[int, set[tuple[str, int]]]:
+        return self.default.uses
+
+    @property
+    def max_id(self) -> int:
+        return self.default.max_id
+
+    @property
+    def parsed(self) -> dict[int, ParsedSchema]:
+        return self.default.parsed
+
+    @property
+    def names(self) -> dict[int, tuple[str, ...]]:
+        return self.default.names
+
+    def space(self, context: str) -> IdSpace:
+        """The schemas by id of ``context`` (an empty space for one that holds none)."""
+        return self.spaces.get(context, _NO_SPACE)
+
+    def space_of(self, subject: str) -> IdSpace:
+        return self.space(contexts.context_of(subject))
 
     # applying records ------------------------------------------------------------------------
 
@@ -111,21 +172,30 @@ class RegistryState:
             for number, version in self.subjects.get(change.subject, {}).items():
                 if number <= change.version:
                     version.deleted = True
+        elif isinstance(change, ContextRecord):
+            if change.present:
+                self.contexts.add(change.context)
+            else:
+                self.contexts.discard(change.context)
+                self._drop_if_idle(change.context)
 
     def _put(self, r: SchemaRecord) -> None:
         stored = Stored(r.schema_type, r.schema, r.references, r.metadata, r.rule_set)
+        context = contexts.context_of(r.subject)
+        space = self.spaces.setdefault(context, IdSpace())
         versions = self.subjects.setdefault(r.subject, {})
         old = versions.get(r.version)
         if old is not None and old.id != r.id:
-            self._unuse(old.id, r.subject, r.version)
+            self._unuse(space, old.id, r.subject, r.version)
+            space = self.spaces.setdefault(context, space)  # (if it was just dropped)
         versions[r.version] = Version(r.id, r.deleted)
-        if r.id not in self.schemas:
-            self.schemas[r.id] = stored
+        if r.id not in space.schemas:
+            space.schemas[r.id] = stored
             self.text_bytes += stored.size
-        self.ids.setdefault(stored, r.id)
-        self.by_guid[self.schemas[r.id].guid] = r.id
-        self.uses.setdefault(r.id, set()).add((r.subject, r.version))
-        self.max_id = max(self.max_id, r.id)
+        space.ids.setdefault(stored, r.id)
+        space.by_guid[space.schemas[r.id].guid] = r.id
+        space.uses.setdefault(r.id, set()).add((r.subject, r.version))
+        space.max_id = max(space.max_id, r.id)
 
     def _remove(self, subject: str, number: int) -> None:
         versions = self.subjects.get(subject)
@@ -134,27 +204,37 @@ class RegistryState:
         version = versions.pop(number)
         if not versions:
             del self.subjects[subject]
-        self._unuse(version.id, subject, number)
+        self._unuse(self.space_of(subject), version.id, subject, number)
 
-    def _unuse(self, schema_id: int, subject: str, number: int) -> None:
-        users = self.uses.get(schema_id)
+    def _unuse(self, space: IdSpace, schema_id: int, subject: str, number: int) -> None:
+        users = space.uses.get(schema_id)
         if users is None:
             return
         users.discard((subject, number))
         if not users:
-            del self.uses[schema_id]
-            stored = self.schemas.pop(schema_id, None)
-            self.parsed.pop(schema_id, None)
-            self.names.pop(schema_id, None)
+            del space.uses[schema_id]
+            stored = space.schemas.pop(schema_id, None)
+            space.parsed.pop(schema_id, None)
+            space.names.pop(schema_id, None)
             if stored is not None:
                 self.text_bytes -= stored.size
-            if stored is not None and self.ids.get(stored) == schema_id:
-                del self.ids[stored]
-            if stored is not None and self.by_guid.get(stored.guid) == schema_id:
-                del self.by_guid[stored.guid]
-                for other, held in self.schemas.items():  # (another id of the same GUID)
+            if stored is not None and space.ids.get(stored) == schema_id:
+                del space.ids[stored]
+            if stored is not None and space.by_guid.get(stored.guid) == schema_id:
+                del space.by_guid[stored.guid]
+                for other, held in space.schemas.items():  # (another id of the same GUID)
                     if held.guid == stored.guid:
-                        self.by_guid[stored.guid] = other
+                        space.by_guid[stored.guid] = other
+            self._drop_if_idle(contexts.context_of(subject))
+
+    def _drop_if_idle(self, context: str) -> None:
+        """Forget the space of a context that holds no schema and has no CONTEXT record (so
+        spaces stay as many as the contexts kept); a context's space, its highest id with it,
+        stays while its record does, as Confluent's id generator keeps it."""
+        space = self.spaces.get(context)
+        if context != contexts.DEFAULT and context not in self.contexts:
+            if space is not None and not space.schemas:
+                del self.spaces[context]
 
     # reading ---------------------------------------------------------------------------------
 
@@ -166,26 +246,44 @@ class RegistryState:
     def version_count(self) -> int:
         return sum(len(vs) for vs in self.subjects.values())
 
+    def in_context(self, context: str) -> list[str]:
+        """The subjects of ``context`` (soft-deleted ones too)."""
+        return [s for s in self.subjects if contexts.context_of(s) == context]
+
+    def _in_scope(self, table: dict, subject: str | None):
+        """Where ``subject``'s setting is looked for, in order: its own, its context's (the
+        global one for the default context), then the ``:.__GLOBAL:`` context's; the first
+        that ``table`` holds, or None."""
+        keys: list[str | None] = [subject] if subject is not None else []
+        context = contexts.DEFAULT if subject is None else contexts.context_of(subject)
+        keys.append(None if context == contexts.DEFAULT else contexts.context_subject(context))
+        keys.append(contexts.context_subject(contexts.GLOBAL))
+        return next((k for k in keys if k in table), False)
+
     def config(self, subject: str | None) -> Config:
-        """The config in scope for ``subject``: its own, else the global one (else none)."""
-        if subject is not None and subject in self.configs:
-            return self.configs[subject]
-        return self.configs.get(None, {})
+        """The config in scope for ``subject`` (``_in_scope``; else none)."""
+        key = self._in_scope(self.configs, subject)
+        return {} if key is False else self.configs[key]
 
     def level(self, subject: str | None) -> str:
         """The compatibility level that applies to ``subject``."""
         return self.config(subject).get("compatibilityLevel", DEFAULT_LEVEL)
 
     def mode(self, subject: str | None) -> str:
-        overriding = self.modes.get(None)
-        if subject is not None and subject in self.modes and overriding != READONLY_OVERRIDE:
-            return self.modes[subject]
-        return self.modes.get(None, DEFAULT_MODE)
+        """The mode in scope for ``subject`` (``_in_scope``), but a global READONLY_OVERRIDE
+        for every subject."""
+        if self.modes.get(None) == READONLY_OVERRIDE:
+            return READONLY_OVERRIDE
+        key = self._in_scope(self.modes, subject)
+        return DEFAULT_MODE if key is False else self.modes[key]
 
     def referenced_by(self, subject: str, number: int) -> list[int]:
-        """Ids of the schemas (of live or soft-deleted versions) that refer to it."""
+        """Ids of the schemas (of live or soft-deleted versions) that refer to it, in any
+        context (a reference read in the context of the schema holding it), by context."""
         found = set()
-        for schema_id, stored in self.schemas.items():
-            if any(s == subject and v == number for _, s, v in stored.references):
-                found.add(schema_id)
-        return sorted(found)
+        for context, space in self.spaces.items():
+            for schema_id, stored in space.schemas.items():
+                for _, s, v in stored.references:
+                    if v == number and contexts.qualify_reference(context, s) == subject:
+                        found.add((context, schema_id))
+        return [schema_id for _, schema_id in sorted(found)]

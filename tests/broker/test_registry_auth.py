@@ -206,3 +206,28 @@ def test_a_forwarded_principal_is_taken_only_from_a_super_user(broker):
     answer = requests.post(f"{base}/subjects/secret-value/versions", data=body, headers=as_admin,
                            auth=as_user("alice"), timeout=10)
     assert answer.status_code == 403 and "User alice is denied" in answer.json()["message"]
+
+
+def test_context_subjects_are_authorized_by_their_qualified_names(broker):
+    """(Last: it adds subjects.) ``:.shop:orders-value`` is the topic ``:.shop:orders``, not
+    ``orders``: WRITE on ``orders`` does not reach it, a PREFIXED ACL on ``:.shop:`` does;
+    deleting a context is ALTER on the cluster."""
+    base, order = url(broker), {"schema": json.dumps(ORDER)}
+    answer = requests.post(f"{base}/subjects/:.shop:orders-value/versions", data=json.dumps(order),
+                           headers=CT, auth=as_user("alice"), timeout=10)
+    assert (answer.status_code, answer.json()) == (403, {"error_code": 40301, "message":
+        "User alice is denied operation Write on Subject: :.shop:orders-value"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    grant = AclBinding(ResourceType.TOPIC, ":.shop:", ResourcePatternType.PREFIXED, "User:alice",
+                       "*", AclOperation.WRITE, AclPermissionType.ALLOW)
+    for f in admin.create_acls([grant]).values():
+        f.result(30)
+    alice = client(broker, "alice")
+    assert alice.register_schema(":.shop:orders-value", Schema(json.dumps(ORDER), "AVRO")) == 1
+    assert ":.shop:orders-value" in alice.get_subjects()
+    assert ":.shop:orders-value" not in client(broker, "bob").get_subjects()
+    answer = requests.get(f"{base}/schemas/ids/1", params={"subject": ":.shop:orders-value"},
+                          auth=as_user("bob"), timeout=10)
+    assert (answer.status_code, answer.json()["error_code"]) == (403, 40301)
+    answer = requests.delete(f"{base}/contexts/.shop", auth=as_user("alice"), timeout=10)
+    assert (answer.status_code, answer.json()["error_code"]) == (403, 40301)

@@ -159,6 +159,24 @@ def test_records_written_to_schemas_by_a_client_cannot_break_the_registry(url, b
     assert r.status_code == 200 and "x" not in r.json()
 
 
+def test_contexts_are_bounded(url):
+    """(After the tests above.) At most three contexts are recorded (max.subjects): a context
+    stays recorded when its subjects go, so a fourth is refused until one is deleted."""
+    for subject in ("s2", "s4"):  # room for subjects
+        for path in (f"/subjects/{subject}", f"/subjects/{subject}?permanent=true"):
+            assert requests.delete(url + path, timeout=10).ok
+    for i in (1, 2, 3):
+        assert post(url, f"/subjects/:.b{i}:s/versions", {"schema": record("R", 1)}).ok
+        for path in (f"/subjects/:.b{i}:s", f"/subjects/:.b{i}:s?permanent=true"):
+            assert requests.delete(url + path, timeout=10).ok
+    r = post(url, "/subjects/:.b4:s/versions", {"schema": record("R", 1)})
+    assert "3 contexts" in error(r, 422, 42205)
+    assert requests.delete(url + "/contexts/.b1", timeout=10).status_code == 204
+    assert post(url, "/subjects/:.b4:s/versions", {"schema": record("R", 1)}).ok
+    contexts = requests.get(url + "/contexts", timeout=10).json()
+    assert contexts == [".", ".b2", ".b3", ".b4"]
+
+
 def test_connections_are_bounded(url):
     """Four connections may be open at once; a fifth is closed without an answer, and once
     one of the four goes, a new one is served."""

@@ -199,3 +199,31 @@ def test_every_broker_serves_one_registry_and_a_leader_kill_loses_nothing(broker
                          outcome.__setitem__(("fresh", extra), e.code() if e else None))
         producer.flush(20)
         assert outcome[("fresh", extra)] is None, extra
+
+
+def test_contexts_are_one_registrys_at_every_broker(brokers):
+    """Registrations in a context made at each broker (forwarded to the leader of
+    ``_schemas``), the context's ids, its list and its deletion: every broker answers alike."""
+    ids = [register(b, f":.shared:s{i}", record(f"cx{i}")) for i, b in enumerate(brokers)]
+    assert ids == [1, 2, 3]  # the context's own ids, allocated once
+    assert register(brokers[0], "plain", record("cx0")) == 1  # the default context's 1
+    for b in brokers:
+        wait_for(
+            lambda b=b: requests.get(f"{url(b)}/contexts", timeout=10).json() == [".", ".shared"],
+            10,
+            f"broker {b.port} to list the context",
+        )
+        got = requests.get(f"{url(b)}/schemas/ids/2", params={"subject": ":.shared:"}, timeout=10)
+        assert json.loads(got.json()["schema"])["namespace"] == "cx1"
+    for i in range(3):  # emptied, then deleted at a broker that forwards it (204)
+        for q in ("", "?permanent=true"):
+            assert requests.delete(f"{url(brokers[2])}/subjects/:.shared:s{i}{q}", timeout=30).ok
+    forwarder = next(b for node, b in enumerate(brokers, 1) if node != schemas_leader(b))
+    r = requests.delete(f"{url(forwarder)}/contexts/.shared", timeout=30)
+    assert (r.status_code, r.content) == (204, b"")
+    for b in brokers:
+        wait_for(
+            lambda b=b: requests.get(f"{url(b)}/contexts", timeout=10).json() == ["."],
+            10,
+            f"broker {b.port} to drop the context",
+        )
