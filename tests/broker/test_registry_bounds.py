@@ -186,7 +186,10 @@ def test_connections_are_bounded(url):
     port = int(url.rsplit(":", 1)[1])
     held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
     try:
-        time.sleep(0.2)
+        for s in held:  # each one answered (and kept alive): the registry has counted it
+            s.settimeout(5)
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 200")
         extra = socket.create_connection(("127.0.0.1", port))
         extra.settimeout(5)
         extra.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
