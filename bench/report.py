@@ -476,8 +476,9 @@ def write_plots(results: dict, out_dir: Path) -> None:
                 ax.plot([x] * len(vals), vals, "k.", markersize=4)
         ax.set_xticks(range(len(tp)), [s for s, _ in tp])
         ax.set_ylabel("MiB/s (median, dots: runs)")
-        ax.set_title("Throughput (produce: " + ("wire client" if results.get("driver") == "wire"
-                     else "ProducerPerformance") + "; S5: ConsumerPerformance fetch)")
+        wire_driver = results.get("driver") == "wire"
+        ax.set_title("Throughput (" + ("wire clients" if wire_driver else
+                                       "ProducerPerformance; S5: ConsumerPerformance") + ")")
         ax.legend()
         fig.tight_layout()
         fig.savefig(out_dir / "throughput.png", dpi=110)

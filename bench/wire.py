@@ -328,15 +328,20 @@ def group_apis_missing(host: str, port: int) -> list[str]:
 
 
 def first_ack(host: str, port: int, topic: str, deadline: float,
-              poll_s: float = 0.005) -> float:
+              poll_s: float = 0.005, create: bool = False) -> float:
     """Retry connect / Metadata / Produce (acks=all) until one produce is acknowledged without
-    error; return ``time.monotonic()`` of that acknowledgement. For cold-start timing."""
+    error; return ``time.monotonic()`` of that acknowledgement. For cold-start timing.
+    ``create``: for a broker whose Metadata does not create topics, a CreateTopics first
+    wherever Metadata answers UNKNOWN_TOPIC_OR_PARTITION (3)."""
     batch_value = b"cold-start"
     while time.monotonic() < deadline:
         try:
             with WireClient(host, port, timeout=5) as c:
                 while time.monotonic() < deadline:
                     terr, parts = c.metadata([topic]).get(topic, (3, {}))
+                    if terr == 3 and create:
+                        c.create_topic(topic, 1)
+                        continue
                     if terr == 0 and parts and parts.get(0, (1, -1))[0] == 0:
                         err, _ = c.produce(topic, 0, record_batch(batch_value))
                         if err == 0:

@@ -35,6 +35,19 @@ def test_batch_of_many_records_decodes_with_the_brokers_codec():
         (0, 5, b"v" * 10), (1, 5, b"v" * 10), (2, 5, b"v" * 10)]
 
 
+def test_cold_start_poller_creates_the_topic_where_metadata_does_not(tmp_path):
+    """S7's poller (``wire.first_ack``) against a broker that creates no topic on Metadata,
+    as Tansu: without ``create`` no produce is ever acknowledged; with it, a CreateTopics and
+    then the acknowledged produce, stored once."""
+    overrides = {"auto.create.topics.enable": "false"}
+    with BrokerProcess(tmp_path / "data", overrides) as broker:
+        with pytest.raises(TimeoutError):
+            wire.first_ack("127.0.0.1", broker.port, "s7", time.monotonic() + 1)
+        assert wire.first_ack("127.0.0.1", broker.port, "s7", time.monotonic() + 30,
+                              create=True) <= time.monotonic()
+        assert wire.end_offsets("127.0.0.1", broker.port, "s7") == {0: 1}
+
+
 def test_wire_client_produces_to_manually_placed_partitions(tmp_path):
     with BrokerProcess(tmp_path / "data") as broker:
         with wire.WireClient("127.0.0.1", broker.port) as c:
