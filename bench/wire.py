@@ -341,8 +341,7 @@ def first_ack(host: str, port: int, topic: str, deadline: float,
                     terr, parts = c.metadata([topic]).get(topic, (3, {}))
                     if terr == 3 and create:
                         c.create_topic(topic, 1)
-                        continue
-                    if terr == 0 and parts and parts.get(0, (1, -1))[0] == 0:
+                    elif terr == 0 and parts and parts.get(0, (1, -1))[0] == 0:
                         err, _ = c.produce(topic, 0, record_batch(batch_value))
                         if err == 0:
                             return time.monotonic()
