@@ -1,7 +1,7 @@
 """The ``/contexts/{context}/...`` path prefix (Confluent's ``ContextFilter``): its rewriting
 rules, then against a real broker every kind of route through it (register, read, list,
 lookup, compatibility, config, mode, delete) answering as the route with the qualified
-subject does, Confluent's refusals, and confluent-kafka's
+subject does, Confluent's refusals, ``referenceFormat=qualified``, and confluent-kafka's
 client and serializers pointed at a context's URL. (Authorization through the prefix:
 test_registry_auth.py; a write through it forwarded to the leader: test_registry_cluster.py.)
 """
@@ -108,8 +108,8 @@ def test_a_contexts_subjects_and_ids_through_the_prefix(base):
     assert alike(base, "/subjects/orders/versions", "/subjects/:.pc:orders/versions") == [1]
     latest = "/subjects/orders/versions/latest"
     assert alike(base, latest, "/subjects/:.pc:orders/versions/latest")["schema"] == b
-    text = alike(base, "/subjects/orders/versions/1/schema", "/subjects/:.pc:orders/versions/1/schema")
-    assert text == json.loads(b)
+    schema_path = "/subjects/orders/versions/1/schema"
+    assert alike(base, schema_path, "/subjects/:.pc:orders/versions/1/schema") == json.loads(b)
     found = alike(base, "/subjects/orders", "/subjects/:.pc:orders", {"schema": b})
     assert (found["subject"], found["version"]) == (":.pc:orders", 1)
     test = {"schema": record("B", "y", "z")}  # (a field without a default: not BACKWARD)
@@ -215,6 +215,38 @@ def test_a_100_continue_is_answered_once(base):
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer
     assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["version"] == 1
+
+
+def test_references_qualified_on_request(base):
+    """``referenceFormat=qualified``: a named context's version or id answers its references'
+    subjects in the context they are read in; the default context's stay as registered."""
+    point = record("Point", "x", "y")
+    line = json.dumps({"type": "record", "name": "Line",
+                       "fields": [{"name": "a", "type": "Point"}]})  # fmt: skip
+    refs = [{"name": "Point", "subject": "point", "version": 1}]
+    for prefix in ("/contexts/.rf", ""):
+        call(base, "POST", f"{prefix}/subjects/point/versions", {"schema": point})
+        made = call(
+            base, "POST", f"{prefix}/subjects/line/versions", {"schema": line, "references": refs}
+        )
+    default_id = made["id"]
+    qualified = [{**refs[0], "subject": ":.rf:point"}]
+    version = "/subjects/:.rf:line/versions/1"
+    assert call(base, "GET", version)["references"] == refs
+    assert call(base, "GET", version, referenceFormat="qualified")["references"] == qualified
+    assert call(base, "GET", version, referenceFormat="other")["references"] == refs
+    got = call(base, "GET", "/contexts/.rf/subjects/line/versions/1", referenceFormat="qualified")
+    assert got["references"] == qualified
+    line_id = got["id"]
+    assert call(base, "GET", f"/schemas/ids/{line_id}", subject=":.rf:")["references"] == refs
+    by_id = call(base, "GET", f"/contexts/.rf/schemas/ids/{line_id}", referenceFormat="qualified")
+    assert by_id["references"] == qualified
+    # the default context's
+    assert call(
+        base, "GET", "/subjects/line/versions/1", referenceFormat="qualified"
+    )["references"] == refs
+    by_id = call(base, "GET", f"/schemas/ids/{default_id}", referenceFormat="qualified")
+    assert by_id["references"] == refs
 
 
 def test_confluent_kafka_client_at_a_contexts_url(base):
