@@ -34,6 +34,8 @@ schemas_log.py      ``_schemas``: written by its leader (acks=all), read by ever
 contexts.py         Schema contexts: Confluent's qualified subjects (``:.ctx:name``), their
                     prefixes, references read in the referring context
 context_records.py  The named contexts' CONTEXT records: listed (/contexts), deleted
+context_paths.py    The ``/contexts/{c}/...`` path prefix: a route addressed in a context,
+                    rewritten before routing (Confluent's ContextFilter)
 guids.py            Schema GUIDs: Confluent 8's MD5 over a schema's text, references, metadata
                     and rule set, as a UUID
 state.py            The view: subjects, versions, schemas by id and GUID (per context), contexts,

@@ -79,3 +79,9 @@ def in_prefix(subject: str, prefix: str) -> bool:
     if prefix.startswith(WILDCARD):
         return name.startswith(prefix[len(WILDCARD) :])
     return split(prefix) <= (context, name) <= split(prefix + _LAST)
+
+
+def names_context(subject: str) -> bool:
+    """Whether a subject as written names its context (``:.ctx:name``, ``:.:name``,
+    ``:*:name``), so that a context path prefix leaves it as it is (context_paths.py)."""
+    return subject.startswith((_PREFIX, WILDCARD))

@@ -9,7 +9,9 @@ calls one part of the ``SchemaRegistry`` (registry.py): ``lookups`` for reads,
 deleting. Answers and errors take
 Confluent's forms (http_site.py); requests may send ``application/vnd.schemaregistry.v1+json``,
 ``application/vnd.schemaregistry+json``, ``application/json`` or
-``application/octet-stream`` (bodies are read as JSON whatever they say). At most
+``application/octet-stream`` (bodies are read as JSON whatever they say). A path under
+``/contexts/{c}/`` is handled as the route it stands for in context ``c`` (context_paths.py:
+dispatched again with that route's URL). At most
 ``schema.registry.max.connections`` connections are open at once (one more is closed at
 once); an idle one is closed after ``KEEPALIVE_S``.
 
@@ -32,6 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
+from . import context_paths
 from .auth import RegistryAuth
 from .context_records import path_context
 from .forwarding import LeaderForwarder
@@ -71,7 +74,7 @@ class RegistryServer(ReadRoutes):
         self.leader = LeaderForwarder(
             registry, node_id=node_id, url_of=url_of, forward_tls=forward_tls
         )
-        middlewares: list = [errors_middleware]
+        middlewares: list = [errors_middleware, context_paths.middleware]
         self.guard: RouteGuard | None = None
         if auth is not None and auth.enabled:
             self.guard = RouteGuard(auth, registry)

@@ -150,8 +150,11 @@ class ReadRoutes:
     async def _schema_by_id(self, request: web.Request) -> web.Response:
         schema_id = self._id(request)
         subject, fmt = request.query.get("subject"), request.query.get("format")
+        qualified = request.query.get("referenceFormat") == "qualified"
         lookups = self.registry.lookups
-        return await self._read(request, lambda: lookups.schema_by_id(schema_id, subject, fmt))
+        return await self._read(
+            request, lambda: lookups.schema_by_id(schema_id, subject, fmt, qualified)
+        )
 
     async def _schema_text_by_id(self, request: web.Request) -> web.Response:
         schema_id, subject = self._id(request), request.query.get("subject")
@@ -205,9 +208,10 @@ class ReadRoutes:
     async def _version(self, request: web.Request) -> web.Response:
         subject, version = self._subject(request), request.match_info["version"]
         deleted, fmt = flag(request.query.get("deleted")), request.query.get("format")
+        qualified = request.query.get("referenceFormat") == "qualified"
         lookups = self.registry.lookups
         return await self._read(
-            request, lambda: lookups.get_version(subject, version, deleted, fmt)
+            request, lambda: lookups.get_version(subject, version, deleted, fmt, qualified)
         )
 
     async def _latest_with_metadata(self, request: web.Request) -> web.Response:

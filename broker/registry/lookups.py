@@ -24,7 +24,8 @@ Contexts (contexts.py): a subject is read in its own context, with that context'
 Confluent's, a subject of the default context that has no such version (or schema) is looked
 for under the same name in each named context (``_candidates``: ``GET .../versions/{v}``,
 ``referencedby``, the lookup), and a schema id asked with ``subject=`` is read in that
-subject's context (``id_context``).
+subject's context (``id_context``). With Confluent's ``referenceFormat=qualified`` a version
+or an id read in a named context answers its references' subjects qualified (``_qualified``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import contracts, errors, guids
-from .contexts import DEFAULT, context_of, in_prefix, qualified, split
+from .contexts import DEFAULT, context_of, in_prefix, qualified, qualify_reference, split
 from .schemas import Schemas
 from .state import Stored
 
@@ -50,6 +51,15 @@ def parse_version(text: str, *, latest_ok: bool = True) -> int | None:
     if not 1 <= number <= MAX_VERSION:
         raise errors.invalid_version(text)
     return number
+
+
+def _qualified(answer: dict[str, Any], context: str) -> dict[str, Any]:
+    """A schema of ``context`` answered with its references' subjects qualified, as they are
+    read (``qualify_reference``): Confluent's ``referenceFormat=qualified``, for a named
+    context only."""
+    for reference in answer.get("references", []) if context != DEFAULT else []:
+        reference["subject"] = qualify_reference(context, reference["subject"])
+    return answer
 
 
 class Lookups:
@@ -129,12 +139,17 @@ class Lookups:
     # the routes' reads -----------------------------------------------------------------------
 
     def schema_by_id(
-        self, schema_id: int, subject: str | None, fmt: str | None = None
+        self,
+        schema_id: int,
+        subject: str | None,
+        fmt: str | None = None,
+        qualified_references: bool = False,
     ) -> dict[str, Any]:
         found = self.id_context(schema_id, subject)
         if found is None:
             raise errors.schema_not_found(schema_id)
-        return self.schemas.fields(schema_id, fmt, found[0])
+        answer = self.schemas.fields(schema_id, fmt, found[0])
+        return _qualified(answer, found[0]) if qualified_references else answer
 
     def by_guid(self, text: str) -> list[tuple[str, int]]:
         """(context, id) of the schemas with GUID ``text``, by context."""
@@ -235,9 +250,16 @@ class Lookups:
         raise first
 
     def get_version(
-        self, subject: str, version: str, deleted: bool, fmt: str | None = None
+        self,
+        subject: str,
+        version: str,
+        deleted: bool,
+        fmt: str | None = None,
+        qualified_references: bool = False,
     ) -> dict[str, Any]:
-        return self._answer(*self._resolve(subject, version, deleted), fmt)
+        found, number, schema_id = self._resolve(subject, version, deleted)
+        answer = self._answer(found, number, schema_id, fmt)
+        return _qualified(answer, context_of(found)) if qualified_references else answer
 
     def referenced_by(self, subject: str, version: str) -> list[int]:
         found, number, _ = self._resolve(subject, version, False)

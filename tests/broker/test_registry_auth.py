@@ -231,3 +231,37 @@ def test_context_subjects_are_authorized_by_their_qualified_names(broker):
     assert (answer.status_code, answer.json()["error_code"]) == (403, 40301)
     answer = requests.delete(f"{base}/contexts/.shop", auth=as_user("alice"), timeout=10)
     assert (answer.status_code, answer.json()["error_code"]) == (403, 40301)
+
+
+def test_a_context_prefix_is_authorized_as_the_qualified_subject(broker):
+    """``/contexts/.pa/subjects/orders-value`` is ``:.pa:orders-value`` to the authorizer too:
+    alice's WRITE on ``orders`` does not reach it, a PREFIXED ACL on ``:.pa:`` does; ids read
+    through the prefix are checked in the context; ``/contexts/.pa/config`` is the context's
+    own config (a subject's), ``/contexts/:.:/config`` the global one."""
+    base, order = url(broker), json.dumps({"schema": json.dumps(ORDER)})
+    register = f"{base}/contexts/.pa/subjects/orders-value/versions"
+    answer = requests.post(register, data=order, headers=CT, auth=as_user("alice"), timeout=10)
+    assert (answer.status_code, answer.json()) == (403, {"error_code": 40301, "message":
+        "User alice is denied operation Write on Subject: :.pa:orders-value"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    grant = AclBinding(ResourceType.TOPIC, ":.pa:", ResourcePatternType.PREFIXED, "User:alice",
+                       "*", AclOperation.WRITE, AclPermissionType.ALLOW)
+    for f in admin.create_acls([grant]).values():
+        f.result(30)
+    answer = requests.post(register, data=order, headers=CT, auth=as_user("alice"), timeout=10)
+    assert (answer.status_code, answer.json()["id"]) == (200, 1)
+
+    def get(path: str, user: str) -> requests.Response:
+        return requests.get(f"{base}/contexts{path}", auth=as_user(user), timeout=10)
+
+    assert get("/.pa/subjects", "alice").json() == [":.pa:orders-value"]
+    assert get("/.pa/subjects", "bob").json() == []
+    for path in ("/.pa/subjects/orders-value/versions", "/.pa/schemas/ids/1", "/.pa/config"):
+        answer = get(path, "bob")
+        assert (answer.status_code, answer.json()["error_code"]) == (403, 40301), path
+    assert get("/.pa/subjects/orders-value/versions", "alice").json() == [1]
+    assert get("/.pa/schemas/ids/1", "alice").json()["schema"] == json.dumps(ORDER).replace(" ", "")
+    # bob may describe the global config (DESCRIBE_CONFIGS on the cluster), not .pa's
+    global_config = requests.get(f"{base}/config", auth=as_user("bob"), timeout=10)
+    assert get("/:.:/config", "bob").json() == global_config.json()
+    assert "compatibilityLevel" in global_config.json()

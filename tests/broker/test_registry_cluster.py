@@ -215,10 +215,16 @@ def test_contexts_are_one_registrys_at_every_broker(brokers):
         )
         got = requests.get(f"{url(b)}/schemas/ids/2", params={"subject": ":.shared:"}, timeout=10)
         assert json.loads(got.json()["schema"])["namespace"] == "cx1"
-    for i in range(3):  # emptied, then deleted at a broker that forwards it (204)
+    forwarder = next(b for node, b in enumerate(brokers, 1) if node != schemas_leader(b))
+    # a write through the context path prefix, forwarded, then read back where it was made
+    r = requests.post(f"{url(forwarder)}/contexts/.shared/subjects/s3/versions",
+                      data=json.dumps({"schema": record("cx3")}), headers=CT, timeout=30)
+    assert (r.status_code, r.json()["id"]) == (200, 4), r.text
+    got = requests.get(f"{url(forwarder)}/contexts/.shared/subjects/s3/versions/1", timeout=10)
+    assert (got.json()["subject"], got.json()["id"]) == (":.shared:s3", 4)
+    for i in range(4):  # emptied, then deleted at a broker that forwards it (204)
         for q in ("", "?permanent=true"):
             assert requests.delete(f"{url(brokers[2])}/subjects/:.shared:s{i}{q}", timeout=30).ok
-    forwarder = next(b for node, b in enumerate(brokers, 1) if node != schemas_leader(b))
     r = requests.delete(f"{url(forwarder)}/contexts/.shared", timeout=30)
     assert (r.status_code, r.content) == (204, b"")
     for b in brokers:
