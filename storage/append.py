@@ -19,32 +19,73 @@ later makes the same write and publication as ``append``, in reservation order (
 waits for the reservations to be written (``settle``), so they see the log as if the appends
 had been made on the spot. A reservation counts an entry in each index for every reservation
 ahead of it when it decides whether the segment has room, so a write never needs a roll of
-its own.
+its own. A ``direct`` write takes the direct reservations queued right behind it on its
+segment along (up to ``DIRECT_GROUP`` bytes in all): one write to the disk for them all, then
+each is published in turn, and their own calls find them written. Disks store larger writes
+faster: 4 MiB at a time, this machine's wrote 1.8 GB/s with every write on the disk before the
+next, 1 MiB at a time 1.3-1.5.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
+from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from .errors import StorageError
-from .io import pwrite_direct, undo_write
+from .io import DIRECT_BLOCK, DIRECT_CHUNK, pwrite_direct, undo_write
 from .log_state import LogState
 from .segment import INT32_MAX, LogSegment
 from .txn_index import AbortedTxn
+
+DIRECT_GROUP = DIRECT_CHUNK - DIRECT_BLOCK  # bytes of one direct write: one buffer-full
+
+
+@dataclass(slots=True)
+class Reserved:
+    """One append ``append_later`` reserved."""
+
+    seg: LogSegment
+    batch: Any
+    n: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    direct: bool
+    done: bool = False  # written and published (perhaps with the one ahead of it)
 
 
 class Reservations:
     """The appends ``append_later`` reserved and a writer has not yet written (lock held)."""
 
-    __slots__ = ("count", "size", "end", "written")
+    __slots__ = ("count", "size", "end", "written", "queued")
 
     def __init__(self, lock: threading.Lock) -> None:
         self.count = 0
         self.size = 0  # their bytes
         self.end = 0  # the offset after the last one
         self.written = threading.Condition(lock)  # notified when count drops to 0
+        self.queued: deque[Reserved] = deque()  # in reservation order, none taken to write yet
+
+    def take(self, first: Reserved) -> list[Reserved]:
+        """The reservations to write now, from ``first`` (the next one in order): it alone, or
+        for a direct write also the direct ones queued behind it on its segment, up to
+        ``DIRECT_GROUP`` bytes in all."""
+        queued = self.queued
+        if not queued or queued[0] is not first:
+            return [first]  # (taken along with an earlier one whose write failed)
+        queued.popleft()
+        group, size = [first], first.n
+        while first.direct and queued:
+            w = queued[0]
+            if not w.direct or w.seg is not first.seg or size + w.n > DIRECT_GROUP:
+                break
+            group.append(queued.popleft())
+            size += w.n
+        return group
 
 
 class LogAppends(LogState):
@@ -109,13 +150,13 @@ class LogAppends(LogState):
         with self._lock:
             pending, pending_bytes = r.count, r.size
         seg = self._segment_for(n, last_offset, max_timestamp, pending, pending_bytes)
+        w = Reserved(seg, batch, n, base_offset, last_offset, max_timestamp, direct)
         with self._lock:
             r.count += 1
             r.size += n
             r.end = last_offset + 1
-        return partial(
-            self._write_reserved, r, seg, batch, n, base_offset, last_offset, max_timestamp, direct
-        )
+            r.queued.append(w)
+        return partial(self._write_reserved, r, w)
 
     @property
     def next_offset(self) -> int:
@@ -186,93 +227,101 @@ class LogAppends(LogState):
         last_offset: int,
         max_timestamp: int,
         aborted_txn: AbortedTxn | None,
-        direct: bool = False,
     ) -> None:
         """Write at the end of ``seg`` (the active segment), then publish."""
         position = seg.size
+        fd = self._acquire(seg)
         try:
-            fd = seg.log_file.acquire()  # reopened if its descriptor was closed meanwhile
-        except OSError as e:
-            raise StorageError(f"append to {self.directory} failed: {e}") from e
-        try:
-            oi, ti = self._write(
-                seg,
-                fd,
-                batch,
-                n,
-                position,
-                base_offset,
-                last_offset,
-                max_timestamp,
-                aborted_txn,
-                direct,
-            )
+            try:
+                self._io.write_all(fd, batch, n, position)
+            except OSError as e:
+                raise StorageError(f"append to {self.directory} failed: {e}") from e
+            if aborted_txn is not None:
+                try:
+                    seg.txn_index.append(aborted_txn)
+                except OSError as e:
+                    undo_write(fd, position)
+                    raise StorageError(f"append to {self.directory} failed: {e}") from e
+            oi, ti = self._index(seg, fd, position, n, base_offset, last_offset, max_timestamp)
         finally:
             seg.log_file.release(wrote=True)
-        with self._lock:
-            seg.size = position + n
-            if oi is not None:
-                seg.offset_index.add_entry(oi)
-            if ti is not None:
-                seg.time_index.add_entry(ti)
-            self.log_end_offset = last_offset + 1
-            if position == 0:
-                seg.rolling_ts = max_timestamp
-            mt = self._max_ts
-            if mt is not None and max_timestamp > mt[0]:
-                self._max_ts = (max_timestamp, last_offset)
+        self._publish(seg, position, n, oi, ti, last_offset, max_timestamp)
 
-    def _write_reserved(
-        self,
-        r: Reservations,
-        seg: LogSegment,
-        batch,
-        n: int,
-        base_offset: int,
-        last_offset: int,
-        max_timestamp: int,
-        direct: bool,
-    ) -> None:
-        """An ``append_later`` reservation's write (the writer thread)."""
+    def _write_reserved(self, r: Reservations, w: Reserved) -> None:
+        """An ``append_later`` reservation's write (the writer thread), with the ones queued
+        behind it that go into the same write (``Reservations.take``), unless it was written
+        with the one ahead of it."""
         try:
-            if self._closed or seg is not self._active or base_offset != self.log_end_offset:
-                raise StorageError(f"append to {self.directory} failed: an earlier one failed")
-            self._append_to(seg, batch, n, base_offset, last_offset, max_timestamp, None, direct)
+            with self._lock:
+                group = [] if w.done else r.take(w)
+            if group:
+                if (
+                    self._closed
+                    or w.seg is not self._active
+                    or w.base_offset != self.log_end_offset
+                ):
+                    raise StorageError(f"append to {self.directory} failed: an earlier one failed")
+                if w.direct:
+                    self._append_direct(group)
+                else:
+                    self._append_to(
+                        w.seg, w.batch, w.n, w.base_offset, w.last_offset, w.max_timestamp, None
+                    )
         finally:
             with r.written:
                 r.count -= 1
-                r.size -= n
+                r.size -= w.n
                 if not r.count:
                     r.written.notify_all()
 
-    def _write(
+    def _append_direct(self, group: list[Reserved]) -> None:
+        """Write ``group`` (reserved in this order, on one segment) around the page cache in
+        one go, then publish each in turn. A failed write fails them all; an index write that
+        fails cuts the file back to that reservation's start, and fails it and the ones
+        behind it (their offsets are no longer the log end's), not the ones before it."""
+        seg = group[0].seg
+        position = seg.size
+        fd = self._acquire(seg)
+        try:
+            try:
+                pwrite_direct(seg.log_file.path, fd, [w.batch for w in group], position)
+            except OSError as e:
+                raise StorageError(f"append to {self.directory} failed: {e}") from e
+            for i, w in enumerate(group):
+                try:
+                    oi, ti = self._index(
+                        seg, fd, position, w.n, w.base_offset, w.last_offset, w.max_timestamp
+                    )
+                except StorageError:
+                    if i == 0:
+                        raise
+                    return
+                self._publish(seg, position, w.n, oi, ti, w.last_offset, w.max_timestamp)
+                w.done = True
+                position += w.n
+        finally:
+            seg.log_file.release(wrote=True)
+
+    def _acquire(self, seg: LogSegment) -> int:
+        """The segment's descriptor, pinned (reopened if the budget closed it meanwhile)."""
+        try:
+            return seg.log_file.acquire()
+        except OSError as e:
+            raise StorageError(f"append to {self.directory} failed: {e}") from e
+
+    def _index(
         self,
         seg: LogSegment,
         fd: int,
-        batch,
-        n: int,
         position: int,
+        n: int,
         base_offset: int,
         last_offset: int,
         max_timestamp: int,
-        aborted_txn: AbortedTxn | None,
-        direct: bool,
     ) -> tuple[bytes | None, bytes | None]:
-        """Write the batch and its index entries at ``position`` through ``fd`` (pinned);
-        undo everything on failure. Returns the index entries to publish."""
-        try:
-            if direct:
-                pwrite_direct(seg.log_file.path, fd, batch, n, position)
-            else:
-                self._io.write_all(fd, batch, n, position)
-        except OSError as e:
-            raise StorageError(f"append to {self.directory} failed: {e}") from e
-        if aborted_txn is not None:
-            try:
-                seg.txn_index.append(aborted_txn)
-            except OSError as e:
-                undo_write(fd, position)
-                raise StorageError(f"append to {self.directory} failed: {e}") from e
+        """Write the index entries (if due) of the batch written at ``position`` through
+        ``fd`` (pinned); on failure the index files go back to their entries and the file is
+        cut back to ``position``. Returns the index entries to publish."""
         assert seg.max_ts is not None  # known while the segment is active
         if seg.bytes_since_index <= seg.index_interval_bytes and max_timestamp <= seg.max_ts:
             seg.bytes_since_index += n  # the common case: no index entry, no new maximum
@@ -290,6 +339,30 @@ class LogAppends(LogState):
             undo_write(fd, position)
             raise StorageError(f"append to {self.directory} failed: {e}") from e
         return oi, ti
+
+    def _publish(
+        self,
+        seg: LogSegment,
+        position: int,
+        n: int,
+        oi: bytes | None,
+        ti: bytes | None,
+        last_offset: int,
+        max_timestamp: int,
+    ) -> None:
+        """Make the batch written at ``position`` readable: size, index entries, log end."""
+        with self._lock:
+            seg.size = position + n
+            if oi is not None:
+                seg.offset_index.add_entry(oi)
+            if ti is not None:
+                seg.time_index.add_entry(ti)
+            self.log_end_offset = last_offset + 1
+            if position == 0:
+                seg.rolling_ts = max_timestamp
+            mt = self._max_ts
+            if mt is not None and max_timestamp > mt[0]:
+                self._max_ts = (max_timestamp, last_offset)
 
     def roll(self) -> None:
         """Start a new active segment now, unless the active one is empty (owner thread)."""

@@ -248,18 +248,19 @@ def pwrite_all(fd: int, data, n: int, position: int) -> None:
 
 
 DIRECT_BLOCK = 4096  # O_DIRECT alignment of offsets, lengths and memory (a page: safe for any disk)
-DIRECT_CHUNK = 1 << 20  # bytes per O_DIRECT write at most: the size of each thread's buffer
+DIRECT_CHUNK = 4 << 20  # bytes per O_DIRECT write at most: the size of each thread's buffer
 _direct_buffers = threading.local()  # per writing thread: a page-aligned buffer
 
 
-def pwrite_direct(path: str, fd: int, data, n: int, position: int) -> None:
-    """``pwrite_all`` around the page cache: the ``n`` bytes of ``data`` go from memory to the
-    disk (``O_DIRECT``), and the file ``fd`` (open at ``path``) ends after them.
+def pwrite_direct(path: str, fd: int, parts: list, position: int) -> None:
+    """``pwrite_all`` around the page cache: the bytes of the buffers ``parts``, one after the
+    other, go from memory to the disk (``O_DIRECT``), and the file ``fd`` (open at ``path``)
+    ends after them.
 
     ``O_DIRECT`` takes whole aligned blocks from aligned memory, so the bytes are copied into
     the thread's buffer behind the bytes before ``position`` in its block (read back through
     ``fd``) and written ``DIRECT_CHUNK`` at a time; the last block is padded with zeros, and
-    the file is cut back to ``position + n``. Where the file system refuses ``O_DIRECT`` or
+    the file is cut back to where the bytes end. Where the file system refuses ``O_DIRECT`` or
     these blocks (EINVAL), writes through ``fd``.
     """
     try:
@@ -267,42 +268,69 @@ def pwrite_direct(path: str, fd: int, data, n: int, position: int) -> None:
     except OSError as e:
         if e.errno != errno.EINVAL:
             raise
-        return pwrite_all(fd, data, n, position)
+        return _pwrite_parts(fd, parts, position)
     try:
-        _write_blocks(dfd, fd, data, n, position)
-        os.ftruncate(fd, position + n)
+        os.ftruncate(fd, _write_blocks(dfd, fd, parts, position))
     except OSError as e:
         undo_write(fd, position)
         if e.errno != errno.EINVAL:
             raise
-        pwrite_all(fd, data, n, position)
+        _pwrite_parts(fd, parts, position)
     finally:
         os.close(dfd)
 
 
-def _write_blocks(dfd: int, fd: int, data, n: int, position: int) -> None:
+def _pwrite_parts(fd: int, parts: list, position: int) -> None:
+    start = position
+    try:
+        for part in parts:
+            n = memoryview(part).nbytes
+            pwrite_all(fd, part, n, position)
+            position += n
+    except OSError:
+        undo_write(fd, start)
+        raise
+
+
+def _write_blocks(dfd: int, fd: int, parts: list, position: int) -> int:
+    """Write ``parts`` at ``position`` through ``dfd`` in whole blocks; where they end."""
     buf = getattr(_direct_buffers, "buf", None)
     if buf is None:
         buf = _direct_buffers.buf = mmap.mmap(-1, DIRECT_CHUNK)
     start = position - position % DIRECT_BLOCK
     fill = position - start  # bytes in the buffer
-    with memoryview(buf) as view, memoryview(data) as src:
+    with memoryview(buf) as view:
         if fill and os.preadv(fd, [view[:fill]], start) != fill:
             raise OSError(errno.EIO, "the block being appended to is short")
-        done = 0
-        while done < n:
-            take = min(n - done, DIRECT_CHUNK - fill)
-            view[fill : fill + take] = src[done : done + take]
-            done += take
-            fill += take
-            if done == n:  # the last write: pad its last block
-                size = -(-fill // DIRECT_BLOCK) * DIRECT_BLOCK
-                view[fill:size] = bytes(size - fill)
-                fill = size
-            if os.pwrite(dfd, view[:fill], start) != fill:
-                raise OSError(errno.EIO, "short write")
-            start += fill
-            fill = 0
+        end = position
+        for part in parts:
+            with memoryview(part) as src:
+                done, n = 0, src.nbytes
+                while done < n:
+                    take = min(n - done, DIRECT_CHUNK - fill)
+                    view[fill : fill + take] = src[done : done + take]
+                    done += take
+                    fill += take
+                    if fill == DIRECT_CHUNK:
+                        start, fill = _write_out(dfd, view, start, fill), 0
+                end += n
+        if fill:  # the last write: pad its last block
+            size = -(-fill // DIRECT_BLOCK) * DIRECT_BLOCK
+            view[fill:size] = bytes(size - fill)
+            _write_out(dfd, view, start, size)
+    return end
+
+
+def _write_out(dfd: int, view: memoryview, start: int, size: int) -> int:
+    """Write the buffer's first ``size`` bytes (whole blocks) at ``start``; the next start.
+    A short write is followed by one of the rest, which raises why (ENOSPC)."""
+    done = 0
+    while done < size:
+        written = os.pwrite(dfd, view[done:size], start + done)
+        if written <= 0:
+            raise OSError(errno.EIO, "short write")
+        done += written
+    return start + size
 
 
 def undo_write(fd: int, position: int) -> None:

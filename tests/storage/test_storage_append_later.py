@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import os
 import shutil
 import subprocess
 import threading
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from headrace.storage import Log, LogConfig, StorageError
+from headrace.storage.append import DIRECT_GROUP
 from conftest import SMALL
 from storage_batches import last_offset, make_batch, max_ts, split_batches
 
@@ -166,6 +168,61 @@ def test_direct_writes_keep_every_byte_and_the_file_ends_where_the_log_does(open
     assert read_all(open_log(recover=True, path=log_dir.with_name("copy-0"))) == batches
     log.close()
     assert read_all(open_log()) == batches
+
+
+def reserve_direct(log: Log, value_sizes: list[int]) -> list[tuple[bytes, object]]:
+    """Direct reservations of two-record batches of these value sizes: (batch, write)."""
+    out = []
+    for size in value_sizes:
+        batch = make_batch(log.next_offset, 2, value_size=size)
+        write = log.append_later(
+            batch, log.next_offset, last_offset(batch), max_ts(batch), direct=True
+        )
+        out.append((batch, write))
+    return out
+
+
+def test_direct_writes_queued_together_are_written_by_the_first_ones_call(open_log, log_dir):
+    """The first call writes the direct reservations queued behind it on its segment, up to
+    ``DIRECT_GROUP`` bytes, in one write; readers see them at once, the calls of the ones it
+    took find them written, and every byte reads back, also after a reopen."""
+    log = open_log(dataclasses.replace(SMALL, segment_bytes=64 << 20))
+    reserved = reserve_direct(log, [700, 5000, 1 << 19, 333, 3 << 19, 1000])
+    batches = [b for b, _ in reserved]
+    assert sum(map(len, batches[:5])) > DIRECT_GROUP >= sum(map(len, batches[:4]))
+    reserved[0][1]()
+    end, seen = log.log_end_offset, read_all(log)
+    for _, write in reserved[1:]:
+        write()
+    assert (end, seen) == (last_offset(batches[3]) + 1, batches[:4])  # four, in one write
+    assert (log.log_end_offset, log.writing) == (last_offset(batches[-1]) + 1, False)
+    assert sum(p.stat().st_size for p in log_dir.glob("*.log")) == log.size_in_bytes
+    assert read_all(log) == batches
+    log.close()
+    assert read_all(open_log()) == batches
+
+
+@pytest.mark.parametrize("small_disk", ["4m"], indirect=True)
+def test_direct_writes_taken_together_fail_together_on_a_full_disk(open_log, small_disk):
+    """A write of several reservations that does not fit fails every one of them and leaves
+    the log and its file as they were; once there is room, the offsets are given again."""
+    log = open_log(LogConfig(segment_bytes=64 << 20), path=small_disk / "t-0")
+    kept = [b for b, write in reserve_direct(log, [3000]) if write() is None]
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (os.statvfs(small_disk).f_bavail * 4096 - (64 << 10)))
+    reserved = reserve_direct(log, [30_000, 30_000, 30_000])
+    for i, (_, write) in enumerate(reserved):
+        with pytest.raises(StorageError, match="No space left" if i == 0 else "earlier one"):
+            write()
+    assert (log.next_offset, log.log_end_offset, log.writing) == (2, 2, False)
+    assert (small_disk / "t-0" / f"{0:020d}.log").stat().st_size == log.size_in_bytes
+    assert read_all(log) == kept
+    filler.unlink()
+    again = reserve_direct(log, [30_000, 30_000])
+    assert int.from_bytes(again[0][0][:8], "big") == 2
+    for _, write in again:
+        write()
+    assert read_all(log) == kept + [b for b, _ in again]
 
 
 @pytest.fixture
