@@ -61,7 +61,7 @@ class Reserved:
 class Reservations:
     """The appends ``append_later`` reserved and a writer has not yet written (lock held)."""
 
-    __slots__ = ("count", "size", "end", "written", "queued")
+    __slots__ = ("count", "size", "end", "written", "queued", "failed")
 
     def __init__(self, lock: threading.Lock) -> None:
         self.count = 0
@@ -69,6 +69,9 @@ class Reservations:
         self.end = 0  # the offset after the last one
         self.written = threading.Condition(lock)  # notified when count drops to 0
         self.queued: deque[Reserved] = deque()  # in reservation order, none taken to write yet
+        # a write failed, and the owner has not yet said it knows (``failure_seen``): until
+        # then the failed offsets stay taken, so every append fails
+        self.failed = False
 
     def take(self, first: Reserved) -> list[Reserved]:
         """The reservations to write now, from ``first`` (the next one in order): it alone, or
@@ -115,6 +118,8 @@ class LogAppends(LogState):
         written before the batch is published, so a flush that covers the marker covers it.
         """
         self.settle()
+        if self._reserved is not None and self._reserved.failed:
+            raise StorageError(f"append to {self.directory} failed: an earlier one failed")
         if base_offset != self.log_end_offset and not (
             copied and base_offset > self.log_end_offset
         ):
@@ -161,15 +166,26 @@ class LogAppends(LogState):
     @property
     def next_offset(self) -> int:
         """The offset the next append gets: ``log_end_offset`` unless ``append_later`` has
-        reservations not yet written (owner thread)."""
+        reservations not yet written, or failed ones not yet seen (owner thread)."""
         r = self._reserved
-        return r.end if r is not None and r.count else self.log_end_offset
+        return r.end if r is not None and (r.count or r.failed) else self.log_end_offset
 
     @property
     def writing(self) -> bool:
-        """Reservations of ``append_later`` are not yet written."""
+        """Reservations of ``append_later`` are not yet written, or failed unseen."""
         r = self._reserved
-        return r is not None and r.count > 0
+        return r is not None and (r.count > 0 or r.failed)
+
+    def failure_seen(self) -> None:
+        """The owner knows that reserved writes failed (it has forgotten what it kept about
+        their batches): once none is left to write, appends take the log end offset again.
+        Until then every append fails, so none lands behind the failed ones while the owner
+        still counts them (owner thread)."""
+        r = self._reserved
+        if r is not None:
+            with self._lock:
+                if not r.count:
+                    r.failed = False
 
     def settle(self) -> None:
         """Wait until every reservation of ``append_later`` has been written or has failed
@@ -251,6 +267,7 @@ class LogAppends(LogState):
         """An ``append_later`` reservation's write (the writer thread), with the ones queued
         behind it that go into the same write (``Reservations.take``), unless it was written
         with the one ahead of it."""
+        failed = True
         try:
             with self._lock:
                 group = [] if w.done else r.take(w)
@@ -267,8 +284,10 @@ class LogAppends(LogState):
                     self._append_to(
                         w.seg, w.batch, w.n, w.base_offset, w.last_offset, w.max_timestamp, None
                     )
+            failed = False
         finally:
             with r.written:
+                r.failed = r.failed or failed
                 r.count -= 1
                 r.size -= w.n
                 if not r.count:

@@ -387,11 +387,17 @@ class Partition:
 
     def _written(self, base: int, write: asyncio.Future) -> None:
         """A write left to the append stage is done: its batches are readable, or (it failed)
-        forgotten by the producer state, as are the ones reserved after it (they fail too)."""
-        if self._writes is write:
+        forgotten by the producer state, as are the ones reserved after it (they fail too).
+        The log refuses appends from a failed write until the last one reserved is done and
+        forgotten (``Log.failure_seen``): an append taking the failed offsets before the
+        producer state forgot them would land behind a gap."""
+        last = self._writes is write
+        if last:
             self._writes = None
         if write.cancelled() or write.exception() is not None:
             self.producers.truncate(base)
+            if last:
+                self.log.failure_seen()
         else:
             self._appended(0)
 

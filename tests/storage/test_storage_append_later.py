@@ -102,9 +102,17 @@ def test_a_failed_write_fails_the_ones_behind_it_and_leaves_the_log_as_it_was(op
     for w in writes:
         with pytest.raises(StorageError):
             w()
-    assert (log.next_offset, log.log_end_offset, log.writing) == (3, 3, False)
     assert read_all(log) == [kept]
     log._io.failing = False
+    # until the owner says it knows, the failed offsets stay taken and every append fails
+    assert (log.next_offset, log.log_end_offset, log.writing) == (12, 3, True)
+    late, write = reserve(log)
+    with pytest.raises(StorageError, match="earlier one failed"):
+        write()
+    with pytest.raises(StorageError, match="earlier one failed"):
+        log.append(late, 3, last_offset(late), max_ts(late))
+    log.failure_seen()
+    assert (log.next_offset, log.log_end_offset, log.writing) == (3, 3, False)
     after, write = reserve(log)
     assert int.from_bytes(after[:8], "big") == 3  # the failed offsets are given again
     write()
@@ -214,6 +222,7 @@ def test_direct_writes_taken_together_fail_together_on_a_full_disk(open_log, sma
     for i, (_, write) in enumerate(reserved):
         with pytest.raises(StorageError, match="No space left" if i == 0 else "earlier one"):
             write()
+    log.failure_seen()
     assert (log.next_offset, log.log_end_offset, log.writing) == (2, 2, False)
     assert (small_disk / "t-0" / f"{0:020d}.log").stat().st_size == log.size_in_bytes
     assert read_all(log) == kept
