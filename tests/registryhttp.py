@@ -1,10 +1,11 @@
 """A real broker with its schema registry on, for the registry's HTTP tests: ``start`` one,
-``url`` of its registry, ``call`` a route and check its status."""
+``url`` of its registry, ``fixtures`` for a test module, ``call`` a route and check its status."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 import requests
 
 from headrace.broker.tools.process import BrokerProcess
@@ -17,6 +18,24 @@ def start(directory, **settings) -> BrokerProcess:
     return BrokerProcess(
         directory, {"schema.registry.listeners": "http://127.0.0.1:0", **settings}
     ).start()
+
+
+def fixtures(name: str, **settings):
+    """A test module's ``broker`` (the registry on, plus ``settings``; one per module, in a
+    directory named ``name``) and ``base`` (its registry's URL) fixtures:
+    ``broker, base = registryhttp.fixtures("registry-x")``."""
+
+    @pytest.fixture(scope="module")
+    def broker(tmp_path_factory):
+        b = start(tmp_path_factory.mktemp(name), **settings)
+        yield b
+        b.kill()
+
+    @pytest.fixture(scope="module")
+    def base(broker) -> str:
+        return url(broker)
+
+    return broker, base
 
 
 def url(broker: BrokerProcess) -> str:

@@ -208,6 +208,15 @@ def test_a_forwarded_principal_is_taken_only_from_a_super_user(broker):
     assert answer.status_code == 403 and "User alice is denied" in answer.json()["message"]
 
 
+def alice_may_write_prefixed(broker, prefix: str) -> None:
+    """A PREFIXED ACL: alice may WRITE every topic (so subject) whose name starts ``prefix``."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    grant = AclBinding(ResourceType.TOPIC, prefix, ResourcePatternType.PREFIXED, "User:alice",
+                       "*", AclOperation.WRITE, AclPermissionType.ALLOW)
+    for f in admin.create_acls([grant]).values():
+        f.result(30)
+
+
 def test_context_subjects_are_authorized_by_their_qualified_names(broker):
     """(Last: it adds subjects.) ``:.shop:orders-value`` is the topic ``:.shop:orders``, not
     ``orders``: WRITE on ``orders`` does not reach it, a PREFIXED ACL on ``:.shop:`` does;
@@ -217,11 +226,7 @@ def test_context_subjects_are_authorized_by_their_qualified_names(broker):
                            headers=CT, auth=as_user("alice"), timeout=10)
     assert (answer.status_code, answer.json()) == (403, {"error_code": 40301, "message":
         "User alice is denied operation Write on Subject: :.shop:orders-value"})
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    grant = AclBinding(ResourceType.TOPIC, ":.shop:", ResourcePatternType.PREFIXED, "User:alice",
-                       "*", AclOperation.WRITE, AclPermissionType.ALLOW)
-    for f in admin.create_acls([grant]).values():
-        f.result(30)
+    alice_may_write_prefixed(broker, ":.shop:")
     alice = client(broker, "alice")
     assert alice.register_schema(":.shop:orders-value", Schema(json.dumps(ORDER), "AVRO")) == 1
     assert ":.shop:orders-value" in alice.get_subjects()
@@ -243,11 +248,7 @@ def test_a_context_prefix_is_authorized_as_the_qualified_subject(broker):
     answer = requests.post(register, data=order, headers=CT, auth=as_user("alice"), timeout=10)
     assert (answer.status_code, answer.json()) == (403, {"error_code": 40301, "message":
         "User alice is denied operation Write on Subject: :.pa:orders-value"})
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    grant = AclBinding(ResourceType.TOPIC, ":.pa:", ResourcePatternType.PREFIXED, "User:alice",
-                       "*", AclOperation.WRITE, AclPermissionType.ALLOW)
-    for f in admin.create_acls([grant]).values():
-        f.result(30)
+    alice_may_write_prefixed(broker, ":.pa:")
     answer = requests.post(register, data=order, headers=CT, auth=as_user("alice"), timeout=10)
     assert (answer.status_code, answer.json()["id"]) == (200, 1)
 

@@ -70,16 +70,7 @@ def record(name: str, *fields: str) -> str:
     return json.dumps(doc, separators=(",", ":"))
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = registryhttp.start(tmp_path_factory.mktemp("registry-context-paths"))
-    yield b
-    b.kill()
-
-
-@pytest.fixture(scope="module")
-def base(broker) -> str:
-    return registryhttp.url(broker)
+broker, base = registryhttp.fixtures("registry-context-paths")
 
 
 def alike(base: str, path: str, plain: str, body=None, **params):
@@ -242,9 +233,10 @@ def test_references_qualified_on_request(base):
     by_id = call(base, "GET", f"/contexts/.rf/schemas/ids/{line_id}", referenceFormat="qualified")
     assert by_id["references"] == qualified
     # the default context's
-    assert call(
-        base, "GET", "/subjects/line/versions/1", referenceFormat="qualified"
-    )["references"] == refs
+    assert (
+        call(base, "GET", "/subjects/line/versions/1", referenceFormat="qualified")["references"]
+        == refs
+    )
     by_id = call(base, "GET", f"/schemas/ids/{default_id}", referenceFormat="qualified")
     assert by_id["references"] == refs
 

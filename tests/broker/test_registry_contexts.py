@@ -30,16 +30,7 @@ def register(base: str, subject: str, schema: str, **extra) -> dict:
     return call(base, "POST", f"/subjects/{subject}/versions", {"schema": schema, **extra})
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = registryhttp.start(tmp_path_factory.mktemp("registry-contexts"), **{"num.partitions": 1})
-    yield b
-    b.kill()
-
-
-@pytest.fixture(scope="module")
-def base(broker) -> str:
-    return registryhttp.url(broker)
+broker, base = registryhttp.fixtures("registry-contexts", **{"num.partitions": 1})
 
 
 @pytest.fixture(scope="module")

@@ -30,16 +30,7 @@ def md5_uuid(*parts: bytes) -> str:
     return str(uuid.UUID(bytes=hashlib.md5(b"".join(parts)).digest()))
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = registryhttp.start(tmp_path_factory.mktemp("registry-guids"), **{"num.partitions": 1})
-    yield b
-    b.kill()
-
-
-@pytest.fixture(scope="module")
-def base(broker) -> str:
-    return registryhttp.url(broker)
+broker, base = registryhttp.fixtures("registry-guids", **{"num.partitions": 1})
 
 
 def test_guid_in_answers_and_schema_by_guid(base):

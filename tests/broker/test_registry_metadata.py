@@ -4,24 +4,13 @@ tells it, Headrace's version."""
 
 from __future__ import annotations
 
-import pytest
 import registryhttp
 import requests
 from confluent_kafka.admin import AdminClient
 
 import headrace
 
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    b = registryhttp.start(tmp_path_factory.mktemp("registry-metadata"))
-    yield b
-    b.kill()
-
-
-@pytest.fixture(scope="module")
-def base(broker) -> str:
-    return registryhttp.url(broker)
+broker, base = registryhttp.fixtures("registry-metadata")
 
 
 def get(base: str, path: str):
