@@ -67,9 +67,11 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from bench import brokers, report, saturate, tansu
+from bench import brokers, report, saturate, tansu, wire
+from bench.apache_kafka import HOST
 from bench.coldstart import run_coldstart
 from bench.consume import ConsumeSetup, run_consume, setup_consume
 from bench.context import RESULTS, Context, loadavg
@@ -241,6 +243,22 @@ class Session:
                                                self.ctx.logs / name, group=name))
         return sample
 
+    def make_room(self, short: Callable[[], str | None], wait_s: float = 120.0) -> str | None:
+        """Delete the topics of this session's earlier produce runs (a curve point's data is
+        not read again) and wait until the broker has removed their files (Kafka: after its
+        ``log.segment.delete.delay.ms``, 60 s) so that ``short()`` says the next run fits, at
+        most ``wait_s``; what ``short()`` says then."""
+        try:
+            with wire.WireClient(HOST, self.broker.port) as client:
+                client.delete_topics([f"bench-{i}" for i in range(1, self.runs + 1)])
+        except (OSError, wire.WireError) as e:  # (a broker without DeleteTopics: as before)
+            self.ctx.progress(f"{self.sc.id} {self.kind}: deleting topics failed: {e}")
+            return short()
+        deadline = time.monotonic() + wait_s
+        while (why := short()) and time.monotonic() < deadline:
+            time.sleep(1)
+        return why
+
     def warmup(self) -> dict:
         """The discarded warm-up run: one client, the scenario's base record count."""
         if self.sc.kind == "consume":
@@ -366,7 +384,11 @@ def saturation_scenario(sc: Scenario, ctx: Context, layout: str, entry: dict) ->
                 for n in ctx.clients:
                     expect = mib * (n / prev_n) ** 0.5
                     short = disk_short(sc, ctx, expect)
-                    if short:  # the session keeps every point's data
+                    if short and sc.kind != "consume":  # the earlier points' data goes first
+                        ctx.progress(f"{sc.id} [{layout}] {kind} curve: {short}; deleting the "
+                                     "earlier points' topics")
+                        short = sess.make_room(lambda: disk_short(sc, ctx, expect))
+                    if short:
                         d["curve"].append({"clients": n, "status": "skipped", "reason": short})
                         ctx.progress(f"{sc.id} [{layout}] {kind} curve: {n} clients skipped: "
                                      f"{short}")

@@ -29,7 +29,7 @@ import crc32c
 
 # API keys
 PRODUCE, LIST_OFFSETS, METADATA, API_VERSIONS, CREATE_TOPICS = 0, 2, 3, 18, 19
-FIND_COORDINATOR, OFFSET_COMMIT, JOIN_GROUP = 10, 8, 11
+FIND_COORDINATOR, OFFSET_COMMIT, JOIN_GROUP, DELETE_TOPICS = 10, 8, 11, 20
 CLIENT_ID = b"headrace-bench"
 
 
@@ -202,6 +202,13 @@ class WireClient:
             r.string()
             return err
         raise WireError("CreateTopics: empty response")
+
+    def delete_topics(self, names: list[str], timeout_ms: int = 30000) -> dict[str, int]:
+        """DeleteTopics v1; each topic's error code (0, or 3 UNKNOWN_TOPIC_OR_PARTITION...)."""
+        body = struct.pack(">i", len(names)) + b"".join(_str(n) for n in names)
+        r = self.request(DELETE_TOPICS, 1, body + struct.pack(">i", timeout_ms))
+        r.take(">i")  # throttle
+        return {r.string(): r.take(">h") for _ in range(r.take(">i"))}
 
     def list_offsets(self, topic: str, partitions: list[int], timestamp: int = -1
                      ) -> dict[int, tuple[int, int]]:

@@ -242,3 +242,32 @@ def test_a_sweep_point_is_shortened_or_skipped_to_fit_the_disk(tmp_path):
     assert records == pytest.approx(fits, rel=0.01) and why.startswith("window 20 s, not 30")
     records, why = sweep_records(s1, ctx, fits / 5)  # room for 5 s, below the small size's 10
     assert records == 0 and "free on the data disk" in why
+
+
+def test_a_curve_point_without_room_deletes_the_earlier_points_topics_first(tmp_path):
+    """A curve's points share a broker that keeps each point's records: when the next point
+    would not fit on the disk, the earlier points' topics are deleted (DeleteTopics) and the
+    harness waits until their files are gone."""
+    import argparse
+
+    from bench.context import Context
+    from bench.run import Session
+    from bench.scenarios import select
+
+    ctx = Context(argparse.Namespace(size="tiny", runs=1, brokers="headrace", driver="wire",
+                                     raw_dir=str(tmp_path), data_dir=None, quiet=True,
+                                     profile_idle=False), "s")
+    s1 = select("S1")[0]
+    with Session(s1, "headrace", ctx, "curve") as sess:
+        sess.produce(1, 0, seconds=1)
+        sess.produce(1, 0, seconds=1)
+        logs = [sess.broker.data_dir / f"bench-{i}-0" for i in (1, 2)]
+        assert all(d.is_dir() and any(d.iterdir()) for d in logs)
+
+        def short() -> str | None:
+            return "the points' files are still there" if any(d.exists() for d in logs) else None
+
+        assert short() is not None
+        assert sess.make_room(short, wait_s=30) is None
+        with wire.WireClient("127.0.0.1", sess.broker.port) as client:
+            assert client.delete_topics(["bench-1"]) == {"bench-1": 3}  # gone: UNKNOWN_TOPIC
