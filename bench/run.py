@@ -334,6 +334,16 @@ def disk_short(sc: Scenario, ctx: Context, mib_per_sec: float) -> str | None:
     return f"{need / 2**30:.1f} GiB needed, {free / 2**30:.1f} GiB free on the data disk"
 
 
+def window_cut(sc: Scenario, ctx: Context, mib_per_sec: float) -> str | None:
+    """Why a produce run at ``mib_per_sec`` would not get the size's whole window (the disk
+    has room for a shorter one, or none), or None."""
+    short = disk_short(sc, ctx, mib_per_sec)
+    seconds = seconds_for(sc, ctx, mib_per_sec)
+    if short or seconds is None or seconds >= SECONDS[ctx.size]:
+        return short
+    return f"room for a window of {seconds:.0f} s, not {SECONDS[ctx.size]}"
+
+
 def sweep_records(sc: Scenario, ctx: Context, rate: float) -> tuple[int, str | None]:
     """Records for a sweep point at ``rate`` records/s and why it is not the size's window:
     the points of one sweep share a broker, whose log keeps what the earlier ones wrote, so a
@@ -383,11 +393,12 @@ def saturation_scenario(sc: Scenario, ctx: Context, layout: str, entry: dict) ->
                 prev_n, best_so_far = 1, 0.0
                 for n in ctx.clients:
                     expect = mib * (n / prev_n) ** 0.5
-                    short = disk_short(sc, ctx, expect)
-                    if short and sc.kind != "consume":  # the earlier points' data goes first
-                        ctx.progress(f"{sc.id} [{layout}] {kind} curve: {short}; deleting the "
+                    cut = window_cut(sc, ctx, expect)
+                    if cut and sc.kind != "consume":  # the earlier points' data goes first
+                        ctx.progress(f"{sc.id} [{layout}] {kind} curve: {cut}; deleting the "
                                      "earlier points' topics")
-                        short = sess.make_room(lambda: disk_short(sc, ctx, expect))
+                        sess.make_room(lambda: window_cut(sc, ctx, expect))
+                    short = disk_short(sc, ctx, expect)
                     if short:
                         d["curve"].append({"clients": n, "status": "skipped", "reason": short})
                         ctx.progress(f"{sc.id} [{layout}] {kind} curve: {n} clients skipped: "
