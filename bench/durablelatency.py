@@ -18,6 +18,7 @@ rate. Prints p50/p99/p99.9 of every run and the medians over the rounds.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 from bench import brokers, wire
+from bench.context import RESULTS
 from bench.cpu import Meter
 from bench.wireproduce import drive, percentile
 
@@ -79,9 +81,22 @@ def broker_run(kind: str, root: Path, bytes_per_sec: float, seconds: float) -> d
     return {k: res[k] for k in ("p50_ms", "p99_ms", "p999_ms")}
 
 
+def kafka_half() -> float | None:
+    """The offered rate of the S2 sweep's point at 50% of Kafka's maximum in the committed
+    results (MiB/s), None without one."""
+    try:
+        kinds = json.loads((RESULTS / "results.json").read_text())["scenarios"]["S2"]["kinds"]
+    except (OSError, ValueError, KeyError):
+        return None
+    for point in (p for k in kinds.values() for p in k.get("sweep", [])):
+        if point.get("load") == "50% of Kafka's maximum" and point.get("records_per_sec"):
+            return point["records_per_sec"] * 64 * 1024 / MiB
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mib-per-sec", type=float, default=123.0,
+    ap.add_argument("--mib-per-sec", type=float, default=kafka_half() or 123.0,
                     help="the offered rate (default: 50%% of Kafka's S2 maximum in the "
                          "committed results)")
     ap.add_argument("--seconds", type=float, default=30.0)

@@ -357,7 +357,7 @@ def sweep_records(sc: Scenario, ctx: Context, rate: float) -> tuple[int, str | N
     least = int(rate * SECONDS["small"])
     if fits < least:
         return 0, f"{free / 2**30:.1f} GiB free on the data disk"
-    return fits, (f"window {fits / rate:.0f} s, not {n / rate:.0f}: "
+    return fits, (f"window {fits / rate:.1f} s, not {n / rate:.1f}: "
                   f"{free / 2**30:.1f} GiB free on the data disk")
 
 

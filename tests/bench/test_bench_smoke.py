@@ -239,7 +239,7 @@ def test_a_sweep_point_is_shortened_or_skipped_to_fit_the_disk(tmp_path):
     records, why = sweep_records(s1, ctx, fits / full / 2)  # half the disk's room
     assert why is None and records == int(fits / full / 2 * full)
     records, why = sweep_records(s1, ctx, fits / 20)  # room for 20 s of the 30
-    assert records == pytest.approx(fits, rel=0.01) and why.startswith("window 20 s, not 30")
+    assert records == pytest.approx(fits, rel=0.01) and why.startswith("window 20.0 s, not 30.0")
     records, why = sweep_records(s1, ctx, fits / 5)  # room for 5 s, below the small size's 10
     assert records == 0 and "free on the data disk" in why
 
