@@ -243,21 +243,19 @@ class Session:
                                                self.ctx.logs / name, group=name))
         return sample
 
-    def make_room(self, short: Callable[[], str | None], wait_s: float = 120.0) -> str | None:
+    def make_room(self, short: Callable[[], str | None], wait_s: float = 120.0) -> None:
         """Delete the topics of this session's earlier produce runs (a curve point's data is
         not read again) and wait until the broker has removed their files (Kafka: after its
-        ``log.segment.delete.delay.ms``, 60 s) so that ``short()`` says the next run fits, at
-        most ``wait_s``; what ``short()`` says then."""
+        ``log.segment.delete.delay.ms``, 60 s), until ``short()`` says None or for ``wait_s``."""
         try:
             with wire.WireClient(HOST, self.broker.port) as client:
                 client.delete_topics([f"bench-{i}" for i in range(1, self.runs + 1)])
         except (OSError, wire.WireError) as e:  # (a broker without DeleteTopics: as before)
             self.ctx.progress(f"{self.sc.id} {self.kind}: deleting topics failed: {e}")
-            return short()
+            return
         deadline = time.monotonic() + wait_s
-        while (why := short()) and time.monotonic() < deadline:
+        while short() and time.monotonic() < deadline:
             time.sleep(1)
-        return why
 
     def warmup(self) -> dict:
         """The discarded warm-up run: one client, the scenario's base record count."""
@@ -341,7 +339,7 @@ def window_cut(sc: Scenario, ctx: Context, mib_per_sec: float) -> str | None:
     seconds = seconds_for(sc, ctx, mib_per_sec)
     if short or seconds is None or seconds >= SECONDS[ctx.size]:
         return short
-    return f"room for a window of {seconds:.0f} s, not {SECONDS[ctx.size]}"
+    return f"room for a window of {seconds:.0f} s, not {SECONDS[ctx.size]:.0f}"
 
 
 def sweep_records(sc: Scenario, ctx: Context, rate: float) -> tuple[int, str | None]:
