@@ -11,6 +11,7 @@ from headrace.broker.cluster.single_node import SingleNode
 from headrace.broker.cluster.znodes import Endpoint
 from headrace.broker.config.config import BrokerConfig
 from headrace.broker.coordinator.group import group_offsets
+from headrace.broker.coordinator.txn.markers import write_here
 from headrace.broker.coordinator.txn.producer_ids import ProducerIdManager
 from headrace.broker.log.log_cleaner import LogCleaner
 from headrace.broker.log.topics import TopicManager
@@ -139,6 +140,24 @@ async def test_a_commit_whose_complete_record_was_never_flushed_completes_again(
         assert log.log_end_offset == log.recovery_point + 1  # the completion, once more
     finally:
         again.stop()
+
+
+async def test_a_marker_for_a_partition_held_but_not_led_yet_is_not_taken_as_deleted(topics):
+    """A broker can learn that it leads a partition (the partition's state) a moment before
+    it serves it as the leader. A marker that arrives then gets NOT_LEADER_OR_FOLLOWER, which
+    the coordinator tries again; UNKNOWN_TOPIC_OR_PARTITION, which it takes as a deleted
+    partition and never tries again, lost a committed transaction's marker in a rolling
+    restart (its record then read as aborted)."""
+    data = (await topics.create("t", 1, {})).partitions[0]
+    data.leader = False  # held here, not led yet
+    keys = [("t", 0), ("gone", 0)]
+    codes = await write_here(topics, None, 5, 0, True, 0, keys, lambda topic, index: True)
+    assert codes == {("t", 0): ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                     ("gone", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    assert data.log.log_end_offset == 0
+    data.leader = True
+    codes = await write_here(topics, None, 5, 0, True, 0, keys[:1], lambda topic, index: True)
+    assert codes == {("t", 0): ErrorCode.NONE} and data.log.log_end_offset == 1
 
 
 async def test_log_cleaner_without_a_broker(topics):

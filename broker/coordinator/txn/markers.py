@@ -6,7 +6,9 @@ due are flushed together (as any append: Kafka's markers follow their partition'
 settings too) and, in a cluster, each waits for its ISR to have the marker (Kafka appends
 markers with acks=-1: a marker lost in a failover would leave the transaction open on that
 partition for ever); each partition gets its code: NOT_LEADER_OR_FOLLOWER for a partition
-whose leader is another broker, UNKNOWN_TOPIC_OR_PARTITION for one that does not exist,
+whose leader is another broker, or that this broker has been told it leads but does not serve
+as the leader yet (the coordinator tries again), UNKNOWN_TOPIC_OR_PARTITION for one that does
+not exist (the coordinator takes it as deleted),
 INVALID_PRODUCER_EPOCH for a marker older than the partition's producer epoch.
 
 A partition of ``__consumer_offsets`` holds transactional offset commits: before its marker,
@@ -77,12 +79,16 @@ async def write_here(
     ends: dict[Key, int] = {}
     for key in keys:
         name, index = key
-        partition = topics.partition(name, index)
+        topic = topics.get(name)
+        partition = topic.partition(index) if topic is not None else None
         if is_leader is not None and not is_leader(name, index):
             codes[key] = E.NOT_LEADER_OR_FOLLOWER
             continue
-        if partition is None:
+        if topic is None:
             codes[key] = E.UNKNOWN_TOPIC_OR_PARTITION
+            continue
+        if partition is None:  # (held here but not led yet: NOT_LEADER_OR_FOLLOWER)
+            codes[key] = topic.partition_error(index)
             continue
         if name == OFFSETS_TOPIC and groups is not None:
             error = await groups.complete_txn(producer_id, index, commit)
