@@ -79,14 +79,14 @@ async def write_here(
     ends: dict[Key, int] = {}
     for key in keys:
         name, index = key
-        topic = topics.get(name)
-        partition = topic.partition(index) if topic is not None else None
         if is_leader is not None and not is_leader(name, index):
             codes[key] = E.NOT_LEADER_OR_FOLLOWER
             continue
+        topic = topics.get(name)
         if topic is None:
             codes[key] = E.UNKNOWN_TOPIC_OR_PARTITION
             continue
+        partition = topic.partition(index)
         if partition is None:  # (held here but not led yet: NOT_LEADER_OR_FOLLOWER)
             codes[key] = topic.partition_error(index)
             continue
