@@ -19,12 +19,14 @@ kept in offset order; one whose request timed out is removed at once.
 
 ISR changes are written by the leader itself, by compare-and-set on the partition's state
 znode (partition_state.py): a follower joins when its LEO reaches the HW (and the start of the
-current leader epoch); ``shrink`` (every half ``replica.lag.time.max.ms``) drops followers not
-caught up for that long. The new ISR takes effect only once written: a leader that cannot
-write (ZooKeeper unreachable, or its session ended) cannot drop a follower, so it cannot
-acknowledge acks=all writes on its own after the controller has replaced it. When the write is
-refused (someone else changed the state: the controller), the state is read again; if this
-broker no longer leads at this epoch, the replica manager makes it a follower.
+current leader epoch), and from then on the HW waits for it even before the new ISR is
+written (Kafka's maximal ISR: an HW that went past its LEO meanwhile would let it be elected
+without records already acknowledged); ``shrink`` (every half ``replica.lag.time.max.ms``)
+drops followers not caught up for that long. The new ISR takes effect only once written: a
+leader that cannot write (ZooKeeper unreachable, or its session ended) cannot drop a follower,
+so it cannot acknowledge acks=all writes on its own after the controller has replaced it.
+When the write is refused (someone else changed the state: the controller), the state is read
+again; if this broker no longer leads at this epoch, the replica manager makes it a follower.
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ class LeaderState:
         self.waiters: deque[tuple[int, asyncio.Future]] = deque()
         self.active = True
         self._writing = False
+        self._joining: tuple[int, ...] = ()  # followers the ISR being written adds
         self._update_hw()
 
     @property
@@ -98,8 +101,8 @@ class LeaderState:
 
     @property
     def solo(self) -> bool:
-        """Only this broker is in sync: the HW is the log end."""
-        return self.state.isr == (self.node_id,) or not self.state.isr
+        """Only this broker is in sync, and none is joining: the HW is the log end."""
+        return not self._joining and (self.state.isr == (self.node_id,) or not self.state.isr)
 
     # followers ----------------------------------------------------------------------------
 
@@ -122,7 +125,7 @@ class LeaderState:
         f.last_fetch, f.last_fetch_leader_leo = now, leo
         if offset <= leo:
             f.leo = offset
-        if replica not in self.state.isr:
+        if replica not in self.state.isr and replica not in self._joining:
             if f.leo >= self.high_watermark and f.leo >= self.epoch_start:
                 self._change_isr()
         else:
@@ -144,6 +147,10 @@ class LeaderState:
                 if r != self.node_id:
                     f = self.followers.get(r)
                     hw = min(hw, f.leo if f is not None else -1)
+            for r in self._joining:  # (the ISR being written counts already: see _change_isr)
+                f = self.followers.get(r)
+                if f is not None:
+                    hw = min(hw, f.leo)
         if not p.advance_hw(hw):
             return
         self._complete()
@@ -264,6 +271,10 @@ class LeaderState:
         if set(wanted) == set(self.state.isr):
             return
         self._writing = True
+        # A follower joins with its LEO at the HW. Until the new ISR is written, the HW moves
+        # with it as if it were in already (Kafka's maximal ISR): else the HW could pass its
+        # LEO meanwhile, and once in the ISR it could be elected without acknowledged records.
+        self._joining = tuple(r for r in wanted if r not in self.state.isr)
         asyncio.ensure_future(self._write(wanted))
 
     async def _write(self, isr: tuple[int, ...]) -> None:
@@ -273,17 +284,17 @@ class LeaderState:
             written = await self._write_isr(self.state.with_isr(isr), self.state.version)
         except BadVersionError:
             log.info("%s: the ISR write was refused (the state changed): reading it again", name)
-            self._writing = False
+            self._writing, self._joining = False, ()
             await self._reread()
             return
         except (KazooException, NoNodeError, OSError) as e:
             log.warning("%s: cannot write the ISR %s: %s", name, list(isr), e)
-            self._writing = False
+            self._writing, self._joining = False, ()
             return
         except Exception:
-            self._writing = False
+            self._writing, self._joining = False, ()
             raise
-        self._writing = False
+        self._writing, self._joining = False, ()
         if not self.active:
             return
         log.info("%s: ISR %s -> %s", name, list(self.state.isr), list(written.isr))
