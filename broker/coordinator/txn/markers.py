@@ -23,7 +23,7 @@ The coordinator's side (``TransactionMarkers.write``): the markers of a decided 
 each of its partitions not marked yet, ``write_here`` for those led here and one
 WriteTxnMarkers request per other leader, all at once, tried again (the leaders looked up
 again) up to a number of attempts; the partitions marked are remembered, so that a later try
-(the coordinator's timer) sends only the markers still missing.
+(every ``MARKER_RETRY_S``) sends only the markers still missing.
 """
 
 from __future__ import annotations
@@ -52,8 +52,10 @@ E = ErrorCode
 COORDINATOR_EPOCH = 0  # the coordinator of a transactional id never moves yet
 MARKER_VERSION = 1  # WriteTxnMarkers version sent to other brokers
 MARKER_TIMEOUT_S = 5.0  # for one WriteTxnMarkers request
-MARKER_ATTEMPTS = 3  # per completion asked for by a client, before leaving it to the timer
+MARKER_ATTEMPTS = 3  # per completion asked for by a client, before it is left to the retries
 MARKER_BACKOFF_S = 0.1  # doubled after each attempt
+# then the coordinator tries the markers still missing again this often, until written
+MARKER_RETRY_S = 0.5
 # marker codes after which a partition needs no more tries (INVALID_PRODUCER_EPOCH: a newer
 # epoch of the producer has been seen there, which already closed this transaction)
 MARKER_DONE = {E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.INVALID_PRODUCER_EPOCH}
@@ -208,7 +210,7 @@ class TransactionMarkers:
                 await asyncio.sleep(backoff)
                 backoff *= 2
         if txn.partitions - marked:
-            return E.COORDINATOR_NOT_AVAILABLE  # still decided: the timer completes it
+            return E.COORDINATOR_NOT_AVAILABLE  # still decided: tried again later
         self._marked.pop(ident, None)
         return E.NONE
 

@@ -47,7 +47,10 @@ leader loads its whole log: it was in the ISR, so it has every acknowledged chan
   when the producer hears of it. The Complete* record is not waited for (flushed and
   replicated with the next change): losing it costs only the markers written again. Where a
   marker could not be written (leader moved or unreachable, disk error) the transaction
-  stays decided and the timer tries again, sending only the markers still missing.
+  stays decided and is tried again every ``MARKER_RETRY_S`` until done (``_retry_later``;
+  Kafka's coordinator too keeps sending markers until written), sending only the markers
+  still missing: after a restart of the cluster the leaders come back one by one, and a
+  client's commit waits for that, not for the timer.
 * The cluster is seen through three callables given at construction: ``leader_of(topic,
   partition)`` (a node id; None for an unknown partition), ``is_coordinator(transactional
   id)`` and the clients that reach other brokers (``broker_client`` for markers,
@@ -55,9 +58,9 @@ leader loads its whole log: it was in the ISR, so it has every acknowledged chan
   every partition is led here and every transactional id is coordinated here, so nothing goes
   over the network.
 * A timer aborts transactions open longer than their timeout (with an epoch bump: the
-  producer is fenced), finishes decisions whose markers could not be written, and forgets
-  ids idle for ``transactional.id.expiration.ms``. At most ``transactional.id.max.count``
-  ids are kept: a new one beyond gets COORDINATOR_NOT_AVAILABLE.
+  producer is fenced) and forgets ids idle for ``transactional.id.expiration.ms``. At most
+  ``transactional.id.max.count`` ids are kept: a new one beyond gets
+  COORDINATOR_NOT_AVAILABLE.
 * Start-up replays ``__transaction_state`` and finishes every Prepare* decision found there
   (a crash between the decision and its markers; the group coordinator has read the pending
   offsets of open transactions back from ``__consumer_offsets`` before). Open transactions
@@ -89,7 +92,7 @@ from headrace.storage import StorageError
 
 from . import transaction_log
 from .add_partitions_manager import AddPartitionsToTxnManager
-from .markers import MARKER_ATTEMPTS, TransactionMarkers, crash_point
+from .markers import MARKER_ATTEMPTS, MARKER_RETRY_S, TransactionMarkers, crash_point
 from .transaction_log import TRANSACTION_TOPIC, TransactionMetadata
 from .transaction_state import (
     ABORT_EMPTY,
@@ -118,7 +121,7 @@ log = logging.getLogger("headrace.transactions")
 
 E = ErrorCode
 MAX_EPOCH = (1 << 15) - 1
-TIMER_CONCURRENCY = 32  # transactions the timer aborts or completes at once
+TIMER_CONCURRENCY = 32  # transactions aborted by the timer, or tried again, at once
 Key = tuple[str, int]
 
 
@@ -177,6 +180,10 @@ class TransactionCoordinator:
         # or at their coordinator through ``join_client``)
         self.add_partitions_manager = AddPartitionsToTxnManager(self, join_client)
         self._tasks: list[asyncio.Task] = []
+        # decided transactions whose markers are not all written: tried again until done
+        # (``_retry_later``; at most one per transactional id)
+        self._unfinished: set[str] = set()
+        self._retrying: asyncio.Task | None = None
         self._changed: asyncio.Event | None = None  # set when a change is written (_written)
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -198,6 +205,8 @@ class TransactionCoordinator:
     def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        if self._retrying is not None:
+            self._retrying.cancel()
 
     async def _load(self, partitions) -> None:
         """Read the transactional ids of ``partitions`` of ``__transaction_state``; complete
@@ -220,8 +229,8 @@ class TransactionCoordinator:
         if found:
             log.info("loaded %d transactional ids", len(found))
         for txn in found.values():
-            if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):  # else the timer's
-                await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
+            if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):  # (open ones: the timer's)
+                self._retry_later(txn)  # (not awaited: the ids are served meanwhile)
 
     async def partitions_moved(self, gained: list[int], lost: list[int]) -> None:
         """Partitions of ``__transaction_state`` moved here (their transactional ids are
@@ -624,7 +633,8 @@ class TransactionCoordinator:
         finally:
             prepared.pending = False
         if error:
-            return error  # still decided: the timer completes it
+            self._retry_later(prepared)  # still decided
+            return error
         done = replace(
             prepared,
             state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
@@ -641,37 +651,56 @@ class TransactionCoordinator:
             )
         return await self._change(prepared, done, durable=False)
 
+    def _retry_later(self, txn: TransactionMetadata) -> None:
+        """Try the markers of ``txn`` (decided) again in ``MARKER_RETRY_S``, and then every
+        ``MARKER_RETRY_S`` until it is complete, or no longer decided here."""
+        self._unfinished.add(txn.transactional_id)
+        if self._retrying is None or self._retrying.done():
+            self._retrying = asyncio.ensure_future(self._retry_unfinished())
+
+    async def _retry_unfinished(self) -> None:
+        slots = asyncio.Semaphore(TIMER_CONCURRENCY)
+
+        async def retry(tid: str) -> None:
+            async with slots:
+                txn = self.txns.get(tid)
+                if txn is None or txn.state not in COMPLETING:  # completed, or moved away
+                    self._unfinished.discard(tid)
+                elif not txn.pending:  # (pending: being completed, which retries if it fails)
+                    self._unfinished.discard(tid)
+                    await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
+
+        while self._unfinished:
+            await asyncio.sleep(MARKER_RETRY_S)
+            await asyncio.gather(*(retry(tid) for tid in list(self._unfinished)))
+
     # the timer ----------------------------------------------------------------------------------
 
     async def check_transactions(self, now: int | None = None) -> None:
-        """Abort timed-out transactions, finish stuck decisions (one try each, several at
-        once: a broker that does not answer holds up only its own transactions), expire idle
-        ids."""
+        """Abort timed-out transactions (one try each, several at once: a broker that does
+        not answer holds up only its own transactions), expire idle ids."""
         now = self.now_ms() if now is None else now
         slots = asyncio.Semaphore(TIMER_CONCURRENCY)
 
-        async def markers(txn: TransactionMetadata) -> None:
+        async def abort(txn: TransactionMetadata) -> None:
             async with slots:
                 if txn.pending or self.txns.get(txn.transactional_id) is not txn:
                     return
-                if txn.state is ONGOING:
-                    log.info(
-                        "aborting transaction of %s: open longer than %d ms",
-                        txn.transactional_id,
-                        txn.timeout_ms,
-                    )
-                    await self._fence_and_abort(txn, attempts=1)
-                else:
-                    await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
+                log.info(
+                    "aborting transaction of %s: open longer than %d ms",
+                    txn.transactional_id,
+                    txn.timeout_ms,
+                )
+                await self._fence_and_abort(txn, attempts=1)
 
         work = []
         for txn in list(self.txns.values()):
             if txn.pending or self.txns.get(txn.transactional_id) is not txn:
                 continue
             if txn.state is ONGOING and now > txn.start_ms + txn.timeout_ms:
-                work.append(markers(txn))
+                work.append(abort(txn))
             elif txn.state in COMPLETING and txn.state is not PREPARE_EPOCH_FENCE:
-                work.append(markers(txn))
+                self._retry_later(txn)  # (already there, unless a try of it raised)
             elif txn.state in IDLE and now > txn.update_ms + self.expiration_ms:
                 await self._change(txn, replace(txn, state=DEAD, update_ms=now))
         if work:
