@@ -219,8 +219,8 @@ def compare_variants(refs: list[str], snapshots: Path, rounds: int, measure, hea
     ``measure(kind)`` for each broker kind of ``others`` ("kafka-default"...), ``rounds``
     times, every other round in the reverse order so that none is always first. ``measure``
     returns {"mib_s", "cpu_s_per_gib", "gib"} (and optionally "user_s_per_gib",
-    "switches_per_mib"). Prints every run, then ``heading`` and each
-    variant's best throughput and lowest CPU per GiB."""
+    "client_s_per_gib": the client processes' CPU, "switches_per_mib"). Prints every run,
+    then ``heading`` and each variant's best throughput and lowest CPU per GiB."""
     variants: list[tuple[str, Path | str | None]] = [
         (f"{ref} ({git_describe(ref)})", headrace_snapshot(ref, snapshots / f"snapshot{i}"))
         for i, ref in enumerate(refs)]
@@ -234,9 +234,11 @@ def compare_variants(refs: list[str], snapshots: Path, rounds: int, measure, hea
             switches = (f", {res['switches_per_mib']:.1f} context switches per MiB"
                         if "switches_per_mib" in res else "")
             user = f", user {res['user_s_per_gib']:.3f}" if "user_s_per_gib" in res else ""
+            clients = (f", clients {res['client_s_per_gib']:.3f} CPU-s/GiB"
+                       if "client_s_per_gib" in res else "")
             print(f"round {r + 1} {name:>24}: {res['mib_s']:8.1f} MiB/s "
-                  f"{res['cpu_s_per_gib']:6.3f} CPU-s/GiB ({res['gib']:.1f} GiB{switches}{user})",
-                  flush=True)
+                  f"{res['cpu_s_per_gib']:6.3f} CPU-s/GiB ({res['gib']:.1f} GiB{switches}{user}"
+                  f"{clients})", flush=True)
     print(f"\n{heading}, best of {rounds}:")
     for name, runs in results.items():
         best = max(x["mib_s"] for x in runs)

@@ -89,6 +89,7 @@ def measure(broker, args, logs: Path) -> dict:
         "mib_s": res["mib_per_sec"],
         "cpu_s_per_gib": res["broker_cpu_s"] / (res["bytes"] / GiB),
         "user_s_per_gib": res["broker_user_s"] / (res["bytes"] / GiB),
+        "client_s_per_gib": res["client_cpu_s"] / (res["bytes"] / GiB),
         "gib": res["bytes"] / GiB,
     }
 
