@@ -229,8 +229,8 @@ class TransactionCoordinator:
         if found:
             log.info("loaded %d transactional ids", len(found))
         for txn in found.values():
-            if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):  # (open ones: the timer's)
-                self._retry_later(txn)  # (not awaited: the ids are served meanwhile)
+            if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):  # else the timer's
+                await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
 
     async def partitions_moved(self, gained: list[int], lost: list[int]) -> None:
         """Partitions of ``__transaction_state`` moved here (their transactional ids are
@@ -668,7 +668,10 @@ class TransactionCoordinator:
                     self._unfinished.discard(tid)
                 elif not txn.pending:  # (pending: being completed, which retries if it fails)
                     self._unfinished.discard(tid)
-                    await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
+                    try:
+                        await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
+                    except Exception:  # (the timer finds it decided, and hands it back)
+                        log.exception("completing the transaction of %s failed", tid)
 
         while self._unfinished:
             await asyncio.sleep(MARKER_RETRY_S)
