@@ -18,7 +18,7 @@ from test_features import KAFKA_4_4
 from test_moves import _kafka_tool
 from test_transactions_wire import FAST, create_topic, init_pid
 
-from headrace.broker.coordinator.txn.transaction_coordinator import MAX_EPOCH
+from headrace.broker.coordinator.txn.transaction_log import MAX_EPOCH
 from headrace.protocol import ApiKey, ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
 

@@ -9,6 +9,8 @@ transaction_state.py        The transaction state machine, as data: every allowe
                             this file
 transaction_log.py          Transaction coordinator state in the internal compacted topic
                             ``__transaction_state``, in Kafka's record layouts
+completion.py               Closing decided transactions (markers, then Complete*, tried
+                            again until done), and the coordinator's timer
 markers.py                  Transaction markers: written on this broker (the leader's side of
                             closing a transaction), and the coordinator's, sent to each leader
 add_partitions_manager.py   The leader's side of transactions v2 (KIP-890): a partition joins

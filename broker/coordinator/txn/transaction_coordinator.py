@@ -46,20 +46,17 @@ leader loads its whole log: it was in the ISR, so it has every acknowledged chan
   answered after that, so a committed transaction is visible to ``read_committed`` readers
   when the producer hears of it. The Complete* record is not waited for (flushed and
   replicated with the next change): losing it costs only the markers written again. Where a
-  marker could not be written (leader moved or unreachable, disk error) the transaction
-  stays decided and is tried again every ``MARKER_RETRY_S`` until done (``_retry_later``;
-  Kafka's coordinator too keeps sending markers until written), sending only the markers
-  still missing: after a restart of the cluster the leaders come back one by one, and a
-  client's commit waits for that, not for the timer.
+  marker could not be written the transaction stays decided and its missing markers are
+  tried again until done. That part, and the timer, are completion.py.
 * The cluster is seen through three callables given at construction: ``leader_of(topic,
   partition)`` (a node id; None for an unknown partition), ``is_coordinator(transactional
   id)`` and the clients that reach other brokers (``broker_client`` for markers,
   ``join_client`` for partitions joining at another coordinator). The defaults are one broker:
   every partition is led here and every transactional id is coordinated here, so nothing goes
   over the network.
-* A timer aborts transactions open longer than their timeout (with an epoch bump: the
-  producer is fenced) and forgets ids idle for ``transactional.id.expiration.ms``. At most
-  ``transactional.id.max.count`` ids are kept: a new one beyond gets
+* A timer (completion.py) aborts transactions open longer than their timeout (with an epoch
+  bump: the producer is fenced) and forgets ids idle for ``transactional.id.expiration.ms``.
+  At most ``transactional.id.max.count`` ids are kept: a new one beyond gets
   COORDINATOR_NOT_AVAILABLE.
 * Start-up replays ``__transaction_state`` and finishes every Prepare* decision found there
   (a crash between the decision and its markers; the group coordinator has read the pending
@@ -92,8 +89,9 @@ from headrace.storage import StorageError
 
 from . import transaction_log
 from .add_partitions_manager import AddPartitionsToTxnManager
-from .markers import MARKER_ATTEMPTS, MARKER_RETRY_S, TransactionMarkers, crash_point
-from .transaction_log import TRANSACTION_TOPIC, TransactionMetadata
+from .completion import Completion
+from .markers import TransactionMarkers
+from .transaction_log import MAX_EPOCH, TRANSACTION_TOPIC, TransactionMetadata
 from .transaction_state import (
     ABORT_EMPTY,
     ABORT_FIRST,
@@ -101,18 +99,15 @@ from .transaction_state import (
     ADD_PARTITIONS,
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
-    COMPLETING,
     DEAD,
     DONE,
     EMPTY,
     END_TXN,
     END_TXN_V2,
-    IDLE,
     INIT_PRODUCER_ID,
     ONGOING,
     PREPARE_ABORT,
     PREPARE_COMMIT,
-    PREPARE_EPOCH_FENCE,
     TXN_OFFSET_COMMIT,
     check_transition,
 )
@@ -120,9 +115,6 @@ from .transaction_state import (
 log = logging.getLogger("headrace.transactions")
 
 E = ErrorCode
-MAX_EPOCH = (1 << 15) - 1
-TIMER_CONCURRENCY = 32  # transactions aborted by the timer, or tried again, at once
-Key = tuple[str, int]
 
 
 class TransactionCoordinator:
@@ -179,11 +171,9 @@ class TransactionCoordinator:
         # transactions v2: the partitions led here join their producers' transactions (here,
         # or at their coordinator through ``join_client``)
         self.add_partitions_manager = AddPartitionsToTxnManager(self, join_client)
+        # decided transactions brought to Complete*, and the timer (completion.py)
+        self.completion = Completion(self)
         self._tasks: list[asyncio.Task] = []
-        # decided transactions whose markers are not all written: tried again until done
-        # (``_retry_later``; at most one per transactional id)
-        self._unfinished: set[str] = set()
-        self._retrying: asyncio.Task | None = None
         self._changed: asyncio.Event | None = None  # set when a change is written (_written)
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -196,17 +186,14 @@ class TransactionCoordinator:
             await self._load(topic.partitions)
         self._tasks.append(
             asyncio.create_task(
-                run_every(
-                    self.check_interval_ms / 1000, self.check_transactions, "transaction check"
-                )
+                run_every(self.check_interval_ms / 1000, self.completion.check, "transaction check")
             )
         )
 
     def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        if self._retrying is not None:
-            self._retrying.cancel()
+        self.completion.stop()
 
     async def _load(self, partitions) -> None:
         """Read the transactional ids of ``partitions`` of ``__transaction_state``; complete
@@ -230,7 +217,7 @@ class TransactionCoordinator:
             log.info("loaded %d transactional ids", len(found))
         for txn in found.values():
             if txn.state in (PREPARE_COMMIT, PREPARE_ABORT):  # else the timer's
-                await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
+                await self.completion.complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
 
     async def partitions_moved(self, gained: list[int], lost: list[int]) -> None:
         """Partitions of ``__transaction_state`` moved here (their transactional ids are
@@ -310,7 +297,7 @@ class TransactionCoordinator:
         topic = await self._state_topic()
         return topic.held_partition(group_offsets.partition_for(transactional_id, topic.count))
 
-    async def _change(
+    async def change(
         self, old: TransactionMetadata | None, new: TransactionMetadata, durable: bool = True
     ) -> int:
         """Write ``new`` (a changed copy of ``old``; DEAD: a tombstone), wait for it to be as
@@ -406,7 +393,7 @@ class TransactionCoordinator:
             )
             new.pending = True
             self.txns[transactional_id] = new  # placeholder while the first record is written
-            error = await self._change(None, replace(new, pending=False))
+            error = await self.change(None, replace(new, pending=False))
             if error:
                 if self.txns.get(transactional_id) is new:
                     del self.txns[transactional_id]
@@ -418,7 +405,7 @@ class TransactionCoordinator:
             return E.PRODUCER_FENCED, -1, -1
         action = INIT_PRODUCER_ID[txn.state]
         if action is ABORT_FIRST:
-            error = await self._fence_and_abort(txn)
+            error = await self.completion.fence_and_abort(txn)
             if error:
                 return error, -1, -1
             txn = self.txns[transactional_id]
@@ -438,7 +425,7 @@ class TransactionCoordinator:
             update_ms=self.now_ms(),
             start_ms=-1,
         )
-        error = await self._change(txn, new)
+        error = await self.change(txn, new)
         if error:
             return error, -1, -1
         return E.NONE, pid, new_epoch
@@ -484,7 +471,7 @@ class TransactionCoordinator:
             start_ms=txn.start_ms if txn.state is ONGOING else now,
             client_version=client_version,
         )
-        return await self._change(txn, new)
+        return await self.change(txn, new)
 
     async def end_txn(
         self,
@@ -515,10 +502,10 @@ class TransactionCoordinator:
         prepared = replace(
             txn, state=PREPARE_COMMIT if commit else PREPARE_ABORT, update_ms=self.now_ms()
         )
-        error = await self._change(txn, prepared)
+        error = await self.change(txn, prepared)
         if error:
             return error
-        return await self._complete(self.txns[transactional_id], commit)
+        return await self.completion.complete(self.txns[transactional_id], commit)
 
     async def _end_txn_v2(
         self, transactional_id: str, producer_id: int, epoch: int, commit: bool
@@ -567,9 +554,9 @@ class TransactionCoordinator:
             client_version=2,
             next_producer_id=next_id,
         )
-        error = await self._change(txn, prepared)
+        error = await self.change(txn, prepared)
         if not error:
-            error = await self._complete(self.txns[transactional_id], commit)
+            error = await self.completion.complete(self.txns[transactional_id], commit)
         if error:
             return error, -1, -1
         done = self.txns[transactional_id]
@@ -602,112 +589,6 @@ class TransactionCoordinator:
         if (OFFSETS_TOPIC, index) not in txn.partitions:
             return E.INVALID_TXN_STATE
         return E.NONE
-
-    # completing ---------------------------------------------------------------------------------
-
-    async def _fence_and_abort(
-        self, txn: TransactionMetadata, attempts: int = MARKER_ATTEMPTS
-    ) -> int:
-        """Abort an open transaction with the epoch bumped, fencing its producer."""
-        check_transition(txn.state, PREPARE_EPOCH_FENCE)
-        check_transition(PREPARE_EPOCH_FENCE, PREPARE_ABORT)
-        pid, epoch = txn.producer_id, txn.producer_epoch + 1
-        if epoch > MAX_EPOCH:
-            epoch = MAX_EPOCH
-        prepared = replace(
-            txn, producer_id=pid, producer_epoch=epoch, state=PREPARE_ABORT, update_ms=self.now_ms()
-        )
-        error = await self._change(txn, prepared)
-        if error:
-            return error
-        return await self._complete(self.txns[txn.transactional_id], False, attempts)
-
-    async def _complete(
-        self, prepared: TransactionMetadata, commit: bool, attempts: int = MARKER_ATTEMPTS
-    ) -> int:
-        """Write the markers of a decided transaction, then complete it."""
-        crash_point("after-prepare")
-        prepared.pending = True
-        try:
-            error = await self.markers.write(prepared, commit, attempts)
-        finally:
-            prepared.pending = False
-        if error:
-            self._retry_later(prepared)  # still decided
-            return error
-        done = replace(
-            prepared,
-            state=COMPLETE_COMMIT if commit else COMPLETE_ABORT,
-            partitions=set(),
-            update_ms=self.now_ms(),
-        )
-        if prepared.next_producer_id >= 0:  # transactions v2, the epoch ran out: a new id
-            done = replace(
-                done,
-                producer_id=prepared.next_producer_id,
-                producer_epoch=0,
-                previous_producer_id=prepared.producer_id,
-                next_producer_id=-1,
-            )
-        return await self._change(prepared, done, durable=False)
-
-    def _retry_later(self, txn: TransactionMetadata) -> None:
-        """Try the markers of ``txn`` (decided) again in ``MARKER_RETRY_S``, and then every
-        ``MARKER_RETRY_S`` until it is complete, or no longer decided here."""
-        self._unfinished.add(txn.transactional_id)
-        if self._retrying is None or self._retrying.done():
-            self._retrying = asyncio.ensure_future(self._retry_unfinished())
-
-    async def _retry_unfinished(self) -> None:
-        slots = asyncio.Semaphore(TIMER_CONCURRENCY)
-
-        async def retry(tid: str) -> None:
-            async with slots:
-                txn = self.txns.get(tid)
-                if txn is None or txn.state not in COMPLETING:  # completed, or moved away
-                    self._unfinished.discard(tid)
-                elif not txn.pending:  # (pending: being completed, which retries if it fails)
-                    self._unfinished.discard(tid)
-                    try:
-                        await self._complete(txn, txn.state is PREPARE_COMMIT, attempts=1)
-                    except Exception:  # (the timer finds it decided, and hands it back)
-                        log.exception("completing the transaction of %s failed", tid)
-
-        while self._unfinished:
-            await asyncio.sleep(MARKER_RETRY_S)
-            await asyncio.gather(*(retry(tid) for tid in list(self._unfinished)))
-
-    # the timer ----------------------------------------------------------------------------------
-
-    async def check_transactions(self, now: int | None = None) -> None:
-        """Abort timed-out transactions (one try each, several at once: a broker that does
-        not answer holds up only its own transactions), expire idle ids."""
-        now = self.now_ms() if now is None else now
-        slots = asyncio.Semaphore(TIMER_CONCURRENCY)
-
-        async def abort(txn: TransactionMetadata) -> None:
-            async with slots:
-                if txn.pending or self.txns.get(txn.transactional_id) is not txn:
-                    return
-                log.info(
-                    "aborting transaction of %s: open longer than %d ms",
-                    txn.transactional_id,
-                    txn.timeout_ms,
-                )
-                await self._fence_and_abort(txn, attempts=1)
-
-        work = []
-        for txn in list(self.txns.values()):
-            if txn.pending or self.txns.get(txn.transactional_id) is not txn:
-                continue
-            if txn.state is ONGOING and now > txn.start_ms + txn.timeout_ms:
-                work.append(abort(txn))
-            elif txn.state in COMPLETING and txn.state is not PREPARE_EPOCH_FENCE:
-                self._retry_later(txn)  # (already there, unless a try of it raised)
-            elif txn.state in IDLE and now > txn.update_ms + self.expiration_ms:
-                await self._change(txn, replace(txn, state=DEAD, update_ms=now))
-        if work:
-            await asyncio.gather(*work)
 
     # administration -----------------------------------------------------------------------------
 

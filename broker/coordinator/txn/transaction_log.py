@@ -32,6 +32,7 @@ from .transaction_state import BY_CODE, TxnState
 log = logging.getLogger("headrace.transactions")
 
 TRANSACTION_TOPIC = "__transaction_state"
+MAX_EPOCH = (1 << 15) - 1  # a producer epoch is an int16
 
 _I16 = struct.Struct(">h")
 K = messages.TransactionLogKey
