@@ -7,6 +7,8 @@ installed kafka-python wheel ships those files as package data; we read only the
 its Python code). ``load_message(name)`` reads one file on first use, strips its ``//``
 comments, builds a ``MessageSpec`` tree (``StructSpec`` / ``FieldSpec``) and creates one
 Python class per struct. Classes are cached, so each file is parsed at most once per process.
+A class's ``__init__`` and ``__eq__`` are generated source, compiled the first time either is
+called (``_compiled_on_first_use``).
 
 Class rule: every struct of a message, nested or common, is a class attribute of the
 top-level message class under its schema type name, for example
@@ -21,6 +23,7 @@ False, "", b"", a fresh empty list, ``uuid.UUID(int=0)``, a fresh default struct
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import keyword
@@ -82,6 +85,7 @@ class VersionRange:
         return f"{self.lo}+" if self.hi == MAX_VERSION else f"{self.lo}-{self.hi}"
 
 
+@functools.lru_cache(maxsize=1024)  # (the schemas' field names: about 400 different ones)
 def snake_case(name: str) -> str:
     s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
     s = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", s).lower()
@@ -221,7 +225,20 @@ _COMMENT_OR_STRING = re.compile(r'"(?:\\.|[^"\\])*"|//[^\n]*')
 
 
 def _strip_comments(text: str) -> str:
-    return _COMMENT_OR_STRING.sub(lambda m: m.group(0) if m.group(0)[0] == '"' else "", text)
+    """``text`` without its ``//`` comments: whole lines (most of them) dropped, the rest cut
+    where the comment starts (not inside a string: an ``about`` may hold a URL)."""
+    lines = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("//"):
+            continue
+        if "//" in line:
+            line = _COMMENT_OR_STRING.sub(_keep_strings, line)
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _keep_strings(m: re.Match) -> str:
+    return m.group(0) if m.group(0)[0] == '"' else ""
 
 
 _dir = None
@@ -303,7 +320,9 @@ def _struct_maker(spec: StructSpec):
     return lambda: spec.cls()
 
 
-def _make_class(spec: StructSpec, qualname: str, module: str):
+def _methods(spec: StructSpec) -> dict:
+    """``__init__`` (keyword-only, every field with its default) and ``__eq__`` of ``spec``'s
+    class, compiled from generated source: as fast as hand-written ones."""
     fields = spec.fields
     names = [f.attr for f in fields]
     ns: dict = {"_MISSING": _MISSING}
@@ -328,20 +347,47 @@ def _make_class(spec: StructSpec, qualname: str, module: str):
         f"    return {cmp}",
     ]
     exec("\n".join(src), ns)
-    cls = type(
+    return {"__init__": ns["__init__"], "__eq__": ns["__eq__"]}
+
+
+def _compiled_on_first_use(spec: StructSpec):
+    """Stand-ins for ``__init__`` and ``__eq__`` that put the compiled ones (``_methods``) in
+    the class on the first call, then make it. Compiling them is most of what building a class
+    costs, and a process uses few of the structs it loads (a broker's start-up loads some 270
+    and makes a handful before its first request), so they are compiled on first use."""
+
+    def compile_methods():
+        with _lock:
+            for name, method in _methods(spec).items():
+                setattr(spec.cls, name, method)
+
+    def __init__(self, **fields):
+        compile_methods()
+        spec.cls.__init__(self, **fields)
+
+    def __eq__(self, other):
+        compile_methods()
+        return spec.cls.__eq__(self, other)
+
+    return __init__, __eq__
+
+
+def _make_class(spec: StructSpec, qualname: str, module: str):
+    names = [f.attr for f in spec.fields]
+    init, eq = _compiled_on_first_use(spec)
+    return type(
         spec.name,
         (Struct,),
         {
             "__slots__": (*names, "_unknown_tags"),
             "_fields": tuple(names),
-            "__init__": ns["__init__"],
-            "__eq__": ns["__eq__"],
+            "__init__": init,
+            "__eq__": eq,
             "__module__": module,
             "__qualname__": qualname,
             "__doc__": f"Kafka struct {qualname}: fields {', '.join(names) or '(none)'}.",
         },
     )
-    return cls
 
 
 _lock = threading.RLock()

@@ -65,6 +65,7 @@ def check_class(runtime: type, node: ast.ClassDef) -> None:
     assert fields_of(node) == list(runtime._fields), runtime.__qualname__
     init = init_of(node)
     stub_params = [a.arg for a in init.args.kwonlyargs]
+    runtime()  # (the class's constructor is compiled on first use)
     params = list(inspect.signature(runtime.__init__).parameters.values())[1:]
     assert stub_params == [p.name for p in params], runtime.__qualname__
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params)
