@@ -352,9 +352,9 @@ def _methods(spec: StructSpec) -> dict:
 
 def _compiled_on_first_use(spec: StructSpec):
     """Stand-ins for ``__init__`` and ``__eq__`` that put the compiled ones (``_methods``) in
-    the class on the first call, then make it. Compiling them is most of what building a class
-    costs, and a process uses few of the structs it loads (a broker's start-up loads some 270
-    and makes a handful before its first request), so they are compiled on first use."""
+    the class on the first call, then make it. Compiling them was about half of what loading a
+    message cost, and a process uses few of the structs it loads (a broker's start-up loads
+    some 270 and makes a handful before its first request)."""
 
     def compile_methods():
         with _lock:
