@@ -3,10 +3,11 @@
 
     python -m bench.placement [--brokers 12] [--topics 300]
 
-Prints, for topics of 1 to 1,000 partitions placed one at a time (as topics are made) over
-``--brokers`` equal brokers at RF 1 and 3: how many topics are uneven (replicas or preferred
-leaders per broker differing by more than one: none is the bar), and the share of replicas
-that move when one broker joins, beside 1/N. The topics' sizes are drawn (seeded) from
+Prints, for topics of 1 to 1,000 partitions made one at a time over ``--brokers`` equal
+brokers at RF 1 and 3: how many topics are uneven (replicas or preferred leaders per broker
+differing by more than one: none is the bar), and the share of replicas that move when one
+broker joins, beside 1/N: as the controller moves them (``rebalance_topics``, from where they
+are), and as placing every topic afresh would. The topics' sizes are drawn (seeded) from
 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 50, 64, 100, 256 and 1,000 partitions.
 """
 
@@ -16,17 +17,25 @@ import argparse
 import random
 from collections import Counter
 
-from headrace.broker.cluster.placement import BrokerInfo, assign_replicas
+from headrace.broker.cluster.placement import (
+    BrokerInfo,
+    assign_replicas,
+    extras_held,
+    rebalance_topics,
+)
 
 SIZES = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 50, 64, 100, 256, 1000]
 
 
-def _uneven(placed: dict, brokers: dict) -> bool:
-    replicas = Counter(b for r in placed.values() for b in r)
-    leaders = Counter(r[0] for r in placed.values())
-    return any(
-        max(held[b] for b in brokers) - min(held[b] for b in brokers) > 1
-        for held in (replicas, leaders)
+def _uneven(replicas: list[list[int]], brokers) -> bool:
+    held = Counter(b for r in replicas for b in r)
+    led = Counter(r[0] for r in replicas)
+    return any(max(c[b] for b in brokers) - min(c[b] for b in brokers) > 1 for c in (held, led))
+
+
+def _moved(before: dict, after: dict) -> int:
+    return sum(
+        len(set(a) - set(b)) for t in before for a, b in zip(after[t], before[t], strict=True)
     )
 
 
@@ -41,17 +50,26 @@ def main() -> None:
     for rf in (1, 3):
         if rf > n:
             continue
-        total = moved = uneven = 0
+        made: dict[str, list[list[int]]] = {}
+        afresh: dict[str, list[list[int]]] = {}
         for t in range(args.topics):
             size = random.Random(t).choice(SIZES)
-            parts = [(f"topic-{t}", i) for i in range(size)]
-            a, b = assign_replicas(parts, before, rf), assign_replicas(parts, after, rf)
-            uneven += _uneven(a, before) + _uneven(b, after)
-            total += size * rf
-            moved += sum(len(set(b[p]) - set(a[p])) for p in a)
+            name = f"topic-{t:04}"
+            parts = [(name, i) for i in range(size)]
+            placed = assign_replicas(parts, before, rf, extras_held(made.values(), before))
+            made[name] = [placed[p] for p in parts]
+            placed = assign_replicas(parts, after, rf, extras_held(afresh.values(), after))
+            afresh[name] = [placed[p] for p in parts]
+        joined = rebalance_topics(made, after)
+        total = sum(len(r) * rf for r in made.values())
+        uneven = sum(_uneven(r, before) for r in made.values())
+        uneven += sum(_uneven(r, after) for r in joined.values())
+        held = Counter(b for r in joined.values() for p in r for b in p)
         print(
             f"RF {rf}, {n} -> {n + 1} brokers, {args.topics} topics: uneven {uneven}, "
-            f"moved {100 * moved / total:.1f}% of replicas (1/N {100 / (n + 1):.1f}%)"
+            f"moved {100 * _moved(made, joined) / total:.1f}% of replicas "
+            f"(1/N {100 / (n + 1):.1f}%; placed afresh {100 * _moved(made, afresh) / total:.1f}%), "
+            f"replicas per broker {min(held.values())}-{max(held.values())}"
         )
 
 

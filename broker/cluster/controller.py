@@ -22,19 +22,17 @@ shutdown (``Cluster.controlled_shutdown``: it is taken for gone while another IS
 lead, and leaves the ISRs it is in), moves leadership back to the preferred (first) replica
 once it is in the ISR again (``auto.leader.rebalance.enable``), and removes brokers that are
 down from ISRs (compare-and-set on each partition's state znode; the brokers follow through
-their watches), then confirms every
-registration it has not confirmed yet (a broker back from a lost session serves
-only once confirmed: ``confirm``), then places each topic's partitions over the
-members with ``placement.assign_replicas`` and the topic's replication factor, as topic
-creation does (weighted rendezvous, per topic), and starts a move (``Cluster.reassign``,
-run by replica_manager.py) for each partition placed
-automatically whose brokers are not the ones placement gives it (the same brokers in another
-order move nothing):
-when a broker joins only the partitions it now wins move to it, and a removed broker's
-partitions move to their new winners (it is *drained*, and may then stop). Partitions placed
-by hand (CreateTopics assignments, AlterPartitionReassignments) and partitions already moving
-are left alone, and so is a partition without a live leader or with a target broker down (a
-move needs them: it goes on once they are back), and a partition when the members are fewer
+their watches), then confirms every registration it has not confirmed yet (a broker back
+from a lost session serves only once confirmed: ``confirm``), then rebalances every topic
+over the members from where its partitions are (``placement.rebalance_topics``: each holds its
+share of a topic's replicas and leaderships, and only what that asks moves), and starts a move
+(``Cluster.reassign``, run by replica_manager.py) for each automatically placed partition whose
+brokers or preferred leader (the first replica) are not the ones it gives (the followers in
+another order move nothing): when a broker joins it takes its share, and a removed broker's
+replicas go to the brokers holding the fewest (it is *drained*, and may then stop). Partitions
+placed by hand (CreateTopics assignments, AlterPartitionReassignments) and partitions already
+moving are left alone, and so is a partition without a live leader or with a target broker down
+(a move needs them: it goes on once they are back), and a partition when the members are fewer
 than its replicas (placement never shrinks a replication factor).
 """
 
@@ -51,7 +49,7 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 
 from . import partition_state
 from .elections import elect, preferred
-from .placement import BrokerInfo, assign_replicas
+from .placement import BrokerInfo, rebalance_topics
 from .znodes import CONTROLLER, MEMBERS, NO_MEMBERS, SHUTTING_DOWN
 
 if TYPE_CHECKING:
@@ -187,24 +185,17 @@ class Controller:
             return
         infos = {b: BrokerInfo(rack=rack) for b, rack in members.items()}
         live = set(cluster.brokers)
-        for name, record in list(cluster.topics.items()):
-            auto = [
-                i
-                for i in range(len(record.replicas))
-                if i not in record.manual and i not in record.reassigning
-            ]
-            if not auto:
-                continue
-            count = len(record.replicas)
-            rf = max(1, len(record.replicas[0]) if record.replicas else 1)
-            placed = await asyncio.to_thread(
-                assign_replicas, [(name, i) for i in range(count)], infos, min(rf, len(infos))
-            )
+        records = dict(cluster.topics)
+        topics = {name: record.placing() for name, record in records.items()}
+        for name, placed_list in (await asyncio.to_thread(rebalance_topics, topics, infos)).items():
+            record = records[name]
             moves: dict[int, list[int] | None] = {}
-            for i in auto:
-                target, current = placed[(name, i)], record.replicas[i]
-                if len(target) != len(current) or set(target) == set(current):
-                    continue  # (the same brokers in another order: nothing to move)
+            for i, target in enumerate(placed_list):
+                current = record.replicas[i] if i < len(record.replicas) else []
+                if i in record.manual or i in record.reassigning or len(target) != len(current):
+                    continue
+                if set(target) == set(current) and target[0] == current[0]:
+                    continue  # (followers in another order: nothing to move)
                 if cluster.leader(name, i) < 0 or not all(b in live for b in target):
                     continue  # a move needs its leader and its target brokers up
                 moves[i] = target

@@ -39,18 +39,28 @@ leading fewer than its share rounded down takes a leadership over from one that 
 along a chain of its replicas' leaders if need be (``_even_out``). The other replicas follow by
 score.
 
-Guarantees: equal brokers without racks hold replicas and preferred leaders that differ by at
-most one, for every topic (tests/broker/test_placement.py checks 1-1,000 partitions over 1-12
-brokers at RF 1-3). Measured with 100 equal brokers and 10,000 partitions (the test holds the
-bars): a broker joining moves 1.8% of the replicas at RF 1 and 1.9% at RF 3 on 10 racks (1/N
-is 1.0%: the rest is partitions pushed along when every capacity drops by 1%); a broker
-leaving moves its own replicas plus 0.7% (RF 1) or 1.0% (RF 3) others. Placed one topic at a
-time, as topics are made, a join moves more of a small topic: over topics of 1 to 1,000
-partitions, 12 brokers becoming 13 moved 10.8% (RF 1) and 10.3% (RF 3) of the replicas, 1/N
-being 7.7%. The answer is a pure function of the set of partitions, the brokers' ids, weights
-and racks, and the replication factor (ties in score go to the lower broker id): the order of
-the inputs and the process do not matter. Placing 10,000 partitions on 100 brokers takes under
-a second.
+Moving from where partitions are (``rebalance``): a partition keeps the brokers it has that
+are still members, as many as its capacity allows; a broker over its capacity lets go of the
+replicas it scores lowest, of partitions a broker with room can take (racks allowing); the
+places left are filled as above (greedy, then augmenting paths), and the leaders that stay
+lead on, the rest balanced as above (and brokers over their share rounded up hand
+leaderships over). Which brokers take the one more of an uneven split: those holding the
+fewest such over all topics (``held``, ``extras_held``), a broker that holds it now before
+one that does not. ``assign_replicas`` is ``rebalance`` from nothing; ``rebalance_topics``
+rebalances every topic, as the controller does, each against the others as placed so far.
+
+Guarantees: equal brokers without racks hold replicas and preferred leaders that differ by
+at most one, for every topic (tests/broker/test_placement.py checks 1-1,000 partitions over
+1-12 brokers at RF 1-3), placed afresh or rebalanced. Placed afresh, with 100 equal brokers
+and 10,000 partitions, a broker joining moves 1.8% of the replicas at RF 1 and 1.9% at RF 3
+on 10 racks (1/N is 1.0%: the rest is partitions pushed along when every capacity drops by
+1%); rebalanced, it moves its share and nothing else (1.0%). Over 300 topics of 1 to 1,000
+partitions made one after another, 12 brokers becoming 13 move 7.7% of the replicas at RF 1
+and 3 (1/N is 7.7%; placing each topic afresh moved 10.7-11.6%), and a broker leaving moves its
+own replicas and almost nothing else (``python -m bench.placement``). The answer is a pure
+function of the partitions (and where they are), the brokers' ids, weights and racks, and the
+replication factor (ties in score go to the lower broker id): the order of the inputs and the
+process do not matter. Placing 10,000 partitions on 100 brokers takes under a second.
 """
 
 from __future__ import annotations
@@ -60,7 +70,7 @@ import heapq
 import math
 import operator
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 _MASK = (1 << 64) - 1
@@ -126,8 +136,23 @@ def assign_replicas(
     partitions: Iterable[tuple[str, int]],
     brokers: Mapping[int, BrokerInfo],
     replication_factor: int,
+    held: Mapping[int, int] | None = None,
 ) -> dict[tuple[str, int], list[int]]:
-    """Each (topic, partition)'s replica brokers, the preferred leader first.
+    """Each (topic, partition)'s replica brokers, the preferred leader first: ``rebalance``
+    from nothing."""
+    return rebalance(dict.fromkeys(partitions, ()), brokers, replication_factor, held)
+
+
+def rebalance(
+    current: Mapping[tuple[str, int], Sequence[int]],
+    brokers: Mapping[int, BrokerInfo],
+    replication_factor: int,
+    held: Mapping[int, int] | None = None,
+) -> dict[tuple[str, int], list[int]]:
+    """Each partition's replica brokers, the preferred leader first, changed from ``current``
+    (a partition's brokers now, leader first; empty for a new partition) only as much as
+    evenness asks. ``held``: the replicas each broker holds of other topics (the one more of
+    an uneven split goes to the brokers holding the fewest).
 
     Brokers of weight 0 take nothing. Raises ValueError when the replication factor is below 1
     or above the number of brokers that can take replicas.
@@ -138,28 +163,50 @@ def assign_replicas(
     ids = sorted(b for b, info in brokers.items() if info.weight > 0)
     if rf < 1 or rf > len(ids):
         raise ValueError(f"replication factor {rf} with {len(ids)} available brokers")
-    keys = sorted(set(partitions))
+    keys = sorted(current)
     if not keys:
         return {}
     weights = [float(brokers[b].weight) for b in ids]
     racks = _rack_indexes([brokers[b].rack for b in ids], ids)
     rack_limit = -(-rf // (max(racks) + 1))
     ranks = _rankings(keys, ids, weights)
-    # which brokers take the one more when the replicas do not divide evenly: those the most
-    # partitions rank among their best (so fewest are pushed along), then a rendezvous order
-    # of the first topic
-    wanted_by = [0] * len(ids)
-    for ranking in ranks:
-        for _, b in ranking[:rf]:
-            wanted_by[b] += 1
-    topic_order = [b for _, b in _rankings([(keys[0][0], -1)], ids, weights)[0]]
-    order = sorted(topic_order, key=lambda b: -wanted_by[b] / weights[b])
 
     def rack_fits(broker: int, picked: list[int]) -> bool:
         return sum(1 for b in picked if racks[b] == racks[broker]) < rack_limit
 
-    capacity, load = _capacities(len(keys) * rf, weights, order), [0] * len(ids)
-    chosen = _greedy(ranks, capacity, load, rack_fits, rf)
+    index = {b: i for i, b in enumerate(ids)}
+    chosen: list[list[int]] = [[] for _ in keys]
+    for p, key in enumerate(keys):  # what stays: the brokers still members, racks allowing
+        for b in current[key]:
+            i = index.get(b, -1)
+            if i >= 0 and i not in chosen[p] and len(chosen[p]) < rf and rack_fits(i, chosen[p]):
+                chosen[p].append(i)
+    kept = [list(picked) for picked in chosen]
+    load = [0] * len(ids)
+    for picked in chosen:
+        for b in picked:
+            load[b] += 1
+    capacity = _capacities(
+        len(keys) * rf, weights, _extras_order(keys, ranks, rf, weights, load, held, ids)
+    )
+    # a broker over its capacity lets go of its least wanted replicas, of partitions that a
+    # broker with room can take (its rack allowing), one replica a partition where it can
+    room = [b for b in range(len(ids)) if load[b] < capacity[b]]
+
+    def no_taker(p: int, b: int) -> bool:
+        rest = [x for x in chosen[p] if x != b]
+        return not any(r not in rest and rack_fits(r, rest) for r in room)
+
+    shed: set[int] = set()
+    for b in range(len(ids)):
+        if load[b] > capacity[b]:
+            holding = [p for p, picked in enumerate(chosen) if b in picked]
+            holding.sort(key=lambda p: (p in shed, no_taker(p, b), _score_of(ranks[p], b)))
+            for p in holding[: load[b] - capacity[b]]:
+                chosen[p].remove(b)
+                shed.add(p)
+            load[b] = capacity[b]
+    _greedy(ranks, chosen, capacity, load, rack_fits, rf)
     _fill(ranks, chosen, capacity, load, rack_fits, rf)
     # the preferred leaders, balanced the same way among each partition's replicas
     candidates = [_scored(ranking, picked) for ranking, picked in zip(ranks, chosen, strict=True)]
@@ -167,14 +214,94 @@ def assign_replicas(
     # its share rounded up, and then the ones below it rounded down take leaderships over)
     shares = [len(keys) * w / sum(weights) for w in weights]
     capacity, load = [math.ceil(s) for s in shares], [0] * len(ids)
-    leaders = _greedy(candidates, capacity, load, lambda broker, picked: True, 1)
-    _fill(candidates, leaders, capacity, load, lambda broker, picked: True, 1)
-    _even_out(candidates, leaders, [math.floor(s) for s in shares], load)
+    leaders: list[list[int]] = [[] for _ in keys]
+    for p, was in enumerate(kept):  # the leaders that stay
+        if was and was[0] in chosen[p]:
+            leaders[p].append(was[0])
+            load[was[0]] += 1
+    anyone = lambda broker, picked: True  # noqa: E731
+    _greedy(candidates, leaders, capacity, load, anyone, 1)
+    _fill(candidates, leaders, capacity, load, anyone, 1)
+    _even_out(candidates, leaders, [math.floor(s) for s in shares], capacity, load)
     placement = {}
     for p, key in enumerate(keys):
-        order = leaders[p] + [i for _, i in candidates[p] if i != leaders[p][0]]
-        placement[key] = [ids[i] for i in order]
+        # the leader, then the replicas that stay in their order, then the new ones by score
+        stay = [i for i in kept[p] if i in chosen[p]]
+        new = [i for _, i in candidates[p] if i not in stay]
+        placement[key] = [
+            ids[i] for i in leaders[p] + [i for i in stay + new if i != leaders[p][0]]
+        ]
     return placement
+
+
+def rebalance_topics(
+    topics: Mapping[str, Sequence[Sequence[int]]], brokers: Mapping[int, BrokerInfo]
+) -> dict[str, list[list[int]]]:
+    """``rebalance`` each topic (its partitions' brokers, leader first) over ``brokers`` at its
+    replication factor (no more than the brokers), in name order, each one more of an uneven
+    split going to the brokers that hold the fewest over all the topics as placed so far."""
+    held = extras_held(topics.values(), brokers)
+    placed: dict[str, list[list[int]]] = {}
+    for name in sorted(topics):
+        replicas = topics[name]
+        if not replicas:
+            placed[name] = []
+            continue
+        for b, n in extras_held([replicas], brokers).items():
+            held[b] -= n
+        rf = min(len(replicas[0]), sum(1 for info in brokers.values() if info.weight > 0))
+        new = rebalance({(name, i): r for i, r in enumerate(replicas)}, brokers, max(rf, 1), held)
+        placed[name] = [new[(name, i)] for i in range(len(replicas))]
+        for b, n in extras_held([placed[name]], brokers).items():
+            held[b] = held.get(b, 0) + n
+    return placed
+
+
+def extras_held(
+    topics: Iterable[Sequence[Sequence[int]]], brokers: Mapping[int, BrokerInfo]
+) -> dict[int, int]:
+    """How many of ``topics`` (each its partitions' replica brokers) each broker holds more
+    replicas of than its share rounded down: the ``held`` that ``rebalance`` evens out."""
+    weights = {b: info.weight for b, info in brokers.items() if info.weight > 0}
+    whole = sum(weights.values())
+    held: dict[int, int] = {}
+    for replicas in topics:
+        load: dict[int, int] = {}
+        for picked in replicas:
+            for b in picked:
+                load[b] = load.get(b, 0) + 1
+        total = sum(load.values())
+        for b, n in load.items():
+            if b in weights and n > math.floor(total * weights[b] / whole):
+                held[b] = held.get(b, 0) + 1
+    return held
+
+
+def _extras_order(keys, ranks, rf, weights, load, held, ids) -> list[int]:
+    """Which brokers take the one more when the replicas do not divide evenly: the fewest
+    replicas held, counting this topic's one more (so those that hold it now keep it, and
+    nothing moves for it), then those that the most partitions rank among their best (so
+    fewest are pushed along), then a rendezvous order of the topic."""
+    whole, total = sum(weights), len(keys) * rf
+    floor = [math.floor(total * w / whole) for w in weights]
+    wanted_by = [0] * len(ids)
+    for ranking in ranks:
+        for _, b in ranking[:rf]:
+            wanted_by[b] += 1
+    topic_order = [b for _, b in _rankings([(keys[0][0], -1)], ids, weights)[0]]
+    held = held or {}
+    return sorted(
+        topic_order,
+        key=lambda b: (
+            (held.get(ids[b], 0) + (load[b] <= floor[b])) / weights[b],
+            load[b] <= floor[b],
+            -wanted_by[b] / weights[b],
+        ),
+    )
+
+
+def _score_of(ranking: list[tuple[float, int]], broker: int) -> float:
+    return -next(s for s, b in ranking if b == broker)
 
 
 def _rack_indexes(racks: list[str | None], ids: list[int]) -> list[int]:
@@ -236,31 +363,30 @@ def _rankings(
 
 def _greedy(
     ranks: list[list[tuple[float, int]]],
+    chosen: list[list[int]],
     capacity: list[int],
     load: list[int],
     fits,
     wanted: int,
-) -> list[list[int]]:
+) -> None:
     """Take (partition, broker) pairs in descending score while the partition wants more than it
-    has (``wanted``), the broker has room and ``fits(broker, picked)`` (the racks).
+    has in ``chosen`` (``wanted``), the broker has room and ``fits(broker, picked)`` (the racks).
 
     One heap holds each partition's next candidate; a rejected broker stays rejected (loads and
     racks only fill up), so this equals walking all pairs in sorted order.
     """
-    chosen: list[list[int]] = [[] for _ in ranks]
-    heap = [(ranking[0][0], p, 0) for p, ranking in enumerate(ranks)]
+    heap = [(ranking[0][0], p, 0) for p, ranking in enumerate(ranks) if len(chosen[p]) < wanted]
     heapq.heapify(heap)
     while heap:
         _, p, at = heapq.heappop(heap)
         broker = ranks[p][at][1]
-        if load[broker] < capacity[broker] and fits(broker, chosen[p]):
+        if load[broker] < capacity[broker] and broker not in chosen[p] and fits(broker, chosen[p]):
             load[broker] += 1
             chosen[p].append(broker)
             if len(chosen[p]) == wanted:
                 continue
         if at + 1 < len(ranks[p]):
             heapq.heappush(heap, (ranks[p][at + 1][0], p, at + 1))
-    return chosen
 
 
 def _fill(
@@ -324,11 +450,13 @@ def _even_out(
     candidates: list[list[tuple[float, int]]],
     leaders: list[list[int]],
     least: list[int],
+    most: list[int],
     load: list[int],
 ) -> None:
-    """Brokers leading fewer than ``least`` take leaderships over: a broker takes one of its
-    replicas' leadership from a broker that leads more than its least, or from one that takes
-    another over in turn (a chain, searched depth first, each broker once per search)."""
+    """Brokers leading fewer than ``least`` take leaderships over, then brokers leading more
+    than ``most`` hand them over: a broker takes one of its replicas' leadership from a broker
+    that leads more than its bound, or from one that takes another over in turn (a chain,
+    searched depth first, each broker once per search)."""
     led_by: list[list[int]] = [[] for _ in load]
     replica_of: list[list[int]] = [[] for _ in load]
     for p, (leader,) in enumerate(leaders):
@@ -336,13 +464,13 @@ def _even_out(
         for _, broker in candidates[p]:
             replica_of[broker].append(p)
 
-    def pull(broker: int, seen: set[int]) -> bool:
+    def pull(broker: int, seen: set[int], bound: list[int]) -> bool:
         for q in replica_of[broker]:
             other = leaders[q][0]
             if other in seen:
                 continue
             seen.add(other)
-            if load[other] > least[other] or pull(other, seen):
+            if load[other] > bound[other] or pull(other, seen, bound):
                 led_by[other].remove(q)
                 load[other] -= 1
                 leaders[q] = [broker]
@@ -352,7 +480,14 @@ def _even_out(
         return False
 
     for broker in range(len(load)):
-        while load[broker] < least[broker] and pull(broker, {broker}):
+        while load[broker] < least[broker] and pull(broker, {broker}, least):
+            pass
+    for broker in range(len(load)):
+        while (
+            load[broker] < most[broker]
+            and any(n > m for n, m in zip(load, most, strict=True))
+            and pull(broker, {broker}, most)
+        ):
             pass
 
 
@@ -367,4 +502,13 @@ def _scored(ranking: list[tuple[float, int]], picked: list[int]) -> list[tuple[f
     return found
 
 
-__all__ = ["BrokerInfo", "assign_replicas", "partition_key", "rendezvous", "score"]
+__all__ = [
+    "BrokerInfo",
+    "assign_replicas",
+    "extras_held",
+    "partition_key",
+    "rebalance",
+    "rebalance_topics",
+    "rendezvous",
+    "score",
+]

@@ -9,8 +9,9 @@ Each change writes the topic's znode (create; compare-and-set on its version thr
 ``ZkClient.update``; delete) and then applies the result to this broker's view at once
 (``Cluster.written``), so the client's answer comes once this broker serves the new metadata;
 the others follow through their watches. A new topic's partitions are placed by
-``placement.assign_replicas`` over the live brokers (not those being removed), with the
-topic's replication factor (the first replica the preferred leader); its partitions' states
+``placement.assign_replicas`` over the live brokers (not those being removed), beside the
+topics there are (new partitions of a topic, ``placement.rebalance``: beside its others), with
+the topic's replication factor (the first replica the preferred leader); its partitions' states
 (the first replica leads, every replica in sync) are made in the same ZooKeeper transaction.
 Partitions placed by hand (CreateTopics assignments, reassignments) are ``manual``: the
 controller leaves them where they are. ``max.broker.partitions`` is checked over the whole
@@ -32,7 +33,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from . import partition_state
 from .partition_state import PartitionState
-from .placement import BrokerInfo, assign_replicas
+from .placement import BrokerInfo, assign_replicas, extras_held, rebalance
 from .znodes import TOPICS, TopicRecord
 
 if TYPE_CHECKING:
@@ -95,8 +96,9 @@ class TopicAdmin:
                     f"Replication factor: {replication_factor} larger than available brokers:"
                     f" {len(live)}.",
                 )
+            held = extras_held((r.placing() for r in self.cluster.topics.values()), live)
             placed = await asyncio.to_thread(
-                assign_replicas, [(name, i) for i in range(count)], live, replication_factor
+                assign_replicas, [(name, i) for i in range(count)], live, replication_factor, held
             )
             replicas = [placed[(name, i)] for i in range(count)]
         else:
@@ -153,9 +155,13 @@ class TopicAdmin:
         def grow(record: TopicRecord) -> TopicRecord:
             new = range(len(record.replicas), total)
             extra = replicas
-            if extra is None:  # the whole topic placed, as the controller places it
+            if extra is None:  # placed beside the partitions there are, as the controller would
                 rf = max(1, len(record.replicas[0]) if record.replicas else 1)
-                placed = assign_replicas([(name, i) for i in range(total)], self._live(), rf)
+                live = self._live()
+                others = (r.placing() for n, r in self.cluster.topics.items() if n != name)
+                current = {(name, i): r for i, r in enumerate(record.placing())}
+                current.update({(name, i): [] for i in new})
+                placed = rebalance(current, live, rf, extras_held(others, live))
                 extra = [placed[(name, i)] for i in new]
             else:
                 record.manual |= set(new)

@@ -136,6 +136,13 @@ class TopicRecord:
             return current
         return current + [b for b in move["adding"] if b not in current]
 
+    def placing(self) -> list[list[int]]:
+        """Each partition's brokers as placement counts them: a moving one's target."""
+        return [
+            list(self.reassigning[i]["target"]) if i in self.reassigning else r
+            for i, r in enumerate(self.replicas)
+        ]
+
     def encode(self) -> bytes:
         d: dict[str, Any] = {
             "topic_id": str(self.topic_id),

@@ -89,10 +89,13 @@ def test_replicas_are_on_distinct_brokers_and_racks(simulation):
 
 
 def test_a_joining_broker_moves_at_most_its_share_plus_two_percent(simulation):
-    rf, _, base, joined, _ = simulation
+    rf, racks, base, joined, _ = simulation
     total = len(PARTITIONS) * rf
     assert _moved(base, joined) <= total * (1 / (BROKERS + 1) + 0.02)
     assert _loads(joined)[BROKERS] > 0.9 * total / (BROKERS + 1)  # the newcomer takes its share
+    # the controller's way, from where the replicas are: its share and nothing more
+    rebalanced = placement.rebalance(base, _cluster(BROKERS + 1, racks), rf)
+    assert _moved(base, rebalanced) == _loads(rebalanced)[BROKERS] <= total / (BROKERS + 1) + 1
 
 
 def test_a_leaving_broker_moves_its_replicas_plus_at_most_two_percent(simulation):
@@ -238,3 +241,85 @@ def test_every_topic_is_even_over_equal_brokers(rf):
                     uneven.append((count, size, loads))
             assert all(len(set(r)) == rf for r in placed.values())
     assert not uneven, uneven[:5]
+
+
+def _made_one_at_a_time(count: int, rf: int, topics: int) -> dict[str, list[list[int]]]:
+    """Topics of 1 to 1,000 partitions made one after another over ``count`` brokers, as
+    CreateTopics places them (beside the ones there are)."""
+    brokers = {b: BrokerInfo() for b in range(count)}
+    made: dict[str, list[list[int]]] = {}
+    for t in range(topics):
+        size = random.Random(t).choice([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 50, 64, 100, 256, 1000])
+        name = f"topic-{t:03}"
+        placed = assign_replicas(
+            [(name, i) for i in range(size)],
+            brokers,
+            rf,
+            placement.extras_held(made.values(), brokers),
+        )
+        made[name] = [placed[(name, i)] for i in range(size)]
+    return made
+
+
+def _even(replicas: list[list[int]], brokers) -> bool:
+    return all(
+        max(held[b] for b in brokers) - min(held[b] for b in brokers) <= 1
+        for held in (Counter(b for r in replicas for b in r), Counter(r[0] for r in replicas))
+    )
+
+
+@pytest.mark.parametrize("rf", [1, 3])
+def test_a_join_moves_one_nth_of_topics_made_one_at_a_time_and_every_topic_stays_even(rf):
+    """12 brokers become 13 under 150 topics of 1 to 1,000 partitions: the controller's
+    ``rebalance_topics`` moves at most 1/N + 2% of the replicas (placing every topic afresh
+    moved 10-11%), every topic stays even, the newcomer holds its share, and a second pass
+    moves almost nothing."""
+    made = _made_one_at_a_time(12, rf, 150)
+    assert all(_even(r, range(12)) for r in made.values())
+    brokers = {b: BrokerInfo() for b in range(13)}
+    joined = placement.rebalance_topics(made, brokers)
+    total = sum(len(r) * rf for r in made.values())
+    moved = sum(len(set(a) - set(b)) for t in made for a, b in zip(joined[t], made[t], strict=True))
+    assert moved <= total * (1 / 13 + 0.02)
+    assert all(_even(r, brokers) for r in joined.values())
+    loads = Counter(b for r in joined.values() for p in r for b in p)
+    assert max(loads.values()) - min(loads.values()) <= 20  # all topics: within a few
+    again = placement.rebalance_topics(joined, brokers)
+    assert (
+        sum(len(set(a) - set(b)) for t in joined for a, b in zip(again[t], joined[t], strict=True))
+        < total * 0.005
+    )
+
+
+@pytest.mark.parametrize("rf", [1, 3])
+def test_a_leave_moves_the_leavers_replicas_and_little_else_and_every_topic_stays_even(rf):
+    made = _made_one_at_a_time(12, rf, 150)
+    brokers = {b: BrokerInfo() for b in range(12) if b != 5}
+    left = placement.rebalance_topics(made, brokers)
+    own = sum(1 for r in made.values() for p in r for b in p if b == 5)
+    moved = sum(len(set(a) - set(b)) for t in made for a, b in zip(left[t], made[t], strict=True))
+    assert own <= moved <= own + sum(len(r) * rf for r in made.values()) * 0.005
+    assert all(_even(r, brokers) for r in left.values())
+
+
+def test_rebalancing_an_even_placement_changes_nothing():
+    for count in (1, 3, 5, 12):
+        brokers = {b: BrokerInfo() for b in range(count)}
+        for rf in range(1, min(3, count) + 1):
+            for size in (1, 2, 3, 7, 12, 30, 100):
+                placed = assign_replicas([(f"t{size}", i) for i in range(size)], brokers, rf)
+                assert placement.rebalance(placed, brokers, rf) == placed
+
+
+def test_a_broker_replaced_in_its_rack_hands_its_replicas_to_its_replacement():
+    """Broker 3 drained (weight 0) as broker 15 joins its rack: the racks keep their shape, so
+    15 takes 3's replicas and nothing else moves; no partition has two replicas in a rack."""
+    racked = {b: BrokerInfo(1.0, f"rack-{b % 4}") for b in range(12)}
+    before = assign_replicas([("racked", i) for i in range(200)], racked, 3)
+    racked[3] = BrokerInfo(0.0, "rack-3")
+    racked[15] = BrokerInfo(1.0, "rack-3")
+    after = placement.rebalance(before, racked, 3)
+    assert all(len({b % 4 for b in r}) == 3 for r in after.values())
+    loads = Counter(b for r in after.values() for b in r)
+    assert 3 not in loads and max(loads.values()) - min(loads.values()) <= 1
+    assert _moved(before, after) == loads[15] == _loads(before)[3]
