@@ -75,16 +75,8 @@ def wait_for(check, timeout: float = 20, what: str = "condition"):
 
 def metadata(broker, topics=None) -> messages.MetadataResponse:
     with WireClient(broker.port) as c:
-        topics_ = (
-            None
-            if topics is None
-            else [messages.MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
-        )
-        return c.request(
-            ApiKey.METADATA,
-            12,
-            messages.MetadataRequest(topics=topics_, allow_auto_topic_creation=False),
-        )
+        topics_ = None if topics is None else [messages.MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
+        return c.request(ApiKey.METADATA, 12, messages.MetadataRequest(topics=topics_, allow_auto_topic_creation=False))
 
 
 def leaders(broker, topic: str) -> dict[int, int]:
@@ -95,9 +87,7 @@ def leaders(broker, topic: str) -> dict[int, int]:
 def test_topics_are_placed_by_rendezvous_hashing_and_each_broker_holds_its_own(cluster):
     brokers = cluster(3)
     create(brokers, "spread", 30)
-    expected = assign_replicas(
-        [("spread", i) for i in range(30)], {n: BrokerInfo() for n in (1, 2, 3)}, 1
-    )
+    expected = assign_replicas([("spread", i) for i in range(30)], {n: BrokerInfo() for n in (1, 2, 3)}, 1)
     for b in brokers:  # every broker tells the same story, once its watch has fired
         wait_for(lambda b=b: len(leaders(b, "spread")) == 30, 10, "the topic everywhere")
         md = metadata(b, ["spread"])
@@ -116,9 +106,7 @@ def test_topics_are_placed_by_rendezvous_hashing_and_each_broker_holds_its_own(c
 def test_clients_produce_and_consume_through_the_cluster(cluster):
     brokers = cluster(3)
     create(brokers, "orders", 9)
-    producer = Producer(
-        {"bootstrap.servers": bootstrap(brokers[:1]), "enable.idempotence": True, "linger.ms": 5}
-    )
+    producer = Producer({"bootstrap.servers": bootstrap(brokers[:1]), "enable.idempotence": True, "linger.ms": 5})
     sent = {}
     for i in range(3000):
         key = f"k{i % 97}".encode()
@@ -165,46 +153,14 @@ def test_a_broker_behind_an_election_answers_unknown_leader_epoch(cluster):
     F, O = messages.FetchRequest, messages.OffsetForLeaderEpochRequest
 
     def codes(epoch: int) -> tuple[int, int]:
-        fetch = F(
-            replica_id=-1,
-            max_wait_ms=0,
-            min_bytes=0,
-            max_bytes=1 << 20,
-            topics=[
-                F.FetchTopic(
-                    topic="epochs",
-                    partitions=[
-                        F.FetchPartition(
-                            partition=0,
-                            current_leader_epoch=epoch,
-                            fetch_offset=0,
-                            partition_max_bytes=1024,
-                        )
-                    ],
-                )
-            ],
-        )
-        ofle = O(
-            replica_id=-1,
-            topics=[
-                O.OffsetForLeaderTopic(
-                    topic="epochs",
-                    partitions=[
-                        O.OffsetForLeaderPartition(
-                            partition=0, current_leader_epoch=epoch, leader_epoch=0
-                        )
-                    ],
-                )
-            ],
-        )
+        fetch = F(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, topics=[F.FetchTopic(
+            topic="epochs", partitions=[F.FetchPartition(partition=0, current_leader_epoch=epoch,
+                                                         fetch_offset=0, partition_max_bytes=1024)])])
+        ofle = O(replica_id=-1, topics=[O.OffsetForLeaderTopic(topic="epochs", partitions=[
+            O.OffsetForLeaderPartition(partition=0, current_leader_epoch=epoch, leader_epoch=0)])])
         with WireClient(other.port) as c:
             f = c.request(ApiKey.FETCH, 12, fetch).responses[0].partitions[0].error_code
-            o = (
-                c.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, ofle)
-                .topics[0]
-                .partitions[0]
-                .error_code
-            )
+            o = c.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, ofle).topics[0].partitions[0].error_code
         return f, o
 
     E = ErrorCode
@@ -227,9 +183,7 @@ def test_a_request_at_the_wrong_broker_gets_not_leader_or_follower_and_a_leader_
         topic_data=[
             messages.ProduceRequest.TopicProduceData(
                 name="routed",
-                partition_data=[
-                    messages.ProduceRequest.PartitionProduceData(index=index, records=batch)
-                ],
+                partition_data=[messages.ProduceRequest.PartitionProduceData(index=index, records=batch)],
             )
         ],
     )
@@ -248,11 +202,7 @@ def test_a_request_at_the_wrong_broker_gets_not_leader_or_follower_and_a_leader_
         topics=[
             messages.FetchRequest.FetchTopic(
                 topic_id=metadata(wrong, ["routed"]).topics[0].topic_id,
-                partitions=[
-                    messages.FetchRequest.FetchPartition(
-                        partition=index, fetch_offset=0, partition_max_bytes=1 << 20
-                    )
-                ],
+                partitions=[messages.FetchRequest.FetchPartition(partition=index, fetch_offset=0, partition_max_bytes=1 << 20)],
             )
         ],
     )
@@ -262,35 +212,22 @@ def test_a_request_at_the_wrong_broker_gets_not_leader_or_follower_and_a_leader_
         fetched = c.request(ApiKey.FETCH, 16, fetch)
     assert old.current_leader.leader_id == -1
     hinted = new.responses[0].partition_responses[0]
-    assert (
-        hinted.error_code,
-        hinted.current_leader.leader_id,
-        hinted.current_leader.leader_epoch,
-    ) == (
+    assert (hinted.error_code, hinted.current_leader.leader_id, hinted.current_leader.leader_epoch) == (
         ErrorCode.NOT_LEADER_OR_FOLLOWER,
         leader,
         0,
     )
-    assert [(e.node_id, e.host, e.port) for e in new.node_endpoints] == [
-        (leader, "127.0.0.1", right.port)
-    ]
+    assert [(e.node_id, e.host, e.port) for e in new.node_endpoints] == [(leader, "127.0.0.1", right.port)]
     part = fetched.responses[0].partitions[0]
-    assert (part.error_code, part.current_leader.leader_id) == (
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        leader,
-    )
+    assert (part.error_code, part.current_leader.leader_id) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, leader)
     assert [(e.node_id, e.port) for e in fetched.node_endpoints] == [(leader, right.port)]
     with WireClient(wrong.port) as c:  # and a group it does not coordinate
-        found = c.request(
-            ApiKey.FIND_COORDINATOR, 3, messages.FindCoordinatorRequest(key="g1", key_type=0)
-        )
+        found = c.request(ApiKey.FIND_COORDINATOR, 3, messages.FindCoordinatorRequest(key="g1", key_type=0))
         node = found.node_id
         other = next(b for n, b in enumerate(brokers, 1) if n != node)
     with WireClient(other.port) as c:
         r = c.request(
-            ApiKey.HEARTBEAT,
-            4,
-            messages.HeartbeatRequest(group_id="g1", generation_id=1, member_id="m"),
+            ApiKey.HEARTBEAT, 4, messages.HeartbeatRequest(group_id="g1", generation_id=1, member_id="m")
         )
     assert r.error_code == ErrorCode.NOT_COORDINATOR
 
@@ -308,9 +245,7 @@ def test_a_restarted_broker_serves_its_partitions_again(cluster):
     wait_for(lambda: all(leaders(brokers[0], "durable")[i] == -1 for i in mine), 15, "leaderless")
     victim.start()
     wait_for(lambda: all(leaders(brokers[0], "durable")[i] == 2 for i in mine), 15, "leader back")
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap(brokers), "group.id": "g", "enable.auto.commit": False}
-    )
+    consumer = Consumer({"bootstrap.servers": bootstrap(brokers), "group.id": "g", "enable.auto.commit": False})
     consumer.assign([TopicPartition("durable", i, 0) for i in range(6)])
     values = set()
     deadline = time.monotonic() + 30
@@ -322,9 +257,7 @@ def test_a_restarted_broker_serves_its_partitions_again(cluster):
     assert values == set(range(600))
 
 
-def test_deleting_a_topic_removes_it_from_every_broker_and_growing_it_places_new_partitions(
-    cluster,
-):
+def test_deleting_a_topic_removes_it_from_every_broker_and_growing_it_places_new_partitions(cluster):
     brokers = cluster(3)
     create(brokers, "doomed", 6)
     create(brokers, "growing", 3)
@@ -337,9 +270,7 @@ def test_deleting_a_topic_removes_it_from_every_broker_and_growing_it_places_new
     placed = rebalance(current, {n: BrokerInfo() for n in (1, 2, 3)}, 1)
     now = leaders(brokers[0], "growing")
     assert {i: now[i] for i in range(3)} == first  # the partitions there were stay
-    assert {i: [n] for i, n in now.items() if i >= 3} == {
-        i: placed[("growing", i)] for i in range(3, 12)
-    }
+    assert {i: [n] for i, n in now.items() if i >= 3} == {i: placed[("growing", i)] for i in range(3, 12)}
     assert sorted(Counter(now.values()).values()) == [4, 4, 4]  # beside them, evenly
     dirs = sum(len(list(b.data_dir.glob("growing-*"))) for b in brokers)
     assert dirs == 12
@@ -369,16 +300,7 @@ def test_producer_ids_are_unique_across_brokers(cluster):
     for b in brokers:
         for _ in range(3):
             with WireClient(b.port) as c:
-                r = c.request(
-                    ApiKey.INIT_PRODUCER_ID,
-                    4,
-                    messages.InitProducerIdRequest(
-                        transactional_id=None,
-                        transaction_timeout_ms=1000,
-                        producer_id=-1,
-                        producer_epoch=-1,
-                    ),
-                )
+                r = c.request(ApiKey.INIT_PRODUCER_ID, 4, messages.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1000, producer_id=-1, producer_epoch=-1))
             assert r.error_code == ErrorCode.NONE
             seen.add(r.producer_id)
     assert len(seen) == 9
@@ -387,8 +309,7 @@ def test_producer_ids_are_unique_across_brokers(cluster):
 def test_a_broker_id_already_registered_is_refused(cluster, tmp_path, zk_connect):
     cluster(1)
     twin = BrokerProcess(
-        tmp_path / "twin",
-        {"zookeeper.connect": zk_connect, "node.id": 1, "zookeeper.session.timeout.ms": 2000},
+        tmp_path / "twin", {"zookeeper.connect": zk_connect, "node.id": 1, "zookeeper.session.timeout.ms": 2000},
         args=["--workers", "1"],
     )
     with pytest.raises(RuntimeError) as e:
@@ -404,25 +325,9 @@ def test_an_unreachable_zookeeper_is_a_clear_start_up_error(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "headrace",
-            "serve",
-            "--port",
-            "0",
-            "--data-dir",
-            str(tmp_path / "d"),
-            "--override",
-            f"zookeeper.connect=127.0.0.1:{port}",
-            "--override",
-            "zookeeper.connection.timeout.ms=2000",
-            "--workers",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [sys.executable, "-m", "headrace", "serve", "--port", "0", "--data-dir", str(tmp_path / "d"),
+         "--override", f"zookeeper.connect=127.0.0.1:{port}", "--override", "zookeeper.connection.timeout.ms=2000", "--workers", "1"],
+        capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 3
     assert f"cannot reach ZooKeeper at 127.0.0.1:{port} within 2 s" in done.stderr
@@ -438,15 +343,8 @@ def test_workers_run_one_broker_per_core_in_one_cluster(tmp_path, zk_connect):
     try:
         assert len(parent.ports) == 2
         with WireClient(parent.ports[1]) as c:
-            md = c.request(
-                ApiKey.METADATA,
-                12,
-                messages.MetadataRequest(topics=None, allow_auto_topic_creation=False),
-            )
-        assert sorted((b.node_id, b.port) for b in md.brokers) == [
-            (1, parent.ports[0]),
-            (2, parent.ports[1]),
-        ]
+            md = c.request(ApiKey.METADATA, 12, messages.MetadataRequest(topics=None, allow_auto_topic_creation=False))
+        assert sorted((b.node_id, b.port) for b in md.brokers) == [(1, parent.ports[0]), (2, parent.ports[1])]
         servers = ",".join(f"127.0.0.1:{p}" for p in parent.ports)
         admin = AdminClient({"bootstrap.servers": servers})
         admin.create_topics([NewTopic("w", 8)])["w"].result(timeout=30)
@@ -475,13 +373,8 @@ def test_transactions_span_brokers(cluster):
         producer.produce("in", value=b"%d" % i, partition=i % 6)
     assert producer.flush(30) == 0
     consumer = Consumer(
-        {
-            "bootstrap.servers": servers,
-            "group.id": "copier",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
+        {"bootstrap.servers": servers, "group.id": "copier", "auto.offset.reset": "earliest",
+         "enable.auto.commit": False, "isolation.level": "read_committed"}
     )
     consumer.subscribe(["in"])
     txn = Producer({"bootstrap.servers": servers, "transactional.id": "copy-1"})
@@ -510,13 +403,8 @@ def test_transactions_span_brokers(cluster):
     consumer.close()
     assert copied == 300
     reader = Consumer(
-        {
-            "bootstrap.servers": servers,
-            "group.id": "check",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
+        {"bootstrap.servers": servers, "group.id": "check", "auto.offset.reset": "earliest",
+         "isolation.level": "read_committed", "enable.auto.commit": False}
     )
     reader.assign([TopicPartition("out", p, 0) for p in range(6)])
     values = []
@@ -559,21 +447,8 @@ def test_a_setting_changed_at_one_broker_applies_to_the_next_produce_at_another(
     def produce() -> messages.ProduceResponse.PartitionProduceResponse:
         P = messages.ProduceRequest
         with WireClient(brokers[1].port) as c:
-            r = c.request(
-                ApiKey.PRODUCE,
-                9,
-                P(
-                    transactional_id=None,
-                    acks=-1,
-                    timeout_ms=5000,
-                    topic_data=[
-                        P.TopicProduceData(
-                            name="tuned",
-                            partition_data=[P.PartitionProduceData(index=index, records=big)],
-                        )
-                    ],
-                ),
-            )
+            r = c.request(ApiKey.PRODUCE, 9, P(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+                P.TopicProduceData(name="tuned", partition_data=[P.PartitionProduceData(index=index, records=big)])]))
         return r.responses[0].partition_responses[0]
 
     first = produce()
@@ -582,36 +457,17 @@ def test_a_setting_changed_at_one_broker_applies_to_the_next_produce_at_another(
     def alter(**configs) -> None:
         A = messages.AlterConfigsRequest
         with WireClient(brokers[0].port) as c:
-            r = c.request(
-                ApiKey.ALTER_CONFIGS,
-                2,
-                A(
-                    validate_only=False,
-                    resources=[
-                        A.AlterConfigsResource(
-                            resource_type=2,
-                            resource_name="tuned",
-                            configs=[
-                                A.AlterableConfig(name=n, value=v) for n, v in configs.items()
-                            ],
-                        )
-                    ],
-                ),
-            )
+            r = c.request(ApiKey.ALTER_CONFIGS, 2, A(validate_only=False, resources=[
+                A.AlterConfigsResource(resource_type=2, resource_name="tuned", configs=[
+                    A.AlterableConfig(name=n, value=v) for n, v in configs.items()])]))
         assert r.responses[0].error_code == ErrorCode.NONE
 
     alter(**{"message.timestamp.type": "LogAppendTime"})
-    appended = wait_for(
-        lambda: (r := produce()).log_append_time_ms > 0 and r, 10, "LogAppendTime at node 2"
-    )
+    appended = wait_for(lambda: (r := produce()).log_append_time_ms > 0 and r, 10, "LogAppendTime at node 2")
     assert appended.error_code == ErrorCode.NONE
     alter(**{"max.message.bytes": "1000"})  # AlterConfigs replaces: CreateTime again, and a bound
-    refused = wait_for(
-        lambda: (r := produce()).error_code != ErrorCode.NONE and r, 10, "the bound at node 2"
-    )
+    refused = wait_for(lambda: (r := produce()).error_code != ErrorCode.NONE and r, 10, "the bound at node 2")
     assert (refused.error_code, refused.log_append_time_ms) == (ErrorCode.MESSAGE_TOO_LARGE, -1)
     alter()  # back to the defaults: the same batch is taken again
-    taken = wait_for(
-        lambda: (r := produce()).error_code == ErrorCode.NONE and r, 10, "defaults at node 2"
-    )
+    taken = wait_for(lambda: (r := produce()).error_code == ErrorCode.NONE and r, 10, "defaults at node 2")
     assert taken.base_offset > appended.base_offset
