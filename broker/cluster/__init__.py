@@ -11,13 +11,13 @@ cluster.py          This broker's view of the cluster (brokers, topics, partitio
 topic_admin.py      The topic changes a broker writes: create, grow, configs, delete,
                     reassignments, and the last write of a move
 controller.py       The controller's job: its election, the member brokers, leader elections,
-                    moving partitions where placement puts them; a broker's controlled shutdown
+                    rebalancing the partitions over the members; a broker's controlled shutdown
 elections.py        Leader election: what the controller writes into a partition's state when
                     brokers come and go
 partition_state.py  A partition's leader and ISR in ZooKeeper (Kafka's ZooKeeper-era ``state``
                     znode)
 placement.py        Where things live among brokers: weighted rendezvous (highest random weight)
-                    hashing
+                    hashing, and rebalancing from where they are
 documents.py        Small JSON documents the whole broker (or the whole cluster) shares: the
                     ACLs, the client quotas, the feature levels (a file, or a znode)
 features.py         Feature versions (KIP-584): the levels this broker supports, the levels

@@ -151,8 +151,8 @@ def rebalance(
 ) -> dict[tuple[str, int], list[int]]:
     """Each partition's replica brokers, the preferred leader first, changed from ``current``
     (a partition's brokers now, leader first; empty for a new partition) only as much as
-    evenness asks. ``held``: the replicas each broker holds of other topics (the one more of
-    an uneven split goes to the brokers holding the fewest).
+    evenness asks. ``held``: in how many other topics each broker holds the one more of an
+    uneven split (``extras_held``); this topic's go to those holding the fewest.
 
     Brokers of weight 0 take nothing. Raises ValueError when the replication factor is below 1
     or above the number of brokers that can take replicas.
@@ -186,51 +186,19 @@ def rebalance(
     for picked in chosen:
         for b in picked:
             load[b] += 1
-    capacity = _capacities(
-        len(keys) * rf, weights, _extras_order(keys, ranks, rf, weights, load, held, ids)
-    )
-    # a broker over its capacity lets go of its least wanted replicas, of partitions that a
-    # broker with room can take (its rack allowing), one replica a partition where it can
-    room = [b for b in range(len(ids)) if load[b] < capacity[b]]
-
-    def no_taker(p: int, b: int) -> bool:
-        rest = [x for x in chosen[p] if x != b]
-        return not any(r not in rest and rack_fits(r, rest) for r in room)
-
-    shed: set[int] = set()
-    for b in range(len(ids)):
-        if load[b] > capacity[b]:
-            holding = [p for p, picked in enumerate(chosen) if b in picked]
-            holding.sort(key=lambda p: (p in shed, no_taker(p, b), _score_of(ranks[p], b)))
-            for p in holding[: load[b] - capacity[b]]:
-                chosen[p].remove(b)
-                shed.add(p)
-            load[b] = capacity[b]
+    order = _extras_order(keys, ranks, rf, weights, load, [(held or {}).get(b, 0) for b in ids])
+    capacity = _capacities(len(keys) * rf, weights, order)
+    _let_go(ranks, chosen, capacity, load, rack_fits)
     _greedy(ranks, chosen, capacity, load, rack_fits, rf)
     _fill(ranks, chosen, capacity, load, rack_fits, rf)
-    # the preferred leaders, balanced the same way among each partition's replicas
     candidates = [_scored(ranking, picked) for ranking, picked in zip(ranks, chosen, strict=True)]
-    # (which brokers could lead one more depends on where the replicas went, so each may lead
-    # its share rounded up, and then the ones below it rounded down take leaderships over)
-    shares = [len(keys) * w / sum(weights) for w in weights]
-    capacity, load = [math.ceil(s) for s in shares], [0] * len(ids)
-    leaders: list[list[int]] = [[] for _ in keys]
-    for p, was in enumerate(kept):  # the leaders that stay
-        if was and was[0] in chosen[p]:
-            leaders[p].append(was[0])
-            load[was[0]] += 1
-    anyone = lambda broker, picked: True  # noqa: E731
-    _greedy(candidates, leaders, capacity, load, anyone, 1)
-    _fill(candidates, leaders, capacity, load, anyone, 1)
-    _even_out(candidates, leaders, [math.floor(s) for s in shares], capacity, load)
+    leaders = _leaders(candidates, kept, [len(keys) * w / sum(weights) for w in weights])
     placement = {}
     for p, key in enumerate(keys):
         # the leader, then the replicas that stay in their order, then the new ones by score
         stay = [i for i in kept[p] if i in chosen[p]]
-        new = [i for _, i in candidates[p] if i not in stay]
-        placement[key] = [
-            ids[i] for i in leaders[p] + [i for i in stay + new if i != leaders[p][0]]
-        ]
+        rest = stay + [i for _, i in candidates[p] if i not in stay]
+        placement[key] = [ids[i] for i in [leaders[p], *(i for i in rest if i != leaders[p])]]
     return placement
 
 
@@ -277,30 +245,77 @@ def extras_held(
     return held
 
 
-def _extras_order(keys, ranks, rf, weights, load, held, ids) -> list[int]:
-    """Which brokers take the one more when the replicas do not divide evenly: the fewest
-    replicas held, counting this topic's one more (so those that hold it now keep it, and
-    nothing moves for it), then those that the most partitions rank among their best (so
-    fewest are pushed along), then a rendezvous order of the topic."""
+def _extras_order(keys, ranks, rf, weights, load, held) -> list[int]:
+    """Which brokers take the one more when the replicas do not divide evenly: those holding
+    the fewest of other topics (``held``), counting this topic's (so those that hold it now
+    keep it, and nothing moves for it); then those that the most partitions rank among their
+    best (so fewest are pushed along); then a rendezvous order of the topic."""
     whole, total = sum(weights), len(keys) * rf
-    floor = [math.floor(total * w / whole) for w in weights]
-    wanted_by = [0] * len(ids)
+    without = [load[b] <= math.floor(total * w / whole) for b, w in enumerate(weights)]
+    wanted_by = [0] * len(weights)
     for ranking in ranks:
         for _, b in ranking[:rf]:
             wanted_by[b] += 1
+    ids = list(range(len(weights)))
     topic_order = [b for _, b in _rankings([(keys[0][0], -1)], ids, weights)[0]]
-    held = held or {}
     return sorted(
         topic_order,
-        key=lambda b: (
-            (held.get(ids[b], 0) + (load[b] <= floor[b])) / weights[b],
-            load[b] <= floor[b],
-            -wanted_by[b] / weights[b],
-        ),
+        key=lambda b: ((held[b] + without[b]) / weights[b], without[b], -wanted_by[b] / weights[b]),
     )
 
 
-def _score_of(ranking: list[tuple[float, int]], broker: int) -> float:
+def _let_go(
+    ranks: list[list[tuple[float, int]]],
+    chosen: list[list[int]],
+    capacity: list[int],
+    load: list[int],
+    fits,
+) -> None:
+    """A broker over its capacity lets go of the replicas it scores lowest, of partitions that
+    a broker with room can take (``fits``: the racks), one replica a partition where it can
+    (so that one taker can fill each place)."""
+    room = [b for b in range(len(load)) if load[b] < capacity[b]]
+
+    def no_taker(p: int, broker: int) -> bool:
+        rest = [b for b in chosen[p] if b != broker]
+        return not any(r not in rest and fits(r, rest) for r in room)
+
+    emptied: set[int] = set()
+    for broker in range(len(load)):
+        if load[broker] > capacity[broker]:
+            holding = [p for p, picked in enumerate(chosen) if broker in picked]
+            holding.sort(
+                key=lambda p: (p in emptied, no_taker(p, broker), -_score(ranks[p], broker))
+            )
+            for p in holding[: load[broker] - capacity[broker]]:
+                chosen[p].remove(broker)
+                emptied.add(p)
+            load[broker] = capacity[broker]
+
+
+def _leaders(
+    candidates: list[list[tuple[float, int]]], kept: list[list[int]], shares: list[float]
+) -> list[int]:
+    """Each partition's preferred leader among its replicas (``candidates``, best first):
+    the one it had where that stays (``kept``: its brokers before, leader first), the others
+    balanced as the replicas are. Which brokers could lead one more depends on where the
+    replicas went, so each may lead its share rounded up, and then the ones below it rounded
+    down take leaderships over (and those over it rounded up hand them over)."""
+    capacity, load = [math.ceil(s) for s in shares], [0] * len(shares)
+    leaders: list[list[int]] = [[] for _ in candidates]
+    for p, was in enumerate(kept):
+        if was and any(b == was[0] for _, b in candidates[p]):
+            leaders[p].append(was[0])
+            load[was[0]] += 1
+    anyone = lambda broker, picked: True  # noqa: E731
+    _greedy(candidates, leaders, capacity, load, anyone, 1)
+    _fill(candidates, leaders, capacity, load, anyone, 1)
+    _even_out(candidates, leaders, [math.floor(s) for s in shares], capacity, load)
+    return [leader for (leader,) in leaders]
+
+
+def _score(ranking: list[tuple[float, int]], broker: int) -> float:
+    """``broker``'s score in a partition's ranking."""
     return -next(s for s, b in ranking if b == broker)
 
 

@@ -23,7 +23,7 @@ from collections import Counter
 import pytest
 
 from headrace.broker.cluster import placement
-from headrace.broker.cluster.placement import BrokerInfo, assign_replicas, partition_key, rendezvous
+from headrace.broker.cluster.placement import BrokerInfo, assign_replicas, partition_key, rebalance, rendezvous
 
 PARTITIONS = [(f"topic-{i % 97}", i // 97) for i in range(10_000)]
 BROKERS = 100
@@ -226,20 +226,23 @@ SIZES = [*range(1, 65), 96, 100, 127, 250, 499, 1000]
 @pytest.mark.parametrize("rf", [1, 2, 3])
 def test_every_topic_is_even_over_equal_brokers(rf):
     """Over 3 brokers a topic of 3 partitions has one leader on each (plain capacities left one
-    broker idle for it); at every size, the busiest broker holds at most one replica and one
-    leadership more than the idlest."""
+    broker idle for it); at every size, placed afresh or moved for a broker that joins, the
+    busiest broker holds at most one replica and one leadership more than the idlest."""
     uneven = []
     for count in range(rf, 13):
         brokers = {b: BrokerInfo() for b in range(1, count + 1)}
+        joined = {**brokers, count + 1: BrokerInfo()}
         for size in SIZES:
             placed = assign_replicas([(f"t{size}", i) for i in range(size)], brokers, rf)
-            replicas = Counter(b for r in placed.values() for b in r)
-            leaders = Counter(r[0] for r in placed.values())
-            for held in (replicas, leaders):
-                loads = [held[b] for b in brokers]
-                if max(loads) - min(loads) > 1:
-                    uneven.append((count, size, loads))
-            assert all(len(set(r)) == rf for r in placed.values())
+            # and as the controller moves them when a broker joins
+            for members, placing in ((brokers, placed), (joined, rebalance(placed, joined, rf))):
+                replicas = Counter(b for r in placing.values() for b in r)
+                leaders = Counter(r[0] for r in placing.values())
+                for held in (replicas, leaders):
+                    loads = [held[b] for b in members]
+                    if max(loads) - min(loads) > 1:
+                        uneven.append((len(members), size, loads))
+                assert all(len(set(r)) == rf for r in placing.values())
     assert not uneven, uneven[:5]
 
 
