@@ -96,6 +96,11 @@ def test_a_joining_broker_moves_at_most_its_share_plus_two_percent(simulation):
     # the controller's way, from where the replicas are: its share and nothing more
     rebalanced = placement.rebalance(base, _cluster(BROKERS + 1, racks), rf)
     assert _moved(base, rebalanced) == _loads(rebalanced)[BROKERS] <= total / (BROKERS + 1) + 1
+    # it leads its share, and few other leaderships change hands on the way (the replicas it
+    # takes are mostly followers: it takes leaderships over from brokers leading more)
+    led = [p for p in base if rebalanced[p][0] == BROKERS]
+    assert len(led) == len(PARTITIONS) // (BROKERS + 1)
+    assert sum(rebalanced[p][0] != base[p][0] for p in base) <= 3 * len(led)
 
 
 def test_a_leaving_broker_moves_its_replicas_plus_at_most_two_percent(simulation):
