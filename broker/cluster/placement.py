@@ -46,8 +46,9 @@ places left are filled as above (greedy, then augmenting paths), and the leaders
 lead on, the rest balanced as above (and brokers over their share rounded up hand
 leaderships over). Which brokers take the one more of an uneven split: those holding the
 fewest such over all topics (``held``, ``extras_held``), a broker that holds it now before
-one that holds up to two fewer. ``assign_replicas`` is ``rebalance`` from nothing; ``rebalance_topics``
-rebalances every topic, as the controller does, each against the others as placed so far.
+one that holds up to two fewer. ``assign_replicas`` is ``rebalance`` from nothing;
+``rebalance_topics`` rebalances every topic, as the controller does, each against the others
+as placed so far.
 
 Guarantees: equal brokers without racks hold replicas and preferred leaders that differ by
 at most one, for every topic (tests/broker/test_placement.py checks 1-1,000 partitions over
