@@ -284,6 +284,7 @@ def test_a_join_moves_one_nth_of_topics_made_one_at_a_time_and_every_topic_stays
     moves almost nothing."""
     made = _made_one_at_a_time(12, rf, 150)
     assert all(_even(r, range(12)) for r in made.values())
+    assert placement.rebalance_topics(made, {b: BrokerInfo() for b in range(12)}) == made  # as made
     brokers = {b: BrokerInfo() for b in range(13)}
     joined = placement.rebalance_topics(made, brokers)
     total = sum(len(r) * rf for r in made.values())
