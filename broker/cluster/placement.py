@@ -252,8 +252,8 @@ def _extras_order(keys, ranks, rf, weights, load, held) -> list[int]:
     """Which brokers take the one more when the replicas do not divide evenly: those holding
     the fewest of other topics (``held``), a broker that does not hold this topic's now
     counting two more (so it takes it over only from one holding three more: deleting topics
-    moves a replica now and then, not one per topic); then those that the most partitions rank among their best (so
-    fewest are pushed along); then a rendezvous order of the topic."""
+    moves a replica now and then, not one per topic); then those that the most partitions
+    rank among their best (so fewest are pushed along); then a rendezvous order of the topic."""
     whole, total = sum(weights), len(keys) * rf
     without = [load[b] <= math.floor(total * w / whole) for b, w in enumerate(weights)]
     wanted_by = [0] * len(weights)
