@@ -193,7 +193,7 @@ def rebalance(
     capacity = _capacities(len(keys) * rf, weights, order)
     _let_go(ranks, chosen, capacity, load, rack_fits)
     _greedy(ranks, chosen, capacity, load, rack_fits, rf)
-    _fill(ranks, chosen, capacity, load, rack_fits, rf)
+    _fill(ranks, chosen, capacity, load, rack_fits, rf, kept)
     candidates = [_scored(ranking, picked) for ranking, picked in zip(ranks, chosen, strict=True)]
     leaders = _leaders(candidates, kept, [len(keys) * w / sum(weights) for w in weights])
     placement = {}
@@ -317,7 +317,7 @@ def _leaders(
             load[was[0]] += 1
     anyone = lambda broker, picked: True  # noqa: E731
     _greedy(candidates, leaders, capacity, load, anyone, 1)
-    _fill(candidates, leaders, capacity, load, anyone, 1)
+    _fill(candidates, leaders, capacity, load, anyone, 1, [was[:1] for was in kept])
     _even_out(candidates, leaders, [math.floor(s) for s in shares], capacity, load)
     return [leader for (leader,) in leaders]
 
@@ -419,14 +419,16 @@ def _fill(
     load: list[int],
     fits,
     wanted: int,
+    had: list[list[int]],
 ) -> None:
     """Give the partitions the greedy left short what they want, moving others along.
 
     A short partition takes a broker with room where it can; where every broker it may take is
     full, it takes a full one's place and that broker's partition moves on to another broker
-    (an augmenting path, searched depth first, each broker once per search), so the loads stay
-    within the capacities. Only when no such path exists does a partition go over a capacity:
-    its best brokers that fit, then any.
+    (an augmenting path, searched depth first, each broker once per search; a partition that
+    was placed there just now before one that ``had`` it), so the loads stay within the
+    capacities. Only when no such path exists does a partition go over a capacity: its best
+    brokers that fit, then any.
     """
     holders: list[list[int]] = [[] for _ in capacity]
     for p, picked in enumerate(chosen):
@@ -445,7 +447,7 @@ def _fill(
                 load[broker] += 1
             elif not any(
                 take(q, seen, busy) and leave(q, broker)
-                for q in list(holders[broker])
+                for q in sorted(holders[broker], key=lambda q: broker in had[q])
                 if q not in busy
             ):
                 continue
