@@ -189,7 +189,9 @@ def rebalance(
     for picked in chosen:
         for b in picked:
             load[b] += 1
-    order = _extras_order(keys, ranks, rf, weights, load, [(held or {}).get(b, 0) for b in ids])
+    order = _extras_order(
+        keys, ranks, rf, ids, weights, load, [(held or {}).get(b, 0) for b in ids]
+    )
     capacity = _capacities(len(keys) * rf, weights, order)
     _let_go(ranks, chosen, capacity, load, rack_fits)
     _greedy(ranks, chosen, capacity, load, rack_fits, rf)
@@ -248,7 +250,7 @@ def extras_held(
     return held
 
 
-def _extras_order(keys, ranks, rf, weights, load, held) -> list[int]:
+def _extras_order(keys, ranks, rf, ids, weights, load, held) -> list[int]:
     """Which brokers take the one more when the replicas do not divide evenly: those holding
     the fewest of other topics (``held``), a broker that does not hold this topic's now
     counting two more (so it takes it over only from one holding three more: deleting topics
@@ -260,7 +262,6 @@ def _extras_order(keys, ranks, rf, weights, load, held) -> list[int]:
     for ranking in ranks:
         for _, b in ranking[:rf]:
             wanted_by[b] += 1
-    ids = list(range(len(weights)))
     topic_order = [b for _, b in _rankings([(keys[0][0], -1)], ids, weights)[0]]
     return sorted(
         topic_order,
