@@ -272,3 +272,14 @@ def test_a_curve_point_without_room_deletes_the_earlier_points_topics_first(tmp_
         assert short() is None
         with wire.WireClient("127.0.0.1", sess.broker.port) as client:
             assert client.delete_topics(["bench-1"]) == {"bench-1": 3}  # gone: UNKNOWN_TOPIC
+
+
+def test_placement_prints_what_a_join_moves():
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.placement", "--brokers", "3", "--topics", "20"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(",")[0] for line in lines] == ["RF 1", "RF 3"]
+    assert all("uneven 0," in line and "(1/N 25.0%" in line for line in lines)
