@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from headrace import _compiled
+
+_compiled.install()  # (a checkout: an edited module runs from source until it is compiled again)
+
 if TYPE_CHECKING:
     from headrace.broker.app.embedded import Broker
 
