@@ -15,6 +15,7 @@ import resource
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -166,9 +167,10 @@ def headrace_snapshot(ref: str, dest: Path) -> Path:
     """Headrace as committed at ``ref``, laid out as an importable tree in ``dest/lib``
     (following ``[tool.setuptools.package-dir]`` of that commit's pyproject.toml), so that a
     run measures one fixed commit while the working tree keeps changing. Returns the
-    directory to put first on PYTHONPATH. The compiled extensions (``headrace._record_check``,
-    ``headrace.pipeline._send``) are not built for it: an editable install's finder supplies
-    those of the installed tree, and a commit that imports one it lacks runs the Python twin."""
+    directory to put first on PYTHONPATH. Its compiled parts (the C extensions, and the modules
+    of ``headrace._compiled.MODULES`` where the commit has them) are built as an install builds
+    them (``setup.py build_ext``, with this interpreter's Cython), so that the snapshot runs
+    as the working tree's editable install does."""
     import tomllib
     repo = Path(__file__).resolve().parent.parent
     src, lib = dest / "src", dest / "lib"
@@ -177,6 +179,11 @@ def headrace_snapshot(ref: str, dest: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(repo), "archive", ref], check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    if (src / "setup.py").exists():
+        build = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                               cwd=src, capture_output=True, text=True)
+        if build.returncode != 0:
+            raise RuntimeError(f"building Headrace at {ref} failed: {build.stderr[-2000:]}")
     project = tomllib.loads((src / "pyproject.toml").read_text())
     mapping = project["tool"]["setuptools"]["package-dir"]
     for pkg in sorted(mapping, key=lambda p: p.count(".")):
@@ -355,7 +362,6 @@ def headrace_settings(pythonpath: Path | None) -> str:
     """``headrace settings`` (every setting and its default) of the Headrace under test."""
     key = str(pythonpath)
     if key not in _HEADRACE_SETTINGS:
-        import sys
         env = dict(os.environ)
         if pythonpath:
             env["PYTHONPATH"] = str(pythonpath)
