@@ -21,7 +21,8 @@ had been made on the spot. A reservation counts an entry in each index for every
 ahead of it when it decides whether the segment has room, so a write never needs a roll of
 its own. A ``direct`` write takes the direct reservations queued right behind it on its
 segment along (up to ``DIRECT_GROUP`` bytes in all): one write to the disk for them all, then
-each is published in turn, and their own calls find them written. Disks store larger writes
+each is published in turn, and their own calls find them written (if that write fails, each
+is written on its own, so a filling disk stores as many as fit). Disks store larger writes
 faster: 4 MiB at a time, this machine's wrote 1.8 GB/s with every write on the disk before the
 next, 1 MiB at a time 1.3-1.5.
 """
@@ -295,17 +296,23 @@ class LogAppends(LogState):
 
     def _append_direct(self, group: list[Reserved]) -> None:
         """Write ``group`` (reserved in this order, on one segment) around the page cache in
-        one go, then publish each in turn. A failed write fails them all; an index write that
-        fails cuts the file back to that reservation's start, and fails it and the ones
-        behind it (their offsets are no longer the log end's), not the ones before it."""
+        one go, then publish each in turn. When the write fails (a disk too full for them
+        all may still hold the first), the first is written alone, and the others are left to
+        their own calls, each then a write of its own: so as many are stored as fit. An index
+        write that fails cuts the file back to that reservation's start, and fails it and the
+        ones behind it (their offsets are no longer the log end's), not the ones before it."""
         seg = group[0].seg
         position = seg.size
         fd = self._acquire(seg)
         try:
-            try:
-                pwrite_direct(seg.log_file.path, fd, [w.batch for w in group], position)
-            except OSError as e:
-                raise StorageError(f"append to {self.directory} failed: {e}") from e
+            while True:
+                try:
+                    pwrite_direct(seg.log_file.path, fd, [w.batch for w in group], position)
+                    break
+                except OSError as e:
+                    if len(group) == 1:
+                        raise StorageError(f"append to {self.directory} failed: {e}") from e
+                    group = group[:1]
             for i, w in enumerate(group):
                 try:
                     oi, ti = self._index(

@@ -122,10 +122,7 @@ def test_a_disk_filling_under_pipelined_large_produces_loses_nothing_acknowledge
         parts = answers(c, sent)
         codes = [p.error_code for p in parts]
         acked = codes.index(ErrorCode.KAFKA_STORAGE_ERROR) if ErrorCode.KAFKA_STORAGE_ERROR in codes else 8
-        # durable: the append stage writes the reservations queued behind one in a single
-        # write around the page cache (storage/append.py, DIRECT_GROUP), and a group that does
-        # not fit fails whole, so depending on how many were queued the first one may fail too
-        assert (0 if durable else 1) <= acked < 8, codes
+        assert 1 <= acked < 8, codes
         assert codes[:acked] == [0] * acked
         # behind the failed write: failed writes, or (handled after it) a sequence gap
         assert set(codes[acked:]) <= {

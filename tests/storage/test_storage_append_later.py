@@ -211,27 +211,37 @@ def test_direct_writes_queued_together_are_written_by_the_first_ones_call(open_l
 
 
 @pytest.mark.parametrize("small_disk", ["4m"], indirect=True)
-def test_direct_writes_taken_together_fail_together_on_a_full_disk(open_log, small_disk):
-    """A write of several reservations that does not fit fails every one of them and leaves
-    the log and its file as they were; once there is room, the offsets are given again."""
+def test_direct_writes_taken_together_store_what_fits_on_a_full_disk(open_log, small_disk):
+    """A write of several reservations that does not fit: the ones that fit are stored (each
+    then written on its own), the others fail and leave the log and its file as they were;
+    once there is room, their offsets are given again."""
     log = open_log(LogConfig(segment_bytes=64 << 20), path=small_disk / "t-0")
     kept = [b for b, write in reserve_direct(log, [3000]) if write() is None]
     filler = small_disk / "filler"
-    filler.write_bytes(b"\0" * (os.statvfs(small_disk).f_bavail * 4096 - (64 << 10)))
-    reserved = reserve_direct(log, [30_000, 30_000, 30_000])
-    for i, (_, write) in enumerate(reserved):
-        with pytest.raises(StorageError, match="No space left" if i == 0 else "earlier one"):
+    filler.write_bytes(b"\0" * (os.statvfs(small_disk).f_bavail * 4096 - (160 << 10)))
+    reserved = reserve_direct(log, [30_000] * 4)  # room for two of the four
+    errors = []
+    for batch, write in reserved:
+        try:
             write()
+            kept.append(batch)
+        except StorageError as e:
+            errors.append(str(e))
+    assert len(kept) == 3 and "No space left" in errors[0] and "earlier one" in errors[1], errors
     log.failure_seen()
-    assert (log.next_offset, log.log_end_offset, log.writing) == (2, 2, False)
+    end = last_offset(kept[-1]) + 1
+    assert (log.next_offset, log.log_end_offset, log.writing) == (end, end, False)
     assert (small_disk / "t-0" / f"{0:020d}.log").stat().st_size == log.size_in_bytes
     assert read_all(log) == kept
     filler.unlink()
     again = reserve_direct(log, [30_000, 30_000])
-    assert int.from_bytes(again[0][0][:8], "big") == 2
+    assert int.from_bytes(again[0][0][:8], "big") == end
     for _, write in again:
         write()
     assert read_all(log) == kept + [b for b, _ in again]
+    log.close()
+    reopened = open_log(LogConfig(segment_bytes=64 << 20), path=small_disk / "t-0")
+    assert read_all(reopened) == kept + [b for b, _ in again]
 
 
 @pytest.fixture
