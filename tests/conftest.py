@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 import uuid
 from pathlib import Path
 
@@ -12,6 +13,20 @@ from headrace.broker.tools.process import BrokerProcess
 
 # a project of its own, run by tests/broker/test_pytest_plugin.py as its users would run it
 collect_ignore = ["plugin_example"]
+
+
+@pytest.fixture(autouse=True)
+def kafka_python_clients_closed():
+    """Every kafka-python client a test starts is closed by its end (each has a thread named
+    ``kafka-io-<client id>``): one left open goes on reconnecting after its broker stops,
+    drawing on the global ``random``, which Hypothesis then reports in whatever property test
+    runs next."""
+    before = set(threading.enumerate())
+    yield
+    left = [t for t in threading.enumerate() if t not in before and t.name.startswith("kafka-io-")]
+    for t in left:
+        t.join(5)
+    assert not [t.name for t in left if t.is_alive()], "kafka-python clients left open"
 
 
 @pytest.fixture
