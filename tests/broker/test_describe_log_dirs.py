@@ -4,7 +4,6 @@ three (each broker lists only its own partitions); every version on the wire."""
 from __future__ import annotations
 
 import os
-from contextlib import closing
 from pathlib import Path
 
 from kafka import KafkaAdminClient, KafkaProducer
@@ -15,14 +14,6 @@ from test_cluster import bootstrap, cluster, create, metadata  # noqa: F401 (clu
 from headrace.protocol import ApiKey, ErrorCode, messages
 
 Q = messages.DescribeLogDirsRequest
-
-
-def create_topic_w(broker) -> None:
-    """Topic "w" (2 partitions) through kafka-python's admin client, closed after: one left
-    open goes on reconnecting after the broker stops, drawing on the global ``random``, which
-    Hypothesis then reports in whatever property test runs next."""
-    with closing(KafkaAdminClient(bootstrap_servers=broker.bootstrap)) as admin:
-        admin.create_topics([NewTopic("w", 2, 1)])
 
 
 def on_disk(data_dir: Path) -> dict[tuple[str, int], int]:
@@ -95,7 +86,7 @@ def test_describe_log_dirs_on_one_broker(broker):
 
 
 def test_describe_log_dirs_versions_on_the_wire(broker):
-    create_topic_w(broker)
+    create([broker], "w", 2)
     with WireClient(broker.port) as c:
         listed = c.request(ApiKey.API_VERSIONS, 3, messages.ApiVersionsRequest()).api_keys
         assert {k.api_key: (k.min_version, k.max_version) for k in listed}[
@@ -142,7 +133,7 @@ def test_describe_log_dirs_in_a_cluster_each_broker_lists_its_own(cluster):  # n
 
 
 def test_alter_replica_log_dirs_with_one_directory(broker, tmp_path):
-    create_topic_w(broker)
+    create([broker], "w", 2)
     A = messages.AlterReplicaLogDirsRequest
     with WireClient(broker.port) as c:
         here = c.request(ApiKey.DESCRIBE_LOG_DIRS, 4, Q(topics=None)).results[0].log_dir
