@@ -61,8 +61,8 @@ def served() -> list[tuple[int, int]]:
 
     return [
         (k, v)
-        for k, api in sorted(APIS.items())
-        for v in range(api.MIN_VERSION, api.MAX_VERSION + 1)
+        for k, (_, lowest, highest) in sorted(APIS.items())
+        for v in range(lowest, highest + 1)
     ]
 
 

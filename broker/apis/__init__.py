@@ -1,7 +1,8 @@
 """headrace.broker.apis: one module per Kafka API, each ``handle(broker, header, request)``.
 
-registry.py lists them in API key order (ApiVersions answers from it); a new API is a module
-and a line there. context.py names (and types) what a module may use of its ``broker``; mypy
+registry.py lists them in API key order, with the versions of each (ApiVersions answers from
+it); a module is imported when its API is first asked for. A new API is a module and a line
+there. context.py names (and types) what a module may use of its ``broker``; mypy
 holds every module to it. refusals.py holds the checks several modules make before they act
 (a group's or a transactional id's rights and coordinator, the ACL APIs'). A module returns
 its response, ``None`` (acks=0) or an awaitable of either; ``app/dispatch.py`` decodes the

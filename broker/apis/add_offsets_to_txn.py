@@ -14,11 +14,8 @@ if TYPE_CHECKING:
 
 from headrace.broker.coordinator.group.group_offsets import OFFSETS_TOPIC, partition_for
 from headrace.broker.security.authorizer import GROUP, TRANSACTIONAL_ID, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 from headrace.storage import StorageError
-
-API_KEY = ApiKey.ADD_OFFSETS_TO_TXN
-MIN_VERSION, MAX_VERSION = 0, 4
 
 R = messages.AddOffsetsToTxnResponse
 

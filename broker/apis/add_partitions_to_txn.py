@@ -20,10 +20,7 @@ if TYPE_CHECKING:
 
 from headrace.broker.coordinator.txn.transaction_log import TRANSACTION_TOPIC
 from headrace.broker.security.authorizer import TOPIC, TRANSACTIONAL_ID, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.ADD_PARTITIONS_TO_TXN
-MIN_VERSION, MAX_VERSION = 0, 5
+from headrace.protocol import ErrorCode, messages
 
 R = messages.AddPartitionsToTxnResponse
 

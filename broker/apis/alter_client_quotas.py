@@ -36,10 +36,7 @@ from headrace.broker.security.quotas import (
     from_document,
     to_document,
 )
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.ALTER_CLIENT_QUOTAS
-MIN_VERSION, MAX_VERSION = 0, 1
+from headrace.protocol import ErrorCode, messages
 
 R = messages.AlterClientQuotasResponse
 

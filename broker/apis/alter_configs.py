@@ -23,12 +23,9 @@ from typing import Any
 from headrace.broker.cluster.topic_admin import TopicChangeError
 from headrace.broker.config.settings import ConfigError, validate_topic_setting
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .describe_configs import BROKER, TOPIC, config_denied
-
-API_KEY = ApiKey.ALTER_CONFIGS
-MIN_VERSION, MAX_VERSION = 0, 2
 
 R = messages.AlterConfigsResponse
 

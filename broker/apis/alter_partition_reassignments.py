@@ -28,10 +28,7 @@ from typing import Any
 
 from headrace.broker.cluster.topic_admin import TopicChangeError
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.ALTER_PARTITION_REASSIGNMENTS
-MIN_VERSION, MAX_VERSION = 0, 1
+from headrace.protocol import ErrorCode, messages
 
 R = messages.AlterPartitionReassignmentsResponse
 log = logging.getLogger("headrace")

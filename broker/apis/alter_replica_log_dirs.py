@@ -18,10 +18,7 @@ if TYPE_CHECKING:
 import os
 
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.ALTER_REPLICA_LOG_DIRS
-MIN_VERSION, MAX_VERSION = 1, 2
+from headrace.protocol import ErrorCode, messages
 
 R = messages.AlterReplicaLogDirsResponse
 

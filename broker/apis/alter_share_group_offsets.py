@@ -33,12 +33,9 @@ if TYPE_CHECKING:
 from headrace.broker.cluster.features import SHARE_VERSION
 from headrace.broker.coordinator.share.share_coordinator import answer_all
 from headrace.broker.security.authorizer import TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .refusals import group_refusal
-
-API_KEY = ApiKey.ALTER_SHARE_GROUP_OFFSETS
-MIN_VERSION, MAX_VERSION = 0, 0
 
 R = messages.AlterShareGroupOffsetsResponse
 E = ErrorCode

@@ -30,10 +30,8 @@ from headrace.broker.security.scram_credentials import (
     credential,
     digest_size,
 )
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
-API_KEY = ApiKey.ALTER_USER_SCRAM_CREDENTIALS
-MIN_VERSION, MAX_VERSION = 0, 0
 MIN_SALT_BYTES = 12
 
 R = messages.AlterUserScramCredentialsResponse

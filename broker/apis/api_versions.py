@@ -21,24 +21,17 @@ if TYPE_CHECKING:
 from headrace.broker.cluster.features import SUPPORTED
 from headrace.protocol import ApiKey, ErrorCode, messages
 
-API_KEY = ApiKey.API_VERSIONS
-MIN_VERSION, MAX_VERSION = 0, 5
+from .registry import APIS
 
 # versions we list below the first one we accept (see the module docstring)
-_LISTED_MIN = {ApiKey.PRODUCE: 0}
+_LISTED_MIN: dict[int, int] = {ApiKey.PRODUCE: 0}
 
 
 def _api_keys():
-    from .registry import APIS
-
     ApiVersion = messages.ApiVersionsResponse.ApiVersion
     return [
-        ApiVersion(
-            api_key=key,
-            min_version=_LISTED_MIN.get(key, api.MIN_VERSION),
-            max_version=api.MAX_VERSION,
-        )
-        for key, api in sorted(APIS.items())
+        ApiVersion(api_key=key, min_version=_LISTED_MIN.get(key, lowest), max_version=highest)
+        for key, (_, lowest, highest) in sorted(APIS.items())
     ]
 
 

@@ -13,13 +13,10 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.cluster.features import GROUP_VERSION
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .consumer_group_heartbeat import OFF, by_topic
 from .describe_groups import described, described_refusal, undescribed
-
-API_KEY = ApiKey.CONSUMER_GROUP_DESCRIBE
-MIN_VERSION, MAX_VERSION = 0, 1
 
 R = messages.ConsumerGroupDescribeResponse
 CONSUMER_MEMBER = 1

@@ -20,12 +20,9 @@ if TYPE_CHECKING:
 from headrace.broker.cluster.features import GROUP_VERSION
 from headrace.broker.coordinator.group.group_configs import HEARTBEAT_INTERVAL
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .refusals import group_refusal
-
-API_KEY = ApiKey.CONSUMER_GROUP_HEARTBEAT
-MIN_VERSION, MAX_VERSION = 0, 1
 
 R = messages.ConsumerGroupHeartbeatResponse
 OFF = "The consumer group protocol is off in this cluster (group.version 0)."

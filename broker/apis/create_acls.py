@@ -19,12 +19,9 @@ from kazoo.exceptions import KazooException
 
 from headrace.broker.cluster.documents import DocumentTooLarge
 from headrace.broker.security.authorizer import Acl, Operation, from_document, invalid, to_document
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .refusals import acls_refusal
-
-API_KEY = ApiKey.CREATE_ACLS
-MIN_VERSION, MAX_VERSION = 1, 3
 
 R = messages.CreateAclsResponse
 

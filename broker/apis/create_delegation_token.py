@@ -22,12 +22,9 @@ from kazoo.exceptions import KazooException
 
 from headrace.broker.security.authorizer import Operation, ResourceType
 from headrace.broker.security.delegation_tokens import Token, TokenError
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .refusals import token_refusal
-
-API_KEY = ApiKey.CREATE_DELEGATION_TOKEN
-MIN_VERSION, MAX_VERSION = 1, 3
 
 R = messages.CreateDelegationTokenResponse
 

@@ -18,14 +18,11 @@ import logging
 from headrace.broker.cluster.topic_admin import TopicChangeError
 from headrace.broker.log.topic import TopicCreationError
 from headrace.broker.security.authorizer import TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .create_topics import check_assignment
 
 log = logging.getLogger("headrace")
-
-API_KEY = ApiKey.CREATE_PARTITIONS
-MIN_VERSION, MAX_VERSION = 0, 3
 
 R = messages.CreatePartitionsResponse
 

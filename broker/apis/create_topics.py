@@ -27,15 +27,12 @@ from headrace.broker.cluster.topic_admin import TopicChangeError
 from headrace.broker.config.settings import TOPIC_SETTINGS, ConfigError, validate_topic_setting
 from headrace.broker.log.topic import TopicCreationError, topic_name_error
 from headrace.broker.security.authorizer import TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .alter_configs import registry_needed
 from .describe_configs import config_entries
 
 log = logging.getLogger("headrace")
-
-API_KEY = ApiKey.CREATE_TOPICS
-MIN_VERSION, MAX_VERSION = 2, 7
 
 R = messages.CreateTopicsResponse
 

@@ -17,12 +17,9 @@ if TYPE_CHECKING:
 from kazoo.exceptions import KazooException
 
 from headrace.broker.security.authorizer import Operation, from_document, to_document
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .refusals import acl_filter, acls_refusal
-
-API_KEY = ApiKey.DELETE_ACLS
-MIN_VERSION, MAX_VERSION = 1, 3
 
 R = messages.DeleteAclsResponse
 

@@ -20,12 +20,9 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .refusals import group_refusal
-
-API_KEY = ApiKey.DELETE_GROUPS
-MIN_VERSION, MAX_VERSION = 0, 3
 
 R = messages.DeleteGroupsResponse
 MESSAGES: dict[int, str] = {

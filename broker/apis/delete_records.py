@@ -19,11 +19,8 @@ import asyncio
 
 from headrace.broker.log.storage_errors import storage_failed
 from headrace.broker.security.authorizer import TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 from headrace.storage import OffsetOutOfRange, StorageError
-
-API_KEY = ApiKey.DELETE_RECORDS
-MIN_VERSION, MAX_VERSION = 0, 2
 
 R = messages.DeleteRecordsResponse
 HIGH_WATERMARK = -1

@@ -18,10 +18,7 @@ from functools import partial
 
 from headrace.broker.coordinator.share.share_coordinator import answer_all
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.DELETE_SHARE_GROUP_STATE
-MIN_VERSION, MAX_VERSION = 0, 0
+from headrace.protocol import ErrorCode, messages
 
 R = messages.DeleteShareGroupStateResponse
 

@@ -18,10 +18,7 @@ if TYPE_CHECKING:
 
 from headrace.broker.cluster.topic_admin import TopicChangeError
 from headrace.broker.security.authorizer import TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.DELETE_TOPICS
-MIN_VERSION, MAX_VERSION = 1, 6
+from headrace.protocol import ErrorCode, messages
 
 R = messages.DeleteTopicsResponse
 

@@ -13,12 +13,9 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .refusals import acl_filter, acls_refusal
-
-API_KEY = ApiKey.DESCRIBE_ACLS
-MIN_VERSION, MAX_VERSION = 1, 3
 
 R = messages.DescribeAclsResponse
 

@@ -17,10 +17,7 @@ if TYPE_CHECKING:
 
 from headrace.broker.security.authorizer import Operation
 from headrace.broker.security.quotas import CLIENT_ID, DEFAULT, IP, USER
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.DESCRIBE_CLIENT_QUOTAS
-MIN_VERSION, MAX_VERSION = 0, 1
+from headrace.protocol import ErrorCode, messages
 
 R = messages.DescribeClientQuotasResponse
 EXACT, MATCH_DEFAULT, ANY = 0, 1, 2

@@ -9,10 +9,7 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.security.authorizer import CLUSTER, CLUSTER_NAME, OMITTED_OPERATIONS
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.DESCRIBE_CLUSTER
-MIN_VERSION, MAX_VERSION = 0, 2
+from headrace.protocol import ErrorCode, messages
 
 R = messages.DescribeClusterResponse
 

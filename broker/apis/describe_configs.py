@@ -23,10 +23,7 @@ from headrace.broker.coordinator.group.group_configs import GROUP_SETTINGS
 from headrace.broker.security.authorizer import GROUP as ACL_GROUP
 from headrace.broker.security.authorizer import TOPIC as ACL_TOPIC
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.DESCRIBE_CONFIGS
-MIN_VERSION, MAX_VERSION = 1, 4
+from headrace.protocol import ErrorCode, messages
 
 R = messages.DescribeConfigsResponse
 TOPIC, BROKER, GROUP = 2, 4, 32

@@ -11,12 +11,9 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.security.authorizer import Operation, ResourceType
-from headrace.protocol import ApiKey, messages
+from headrace.protocol import messages
 
 from .refusals import token_refusal
-
-API_KEY = ApiKey.DESCRIBE_DELEGATION_TOKEN
-MIN_VERSION, MAX_VERSION = 1, 3
 
 R = messages.DescribeDelegationTokenResponse
 

@@ -17,12 +17,9 @@ if TYPE_CHECKING:
 
 from headrace.broker.coordinator.group.group_state import DEAD, STABLE
 from headrace.broker.security.authorizer import GROUP, OMITTED_OPERATIONS, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .refusals import group_refusal
-
-API_KEY = ApiKey.DESCRIBE_GROUPS
-MIN_VERSION, MAX_VERSION = 0, 6
 
 R = messages.DescribeGroupsResponse
 

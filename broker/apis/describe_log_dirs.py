@@ -25,10 +25,7 @@ import asyncio
 import os
 
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.DESCRIBE_LOG_DIRS
-MIN_VERSION, MAX_VERSION = 1, 5
+from headrace.protocol import ErrorCode, messages
 
 R = messages.DescribeLogDirsResponse
 

@@ -14,10 +14,7 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.security.authorizer import TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.DESCRIBE_PRODUCERS
-MIN_VERSION, MAX_VERSION = 0, 0
+from headrace.protocol import ErrorCode, messages
 
 R = messages.DescribeProducersResponse
 

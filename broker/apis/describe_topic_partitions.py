@@ -22,12 +22,9 @@ if TYPE_CHECKING:
 from headrace.broker.coordinator.group.group_offsets import INTERNAL_TOPICS
 from headrace.broker.log.topic import topic_name_error
 from headrace.broker.security.authorizer import OMITTED_OPERATIONS, TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .metadata import partition_states
-
-API_KEY = ApiKey.DESCRIBE_TOPIC_PARTITIONS
-MIN_VERSION, MAX_VERSION = 0, 0
 
 R = messages.DescribeTopicPartitionsResponse
 

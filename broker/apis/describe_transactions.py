@@ -12,12 +12,9 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .refusals import transaction_refusal
-
-API_KEY = ApiKey.DESCRIBE_TRANSACTIONS
-MIN_VERSION, MAX_VERSION = 0, 0
 
 R = messages.DescribeTransactionsResponse
 

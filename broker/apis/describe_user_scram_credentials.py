@@ -14,10 +14,7 @@ if TYPE_CHECKING:
 
 from headrace.broker.security.authorizer import Operation
 from headrace.broker.security.scram_credentials import MECHANISM_TYPES
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS
-MIN_VERSION, MAX_VERSION = 0, 0
+from headrace.protocol import ErrorCode, messages
 
 R = messages.DescribeUserScramCredentialsResponse
 

@@ -22,10 +22,7 @@ if TYPE_CHECKING:
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from headrace.broker.cluster.elections import elect, preferred
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.ELECT_LEADERS
-MIN_VERSION, MAX_VERSION = 0, 2
+from headrace.protocol import ErrorCode, messages
 
 R = messages.ElectLeadersResponse
 PREFERRED, UNCLEAN = 0, 1

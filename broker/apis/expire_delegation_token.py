@@ -8,12 +8,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
-from headrace.protocol import ApiKey, messages
+from headrace.protocol import messages
 
 from .renew_delegation_token import change
-
-API_KEY = ApiKey.EXPIRE_DELEGATION_TOKEN
-MIN_VERSION, MAX_VERSION = 1, 2
 
 R = messages.ExpireDelegationTokenResponse
 

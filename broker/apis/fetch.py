@@ -70,13 +70,10 @@ import time
 from headrace.broker.log.storage_errors import storage_failed
 from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.broker.security.quotas import FETCH as FETCH_QUOTA
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 from headrace.storage import FileRegion, OffsetOutOfRange, StorageError, WouldBlock, nowait_reads
 
 from .leader_hints import LeaderHints
-
-API_KEY = ApiKey.FETCH
-MIN_VERSION, MAX_VERSION = 4, 18
 
 R = messages.FetchResponse
 

@@ -26,11 +26,8 @@ import asyncio
 
 from headrace.broker.coordinator.share.share_state_log import parse_coordinator_key
 from headrace.broker.security.authorizer import GROUP, TRANSACTIONAL_ID, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 from headrace.storage import StorageError
-
-API_KEY = ApiKey.FIND_COORDINATOR
-MIN_VERSION, MAX_VERSION = 0, 6
 
 R = messages.FindCoordinatorResponse
 WAIT_S = 5.0  # the most an answer waits for the coordinators' topic

@@ -12,12 +12,9 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, messages
+from headrace.protocol import messages
 
 from .refusals import group_refusal
-
-API_KEY = ApiKey.HEARTBEAT
-MIN_VERSION, MAX_VERSION = 0, 4
 
 
 def handle(broker: Broker, header, request: messages.HeartbeatRequest):

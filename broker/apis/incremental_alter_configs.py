@@ -30,13 +30,10 @@ from headrace.broker.cluster.documents import DocumentTooLarge
 from headrace.broker.config.settings import TOPIC_SETTINGS
 from headrace.broker.coordinator.group.group_configs import GroupConfigError
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .alter_configs import Refused, alter, parse
 from .describe_configs import BROKER, GROUP, config_denied
-
-API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
-MIN_VERSION, MAX_VERSION = 0, 1
 
 R = messages.IncrementalAlterConfigsResponse
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3

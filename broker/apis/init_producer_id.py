@@ -16,12 +16,9 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.security.authorizer import TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .refusals import transaction_refusal
-
-API_KEY = ApiKey.INIT_PRODUCER_ID
-MIN_VERSION, MAX_VERSION = 0, 5
 
 R = messages.InitProducerIdResponse
 

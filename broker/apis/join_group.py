@@ -15,12 +15,9 @@ if TYPE_CHECKING:
 
 from headrace.broker.coordinator.group.classic_group import JoinResult, MemberSpec
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, messages
+from headrace.protocol import messages
 
 from .refusals import group_refusal
-
-API_KEY = ApiKey.JOIN_GROUP
-MIN_VERSION, MAX_VERSION = 0, 9
 
 R = messages.JoinGroupResponse
 

@@ -10,12 +10,9 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, messages
+from headrace.protocol import messages
 
 from .refusals import group_refusal
-
-API_KEY = ApiKey.LEAVE_GROUP
-MIN_VERSION, MAX_VERSION = 0, 5
 
 R = messages.LeaveGroupResponse
 

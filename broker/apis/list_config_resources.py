@@ -18,12 +18,9 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .describe_configs import BROKER, GROUP, TOPIC
-
-API_KEY = ApiKey.LIST_CONFIG_RESOURCES
-MIN_VERSION, MAX_VERSION = 0, 1
 
 R = messages.ListConfigResourcesResponse
 BROKER_LOGGER, CLIENT_METRICS = 8, 16

@@ -15,10 +15,7 @@ if TYPE_CHECKING:
 
 from headrace.broker.coordinator.group.group_state import DEAD
 from headrace.broker.security.authorizer import GROUP, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.LIST_GROUPS
-MIN_VERSION, MAX_VERSION = 0, 5
+from headrace.protocol import ErrorCode, messages
 
 R = messages.ListGroupsResponse
 GROUP_TYPE = "classic"

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 import asyncio
 
 from headrace.broker.security.authorizer import TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 from headrace.protocol.compression import UnsupportedCompressionError
 from headrace.protocol.records import (
     CorruptRecordError,
@@ -29,9 +29,6 @@ from headrace.protocol.records import (
 )
 
 from .fetch import epoch_error
-
-API_KEY = ApiKey.LIST_OFFSETS
-MIN_VERSION, MAX_VERSION = 1, 11
 
 R = messages.ListOffsetsResponse
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5

@@ -12,10 +12,7 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.LIST_PARTITION_REASSIGNMENTS
-MIN_VERSION, MAX_VERSION = 0, 0
+from headrace.protocol import ErrorCode, messages
 
 R = messages.ListPartitionReassignmentsResponse
 

@@ -17,10 +17,7 @@ import time
 
 from headrace.broker.coordinator.txn.transaction_state import BY_NAME, ONGOING
 from headrace.broker.security.authorizer import TRANSACTIONAL_ID, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.LIST_TRANSACTIONS
-MIN_VERSION, MAX_VERSION = 0, 2
+from headrace.protocol import ErrorCode, messages
 
 R = messages.ListTransactionsResponse
 

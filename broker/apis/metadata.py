@@ -33,10 +33,7 @@ from headrace.broker.security.authorizer import (
     Operation,
 )
 from headrace.pipeline import CloseConnection
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.METADATA
-MIN_VERSION, MAX_VERSION = 0, 13
+from headrace.protocol import ErrorCode, messages
 
 M = messages.MetadataResponse
 

@@ -28,12 +28,9 @@ from headrace.broker.coordinator.group.group_coordinator import (
     CommittedOffset,
 )
 from headrace.broker.security.authorizer import TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .refusals import group_refusal
-
-API_KEY = ApiKey.OFFSET_COMMIT
-MIN_VERSION, MAX_VERSION = 2, 10
 
 R = messages.OffsetCommitResponse
 

@@ -13,12 +13,9 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.security.authorizer import TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .refusals import group_refusal
-
-API_KEY = ApiKey.OFFSET_DELETE
-MIN_VERSION, MAX_VERSION = 0, 0
 
 R = messages.OffsetDeleteResponse
 

@@ -20,12 +20,9 @@ if TYPE_CHECKING:
 import uuid
 
 from headrace.broker.security.authorizer import TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .refusals import group_refusal
-
-API_KEY = ApiKey.OFFSET_FETCH
-MIN_VERSION, MAX_VERSION = 1, 10
 
 R = messages.OffsetFetchResponse
 NO_ID = uuid.UUID(int=0)

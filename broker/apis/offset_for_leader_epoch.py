@@ -25,12 +25,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .context import Broker
 
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .fetch import not_served_error
-
-API_KEY = ApiKey.OFFSET_FOR_LEADER_EPOCH
-MIN_VERSION, MAX_VERSION = 2, 4
 
 R = messages.OffsetForLeaderEpochResponse
 

@@ -55,14 +55,11 @@ from headrace.broker.log.log_validator import validate
 from headrace.broker.log.storage_errors import storage_failed
 from headrace.broker.security.authorizer import TOPIC, TRANSACTIONAL_ID, Operation
 from headrace.broker.security.quotas import PRODUCE as PRODUCE_QUOTA
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 from headrace.protocol.records import ATTR_TRANSACTIONAL, CorruptRecordError, iter_batches
 from headrace.storage import StorageError
 
 from .leader_hints import LeaderHints
-
-API_KEY = ApiKey.PRODUCE
-MIN_VERSION, MAX_VERSION = 3, 13
 
 R = messages.ProduceResponse
 

@@ -16,10 +16,7 @@ if TYPE_CHECKING:
     from .context import Broker
 
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.READ_SHARE_GROUP_STATE_SUMMARY
-MIN_VERSION, MAX_VERSION = 0, 1
+from headrace.protocol import ErrorCode, messages
 
 R = messages.ReadShareGroupStateSummaryResponse
 

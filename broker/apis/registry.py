@@ -1,90 +1,112 @@
-"""The Kafka APIs this broker speaks: one module per API under ``headrace.broker.apis``, in API
-key order. Each module names its key and versions (``API_KEY``, ``MIN_VERSION``,
-``MAX_VERSION``) and answers with ``handle(broker, header, request)``; ApiVersions lists exactly
-these. A new API is a new module and a line here."""
+"""The Kafka APIs this broker speaks, and which versions of each: ``APIS``, in API key order.
+ApiVersions lists exactly this table, and dispatch refuses what is not in it. Each API is
+answered by a module of ``headrace.broker.apis`` (``handle(broker, header, request)``),
+imported by ``handler`` when the API is first asked for: a broker starts without importing the
+ones it is not asked for (about 70 modules, an eighth of a start). A new API is a module and a
+line here."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from types import ModuleType
 
-# one module per Kafka API, in API key order; ApiVersions lists exactly these
-API_MODULES = (
-    "produce",  # 0
-    "fetch",  # 1
-    "list_offsets",  # 2
-    "metadata",  # 3
-    "offset_commit",  # 8
-    "offset_fetch",  # 9
-    "find_coordinator",  # 10
-    "join_group",  # 11
-    "heartbeat",  # 12
-    "leave_group",  # 13
-    "sync_group",  # 14
-    "describe_groups",  # 15
-    "list_groups",  # 16
-    "sasl_handshake",  # 17
-    "api_versions",  # 18
-    "create_topics",  # 19
-    "delete_topics",  # 20
-    "delete_records",  # 21
-    "init_producer_id",  # 22
-    "offset_for_leader_epoch",  # 23
-    "add_partitions_to_txn",  # 24
-    "add_offsets_to_txn",  # 25
-    "end_txn",  # 26
-    "write_txn_markers",  # 27
-    "txn_offset_commit",  # 28
-    "describe_acls",  # 29
-    "create_acls",  # 30
-    "delete_acls",  # 31
-    "describe_configs",  # 32
-    "alter_configs",  # 33
-    "alter_replica_log_dirs",  # 34
-    "describe_log_dirs",  # 35
-    "sasl_authenticate",  # 36
-    "create_partitions",  # 37
-    "create_delegation_token",  # 38
-    "renew_delegation_token",  # 39
-    "expire_delegation_token",  # 40
-    "describe_delegation_token",  # 41
-    "delete_groups",  # 42
-    "elect_leaders",  # 43
-    "incremental_alter_configs",  # 44
-    "alter_partition_reassignments",  # 45
-    "list_partition_reassignments",  # 46
-    "offset_delete",  # 47
-    "describe_client_quotas",  # 48
-    "alter_client_quotas",  # 49
-    "describe_user_scram_credentials",  # 50
-    "alter_user_scram_credentials",  # 51
-    "update_features",  # 57
-    "describe_cluster",  # 60
-    "describe_producers",  # 61
-    "unregister_broker",  # 64
-    "describe_transactions",  # 65
-    "list_transactions",  # 66
-    "consumer_group_heartbeat",  # 68
-    "consumer_group_describe",  # 69
-    "list_config_resources",  # 74
-    "describe_topic_partitions",  # 75
-    "share_group_heartbeat",  # 76
-    "share_group_describe",  # 77
-    "share_fetch",  # 78
-    "share_acknowledge",  # 79
-    "initialize_share_group_state",  # 83
-    "read_share_group_state",  # 84
-    "write_share_group_state",  # 85
-    "delete_share_group_state",  # 86
-    "read_share_group_state_summary",  # 87
-    "streams_group_heartbeat",  # 88
-    "streams_group_describe",  # 89
-    "describe_share_group_offsets",  # 90
-    "alter_share_group_offsets",  # 91
-    "delete_share_group_offsets",  # 92
-    "streams_group_topology_description_update",  # 93
-)
-APIS = {
-    m.API_KEY: m for m in (importlib.import_module(f"{__package__}.{name}") for name in API_MODULES)
+from headrace.protocol import ApiKey
+
+# API key: (its module, the lowest version, the highest version)
+APIS: dict[int, tuple[str, int, int]] = {
+    ApiKey.PRODUCE: ("produce", 3, 13),
+    ApiKey.FETCH: ("fetch", 4, 18),
+    ApiKey.LIST_OFFSETS: ("list_offsets", 1, 11),
+    ApiKey.METADATA: ("metadata", 0, 13),
+    ApiKey.OFFSET_COMMIT: ("offset_commit", 2, 10),
+    ApiKey.OFFSET_FETCH: ("offset_fetch", 1, 10),
+    ApiKey.FIND_COORDINATOR: ("find_coordinator", 0, 6),
+    ApiKey.JOIN_GROUP: ("join_group", 0, 9),
+    ApiKey.HEARTBEAT: ("heartbeat", 0, 4),
+    ApiKey.LEAVE_GROUP: ("leave_group", 0, 5),
+    ApiKey.SYNC_GROUP: ("sync_group", 0, 5),
+    ApiKey.DESCRIBE_GROUPS: ("describe_groups", 0, 6),
+    ApiKey.LIST_GROUPS: ("list_groups", 0, 5),
+    ApiKey.SASL_HANDSHAKE: ("sasl_handshake", 0, 1),
+    ApiKey.API_VERSIONS: ("api_versions", 0, 5),
+    ApiKey.CREATE_TOPICS: ("create_topics", 2, 7),
+    ApiKey.DELETE_TOPICS: ("delete_topics", 1, 6),
+    ApiKey.DELETE_RECORDS: ("delete_records", 0, 2),
+    ApiKey.INIT_PRODUCER_ID: ("init_producer_id", 0, 5),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: ("offset_for_leader_epoch", 2, 4),
+    ApiKey.ADD_PARTITIONS_TO_TXN: ("add_partitions_to_txn", 0, 5),
+    ApiKey.ADD_OFFSETS_TO_TXN: ("add_offsets_to_txn", 0, 4),
+    ApiKey.END_TXN: ("end_txn", 0, 5),
+    ApiKey.WRITE_TXN_MARKERS: ("write_txn_markers", 1, 2),
+    ApiKey.TXN_OFFSET_COMMIT: ("txn_offset_commit", 0, 5),
+    ApiKey.DESCRIBE_ACLS: ("describe_acls", 1, 3),
+    ApiKey.CREATE_ACLS: ("create_acls", 1, 3),
+    ApiKey.DELETE_ACLS: ("delete_acls", 1, 3),
+    ApiKey.DESCRIBE_CONFIGS: ("describe_configs", 1, 4),
+    ApiKey.ALTER_CONFIGS: ("alter_configs", 0, 2),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: ("alter_replica_log_dirs", 1, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: ("describe_log_dirs", 1, 5),
+    ApiKey.SASL_AUTHENTICATE: ("sasl_authenticate", 0, 2),
+    ApiKey.CREATE_PARTITIONS: ("create_partitions", 0, 3),
+    ApiKey.CREATE_DELEGATION_TOKEN: ("create_delegation_token", 1, 3),
+    ApiKey.RENEW_DELEGATION_TOKEN: ("renew_delegation_token", 1, 2),
+    ApiKey.EXPIRE_DELEGATION_TOKEN: ("expire_delegation_token", 1, 2),
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: ("describe_delegation_token", 1, 3),
+    ApiKey.DELETE_GROUPS: ("delete_groups", 0, 3),
+    ApiKey.ELECT_LEADERS: ("elect_leaders", 0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: ("incremental_alter_configs", 0, 1),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: ("alter_partition_reassignments", 0, 1),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: ("list_partition_reassignments", 0, 0),
+    ApiKey.OFFSET_DELETE: ("offset_delete", 0, 0),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: ("describe_client_quotas", 0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: ("alter_client_quotas", 0, 1),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: ("describe_user_scram_credentials", 0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ("alter_user_scram_credentials", 0, 0),
+    ApiKey.UPDATE_FEATURES: ("update_features", 0, 2),
+    ApiKey.DESCRIBE_CLUSTER: ("describe_cluster", 0, 2),
+    ApiKey.DESCRIBE_PRODUCERS: ("describe_producers", 0, 0),
+    ApiKey.UNREGISTER_BROKER: ("unregister_broker", 0, 0),
+    ApiKey.DESCRIBE_TRANSACTIONS: ("describe_transactions", 0, 0),
+    ApiKey.LIST_TRANSACTIONS: ("list_transactions", 0, 2),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: ("consumer_group_heartbeat", 0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: ("consumer_group_describe", 0, 1),
+    ApiKey.LIST_CONFIG_RESOURCES: ("list_config_resources", 0, 1),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: ("describe_topic_partitions", 0, 0),
+    ApiKey.SHARE_GROUP_HEARTBEAT: ("share_group_heartbeat", 1, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: ("share_group_describe", 1, 1),
+    ApiKey.SHARE_FETCH: ("share_fetch", 1, 2),
+    ApiKey.SHARE_ACKNOWLEDGE: ("share_acknowledge", 1, 2),
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: ("initialize_share_group_state", 0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE: ("read_share_group_state", 0, 0),
+    ApiKey.WRITE_SHARE_GROUP_STATE: ("write_share_group_state", 0, 1),
+    ApiKey.DELETE_SHARE_GROUP_STATE: ("delete_share_group_state", 0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: ("read_share_group_state_summary", 0, 1),
+    ApiKey.STREAMS_GROUP_HEARTBEAT: ("streams_group_heartbeat", 0, 1),
+    ApiKey.STREAMS_GROUP_DESCRIBE: ("streams_group_describe", 0, 1),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: ("describe_share_group_offsets", 0, 1),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: ("alter_share_group_offsets", 0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: ("delete_share_group_offsets", 0, 0),
+    ApiKey.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE: (
+        "streams_group_topology_description_update",
+        0,
+        0,
+    ),
 }
 
-__all__ = ["API_MODULES", "APIS"]
+# API key -> (its module, the module's ``response_bytes``: None where its responses are small)
+_loaded: dict[int, tuple[ModuleType, Callable | None]] = {}
+
+
+def handler(key: int) -> tuple[ModuleType, Callable | None]:
+    """The module that answers API ``key`` (one of ``APIS``), and how large its response to a
+    request will be (``response_bytes(broker, request)``; None: small). Looked up once per
+    module: a missing module attribute would cost an exception per request."""
+    found = _loaded.get(key)
+    if found is None:
+        module = importlib.import_module(f"{__package__}.{APIS[key][0]}")
+        found = _loaded[key] = (module, getattr(module, "response_bytes", None))
+    return found
+
+
+__all__ = ["APIS", "handler"]

@@ -17,12 +17,9 @@ if TYPE_CHECKING:
 from kazoo.exceptions import KazooException
 
 from headrace.broker.security.delegation_tokens import TokenError
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .refusals import token_refusal
-
-API_KEY = ApiKey.RENEW_DELEGATION_TOKEN
-MIN_VERSION, MAX_VERSION = 1, 2
 
 R = messages.RenewDelegationTokenResponse
 

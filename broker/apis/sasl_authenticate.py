@@ -25,12 +25,9 @@ import asyncio
 
 from headrace.broker.security.sasl import AUTHENTICATE, AuthenticationFailed
 from headrace.pipeline import CloseConnection
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .sasl_handshake import sasl_delay
-
-API_KEY = ApiKey.SASL_AUTHENTICATE
-MIN_VERSION, MAX_VERSION = 0, 2
 
 R = messages.SaslAuthenticateResponse
 

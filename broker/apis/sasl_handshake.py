@@ -24,10 +24,7 @@ import asyncio
 
 from headrace.broker.security.sasl import AUTHENTICATE, COMPLETE
 from headrace.pipeline import CloseConnection
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.SASL_HANDSHAKE
-MIN_VERSION, MAX_VERSION = 0, 1
+from headrace.protocol import ErrorCode, messages
 
 R = messages.SaslHandshakeResponse
 

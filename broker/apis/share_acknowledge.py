@@ -22,12 +22,9 @@ from headrace.broker.cluster.features import SHARE_VERSION
 from headrace.broker.security.authorizer import GROUP, TOPIC, Operation
 from headrace.broker.share.share_partition import RENEW
 from headrace.broker.share.share_sessions import FINAL_EPOCH, ShareSessionError
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .leader_hints import LeaderHints
-
-API_KEY = ApiKey.SHARE_ACKNOWLEDGE
-MIN_VERSION, MAX_VERSION = 1, 2
 
 R = messages.ShareAcknowledgeResponse
 MAX_MEMBER_ID = 36

@@ -36,15 +36,12 @@ from headrace.broker.log.storage_errors import storage_failed
 from headrace.broker.security.authorizer import TOPIC, Operation
 from headrace.broker.share.share_partition_manager import SharePartitionLimit, ShareStateError
 from headrace.broker.share.share_sessions import FINAL_EPOCH, ShareSessionError
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 from headrace.protocol.records import CorruptRecordError, iter_batches
 from headrace.storage import StorageError
 
 from .leader_hints import LeaderHints
 from .share_acknowledge import acknowledge, refusal
-
-API_KEY = ApiKey.SHARE_FETCH
-MIN_VERSION, MAX_VERSION = 1, 2
 
 R = messages.ShareFetchResponse
 NO_LEADER = (-1, -1)

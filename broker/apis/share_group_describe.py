@@ -19,14 +19,11 @@ if TYPE_CHECKING:
 from headrace.broker.cluster.features import SHARE_VERSION
 from headrace.broker.coordinator.group.share_group import ASSIGNOR
 from headrace.broker.security.authorizer import TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .consumer_group_heartbeat import by_topic
 from .describe_groups import described, group_of_kind, undescribed
 from .share_group_heartbeat import OFF
-
-API_KEY = ApiKey.SHARE_GROUP_DESCRIBE
-MIN_VERSION, MAX_VERSION = 1, 1
 
 R = messages.ShareGroupDescribeResponse
 HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."

@@ -24,12 +24,9 @@ from headrace.broker.cluster.features import SHARE_VERSION
 from headrace.broker.coordinator.group.group_configs import SHARE_HEARTBEAT_INTERVAL
 from headrace.broker.coordinator.group.share_group import MAX_MEMBER_ID
 from headrace.broker.security.authorizer import GROUP, TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 from .consumer_group_heartbeat import response
-
-API_KEY = ApiKey.SHARE_GROUP_HEARTBEAT
-MIN_VERSION, MAX_VERSION = 1, 1
 
 R = messages.ShareGroupHeartbeatResponse
 OFF = "Share groups are off in this cluster (share.version 0)."

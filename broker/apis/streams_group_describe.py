@@ -21,13 +21,10 @@ if TYPE_CHECKING:
 from headrace.broker.cluster.features import STREAMS_VERSION
 from headrace.broker.coordinator.group.streams_assignor import NAME as ASSIGNOR
 from headrace.broker.coordinator.group.streams_topology import TopicInfo
-from headrace.protocol import ApiKey, messages
+from headrace.protocol import messages
 
 from .describe_groups import described, group_of_kind
 from .streams_group_heartbeat import OFF
-
-API_KEY = ApiKey.STREAMS_GROUP_DESCRIBE
-MIN_VERSION, MAX_VERSION = 0, 1
 
 R = messages.StreamsGroupDescribeResponse
 

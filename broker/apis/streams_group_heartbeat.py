@@ -41,12 +41,9 @@ from headrace.broker.coordinator.group.group_configs import STREAMS_HEARTBEAT_IN
 from headrace.broker.coordinator.group.streams_topology import MISSING_INTERNAL_TOPICS
 from headrace.broker.log.topic import TopicCreationError, topic_name_error
 from headrace.broker.security.authorizer import GROUP, TOPIC, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 
 log = logging.getLogger("headrace.groups")
-
-API_KEY = ApiKey.STREAMS_GROUP_HEARTBEAT
-MIN_VERSION, MAX_VERSION = 0, 1
 
 R = messages.StreamsGroupHeartbeatResponse
 OFF = "Streams groups are off in this cluster (streams.version 0)."

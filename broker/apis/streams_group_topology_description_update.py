@@ -18,10 +18,7 @@ if TYPE_CHECKING:
 
 from headrace.broker.cluster.features import STREAMS_VERSION
 from headrace.broker.security.authorizer import GROUP, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE
-MIN_VERSION, MAX_VERSION = 0, 0
+from headrace.protocol import ErrorCode, messages
 
 R = messages.StreamsGroupTopologyDescriptionUpdateResponse
 NO_PLUGIN = "The broker has no streams group topology description plugin configured."

@@ -33,11 +33,8 @@ from headrace.broker.coordinator.group.group_coordinator import (
 )
 from headrace.broker.coordinator.group.group_offsets import OFFSETS_TOPIC
 from headrace.broker.security.authorizer import GROUP, TOPIC, TRANSACTIONAL_ID, Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
+from headrace.protocol import ErrorCode, messages
 from headrace.protocol.records import Record, build_batch
-
-API_KEY = ApiKey.TXN_OFFSET_COMMIT
-MIN_VERSION, MAX_VERSION = 0, 5
 
 R = messages.TxnOffsetCommitResponse
 

@@ -18,10 +18,7 @@ if TYPE_CHECKING:
 
 from headrace.broker.cluster.topic_admin import TopicChangeError
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.UNREGISTER_BROKER
-MIN_VERSION, MAX_VERSION = 0, 0
+from headrace.protocol import ErrorCode, messages
 
 R = messages.UnregisterBrokerResponse
 

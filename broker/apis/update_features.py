@@ -18,10 +18,7 @@ if TYPE_CHECKING:
 
 from headrace.broker.cluster.features import SAFE_DOWNGRADE, UPGRADE, FeatureUpdateError
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.UPDATE_FEATURES
-MIN_VERSION, MAX_VERSION = 0, 2
+from headrace.protocol import ErrorCode, messages
 
 R = messages.UpdateFeaturesResponse
 

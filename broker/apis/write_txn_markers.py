@@ -16,10 +16,7 @@ if TYPE_CHECKING:
 
 from headrace.broker.coordinator.txn.markers import write_here
 from headrace.broker.security.authorizer import Operation
-from headrace.protocol import ApiKey, ErrorCode, messages
-
-API_KEY = ApiKey.WRITE_TXN_MARKERS
-MIN_VERSION, MAX_VERSION = 1, 2
+from headrace.protocol import ErrorCode, messages
 
 R = messages.WriteTxnMarkersResponse
 

@@ -4,7 +4,8 @@ How this works
 --------------
 ``Dispatcher.handle`` is the pipeline's handler. It runs in a handler queue, in arrival order per
 connection: it decodes the request header, finds the API module (one per Kafka API, listed
-in ``APIS``), decodes the body and calls the module's ``handle(broker, header, request)``.
+in ``APIS``, imported on first use), decodes the body and calls the module's
+``handle(broker, header, request)``.
 A module returns the response message, ``None`` for no response (acks=0), or an awaitable of
 either when the answer comes later (a produce waiting for its flush, a long-polling fetch, an
 admin request doing disk work in a thread). An awaitable may also give ``(message, on_sent)``:
@@ -30,7 +31,7 @@ import time
 from typing import TYPE_CHECKING
 
 from headrace.broker.apis.context import Broker
-from headrace.broker.apis.registry import APIS
+from headrace.broker.apis.registry import APIS, handler
 from headrace.broker.security.quotas import REQUEST
 from headrace.broker.security.sasl import AUTHENTICATE, COMPLETE, HANDSHAKE, SaslSession
 from headrace.broker.security.session import ANONYMOUS, RequestContext, Session
@@ -54,10 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("headrace")
 
-# the APIs whose responses can be large, and how large (looked up once: a module attribute
-# that is missing costs an exception per request)
-RESPONSE_BYTES = {key: m.response_bytes for key, m in APIS.items() if hasattr(m, "response_bytes")}
-
 
 class Dispatcher:
     """The pipeline's handler (``pipeline.Handler``) for one broker."""
@@ -73,7 +70,7 @@ class Dispatcher:
         conn = request.connection
         session = conn.session
         if isinstance(session, Session) and session.sasl is not None and session.sasl.bare_tokens:
-            return APIS[ApiKey.SASL_AUTHENTICATE].bare_token(
+            return handler(ApiKey.SASL_AUTHENTICATE)[0].bare_token(
                 self.broker, session, bytes(request.frame)
             )
         frame = memoryview(request.frame)
@@ -91,22 +88,24 @@ class Dispatcher:
                 raise CloseConnection(
                     "SASL session expired without re-authentication (connections.max.reauth.ms)"
                 )
-        api = APIS.get(header.api_key)
-        if api is None:
+        versions = APIS.get(header.api_key)
+        if versions is None:
             raise CloseConnection(f"unknown api key {header.api_key}")
+        name, lowest, highest = versions
         version = header.api_version
-        if not api.MIN_VERSION <= version <= api.MAX_VERSION:
+        if not lowest <= version <= highest:
             if header.api_key == ApiKey.API_VERSIONS:
-                return self._encode(header, api.unsupported(), started, version=0)
+                unsupported = handler(ApiKey.API_VERSIONS)[0].unsupported()
+                return self._encode(header, unsupported, started, version=0)
             raise CloseConnection(f"unsupported version {version} of api key {header.api_key}")
+        api, size = handler(header.api_key)
         try:
             # bytes after the body are ignored, as Kafka does (librdkafka sends some)
             body = decode_message(
                 request_class(header.api_key), version, frame, offset, exact=False
             )
         except DecodeError as e:
-            raise CloseConnection(f"malformed {api.__name__} v{version} request: {e}") from None
-        size = RESPONSE_BYTES.get(header.api_key)
+            raise CloseConnection(f"malformed {name} v{version} request: {e}") from None
         if size is not None:  # count it against the connection before its next request
             request.expect(size(self.broker, body))
         try:
