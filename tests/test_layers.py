@@ -494,7 +494,8 @@ def test_module_names_follow_package_dir(tmp_path):
 def test_a_broker_loads_optional_libraries_only_when_it_uses_them():
     """What ``headrace serve`` imports before it listens is most of its start-up time: the
     libraries of features a broker may not use (SCRAM, the metrics endpoint, properties
-    files) are imported where they are used, not by the broker's modules."""
+    files, the ZooKeeper client) are imported where they are used, not by the broker's
+    modules, and each API's module when that API is first asked for."""
     import subprocess
     import sys
 
@@ -509,10 +510,13 @@ def test_a_broker_loads_optional_libraries_only_when_it_uses_them():
         "google.protobuf",
         "pyiceberg",
         "pyarrow",
+        "kazoo.client",
     )
     code = (
         "import sys, headrace.broker.app.cli, headrace.broker.app.server\n"
-        f"print(' '.join(m for m in {optional!r} if m in sys.modules))"
+        "from headrace.broker.apis.registry import APIS\n"
+        "apis = [f'headrace.broker.apis.{name}' for name, _, _ in APIS.values()]\n"
+        f"print(' '.join(m for m in [*{optional!r}, *apis] if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == []

@@ -36,14 +36,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from headrace.broker.apis.registry import APIS
 from headrace.broker.background import run_every
 from headrace.broker.client.broker_client import BrokerClient
 from headrace.broker.client.inter_broker import client_security
-from headrace.broker.cluster.cluster import Cluster, ClusterError
 from headrace.broker.cluster.documents import UNREADABLE, Document, follow
 from headrace.broker.cluster.features import Features, registration
-from headrace.broker.cluster.metadata import ClusterMetadata
+from headrace.broker.cluster.metadata import ClusterError
 from headrace.broker.cluster.single_node import SingleNode
 from headrace.broker.cluster.znodes import Endpoint
 from headrace.broker.config.config import BrokerConfig, connection_overrides
@@ -89,6 +87,7 @@ from .dispatch import Dispatcher
 from .metrics import BrokerMetrics
 
 if TYPE_CHECKING:
+    from headrace.broker.cluster.metadata import ClusterMetadata
     from headrace.broker.iceberg.translator import IcebergTranslator
     from headrace.broker.registry.http_api import RegistryServer
     from headrace.broker.registry.registry import SchemaRegistry
@@ -130,6 +129,8 @@ class BrokerServer:
         self.cluster: ClusterMetadata
         users: ScramFile | ScramZnodes
         if config["zookeeper.connect"]:
+            from headrace.broker.cluster.cluster import Cluster
+
             self.cluster = Cluster(config, self.node_id)
             users = ScramZnodes(self.cluster.zk_client)
         else:
@@ -198,7 +199,7 @@ class BrokerServer:
         self.groups.share.persister = self.share_state  # share groups' state initialized
         # in a cluster: this broker's replicas and moves (replica_manager.py), fetchers
         self.replicas: ReplicaManager | None = None
-        if isinstance(self.cluster, Cluster):
+        if not isinstance(self.cluster, SingleNode):
             pool = ReplicaFetchers(self.broker_client, self.node_id, config, self.topics.flush)
             self.replicas = ReplicaManager(self.node_id, self.topics, self.cluster, pool, config)
             self.replicas.on_leadership = self._partitions_moved
@@ -796,4 +797,4 @@ class BrokerServer:
             await self.topics.flush(due)
 
 
-__all__ = ["APIS", "ApiKey", "BrokerServer", "StartupError"]
+__all__ = ["ApiKey", "BrokerServer", "StartupError"]

@@ -56,6 +56,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from . import partition_state
 from .controller import Controller
 from .documents import ZnodeDocument
+from .metadata import ClusterError
 from .partition_state import PartitionState
 from .topic_admin import TopicAdmin
 from .zk_client import ZkClient
@@ -88,10 +89,6 @@ class PartitionRoles(Protocol):
     partition's state (leader, epoch, ISR) changes."""
 
     def state_changed(self, name: str, index: int) -> None: ...
-
-
-class ClusterError(Exception):
-    """Cluster mode cannot start (ZooKeeper unreachable, broker id taken...)."""
 
 
 class Cluster:

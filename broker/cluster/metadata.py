@@ -4,7 +4,14 @@ so that no code asks whether there is a cluster."""
 
 from __future__ import annotations
 
-from .cluster import Cluster
-from .single_node import SingleNode
+from typing import TYPE_CHECKING, TypeAlias
 
-ClusterMetadata = Cluster | SingleNode
+if TYPE_CHECKING:  # (cluster.py is imported where a cluster is built: it imports kazoo)
+    from .cluster import Cluster
+    from .single_node import SingleNode
+
+ClusterMetadata: TypeAlias = "Cluster | SingleNode"
+
+
+class ClusterError(Exception):
+    """Cluster mode cannot start (ZooKeeper unreachable, broker id taken...)."""
