@@ -81,6 +81,34 @@ def test_ready_without_info_logging(tmp_path):
         assert broker.stop() == 0
 
 
+def test_a_first_produce_reads_no_package_metadata_and_loads_no_zookeeper_client(
+    tmp_path, monkeypatch
+):
+    """Most of a start is importing. A broker on its own answers a client's first produce
+    without importing ``importlib.metadata`` (the ``crc32c`` package's ``__init__`` does, to
+    read its own version: about 14 ms) or the ZooKeeper client. ``-X importtime``
+    (PYTHONPROFILEIMPORTTIME) lists what the broker process imported."""
+    from confluent_kafka import Producer
+
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")
+    log = tmp_path / "broker.log"
+    broker = BrokerProcess(tmp_path / "data", log_file=log).start()
+    try:
+        delivered = []
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+        producer.produce("first", b"value", on_delivery=lambda err, msg: delivered.append(err))
+        assert producer.flush(30) == 0 and delivered == [None]
+    finally:
+        assert broker.stop() == 0
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in log.read_text().splitlines()
+        if line.startswith("import time:")
+    }
+    assert "headrace.broker.app.server" in imported  # (the listing is there)
+    assert not {"importlib.metadata", "kazoo.client"} & imported
+
+
 def test_ready_file_holds_the_bound_address_until_exit(tmp_path):
     ready = tmp_path / "ready"
     proc = subprocess.Popen([sys.executable, "-m", "headrace", "serve", "--port", "0",
