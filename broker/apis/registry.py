@@ -2,8 +2,8 @@
 ApiVersions lists exactly this table, and dispatch refuses what is not in it. Each API is
 answered by a module of ``headrace.broker.apis`` (``handle(broker, header, request)``),
 imported by ``handler`` when the API is first asked for: a broker starts without importing the
-ones it is not asked for (about 70 modules, an eighth of a start). A new API is a module and a
-line here."""
+ones it is not asked for (70 of 73 at a first produce: 15 ms of a 150 ms start). A new API is a
+module and a line here."""
 
 from __future__ import annotations
 
